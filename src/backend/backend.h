@@ -1,0 +1,205 @@
+// The op-level backend interface: every numerical operation the engine performs goes through here.
+//
+// A Backend is passed explicitly to whoever computes (no global mode, no singleton). Ops on shapes that
+// are known at setup are *planned* once (plan_conv, plan_batchnorm, plan_pool): the plan owns whatever the
+// implementation precomputes — oneDNN primitives, cuDNN descriptors and chosen algorithms — and states the
+// workspace it needs, so nothing is planned or allocated inside the timed loop.
+//
+// Conventions shared by every implementation:
+//   * 4-D tensors have logical dims [N, C, H, W]; their Layout says how they sit in memory.
+//   * Convolution weights are [K, C, R, S] logically (K output channels, R x S kernel), in the same layout
+//     as the activations (NHWC activations: weights stored K, R, S, C).
+//   * Batch-norm parameters and statistics (gamma, beta, running mean/var, saved mean/inv-std) are always
+//     FP32 [C], whatever the activation dtype.
+//   * Gradient rule: gradients of parameters honour `Accumulate` (overwrite, or += for accumulation over
+//     micro-batches); gradients of activations overwrite, except conv_backward_data which may add into dx
+//     (a tensor read by two consumers, e.g. a residual block's input, sums both gradients there).
+//   * All ops are asynchronous with respect to the host on a device backend; synchronize() waits.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+
+#include "core/tensor.h"
+
+namespace dlbench {
+
+enum class Accumulate : uint8_t { overwrite, add };
+enum class Transpose : uint8_t { no, yes };
+
+struct ConvGeometry {
+  int64_t batch = 0, in_channels = 0, in_h = 0, in_w = 0;
+  int64_t out_channels = 0, kernel_h = 1, kernel_w = 1;
+  int64_t stride_h = 1, stride_w = 1, pad_h = 0, pad_w = 0;
+  DType dtype = DType::f32;
+  Layout layout = Layout::nchw;
+
+  int64_t out_h() const { return (in_h + 2 * pad_h - kernel_h) / stride_h + 1; }
+  int64_t out_w() const { return (in_w + 2 * pad_w - kernel_w) / stride_w + 1; }
+  // Multiply-accumulates of one forward pass over the whole batch.
+  int64_t forward_macs() const {
+    return batch * out_channels * out_h() * out_w() * in_channels * kernel_h * kernel_w;
+  }
+};
+
+class ConvPlan {
+ public:
+  explicit ConvPlan(const ConvGeometry& g) : geometry(g) {}
+  virtual ~ConvPlan() = default;
+  // Scratch memory each of the three conv ops may use (the largest of them).
+  virtual size_t workspace_bytes() const { return 0; }
+  const ConvGeometry geometry;
+};
+
+// What a batch norm applies after normalising: y = act(gamma * xhat + beta [+ residual]).
+enum class BatchNormFusion : uint8_t { none, relu, add_relu };
+
+struct BatchNormGeometry {
+  int64_t batch = 0, channels = 0, h = 1, w = 1;
+  DType dtype = DType::f32;
+  Layout layout = Layout::nchw;
+  BatchNormFusion fusion = BatchNormFusion::none;
+  double epsilon = 1e-5;
+  // running = (1 - momentum) * running + momentum * batch statistic (PyTorch's convention).
+  double momentum = 0.1;
+};
+
+class BatchNormPlan {
+ public:
+  explicit BatchNormPlan(const BatchNormGeometry& g) : geometry(g) {}
+  virtual ~BatchNormPlan() = default;
+  virtual size_t workspace_bytes() const { return 0; }
+  const BatchNormGeometry geometry;
+};
+
+enum class PoolKind : uint8_t { max, average };
+
+struct PoolGeometry {
+  int64_t batch = 0, channels = 0, in_h = 0, in_w = 0;
+  int64_t kernel_h = 1, kernel_w = 1, stride_h = 1, stride_w = 1, pad_h = 0, pad_w = 0;
+  PoolKind kind = PoolKind::max;  // average excludes padding from the divisor
+  DType dtype = DType::f32;
+  Layout layout = Layout::nchw;
+
+  int64_t out_h() const { return (in_h + 2 * pad_h - kernel_h) / stride_h + 1; }
+  int64_t out_w() const { return (in_w + 2 * pad_w - kernel_w) / stride_w + 1; }
+};
+
+class PoolPlan {
+ public:
+  explicit PoolPlan(const PoolGeometry& g) : geometry(g) {}
+  virtual ~PoolPlan() = default;
+  // Bytes of state the training forward saves for the backward (e.g. max-pool argmax); may be 0.
+  virtual size_t saved_bytes() const { return 0; }
+  const PoolGeometry geometry;
+};
+
+// A stretch of the flat parameter buffer with its own weight-decay rule (BN and bias may be exempt).
+struct ParamSegment {
+  int64_t offset = 0;
+  int64_t count = 0;
+  bool weight_decay = true;
+};
+
+struct SgdStep {
+  float lr = 0.1f;
+  float momentum = 0.9f;
+  float weight_decay = 0.f;
+  bool nesterov = false;
+  float grad_scale = 1.f;  // gradients are multiplied by this first (1 / loss scale, 1 / ranks)
+};
+
+class Backend {
+ public:
+  virtual ~Backend() = default;
+  virtual std::string name() const = 0;
+  virtual Device device() const = 0;
+
+  // ---- memory ----
+  virtual void* allocate(size_t bytes) = 0;
+  virtual void deallocate(void* ptr) = 0;
+  virtual void copy_to_device(void* dst, const void* host_src, size_t bytes) = 0;
+  virtual void copy_to_host(void* host_dst, const void* src, size_t bytes) = 0;
+  virtual void copy(void* dst, const void* src, size_t bytes) = 0;
+  virtual void synchronize() = 0;
+
+  // ---- convolution (no bias) ----
+  virtual std::unique_ptr<ConvPlan> plan_conv(const ConvGeometry& geometry) = 0;
+  // y[N,K,P,Q] = conv(x[N,C,H,W], w[K,C,R,S])
+  virtual void conv_forward(const ConvPlan& plan, const Tensor& x, const Tensor& w, Tensor& y,
+                            void* workspace) = 0;
+  // dx (=|+=) conv_transpose(dy, w)
+  virtual void conv_backward_data(const ConvPlan& plan, const Tensor& dy, const Tensor& w, Tensor& dx,
+                                  Accumulate accumulate, void* workspace) = 0;
+  // dw (=|+=) correlation of x with dy
+  virtual void conv_backward_filter(const ConvPlan& plan, const Tensor& x, const Tensor& dy, Tensor& dw,
+                                    Accumulate accumulate, void* workspace) = 0;
+
+  // ---- batch normalisation, optionally fused with residual add and ReLU ----
+  virtual std::unique_ptr<BatchNormPlan> plan_batchnorm(const BatchNormGeometry& geometry) = 0;
+  // Training: normalise with batch statistics; update running stats; save mean and 1/sqrt(var+eps).
+  // `residual` is read only for BatchNormFusion::add_relu (pass nullptr otherwise).
+  virtual void batchnorm_forward_training(const BatchNormPlan& plan, const Tensor& x, const Tensor* residual,
+                                          const Tensor& gamma, const Tensor& beta, Tensor& y,
+                                          Tensor& running_mean, Tensor& running_var, Tensor& saved_mean,
+                                          Tensor& saved_inv_std, void* workspace) = 0;
+  virtual void batchnorm_forward_inference(const BatchNormPlan& plan, const Tensor& x, const Tensor* residual,
+                                           const Tensor& gamma, const Tensor& beta,
+                                           const Tensor& running_mean, const Tensor& running_var,
+                                           Tensor& y) = 0;
+  // `y` is the forward output (it masks the ReLU). dx is overwritten; `dresidual` (add_relu only) is
+  // overwritten with the gradient reaching the residual input; dgamma/dbeta honour `accumulate`.
+  virtual void batchnorm_backward(const BatchNormPlan& plan, const Tensor& x, const Tensor& y,
+                                  const Tensor& dy, const Tensor& gamma, const Tensor& saved_mean,
+                                  const Tensor& saved_inv_std, Tensor& dx, Tensor* dresidual, Tensor& dgamma,
+                                  Tensor& dbeta, Accumulate accumulate, void* workspace) = 0;
+
+  // ---- pooling ----
+  virtual std::unique_ptr<PoolPlan> plan_pool(const PoolGeometry& geometry) = 0;
+  // `saved` points to plan.saved_bytes() bytes kept until the backward (may be null at inference).
+  virtual void pool_forward(const PoolPlan& plan, const Tensor& x, Tensor& y, void* saved) = 0;
+  virtual void pool_backward(const PoolPlan& plan, const Tensor& x, const Tensor& y, const Tensor& dy,
+                             const void* saved, Tensor& dx) = 0;
+
+  // ---- ReLU ----
+  virtual void relu_forward(const Tensor& x, Tensor& y) = 0;
+  virtual void relu_backward(const Tensor& y, const Tensor& dy, Tensor& dx) = 0;  // dx = dy * (y > 0)
+
+  // ---- dense algebra (row-major) ----
+  // c[m,n] = alpha * op(a) * op(b) + beta * c, op(a) is [m,k], op(b) is [k,n].
+  virtual void gemm(Transpose ta, Transpose tb, int64_t m, int64_t n, int64_t k, float alpha, const Tensor& a,
+                    const Tensor& b, float beta, Tensor& c) = 0;
+  virtual void add_bias(Tensor& y, const Tensor& bias) = 0;  // y[N,F] += bias[F]
+  virtual void bias_backward(const Tensor& dy, Tensor& dbias, Accumulate accumulate) = 0;  // sum over N
+
+  // ---- loss ----
+  // logits [N,K] (any float dtype), labels i32 [N]; probs f32 [N,K]; loss f32 [1] = mean over N of the
+  // cross-entropy against the label-smoothed target (1 - s) * onehot + s / K.
+  virtual void softmax_cross_entropy_forward(const Tensor& logits, const Tensor& labels, float label_smoothing,
+                                             Tensor& probs, Tensor& loss) = 0;
+  // dlogits = scale * (probs - target) / N
+  virtual void softmax_cross_entropy_backward(const Tensor& probs, const Tensor& labels, float label_smoothing,
+                                              float scale, Tensor& dlogits) = 0;
+
+  // ---- elementwise and utilities ----
+  virtual void fill(Tensor& x, double value) = 0;
+  virtual void add(const Tensor& a, const Tensor& b, Tensor& y) = 0;  // y = a + b (same shape/layout)
+  virtual void scale(Tensor& x, double alpha) = 0;                    // x *= alpha
+  virtual void cast(const Tensor& src, Tensor& dst) = 0;              // same shape, any float dtypes
+  // Sets flag (i32 [1]) to 1 if x holds an Inf or NaN; never clears it.
+  virtual void check_finite(const Tensor& x, Tensor& flag) = 0;
+
+  // ---- optimizer: one fused update over the flat FP32 buffers ----
+  // g = grad * grad_scale + weight_decay * p (where the segment decays); v = momentum * v + g;
+  // p -= lr * (nesterov ? g + momentum * v : v). (PyTorch's SGD with dampening 0.)
+  virtual void sgd_update(Tensor& params, const Tensor& grads, Tensor& momentum_buffer,
+                          std::span<const ParamSegment> segments, const SgdStep& step) = 0;
+};
+
+// Factories; `threads` = 0 means all cores.
+std::unique_ptr<Backend> make_reference_backend();
+std::unique_ptr<Backend> make_onednn_backend(int threads);
+
+}  // namespace dlbench
