@@ -1,7 +1,110 @@
-// dlbench command-line interface (being built: train | bench come with the engine core).
-#include <cstdio>
+// dlbench: the command line. Parses flags into a RunConfig, resolves it, runs, writes results.
+// Only this file decides exit codes: 0 success, 1 bad input (one clear line), 2 bad flags, 3 internal error.
+#include <CLI/CLI.hpp>
 
-int main() {
-  std::printf("dlbench %s\n", DLBENCH_VERSION);
-  return 0;
+#include <clocale>
+#include <cstdio>
+#include <string>
+
+#include "backend/backend_factory.h"
+#include "core/file_io.h"
+#include "core/status.h"
+#include "models/resnet.h"
+#include "train/config.h"
+#include "train/run.h"
+
+namespace {
+
+using dlbench::RunConfig;
+
+// Flags shared by `train` and `bench`.
+void add_run_flags(CLI::App& cmd, RunConfig& c, std::string& lr_schedule) {
+  cmd.add_option("--model", c.model, "resnet18 | resnet34 | resnet50 | resnet101 | resnet152 | resnet20")
+      ->capture_default_str();
+  cmd.add_option("--batch-size", c.batch_size,
+                 "images per device per step (the global batch is this x devices x --accumulate-steps); "
+                 "default: 16 (resnet20: 128) on the CPU, 256 (512) on a GPU");
+  cmd.add_option("--steps", c.steps, "train: total optimizer steps; bench: timed steps");
+  cmd.add_option("--warmup-steps", c.warmup_steps, "steps run before the timed window and left out of it");
+  cmd.add_option("--accumulate-steps", c.accumulate_steps, "micro-batches whose gradients make one step")
+      ->capture_default_str();
+  cmd.add_option("--lr", c.lr, "peak learning rate")->capture_default_str();
+  cmd.add_option("--momentum", c.momentum, "SGD momentum")->capture_default_str();
+  cmd.add_flag("--nesterov", c.nesterov, "Nesterov momentum");
+  cmd.add_option("--weight-decay", c.weight_decay, "L2 weight decay")->capture_default_str();
+  cmd.add_flag("--no-decay-bn-bias{false}", c.decay_norm_and_bias, "no weight decay on batch-norm and bias");
+  cmd.add_option("--label-smoothing", c.label_smoothing, "label smoothing of the loss")->capture_default_str();
+  cmd.add_option("--lr-schedule", lr_schedule, "constant | step | cosine")->capture_default_str();
+  cmd.add_option("--lr-warmup-epochs", c.lr_warmup_epochs, "linear learning-rate warm-up, in epochs")
+      ->capture_default_str();
+  cmd.add_option("--lr-decay-epochs", c.lr_decay_epochs, "step schedule: epochs at which the rate drops")
+      ->delimiter(',');
+  cmd.add_option("--lr-decay-factor", c.lr_decay_factor, "step schedule: factor of each drop")->capture_default_str();
+  cmd.add_option("--precision", c.precision_text, "fp32 | tf32 | fp16 | bf16 (the CPU trains in fp32)")
+      ->capture_default_str();
+  cmd.add_option("--layout", c.layout_text, "nchw | nhwc (default: nchw on the CPU, nhwc on a GPU)");
+  cmd.add_option("--data", c.data, "synthetic | fashion-mnist | a directory of IDX files")->capture_default_str();
+  cmd.add_option("--device", c.device_text, "auto | cpu | cuda")->capture_default_str();
+  cmd.add_option("--backend", c.backend_name, "CPU backend: onednn (default) | reference");
+  cmd.add_option("--threads", c.threads, "CPU threads (0 = all cores)")->capture_default_str();
+  cmd.add_option("--seed", c.seed, "seed of weights, data order and synthetic data")->capture_default_str();
+  cmd.add_option("--log-every", c.log_every, "steps between progress lines");
+  cmd.add_option("--json", c.json_path, "write the result as one JSON object to FILE");
+}
+
+dlbench::LrSchedule parse_schedule(const std::string& text) {
+  if (text == "constant") return dlbench::LrSchedule::constant;
+  if (text == "step") return dlbench::LrSchedule::step;
+  if (text == "cosine") return dlbench::LrSchedule::cosine;
+  dlbench::throw_user_error("--lr-schedule {}: unknown; choose constant, step or cosine", text);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  std::setlocale(LC_NUMERIC, "C");
+  CLI::App app{"dlbench: how fast does this machine train a ResNet? A training engine and benchmark."};
+  app.set_version_flag("--version", std::string("dlbench ") + DLBENCH_VERSION + " (" + DLBENCH_GIT_COMMIT + ")");
+  app.require_subcommand(1);
+
+  RunConfig train_config;
+  train_config.kind = dlbench::RunKind::train;
+  std::string train_schedule = "cosine";
+  CLI::App* train = app.add_subcommand("train", "train a model: epochs over a data set, evaluation, checkpoints");
+  add_run_flags(*train, train_config, train_schedule);
+  train->add_option("--epochs", train_config.epochs, "passes over the training set (default 1; exclusive with --steps)");
+  train->add_option("--checkpoint", train_config.checkpoint_path, "save weights and optimizer state to FILE");
+  train->add_option("--save-every", train_config.save_every, "also save every N steps");
+  train->add_option("--resume", train_config.resume_path, "continue from a checkpoint FILE");
+
+  RunConfig bench_config;
+  bench_config.kind = dlbench::RunKind::bench;
+  std::string bench_schedule = "constant";
+  CLI::App* bench = app.add_subcommand("bench", "measure training throughput on synthetic data");
+  add_run_flags(*bench, bench_config, bench_schedule);
+
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e);
+  }
+
+  try {
+    RunConfig& config = train->parsed() ? train_config : bench_config;
+    config.lr_schedule = parse_schedule(train->parsed() ? train_schedule : bench_schedule);
+    dlbench::resolve_config(config, dlbench::cuda_backend_available());
+    nlohmann::json result = config.kind == dlbench::RunKind::train ? dlbench::run_train(config)
+                                                                   : dlbench::run_bench(config);
+    if (!config.json_path.empty()) {
+      dlbench::write_file_atomically(config.json_path, result.dump(2) + "\n");
+      std::printf("result written to %s\n", config.json_path.c_str());
+    }
+    return 0;
+  } catch (const dlbench::UserError& e) {
+    std::fprintf(stderr, "dlbench: error: %s\n", e.what());
+    return 1;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "dlbench: internal error: %s\n", e.what());
+    return 3;
+  }
 }

@@ -9,8 +9,10 @@
 //   * 4-D tensors have logical dims [N, C, H, W]; their Layout says how they sit in memory.
 //   * Convolution weights are [K, C, R, S] logically (K output channels, R x S kernel), in the same layout
 //     as the activations (NHWC activations: weights stored K, R, S, C).
-//   * Batch-norm parameters and statistics (gamma, beta, running mean/var, saved mean/inv-std) are always
-//     FP32 [C], whatever the activation dtype.
+//   * Batch-norm parameters and statistics (gamma, beta, running mean/var, saved mean/inv-std) are FP32 [C]
+//     for FP32/FP16/BF16 activations and FP64 for FP64 activations (cuDNN's rule).
+//   * Parameters seen by conv/gemm have the activations' dtype; the optimizer's flat buffers are FP32
+//     (FP64 in a double-precision network).
 //   * Gradient rule: gradients of parameters honour `Accumulate` (overwrite, or += for accumulation over
 //     micro-batches); gradients of activations overwrite, except conv_backward_data which may add into dx
 //     (a tensor read by two consumers, e.g. a residual block's input, sums both gradients there).

@@ -1,0 +1,40 @@
+// ConvLayer: 2-D convolution without bias (a batch norm follows every conv in a ResNet).
+//   input  x  [N, C, H, W]
+//   weight w  [K, C, R, S]   He-normal (fan_out), as torchvision initialises ResNets
+//   output y  [N, K, P, Q]   P = (H + 2*pad - R) / stride + 1
+#pragma once
+
+#include <memory>
+
+#include "nn/layer.h"
+
+namespace dlbench {
+
+struct ConvOptions {
+  int64_t out_channels = 1;
+  int64_t kernel = 1;
+  int64_t stride = 1;
+  int64_t pad = 0;
+};
+
+class ConvLayer final : public Layer {
+ public:
+  ConvLayer(Network& net, std::string name, Activation& input, const ConvOptions& options);
+  const char* kind() const override { return "conv"; }
+  void plan(MemoryPlan& plan) override;
+  void forward(Phase phase) override;
+  void backward() override;
+  bool can_accumulate_input_grad(int) const override { return true; }
+  int64_t forward_macs() const override { return geometry_.forward_macs(); }
+
+  const ConvGeometry& geometry() const { return geometry_; }
+  Tensor& weight() { return weight_; }
+  Tensor& dweight() { return dweight_; }
+
+ private:
+  ConvGeometry geometry_;
+  std::unique_ptr<ConvPlan> plan_;
+  Tensor weight_, dweight_;
+};
+
+}  // namespace dlbench

@@ -1,0 +1,73 @@
+// The layer contract. A network is an ordered list of layers: forward runs them in order, backward in
+// reverse (Caffe's Net). Each layer reads its input Activations and writes its output Activation; in
+// backward it reads the output's gradient and writes (or adds to) its inputs' gradients.
+//
+// Gradient rule (as in llm.c): parameter gradients follow the network's parameter mode (overwrite, or +=
+// when accumulating micro-batches); an activation's gradient is overwritten by the first consumer whose
+// backward runs and accumulated by every later one. Network::finalize works out which is which.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "backend/backend.h"
+#include "core/tensor.h"
+
+namespace dlbench {
+
+class MemoryPlan;
+class Network;
+
+enum class Phase : uint8_t { train, inference };
+enum class GradMode : uint8_t { none, overwrite, accumulate };
+
+struct Activation {
+  std::string name;
+  Tensor value;  // written by the producing layer's forward
+  Tensor grad;   // dLoss/dvalue, written by the consumers' backward
+  bool needs_grad = true;  // false for the network's inputs (images, labels)
+};
+
+class Layer {
+ public:
+  Layer(Network& net, std::string name) : net_(net), name_(std::move(name)) {}
+  virtual ~Layer() = default;
+  Layer(const Layer&) = delete;
+  Layer& operator=(const Layer&) = delete;
+
+  const std::string& name() const { return name_; }
+  virtual const char* kind() const = 0;
+
+  // Declares every tensor the layer owns (parameters, saved state, workspace) and builds the backend
+  // plans. Called once, before memory exists.
+  virtual void plan(MemoryPlan& plan) = 0;
+  virtual void forward(Phase phase) = 0;
+  virtual void backward() = 0;
+  // Whether backward can add into input `index`'s gradient (rather than only overwrite it).
+  virtual bool can_accumulate_input_grad(int index) const { return false; }
+  // Multiply-accumulates of one forward pass (for FLOP counts and the per-layer profile).
+  virtual int64_t forward_macs() const { return 0; }
+
+  const std::vector<Activation*>& inputs() const { return inputs_; }
+  Activation* output() const { return output_; }
+  GradMode input_grad_mode(int index) const { return input_grad_modes_[static_cast<size_t>(index)]; }
+  void set_input_grad_mode(int index, GradMode mode) { input_grad_modes_[static_cast<size_t>(index)] = mode; }
+
+ protected:
+  void set_inputs(std::vector<Activation*> inputs) {
+    inputs_ = std::move(inputs);
+    input_grad_modes_.assign(inputs_.size(), GradMode::none);
+  }
+  Network& net_;
+  std::string name_;
+  std::vector<Activation*> inputs_;
+  std::vector<GradMode> input_grad_modes_;
+  Activation* output_ = nullptr;
+};
+
+inline Accumulate to_accumulate(GradMode mode) {
+  return mode == GradMode::accumulate ? Accumulate::add : Accumulate::overwrite;
+}
+
+}  // namespace dlbench

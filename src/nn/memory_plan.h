@@ -1,0 +1,104 @@
+// The memory plan: every tensor the network will touch is declared first (shape and dtype known, no data),
+// then allocate() sizes the arenas, allocates each once and points every declared Tensor into it.
+// Nothing is allocated after that, and never inside the timed loop.
+//
+// Arenas:
+//   parameters  one contiguous buffer of the master dtype: the trained weights (master copy)
+//   gradients   same dtype and offsets as parameters, so a gradient bucket is a slice
+//   momentum    same dtype and offsets (optimizer state)
+//   buffers     master dtype, non-trained state saved in checkpoints (batch-norm running statistics)
+// The master dtype is FP32, except FP64 for double-precision networks (the reference backend's
+// gradient checks), where every parameter and statistic is double too.
+//   activations everything per-step: layer outputs and their gradients, saved state, labels, the loss
+//   workspace   one scratch area shared by all ops (they run one after another): the largest request
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "backend/backend.h"
+#include "core/tensor.h"
+
+namespace dlbench {
+
+// How a parameter starts.
+enum class ParamInit : uint8_t {
+  he_normal_fan_out,  // N(0, 2 / fan_out): torchvision's conv init (kaiming_normal_, mode fan_out, relu)
+  uniform_fan_in,     // U(-1/sqrt(fan_in), 1/sqrt(fan_in)): PyTorch's default for Linear weight and bias
+  ones,
+  zeros,
+};
+
+struct ParameterInfo {
+  std::string name;
+  Tensor* value = nullptr;
+  Tensor* grad = nullptr;
+  ParamInit init = ParamInit::zeros;
+  int64_t fan = 1;  // fan_in or fan_out, as the init needs
+  bool is_norm_or_bias = false;
+  int64_t offset = 0;  // elements into the flat buffers
+};
+
+class MemoryPlan {
+ public:
+  MemoryPlan(Backend& backend, DType master_dtype) : backend_(backend), master_dtype_(master_dtype) {}
+  ~MemoryPlan();
+  MemoryPlan(const MemoryPlan&) = delete;
+  MemoryPlan& operator=(const MemoryPlan&) = delete;
+
+  DType master_dtype() const { return master_dtype_; }
+  // `value` and `grad` must have dims set (master dtype); their data is assigned by allocate().
+  void add_parameter(std::string name, Tensor& value, Tensor& grad, ParamInit init, int64_t fan,
+                     bool is_norm_or_bias);
+  void add_buffer(Tensor& value, float initial_value);
+  void add_activation(Tensor& tensor);
+  void add_saved_bytes(void** pointer, size_t bytes);
+  void require_workspace(size_t bytes);
+
+  // Allocates every arena and initialises parameters (seeded, in declaration order) and buffers.
+  void allocate(uint64_t seed);
+  bool allocated() const { return !arenas_.empty(); }
+
+  const std::vector<ParameterInfo>& parameters() const { return parameters_; }
+  int64_t parameter_count() const { return parameter_count_; }
+  int64_t buffer_count() const { return buffer_count_; }
+  Tensor& flat_parameters() { return flat_parameters_; }
+  Tensor& flat_gradients() { return flat_gradients_; }
+  Tensor& flat_momentum() { return flat_momentum_; }
+  Tensor& flat_buffers() { return flat_buffers_; }
+  void* workspace() const { return workspace_; }
+  size_t workspace_bytes() const { return workspace_bytes_; }
+  size_t activation_bytes() const { return activation_bytes_; }
+  size_t total_bytes() const;
+  // Segments of the flat buffers for the optimizer: weight decay on or off.
+  std::vector<ParamSegment> segments(bool decay_norm_and_bias) const;
+  // Fills parameters and buffers with their initial values (also done by allocate()).
+  void initialise(uint64_t seed);
+
+ private:
+  void copy_to_flat(Tensor& flat, const std::vector<double>& values);
+  struct Buffer {
+    Tensor* value;
+    float initial;
+    int64_t offset;
+  };
+  struct Saved {
+    void** pointer;
+    size_t bytes;
+  };
+  Backend& backend_;
+  DType master_dtype_;
+  std::vector<ParameterInfo> parameters_;
+  std::vector<Buffer> buffers_;
+  std::vector<Tensor*> activations_;
+  std::vector<Saved> saved_;
+  int64_t parameter_count_ = 0, buffer_count_ = 0;
+  size_t workspace_bytes_ = 0, activation_bytes_ = 0;
+  void* workspace_ = nullptr;
+  Tensor flat_parameters_, flat_gradients_, flat_momentum_, flat_buffers_;
+  std::vector<std::pair<void*, size_t>> arenas_;
+};
+
+}  // namespace dlbench

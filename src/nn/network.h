@@ -1,0 +1,83 @@
+// Network: the activations, the layers in execution order, and the memory plan that backs them.
+//
+// Built in three stages: add layers (shapes only), finalize() (plans every op, allocates the arenas, works
+// out each activation's gradient mode), then run forward/backward as often as needed.
+#pragma once
+
+#include <deque>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "backend/backend.h"
+#include "nn/layer.h"
+#include "nn/memory_plan.h"
+
+namespace dlbench {
+
+struct NetworkOptions {
+  DType dtype = DType::f32;      // activation (compute) dtype
+  Layout layout = Layout::nchw;  // activation layout
+  int64_t batch = 1;
+};
+
+class Network {
+ public:
+  Network(Backend& backend, NetworkOptions options);
+
+  Backend& backend() { return backend_; }
+  const NetworkOptions& options() const { return options_; }
+  DType dtype() const { return options_.dtype; }
+  // Parameters, their gradients and statistics: FP32, or FP64 in a double-precision network.
+  DType master_dtype() const { return options_.dtype == DType::f64 ? DType::f64 : DType::f32; }
+  Layout layout() const { return options_.layout; }
+  int64_t batch() const { return options_.batch; }
+
+  // A new activation of logical dims (4-D dims use the network layout).
+  Activation& new_activation(std::string name, std::vector<int64_t> dims, DType dtype);
+  Activation& new_activation(std::string name, std::vector<int64_t> dims) {
+    return new_activation(std::move(name), std::move(dims), options_.dtype);
+  }
+  // An input fed from outside (images, labels): no gradient.
+  Activation& new_input(std::string name, std::vector<int64_t> dims, DType dtype);
+
+  template <typename L, typename... Args>
+  L& add(Args&&... args) {
+    auto layer = std::make_unique<L>(*this, std::forward<Args>(args)...);
+    L& ref = *layer;
+    layers_.push_back(std::move(layer));
+    return ref;
+  }
+
+  // Plans every layer, allocates all memory, initialises parameters from `seed`.
+  void finalize(uint64_t seed);
+
+  void forward(Phase phase);
+  void backward();
+
+  // Parameter gradients: overwritten by default; `accumulate` adds (micro-batch accumulation).
+  void set_parameter_grad_mode(Accumulate mode) { parameter_grad_mode_ = mode; }
+  Accumulate parameter_grad_mode() const { return parameter_grad_mode_; }
+  // The factor the loss gradient is multiplied by (dynamic loss scaling in FP16).
+  void set_loss_scale(float scale) { loss_scale_ = scale; }
+  float loss_scale() const { return loss_scale_; }
+
+  MemoryPlan& memory() { return memory_; }
+  void* workspace() const { return memory_.workspace(); }
+  const std::vector<std::unique_ptr<Layer>>& layers() const { return layers_; }
+  // Trained scalars (no alignment padding): ResNet-50 has 25,557,032.
+  int64_t parameter_count() const;
+  int64_t forward_macs() const;
+
+ private:
+  Backend& backend_;
+  NetworkOptions options_;
+  std::deque<Activation> activations_;  // deque: stable addresses
+  std::vector<std::unique_ptr<Layer>> layers_;
+  MemoryPlan memory_;
+  Accumulate parameter_grad_mode_ = Accumulate::overwrite;
+  float loss_scale_ = 1.f;
+  bool finalized_ = false;
+};
+
+}  // namespace dlbench

@@ -1,0 +1,158 @@
+#include "train/config.h"
+
+#include <filesystem>
+#include <thread>
+
+#include "core/status.h"
+#include "models/resnet.h"
+
+namespace dlbench {
+
+const char* precision_name(Precision precision) {
+  switch (precision) {
+    case Precision::fp32: return "fp32";
+    case Precision::tf32: return "tf32";
+    case Precision::fp16: return "fp16";
+    case Precision::bf16: return "bf16";
+  }
+  return "?";
+}
+
+const char* lr_schedule_name(LrSchedule schedule) {
+  switch (schedule) {
+    case LrSchedule::constant: return "constant";
+    case LrSchedule::step: return "step";
+    case LrSchedule::cosine: return "cosine";
+  }
+  return "?";
+}
+
+namespace {
+
+Precision parse_precision(const std::string& text) {
+  if (text == "fp32") return Precision::fp32;
+  if (text == "tf32") return Precision::tf32;
+  if (text == "fp16") return Precision::fp16;
+  if (text == "bf16") return Precision::bf16;
+  throw_user_error("--precision {}: unknown; choose fp32, tf32, fp16 or bf16", text);
+}
+
+}  // namespace
+
+void resolve_config(RunConfig& c, bool cuda_available) {
+  DLB_REQUIRE(is_model_name(c.model), "--model {}: unknown model; choose one of: {}", c.model,
+              fmt::join(model_names(), ", "));
+
+  // Device and backend.
+  if (c.device_text == "auto") {
+    c.device = cuda_available ? Device{DeviceKind::cuda, 0} : Device{DeviceKind::cpu, 0};
+  } else if (c.device_text == "cpu") {
+    c.device = {DeviceKind::cpu, 0};
+  } else if (c.device_text.rfind("cuda", 0) == 0) {
+    DLB_REQUIRE(cuda_available,
+                "--device {}: this dlbench has no usable CUDA GPU backend (built without CUDA, or no GPU "
+                "found); use --device cpu",
+                c.device_text);
+    c.device = {DeviceKind::cuda, 0};
+  } else {
+    throw_user_error("--device {}: unknown; choose auto, cpu or cuda", c.device_text);
+  }
+  const bool on_cpu = c.device.kind == DeviceKind::cpu;
+  if (c.backend_name.empty()) c.backend_name = on_cpu ? "onednn" : "cuda";
+  if (on_cpu) {
+    DLB_REQUIRE(c.backend_name == "onednn" || c.backend_name == "reference",
+                "--backend {}: unknown CPU backend; choose onednn or reference", c.backend_name);
+  }
+  DLB_REQUIRE(c.threads >= 0, "--threads {}: must be 0 (all cores) or more", c.threads);
+  if (c.threads == 0) c.threads = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+
+  c.precision = parse_precision(c.precision_text);
+  DLB_REQUIRE(!on_cpu || c.precision == Precision::fp32,
+              "--precision {}: the CPU backend trains in fp32 only; use --precision fp32 or --device cuda",
+              c.precision_text);
+  if (c.layout_text.empty()) c.layout_text = on_cpu ? "nchw" : "nhwc";
+  DLB_REQUIRE(c.layout_text == "nchw" || c.layout_text == "nhwc", "--layout {}: choose nchw or nhwc",
+              c.layout_text);
+  c.layout = c.layout_text == "nchw" ? Layout::nchw : Layout::nhwc;
+
+  // Batch, length of the run.
+  const bool imagenet_model = c.model != "resnet20";
+  if (c.batch_size == 0) c.batch_size = on_cpu ? (imagenet_model ? 16 : 128) : (imagenet_model ? 256 : 512);
+  DLB_REQUIRE(c.batch_size > 0, "--batch-size {}: must be a positive number of images per device",
+              c.batch_size);
+  DLB_REQUIRE(c.accumulate_steps >= 1, "--accumulate-steps {}: must be 1 or more", c.accumulate_steps);
+  DLB_REQUIRE(c.epochs >= 0, "--epochs {}: must be positive", c.epochs);
+  DLB_REQUIRE(c.steps >= 0, "--steps {}: must be positive", c.steps);
+  if (c.kind == RunKind::bench) {
+    DLB_REQUIRE(c.epochs == 0, "--epochs: dlbench bench runs a number of --steps; use dlbench train for epochs");
+    DLB_REQUIRE(c.resume_path.empty() && c.checkpoint_path.empty(),
+                "--checkpoint/--resume: dlbench bench does not save state; use dlbench train");
+    if (c.steps == 0) c.steps = on_cpu ? (imagenet_model ? 10 : 20) : 100;
+    if (c.warmup_steps < 0) c.warmup_steps = on_cpu ? 2 : 20;
+  } else {
+    DLB_REQUIRE(!(c.epochs > 0 && c.steps > 0), "--epochs and --steps conflict: give one of them");
+    if (c.epochs == 0 && c.steps == 0) c.epochs = 1;
+    if (c.warmup_steps < 0) c.warmup_steps = 0;
+  }
+  DLB_REQUIRE(c.warmup_steps >= 0, "--warmup-steps {}: must be 0 or more", c.warmup_steps);
+
+  // Optimizer.
+  DLB_REQUIRE(c.lr > 0, "--lr {}: must be positive", c.lr);
+  DLB_REQUIRE(c.momentum >= 0 && c.momentum < 1, "--momentum {}: must be in [0, 1)", c.momentum);
+  DLB_REQUIRE(!c.nesterov || c.momentum > 0, "--nesterov needs --momentum above 0");
+  DLB_REQUIRE(c.weight_decay >= 0, "--weight-decay {}: must be 0 or more", c.weight_decay);
+  DLB_REQUIRE(c.label_smoothing >= 0 && c.label_smoothing < 1, "--label-smoothing {}: must be in [0, 1)",
+              c.label_smoothing);
+  DLB_REQUIRE(c.lr_warmup_epochs >= 0, "--lr-warmup-epochs {}: must be 0 or more", c.lr_warmup_epochs);
+  DLB_REQUIRE(c.lr_decay_factor > 0 && c.lr_decay_factor <= 1, "--lr-decay-factor {}: must be in (0, 1]",
+              c.lr_decay_factor);
+  if (c.lr_schedule == LrSchedule::step && c.lr_decay_epochs.empty()) c.lr_decay_epochs = {30, 60, 80};
+
+  // Data.
+  if (c.data == "synthetic") {
+    // nothing to find
+  } else {
+    std::string dir = c.data == "fashion-mnist" ? "/usr/share/datasets/fashion-mnist" : c.data;
+    DLB_REQUIRE(std::filesystem::is_directory(dir),
+                "--data {}: no such directory{}; pass synthetic, fashion-mnist or a directory of IDX files",
+                c.data, c.data == "fashion-mnist" ? " (install the Debian package dataset-fashion-mnist)" : "");
+    c.data_dir = dir;
+  }
+
+  if (c.log_every == 0) c.log_every = on_cpu ? (c.kind == RunKind::bench ? 1 : 50) : 100;
+  DLB_REQUIRE(c.log_every > 0, "--log-every {}: must be positive", c.log_every);
+  DLB_REQUIRE(c.save_every >= 0, "--save-every {}: must be 0 or more", c.save_every);
+  DLB_REQUIRE(c.save_every == 0 || !c.checkpoint_path.empty(), "--save-every needs --checkpoint FILE");
+}
+
+nlohmann::json config_to_json(const RunConfig& c) {
+  nlohmann::json j;
+  j["command"] = c.kind == RunKind::train ? "train" : "bench";
+  j["model"] = c.model;
+  j["batch_size"] = c.batch_size;
+  j["epochs"] = c.epochs;
+  j["steps"] = c.steps;
+  j["warmup_steps"] = c.warmup_steps;
+  j["accumulate_steps"] = c.accumulate_steps;
+  j["lr"] = c.lr;
+  j["momentum"] = c.momentum;
+  j["nesterov"] = c.nesterov;
+  j["weight_decay"] = c.weight_decay;
+  j["decay_norm_and_bias"] = c.decay_norm_and_bias;
+  j["label_smoothing"] = c.label_smoothing;
+  j["lr_schedule"] = lr_schedule_name(c.lr_schedule);
+  j["lr_warmup_epochs"] = c.lr_warmup_epochs;
+  j["lr_decay_epochs"] = c.lr_decay_epochs;
+  j["lr_decay_factor"] = c.lr_decay_factor;
+  j["precision"] = precision_name(c.precision);
+  j["layout"] = layout_name(c.layout);
+  j["device"] = device_name(c.device);
+  j["backend"] = c.backend_name;
+  j["threads"] = c.threads;
+  j["seed"] = c.seed;
+  j["data"] = c.data;
+  j["log_every"] = c.log_every;
+  return j;
+}
+
+}  // namespace dlbench

@@ -1,0 +1,71 @@
+// RunConfig: everything a `dlbench train` or `dlbench bench` run is told, resolved and checked before any
+// work starts, so a bad flag costs nothing. Flag names follow tf_cnn_benchmarks and NVIDIA's examples.
+#pragma once
+
+#include <cstdint>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "core/tensor.h"
+
+namespace dlbench {
+
+enum class RunKind : uint8_t { train, bench };
+enum class Precision : uint8_t { fp32, tf32, fp16, bf16 };
+enum class LrSchedule : uint8_t { constant, step, cosine };
+
+const char* precision_name(Precision precision);
+const char* lr_schedule_name(LrSchedule schedule);
+
+struct RunConfig {
+  RunKind kind = RunKind::bench;
+  std::string model = "resnet50";
+  int64_t batch_size = 0;  // per device; 0 = the device's default
+  int64_t epochs = 0;      // train: passes over the training set (exclusive with steps)
+  int64_t steps = 0;       // train: total optimizer steps; bench: timed steps; 0 = default
+  int64_t warmup_steps = -1;  // steps run before the timed window (bench); -1 = default
+  int64_t accumulate_steps = 1;  // micro-batches per optimizer step
+
+  // Optimizer and schedule.
+  double lr = 0.1;
+  double momentum = 0.9;
+  bool nesterov = false;
+  double weight_decay = 5e-5;
+  bool decay_norm_and_bias = true;  // weight decay on BN and bias too (PyTorch's default)
+  double label_smoothing = 0.0;
+  LrSchedule lr_schedule = LrSchedule::cosine;
+  double lr_warmup_epochs = 0.0;
+  std::vector<double> lr_decay_epochs;  // step schedule: multiply by lr_decay_factor at each
+  double lr_decay_factor = 0.1;
+
+  // Numerics and placement.
+  std::string precision_text = "fp32";
+  Precision precision = Precision::fp32;
+  std::string layout_text;  // "" = device default (cpu: nchw, cuda: nhwc)
+  Layout layout = Layout::nchw;
+  std::string device_text = "auto";
+  Device device{};
+  std::string backend_name;  // cpu: onednn (default) or reference
+  int threads = 0;           // CPU threads; 0 = all cores
+  uint64_t seed = 42;
+
+  // Data.
+  std::string data = "synthetic";  // synthetic | fashion-mnist | a directory of IDX files
+  std::string data_dir;            // resolved directory for fashion-mnist
+
+  // Output.
+  int64_t log_every = 0;  // 0 = default
+  std::string json_path;
+  std::string checkpoint_path;
+  int64_t save_every = 0;  // steps between checkpoints; 0 = at the end (and each epoch) only
+  std::string resume_path;
+};
+
+// Fills defaults and checks every field; throws UserError naming the flag that is wrong.
+void resolve_config(RunConfig& config, bool cuda_available);
+
+// The resolved configuration, for headers and result files.
+nlohmann::json config_to_json(const RunConfig& config);
+
+}  // namespace dlbench

@@ -1,0 +1,38 @@
+#include "train/lr_schedule.h"
+
+#include <algorithm>
+#include <cmath>
+
+namespace dlbench {
+
+LearningRateSchedule::LearningRateSchedule(const RunConfig& config, int64_t steps_per_epoch, int64_t total_steps)
+    : base_lr_(config.lr),
+      kind_(config.lr_schedule),
+      warmup_steps_(static_cast<int64_t>(std::llround(config.lr_warmup_epochs * steps_per_epoch))),
+      total_steps_(total_steps),
+      decay_factor_(config.lr_decay_factor) {
+  for (double epoch : config.lr_decay_epochs) {
+    decay_steps_.push_back(static_cast<int64_t>(std::llround(epoch * steps_per_epoch)));
+  }
+}
+
+double LearningRateSchedule::at(int64_t step) const {
+  // Warm-up ramps linearly so that the first step already moves (rate lr/W, never 0).
+  if (step < warmup_steps_) return base_lr_ * static_cast<double>(step + 1) / static_cast<double>(warmup_steps_);
+  switch (kind_) {
+    case LrSchedule::constant:
+      return base_lr_;
+    case LrSchedule::step: {
+      auto passed = std::count_if(decay_steps_.begin(), decay_steps_.end(), [&](int64_t s) { return step >= s; });
+      return base_lr_ * std::pow(decay_factor_, static_cast<double>(passed));
+    }
+    case LrSchedule::cosine: {
+      int64_t span = std::max<int64_t>(1, total_steps_ - warmup_steps_);
+      double progress = std::min(1.0, static_cast<double>(step - warmup_steps_) / static_cast<double>(span));
+      return base_lr_ * 0.5 * (1.0 + std::cos(M_PI * progress));
+    }
+  }
+  return base_lr_;
+}
+
+}  // namespace dlbench

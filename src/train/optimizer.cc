@@ -1,0 +1,19 @@
+#include "train/optimizer.h"
+
+namespace dlbench {
+
+SgdOptimizer::SgdOptimizer(Backend& backend, MemoryPlan& memory, const RunConfig& config)
+    : backend_(backend), memory_(memory), segments_(memory.segments(config.decay_norm_and_bias)) {
+  hyper_.momentum = static_cast<float>(config.momentum);
+  hyper_.weight_decay = static_cast<float>(config.weight_decay);
+  hyper_.nesterov = config.nesterov;
+}
+
+void SgdOptimizer::step(double lr, float grad_scale) {
+  hyper_.lr = static_cast<float>(lr);
+  hyper_.grad_scale = grad_scale;
+  backend_.sgd_update(memory_.flat_parameters(), memory_.flat_gradients(), memory_.flat_momentum(), segments_,
+                      hyper_);
+}
+
+}  // namespace dlbench

@@ -1,0 +1,114 @@
+#include "train/trainer.h"
+
+#include <cmath>
+#include <vector>
+
+#include <fmt/format.h>
+
+#include "core/status.h"
+
+namespace dlbench {
+
+Trainer::Trainer(Backend& backend, Model& model, const RunConfig& config)
+    : backend_(backend),
+      model_(model),
+      batch_(config.batch_size),
+      accumulate_steps_(config.accumulate_steps) {
+  Network& network = *model_.net;
+  network.finalize(config.seed);
+  optimizer_ = std::make_unique<SgdOptimizer>(backend, network.memory(), config);
+  const Tensor& images = model_.images->value;
+  staging_images_ = HostBuffer(images.dims(), DType::f32, images.layout());
+  staging_labels_ = HostBuffer({batch_}, DType::i32);
+  config_digest_ = fmt::format("{} input {}x{}x{} classes {}", model_.name, images.c(), images.h(), images.w(),
+                               model_.num_classes);
+}
+
+void Trainer::load_batch(const Dataset& data, std::span<const int64_t> indices) {
+  DLB_CHECK(!indices.empty() && static_cast<int64_t>(indices.size()) <= batch_, "batch of {} samples for {}",
+            indices.size(), batch_);
+  std::vector<int64_t> padded(indices.begin(), indices.end());
+  padded.resize(static_cast<size_t>(batch_), indices[0]);
+  data.gather(padded, staging_images_.tensor(), staging_labels_.tensor());
+  Tensor& images = model_.images->value;
+  DLB_CHECK(images.dtype() == DType::f32, "input casts to {} are not implemented", dtype_name(images.dtype()));
+  backend_.copy_to_device(images.data(), staging_images_.tensor().data(), images.bytes());
+  backend_.copy_to_device(model_.labels->value.data(), staging_labels_.tensor().data(),
+                          model_.labels->value.bytes());
+}
+
+float Trainer::step(const std::function<void(int64_t)>& feed, double lr, bool read_loss) {
+  Network& network = *model_.net;
+  float loss_sum = 0.f;
+  for (int64_t micro = 0; micro < accumulate_steps_; ++micro) {
+    feed(micro);
+    // The first micro-batch overwrites the parameter gradients, the others add to them.
+    network.set_parameter_grad_mode(micro == 0 ? Accumulate::overwrite : Accumulate::add);
+    network.forward(Phase::train);  // ends with the loss
+    network.backward();             // starts from dLoss/dlogits
+    if (read_loss) {
+      float loss = 0.f;
+      backend_.copy_to_host(&loss, model_.loss->output()->value.data(), sizeof(float));
+      loss_sum += loss;
+    }
+  }
+  // Gradient exchange between ranks goes here (one rank: nothing to exchange).
+  optimizer_->step(lr, 1.f / static_cast<float>(accumulate_steps_));
+  return read_loss ? loss_sum / static_cast<float>(accumulate_steps_) : NAN;
+}
+
+double Trainer::evaluate(const Dataset& data) {
+  Network& network = *model_.net;
+  const int64_t classes = model_.num_classes;
+  std::vector<float> logits(static_cast<size_t>(batch_ * classes));
+  int64_t correct = 0;
+  for (int64_t start = 0; start < data.size(); start += batch_) {
+    int64_t count = std::min(batch_, data.size() - start);
+    std::vector<int64_t> indices(static_cast<size_t>(count));
+    for (int64_t i = 0; i < count; ++i) indices[static_cast<size_t>(i)] = start + i;
+    load_batch(data, indices);
+    network.forward(Phase::inference);
+    const Tensor& out = model_.logits->value;
+    DLB_CHECK(out.dtype() == DType::f32, "evaluation reads f32 logits");
+    backend_.copy_to_host(logits.data(), out.data(), out.bytes());
+    const int32_t* labels = staging_labels_.ptr<int32_t>();
+    for (int64_t i = 0; i < count; ++i) {
+      const float* row = logits.data() + i * classes;
+      int64_t best = std::max_element(row, row + classes) - row;
+      if (best == labels[i]) ++correct;
+    }
+  }
+  return data.size() > 0 ? static_cast<double>(correct) / static_cast<double>(data.size()) : 0.0;
+}
+
+Checkpoint Trainer::make_checkpoint(int64_t step, int64_t epoch) const {
+  MemoryPlan& memory = model_.net->memory();
+  Checkpoint c;
+  c.model = model_.name;
+  c.config_digest = config_digest_;
+  c.step = step;
+  c.epoch = epoch;
+  c.loss_scale = model_.net->loss_scale();
+  auto read = [&](Tensor& flat, std::vector<float>& out) {
+    out.resize(static_cast<size_t>(flat.numel()));
+    backend_.copy_to_host(out.data(), flat.data(), flat.bytes());
+  };
+  read(memory.flat_parameters(), c.parameters);
+  read(memory.flat_momentum(), c.momentum);
+  read(memory.flat_buffers(), c.buffers);
+  return c;
+}
+
+void Trainer::restore(const Checkpoint& c) {
+  MemoryPlan& memory = model_.net->memory();
+  check_checkpoint_matches(c, model_.name, static_cast<size_t>(memory.parameter_count()),
+                           static_cast<size_t>(memory.buffer_count()));
+  DLB_REQUIRE(c.config_digest == config_digest_, "checkpoint was made for {}, this run is {}; resume with the "
+              "same model and data", c.config_digest, config_digest_);
+  backend_.copy_to_device(memory.flat_parameters().data(), c.parameters.data(), c.parameters.size() * sizeof(float));
+  backend_.copy_to_device(memory.flat_momentum().data(), c.momentum.data(), c.momentum.size() * sizeof(float));
+  backend_.copy_to_device(memory.flat_buffers().data(), c.buffers.data(), c.buffers.size() * sizeof(float));
+  model_.net->set_loss_scale(c.loss_scale);
+}
+
+}  // namespace dlbench

@@ -1,0 +1,53 @@
+// Trainer: one training step of a built model, spelled out — load data, forward, backward, exchange
+// gradients, update — plus evaluation and checkpoint state. The run loops (train.cc, bench) drive it.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <span>
+
+#include "core/tensor.h"
+#include "data/dataset.h"
+#include "models/resnet.h"
+#include "train/checkpoint.h"
+#include "train/config.h"
+#include "train/optimizer.h"
+
+namespace dlbench {
+
+class Trainer {
+ public:
+  // The model must be built for config.batch_size and not yet finalized; the trainer finalizes it
+  // (plans every op, allocates the arenas, initialises parameters from config.seed).
+  Trainer(Backend& backend, Model& model, const RunConfig& config);
+
+  // Copies samples `indices` (at most the batch size; fewer are padded by repeating the first) into
+  // the network's inputs.
+  void load_batch(const Dataset& data, std::span<const int64_t> indices);
+
+  // One optimizer step over config.accumulate_steps micro-batches. `feed(k)` loads micro-batch k (or
+  // does nothing when the inputs stay the same, as with synthetic data). Returns the mean loss over the
+  // micro-batches if `read_loss`, else NaN (reading the loss waits for the device).
+  float step(const std::function<void(int64_t micro_batch)>& feed, double lr, bool read_loss);
+
+  // Top-1 accuracy over the whole dataset (inference mode: running batch-norm statistics).
+  double evaluate(const Dataset& data);
+
+  Checkpoint make_checkpoint(int64_t step, int64_t epoch) const;
+  void restore(const Checkpoint& checkpoint);
+
+  Model& model() { return model_; }
+  Network& net() { return *model_.net; }
+  int64_t images_per_step() const { return batch_ * accumulate_steps_; }
+
+ private:
+  Backend& backend_;
+  Model& model_;
+  int64_t batch_;
+  int64_t accumulate_steps_;
+  std::unique_ptr<SgdOptimizer> optimizer_;
+  HostBuffer staging_images_, staging_labels_;  // host side of every batch copy
+  std::string config_digest_;
+};
+
+}  // namespace dlbench

@@ -1,0 +1,179 @@
+// Bad input gets one clear line on stderr and a non-zero exit: never a crash, a hang or a half-written
+// output file. Each case runs the real binary.
+#include <gtest/gtest.h>
+#include <zlib.h>
+
+#include <cstdint>
+#include <filesystem>
+#include <fstream>
+#include <vector>
+
+#include "cli_util.h"
+
+namespace dlbench::testing {
+namespace {
+
+namespace fs = std::filesystem;
+
+void put_u32(std::vector<uint8_t>& out, uint32_t v) {
+  for (int shift = 24; shift >= 0; shift -= 8) out.push_back(static_cast<uint8_t>(v >> shift));
+}
+
+std::vector<uint8_t> idx_images(uint32_t magic, uint32_t count, uint32_t rows, uint32_t cols) {
+  std::vector<uint8_t> bytes;
+  put_u32(bytes, magic);
+  put_u32(bytes, count);
+  put_u32(bytes, rows);
+  put_u32(bytes, cols);
+  for (uint32_t i = 0; i < count * rows * cols; ++i) bytes.push_back(static_cast<uint8_t>(i * 7));
+  return bytes;
+}
+
+std::vector<uint8_t> idx_labels(uint32_t magic, uint32_t count, uint8_t max_label) {
+  std::vector<uint8_t> bytes;
+  put_u32(bytes, magic);
+  put_u32(bytes, count);
+  for (uint32_t i = 0; i < count; ++i) bytes.push_back(static_cast<uint8_t>(i % (max_label + 1)));
+  return bytes;
+}
+
+void write_gz(const fs::path& path, const std::vector<uint8_t>& bytes) {
+  gzFile f = gzopen(path.c_str(), "wb");
+  ASSERT_NE(f, nullptr);
+  ASSERT_EQ(gzwrite(f, bytes.data(), static_cast<unsigned>(bytes.size())), static_cast<int>(bytes.size()));
+  gzclose(f);
+}
+
+void write_raw(const fs::path& path, const std::vector<uint8_t>& bytes) {
+  std::ofstream(path, std::ios::binary).write(reinterpret_cast<const char*>(bytes.data()),
+                                              static_cast<std::streamsize>(bytes.size()));
+}
+
+// A Fashion-MNIST-shaped data set of 64 training and 16 test images, optionally broken by `edit`.
+fs::path make_idx_dir(const std::string& name, uint32_t image_magic = 2051, uint8_t max_label = 9,
+                      uint32_t rows = 28) {
+  fs::path dir = temp_dir(name);
+  write_gz(dir / "train-images-idx3-ubyte.gz", idx_images(image_magic, 64, rows, rows));
+  write_gz(dir / "train-labels-idx1-ubyte.gz", idx_labels(2049, 64, max_label));
+  write_gz(dir / "t10k-images-idx3-ubyte.gz", idx_images(2051, 16, 28, 28));
+  write_gz(dir / "t10k-labels-idx1-ubyte.gz", idx_labels(2049, 16, 9));
+  return dir;
+}
+
+// Expects exit code 1 and exactly one line on stderr, containing `needle`.
+void expect_one_line_error(const CommandResult& r, const std::string& needle) {
+  EXPECT_EQ(r.exit_code, 1) << r.err;
+  EXPECT_EQ(count_lines(r.err), 1) << r.err;
+  EXPECT_EQ(r.err.rfind("dlbench: error: ", 0), 0u) << r.err;
+  EXPECT_NE(r.err.find(needle), std::string::npos) << "missing '" << needle << "' in: " << r.err;
+}
+
+const std::string kSmallTrain = "train --model resnet20 --batch-size 8 --steps 1 --threads 1 ";
+
+TEST(BadInput, MissingIdxFiles) {
+  fs::path dir = temp_dir("missing");
+  expect_one_line_error(run_dlbench(kSmallTrain + "--data " + dir.string()), "not found");
+}
+
+TEST(BadInput, MissingDataDirectory) {
+  expect_one_line_error(run_dlbench(kSmallTrain + "--data /nonexistent/fmnist"), "no such directory");
+}
+
+TEST(BadInput, TruncatedIdxFile) {
+  fs::path dir = make_idx_dir("truncated");
+  auto bytes = idx_images(2051, 64, 28, 28);
+  bytes.resize(bytes.size() / 2);
+  write_gz(dir / "train-images-idx3-ubyte.gz", bytes);
+  expect_one_line_error(run_dlbench(kSmallTrain + "--data " + dir.string()), "train-images-idx3-ubyte.gz");
+}
+
+TEST(BadInput, CorruptedGzip) {
+  fs::path dir = make_idx_dir("corrupt");
+  std::vector<uint8_t> garbage{0x1f, 0x8b, 0x08, 0x00, 0xde, 0xad, 0xbe, 0xef, 0x00, 0x13, 0x37, 0x42, 0x99};
+  write_raw(dir / "train-labels-idx1-ubyte.gz", garbage);
+  expect_one_line_error(run_dlbench(kSmallTrain + "--data " + dir.string()), "train-labels-idx1-ubyte.gz");
+}
+
+TEST(BadInput, WrongMagicNumber) {
+  fs::path dir = make_idx_dir("magic", /*image_magic=*/2049);
+  expect_one_line_error(run_dlbench(kSmallTrain + "--data " + dir.string()), "magic");
+}
+
+TEST(BadInput, LabelOutOfRange) {
+  fs::path dir = make_idx_dir("labels", 2051, /*max_label=*/12);
+  expect_one_line_error(run_dlbench(kSmallTrain + "--data " + dir.string()), "label");
+}
+
+TEST(BadInput, UnknownModel) {
+  expect_one_line_error(run_dlbench("bench --model resnet51"), "resnet51");
+}
+
+TEST(BadInput, UnknownPrecision) {
+  expect_one_line_error(run_dlbench("bench --model resnet20 --precision fp8"), "fp8");
+}
+
+TEST(BadInput, HalfPrecisionOnCpu) {
+  expect_one_line_error(run_dlbench("bench --model resnet20 --device cpu --precision fp16"), "fp32");
+}
+
+TEST(BadInput, UnknownFlagIsAParseError) {
+  CommandResult r = run_dlbench("bench --modle resnet20");
+  EXPECT_EQ(r.exit_code, 109) << r.err;  // CLI11's code for arguments it did not expect
+  EXPECT_NE(r.err.find("--modle"), std::string::npos) << r.err;
+}
+
+TEST(BadInput, BatchSizeZeroOrNegative) {
+  expect_one_line_error(run_dlbench("bench --model resnet20 --batch-size 0"), "--batch-size");
+  expect_one_line_error(run_dlbench("bench --model resnet20 --batch-size -4"), "--batch-size");
+}
+
+TEST(BadInput, ConflictingEpochsAndSteps) {
+  expect_one_line_error(run_dlbench("train --model resnet20 --epochs 1 --steps 10"), "conflict");
+}
+
+TEST(BadInput, UnwritableJsonPath) {
+  expect_one_line_error(run_dlbench("bench --model resnet20 --steps 1 --json /nonexistent/dir/out.json"),
+                        "/nonexistent/dir/out.json");
+}
+
+TEST(BadInput, JsonPathIsADirectory) {
+  fs::path dir = temp_dir("jsondir");
+  expect_one_line_error(run_dlbench("bench --model resnet20 --steps 1 --json " + dir.string()), "directory");
+}
+
+TEST(BadInput, CheckpointOfAnotherModel) {
+  fs::path dir = temp_dir("ckpt_model");
+  std::string ckpt = (dir / "r18.ckpt").string();
+  CommandResult made = run_dlbench("train --model resnet18 --batch-size 2 --steps 1 --threads 1 --checkpoint " + ckpt);
+  ASSERT_EQ(made.exit_code, 0) << made.err;
+  expect_one_line_error(run_dlbench(kSmallTrain + "--steps 2 --resume " + ckpt), "resnet18");
+}
+
+TEST(BadInput, CheckpointWithBadChecksum) {
+  fs::path dir = temp_dir("ckpt_crc");
+  std::string ckpt = (dir / "r20.ckpt").string();
+  CommandResult made = run_dlbench(kSmallTrain + "--checkpoint " + ckpt);
+  ASSERT_EQ(made.exit_code, 0) << made.err;
+  {
+    std::fstream f(ckpt, std::ios::in | std::ios::out | std::ios::binary);
+    f.seekp(static_cast<std::streamoff>(fs::file_size(ckpt) / 2));
+    char byte = 0;
+    f.read(&byte, 1);
+    f.seekp(static_cast<std::streamoff>(fs::file_size(ckpt) / 2));
+    byte = static_cast<char>(byte ^ 0x5a);
+    f.write(&byte, 1);
+  }
+  expect_one_line_error(run_dlbench(kSmallTrain + "--steps 2 --resume " + ckpt), "checksum");
+}
+
+TEST(BadInput, FailedRunWritesNoJson) {
+  fs::path dir = temp_dir("nojson");
+  fs::path json = dir / "out.json";
+  CommandResult r = run_dlbench(kSmallTrain + "--data " + dir.string() + " --json " + json.string());
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_FALSE(fs::exists(json));
+  EXPECT_FALSE(fs::exists(json.string() + ".tmp"));
+}
+
+}  // namespace
+}  // namespace dlbench::testing

@@ -1,0 +1,60 @@
+// Running the dlbench binary from tests: exit code, stdout and stderr of one invocation.
+#pragma once
+
+#include <sys/wait.h>
+
+#include <array>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <string>
+
+namespace dlbench::testing {
+
+struct CommandResult {
+  int exit_code = -1;
+  std::string out, err;
+};
+
+inline std::string read_text(const std::string& path) {
+  std::ifstream in(path);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+// Runs `dlbench ARGS` (args already shell-quoted) with stdin closed and a time limit.
+inline CommandResult run_dlbench(const std::string& args, int timeout_seconds = 600) {
+  static int counter = 0;
+  auto dir = std::filesystem::temp_directory_path() /
+             ("dlbench_cli_" + std::to_string(::getpid()) + "_" + std::to_string(counter++));
+  std::filesystem::create_directories(dir);
+  std::string out = (dir / "out").string(), err = (dir / "err").string();
+  std::string cmd = "timeout " + std::to_string(timeout_seconds) + " " + DLBENCH_BINARY + " " + args +
+                    " </dev/null >" + out + " 2>" + err;
+  int status = std::system(cmd.c_str());
+  CommandResult r;
+  r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  r.out = read_text(out);
+  r.err = read_text(err);
+  std::filesystem::remove_all(dir);
+  return r;
+}
+
+// A fresh temporary directory for a test's files.
+inline std::filesystem::path temp_dir(const std::string& name) {
+  auto dir = std::filesystem::temp_directory_path() / ("dlbench_test_" + std::to_string(::getpid()) + "_" + name);
+  std::filesystem::remove_all(dir);
+  std::filesystem::create_directories(dir);
+  return dir;
+}
+
+inline int count_lines(const std::string& text) {
+  int lines = 0;
+  for (char c : text) lines += c == '\n';
+  return lines;
+}
+
+}  // namespace dlbench::testing
