@@ -1,0 +1,396 @@
+#!/usr/bin/env python3
+"""PyTorch peer trainer for dlbench.
+
+Trains a ResNet on synthetic data under the same measuring protocol as
+`dlbench bench`, so that the two numbers can be compared directly:
+
+  * the images and labels are random tensors made once, on the device, and
+    reused at every step (no data loading is measured);
+  * one step = forward, softmax cross-entropy, backward, SGD-with-momentum update;
+  * `--warmup-steps` steps run first and are not timed;
+  * each of the `--steps` timed steps is timed on the host with
+    time.perf_counter(), with a device synchronize at the end of every step on CUDA;
+  * throughput = images in the timed window / wall time of the window
+    (not a mean of per-step rates).
+
+Works with PyTorch 1.13 (CPU) and PyTorch 2.x (CPU or CUDA). Standard library
+plus torch and torchvision only.
+
+    python3 peers/pytorch/train.py --model resnet20 --batch-size 32 --steps 3
+    python3 peers/pytorch/train.py --model resnet50 --device cuda --precision bf16 \
+        --batch-size 256 --steps 50 --warmup-steps 10 --channels-last --json out.json
+"""
+
+import argparse
+import contextlib
+import datetime
+import json
+import os
+import platform
+import resource
+import socket
+import sys
+import tempfile
+import time
+
+import torch
+import torch.nn as nn
+import torchvision
+
+TORCHVISION_MODELS = ["resnet18", "resnet34", "resnet50", "resnet101", "resnet152"]
+MODELS = ["resnet20"] + TORCHVISION_MODELS
+PRECISIONS = ["fp32", "tf32", "fp16", "bf16"]
+
+
+# ---------------------------------------------------------------------------
+# ResNet-20 (He et al. 2016, section 4.2), with projection shortcuts (option B)
+# ---------------------------------------------------------------------------
+
+
+def conv3x3(in_ch, out_ch, stride=1):
+    return nn.Conv2d(in_ch, out_ch, kernel_size=3, stride=stride, padding=1, bias=False)
+
+
+class BasicBlock(nn.Module):
+    def __init__(self, in_ch, out_ch, stride):
+        super().__init__()
+        self.conv1 = conv3x3(in_ch, out_ch, stride)
+        self.bn1 = nn.BatchNorm2d(out_ch)
+        self.conv2 = conv3x3(out_ch, out_ch)
+        self.bn2 = nn.BatchNorm2d(out_ch)
+        self.relu = nn.ReLU(inplace=True)
+        self.shortcut = None
+        if stride != 1 or in_ch != out_ch:  # option B: 1x1 projection + BN
+            self.shortcut = nn.Sequential(
+                nn.Conv2d(in_ch, out_ch, kernel_size=1, stride=stride, bias=False),
+                nn.BatchNorm2d(out_ch),
+            )
+
+    def forward(self, x):
+        identity = x if self.shortcut is None else self.shortcut(x)
+        out = self.relu(self.bn1(self.conv1(x)))
+        out = self.bn2(self.conv2(out))
+        return self.relu(out + identity)
+
+
+class ResNet20(nn.Module):
+    """conv3x3(16)-BN-ReLU, 3 stages x 3 BasicBlocks (16/32/64 channels,
+    stride 2 at the first block of stages 2 and 3), global average pool, linear."""
+
+    def __init__(self, in_channels=3, num_classes=10, blocks_per_stage=3):
+        super().__init__()
+        self.stem = nn.Sequential(conv3x3(in_channels, 16), nn.BatchNorm2d(16), nn.ReLU(inplace=True))
+        layers = []
+        in_ch = 16
+        for stage, out_ch in enumerate([16, 32, 64]):
+            for block in range(blocks_per_stage):
+                stride = 2 if (stage > 0 and block == 0) else 1
+                layers.append(BasicBlock(in_ch, out_ch, stride))
+                in_ch = out_ch
+        self.layers = nn.Sequential(*layers)
+        self.pool = nn.AdaptiveAvgPool2d(1)
+        self.fc = nn.Linear(64, num_classes)
+        for m in self.modules():
+            if isinstance(m, nn.Conv2d):
+                nn.init.kaiming_normal_(m.weight, mode="fan_out", nonlinearity="relu")
+            elif isinstance(m, nn.BatchNorm2d):
+                nn.init.ones_(m.weight)
+                nn.init.zeros_(m.bias)
+
+    def forward(self, x):
+        x = self.layers(self.stem(x))
+        return self.fc(torch.flatten(self.pool(x), 1))
+
+
+def build_model(name, image_size):
+    """Returns (model, input_channels, num_classes)."""
+    if name == "resnet20":
+        # 28x28 is the Fashion-MNIST-like single-channel case; anything else is RGB (CIFAR at 32x32).
+        in_channels = 1 if image_size == 28 else 3
+        return ResNet20(in_channels=in_channels, num_classes=10), in_channels, 10
+    constructor = getattr(torchvision.models, name)
+    try:
+        model = constructor(weights=None)  # torchvision >= 0.13
+    except TypeError:
+        model = constructor(pretrained=False)  # older torchvision
+    return model, 3, 1000
+
+
+# ---------------------------------------------------------------------------
+# Command line
+# ---------------------------------------------------------------------------
+
+
+class OneLineErrorParser(argparse.ArgumentParser):
+    """Bad flags: one line on stderr (no usage dump), exit status 2."""
+
+    def error(self, message):
+        self.exit(2, f"{self.prog}: error: {message} (see --help)\n")
+
+
+def parse_int(text):
+    try:
+        return int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not an integer: {text!r}") from None
+
+
+def positive_int(text):
+    value = parse_int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be >= 1, got {value}")
+    return value
+
+
+def non_negative_int(text):
+    value = parse_int(text)
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"must be >= 0, got {value}")
+    return value
+
+
+def parse_args(argv=None):
+    p = OneLineErrorParser(
+        description="PyTorch peer of `dlbench bench`: ResNet training throughput on synthetic data."
+    )
+    p.add_argument("--model", choices=MODELS, default="resnet50")
+    p.add_argument("--batch-size", type=positive_int, default=32, help="images per step, per device")
+    p.add_argument("--steps", type=positive_int, default=20, help="timed steps")
+    p.add_argument("--warmup-steps", type=non_negative_int, default=5, help="untimed steps run first")
+    p.add_argument("--lr", type=float, default=0.1)
+    p.add_argument("--momentum", type=float, default=0.9)
+    p.add_argument("--weight-decay", type=float, default=5e-5)
+    p.add_argument("--precision", choices=PRECISIONS, default="fp32")
+    p.add_argument("--device", choices=["cpu", "cuda"], default="cpu")
+    p.add_argument("--threads", type=positive_int, default=None,
+                   help="intra-op CPU threads (torch.set_num_threads); default: PyTorch's choice")
+    p.add_argument("--channels-last", action="store_true", help="NHWC memory format for model and data")
+    p.add_argument("--compile", action="store_true", help="torch.compile the model (PyTorch >= 2.0)")
+    p.add_argument("--image-size", type=positive_int, default=None,
+                   help="square input size; default 28 for resnet20, 224 otherwise")
+    p.add_argument("--json", metavar="FILE", default=None, help="write the result as one JSON object")
+    p.add_argument("--seed", type=parse_int, default=0)
+    args = p.parse_args(argv)
+
+    if args.image_size is None:
+        args.image_size = 28 if args.model == "resnet20" else 224
+    if args.device == "cuda" and not torch.cuda.is_available():
+        p.error("--device cuda: no CUDA device is available to this PyTorch build")
+    if args.device == "cpu" and args.precision in ("tf32", "fp16"):
+        p.error(f"--precision {args.precision} is CUDA-only; use fp32 or bf16 on the CPU")
+    if args.compile and not hasattr(torch, "compile"):
+        p.error(f"--compile needs PyTorch >= 2.0 (this is {torch.__version__})")
+    return args
+
+
+# ---------------------------------------------------------------------------
+# Precision settings
+# ---------------------------------------------------------------------------
+
+
+def set_tf32(enabled):
+    """TF32 on (tf32) or off (everything else) for both cuBLAS matmuls and cuDNN convolutions."""
+    def has_setting(obj, name):
+        try:  # torch.backends.cuda.matmul raises AssertionError, not AttributeError, on unknown names
+            getattr(obj, name)
+            return True
+        except (AttributeError, AssertionError):
+            return False
+
+    matmul = torch.backends.cuda.matmul
+    conv = torch.backends.cudnn.conv if has_setting(torch.backends.cudnn, "conv") else None
+    if has_setting(matmul, "fp32_precision") and conv is not None and has_setting(conv, "fp32_precision"):
+        # PyTorch >= 2.9: the allow_tf32 flags are deprecated in favour of these.
+        mode = "tf32" if enabled else "ieee"
+        matmul.fp32_precision = mode
+        conv.fp32_precision = mode
+    else:
+        matmul.allow_tf32 = enabled
+        torch.backends.cudnn.allow_tf32 = enabled
+
+
+def make_grad_scaler():
+    if hasattr(torch, "amp") and hasattr(torch.amp, "GradScaler"):
+        try:
+            return torch.amp.GradScaler("cuda")  # PyTorch >= 2.3
+        except TypeError:
+            pass
+    return torch.cuda.amp.GradScaler()
+
+
+# ---------------------------------------------------------------------------
+# Statistics and system description
+# ---------------------------------------------------------------------------
+
+
+def percentile(sorted_values, q):
+    """Linear interpolation between closest ranks (NumPy's default)."""
+    if len(sorted_values) == 1:
+        return sorted_values[0]
+    pos = (len(sorted_values) - 1) * q / 100.0
+    lo = int(pos)
+    hi = min(lo + 1, len(sorted_values) - 1)
+    return sorted_values[lo] + (sorted_values[hi] - sorted_values[lo]) * (pos - lo)
+
+
+def cpu_model():
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def peak_memory_bytes(device):
+    if device.type == "cuda":
+        return int(torch.cuda.max_memory_allocated(device))
+    rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    return int(rss if sys.platform == "darwin" else rss * 1024)  # bytes on macOS, KiB on Linux
+
+
+def write_json_atomically(path, obj):
+    directory = os.path.dirname(os.path.abspath(path))
+    os.makedirs(directory, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=".tmp-", suffix=".json", dir=directory)
+    try:
+        with os.fdopen(fd, "w") as f:
+            json.dump(obj, f, indent=2)
+            f.write("\n")
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
+
+
+# ---------------------------------------------------------------------------
+# Main
+# ---------------------------------------------------------------------------
+
+
+def main(argv=None):
+    args = parse_args(argv)
+    torch.manual_seed(args.seed)
+    if args.threads is not None:
+        torch.set_num_threads(args.threads)
+
+    device = torch.device(args.device)
+    if device.type == "cuda":
+        device = torch.device("cuda", torch.cuda.current_device())
+        set_tf32(args.precision == "tf32")
+        torch.backends.cudnn.benchmark = True  # algorithm search happens in the warm-up steps
+        device_name = f"cuda:{torch.cuda.get_device_name(device)}"
+    else:
+        device_name = "cpu"
+    memory_format = torch.channels_last if args.channels_last else torch.contiguous_format
+
+    model, in_channels, num_classes = build_model(args.model, args.image_size)
+    parameters = sum(p.numel() for p in model.parameters())
+    model = model.to(device=device, memory_format=memory_format).train()
+    print(f"{args.model}: {parameters:,} parameters, input {in_channels}x{args.image_size}x{args.image_size}, "
+          f"{num_classes} classes")
+
+    # Synthetic data, made once on the device and reused by every step.
+    images = torch.randn(args.batch_size, in_channels, args.image_size, args.image_size, device=device)
+    images = images.contiguous(memory_format=memory_format)
+    labels = torch.randint(0, num_classes, (args.batch_size,), device=device)
+
+    optimizer = torch.optim.SGD(model.parameters(), lr=args.lr, momentum=args.momentum,
+                                weight_decay=args.weight_decay)
+    loss_fn = nn.CrossEntropyLoss()
+    step_model = torch.compile(model) if args.compile else model
+
+    amp_dtype = {"fp16": torch.float16, "bf16": torch.bfloat16}.get(args.precision)
+    scaler = make_grad_scaler() if args.precision == "fp16" else None
+
+    def autocast():
+        if amp_dtype is None:
+            return contextlib.nullcontext()
+        return torch.autocast(device_type=device.type, dtype=amp_dtype)
+
+    def train_step():
+        optimizer.zero_grad(set_to_none=True)
+        with autocast():
+            loss = loss_fn(step_model(images), labels)
+        if scaler is not None:
+            scaler.scale(loss).backward()
+            scaler.step(optimizer)
+            scaler.update()
+        else:
+            loss.backward()
+            optimizer.step()
+        return loss
+
+    def sync():
+        if device.type == "cuda":
+            torch.cuda.synchronize(device)
+
+    for _ in range(args.warmup_steps):
+        train_step()
+    sync()
+
+    step_seconds = []
+    window_start = time.perf_counter()
+    for _ in range(args.steps):
+        t0 = time.perf_counter()
+        loss = train_step()
+        sync()
+        step_seconds.append(time.perf_counter() - t0)
+    window_seconds = time.perf_counter() - window_start
+
+    final_loss = float(loss.detach().float().item())
+    images_per_second = args.batch_size * args.steps / window_seconds
+    ms = sorted(s * 1e3 for s in step_seconds)
+    step_ms = {
+        "median": percentile(ms, 50),
+        "p5": percentile(ms, 5),
+        "p95": percentile(ms, 95),
+        "mean": sum(ms) / len(ms),
+    }
+
+    result = {
+        "framework": "pytorch",
+        "framework_version": torch.__version__,
+        "model": args.model,
+        "parameters": parameters,
+        "device": device_name,
+        "precision": args.precision,
+        "batch_size": args.batch_size,
+        "global_batch_size": args.batch_size,
+        "ranks": 1,
+        "steps": args.steps,
+        "warmup_steps": args.warmup_steps,
+        "threads": torch.get_num_threads(),
+        "channels_last": args.channels_last,
+        "compiled": args.compile,
+        "final_loss": final_loss,
+        "images_per_second": images_per_second,
+        "step_ms": step_ms,
+        "peak_memory_bytes": peak_memory_bytes(device),
+        "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
+        "system": {
+            "hostname": socket.gethostname(),
+            "cpu": cpu_model(),
+            "cores": os.cpu_count(),
+            "python": platform.python_version(),
+        },
+    }
+
+    print(f"pytorch {torch.__version__} on {device_name}, {args.precision}, batch {args.batch_size}, "
+          f"threads {result['threads']}, channels_last {args.channels_last}, compiled {args.compile}")
+    print(f"{args.steps} timed steps after {args.warmup_steps} warm-up: {images_per_second:.2f} img/s, "
+          f"step ms median {step_ms['median']:.2f} (p5 {step_ms['p5']:.2f}, p95 {step_ms['p95']:.2f}), "
+          f"final loss {final_loss:.4f}, peak memory {result['peak_memory_bytes'] / 2**20:.1f} MiB")
+    if args.json:
+        write_json_atomically(args.json, result)
+        print(f"wrote {args.json}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
