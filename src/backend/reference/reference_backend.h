@@ -1,0 +1,82 @@
+// The reference backend: the test oracle every other backend is compared against.
+//
+// Plain loops over logical indices that read like the math, accumulating in double. It is never fast and
+// never needs to be; what matters is that each op is obviously right. Single-threaded, host memory.
+//
+// Compute dtypes are f32 and f64 (every op is a template over the two); elementwise utilities (fill, add,
+// scale, cast, check_finite) also take f16 and bf16, converted with round-to-nearest-even.
+//
+// Beyond the contract of backend.h (a superset, so that gradient checks can run entirely in double):
+//   * softmax_cross_entropy accepts f64 probs and loss as well as f32;
+//   * plans of any backend are accepted: only their geometry is read.
+// Choices the contract leaves open:
+//   * max-pool backward recomputes the argmax from x (saved_bytes() == 0; `saved` is ignored);
+//   * gemm with beta == 0 does not read c (BLAS convention: NaN in uninitialised memory does not leak);
+//   * sgd_update updates only the elements covered by segments (segments must not overlap).
+#pragma once
+
+#include "backend/backend.h"
+
+namespace dlbench {
+
+class ReferenceBackend : public Backend {
+ public:
+  std::string name() const override { return "reference"; }
+  Device device() const override { return Device{}; }
+
+  void* allocate(size_t bytes) override;
+  void deallocate(void* ptr) override;
+  void copy_to_device(void* dst, const void* host_src, size_t bytes) override;
+  void copy_to_host(void* host_dst, const void* src, size_t bytes) override;
+  void copy(void* dst, const void* src, size_t bytes) override;
+  void synchronize() override {}
+
+  std::unique_ptr<ConvPlan> plan_conv(const ConvGeometry& geometry) override;
+  void conv_forward(const ConvPlan& plan, const Tensor& x, const Tensor& w, Tensor& y, void* workspace) override;
+  void conv_backward_data(const ConvPlan& plan, const Tensor& dy, const Tensor& w, Tensor& dx,
+                          Accumulate accumulate, void* workspace) override;
+  void conv_backward_filter(const ConvPlan& plan, const Tensor& x, const Tensor& dy, Tensor& dw,
+                            Accumulate accumulate, void* workspace) override;
+
+  std::unique_ptr<BatchNormPlan> plan_batchnorm(const BatchNormGeometry& geometry) override;
+  void batchnorm_forward_training(const BatchNormPlan& plan, const Tensor& x, const Tensor* residual,
+                                  const Tensor& gamma, const Tensor& beta, Tensor& y, Tensor& running_mean,
+                                  Tensor& running_var, Tensor& saved_mean, Tensor& saved_inv_std,
+                                  void* workspace) override;
+  void batchnorm_forward_inference(const BatchNormPlan& plan, const Tensor& x, const Tensor* residual,
+                                   const Tensor& gamma, const Tensor& beta, const Tensor& running_mean,
+                                   const Tensor& running_var, Tensor& y) override;
+  void batchnorm_backward(const BatchNormPlan& plan, const Tensor& x, const Tensor& y, const Tensor& dy,
+                          const Tensor& gamma, const Tensor& saved_mean, const Tensor& saved_inv_std, Tensor& dx,
+                          Tensor* dresidual, Tensor& dgamma, Tensor& dbeta, Accumulate accumulate,
+                          void* workspace) override;
+
+  std::unique_ptr<PoolPlan> plan_pool(const PoolGeometry& geometry) override;
+  void pool_forward(const PoolPlan& plan, const Tensor& x, Tensor& y, void* saved) override;
+  void pool_backward(const PoolPlan& plan, const Tensor& x, const Tensor& y, const Tensor& dy, const void* saved,
+                     Tensor& dx) override;
+
+  void relu_forward(const Tensor& x, Tensor& y) override;
+  void relu_backward(const Tensor& y, const Tensor& dy, Tensor& dx) override;
+
+  void gemm(Transpose ta, Transpose tb, int64_t m, int64_t n, int64_t k, float alpha, const Tensor& a,
+            const Tensor& b, float beta, Tensor& c) override;
+  void add_bias(Tensor& y, const Tensor& bias) override;
+  void bias_backward(const Tensor& dy, Tensor& dbias, Accumulate accumulate) override;
+
+  void softmax_cross_entropy_forward(const Tensor& logits, const Tensor& labels, float label_smoothing,
+                                     Tensor& probs, Tensor& loss) override;
+  void softmax_cross_entropy_backward(const Tensor& probs, const Tensor& labels, float label_smoothing,
+                                      float scale, Tensor& dlogits) override;
+
+  void fill(Tensor& x, double value) override;
+  void add(const Tensor& a, const Tensor& b, Tensor& y) override;
+  void scale(Tensor& x, double alpha) override;
+  void cast(const Tensor& src, Tensor& dst) override;
+  void check_finite(const Tensor& x, Tensor& flag) override;
+
+  void sgd_update(Tensor& params, const Tensor& grads, Tensor& momentum_buffer,
+                  std::span<const ParamSegment> segments, const SgdStep& step) override;
+};
+
+}  // namespace dlbench
