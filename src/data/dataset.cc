@@ -30,6 +30,11 @@ std::span<const float> InMemoryDataset::image(int64_t i) const {
   return std::span<const float>(images_).subspan(static_cast<size_t>(i) * sample, sample);
 }
 
+int32_t InMemoryDataset::label(int64_t i) const {
+  DLB_CHECK(i >= 0 && i < size(), "sample {} of {}", i, size());
+  return labels_[static_cast<size_t>(i)];
+}
+
 void InMemoryDataset::gather(std::span<const int64_t> indices, Tensor& images, Tensor& labels) const {
   const int64_t n = static_cast<int64_t>(indices.size());
   const int64_t C = shape_.channels, H = shape_.height, W = shape_.width;

@@ -43,7 +43,7 @@ class InMemoryDataset : public Dataset {
 
   // Direct read access, for tests and statistics: sample i's C*H*W values in CHW order, and its label.
   std::span<const float> image(int64_t i) const;
-  int32_t label(int64_t i) const { return labels_[static_cast<size_t>(i)]; }
+  int32_t label(int64_t i) const;
 
  protected:
   // images.size() must be labels.size() * shape.numel(); labels must lie in [0, num_classes).

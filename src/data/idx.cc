@@ -41,15 +41,18 @@ class IdxReader {
   IdxReader& operator=(const IdxReader&) = delete;
 
   // Reads up to n bytes into out; returns how many arrived (fewer only at end of data). A zlib or I/O
-  // error is a UserError; a gzip stream cut short is reported as truncation by the caller, through
-  // stream_cut_short().
+  // error is a UserError; a gzip stream cut short just ends the data, and callers report it as
+  // truncation (with cut_note()).
   size_t read_some(void* out, size_t n) {
     size_t done = 0;
     while (done < n) {
       const auto chunk = static_cast<unsigned>(std::min<size_t>(n - done, 1u << 20));
       errno = 0;
       const int got = gzread(file_, static_cast<char*>(out) + done, chunk);
-      if (got < 0) fail_on_stream_error();
+      if (got < 0) {
+        fail_on_stream_error();
+        break;  // zlib reported -1 without an error code: treat as end of data
+      }
       done += static_cast<size_t>(got);
       if (static_cast<unsigned>(got) < chunk) {
         fail_on_stream_error();  // a short read may carry a data error too
