@@ -46,12 +46,20 @@ void check_same(const char* op, const char* name_a, const Tensor& a, const char*
 
 std::vector<double> read_channels(const Tensor& t) {
   std::vector<double> values(static_cast<size_t>(t.numel()));
-  for (size_t i = 0; i < values.size(); ++i) values[i] = t.ptr<float>()[i];
+  for (size_t i = 0; i < values.size(); ++i) {
+    values[i] = t.dtype() == DType::f64 ? t.ptr<double>()[i] : t.ptr<float>()[i];
+  }
   return values;
 }
 
 void write_channels(Tensor& t, const std::vector<double>& values, Accumulate accumulate) {
-  for (size_t i = 0; i < values.size(); ++i) store(t.ptr<float>()[i], values[i], accumulate);
+  for (size_t i = 0; i < values.size(); ++i) {
+    if (t.dtype() == DType::f64) {
+      store(t.ptr<double>()[i], values[i], accumulate);
+    } else {
+      store(t.ptr<float>()[i], values[i], accumulate);
+    }
+  }
 }
 
 bool is_float_dtype(DType dtype) {
