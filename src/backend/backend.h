@@ -10,7 +10,8 @@
 //   * Convolution weights are [K, C, R, S] logically (K output channels, R x S kernel), in the same layout
 //     as the activations (NHWC activations: weights stored K, R, S, C).
 //   * Batch-norm parameters and statistics (gamma, beta, running mean/var, saved mean/inv-std) are FP32 [C]
-//     for FP32/FP16/BF16 activations and FP64 for FP64 activations (cuDNN's rule).
+//     for FP32/FP16/BF16 activations; FP64 activations may have FP64 ones (cuDNN's rule), as
+//     double-precision networks do.
 //   * Parameters seen by conv/gemm have the activations' dtype; the optimizer's flat buffers are FP32
 //     (FP64 in a double-precision network).
 //   * Gradient rule: gradients of parameters honour `Accumulate` (overwrite, or += for accumulation over
@@ -177,7 +178,8 @@ class Backend {
   virtual void bias_backward(const Tensor& dy, Tensor& dbias, Accumulate accumulate) = 0;  // sum over N
 
   // ---- loss ----
-  // logits [N,K] (any float dtype), labels i32 [N]; probs f32 [N,K]; loss f32 [1] = mean over N of the
+  // logits [N,K] (any float dtype), labels i32 [N]; probs [N,K] and loss [1] f32 (f64 for f64 logits);
+  // loss = mean over N of the
   // cross-entropy against the label-smoothed target (1 - s) * onehot + s / K.
   virtual void softmax_cross_entropy_forward(const Tensor& logits, const Tensor& labels, float label_smoothing,
                                              Tensor& probs, Tensor& loss) = 0;

@@ -2,7 +2,7 @@
 // target = (1 - s) * onehot(label) + s / K (label smoothing s, 0 by default).
 //   input  logits [N, K]
 //   input  labels [N] i32 (fed by the data pipeline; no gradient)
-//   output loss   [1] f32
+//   output loss   [1] f32 (f64 in a double-precision network)
 // Backward starts the chain: dlogits = loss_scale * (softmax - target) / N.
 #pragma once
 

@@ -2,7 +2,7 @@
 //   mean = sum(x) / M,  var = sum((x - mean)^2) / M  (biased: what normalises the batch),
 //   xhat = (x - mean) / sqrt(var + eps),  z = gamma * xhat + beta [+ residual],  y = act(z).
 // The running variance tracks the unbiased estimate var * M / (M - 1), as PyTorch does.
-// Statistics and parameters are FP32 [C] (FP64 for FP64 activations); all arithmetic here is double.
+// Statistics and parameters are FP32 [C] (or FP64 with FP64 activations); all arithmetic here is double.
 #include <algorithm>
 #include <cmath>
 #include <vector>
@@ -31,8 +31,9 @@ void check_activation(const char* op, const char* name, const BatchNormGeometry&
   reference::check_tensor(op, name, t, activation_dims(g), g.dtype, g.layout);
 }
 void check_channels(const char* op, const char* name, const BatchNormGeometry& g, const Tensor& t) {
-  // FP32 statistics, except FP64 for FP64 activations (cuDNN's rule).
-  reference::check_tensor(op, name, t, channel_dims(g), g.dtype == DType::f64 ? DType::f64 : DType::f32);
+  // FP32 statistics; FP64 activations may also have FP64 ones (cuDNN's rule; double-precision networks).
+  const bool f64_statistics = g.dtype == DType::f64 && t.dtype() == DType::f64;
+  reference::check_tensor(op, name, t, channel_dims(g), f64_statistics ? DType::f64 : DType::f32);
 }
 
 void check_residual(const char* op, const char* name, const BatchNormGeometry& g, const Tensor* residual) {
