@@ -1,0 +1,394 @@
+// The oneDNN backend: construction, memory, GEMM (dnnl_sgemm) and the OpenMP loops for everything that
+// oneDNN primitives would not make faster (elementwise ops, bias, loss, casts, the optimizer update).
+#include <omp.h>
+
+#include <algorithm>
+#include <bit>
+#include <cmath>
+#include <cstdlib>
+#include <cstring>
+
+#include "backend/onednn/onednn_common.h"
+
+namespace dlbench {
+namespace onednn {
+namespace {
+
+// Below this many elements a loop runs on one thread: waking the team costs more than it saves.
+constexpr int64_t kParallelThreshold = 1 << 14;
+
+void check_same_count(const Tensor& a, const Tensor& b, const char* op) {
+  DLB_CHECK(a.numel() == b.numel(), "{}: {} and {} differ in element count", op, a.describe(), b.describe());
+}
+
+uint16_t f32_to_f16(float f) {
+  const uint32_t x = std::bit_cast<uint32_t>(f);
+  const uint32_t sign = (x >> 16) & 0x8000u;
+  uint32_t mant = x & 0x7fffffu;
+  const int exp = static_cast<int>((x >> 23) & 0xffu);
+  if (exp == 0xff) return static_cast<uint16_t>(sign | 0x7c00u | (mant ? 0x200u : 0u));
+  const int e = exp - 127 + 15;
+  if (e >= 31) return static_cast<uint16_t>(sign | 0x7c00u);
+  if (e <= 0) {  // a half subnormal (or zero)
+    if (e < -10) return static_cast<uint16_t>(sign);
+    mant |= 0x800000u;
+    const int shift = 14 - e;
+    uint32_t half = mant >> shift;
+    const uint32_t rem = mant & ((1u << shift) - 1), mid = 1u << (shift - 1);
+    if (rem > mid || (rem == mid && (half & 1u))) ++half;
+    return static_cast<uint16_t>(sign | half);
+  }
+  uint32_t half = (static_cast<uint32_t>(e) << 10) | (mant >> 13);
+  const uint32_t rem = mant & 0x1fffu;
+  if (rem > 0x1000u || (rem == 0x1000u && (half & 1u))) ++half;  // a carry into the exponent is right
+  return static_cast<uint16_t>(sign | half);
+}
+
+float f16_to_f32(uint16_t h) {
+  const uint32_t sign = static_cast<uint32_t>(h & 0x8000u) << 16;
+  const uint32_t exp = (h >> 10) & 0x1fu, mant = h & 0x3ffu;
+  if (exp == 0) {
+    const float v = std::ldexp(static_cast<float>(mant), -24);
+    return sign ? -v : v;
+  }
+  if (exp == 31) return std::bit_cast<float>(sign | 0x7f800000u | (mant << 13));
+  return std::bit_cast<float>(sign | ((exp - 15 + 127) << 23) | (mant << 13));
+}
+
+uint16_t f32_to_bf16(float f) {
+  const uint32_t x = std::bit_cast<uint32_t>(f);
+  if ((x & 0x7fffffffu) > 0x7f800000u) return static_cast<uint16_t>((x >> 16) | 0x40u);  // quiet NaN
+  return static_cast<uint16_t>((x + 0x7fffu + ((x >> 16) & 1u)) >> 16);
+}
+
+float bf16_to_f32(uint16_t b) { return std::bit_cast<float>(static_cast<uint32_t>(b) << 16); }
+
+double load_as_double(const Tensor& t, int64_t i) {
+  switch (t.dtype()) {
+    case DType::f32: return t.ptr<float>()[i];
+    case DType::f64: return t.ptr<double>()[i];
+    case DType::f16: return f16_to_f32(t.ptr<uint16_t>()[i]);
+    case DType::bf16: return bf16_to_f32(t.ptr<uint16_t>()[i]);
+    case DType::i32: return t.ptr<int32_t>()[i];
+  }
+  return 0;
+}
+
+void store_from_double(Tensor& t, int64_t i, double v) {
+  switch (t.dtype()) {
+    case DType::f32: t.ptr<float>()[i] = static_cast<float>(v); break;
+    case DType::f64: t.ptr<double>()[i] = v; break;
+    case DType::f16: t.ptr<uint16_t>()[i] = f32_to_f16(static_cast<float>(v)); break;
+    case DType::bf16: t.ptr<uint16_t>()[i] = f32_to_bf16(static_cast<float>(v)); break;
+    case DType::i32: t.ptr<int32_t>()[i] = static_cast<int32_t>(v); break;
+  }
+}
+
+}  // namespace
+
+OneDnnBackend::OneDnnBackend(int threads)
+    : threads_(threads > 0 ? threads : omp_get_num_procs()),
+      engine_(dnnl::engine::kind::cpu, 0),
+      stream_(engine_) {
+  omp_set_num_threads(threads_);
+}
+
+// ---- memory ----
+
+void* OneDnnBackend::allocate(size_t bytes) {
+  void* p = std::aligned_alloc(64, align_up(std::max<size_t>(bytes, 1)));
+  DLB_CHECK(p != nullptr, "onednn backend: out of memory allocating {} bytes", bytes);
+  return p;
+}
+void OneDnnBackend::deallocate(void* ptr) { std::free(ptr); }
+void OneDnnBackend::copy_to_device(void* dst, const void* host_src, size_t bytes) {
+  if (bytes) std::memcpy(dst, host_src, bytes);
+}
+void OneDnnBackend::copy_to_host(void* host_dst, const void* src, size_t bytes) {
+  if (bytes) std::memcpy(host_dst, src, bytes);
+}
+void OneDnnBackend::copy(void* dst, const void* src, size_t bytes) {
+  if (bytes) std::memmove(dst, src, bytes);
+}
+void OneDnnBackend::synchronize() { stream_.wait(); }
+
+// ---- ReLU ----
+
+void OneDnnBackend::relu_forward(const Tensor& x, Tensor& y) {
+  check_f32(x, "relu_forward");
+  check_f32(y, "relu_forward");
+  check_same_count(x, y, "relu_forward");
+  const float* in = x.ptr<float>();
+  float* out = y.ptr<float>();
+  const int64_t n = x.numel();
+#pragma omp parallel for simd schedule(static) if (n > kParallelThreshold)
+  for (int64_t i = 0; i < n; ++i) out[i] = in[i] > 0.f ? in[i] : 0.f;
+}
+
+void OneDnnBackend::relu_backward(const Tensor& y, const Tensor& dy, Tensor& dx) {
+  check_f32(y, "relu_backward");
+  check_f32(dy, "relu_backward");
+  check_f32(dx, "relu_backward");
+  check_same_count(y, dy, "relu_backward");
+  check_same_count(y, dx, "relu_backward");
+  const float* yp = y.ptr<float>();
+  const float* dyp = dy.ptr<float>();
+  float* dxp = dx.ptr<float>();
+  const int64_t n = y.numel();
+#pragma omp parallel for simd schedule(static) if (n > kParallelThreshold)
+  for (int64_t i = 0; i < n; ++i) dxp[i] = yp[i] > 0.f ? dyp[i] : 0.f;
+}
+
+// ---- dense algebra ----
+
+void OneDnnBackend::gemm(Transpose ta, Transpose tb, int64_t m, int64_t n, int64_t k, float alpha, const Tensor& a,
+                         const Tensor& b, float beta, Tensor& c) {
+  check_f32(a, "gemm");
+  check_f32(b, "gemm");
+  check_f32(c, "gemm");
+  DLB_CHECK(a.numel() == m * k && b.numel() == k * n && c.numel() == m * n,
+            "gemm m={} n={} k={}: a {} b {} c {}", m, n, k, a.describe(), b.describe(), c.describe());
+  if (m == 0 || n == 0) return;
+  const bool at = ta == Transpose::yes, bt = tb == Transpose::yes;
+  const dnnl::status status =
+      dnnl::sgemm(at ? 'T' : 'N', bt ? 'T' : 'N', m, n, k, alpha, a.ptr<float>(), at ? m : k, b.ptr<float>(),
+                  bt ? k : n, beta, c.ptr<float>(), n);
+  DLB_CHECK(status == dnnl::status::success, "dnnl_sgemm failed with status {}", static_cast<int>(status));
+}
+
+void OneDnnBackend::add_bias(Tensor& y, const Tensor& bias) {
+  check_f32(y, "add_bias");
+  check_f32(bias, "add_bias");
+  const int64_t features = bias.numel();
+  DLB_CHECK(features > 0 && y.numel() % features == 0 && y.dim(y.rank() - 1) == features,
+            "add_bias: y {} and bias {}", y.describe(), bias.describe());
+  const int64_t rows = y.numel() / features;
+  float* yp = y.ptr<float>();
+  const float* bp = bias.ptr<float>();
+#pragma omp parallel for schedule(static) if (y.numel() > kParallelThreshold)
+  for (int64_t r = 0; r < rows; ++r) {
+    float* row = yp + r * features;
+#pragma omp simd
+    for (int64_t f = 0; f < features; ++f) row[f] += bp[f];
+  }
+}
+
+void OneDnnBackend::bias_backward(const Tensor& dy, Tensor& dbias, Accumulate accumulate) {
+  check_f32(dy, "bias_backward");
+  check_f32(dbias, "bias_backward");
+  const int64_t features = dbias.numel();
+  DLB_CHECK(features > 0 && dy.numel() % features == 0 && dy.dim(dy.rank() - 1) == features,
+            "bias_backward: dy {} and dbias {}", dy.describe(), dbias.describe());
+  const int64_t rows = dy.numel() / features;
+  const float* dyp = dy.ptr<float>();
+  float* db = dbias.ptr<float>();
+  const bool add = accumulate == Accumulate::add;
+  // Rows are summed in a fixed order per feature, so the result does not depend on the thread count.
+  constexpr int64_t kBlock = 64;
+#pragma omp parallel for schedule(static) if (dy.numel() > kParallelThreshold)
+  for (int64_t f0 = 0; f0 < features; f0 += kBlock) {
+    const int64_t f1 = std::min(features, f0 + kBlock);
+    float sum[kBlock] = {};
+    for (int64_t r = 0; r < rows; ++r) {
+      const float* row = dyp + r * features;
+#pragma omp simd
+      for (int64_t f = f0; f < f1; ++f) sum[f - f0] += row[f];
+    }
+    for (int64_t f = f0; f < f1; ++f) db[f] = add ? db[f] + sum[f - f0] : sum[f - f0];
+  }
+}
+
+// ---- loss ----
+
+void OneDnnBackend::softmax_cross_entropy_forward(const Tensor& logits, const Tensor& labels,
+                                                  float label_smoothing, Tensor& probs, Tensor& loss) {
+  check_f32(logits, "softmax_cross_entropy_forward");
+  check_f32(probs, "softmax_cross_entropy_forward probs");
+  check_f32(loss, "softmax_cross_entropy_forward loss");
+  DLB_CHECK(labels.dtype() == DType::i32, "labels must be i32, got {}", labels.describe());
+  DLB_CHECK(logits.rank() == 2 && probs.numel() == logits.numel() && labels.numel() == logits.dim(0) &&
+                loss.numel() >= 1,
+            "softmax_cross_entropy_forward: logits {} labels {} probs {} loss {}", logits.describe(),
+            labels.describe(), probs.describe(), loss.describe());
+  const int64_t rows = logits.dim(0), classes = logits.dim(1);
+  const float* in = logits.ptr<float>();
+  const int32_t* lab = labels.ptr<int32_t>();
+  float* out = probs.ptr<float>();
+  const double s = label_smoothing, off = s / static_cast<double>(classes);
+  double total = 0;
+  bool bad_label = false;
+#pragma omp parallel for schedule(static) reduction(+ : total) reduction(|| : bad_label) if (rows * classes > kParallelThreshold)
+  for (int64_t r = 0; r < rows; ++r) {
+    const float* z = in + r * classes;
+    float* p = out + r * classes;
+    float zmax = z[0];
+    for (int64_t k = 1; k < classes; ++k) zmax = std::max(zmax, z[k]);
+    double sum = 0, sum_z = 0;
+    for (int64_t k = 0; k < classes; ++k) {
+      const float e = std::exp(z[k] - zmax);
+      p[k] = e;
+      sum += e;
+      sum_z += z[k] - zmax;
+    }
+    const float inv = static_cast<float>(1.0 / sum);
+#pragma omp simd
+    for (int64_t k = 0; k < classes; ++k) p[k] *= inv;
+    const int32_t label = lab[r];
+    if (label < 0 || label >= classes) {
+      bad_label = true;
+      continue;
+    }
+    // log p_k = z_k - zmax - log(sum); loss = -((1 - s) log p_label + s/K sum_k log p_k)
+    const double log_sum = std::log(sum);
+    const double log_p_label = z[label] - zmax - log_sum;
+    const double sum_log_p = sum_z - static_cast<double>(classes) * log_sum;
+    total += -((1.0 - s) * log_p_label + off * sum_log_p);
+  }
+  DLB_CHECK(!bad_label, "softmax_cross_entropy_forward: a label is outside [0, {})", classes);
+  loss.ptr<float>()[0] = static_cast<float>(total / static_cast<double>(rows));
+}
+
+void OneDnnBackend::softmax_cross_entropy_backward(const Tensor& probs, const Tensor& labels,
+                                                   float label_smoothing, float scale, Tensor& dlogits) {
+  check_f32(probs, "softmax_cross_entropy_backward probs");
+  check_f32(dlogits, "softmax_cross_entropy_backward");
+  DLB_CHECK(labels.dtype() == DType::i32, "labels must be i32, got {}", labels.describe());
+  DLB_CHECK(probs.rank() == 2 && dlogits.numel() == probs.numel() && labels.numel() == probs.dim(0),
+            "softmax_cross_entropy_backward: probs {} labels {} dlogits {}", probs.describe(), labels.describe(),
+            dlogits.describe());
+  const int64_t rows = probs.dim(0), classes = probs.dim(1);
+  const float* p = probs.ptr<float>();
+  const int32_t* lab = labels.ptr<int32_t>();
+  float* d = dlogits.ptr<float>();
+  const float f = scale / static_cast<float>(rows);
+  const float off = label_smoothing / static_cast<float>(classes), on = 1.f - label_smoothing + off;
+  bool bad_label = false;
+#pragma omp parallel for schedule(static) reduction(|| : bad_label) if (rows * classes > kParallelThreshold)
+  for (int64_t r = 0; r < rows; ++r) {
+    const int32_t label = lab[r];
+    if (label < 0 || label >= classes) {
+      bad_label = true;
+      continue;
+    }
+#pragma omp simd
+    for (int64_t k = 0; k < classes; ++k) d[r * classes + k] = f * (p[r * classes + k] - off);
+    d[r * classes + label] = f * (p[r * classes + label] - on);
+  }
+  DLB_CHECK(!bad_label, "softmax_cross_entropy_backward: a label is outside [0, {})", classes);
+}
+
+// ---- elementwise and utilities ----
+
+void OneDnnBackend::fill(Tensor& x, double value) {
+  const int64_t n = x.numel();
+  if (x.dtype() == DType::f32) {
+    float* p = x.ptr<float>();
+    const float v = static_cast<float>(value);
+#pragma omp parallel for simd schedule(static) if (n > kParallelThreshold)
+    for (int64_t i = 0; i < n; ++i) p[i] = v;
+    return;
+  }
+  for (int64_t i = 0; i < n; ++i) store_from_double(x, i, value);  // rare dtypes: flags, counters
+}
+
+void OneDnnBackend::add(const Tensor& a, const Tensor& b, Tensor& y) {
+  check_f32(a, "add");
+  check_f32(b, "add");
+  check_f32(y, "add");
+  check_same_count(a, b, "add");
+  check_same_count(a, y, "add");
+  DLB_CHECK(a.rank() != 4 || (a.layout() == b.layout() && a.layout() == y.layout()),
+            "add: layouts differ: {} {} {}", a.describe(), b.describe(), y.describe());
+  const float* ap = a.ptr<float>();
+  const float* bp = b.ptr<float>();
+  float* yp = y.ptr<float>();
+  const int64_t n = a.numel();
+#pragma omp parallel for simd schedule(static) if (n > kParallelThreshold)
+  for (int64_t i = 0; i < n; ++i) yp[i] = ap[i] + bp[i];
+}
+
+void OneDnnBackend::scale(Tensor& x, double alpha) {
+  check_f32(x, "scale");
+  float* p = x.ptr<float>();
+  const float a = static_cast<float>(alpha);
+  const int64_t n = x.numel();
+#pragma omp parallel for simd schedule(static) if (n > kParallelThreshold)
+  for (int64_t i = 0; i < n; ++i) p[i] *= a;
+}
+
+void OneDnnBackend::cast(const Tensor& src, Tensor& dst) {
+  check_same_count(src, dst, "cast");
+  DLB_CHECK(src.dtype() != DType::i32 && dst.dtype() != DType::i32, "cast is between float dtypes: {} -> {}",
+            src.describe(), dst.describe());
+  DLB_CHECK(src.rank() != 4 || src.layout() == dst.layout(), "cast: layouts differ: {} -> {}", src.describe(),
+            dst.describe());
+  const int64_t n = src.numel();
+  if (src.dtype() == dst.dtype()) {
+    copy(dst.data(), src.data(), src.bytes());
+    return;
+  }
+#pragma omp parallel for schedule(static) if (n > kParallelThreshold)
+  for (int64_t i = 0; i < n; ++i) store_from_double(dst, i, load_as_double(src, i));
+}
+
+void OneDnnBackend::check_finite(const Tensor& x, Tensor& flag) {
+  DLB_CHECK(flag.dtype() == DType::i32 && flag.numel() >= 1, "check_finite: flag must be i32 [1], got {}",
+            flag.describe());
+  const int64_t n = x.numel();
+  uint32_t bad = 0;
+  if (x.dtype() == DType::f32) {
+    // Inf and NaN are exactly the values whose exponent bits are all ones; an integer test vectorises.
+    const uint32_t* bits = x.ptr<uint32_t>();
+#pragma omp parallel for simd schedule(static) reduction(| : bad) if (n > kParallelThreshold)
+    for (int64_t i = 0; i < n; ++i) bad |= static_cast<uint32_t>((bits[i] & 0x7f800000u) == 0x7f800000u);
+  } else {
+    DLB_CHECK(x.dtype() != DType::i32, "check_finite needs a float tensor, got {}", x.describe());
+    for (int64_t i = 0; i < n; ++i) bad |= static_cast<uint32_t>(!std::isfinite(load_as_double(x, i)));
+  }
+  if (bad) flag.ptr<int32_t>()[0] = 1;
+}
+
+// ---- optimizer ----
+
+void OneDnnBackend::sgd_update(Tensor& params, const Tensor& grads, Tensor& momentum_buffer,
+                               std::span<const ParamSegment> segments, const SgdStep& step) {
+  check_f32(params, "sgd_update params");
+  check_f32(grads, "sgd_update grads");
+  check_f32(momentum_buffer, "sgd_update momentum");
+  check_same_count(params, grads, "sgd_update");
+  check_same_count(params, momentum_buffer, "sgd_update");
+  float* p = params.ptr<float>();
+  const float* g = grads.ptr<float>();
+  float* v = momentum_buffer.ptr<float>();
+  const float lr = step.lr, mu = step.momentum, gs = step.grad_scale;
+  for (const ParamSegment& seg : segments) {
+    DLB_CHECK(seg.offset >= 0 && seg.count >= 0 && seg.offset + seg.count <= params.numel(),
+              "sgd_update: segment [{}, +{}) outside {} parameters", seg.offset, seg.count, params.numel());
+    const float wd = seg.weight_decay ? step.weight_decay : 0.f;
+    const int64_t begin = seg.offset, end = seg.offset + seg.count;
+    if (step.nesterov) {
+#pragma omp parallel for simd schedule(static) if (seg.count > kParallelThreshold)
+      for (int64_t i = begin; i < end; ++i) {
+        const float gi = g[i] * gs + wd * p[i];
+        const float vi = mu * v[i] + gi;
+        v[i] = vi;
+        p[i] -= lr * (gi + mu * vi);
+      }
+    } else {
+#pragma omp parallel for simd schedule(static) if (seg.count > kParallelThreshold)
+      for (int64_t i = begin; i < end; ++i) {
+        const float vi = mu * v[i] + (g[i] * gs + wd * p[i]);
+        v[i] = vi;
+        p[i] -= lr * vi;
+      }
+    }
+  }
+}
+
+}  // namespace onednn
+
+std::unique_ptr<Backend> make_onednn_backend(int threads) {
+  return std::make_unique<onednn::OneDnnBackend>(threads);
+}
+
+}  // namespace dlbench

@@ -1,0 +1,163 @@
+// Internals shared by the oneDNN backend's files: the backend class, checks, and small memory helpers.
+#pragma once
+
+#include <oneapi/dnnl/dnnl.hpp>
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <unordered_map>
+
+#include "backend/backend.h"
+#include "core/status.h"
+
+namespace dlbench::onednn {
+
+// Converts a oneDNN exception thrown while planning into a dlbench::Error naming what was being built.
+#define DNNL_CHECK(expr, ...)                                                                           \
+  do {                                                                                                  \
+    try {                                                                                               \
+      expr;                                                                                             \
+    } catch (const dnnl::error& dnnl_error_) {                                                          \
+      ::dlbench::throw_check_failure(__FILE__, __LINE__, #expr,                                         \
+                                     fmt::format("oneDNN: {} ({})", dnnl_error_.what(),                 \
+                                                 fmt::format(__VA_ARGS__)));                            \
+    }                                                                                                   \
+  } while (0)
+
+using tag = dnnl::memory::format_tag;
+using dt = dnnl::memory::data_type;
+
+inline void check_f32(const Tensor& t, const char* op) {
+  DLB_CHECK(t.dtype() == DType::f32, "onednn backend: {} supports f32 only, got {}", op, t.describe());
+}
+inline void check_f32(DType dtype, const char* op) {
+  DLB_CHECK(dtype == DType::f32, "onednn backend: {} supports f32 only, got {}", op, dtype_name(dtype));
+}
+
+// Activations [N,C,H,W] in our layout, and conv weights [K,C,R,S] stored in the activations' layout.
+inline tag activation_tag(Layout layout) { return layout == Layout::nchw ? tag::nchw : tag::nhwc; }
+inline tag weights_tag(Layout layout) { return layout == Layout::nchw ? tag::oihw : tag::ohwi; }
+
+inline dnnl::memory::desc f32_desc(const dnnl::memory::dims& dims, tag format) {
+  return dnnl::memory::desc(dims, dt::f32, format);
+}
+
+inline size_t align_up(size_t bytes, size_t alignment = 64) {
+  return (bytes + alignment - 1) / alignment * alignment;
+}
+
+// Hands out 64-byte aligned slices of a workspace whose total is known at plan time.
+class WorkspaceLayout {
+ public:
+  size_t reserve(size_t bytes) {
+    size_t offset = total_;
+    total_ += align_up(bytes);
+    return offset;
+  }
+  size_t total() const { return total_; }
+
+ private:
+  size_t total_ = 0;
+};
+
+inline void* at_offset(void* base, size_t offset) { return static_cast<std::byte*>(base) + offset; }
+
+// Wraps a caller's pointer without copying (a const_cast: oneDNN memory objects take void*).
+inline dnnl::memory wrap(const dnnl::memory::desc& md, const dnnl::engine& engine, const void* data) {
+  return dnnl::memory(md, engine, const_cast<void*>(data));
+}
+
+class OneDnnBackend final : public Backend {
+ public:
+  explicit OneDnnBackend(int threads);
+
+  std::string name() const override { return "onednn"; }
+  Device device() const override { return Device{DeviceKind::cpu, 0}; }
+  int threads() const { return threads_; }
+  const dnnl::engine& engine() const { return engine_; }
+  dnnl::stream& stream() { return stream_; }
+
+  void* allocate(size_t bytes) override;
+  void deallocate(void* ptr) override;
+  void copy_to_device(void* dst, const void* host_src, size_t bytes) override;
+  void copy_to_host(void* host_dst, const void* src, size_t bytes) override;
+  void copy(void* dst, const void* src, size_t bytes) override;
+  void synchronize() override;
+
+  std::unique_ptr<ConvPlan> plan_conv(const ConvGeometry& geometry) override;
+  void conv_forward(const ConvPlan& plan, const Tensor& x, const Tensor& w, Tensor& y, void* workspace) override;
+  void conv_backward_data(const ConvPlan& plan, const Tensor& dy, const Tensor& w, Tensor& dx,
+                          Accumulate accumulate, void* workspace) override;
+  void conv_backward_filter(const ConvPlan& plan, const Tensor& x, const Tensor& dy, Tensor& dw,
+                            Accumulate accumulate, void* workspace) override;
+
+  std::unique_ptr<BatchNormPlan> plan_batchnorm(const BatchNormGeometry& geometry) override;
+  void batchnorm_forward_training(const BatchNormPlan& plan, const Tensor& x, const Tensor* residual,
+                                  const Tensor& gamma, const Tensor& beta, Tensor& y, Tensor& running_mean,
+                                  Tensor& running_var, Tensor& saved_mean, Tensor& saved_inv_std,
+                                  void* workspace) override;
+  void batchnorm_forward_inference(const BatchNormPlan& plan, const Tensor& x, const Tensor* residual,
+                                   const Tensor& gamma, const Tensor& beta, const Tensor& running_mean,
+                                   const Tensor& running_var, Tensor& y) override;
+  void batchnorm_backward(const BatchNormPlan& plan, const Tensor& x, const Tensor& y, const Tensor& dy,
+                          const Tensor& gamma, const Tensor& saved_mean, const Tensor& saved_inv_std,
+                          Tensor& dx, Tensor* dresidual, Tensor& dgamma, Tensor& dbeta, Accumulate accumulate,
+                          void* workspace) override;
+
+  std::unique_ptr<PoolPlan> plan_pool(const PoolGeometry& geometry) override;
+  void pool_forward(const PoolPlan& plan, const Tensor& x, Tensor& y, void* saved) override;
+  void pool_backward(const PoolPlan& plan, const Tensor& x, const Tensor& y, const Tensor& dy, const void* saved,
+                     Tensor& dx) override;
+
+  void relu_forward(const Tensor& x, Tensor& y) override;
+  void relu_backward(const Tensor& y, const Tensor& dy, Tensor& dx) override;
+
+  void gemm(Transpose ta, Transpose tb, int64_t m, int64_t n, int64_t k, float alpha, const Tensor& a,
+            const Tensor& b, float beta, Tensor& c) override;
+  void add_bias(Tensor& y, const Tensor& bias) override;
+  void bias_backward(const Tensor& dy, Tensor& dbias, Accumulate accumulate) override;
+
+  void softmax_cross_entropy_forward(const Tensor& logits, const Tensor& labels, float label_smoothing,
+                                     Tensor& probs, Tensor& loss) override;
+  void softmax_cross_entropy_backward(const Tensor& probs, const Tensor& labels, float label_smoothing,
+                                      float scale, Tensor& dlogits) override;
+
+  void fill(Tensor& x, double value) override;
+  void add(const Tensor& a, const Tensor& b, Tensor& y) override;
+  void scale(Tensor& x, double alpha) override;
+  void cast(const Tensor& src, Tensor& dst) override;
+  void check_finite(const Tensor& x, Tensor& flag) override;
+
+  void sgd_update(Tensor& params, const Tensor& grads, Tensor& momentum_buffer,
+                  std::span<const ParamSegment> segments, const SgdStep& step) override;
+
+ private:
+  int threads_;
+  dnnl::engine engine_;
+  dnnl::stream stream_;
+};
+
+}  // namespace dlbench::onednn
+
+namespace dlbench::onednn {
+
+using ArgMap = std::unordered_map<int, dnnl::memory>;
+
+// Adds the scratchpad argument when the primitive has one (user scratchpad mode).
+inline ArgMap with_scratchpad(ArgMap args, const dnnl::memory& scratchpad) {
+  if (scratchpad) args.emplace(DNNL_ARG_SCRATCHPAD, scratchpad);
+  return args;
+}
+
+// The scratchpad slice of a workspace, or an empty memory when the primitive needs none.
+inline dnnl::memory scratchpad_memory(const dnnl::engine& engine, void* workspace, size_t offset, size_t bytes) {
+  if (bytes == 0) return dnnl::memory();
+  DLB_CHECK(workspace != nullptr, "onednn backend: a workspace is required (plan.workspace_bytes())");
+  return dnnl::memory(dnnl::memory::desc({static_cast<dnnl::memory::dim>(bytes)}, dnnl::memory::data_type::u8,
+                                         dnnl::memory::format_tag::a),
+                      engine, at_offset(workspace, offset));
+}
+
+}  // namespace dlbench::onednn
