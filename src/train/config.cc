@@ -92,7 +92,8 @@ void resolve_config(RunConfig& c, bool cuda_available) {
   } else {
     DLB_REQUIRE(!(c.epochs > 0 && c.steps > 0), "--epochs and --steps conflict: give one of them");
     if (c.epochs == 0 && c.steps == 0) c.epochs = 1;
-    if (c.warmup_steps < 0) c.warmup_steps = 0;
+    // The first step plans oneDNN kernels and touches fresh memory: keep it out of the timing statistics.
+    if (c.warmup_steps < 0) c.warmup_steps = 1;
   }
   DLB_REQUIRE(c.warmup_steps >= 0, "--warmup-steps {}: must be 0 or more", c.warmup_steps);
 

@@ -25,6 +25,13 @@ namespace dlbench {
 
 namespace {
 
+// 25557032 -> "25,557,032"
+std::string with_thousands(int64_t value) {
+  std::string digits = std::to_string(value);
+  for (int i = static_cast<int>(digits.size()) - 3; i > (value < 0 ? 1 : 0); i -= 3) digits.insert(static_cast<size_t>(i), ",");
+  return digits;
+}
+
 std::string format_duration(double seconds) {
   if (!(seconds >= 0) || seconds > 1e7) return "?";
   auto s = static_cast<int64_t>(seconds + 0.5);
@@ -82,7 +89,7 @@ void print_header(const char* command, const RunConfig& config, RunSetup& s, con
   Network& net = s.trainer->net();
   const Tensor& images = s.model.images->value;
   std::printf("dlbench %s | %s, %s parameters, %.2f GMAC per image forward\n", command, config.model.c_str(),
-              fmt::format("{:L}", net.parameter_count()).c_str(),
+              with_thousands(net.parameter_count()).c_str(),
               static_cast<double>(net.forward_macs()) / static_cast<double>(config.batch_size) / 1e9);
   std::printf("  device %s (%s backend, %d threads) | precision %s | layout %s | memory %.1f MiB planned\n",
               device_name(config.device).c_str(), s.backend->name().c_str(), config.threads,
@@ -211,7 +218,7 @@ nlohmann::json run_train(const RunConfig& config) {
   }
   // A run that stops mid-epoch is still evaluated at its end.
   if (s.test_data && (total_steps % steps_per_epoch != 0)) evaluate(total_steps / steps_per_epoch, total_steps);
-  window.set_wall_seconds(0);
+  // The window of a training run is the sum of its timed steps: evaluation and checkpoints stay out of it.
   double window_seconds = 0;
   for (double ms : window.step_ms()) window_seconds += ms / 1e3;
   window.set_wall_seconds(window_seconds);
