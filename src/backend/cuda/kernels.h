@@ -1,0 +1,50 @@
+// Launchers of dlbench's own CUDA kernels (kernels.cu and its siblings): everything the CUDA backend does
+// not hand to cuDNN or cuBLAS. Plain C++ signatures, so .cc files include this without nvcc.
+//
+// All launches are asynchronous on `stream` and never synchronise; `n` counts elements. Float dtypes are
+// f32, f16 and bf16 (f64 where a kernel says so). Every launcher checks its launch in debug builds.
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include <cstdint>
+
+#include "backend/backend.h"
+
+namespace dlbench::cuda {
+
+void fill(void* x, DType dtype, int64_t n, double value, cudaStream_t stream);
+void add(const void* a, const void* b, void* y, DType dtype, int64_t n, cudaStream_t stream);  // y = a + b
+void scale(void* x, DType dtype, int64_t n, double alpha, cudaStream_t stream);                 // x *= alpha
+// dst = src converted (round to nearest even); any pair of f32/f16/bf16/f64.
+void cast(const void* src, DType src_dtype, void* dst, DType dst_dtype, int64_t n, cudaStream_t stream);
+
+void relu_forward(const void* x, void* y, DType dtype, int64_t n, cudaStream_t stream);
+void relu_backward(const void* y, const void* dy, void* dx, DType dtype, int64_t n, cudaStream_t stream);
+
+// y[rows, cols] += bias[cols] (bias f32 or the dtype of y).
+void add_bias(void* y, DType y_dtype, const void* bias, DType bias_dtype, int64_t rows, int64_t cols,
+              cudaStream_t stream);
+// dbias[cols] (=|+=) sum over rows of dy[rows, cols]; accumulated in f32.
+void bias_backward(const void* dy, DType dy_dtype, void* dbias, DType dbias_dtype, int64_t rows, int64_t cols,
+                   bool accumulate, cudaStream_t stream);
+
+// probs[n, k] f32 = softmax(logits); loss[0] f32 = mean over rows of the cross-entropy against the
+// label-smoothed target (1 - s) * onehot + s / k. Labels must be in [0, k) (the data pipeline checks).
+void softmax_cross_entropy_forward(const void* logits, DType logits_dtype, const int32_t* labels, int64_t n,
+                                   int64_t k, float label_smoothing, float* probs, float* loss,
+                                   cudaStream_t stream);
+// dlogits = scale * (probs - target) / n, written in dlogits_dtype.
+void softmax_cross_entropy_backward(const float* probs, const int32_t* labels, int64_t n, int64_t k,
+                                    float label_smoothing, float scale, void* dlogits, DType dlogits_dtype,
+                                    cudaStream_t stream);
+
+// Sets *flag = 1 if any of x[0..n) is Inf or NaN; never clears it.
+void check_finite(const void* x, DType dtype, int64_t n, int32_t* flag, cudaStream_t stream);
+
+// The fused SGD update of Backend::sgd_update over f32 buffers, all segments in one launch.
+// `segments` points to `count` ParamSegment in device memory.
+void sgd_update(float* params, const float* grads, float* momentum, const ParamSegment* segments, int count,
+                const SgdStep& step, cudaStream_t stream);
+
+}  // namespace dlbench::cuda
