@@ -75,27 +75,31 @@ void resolve_config(RunConfig& c, bool cuda_available) {
               c.layout_text);
   c.layout = c.layout_text == "nchw" ? Layout::nchw : Layout::nhwc;
 
-  // Batch, length of the run.
+  // Batch, length of the run. Flags that were given are checked; flags that were not get defaults.
   const bool imagenet_model = c.model != "resnet20";
-  if (c.batch_size == 0) c.batch_size = on_cpu ? (imagenet_model ? 16 : 128) : (imagenet_model ? 256 : 512);
-  DLB_REQUIRE(c.batch_size > 0, "--batch-size {}: must be a positive number of images per device",
-              c.batch_size);
+  if (!c.batch_size) c.batch_size = on_cpu ? (imagenet_model ? 16 : 128) : (imagenet_model ? 256 : 512);
+  DLB_REQUIRE(*c.batch_size > 0, "--batch-size {}: must be a positive number of images per device",
+              *c.batch_size);
   DLB_REQUIRE(c.accumulate_steps >= 1, "--accumulate-steps {}: must be 1 or more", c.accumulate_steps);
-  DLB_REQUIRE(c.epochs >= 0, "--epochs {}: must be positive", c.epochs);
-  DLB_REQUIRE(c.steps >= 0, "--steps {}: must be positive", c.steps);
+  DLB_REQUIRE(!c.epochs || *c.epochs > 0, "--epochs {}: must be positive", c.epochs.value_or(0));
+  DLB_REQUIRE(!c.steps || *c.steps > 0, "--steps {}: must be positive", c.steps.value_or(0));
+  DLB_REQUIRE(!c.warmup_steps || *c.warmup_steps >= 0, "--warmup-steps {}: must be 0 or more",
+              c.warmup_steps.value_or(0));
   if (c.kind == RunKind::bench) {
-    DLB_REQUIRE(c.epochs == 0, "--epochs: dlbench bench runs a number of --steps; use dlbench train for epochs");
+    DLB_REQUIRE(!c.epochs, "--epochs: dlbench bench runs a number of --steps; use dlbench train for epochs");
     DLB_REQUIRE(c.resume_path.empty() && c.checkpoint_path.empty(),
                 "--checkpoint/--resume: dlbench bench does not save state; use dlbench train");
-    if (c.steps == 0) c.steps = on_cpu ? (imagenet_model ? 10 : 20) : 100;
-    if (c.warmup_steps < 0) c.warmup_steps = on_cpu ? 2 : 20;
+    if (!c.steps) c.steps = on_cpu ? (imagenet_model ? 10 : 20) : 100;
+    if (!c.warmup_steps) c.warmup_steps = on_cpu ? 2 : 20;
+    c.epochs = 0;
   } else {
-    DLB_REQUIRE(!(c.epochs > 0 && c.steps > 0), "--epochs and --steps conflict: give one of them");
-    if (c.epochs == 0 && c.steps == 0) c.epochs = 1;
+    DLB_REQUIRE(!(c.epochs && c.steps), "--epochs and --steps conflict: give one of them");
+    if (!c.epochs && !c.steps) c.epochs = 1;
+    if (!c.epochs) c.epochs = 0;
+    if (!c.steps) c.steps = 0;
     // The first step plans oneDNN kernels and touches fresh memory: keep it out of the timing statistics.
-    if (c.warmup_steps < 0) c.warmup_steps = 1;
+    if (!c.warmup_steps) c.warmup_steps = 1;
   }
-  DLB_REQUIRE(c.warmup_steps >= 0, "--warmup-steps {}: must be 0 or more", c.warmup_steps);
 
   // Optimizer.
   DLB_REQUIRE(c.lr > 0, "--lr {}: must be positive", c.lr);
@@ -120,8 +124,8 @@ void resolve_config(RunConfig& c, bool cuda_available) {
     c.data_dir = dir;
   }
 
-  if (c.log_every == 0) c.log_every = on_cpu ? (c.kind == RunKind::bench ? 1 : 50) : 100;
-  DLB_REQUIRE(c.log_every > 0, "--log-every {}: must be positive", c.log_every);
+  if (!c.log_every) c.log_every = on_cpu ? (c.kind == RunKind::bench ? 1 : 50) : 100;
+  DLB_REQUIRE(*c.log_every > 0, "--log-every {}: must be positive", *c.log_every);
   DLB_REQUIRE(c.save_every >= 0, "--save-every {}: must be 0 or more", c.save_every);
   DLB_REQUIRE(c.save_every == 0 || !c.checkpoint_path.empty(), "--save-every needs --checkpoint FILE");
 }
@@ -130,10 +134,10 @@ nlohmann::json config_to_json(const RunConfig& c) {
   nlohmann::json j;
   j["command"] = c.kind == RunKind::train ? "train" : "bench";
   j["model"] = c.model;
-  j["batch_size"] = c.batch_size;
-  j["epochs"] = c.epochs;
-  j["steps"] = c.steps;
-  j["warmup_steps"] = c.warmup_steps;
+  j["batch_size"] = c.batch_size.value_or(0);
+  j["epochs"] = c.epochs.value_or(0);
+  j["steps"] = c.steps.value_or(0);
+  j["warmup_steps"] = c.warmup_steps.value_or(0);
   j["accumulate_steps"] = c.accumulate_steps;
   j["lr"] = c.lr;
   j["momentum"] = c.momentum;
@@ -152,7 +156,7 @@ nlohmann::json config_to_json(const RunConfig& c) {
   j["threads"] = c.threads;
   j["seed"] = c.seed;
   j["data"] = c.data;
-  j["log_every"] = c.log_every;
+  j["log_every"] = c.log_every.value_or(0);
   return j;
 }
 

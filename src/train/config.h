@@ -4,6 +4,7 @@
 
 #include <cstdint>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -21,10 +22,11 @@ const char* lr_schedule_name(LrSchedule schedule);
 struct RunConfig {
   RunKind kind = RunKind::bench;
   std::string model = "resnet50";
-  int64_t batch_size = 0;  // per device; 0 = the device's default
-  int64_t epochs = 0;      // train: passes over the training set (exclusive with steps)
-  int64_t steps = 0;       // train: total optimizer steps; bench: timed steps; 0 = default
-  int64_t warmup_steps = -1;  // steps run before the timed window (bench); -1 = default
+  // Unset (nullopt) fields take the device's default in resolve_config.
+  std::optional<int64_t> batch_size;  // per device
+  std::optional<int64_t> epochs;      // train: passes over the training set (exclusive with steps)
+  std::optional<int64_t> steps;       // train: total optimizer steps; bench: timed steps
+  std::optional<int64_t> warmup_steps;  // steps run before the timed window
   int64_t accumulate_steps = 1;  // micro-batches per optimizer step
 
   // Optimizer and schedule.
@@ -55,7 +57,7 @@ struct RunConfig {
   std::string data_dir;            // resolved directory for fashion-mnist
 
   // Output.
-  int64_t log_every = 0;  // 0 = default
+  std::optional<int64_t> log_every;
   std::string json_path;
   std::string checkpoint_path;
   int64_t save_every = 0;  // steps between checkpoints; 0 = at the end (and each epoch) only

@@ -27,9 +27,12 @@ namespace {
 
 // 25557032 -> "25,557,032"
 std::string with_thousands(int64_t value) {
-  std::string digits = std::to_string(value);
-  for (int i = static_cast<int>(digits.size()) - 3; i > (value < 0 ? 1 : 0); i -= 3) digits.insert(static_cast<size_t>(i), ",");
-  return digits;
+  std::string digits = std::to_string(value), out;
+  for (size_t i = 0; i < digits.size(); ++i) {
+    if (i > 0 && digits[i - 1] != '-' && (digits.size() - i) % 3 == 0) out += ',';
+    out += digits[i];
+  }
+  return out;
 }
 
 std::string format_duration(double seconds) {
@@ -62,7 +65,7 @@ RunSetup set_up(const RunConfig& config) {
     options.input = in;
     options.num_classes = default_num_classes(config.model);
     // Generated once, as the classic benchmarks do: one step's worth of distinct samples.
-    s.train_data = std::make_unique<SyntheticDataset>(config.batch_size * config.accumulate_steps,
+    s.train_data = std::make_unique<SyntheticDataset>(*config.batch_size * config.accumulate_steps,
                                                       SampleShape{in.channels, in.height, in.width},
                                                       static_cast<int>(options.num_classes), config.seed + 2);
   } else {
@@ -77,7 +80,7 @@ RunSetup set_up(const RunConfig& config) {
 
   s.backend = make_backend(config.backend_name, config.device, config.threads);
   NetworkOptions net_options;
-  net_options.batch = config.batch_size;
+  net_options.batch = *config.batch_size;
   net_options.layout = config.layout;
   net_options.dtype = DType::f32;
   s.model = build_model(config.model, *s.backend, net_options, options);
@@ -90,7 +93,7 @@ void print_header(const char* command, const RunConfig& config, RunSetup& s, con
   const Tensor& images = s.model.images->value;
   std::printf("dlbench %s | %s, %s parameters, %.2f GMAC per image forward\n", command, config.model.c_str(),
               with_thousands(net.parameter_count()).c_str(),
-              static_cast<double>(net.forward_macs()) / static_cast<double>(config.batch_size) / 1e9);
+              static_cast<double>(net.forward_macs()) / static_cast<double>(*config.batch_size) / 1e9);
   std::printf("  device %s (%s backend, %d threads) | precision %s | layout %s | memory %.1f MiB planned\n",
               device_name(config.device).c_str(), s.backend->name().c_str(), config.threads,
               precision_name(config.precision), layout_name(config.layout),
@@ -100,7 +103,7 @@ void print_header(const char* command, const RunConfig& config, RunSetup& s, con
               static_cast<long long>(images.c()), static_cast<long long>(images.h()),
               static_cast<long long>(images.w()),
               s.test_data ? fmt::format(", {} test", s.test_data->size()).c_str() : "",
-              static_cast<long long>(config.batch_size),
+              static_cast<long long>(*config.batch_size),
               config.accumulate_steps > 1 ? fmt::format(" x {} micro-batches", config.accumulate_steps).c_str()
                                           : "",
               length.c_str());
@@ -119,8 +122,8 @@ nlohmann::json result_skeleton(const RunConfig& config, RunSetup& s) {
   j["device"] = device_name(config.device);
   j["backend"] = s.backend->name();
   j["precision"] = precision_name(config.precision);
-  j["batch_size"] = config.batch_size;
-  j["global_batch_size"] = config.batch_size * config.accumulate_steps;  // x ranks once several run
+  j["batch_size"] = *config.batch_size;
+  j["global_batch_size"] = *config.batch_size * config.accumulate_steps;  // x ranks once several run
   j["ranks"] = 1;
   j["threads"] = config.threads;
   j["peak_memory_bytes"] = s.trainer->net().memory().total_bytes();
@@ -142,7 +145,7 @@ nlohmann::json run_train(const RunConfig& config) {
   const int64_t images_per_step = trainer.images_per_step();
   EpochSampler sampler(s.train_data->size(), config.seed + 1, /*shuffle=*/true);
   const int64_t steps_per_epoch = sampler.batches_per_epoch(images_per_step);
-  const int64_t total_steps = config.epochs > 0 ? config.epochs * steps_per_epoch : config.steps;
+  const int64_t total_steps = *config.epochs > 0 ? *config.epochs * steps_per_epoch : *config.steps;
   LearningRateSchedule schedule(config, steps_per_epoch, total_steps);
 
   int64_t first_step = 0;
@@ -188,18 +191,18 @@ nlohmann::json run_train(const RunConfig& config) {
     auto feed = [&](int64_t micro) {
       if (config.data == "synthetic" && config.accumulate_steps == 1 && step > first_step) return;
       int64_t b = batch_in_epoch * config.accumulate_steps + micro;
-      trainer.load_batch(*s.train_data, EpochSampler::batch(order, b, config.batch_size));
+      trainer.load_batch(*s.train_data, EpochSampler::batch(order, b, *config.batch_size));
     };
     WallTimer step_timer;
     float loss = trainer.step(feed, schedule.at(step), /*read_loss=*/true);
     double step_ms = step_timer.milliseconds();
     train_seconds += step_ms / 1e3;
-    if (step >= first_step + config.warmup_steps) window.add_step(step_ms, images_per_step);
+    if (step >= first_step + *config.warmup_steps) window.add_step(step_ms, images_per_step);
     losses.push_back(loss);
     images_since_log += images_per_step;
     DLB_REQUIRE(std::isfinite(loss), "training diverged: loss is {} at step {}; lower --lr", loss, step + 1);
 
-    if ((step + 1) % config.log_every == 0 || step + 1 == total_steps) {
+    if ((step + 1) % *config.log_every == 0 || step + 1 == total_steps) {
       double rate = static_cast<double>(images_since_log) / since_log.seconds();
       double eta = static_cast<double>(total_steps - step - 1) * images_per_step / rate;
       std::printf("step %lld/%lld  epoch %lld  loss %.4f  lr %.4g  %.1f img/s  ETA %s\n",
@@ -250,14 +253,14 @@ nlohmann::json run_bench(const RunConfig& config) {
   Trainer& trainer = *s.trainer;
   const int64_t images_per_step = trainer.images_per_step();
   print_header("bench", config, s,
-               fmt::format("{} warm-up + {} timed steps", config.warmup_steps, config.steps));
-  LearningRateSchedule schedule(config, config.warmup_steps + config.steps, config.warmup_steps + config.steps);
+               fmt::format("{} warm-up + {} timed steps", *config.warmup_steps, *config.steps));
+  LearningRateSchedule schedule(config, *config.warmup_steps + *config.steps, *config.warmup_steps + *config.steps);
 
   // Synthetic inputs are loaded once and stay on the device (several micro-batches: reloaded each).
   std::vector<int64_t> all(static_cast<size_t>(s.train_data->size()));
   for (size_t i = 0; i < all.size(); ++i) all[i] = static_cast<int64_t>(i);
   auto load = [&](int64_t micro) {
-    trainer.load_batch(*s.train_data, EpochSampler::batch(all, micro, config.batch_size));
+    trainer.load_batch(*s.train_data, EpochSampler::batch(all, micro, *config.batch_size));
   };
   load(0);
   auto feed = [&](int64_t micro) {
@@ -265,28 +268,28 @@ nlohmann::json run_bench(const RunConfig& config) {
   };
 
   float loss = NAN;
-  for (int64_t step = 0; step < config.warmup_steps; ++step) {
+  for (int64_t step = 0; step < *config.warmup_steps; ++step) {
     WallTimer timer;
     loss = trainer.step(feed, schedule.at(step), /*read_loss=*/true);
     std::printf("warm-up %lld/%lld  loss %.4f  %.1f ms\n", static_cast<long long>(step + 1),
-                static_cast<long long>(config.warmup_steps), loss, timer.milliseconds());
+                static_cast<long long>(*config.warmup_steps), loss, timer.milliseconds());
     std::fflush(stdout);
   }
   MeasuredWindow window;
   std::vector<double> losses;
   WallTimer window_timer;
-  for (int64_t step = 0; step < config.steps; ++step) {
+  for (int64_t step = 0; step < *config.steps; ++step) {
     WallTimer timer;
-    bool read_loss = (step + 1) % config.log_every == 0 || step + 1 == config.steps;
-    loss = trainer.step(feed, schedule.at(config.warmup_steps + step), read_loss);
+    bool read_loss = (step + 1) % *config.log_every == 0 || step + 1 == *config.steps;
+    loss = trainer.step(feed, schedule.at(*config.warmup_steps + step), read_loss);
     s.backend->synchronize();
     double ms = timer.milliseconds();
     window.add_step(ms, images_per_step);
     if (read_loss) {
       losses.push_back(loss);
-      double eta = ms * static_cast<double>(config.steps - step - 1) / 1e3;
+      double eta = ms * static_cast<double>(*config.steps - step - 1) / 1e3;
       std::printf("step %lld/%lld  loss %.4f  %.1f ms  %.1f img/s  ETA %s\n", static_cast<long long>(step + 1),
-                  static_cast<long long>(config.steps), loss, ms,
+                  static_cast<long long>(*config.steps), loss, ms,
                   static_cast<double>(images_per_step) * 1e3 / ms, format_duration(eta).c_str());
       std::fflush(stdout);
     }
@@ -295,16 +298,16 @@ nlohmann::json run_bench(const RunConfig& config) {
   Distribution d = window.step_distribution();
 
   nlohmann::json j = result_skeleton(config, s);
-  j["steps"] = config.steps;
-  j["warmup_steps"] = config.warmup_steps;
+  j["steps"] = *config.steps;
+  j["warmup_steps"] = *config.warmup_steps;
   j["final_loss"] = loss;
   j["images_per_second"] = window.images_per_second();
   j["step_ms"] = to_json(d);
   j["window_seconds"] = window.wall_seconds();
   j["flops_per_image"] = 3.0 * 2.0 * static_cast<double>(trainer.net().forward_macs()) /
-                         static_cast<double>(config.batch_size);
+                         static_cast<double>(*config.batch_size);
   std::printf("%s %s batch %lld on %s: %.2f img/s | step median %.1f ms, p5 %.1f, p95 %.1f, mean %.1f +- %.1f ms\n",
-              config.model.c_str(), precision_name(config.precision), static_cast<long long>(config.batch_size),
+              config.model.c_str(), precision_name(config.precision), static_cast<long long>(*config.batch_size),
               device_name(config.device).c_str(), window.images_per_second(), d.median, d.p5, d.p95, d.mean, d.ci95);
   return j;
 }

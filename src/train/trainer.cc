@@ -12,7 +12,7 @@ namespace dlbench {
 Trainer::Trainer(Backend& backend, Model& model, const RunConfig& config)
     : backend_(backend),
       model_(model),
-      batch_(config.batch_size),
+      batch_(*config.batch_size),
       accumulate_steps_(config.accumulate_steps) {
   Network& network = *model_.net;
   network.finalize(config.seed);

@@ -68,7 +68,8 @@ void expect_one_line_error(const CommandResult& r, const std::string& needle) {
   EXPECT_NE(r.err.find(needle), std::string::npos) << "missing '" << needle << "' in: " << r.err;
 }
 
-const std::string kSmallTrain = "train --model resnet20 --batch-size 8 --steps 1 --threads 1 ";
+const std::string kSmallModel = "train --model resnet20 --batch-size 8 --threads 1 ";
+const std::string kSmallTrain = kSmallModel + "--steps 1 ";
 
 TEST(BadInput, MissingIdxFiles) {
   fs::path dir = temp_dir("missing");
@@ -146,7 +147,7 @@ TEST(BadInput, CheckpointOfAnotherModel) {
   std::string ckpt = (dir / "r18.ckpt").string();
   CommandResult made = run_dlbench("train --model resnet18 --batch-size 2 --steps 1 --threads 1 --checkpoint " + ckpt);
   ASSERT_EQ(made.exit_code, 0) << made.err;
-  expect_one_line_error(run_dlbench(kSmallTrain + "--steps 2 --resume " + ckpt), "resnet18");
+  expect_one_line_error(run_dlbench(kSmallModel + "--steps 2 --resume " + ckpt), "resnet18");
 }
 
 TEST(BadInput, CheckpointWithBadChecksum) {
@@ -163,7 +164,7 @@ TEST(BadInput, CheckpointWithBadChecksum) {
     byte = static_cast<char>(byte ^ 0x5a);
     f.write(&byte, 1);
   }
-  expect_one_line_error(run_dlbench(kSmallTrain + "--steps 2 --resume " + ckpt), "checksum");
+  expect_one_line_error(run_dlbench(kSmallModel + "--steps 2 --resume " + ckpt), "checksum");
 }
 
 TEST(BadInput, FailedRunWritesNoJson) {
