@@ -31,8 +31,8 @@ BatchNormLayer::BatchNormLayer(Network& net, std::string name, Activation& input
 
 void BatchNormLayer::plan(MemoryPlan& plan) {
   plan_ = net_.backend().plan_batchnorm(geometry_);
-  plan.add_parameter(name_ + ".weight", gamma_, dgamma_, ParamInit::ones, 1, true);
-  plan.add_parameter(name_ + ".bias", beta_, dbeta_, ParamInit::zeros, 1, true);
+  plan.add_parameter(name_ + ".weight", gamma_, dgamma_, ParamInit::ones, 1, true, ParamUse::master);
+  plan.add_parameter(name_ + ".bias", beta_, dbeta_, ParamInit::zeros, 1, true, ParamUse::master);
   plan.add_buffer(running_mean_, 0.f);
   plan.add_buffer(running_var_, 1.f);
   plan.add_activation(saved_mean_);

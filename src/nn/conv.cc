@@ -22,14 +22,15 @@ ConvLayer::ConvLayer(Network& net, std::string name, Activation& input, const Co
   output_ = &net.new_activation(name_ + ".out",
                                 {geometry_.batch, geometry_.out_channels, geometry_.out_h(), geometry_.out_w()});
   std::vector<int64_t> wdims{options.out_channels, x.c(), options.kernel, options.kernel};
-  weight_ = Tensor(nullptr, wdims, net.master_dtype(), net.layout(), net.backend().device());
-  dweight_ = Tensor(nullptr, wdims, net.master_dtype(), net.layout(), net.backend().device());
+  weight_ = Tensor(nullptr, wdims, net.dtype(), net.layout(), net.backend().device());
+  dweight_ = Tensor(nullptr, wdims, net.dtype(), net.layout(), net.backend().device());
 }
 
 void ConvLayer::plan(MemoryPlan& plan) {
   plan_ = net_.backend().plan_conv(geometry_);
   int64_t fan_out = geometry_.out_channels * geometry_.kernel_h * geometry_.kernel_w;
-  plan.add_parameter(name_ + ".weight", weight_, dweight_, ParamInit::he_normal_fan_out, fan_out, false);
+  plan.add_parameter(name_ + ".weight", weight_, dweight_, ParamInit::he_normal_fan_out, fan_out, false,
+                     ParamUse::compute);
   plan.require_workspace(plan_->workspace_bytes());
 }
 

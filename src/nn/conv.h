@@ -1,6 +1,7 @@
 // ConvLayer: 2-D convolution without bias (a batch norm follows every conv in a ResNet).
 //   input  x  [N, C, H, W]
-//   weight w  [K, C, R, S]   He-normal (fan_out), as torchvision initialises ResNets
+//   weight w  [K, C, R, S]   He-normal (fan_out), as torchvision initialises ResNets; in the compute
+//                            dtype (an FP16/BF16 copy of the FP32 master under mixed precision)
 //   output y  [N, K, P, Q]   P = (H + 2*pad - R) / stride + 1
 #pragma once
 

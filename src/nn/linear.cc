@@ -11,15 +11,15 @@ LinearLayer::LinearLayer(Network& net, std::string name, Activation& input, int6
   set_inputs({&input});
   output_ = &net.new_activation(name_ + ".out", {batch_, out_features_});
   Device device = net.backend().device();
-  weight_ = Tensor(nullptr, {out_features_, in_features_}, net.master_dtype(), Layout::nchw, device);
-  dweight_ = Tensor(nullptr, {out_features_, in_features_}, net.master_dtype(), Layout::nchw, device);
-  bias_ = Tensor(nullptr, {out_features_}, net.master_dtype(), Layout::nchw, device);
-  dbias_ = Tensor(nullptr, {out_features_}, net.master_dtype(), Layout::nchw, device);
+  weight_ = Tensor(nullptr, {out_features_, in_features_}, net.dtype(), Layout::nchw, device);
+  dweight_ = Tensor(nullptr, {out_features_, in_features_}, net.dtype(), Layout::nchw, device);
+  bias_ = Tensor(nullptr, {out_features_}, net.dtype(), Layout::nchw, device);
+  dbias_ = Tensor(nullptr, {out_features_}, net.dtype(), Layout::nchw, device);
 }
 
 void LinearLayer::plan(MemoryPlan& plan) {
-  plan.add_parameter(name_ + ".weight", weight_, dweight_, ParamInit::uniform_fan_in, in_features_, false);
-  plan.add_parameter(name_ + ".bias", bias_, dbias_, ParamInit::uniform_fan_in, in_features_, true);
+  plan.add_parameter(name_ + ".weight", weight_, dweight_, ParamInit::uniform_fan_in, in_features_, false, ParamUse::compute);
+  plan.add_parameter(name_ + ".bias", bias_, dbias_, ParamInit::uniform_fan_in, in_features_, true, ParamUse::compute);
 }
 
 void LinearLayer::forward(Phase) {

@@ -1,5 +1,6 @@
 #include "nn/memory_plan.h"
 
+#include <algorithm>
 #include <cmath>
 #include <random>
 
@@ -31,15 +32,18 @@ MemoryPlan::~MemoryPlan() {
   for (auto& [pointer, bytes] : arenas_) backend_.deallocate(pointer);
 }
 
+namespace {
+// Every parameter starts aligned for vector loads: the flat buffers are padded to 64 elements.
+int64_t padded(int64_t count) { return (count + 63) / 64 * 64; }
+}  // namespace
+
 void MemoryPlan::add_parameter(std::string name, Tensor& value, Tensor& grad, ParamInit init, int64_t fan,
-                               bool is_norm_or_bias) {
+                               bool is_norm_or_bias, ParamUse use) {
   DLB_CHECK(!allocated(), "parameter {} declared after allocation", name);
-  DLB_CHECK(value.dtype() == master_dtype_ && grad.dtype() == master_dtype_, "parameter {} is not {}", name,
-            dtype_name(master_dtype_));
-  ParameterInfo info{std::move(name), &value, &grad, init, fan, is_norm_or_bias, parameter_count_};
-  // Keep every parameter's start aligned for vector loads: pad the flat buffer to 64 floats.
-  parameter_count_ += (value.numel() + 63) / 64 * 64;
-  parameters_.push_back(std::move(info));
+  DType expected = use == ParamUse::compute ? compute_dtype_ : master_dtype_;
+  DLB_CHECK(value.dtype() == expected && grad.dtype() == expected, "parameter {} is not {}", name,
+            dtype_name(expected));
+  parameters_.push_back({std::move(name), &value, &grad, init, fan, is_norm_or_bias, use, 0});
 }
 
 void MemoryPlan::add_buffer(Tensor& value, float initial_value) {
@@ -69,6 +73,18 @@ void MemoryPlan::allocate(uint64_t seed) {
     return static_cast<std::byte*>(pointer);
   };
 
+  // Offsets: parameters read in the compute dtype first, then the others (declaration order within each),
+  // so the compute copies cover one leading range of the flat buffers.
+  std::stable_partition(parameters_.begin(), parameters_.end(),
+                        [](const ParameterInfo& p) { return p.use == ParamUse::compute; });
+  parameter_count_ = 0;
+  compute_count_ = 0;
+  for (auto& p : parameters_) {
+    p.offset = parameter_count_;
+    parameter_count_ += padded(p.value->numel());
+    if (p.use == ParamUse::compute) compute_count_ = parameter_count_;
+  }
+
   // Three buffers with identical offsets: parameters, gradients, momentum.
   const size_t element = dtype_size(master_dtype_);
   size_t flat_bytes = static_cast<size_t>(parameter_count_) * element;
@@ -78,10 +94,20 @@ void MemoryPlan::allocate(uint64_t seed) {
   flat_parameters_ = Tensor(params, {parameter_count_}, master_dtype_, Layout::nchw, device);
   flat_gradients_ = Tensor(grads, {parameter_count_}, master_dtype_, Layout::nchw, device);
   flat_momentum_ = Tensor(momentum, {parameter_count_}, master_dtype_, Layout::nchw, device);
+  std::byte* compute_params = nullptr;
+  std::byte* compute_grads = nullptr;
+  if (has_compute_copies()) {
+    size_t compute_bytes = static_cast<size_t>(compute_count_) * dtype_size(compute_dtype_);
+    compute_params = new_arena(compute_bytes);
+    compute_grads = new_arena(compute_bytes);
+    compute_parameters_ = Tensor(compute_params, {compute_count_}, compute_dtype_, Layout::nchw, device);
+    compute_gradients_ = Tensor(compute_grads, {compute_count_}, compute_dtype_, Layout::nchw, device);
+  }
   for (auto& p : parameters_) {
-    size_t byte_offset = static_cast<size_t>(p.offset) * element;
-    p.value->set_data(params + byte_offset);
-    p.grad->set_data(grads + byte_offset);
+    const bool copy = has_compute_copies() && p.use == ParamUse::compute;
+    size_t byte_offset = static_cast<size_t>(p.offset) * (copy ? dtype_size(compute_dtype_) : element);
+    p.value->set_data((copy ? compute_params : params) + byte_offset);
+    p.grad->set_data((copy ? compute_grads : grads) + byte_offset);
   }
 
   std::byte* buffers = new_arena(static_cast<size_t>(buffer_count_) * element);
@@ -150,6 +176,19 @@ void MemoryPlan::initialise(uint64_t seed) {
     std::fill_n(host_buffers.begin() + b.offset, b.value->numel(), static_cast<double>(b.initial));
   }
   copy_to_flat(flat_buffers_, host_buffers);
+  parameters_to_compute();
+}
+
+void MemoryPlan::gradients_to_master() {
+  if (!has_compute_copies() || compute_count_ == 0) return;
+  Tensor leading(flat_gradients_.data(), {compute_count_}, master_dtype_, Layout::nchw, flat_gradients_.device());
+  backend_.cast(compute_gradients_, leading);
+}
+
+void MemoryPlan::parameters_to_compute() {
+  if (!has_compute_copies() || compute_count_ == 0) return;
+  Tensor leading(flat_parameters_.data(), {compute_count_}, master_dtype_, Layout::nchw, flat_parameters_.device());
+  backend_.cast(leading, compute_parameters_);
 }
 
 std::vector<ParamSegment> MemoryPlan::segments(bool decay_norm_and_bias) const {

@@ -9,6 +9,13 @@
 //   buffers     master dtype, non-trained state saved in checkpoints (batch-norm running statistics)
 // The master dtype is FP32, except FP64 for double-precision networks (the reference backend's
 // gradient checks), where every parameter and statistic is double too.
+//
+// Mixed precision: when the compute dtype (FP16, BF16) differs from the master dtype, the parameters that
+// layers read in the compute dtype (conv and linear weights: ParamUse::compute) get a second copy in two
+// more flat buffers, compute parameters and compute gradients. Those parameters are placed first in the
+// flat buffers, so that one cast moves all compute gradients to the master gradients after backward
+// (gradients_to_master) and one cast refreshes the compute copy after the update (parameters_to_compute).
+// Batch-norm parameters (ParamUse::master) stay FP32 and are used directly.
 //   activations everything per-step: layer outputs and their gradients, saved state, labels, the loss
 //   workspace   one scratch area shared by all ops (they run one after another): the largest request
 #pragma once
@@ -31,6 +38,11 @@ enum class ParamInit : uint8_t {
   zeros,
 };
 
+enum class ParamUse : uint8_t {
+  compute,  // read by the layer in the network's compute dtype (conv, linear)
+  master,   // read by the layer in the master dtype (batch norm's gamma and beta)
+};
+
 struct ParameterInfo {
   std::string name;
   Tensor* value = nullptr;
@@ -38,26 +50,31 @@ struct ParameterInfo {
   ParamInit init = ParamInit::zeros;
   int64_t fan = 1;  // fan_in or fan_out, as the init needs
   bool is_norm_or_bias = false;
-  int64_t offset = 0;  // elements into the flat buffers
+  ParamUse use = ParamUse::compute;
+  int64_t offset = 0;  // elements into the flat buffers (assigned by allocate())
 };
 
 class MemoryPlan {
  public:
-  MemoryPlan(Backend& backend, DType master_dtype) : backend_(backend), master_dtype_(master_dtype) {}
+  MemoryPlan(Backend& backend, DType master_dtype, DType compute_dtype)
+      : backend_(backend), master_dtype_(master_dtype), compute_dtype_(compute_dtype) {}
   ~MemoryPlan();
   MemoryPlan(const MemoryPlan&) = delete;
   MemoryPlan& operator=(const MemoryPlan&) = delete;
 
   DType master_dtype() const { return master_dtype_; }
-  // `value` and `grad` must have dims set (master dtype); their data is assigned by allocate().
+  DType compute_dtype() const { return compute_dtype_; }
+  bool has_compute_copies() const { return compute_dtype_ != master_dtype_; }
+  // `value` and `grad` must have dims set, in the compute dtype (ParamUse::compute) or the master dtype
+  // (ParamUse::master); their data is assigned by allocate().
   void add_parameter(std::string name, Tensor& value, Tensor& grad, ParamInit init, int64_t fan,
-                     bool is_norm_or_bias);
+                     bool is_norm_or_bias, ParamUse use);
   void add_buffer(Tensor& value, float initial_value);
   void add_activation(Tensor& tensor);
   void add_saved_bytes(void** pointer, size_t bytes);
   void require_workspace(size_t bytes);
 
-  // Allocates every arena and initialises parameters (seeded, in declaration order) and buffers.
+  // Allocates every arena and initialises parameters (seeded) and buffers.
   void allocate(uint64_t seed);
   bool allocated() const { return !arenas_.empty(); }
 
@@ -68,6 +85,10 @@ class MemoryPlan {
   Tensor& flat_gradients() { return flat_gradients_; }
   Tensor& flat_momentum() { return flat_momentum_; }
   Tensor& flat_buffers() { return flat_buffers_; }
+  // Mixed precision: the compute copies, over the first compute_count() elements of the flat buffers.
+  int64_t compute_count() const { return compute_count_; }
+  void gradients_to_master();   // master gradients[0, compute_count) = compute gradients
+  void parameters_to_compute();  // compute parameters = master parameters[0, compute_count)
   void* workspace() const { return workspace_; }
   size_t workspace_bytes() const { return workspace_bytes_; }
   size_t activation_bytes() const { return activation_bytes_; }
@@ -89,7 +110,9 @@ class MemoryPlan {
     size_t bytes;
   };
   Backend& backend_;
-  DType master_dtype_;
+  DType master_dtype_, compute_dtype_;
+  int64_t compute_count_ = 0;
+  Tensor compute_parameters_, compute_gradients_;
   std::vector<ParameterInfo> parameters_;
   std::vector<Buffer> buffers_;
   std::vector<Tensor*> activations_;

@@ -7,7 +7,7 @@
 namespace dlbench {
 
 Network::Network(Backend& backend, NetworkOptions options)
-    : backend_(backend), options_(options), memory_(backend, master_dtype()) {}
+    : backend_(backend), options_(options), memory_(backend, master_dtype(), options.dtype) {}
 
 Activation& Network::new_activation(std::string name, std::vector<int64_t> dims, DType dtype) {
   DLB_CHECK(!finalized_, "activation {} added after finalize", name);

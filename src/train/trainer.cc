@@ -52,8 +52,10 @@ float Trainer::step(const std::function<void(int64_t)>& feed, double lr, bool re
       loss_sum += loss;
     }
   }
+  network.memory().gradients_to_master();  // mixed precision: FP16/BF16 gradients into the FP32 ones
   // Gradient exchange between ranks goes here (one rank: nothing to exchange).
   optimizer_->step(lr, 1.f / static_cast<float>(accumulate_steps_));
+  network.memory().parameters_to_compute();  // mixed precision: refresh the FP16/BF16 weight copies
   return read_loss ? loss_sum / static_cast<float>(accumulate_steps_) : NAN;
 }
 
@@ -109,6 +111,7 @@ void Trainer::restore(const Checkpoint& c) {
   backend_.copy_to_device(memory.flat_momentum().data(), c.momentum.data(), c.momentum.size() * sizeof(float));
   backend_.copy_to_device(memory.flat_buffers().data(), c.buffers.data(), c.buffers.size() * sizeof(float));
   model_.net->set_loss_scale(c.loss_scale);
+  memory.parameters_to_compute();
 }
 
 }  // namespace dlbench
