@@ -42,6 +42,10 @@ void add_run_flags(CLI::App& cmd, RunConfig& c, std::string& lr_schedule) {
   cmd.add_option("--lr-decay-factor", c.lr_decay_factor, "step schedule: factor of each drop")->capture_default_str();
   cmd.add_option("--precision", c.precision_text, "fp32 | tf32 | fp16 | bf16 (the CPU trains in fp32)")
       ->capture_default_str();
+  cmd.add_option("--loss-scale", c.loss_scale_text, "dynamic | a fixed factor (default: dynamic for fp16, else 1)");
+  cmd.add_option("--loss-scale-growth-interval", c.loss_scale_growth_interval,
+                 "dynamic loss scaling: good steps before the scale doubles")
+      ->capture_default_str();
   cmd.add_option("--layout", c.layout_text, "nchw | nhwc (default: nchw on the CPU, nhwc on a GPU)");
   cmd.add_option("--data", c.data, "synthetic | fashion-mnist | a directory of IDX files")->capture_default_str();
   cmd.add_option("--device", c.device_text, "auto | cpu | cuda")->capture_default_str();

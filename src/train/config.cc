@@ -1,5 +1,7 @@
 #include "train/config.h"
 
+#include <cmath>
+#include <cstdlib>
 #include <filesystem>
 #include <thread>
 
@@ -25,6 +27,14 @@ const char* lr_schedule_name(LrSchedule schedule) {
     case LrSchedule::cosine: return "cosine";
   }
   return "?";
+}
+
+DType compute_dtype(Precision precision) {
+  switch (precision) {
+    case Precision::fp16: return DType::f16;
+    case Precision::bf16: return DType::bf16;
+    default: return DType::f32;
+  }
 }
 
 namespace {
@@ -70,6 +80,19 @@ void resolve_config(RunConfig& c, bool cuda_available) {
   DLB_REQUIRE(!on_cpu || c.precision == Precision::fp32,
               "--precision {}: the CPU backend trains in fp32 only; use --precision fp32 or --device cuda",
               c.precision_text);
+  // Only FP16's narrow exponent needs the loss scaled; BF16 has FP32's range.
+  if (c.loss_scale_text.empty()) c.loss_scale_text = c.precision == Precision::fp16 ? "dynamic" : "1";
+  if (c.loss_scale_text == "dynamic") {
+    c.dynamic_loss_scale = true;
+    c.loss_scale = 65536.0;
+  } else {
+    char* end = nullptr;
+    c.loss_scale = std::strtod(c.loss_scale_text.c_str(), &end);
+    DLB_REQUIRE(end && *end == '\0' && c.loss_scale > 0 && std::isfinite(c.loss_scale),
+                "--loss-scale {}: give dynamic or a positive number", c.loss_scale_text);
+  }
+  DLB_REQUIRE(c.loss_scale_growth_interval > 0, "--loss-scale-growth-interval {}: must be positive",
+              c.loss_scale_growth_interval);
   if (c.layout_text.empty()) c.layout_text = on_cpu ? "nchw" : "nhwc";
   DLB_REQUIRE(c.layout_text == "nchw" || c.layout_text == "nhwc", "--layout {}: choose nchw or nhwc",
               c.layout_text);
@@ -150,6 +173,7 @@ nlohmann::json config_to_json(const RunConfig& c) {
   j["lr_decay_epochs"] = c.lr_decay_epochs;
   j["lr_decay_factor"] = c.lr_decay_factor;
   j["precision"] = precision_name(c.precision);
+  j["loss_scale"] = c.dynamic_loss_scale ? nlohmann::json("dynamic") : nlohmann::json(c.loss_scale);
   j["layout"] = layout_name(c.layout);
   j["device"] = device_name(c.device);
   j["backend"] = c.backend_name;

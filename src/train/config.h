@@ -17,6 +17,8 @@ enum class Precision : uint8_t { fp32, tf32, fp16, bf16 };
 enum class LrSchedule : uint8_t { constant, step, cosine };
 
 const char* precision_name(Precision precision);
+// The dtype activations and conv/linear weights are computed in (the master weights stay FP32).
+DType compute_dtype(Precision precision);
 const char* lr_schedule_name(LrSchedule schedule);
 
 struct RunConfig {
@@ -50,6 +52,12 @@ struct RunConfig {
   Device device{};
   std::string backend_name;  // cpu: onednn (default) or reference
   int threads = 0;           // CPU threads; 0 = all cores
+  // Loss scaling (fp16): "dynamic" (start at 2^16, halve on overflow and skip the step, double after
+  // loss_scale_growth_interval good steps) or a fixed factor. Other precisions: 1.
+  std::string loss_scale_text;
+  bool dynamic_loss_scale = false;
+  double loss_scale = 1.0;
+  int64_t loss_scale_growth_interval = 2000;
   uint64_t seed = 42;
 
   // Data.

@@ -82,7 +82,7 @@ RunSetup set_up(const RunConfig& config) {
   NetworkOptions net_options;
   net_options.batch = *config.batch_size;
   net_options.layout = config.layout;
-  net_options.dtype = DType::f32;
+  net_options.dtype = compute_dtype(config.precision);
   s.model = build_model(config.model, *s.backend, net_options, options);
   s.trainer = std::make_unique<Trainer>(*s.backend, s.model, config);
   return s;
@@ -127,6 +127,8 @@ nlohmann::json result_skeleton(const RunConfig& config, RunSetup& s) {
   j["ranks"] = 1;
   j["threads"] = config.threads;
   j["peak_memory_bytes"] = s.trainer->net().memory().total_bytes();
+  j["loss_scale"] = s.trainer->loss_scale();
+  j["skipped_steps"] = s.trainer->skipped_steps();
   j["date"] = iso_date_utc();
   j["config"] = config_to_json(config);
   j["system"] = system_info();

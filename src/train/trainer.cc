@@ -22,6 +22,17 @@ Trainer::Trainer(Backend& backend, Model& model, const RunConfig& config)
   staging_labels_ = HostBuffer({batch_}, DType::i32);
   config_digest_ = fmt::format("{} input {}x{}x{} classes {}", model_.name, images.c(), images.h(), images.w(),
                                model_.num_classes);
+  if (images.dtype() != DType::f32) device_staging_ = backend.allocate(staging_images_.tensor().bytes());
+  network.set_loss_scale(static_cast<float>(config.loss_scale));
+  dynamic_loss_scale_ = config.dynamic_loss_scale;
+  growth_interval_ = config.loss_scale_growth_interval;
+  void* flag = backend.allocate(sizeof(int32_t));
+  overflow_flag_ = Tensor(flag, {1}, DType::i32, Layout::nchw, backend.device());
+}
+
+Trainer::~Trainer() {
+  if (device_staging_) backend_.deallocate(device_staging_);
+  backend_.deallocate(overflow_flag_.data());
 }
 
 void Trainer::load_batch(const Dataset& data, std::span<const int64_t> indices) {
@@ -31,8 +42,14 @@ void Trainer::load_batch(const Dataset& data, std::span<const int64_t> indices) 
   padded.resize(static_cast<size_t>(batch_), indices[0]);
   data.gather(padded, staging_images_.tensor(), staging_labels_.tensor());
   Tensor& images = model_.images->value;
-  DLB_CHECK(images.dtype() == DType::f32, "input casts to {} are not implemented", dtype_name(images.dtype()));
-  backend_.copy_to_device(images.data(), staging_images_.tensor().data(), images.bytes());
+  if (images.dtype() == DType::f32) {
+    backend_.copy_to_device(images.data(), staging_images_.tensor().data(), images.bytes());
+  } else {
+    // Data arrives in FP32; the cast to the compute dtype runs on the device.
+    Tensor staged(device_staging_, images.dims(), DType::f32, images.layout(), backend_.device());
+    backend_.copy_to_device(device_staging_, staging_images_.tensor().data(), staged.bytes());
+    backend_.cast(staged, images);
+  }
   backend_.copy_to_device(model_.labels->value.data(), staging_labels_.tensor().data(),
                           model_.labels->value.bytes());
 }
@@ -52,11 +69,33 @@ float Trainer::step(const std::function<void(int64_t)>& feed, double lr, bool re
       loss_sum += loss;
     }
   }
-  network.memory().gradients_to_master();  // mixed precision: FP16/BF16 gradients into the FP32 ones
+  MemoryPlan& memory = network.memory();
+  memory.gradients_to_master();  // mixed precision: FP16/BF16 gradients into the FP32 ones
   // Gradient exchange between ranks goes here (one rank: nothing to exchange).
-  optimizer_->step(lr, 1.f / static_cast<float>(accumulate_steps_));
-  network.memory().parameters_to_compute();  // mixed precision: refresh the FP16/BF16 weight copies
+  const float loss_scale = network.loss_scale();
+  if (dynamic_loss_scale_ && gradients_overflowed()) {
+    // Skip the update, halve the scale: the next step's gradients are less likely to overflow.
+    ++skipped_steps_;
+    good_steps_ = 0;
+    network.set_loss_scale(loss_scale * 0.5f);
+  } else {
+    optimizer_->step(lr, 1.f / (static_cast<float>(accumulate_steps_) * loss_scale));
+    memory.parameters_to_compute();  // mixed precision: refresh the FP16/BF16 weight copies
+    if (dynamic_loss_scale_ && ++good_steps_ == growth_interval_) {
+      good_steps_ = 0;
+      network.set_loss_scale(loss_scale * 2.f);
+    }
+  }
+  // The loss is computed from scaled logits' gradients only: its value is unscaled.
   return read_loss ? loss_sum / static_cast<float>(accumulate_steps_) : NAN;
+}
+
+bool Trainer::gradients_overflowed() {
+  backend_.fill(overflow_flag_, 0);
+  backend_.check_finite(model_.net->memory().flat_gradients(), overflow_flag_);
+  int32_t flag = 0;
+  backend_.copy_to_host(&flag, overflow_flag_.data(), sizeof flag);
+  return flag != 0;
 }
 
 double Trainer::evaluate(const Dataset& data) {
@@ -71,8 +110,15 @@ double Trainer::evaluate(const Dataset& data) {
     load_batch(data, indices);
     network.forward(Phase::inference);
     const Tensor& out = model_.logits->value;
-    DLB_CHECK(out.dtype() == DType::f32, "evaluation reads f32 logits");
-    backend_.copy_to_host(logits.data(), out.data(), out.bytes());
+    if (out.dtype() == DType::f32) {
+      backend_.copy_to_host(logits.data(), out.data(), out.bytes());
+    } else {
+      // FP16/BF16 logits are widened on the device, reusing the input staging buffer (large enough).
+      Tensor wide(device_staging_, out.dims(), DType::f32, Layout::nchw, backend_.device());
+      DLB_CHECK(wide.bytes() <= staging_images_.tensor().bytes(), "logits larger than the input batch");
+      backend_.cast(out, wide);
+      backend_.copy_to_host(logits.data(), wide.data(), wide.bytes());
+    }
     const int32_t* labels = staging_labels_.ptr<int32_t>();
     for (int64_t i = 0; i < count; ++i) {
       const float* row = logits.data() + i * classes;
