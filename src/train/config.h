@@ -66,6 +66,7 @@ struct RunConfig {
 
   // Output.
   std::optional<int64_t> log_every;
+  bool per_layer = false;  // bench: also time every layer's forward and backward
   std::string json_path;
   std::string checkpoint_path;
   int64_t save_every = 0;  // steps between checkpoints; 0 = at the end (and each epoch) only

@@ -8,6 +8,7 @@
 #include <fmt/format.h>
 
 #include "backend/backend_factory.h"
+#include "bench/layer_profile.h"
 #include "bench/measure.h"
 #include "bench/system_info.h"
 #include "core/file_io.h"
@@ -314,6 +315,13 @@ nlohmann::json run_bench(const RunConfig& config) {
   j["seconds_to_first_timed_step"] = seconds_to_first_timed_step;
   j["flops_per_image"] = 3.0 * 2.0 * static_cast<double>(trainer.net().forward_macs()) /
                          static_cast<double>(*config.batch_size);
+  if (config.per_layer) {
+    // After the window, so it cannot disturb the measurement.
+    std::vector<LayerTime> times = profile_layers(trainer.net(), 3);
+    std::printf("\nper-layer times (mean of 3 iterations, each layer synchronised):\n%s\n",
+                format_layer_profile(times).c_str());
+    j["per_layer"] = to_json(times);
+  }
   std::printf("%s %s batch %lld on %s: %.2f img/s | step median %.1f ms, p5 %.1f, p95 %.1f, mean %.1f +- %.1f ms\n",
               config.model.c_str(), precision_name(config.precision), static_cast<long long>(*config.batch_size),
               device_name(config.device).c_str(), window.images_per_second(), d.median, d.p5, d.p95, d.mean, d.ci95);

@@ -1,0 +1,64 @@
+#include "bench/layer_profile.h"
+
+#include <fmt/format.h>
+
+#include "core/timer.h"
+
+namespace dlbench {
+
+std::vector<LayerTime> profile_layers(Network& net, int iterations) {
+  Backend& backend = net.backend();
+  const auto& layers = net.layers();
+  std::vector<LayerTime> times(layers.size());
+  for (size_t i = 0; i < layers.size(); ++i) {
+    times[i].name = layers[i]->name();
+    times[i].kind = layers[i]->kind();
+    times[i].forward_macs = layers[i]->forward_macs();
+  }
+  for (int it = 0; it < iterations; ++it) {
+    for (size_t i = 0; i < layers.size(); ++i) {
+      backend.synchronize();
+      WallTimer timer;
+      layers[i]->forward(Phase::train);
+      backend.synchronize();
+      times[i].forward_ms += timer.milliseconds() / iterations;
+    }
+    for (size_t i = layers.size(); i-- > 0;) {
+      backend.synchronize();
+      WallTimer timer;
+      layers[i]->backward();
+      backend.synchronize();
+      times[i].backward_ms += timer.milliseconds() / iterations;
+    }
+  }
+  return times;
+}
+
+std::string format_layer_profile(const std::vector<LayerTime>& times) {
+  double total = 0;
+  for (const auto& t : times) total += t.forward_ms + t.backward_ms;
+  std::string out = fmt::format("{:<28} {:<12} {:>10} {:>10} {:>7} {:>10}\n", "layer", "kind", "fwd ms", "bwd ms",
+                                "share", "fwd GF/s");
+  double forward = 0, backward = 0;
+  for (const auto& t : times) {
+    forward += t.forward_ms;
+    backward += t.backward_ms;
+    double gflops = t.forward_ms > 0 ? 2.0 * static_cast<double>(t.forward_macs) / (t.forward_ms * 1e6) : 0;
+    out += fmt::format("{:<28} {:<12} {:>10.3f} {:>10.3f} {:>6.1f}% {:>10}\n", t.name, t.kind, t.forward_ms,
+                       t.backward_ms, total > 0 ? 100 * (t.forward_ms + t.backward_ms) / total : 0,
+                       t.forward_macs > 0 ? fmt::format("{:.1f}", gflops) : "");
+  }
+  out += fmt::format("{:<28} {:<12} {:>10.3f} {:>10.3f}\n", "total", "", forward, backward);
+  return out;
+}
+
+nlohmann::json to_json(const std::vector<LayerTime>& times) {
+  nlohmann::json j = nlohmann::json::array();
+  for (const auto& t : times) {
+    j.push_back({{"layer", t.name}, {"kind", t.kind}, {"forward_ms", t.forward_ms},
+                 {"backward_ms", t.backward_ms}, {"forward_macs", t.forward_macs}});
+  }
+  return j;
+}
+
+}  // namespace dlbench

@@ -1,0 +1,26 @@
+// Per-layer timing (`dlbench bench --per-layer`), as `caffe time` does: each layer's forward and backward
+// run alone between two synchronisations, averaged over some iterations, so anyone can see where a step's
+// time goes. The sum is a little above a real step's time (every layer pays a synchronisation).
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "nn/network.h"
+
+namespace dlbench {
+
+struct LayerTime {
+  std::string name, kind;
+  double forward_ms = 0, backward_ms = 0;
+  int64_t forward_macs = 0;
+};
+
+std::vector<LayerTime> profile_layers(Network& net, int iterations);
+// A table: layer, kind, forward ms, backward ms, share of the total, achieved forward GFLOP/s.
+std::string format_layer_profile(const std::vector<LayerTime>& times);
+nlohmann::json to_json(const std::vector<LayerTime>& times);
+
+}  // namespace dlbench
