@@ -86,6 +86,8 @@ int main(int argc, char** argv) {
   std::string bench_schedule = "constant";
   CLI::App* bench = app.add_subcommand("bench", "measure training throughput on synthetic data");
   add_run_flags(*bench, bench_config, bench_schedule);
+  bench->add_option("--cuda-graph", bench_config.cuda_graph, "replay the whole step as one CUDA graph (true|false)")
+      ->capture_default_str();
   bench->add_flag("--per-layer", bench_config.per_layer, "after the timed window, time each layer's forward and backward");
 
   try {

@@ -21,6 +21,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <span>
 #include <string>
@@ -114,6 +115,13 @@ struct SgdStep {
   float grad_scale = 1.f;  // gradients are multiplied by this first (1 / loss scale, 1 / ranks)
 };
 
+// Work recorded once and replayed many times (a CUDA graph): the whole training step after warm-up.
+class CapturedWork {
+ public:
+  virtual ~CapturedWork() = default;
+  virtual void replay() = 0;  // asynchronous, like any op
+};
+
 class Backend {
  public:
   virtual ~Backend() = default;
@@ -127,6 +135,9 @@ class Backend {
   virtual void copy_to_host(void* host_dst, const void* src, size_t bytes) = 0;
   virtual void copy(void* dst, const void* src, size_t bytes) = 0;
   virtual void synchronize() = 0;
+  // Records the ops `body` issues (which must not synchronise with the host) for replay; nullptr where the
+  // backend cannot (then the caller simply runs `body` each time). `body` is not executed by the capture.
+  virtual std::unique_ptr<CapturedWork> capture(const std::function<void()>& body) { return nullptr; }
 
   // ---- convolution (no bias) ----
   virtual std::unique_ptr<ConvPlan> plan_conv(const ConvGeometry& geometry) = 0;

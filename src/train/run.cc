@@ -281,6 +281,11 @@ nlohmann::json run_bench(const RunConfig& config) {
                 static_cast<long long>(*config.warmup_steps), loss, timer.milliseconds());
     std::fflush(stdout);
   }
+  // After warm-up the step is recorded once and replayed (on backends that can: CUDA graphs).
+  std::unique_ptr<CapturedWork> graph;
+  if (config.cuda_graph) graph = trainer.capture_step(schedule.at(*config.warmup_steps));
+  std::printf("step as one graph: %s\n", graph ? "yes" : config.cuda_graph ? "no (not supported here)" : "no (off)");
+
   MeasuredWindow window;
   std::vector<double> losses;
   s.backend->synchronize();
@@ -289,7 +294,12 @@ nlohmann::json run_bench(const RunConfig& config) {
   for (int64_t step = 0; step < *config.steps; ++step) {
     WallTimer timer;
     bool read_loss = (step + 1) % *config.log_every == 0 || step + 1 == *config.steps;
-    loss = trainer.step(feed, schedule.at(*config.warmup_steps + step), read_loss);
+    if (graph) {
+      graph->replay();
+      if (read_loss) loss = trainer.read_loss();
+    } else {
+      loss = trainer.step(feed, schedule.at(*config.warmup_steps + step), read_loss);
+    }
     s.backend->synchronize();
     double ms = timer.milliseconds();
     window.add_step(ms, images_per_step);
@@ -313,6 +323,7 @@ nlohmann::json run_bench(const RunConfig& config) {
   j["step_ms"] = to_json(d);
   j["window_seconds"] = window.wall_seconds();
   j["seconds_to_first_timed_step"] = seconds_to_first_timed_step;
+  j["cuda_graph"] = graph != nullptr;
   j["flops_per_image"] = 3.0 * 2.0 * static_cast<double>(trainer.net().forward_macs()) /
                          static_cast<double>(*config.batch_size);
   if (config.per_layer) {

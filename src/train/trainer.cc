@@ -63,11 +63,7 @@ float Trainer::step(const std::function<void(int64_t)>& feed, double lr, bool re
     network.set_parameter_grad_mode(micro == 0 ? Accumulate::overwrite : Accumulate::add);
     network.forward(Phase::train);  // ends with the loss
     network.backward();             // starts from dLoss/dlogits
-    if (read_loss) {
-      float loss = 0.f;
-      backend_.copy_to_host(&loss, model_.loss->output()->value.data(), sizeof(float));
-      loss_sum += loss;
-    }
+    if (read_loss) loss_sum += this->read_loss();
   }
   MemoryPlan& memory = network.memory();
   memory.gradients_to_master();  // mixed precision: FP16/BF16 gradients into the FP32 ones
@@ -88,6 +84,17 @@ float Trainer::step(const std::function<void(int64_t)>& feed, double lr, bool re
   }
   // The loss is computed from scaled logits' gradients only: its value is unscaled.
   return read_loss ? loss_sum / static_cast<float>(accumulate_steps_) : NAN;
+}
+
+std::unique_ptr<CapturedWork> Trainer::capture_step(double lr) {
+  if (dynamic_loss_scale_ || accumulate_steps_ > 1) return nullptr;
+  return backend_.capture([this, lr] { step([](int64_t) {}, lr, /*read_loss=*/false); });
+}
+
+float Trainer::read_loss() {
+  float loss = 0.f;
+  backend_.copy_to_host(&loss, model_.loss->output()->value.data(), sizeof(float));
+  return loss;
 }
 
 bool Trainer::gradients_overflowed() {

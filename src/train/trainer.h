@@ -33,6 +33,13 @@ class Trainer {
   // micro-batches if `read_loss`, else NaN (reading the loss waits for the device).
   float step(const std::function<void(int64_t micro_batch)>& feed, double lr, bool read_loss);
 
+  // Records one whole step on the current inputs (forward, backward, update at rate `lr`) for replay as a
+  // CUDA graph. nullptr when the backend cannot capture, or the step needs the host (dynamic loss scaling
+  // reads the overflow flag; several micro-batches load data).
+  std::unique_ptr<CapturedWork> capture_step(double lr);
+  // The loss of the last step run or replayed (waits for the device).
+  float read_loss();
+
   // Top-1 accuracy over the whole dataset (inference mode: running batch-norm statistics).
   double evaluate(const Dataset& data);
 
