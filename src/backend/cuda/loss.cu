@@ -1,22 +1,22 @@
 // Softmax cross-entropy against label-smoothed targets (see backend.h and reference_loss.cc).
 //
 // Forward, per row of logits x[K] with label L and smoothing s:
-//   m = max x,  S = sum exp(x - m),  D = sum (x - m),  lse = m + log S
-//   probs[j] = exp(x[j] - lse)
-//   row loss = (1 - s) * (lse - x[L]) + s * (lse - mean x) = (1 - s) * (lse - x[L]) + s * (log S - D / K)
-// (the smoothing term is -(s/K) sum_j log_softmax[j]; every term is a difference of nearby values, so
-// nothing cancels catastrophically).
+//   m = max x,  S = sum exp(x - m),  D = sum (x - m)
+//   probs[j] = exp((x[j] - m) - log S)
+//   row loss = (1 - s) * a + s * b,  a = log S - (x[L] - m) = -log probs[L],  b = log S - D / K
+// (b is -mean_j log_softmax[j]: the smoothing term. Every quantity is a difference of nearby values or a
+// small logarithm, so nothing cancels catastrophically, however large the logits.)
 //
 // Two launches, no workspace, deterministic:
 //  1. rows_kernel: a group of 32 threads (K <= 256) or a whole block of 256 (larger K) per row; three
-//     passes over the row (max; sum of exp and of x - m; probs), the second and third served from L1.
-//     It writes every probability except two stash slots per row: probs[L] holds lse and, when s > 0 and
-//     K > 1, probs[(L + 1) % K] holds log S - D / K.
-//  2. finalize_kernel: ONE block reads the stashes (2 floats and 2 logits a row), restores the two
-//     probabilities with the very expression rows_kernel uses (bit-identical), and sums the row losses in
-//     f64 in a fixed order: loss[0] = sum / N. No float atomics, so the loss does not depend on timing.
-// Arithmetic is f32 for f32/f16/bf16 logits and f64 for f64 logits; lse is rounded to f32 once (it is
-// stashed in f32 probs) and both kernels use that rounded value.
+//     passes over the row (max; sums of exp and of x - m; probs), the second and third served from L1.
+//     It writes every probability except two stash slots per row: probs[L] holds a and, when s > 0 and
+//     K > 1, probs[(L + 1) % K] holds b.
+//  2. finalize_kernel: ONE block reads the stashes (2 floats and 2 logits a row, 4 rows in flight per
+//     thread), restores the two probabilities (probs[L] = exp(-a), probs[L'] = exp((x[L'] - x[L]) - a)),
+//     and sums the row losses in f64 in a fixed order: loss[0] = sum / N. No float atomics, so the loss
+//     does not depend on timing.
+// Arithmetic is f32 for f32/f16/bf16 logits and f64 for f64 logits (a and b pass through f32 stashes).
 //
 // Backward: an elementwise pass, dlogits = (scale / N) * (probs - target), 16-byte loads of probs.
 #include "backend/cuda/kernel_common.cuh"
@@ -81,21 +81,20 @@ __global__ void __launch_bounds__(kLossThreads)
   sum_diff = group_reduce<TPR, false>(sum_diff, smem);
 
   const A log_s = log_acc(sum_exp);
-  const float lse = static_cast<float>(m + log_s);
   const int64_t label = labels[row];
   const bool stash_smoothing = smoothing != 0.f && k > 1;
   const int64_t second = label + 1 == k ? 0 : label + 1;
   for (int64_t j = t; j < k; j += TPR) {
     if (j == label || (stash_smoothing && j == second)) continue;
-    p[j] = static_cast<float>(exp_acc(widen(x[j]) - static_cast<A>(lse)));
+    p[j] = static_cast<float>(exp_acc((widen(x[j]) - m) - log_s));
   }
   if (t == 0) {
-    p[label] = lse;
+    p[label] = static_cast<float>(log_s - (widen(x[label]) - m));
     if (stash_smoothing) p[second] = static_cast<float>(log_s - sum_diff / static_cast<A>(k));
   }
 }
 
-constexpr int kFinalizeThreads = 1024;
+constexpr int kFinalizeThreads = 512;  // 128 registers a thread: the f64 version does not spill
 
 template <typename T>
 __global__ void __launch_bounds__(kFinalizeThreads)
@@ -110,7 +109,7 @@ __global__ void __launch_bounds__(kFinalizeThreads)
   constexpr int kUnroll = 4;
   for (int64_t base = threadIdx.x; base < n; base += int64_t(kUnroll) * kFinalizeThreads) {
     int64_t label[kUnroll], second[kUnroll];
-    float lse[kUnroll], b[kUnroll];
+    float a[kUnroll], b[kUnroll];
     A x_label[kUnroll], x_second[kUnroll];
 #pragma unroll
     for (int u = 0; u < kUnroll; ++u) {
@@ -122,10 +121,10 @@ __global__ void __launch_bounds__(kFinalizeThreads)
     for (int u = 0; u < kUnroll; ++u) {
       const int64_t row = base + int64_t(u) * kFinalizeThreads;
       if (row < n) {
-        lse[u] = probs[label[u]];
-        x_label[u] = widen(logits[label[u]]);
+        a[u] = probs[label[u]];
         if (stash_smoothing) {
           b[u] = probs[second[u]];
+          x_label[u] = widen(logits[label[u]]);
           x_second[u] = widen(logits[second[u]]);
         }
       }
@@ -134,12 +133,12 @@ __global__ void __launch_bounds__(kFinalizeThreads)
     for (int u = 0; u < kUnroll; ++u) {
       const int64_t row = base + int64_t(u) * kFinalizeThreads;
       if (row >= n) continue;
-      const A a = static_cast<A>(lse[u]) - x_label[u];  // -log_softmax[label]
-      probs[label[u]] = static_cast<float>(exp_acc(x_label[u] - static_cast<A>(lse[u])));
-      A row_loss = a;
-      if (stash_smoothing) {  // b = lse - mean x
-        probs[second[u]] = static_cast<float>(exp_acc(x_second[u] - static_cast<A>(lse[u])));
-        row_loss = (A(1) - static_cast<A>(smoothing)) * a + static_cast<A>(smoothing) * static_cast<A>(b[u]);
+      const A a_u = static_cast<A>(a[u]);  // -log probs[label]
+      probs[label[u]] = static_cast<float>(exp_acc(-a_u));
+      A row_loss = a_u;
+      if (stash_smoothing) {
+        probs[second[u]] = static_cast<float>(exp_acc((x_second[u] - x_label[u]) - a_u));
+        row_loss = (A(1) - static_cast<A>(smoothing)) * a_u + static_cast<A>(smoothing) * static_cast<A>(b[u]);
       }
       total += static_cast<double>(row_loss);
     }
