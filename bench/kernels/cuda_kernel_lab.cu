@@ -155,7 +155,8 @@ struct Row {
 class Lab {
  public:
   Lab(int reps, int64_t elements) : reps_(reps), elements_(elements) {
-    DLB_KERNEL_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
+    // Blocking: the lab's plain cudaMemcpy calls (legacy default stream) are ordered with its kernels.
+    DLB_KERNEL_CHECK(cudaStreamCreate(&stream_));
   }
   ~Lab() { cudaStreamDestroy(stream_); }
   cudaStream_t stream() const { return stream_; }

@@ -33,7 +33,10 @@ class CudaKernelTest : public ::testing::Test {
       GTEST_SKIP() << "no CUDA GPU: cudaGetDeviceCount failed: " << cudaGetErrorString(error);
     }
     if (count == 0) GTEST_SKIP() << "no CUDA GPU: cudaGetDeviceCount returned 0";
-    DLB_KERNEL_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
+    // A blocking stream: the plain cudaMemcpy calls of DeviceBuffer (legacy default stream) are ordered
+    // with the kernels on it. A pageable-memory upload may return before its DMA lands, so a non-blocking
+    // stream could read stale data.
+    DLB_KERNEL_CHECK(cudaStreamCreate(&stream_));
   }
   void TearDown() override {
     if (stream_) {

@@ -102,7 +102,8 @@ TEST_F(CudaElementwise, CastRoundsOnceBetweenEveryPair) {
   for (DType from : float_dtypes()) {
     for (DType to : float_dtypes()) {
       for (int64_t n : {int64_t{1}, int64_t{7}, int64_t{1023}, int64_t{65537}}) {
-        for (size_t offset : {size_t{0}, dtype_size(from)}) {
+        for (bool misaligned : {false, true}) {  // both pointers one element past 16-byte alignment
+          const size_t offset = misaligned ? dtype_size(from) : 0, dst_offset = misaligned ? dtype_size(to) : 0;
           SCOPED_TRACE(std::string(dtype_name(from)) + " -> " + trace(to, n, offset));
           // Magnitudes from 2^-30 to 2^20: subnormals and overflow of f16, ties of every format.
           HostBuffer src({n}, from);
@@ -110,7 +111,7 @@ TEST_F(CudaElementwise, CastRoundsOnceBetweenEveryPair) {
           std::uniform_real_distribution<double> mantissa(-1, 1);
           std::uniform_int_distribution<int> exponent(-30, 20);
           for (int64_t i = 0; i < n; ++i) set(src, i, std::ldexp(mantissa(rng), exponent(rng)));
-          DeviceBuffer ds(n * dtype_size(from), offset), dd(n * dtype_size(to), offset);
+          DeviceBuffer ds(n * dtype_size(from), offset), dd(n * dtype_size(to), dst_offset);
           ds.upload(src);
           cuda::cast(ds.get(), from, dd.get(), to, n, stream_);
           sync();
@@ -197,11 +198,13 @@ TEST_F(CudaElementwise, BiasBackwardSumsRowsInF32AndHonoursAccumulate) {
     for (DType dbias_dtype : {dtype, DType::f32}) {
       for (const Matrix& m : matrix_shapes()) {
         for (bool accumulate : {false, true}) {
-          SCOPED_TRACE(trace(dtype, m.rows * m.cols, 0) + " dbias " + dtype_name(dbias_dtype) +
+          // Aligned dy (16-byte loads when cols allows) for overwrite, misaligned (element loads) for add.
+          const size_t offset = accumulate ? dtype_size(dtype) : 0;
+          SCOPED_TRACE(trace(dtype, m.rows * m.cols, offset) + " dbias " + dtype_name(dbias_dtype) +
                        " cols=" + std::to_string(m.cols) + (accumulate ? " accumulate" : " overwrite"));
           const int64_t n = m.rows * m.cols;
           HostBuffer dy = random_values(n, dtype, 7), dbias = random_values(m.cols, dbias_dtype, 8);
-          DeviceBuffer ddy(n * dtype_size(dtype), dtype_size(dtype)), ddb(m.cols * dtype_size(dbias_dtype));
+          DeviceBuffer ddy(n * dtype_size(dtype), offset), ddb(m.cols * dtype_size(dbias_dtype));
           ddy.upload(dy);
           ddb.upload(dbias);
           cuda::bias_backward(ddy.get(), dtype, ddb.get(), dbias_dtype, m.rows, m.cols, accumulate, stream_);

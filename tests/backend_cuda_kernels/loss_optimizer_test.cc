@@ -244,6 +244,42 @@ TEST_F(CudaSgd, MatchesTheReferenceBitForBitOverSeveralSteps) {
   }
 }
 
+// More segments than one block's table holds (256), many of them tiny or empty: the kernel walks the
+// table in chunks, and every element of every segment is updated exactly once.
+TEST_F(CudaSgd, ManySmallSegmentsSpanSeveralTableChunks) {
+  std::mt19937_64 rng(77);
+  std::uniform_int_distribution<int64_t> size(0, 40), gap(0, 2);
+  std::vector<ParamSegment> segments;
+  int64_t offset = 0;
+  for (int i = 0; i < 700; ++i) {
+    offset += gap(rng);
+    const int64_t count = i == 300 ? 100000 : size(rng);  // one big one among them
+    segments.push_back({offset, count, i % 2 == 0});
+    offset += count;
+  }
+  std::shuffle(segments.begin(), segments.end(), rng);
+  const int64_t total = offset + 1;
+  SgdStep step;
+  step.lr = 0.1f, step.momentum = 0.9f, step.weight_decay = 5e-4f, step.nesterov = true, step.grad_scale = 0.25f;
+  HostBuffer params = random_values(total, DType::f32, 61), momentum = random_values(total, DType::f32, 62);
+  const HostBuffer grads = random_values(total, DType::f32, 63);
+  DeviceBuffer dp(total * 4), dg(total * 4), dv(total * 4), dseg(segments.size() * sizeof(ParamSegment));
+  dp.upload(params);
+  dg.upload(grads);
+  dv.upload(momentum);
+  dseg.upload(segments.data(), segments.size() * sizeof(ParamSegment));
+  cuda::sgd_update(dp.as<float>(), dg.as<float>(), dv.as<float>(), dseg.as<ParamSegment>(),
+                   static_cast<int>(segments.size()), step, stream_);
+  ReferenceBackend reference;
+  reference.sgd_update(params.tensor(), grads.tensor(), momentum.tensor(), segments, step);
+  sync();
+  HostBuffer p({total}, DType::f32), v({total}, DType::f32);
+  dp.download(p);
+  dv.download(v);
+  EXPECT_EQ(std::memcmp(p.tensor().data(), params.tensor().data(), total * 4), 0);
+  EXPECT_EQ(std::memcmp(v.tensor().data(), momentum.tensor().data(), total * 4), 0);
+}
+
 TEST_F(CudaSgd, NoSegmentsAndEmptySegmentsLeaveEverythingAlone) {
   const int64_t total = 37;
   HostBuffer params = random_values(total, DType::f32, 51);
