@@ -1,0 +1,290 @@
+// Softmax cross-entropy against label-smoothed targets (see backend.h and reference_loss.cc).
+//
+// Forward, per row of logits x[K] with label L and smoothing s:
+//   m = max x,  S = sum exp(x - m),  D = sum (x - m)
+//   probs[j] = exp((x[j] - m) - log S)
+//   row loss = (1 - s) * a + s * b,  a = log S - (x[L] - m) = -log probs[L],  b = log S - D / K
+// (b is -mean_j log_softmax[j]: the smoothing term. Every quantity is a difference of nearby values or a
+// small logarithm, so nothing cancels catastrophically, however large the logits.)
+//
+// Two launches, no workspace, deterministic:
+//  1. The row kernel, one of two:
+//     K <= 1024: warp_rows_kernel, a warp per row (8 rows a block), the row held in registers (ITEMS =
+//       K / 32 rounded up to a power of two, a compile-time count), so logits are read once; reductions
+//       are warp shuffles, no block barriers.
+//     K > 1024: block_rows_kernel, a block of 256 per row, three passes over the row (max; sums of exp
+//       and of x - m; probs), the second and third served from L1.
+//     Both write every probability except two stash slots per row: probs[L] holds a and, when s > 0 and
+//     K > 1, probs[(L + 1) % K] holds b.
+//  2. finalize_kernel: ONE block reads the stashes (2 floats and 2 logits a row, 8 rows in flight per
+//     thread), restores the two probabilities (probs[L] = exp(-a), probs[L'] = exp((x[L'] - x[L]) - a)),
+//     and sums the row losses in f64 in a fixed order: loss[0] = sum / N. No float atomics, so the loss
+//     does not depend on timing.
+// Arithmetic is f32 for f32/f16/bf16 logits and f64 for f64 logits (a and b pass through f32 stashes).
+//
+// Backward: an elementwise pass, dlogits = (scale / N) * (probs - target), 16-byte loads of probs.
+#include "backend/cuda/kernel_common.cuh"
+#include "backend/cuda/kernels.h"
+
+namespace dlbench::cuda {
+namespace {
+
+using namespace detail;
+
+constexpr int kLossThreads = 256;
+
+// Sum or max over a block of kLossThreads; every thread gets the result. The 8 warp results are combined
+// through shared memory in a fixed order.
+template <bool kMax, typename A>
+__device__ __forceinline__ A block_reduce(A x, A* smem) {
+  x = kMax ? warp_max(x) : warp_sum(x);
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  if (lane == 0) smem[warp] = x;
+  __syncthreads();
+  x = smem[0];
+#pragma unroll
+  for (int w = 1; w < kLossThreads / 32; ++w) x = kMax ? max(x, smem[w]) : x + smem[w];
+  __syncthreads();  // smem is reused by the next reduction
+  return x;
+}
+
+__device__ __forceinline__ float exp_acc(float x) { return expf(x); }
+__device__ __forceinline__ double exp_acc(double x) { return exp(x); }
+__device__ __forceinline__ float log_acc(float x) { return logf(x); }
+__device__ __forceinline__ double log_acc(double x) { return log(x); }
+
+// Writes the probabilities of one row (except the stash slots) and the stashes; d(j) = x[j] - m.
+template <typename A, typename T>
+__device__ __forceinline__ void write_stashes(const T* x, float* p, int64_t k, int64_t label, bool stash_smoothing,
+                                              A m, A log_s, A sum_diff) {
+  p[label] = static_cast<float>(log_s - (widen(x[label]) - m));  // a = -log probs[label]
+  if (stash_smoothing) {
+    const int64_t second = label + 1 == k ? 0 : label + 1;
+    p[second] = static_cast<float>(log_s - sum_diff / static_cast<A>(k));  // b = -mean log_softmax
+  }
+}
+
+template <typename T, int ITEMS>
+__global__ void __launch_bounds__(kLossThreads)
+    warp_rows_kernel(const T* __restrict__ logits, const int32_t* __restrict__ labels, int64_t n, int64_t k,
+                     float smoothing, float* __restrict__ probs) {
+  using A = Acc<T>;
+  const int64_t row = int64_t(blockIdx.x) * (kLossThreads / 32) + threadIdx.x / 32;
+  const int lane = threadIdx.x % 32;
+  if (row >= n) return;  // the whole warp leaves together
+  const T* x = logits + row * k;
+  float* p = probs + row * k;
+  const int64_t label = labels[row];
+
+  A v[ITEMS];
+  A m = -INFINITY;
+#pragma unroll
+  for (int i = 0; i < ITEMS; ++i) {
+    const int64_t j = lane + 32 * i;
+    v[i] = j < k ? widen(x[j]) : A(-INFINITY);
+    m = max(m, v[i]);
+  }
+  m = warp_max(m);
+  A sum_exp = 0, sum_diff = 0;
+#pragma unroll
+  for (int i = 0; i < ITEMS; ++i) {
+    if (lane + 32 * i < k) {
+      v[i] -= m;
+      sum_exp += exp_acc(v[i]);
+      sum_diff += v[i];
+    }
+  }
+  sum_exp = warp_sum(sum_exp);
+  sum_diff = warp_sum(sum_diff);
+  const A log_s = log_acc(sum_exp);
+  const bool stash_smoothing = smoothing != 0.f && k > 1;
+  const int64_t second = label + 1 == k ? 0 : label + 1;
+#pragma unroll
+  for (int i = 0; i < ITEMS; ++i) {
+    const int64_t j = lane + 32 * i;
+    if (j < k && j != label && !(stash_smoothing && j == second)) p[j] = static_cast<float>(exp_acc(v[i] - log_s));
+  }
+  if (lane == 0) write_stashes(x, p, k, label, stash_smoothing, m, log_s, sum_diff);
+}
+
+template <typename T>
+__global__ void __launch_bounds__(kLossThreads)
+    block_rows_kernel(const T* __restrict__ logits, const int32_t* __restrict__ labels, int64_t n, int64_t k,
+                      float smoothing, float* __restrict__ probs) {
+  using A = Acc<T>;
+  __shared__ A smem[kLossThreads / 32];
+  const int64_t row = blockIdx.x;
+  const int t = threadIdx.x;
+  const T* x = logits + row * k;
+  float* p = probs + row * k;
+
+  A m = -INFINITY;
+  for (int64_t j = t; j < k; j += kLossThreads) m = max(m, widen(x[j]));
+  m = block_reduce<true>(m, smem);
+
+  A sum_exp = 0, sum_diff = 0;
+  for (int64_t j = t; j < k; j += kLossThreads) {
+    const A d = widen(x[j]) - m;
+    sum_exp += exp_acc(d);
+    sum_diff += d;
+  }
+  sum_exp = block_reduce<false>(sum_exp, smem);
+  sum_diff = block_reduce<false>(sum_diff, smem);
+
+  const A log_s = log_acc(sum_exp);
+  const int64_t label = labels[row];
+  const bool stash_smoothing = smoothing != 0.f && k > 1;
+  const int64_t second = label + 1 == k ? 0 : label + 1;
+  for (int64_t j = t; j < k; j += kLossThreads) {
+    if (j == label || (stash_smoothing && j == second)) continue;
+    p[j] = static_cast<float>(exp_acc((widen(x[j]) - m) - log_s));
+  }
+  if (t == 0) write_stashes(x, p, k, label, stash_smoothing, m, log_s, sum_diff);
+}
+
+constexpr int kFinalizeThreads = 512;  // 128 registers a thread: the f64 version does not spill
+
+template <typename T>
+__global__ void __launch_bounds__(kFinalizeThreads)
+    finalize_kernel(const T* __restrict__ logits, const int32_t* __restrict__ labels, int64_t n, int64_t k,
+                    float smoothing, float* __restrict__ probs, float* __restrict__ loss) {
+  using A = Acc<T>;
+  __shared__ double warp_totals[kFinalizeThreads / 32];
+  const bool stash_smoothing = smoothing != 0.f && k > 1;
+  double total = 0;
+  // kUnroll rows per thread per iteration, their loads issued before any use: the dependent chain
+  // (label, then stash and logit) costs two memory latencies per iteration, not per row.
+  constexpr int kUnroll = 8;
+  for (int64_t base = threadIdx.x; base < n; base += int64_t(kUnroll) * kFinalizeThreads) {
+    int64_t label[kUnroll], second[kUnroll];
+    float a[kUnroll], b[kUnroll];
+    A x_label[kUnroll], x_second[kUnroll];
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u) {
+      const int64_t row = base + int64_t(u) * kFinalizeThreads;
+      label[u] = row < n ? row * k + labels[row] : 0;  // flat index of the label's slot
+      second[u] = row < n ? row * k + (labels[row] + 1 == k ? 0 : labels[row] + 1) : 0;
+    }
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u) {
+      const int64_t row = base + int64_t(u) * kFinalizeThreads;
+      if (row < n) {
+        a[u] = probs[label[u]];
+        if (stash_smoothing) {
+          b[u] = probs[second[u]];
+          x_label[u] = widen(logits[label[u]]);
+          x_second[u] = widen(logits[second[u]]);
+        }
+      }
+    }
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u) {
+      const int64_t row = base + int64_t(u) * kFinalizeThreads;
+      if (row >= n) continue;
+      const A a_u = static_cast<A>(a[u]);  // -log probs[label]
+      probs[label[u]] = static_cast<float>(exp_acc(-a_u));
+      A row_loss = a_u;
+      if (stash_smoothing) {
+        probs[second[u]] = static_cast<float>(exp_acc((x_second[u] - x_label[u]) - a_u));
+        row_loss = (A(1) - static_cast<A>(smoothing)) * a_u + static_cast<A>(smoothing) * static_cast<A>(b[u]);
+      }
+      total += static_cast<double>(row_loss);
+    }
+  }
+  total = warp_sum(total);
+  if (threadIdx.x % 32 == 0) warp_totals[threadIdx.x / 32] = total;
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    double sum = 0;
+    for (int w = 0; w < kFinalizeThreads / 32; ++w) sum += warp_totals[w];
+    loss[0] = static_cast<float>(sum / static_cast<double>(n));
+  }
+}
+
+// dlogits[e] = c * (probs[e] - target), target = hit for the label's column, other elsewhere.
+template <typename D>
+struct XentBackwardOp {
+  const float* probs;
+  const int32_t* labels;
+  D* dlogits;
+  int64_t n, k;
+  float c, hit, other;
+  template <int W>
+  __device__ void apply(int64_t e) const {
+    const Vec<float, W> p = load_vec<W>(probs + e);
+    int64_t row = e / k, col = e - row * k;
+    int64_t label = labels[row];
+    Vec<D, W> out;
+#pragma unroll
+    for (int j = 0; j < W; ++j) {
+      out.v[j] = narrow<D>(c * (p.v[j] - (col == label ? hit : other)));
+      if (++col == k && j + 1 < W) {  // the next element starts a row (k may be smaller than W)
+        col = 0;
+        if (++row < n) label = labels[row];
+      }
+    }
+    store_vec<W>(dlogits + e, out);
+  }
+};
+
+void require_shape(const char* op, int64_t n, int64_t k, float smoothing) {
+  DLB_KERNEL_REQUIRE(n >= 0 && k >= 0, op, "n and k must not be negative");
+  DLB_KERNEL_REQUIRE(smoothing >= 0.f && smoothing <= 1.f, op, "label_smoothing is outside [0, 1]");
+}
+
+}  // namespace
+
+void softmax_cross_entropy_forward(const void* logits, DType logits_dtype, const int32_t* labels, int64_t n,
+                                   int64_t k, float label_smoothing, float* probs, float* loss,
+                                   cudaStream_t stream) {
+  const char* op = "softmax_cross_entropy_forward";
+  require_shape(op, n, k, label_smoothing);
+  DLB_KERNEL_REQUIRE(n > 0 && k > 0, op, "the logits are empty (the mean over no rows is undefined)");
+  dispatch_float(logits_dtype, op, [&](auto tag) {
+    using T = decltype(tag);
+    const T* x = static_cast<const T*>(logits);
+    constexpr int kRows = kLossThreads / 32;
+    const unsigned warp_blocks = static_cast<unsigned>((n + kRows - 1) / kRows);
+    DLB_KERNEL_REQUIRE(n <= int64_t(INT32_MAX), op, "too many rows");
+    const float s = label_smoothing;
+    if (k <= 32) {
+      warp_rows_kernel<T, 1><<<warp_blocks, kLossThreads, 0, stream>>>(x, labels, n, k, s, probs);
+    } else if (k <= 64) {
+      warp_rows_kernel<T, 2><<<warp_blocks, kLossThreads, 0, stream>>>(x, labels, n, k, s, probs);
+    } else if (k <= 128) {
+      warp_rows_kernel<T, 4><<<warp_blocks, kLossThreads, 0, stream>>>(x, labels, n, k, s, probs);
+    } else if (k <= 256) {
+      warp_rows_kernel<T, 8><<<warp_blocks, kLossThreads, 0, stream>>>(x, labels, n, k, s, probs);
+    } else if (k <= 512) {
+      warp_rows_kernel<T, 16><<<warp_blocks, kLossThreads, 0, stream>>>(x, labels, n, k, s, probs);
+    } else if (k <= 1024) {
+      warp_rows_kernel<T, 32><<<warp_blocks, kLossThreads, 0, stream>>>(x, labels, n, k, s, probs);
+    } else {
+      block_rows_kernel<T><<<static_cast<unsigned>(n), kLossThreads, 0, stream>>>(x, labels, n, k, s, probs);
+    }
+    DLB_KERNEL_LAUNCH_CHECK();
+    finalize_kernel<T><<<1, kFinalizeThreads, 0, stream>>>(x, labels, n, k, label_smoothing, probs, loss);
+    DLB_KERNEL_LAUNCH_CHECK();
+  });
+}
+
+void softmax_cross_entropy_backward(const float* probs, const int32_t* labels, int64_t n, int64_t k,
+                                    float label_smoothing, float scale, void* dlogits, DType dlogits_dtype,
+                                    cudaStream_t stream) {
+  const char* op = "softmax_cross_entropy_backward";
+  require_shape(op, n, k, label_smoothing);
+  if (n == 0 || k == 0) return;
+  const double s = label_smoothing;
+  const float c = static_cast<float>(static_cast<double>(scale) / static_cast<double>(n));
+  const float hit = static_cast<float>((1.0 - s) + s / static_cast<double>(k));
+  const float other = static_cast<float>(s / static_cast<double>(k));
+  dispatch_float(dlogits_dtype, op, [&](auto tag) {
+    using D = decltype(tag);
+    constexpr int V = 4;  // 16 bytes of probs
+    const bool vector_ok = aligned(probs, 16) && aligned(dlogits, V * sizeof(D));
+    launch_elementwise<V>(n * k, vector_ok,
+                          XentBackwardOp<D>{probs, labels, static_cast<D*>(dlogits), n, k, c, hit, other}, stream);
+  });
+}
+
+}  // namespace dlbench::cuda
