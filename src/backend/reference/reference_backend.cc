@@ -100,7 +100,9 @@ void ReferenceBackend::sgd_update(Tensor& params, const Tensor& grads, Tensor& m
 
   // Segments must lie inside the buffer and not overlap: an element updated twice would take two steps.
   std::vector<ParamSegment> sorted(segments.begin(), segments.end());
-  std::sort(sorted.begin(), sorted.end(), [](const auto& a, const auto& b) { return a.offset < b.offset; });
+  std::sort(sorted.begin(), sorted.end(), [](const auto& a, const auto& b) {
+    return a.offset != b.offset ? a.offset < b.offset : a.count < b.count;  // an empty segment never overlaps
+  });
   int64_t covered_until = 0;
   for (const ParamSegment& s : sorted) {
     DLB_CHECK(s.offset >= 0 && s.count >= 0 && s.offset + s.count <= params.numel(),
