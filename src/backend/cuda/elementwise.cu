@@ -1,0 +1,362 @@
+// Elementwise kernels (fill, add, scale, cast, ReLU, bias add, check_finite) and the bias gradient.
+//
+// All of them are memory-bound: one grid-stride pass with 16-byte loads and stores wherever every pointer
+// is 16-byte aligned (arenas are 256-byte aligned), element by element otherwise and for the tail.
+// Arithmetic is in f32 for f32/f16/bf16 and in f64 for f64; results are rounded to nearest even once.
+#include <atomic>
+#include <cmath>
+#include <cstring>
+
+#include "backend/cuda/kernel_common.cuh"
+#include "backend/cuda/kernels.h"
+
+namespace dlbench::cuda {
+namespace detail {
+
+int multiprocessor_count() {
+  constexpr int kMaxDevices = 64;
+  static std::atomic<int> cache[kMaxDevices];
+  int device = 0;
+  DLB_KERNEL_CHECK(cudaGetDevice(&device));
+  if (device >= 0 && device < kMaxDevices) {
+    if (const int count = cache[device].load(std::memory_order_relaxed)) return count;
+  }
+  int count = 0;
+  DLB_KERNEL_CHECK(cudaDeviceGetAttribute(&count, cudaDevAttrMultiProcessorCount, device));
+  count = std::max(count, 1);
+  if (device >= 0 && device < kMaxDevices) cache[device].store(count, std::memory_order_relaxed);
+  return count;
+}
+
+}  // namespace detail
+
+namespace {
+
+using namespace detail;
+
+// ---- ops for the elementwise driver ----
+
+template <typename T>
+struct FillOp {
+  T* x;
+  double value;
+  template <int W>
+  __device__ void apply(int64_t e) const {
+    const T v = narrow<T>(value);
+    Vec<T, W> out;
+#pragma unroll
+    for (int j = 0; j < W; ++j) out.v[j] = v;
+    store_vec<W>(x + e, out);
+  }
+};
+
+template <typename T>
+struct AddOp {
+  const T* a;
+  const T* b;
+  T* y;  // may alias a or b: each element is read and written by one thread
+  template <int W>
+  __device__ void apply(int64_t e) const {
+    const Vec<T, W> va = load_vec<W>(a + e), vb = load_vec<W>(b + e);
+    Vec<T, W> out;
+#pragma unroll
+    for (int j = 0; j < W; ++j) out.v[j] = narrow<T>(widen(va.v[j]) + widen(vb.v[j]));
+    store_vec<W>(y + e, out);
+  }
+};
+
+template <typename T>
+struct ScaleOp {
+  T* x;
+  Acc<T> alpha;
+  template <int W>
+  __device__ void apply(int64_t e) const {
+    Vec<T, W> v = load_vec<W>(x + e);
+#pragma unroll
+    for (int j = 0; j < W; ++j) v.v[j] = narrow<T>(alpha * widen(v.v[j]));
+    store_vec<W>(x + e, v);
+  }
+};
+
+template <typename S, typename D>
+struct CastOp {
+  const S* src;
+  D* dst;
+  template <int W>
+  __device__ void apply(int64_t e) const {
+    const Vec<S, W> in = load_vec<W>(src + e);
+    Vec<D, W> out;
+    // widen() is exact, so each element is rounded once, straight from its source value.
+#pragma unroll
+    for (int j = 0; j < W; ++j) out.v[j] = narrow<D>(widen(in.v[j]));
+    store_vec<W>(dst + e, out);
+  }
+};
+
+template <typename T>
+struct ReluForwardOp {
+  const T* x;
+  T* y;
+  template <int W>
+  __device__ void apply(int64_t e) const {
+    Vec<T, W> v = load_vec<W>(x + e);
+#pragma unroll
+    for (int j = 0; j < W; ++j) {
+      if (widen(v.v[j]) < 0) v.v[j] = narrow<T>(0.0f);  // NaN and -0 pass through, as in the reference
+    }
+    store_vec<W>(y + e, v);
+  }
+};
+
+template <typename T>
+struct ReluBackwardOp {
+  const T* y;
+  const T* dy;
+  T* dx;
+  template <int W>
+  __device__ void apply(int64_t e) const {
+    const Vec<T, W> vy = load_vec<W>(y + e);
+    Vec<T, W> g = load_vec<W>(dy + e);
+#pragma unroll
+    for (int j = 0; j < W; ++j) {
+      if (!(widen(vy.v[j]) > 0)) g.v[j] = narrow<T>(0.0f);
+    }
+    store_vec<W>(dx + e, g);
+  }
+};
+
+// y[row, col] += bias[col]. With W > 1 a vector never crosses a row (cols % W == 0). Index is uint32_t
+// when rows * cols fits, so the column is a 32-bit remainder.
+template <typename T, typename B, typename Index>
+struct AddBiasOp {
+  T* y;
+  const B* bias;
+  Index cols;
+  template <int W>
+  __device__ void apply(int64_t e) const {
+    const Index col = static_cast<Index>(e) % cols;
+    Vec<T, W> v = load_vec<W>(y + e);
+#pragma unroll
+    for (int j = 0; j < W; ++j) {
+      using A = decltype(widen(T{}));
+      v.v[j] = narrow<T>(widen(v.v[j]) + static_cast<A>(widen(__ldg(bias + col + j))));
+    }
+    store_vec<W>(y + e, v);
+  }
+};
+
+// Inf and NaN are the values whose exponent bits are all ones: tested on the raw bits.
+template <typename T>
+struct FiniteBits;
+template <>
+struct FiniteBits<float> {
+  using Bits = uint32_t;
+  static constexpr Bits kExponent = 0x7F800000u;
+};
+template <>
+struct FiniteBits<double> {
+  using Bits = uint64_t;
+  static constexpr Bits kExponent = 0x7FF0000000000000ull;
+};
+template <>
+struct FiniteBits<__half> {
+  using Bits = uint16_t;
+  static constexpr Bits kExponent = 0x7C00u;
+};
+template <>
+struct FiniteBits<__nv_bfloat16> {
+  using Bits = uint16_t;
+  static constexpr Bits kExponent = 0x7F80u;
+};
+
+template <typename T>
+struct CheckFiniteOp {
+  using Bits = typename FiniteBits<T>::Bits;
+  const Bits* x;
+  int32_t* flag;
+  template <int W>
+  __device__ void apply(int64_t e) const {
+    const Vec<Bits, W> v = load_vec<W>(x + e);
+    bool bad = false;
+#pragma unroll
+    for (int j = 0; j < W; ++j) bad |= (v.v[j] & FiniteBits<T>::kExponent) == FiniteBits<T>::kExponent;
+    if (bad) *flag = 1;  // every writer writes 1; nobody ever writes 0
+  }
+};
+
+// ---- bias gradient: dbias[col] (=|+=) sum over rows of dy[row, col] ----
+//
+// One block per tile of 32 columns: a warp's lanes read 32 consecutive columns of a row (coalesced), the
+// block's 32 warps stride over the rows, then the 32 partial sums of each column are added in shared
+// memory in a fixed order. No atomics: the result does not depend on scheduling.
+constexpr int kBiasCols = 32, kBiasRowLanes = 32;
+
+template <typename T, typename D>
+__global__ void __launch_bounds__(kBiasCols* kBiasRowLanes)
+    bias_backward_kernel(const T* __restrict__ dy, D* __restrict__ dbias, int64_t rows, int64_t cols,
+                         bool accumulate) {
+  using A = Acc<T>;
+  __shared__ A partial[kBiasRowLanes][kBiasCols + 1];
+  const int lane = threadIdx.x, row_lane = threadIdx.y;
+  const int64_t col = int64_t(blockIdx.x) * kBiasCols + lane;
+  A sum = 0;
+  if (col < cols) {
+    for (int64_t row = row_lane; row < rows; row += kBiasRowLanes) sum += widen(dy[row * cols + col]);
+  }
+  partial[row_lane][lane] = sum;
+  __syncthreads();
+  if (row_lane == 0 && col < cols) {
+    A total = 0;
+#pragma unroll
+    for (int r = 0; r < kBiasRowLanes; ++r) total += partial[r][lane];
+    if (accumulate) total += static_cast<A>(widen(dbias[col]));
+    dbias[col] = narrow<D>(total);
+  }
+}
+
+template <typename T, typename Op>
+void launch_16(int64_t n, bool vector_ok, const Op& op, cudaStream_t stream) {
+  launch_elementwise<kVec16<T>>(n, vector_ok, op, stream);
+}
+
+void require_n(const char* op, int64_t n) { DLB_KERNEL_REQUIRE(n >= 0, op, "the element count is negative"); }
+
+}  // namespace
+
+void fill(void* x, DType dtype, int64_t n, double value, cudaStream_t stream) {
+  require_n("fill", n);
+  const bool vector_ok = aligned(x, 16);
+  if (dtype == DType::i32) {
+    DLB_KERNEL_REQUIRE(value == std::trunc(value) && std::abs(value) <= 2147483647.0, "fill",
+                       "the value does not fit i32");
+    launch_16<int32_t>(n, vector_ok, FillOp<int32_t>{static_cast<int32_t*>(x), value}, stream);
+    return;
+  }
+  dispatch_float(dtype, "fill", [&](auto tag) {
+    using T = decltype(tag);
+    launch_16<T>(n, vector_ok, FillOp<T>{static_cast<T*>(x), value}, stream);
+  });
+}
+
+void add(const void* a, const void* b, void* y, DType dtype, int64_t n, cudaStream_t stream) {
+  require_n("add", n);
+  const bool vector_ok = aligned(a, 16) && aligned(b, 16) && aligned(y, 16);
+  dispatch_float(dtype, "add", [&](auto tag) {
+    using T = decltype(tag);
+    launch_16<T>(n, vector_ok, AddOp<T>{static_cast<const T*>(a), static_cast<const T*>(b), static_cast<T*>(y)},
+                 stream);
+  });
+}
+
+void scale(void* x, DType dtype, int64_t n, double alpha, cudaStream_t stream) {
+  require_n("scale", n);
+  dispatch_float(dtype, "scale", [&](auto tag) {
+    using T = decltype(tag);
+    launch_16<T>(n, aligned(x, 16), ScaleOp<T>{static_cast<T*>(x), static_cast<Acc<T>>(alpha)}, stream);
+  });
+}
+
+void cast(const void* src, DType src_dtype, void* dst, DType dst_dtype, int64_t n, cudaStream_t stream) {
+  require_n("cast", n);
+  if (n == 0) return;
+  if (src_dtype == dst_dtype) {
+    DLB_KERNEL_REQUIRE(src_dtype != DType::i32, "cast", "i32 is not a float dtype");
+    if (src != dst) {
+      DLB_KERNEL_CHECK(cudaMemcpyAsync(dst, src, static_cast<size_t>(n) * dtype_size(src_dtype),
+                                       cudaMemcpyDeviceToDevice, stream));
+    }
+    return;
+  }
+  dispatch_float(src_dtype, "cast", [&](auto src_tag) {
+    dispatch_float(dst_dtype, "cast", [&](auto dst_tag) {
+      using S = decltype(src_tag);
+      using D = decltype(dst_tag);
+      // One vector is 16 bytes of the wider of the two types.
+      constexpr int V = kVec16<S> < kVec16<D> ? kVec16<S> : kVec16<D>;
+      const bool vector_ok = aligned(src, V * sizeof(S)) && aligned(dst, V * sizeof(D));
+      launch_elementwise<V>(n, vector_ok, CastOp<S, D>{static_cast<const S*>(src), static_cast<D*>(dst)},
+                            stream);
+    });
+  });
+}
+
+void relu_forward(const void* x, void* y, DType dtype, int64_t n, cudaStream_t stream) {
+  require_n("relu_forward", n);
+  dispatch_float(dtype, "relu_forward", [&](auto tag) {
+    using T = decltype(tag);
+    launch_16<T>(n, aligned(x, 16) && aligned(y, 16), ReluForwardOp<T>{static_cast<const T*>(x), static_cast<T*>(y)},
+                 stream);
+  });
+}
+
+void relu_backward(const void* y, const void* dy, void* dx, DType dtype, int64_t n, cudaStream_t stream) {
+  require_n("relu_backward", n);
+  dispatch_float(dtype, "relu_backward", [&](auto tag) {
+    using T = decltype(tag);
+    launch_16<T>(n, aligned(y, 16) && aligned(dy, 16) && aligned(dx, 16),
+                 ReluBackwardOp<T>{static_cast<const T*>(y), static_cast<const T*>(dy), static_cast<T*>(dx)},
+                 stream);
+  });
+}
+
+void add_bias(void* y, DType y_dtype, const void* bias, DType bias_dtype, int64_t rows, int64_t cols,
+              cudaStream_t stream) {
+  DLB_KERNEL_REQUIRE(rows >= 0 && cols >= 0, "add_bias", "rows and cols must not be negative");
+  DLB_KERNEL_REQUIRE(bias_dtype == y_dtype || bias_dtype == DType::f32, "add_bias",
+                     "bias must be f32 or the dtype of y");
+  const int64_t n = rows * cols;
+  if (n == 0) return;
+  dispatch_float(y_dtype, "add_bias", [&](auto y_tag) {
+    dispatch_float(bias_dtype, "add_bias", [&](auto bias_tag) {
+      using T = decltype(y_tag);
+      using B = decltype(bias_tag);
+      if constexpr (std::is_same_v<B, T> || std::is_same_v<B, float>) {
+        constexpr int V = kVec16<T>;
+        const bool vector_ok = aligned(y, 16) && cols % V == 0;
+        if (n <= int64_t(UINT32_MAX)) {
+          launch_elementwise<V>(n, vector_ok,
+                                AddBiasOp<T, B, uint32_t>{static_cast<T*>(y), static_cast<const B*>(bias),
+                                                          static_cast<uint32_t>(cols)},
+                                stream);
+        } else {
+          launch_elementwise<V>(n, vector_ok,
+                                AddBiasOp<T, B, uint64_t>{static_cast<T*>(y), static_cast<const B*>(bias),
+                                                          static_cast<uint64_t>(cols)},
+                                stream);
+        }
+      }
+    });
+  });
+}
+
+void bias_backward(const void* dy, DType dy_dtype, void* dbias, DType dbias_dtype, int64_t rows, int64_t cols,
+                   bool accumulate, cudaStream_t stream) {
+  DLB_KERNEL_REQUIRE(rows >= 0 && cols >= 0, "bias_backward", "rows and cols must not be negative");
+  DLB_KERNEL_REQUIRE(dbias_dtype == dy_dtype || dbias_dtype == DType::f32, "bias_backward",
+                     "dbias must be f32 or the dtype of dy");
+  if (cols == 0) return;
+  const int64_t tiles = (cols + kBiasCols - 1) / kBiasCols;
+  DLB_KERNEL_REQUIRE(tiles <= int64_t(INT32_MAX), "bias_backward", "too many columns");
+  dispatch_float(dy_dtype, "bias_backward", [&](auto dy_tag) {
+    dispatch_float(dbias_dtype, "bias_backward", [&](auto dbias_tag) {
+      using T = decltype(dy_tag);
+      using D = decltype(dbias_tag);
+      if constexpr (std::is_same_v<D, T> || std::is_same_v<D, float>) {
+        bias_backward_kernel<T, D><<<static_cast<unsigned>(tiles), dim3(kBiasCols, kBiasRowLanes), 0, stream>>>(
+            static_cast<const T*>(dy), static_cast<D*>(dbias), rows, cols, accumulate);
+        DLB_KERNEL_LAUNCH_CHECK();
+      }
+    });
+  });
+}
+
+void check_finite(const void* x, DType dtype, int64_t n, int32_t* flag, cudaStream_t stream) {
+  require_n("check_finite", n);
+  dispatch_float(dtype, "check_finite", [&](auto tag) {
+    using T = decltype(tag);
+    using Bits = typename FiniteBits<T>::Bits;
+    launch_16<T>(n, aligned(x, 16), CheckFiniteOp<T>{static_cast<const Bits*>(x), flag}, stream);
+  });
+}
+
+}  // namespace dlbench::cuda
