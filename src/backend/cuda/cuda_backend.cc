@@ -3,10 +3,8 @@
 //
 // No op here synchronises with the host or allocates: they only enqueue work on the backend's stream, so a
 // whole training step can be captured in a CUDA graph. The exceptions are host copies (copy_to_device and
-// copy_to_host wait for the stream), the first sgd_update with a new segment table (uploaded once), and
-// fill of an i32 tensor with a value whose four bytes differ (a blocking copy; flags are filled with 0).
+// copy_to_host wait for the stream) and the first sgd_update with a new segment table (uploaded once).
 #include <algorithm>
-#include <bit>
 #include <cstring>
 
 #include "backend/cuda/cuda_common.h"
@@ -40,11 +38,16 @@ void DeviceBuffer::reset() {
 
 cudnnDataType_t cudnn_dtype(DType dtype) {
   switch (dtype) {
-    case DType::f32: return CUDNN_DATA_FLOAT;
-    case DType::f64: return CUDNN_DATA_DOUBLE;
-    case DType::f16: return CUDNN_DATA_HALF;
-    case DType::bf16: return CUDNN_DATA_BFLOAT16;
-    case DType::i32: break;
+    case DType::f32:
+      return CUDNN_DATA_FLOAT;
+    case DType::f64:
+      return CUDNN_DATA_DOUBLE;
+    case DType::f16:
+      return CUDNN_DATA_HALF;
+    case DType::bf16:
+      return CUDNN_DATA_BFLOAT16;
+    case DType::i32:
+      break;
   }
   DLB_CHECK(false, "cuda backend: {} is not a float dtype", dtype_name(dtype));
   return CUDNN_DATA_FLOAT;
@@ -52,11 +55,16 @@ cudnnDataType_t cudnn_dtype(DType dtype) {
 
 cudaDataType_t cuda_dtype(DType dtype) {
   switch (dtype) {
-    case DType::f32: return CUDA_R_32F;
-    case DType::f64: return CUDA_R_64F;
-    case DType::f16: return CUDA_R_16F;
-    case DType::bf16: return CUDA_R_16BF;
-    case DType::i32: return CUDA_R_32I;
+    case DType::f32:
+      return CUDA_R_32F;
+    case DType::f64:
+      return CUDA_R_64F;
+    case DType::f16:
+      return CUDA_R_16F;
+    case DType::bf16:
+      return CUDA_R_16BF;
+    case DType::i32:
+      return CUDA_R_32I;
   }
   return CUDA_R_32F;
 }
@@ -79,25 +87,26 @@ void set_tensor_4d(cudnnTensorDescriptor_t desc, DType dtype, Layout layout, int
 }
 
 void check_device_tensor(const char* op, const char* name, const Tensor& t) {
-  DLB_CHECK(t.device().kind == DeviceKind::cuda, "{}: {} is {}, the cuda backend needs device memory", op, name,
-            t.describe());
+  DLB_CHECK(t.device().kind == DeviceKind::cuda, "{}: {} is {}, the cuda backend needs device memory", op,
+            name, t.describe());
   DLB_CHECK(t.data() != nullptr || t.numel() == 0, "{}: {} ({}) has no data", op, name, t.describe());
 }
 
-void check_activation(const char* op, const char* name, const Tensor& t, std::vector<int64_t> dims, DType dtype,
-                      Layout layout) {
+void check_activation(const char* op, const char* name, const Tensor& t, std::vector<int64_t> dims,
+                      DType dtype, Layout layout) {
   check_device_tensor(op, name, t);
   DLB_CHECK(t.dims() == dims && t.dtype() == dtype && t.layout() == layout,
-            "{}: {} is {}, expected {}[{}] {}", op, name, t.describe(), dtype_name(dtype), fmt::join(dims, ", "),
-            layout_name(layout));
+            "{}: {} is {}, expected {}[{}] {}", op, name, t.describe(), dtype_name(dtype),
+            fmt::join(dims, ", "), layout_name(layout));
 }
 
-void check_same_shape(const char* op, const char* name_a, const Tensor& a, const char* name_b, const Tensor& b) {
+void check_same_shape(const char* op, const char* name_a, const Tensor& a, const char* name_b,
+                      const Tensor& b) {
   check_device_tensor(op, name_a, a);
   check_device_tensor(op, name_b, b);
   const bool same_order = a.rank() != 4 || a.layout() == b.layout();
-  DLB_CHECK(a.dims() == b.dims() && a.dtype() == b.dtype() && same_order, "{}: {} is {} but {} is {}", op, name_a,
-            a.describe(), name_b, b.describe());
+  DLB_CHECK(a.dims() == b.dims() && a.dtype() == b.dtype() && same_order, "{}: {} is {} but {} is {}", op,
+            name_a, a.describe(), name_b, b.describe());
 }
 
 void check_float(const char* op, const char* name, const Tensor& t) {
@@ -123,7 +132,8 @@ constexpr size_t kCublasWorkspaceBytes = size_t{32} << 20;
 
 CudaBackend::CudaBackend(int device, bool allow_tf32) : device_(device), allow_tf32_(allow_tf32) {
   const int count = cuda_device_count();
-  DLB_REQUIRE(device >= 0 && device < count, "--device cuda:{}: this machine has {} CUDA GPU(s)", device, count);
+  DLB_REQUIRE(device >= 0 && device < count, "--device cuda:{}: this machine has {} CUDA GPU(s)", device,
+              count);
   CUDA_CHECK(cudaSetDevice(device_));
   CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
   CUDNN_CHECK(cudnnCreate(&cudnn_));
@@ -202,8 +212,8 @@ void CudaBackend::synchronize() {
 
 // ---- loss ----
 
-void CudaBackend::softmax_cross_entropy_forward(const Tensor& logits, const Tensor& labels, float label_smoothing,
-                                                Tensor& probs, Tensor& loss) {
+void CudaBackend::softmax_cross_entropy_forward(const Tensor& logits, const Tensor& labels,
+                                                float label_smoothing, Tensor& probs, Tensor& loss) {
   const char* op = "softmax_cross_entropy_forward";
   check_float(op, "logits", logits);
   check_device_tensor(op, "labels", labels);
@@ -213,17 +223,17 @@ void CudaBackend::softmax_cross_entropy_forward(const Tensor& logits, const Tens
   const int64_t n = logits.dim(0), k = logits.dim(1);
   DLB_CHECK(labels.dtype() == DType::i32 && labels.numel() == n, "{}: labels is {}, expected i32[{}]", op,
             labels.describe(), n);
-  DLB_CHECK(probs.dtype() == DType::f32 && probs.numel() == n * k, "{}: probs is {}, expected f32[{}, {}]", op,
-            probs.describe(), n, k);
+  DLB_CHECK(probs.dtype() == DType::f32 && probs.numel() == n * k, "{}: probs is {}, expected f32[{}, {}]",
+            op, probs.describe(), n, k);
   DLB_CHECK(loss.dtype() == DType::f32 && loss.numel() >= 1, "{}: loss is {}, expected f32[1]", op,
             loss.describe());
   activate();
-  cuda::softmax_cross_entropy_forward(logits.data(), logits.dtype(), labels.ptr<int32_t>(), n, k, label_smoothing,
-                                      probs.ptr<float>(), loss.ptr<float>(), stream_);
+  cuda::softmax_cross_entropy_forward(logits.data(), logits.dtype(), labels.ptr<int32_t>(), n, k,
+                                      label_smoothing, probs.ptr<float>(), loss.ptr<float>(), stream_);
 }
 
-void CudaBackend::softmax_cross_entropy_backward(const Tensor& probs, const Tensor& labels, float label_smoothing,
-                                                 float scale, Tensor& dlogits) {
+void CudaBackend::softmax_cross_entropy_backward(const Tensor& probs, const Tensor& labels,
+                                                 float label_smoothing, float scale, Tensor& dlogits) {
   const char* op = "softmax_cross_entropy_backward";
   check_device_tensor(op, "probs", probs);
   check_device_tensor(op, "labels", labels);
@@ -235,8 +245,8 @@ void CudaBackend::softmax_cross_entropy_backward(const Tensor& probs, const Tens
             labels.describe(), n);
   DLB_CHECK(dlogits.numel() == n * k, "{}: dlogits is {}, expected [{}, {}]", op, dlogits.describe(), n, k);
   activate();
-  cuda::softmax_cross_entropy_backward(probs.ptr<float>(), labels.ptr<int32_t>(), n, k, label_smoothing, scale,
-                                       dlogits.data(), dlogits.dtype(), stream_);
+  cuda::softmax_cross_entropy_backward(probs.ptr<float>(), labels.ptr<int32_t>(), n, k, label_smoothing,
+                                       scale, dlogits.data(), dlogits.dtype(), stream_);
 }
 
 // ---- elementwise and utilities ----
@@ -245,21 +255,7 @@ void CudaBackend::fill(Tensor& x, double value) {
   check_device_tensor("fill", "x", x);
   if (x.numel() == 0) return;
   activate();
-  if (x.dtype() != DType::i32) {
-    cuda::fill(x.data(), x.dtype(), x.numel(), value, stream_);
-    return;
-  }
-  DLB_CHECK(value == static_cast<double>(static_cast<int32_t>(value)), "fill: {} does not fit {}", value,
-            x.describe());
-  const auto bits = std::bit_cast<uint32_t>(static_cast<int32_t>(value));
-  const uint32_t byte = bits & 0xffu;
-  if (bits == byte * 0x01010101u) {  // 0, -1: one byte repeated
-    CUDA_CHECK(cudaMemsetAsync(x.data(), static_cast<int>(byte), x.bytes(), stream_));
-    return;
-  }
-  // Rare (counters, tests): a blocking upload.
-  std::vector<int32_t> host(static_cast<size_t>(x.numel()), static_cast<int32_t>(value));
-  copy_to_device(x.data(), host.data(), x.bytes());
+  cuda::fill(x.data(), x.dtype(), x.numel(), value, stream_);  // any dtype, i32 flags included
 }
 
 void CudaBackend::add(const Tensor& a, const Tensor& b, Tensor& y) {
@@ -305,8 +301,8 @@ void CudaBackend::sgd_update(Tensor& params, const Tensor& grads, Tensor& moment
                              std::span<const ParamSegment> segments, const SgdStep& step) {
   const char* op = "sgd_update";
   check_device_tensor(op, "params", params);
-  DLB_CHECK(params.rank() == 1 && params.dtype() == DType::f32, "{}: params is {}, expected a flat f32 buffer", op,
-            params.describe());
+  DLB_CHECK(params.rank() == 1 && params.dtype() == DType::f32,
+            "{}: params is {}, expected a flat f32 buffer", op, params.describe());
   check_same_shape(op, "params", params, "grads", grads);
   check_same_shape(op, "params", params, "momentum_buffer", momentum_buffer);
   if (segments.empty()) return;
@@ -327,8 +323,8 @@ void CudaBackend::sgd_update(Tensor& params, const Tensor& grads, Tensor& moment
       for (const auto& [offset, count, decay] : sorted) {
         DLB_CHECK(offset >= 0 && count >= 0 && offset + count <= params.numel(),
                   "{}: segment [{}, {}) is outside params {}", op, offset, offset + count, params.describe());
-        DLB_CHECK(offset >= covered_until, "{}: segment at {} overlaps the previous one (ending at {})", op, offset,
-                  covered_until);
+        DLB_CHECK(offset >= covered_until, "{}: segment at {} overlaps the previous one (ending at {})", op,
+                  offset, covered_until);
         covered_until = offset + count;
       }
       DeviceBuffer buffer(segments.size_bytes());

@@ -59,18 +59,24 @@ const CudaBatchNormPlan& as_cuda_plan(const BatchNormPlan& plan) {
 
 cudnnBatchNormOps_t fused_ops(BatchNormFusion fusion) {
   switch (fusion) {
-    case BatchNormFusion::relu: return CUDNN_BATCHNORM_OPS_BN_ACTIVATION;
-    case BatchNormFusion::add_relu: return CUDNN_BATCHNORM_OPS_BN_ADD_ACTIVATION;
-    case BatchNormFusion::none: break;
+    case BatchNormFusion::relu:
+      return CUDNN_BATCHNORM_OPS_BN_ACTIVATION;
+    case BatchNormFusion::add_relu:
+      return CUDNN_BATCHNORM_OPS_BN_ADD_ACTIVATION;
+    case BatchNormFusion::none:
+      break;
   }
   return CUDNN_BATCHNORM_OPS_BN;
 }
 
 const char* ops_name(cudnnBatchNormOps_t ops) {
   switch (ops) {
-    case CUDNN_BATCHNORM_OPS_BN: return "BN";
-    case CUDNN_BATCHNORM_OPS_BN_ACTIVATION: return "BN_ACTIVATION";
-    case CUDNN_BATCHNORM_OPS_BN_ADD_ACTIVATION: return "BN_ADD_ACTIVATION";
+    case CUDNN_BATCHNORM_OPS_BN:
+      return "BN";
+    case CUDNN_BATCHNORM_OPS_BN_ACTIVATION:
+      return "BN_ACTIVATION";
+    case CUDNN_BATCHNORM_OPS_BN_ADD_ACTIVATION:
+      return "BN_ADD_ACTIVATION";
   }
   return "?";
 }
@@ -81,9 +87,10 @@ size_t activation_bytes(const BatchNormGeometry& g) {
 }
 
 void check_geometry(const BatchNormGeometry& g) {
-  DLB_CHECK(g.batch > 0 && g.channels > 0 && g.h > 0 && g.w > 0, "batchnorm: sizes must be positive ({}x{}x{}x{})",
-            g.batch, g.channels, g.h, g.w);
-  DLB_CHECK(g.epsilon >= CUDNN_BN_MIN_EPSILON && g.epsilon > 0, "batchnorm: epsilon {} is too small", g.epsilon);
+  DLB_CHECK(g.batch > 0 && g.channels > 0 && g.h > 0 && g.w > 0,
+            "batchnorm: sizes must be positive ({}x{}x{}x{})", g.batch, g.channels, g.h, g.w);
+  DLB_CHECK(g.epsilon >= CUDNN_BN_MIN_EPSILON && g.epsilon > 0, "batchnorm: epsilon {} is too small",
+            g.epsilon);
   DLB_CHECK(is_float_dtype(g.dtype), "batchnorm: dtype {} is not a float dtype", dtype_name(g.dtype));
 }
 
@@ -100,20 +107,21 @@ Sizes query_sizes(cudnnHandle_t handle, const CudaBatchNormPlan& p, cudnnBatchNo
   const bool act = ops != CUDNN_BATCHNORM_OPS_BN;
   cudnnActivationDescriptor_t relu = act ? p.relu_desc.get() : nullptr;
   cudnnTensorDescriptor_t z = add ? p.x_desc.get() : nullptr;
-  s.status = cudnnGetBatchNormalizationForwardTrainingExWorkspaceSize(handle, p.mode, ops, p.x_desc, z, p.x_desc,
-                                                                      p.param_desc, relu, &s.forward);
+  s.status = cudnnGetBatchNormalizationForwardTrainingExWorkspaceSize(
+      handle, p.mode, ops, p.x_desc, z, p.x_desc, p.param_desc, relu, &s.forward);
   if (s.status != CUDNN_STATUS_SUCCESS) {
     s.failed = "forward workspace size";
     return s;
   }
   s.status = cudnnGetBatchNormalizationBackwardExWorkspaceSize(handle, p.mode, ops, p.x_desc,
-                                                               act ? p.x_desc.get() : nullptr, p.x_desc, z, p.x_desc,
-                                                               p.param_desc, relu, &s.backward);
+                                                               act ? p.x_desc.get() : nullptr, p.x_desc, z,
+                                                               p.x_desc, p.param_desc, relu, &s.backward);
   if (s.status != CUDNN_STATUS_SUCCESS) {
     s.failed = "backward workspace size";
     return s;
   }
-  s.status = cudnnGetBatchNormalizationTrainingExReserveSpaceSize(handle, p.mode, ops, relu, p.x_desc, &s.reserve);
+  s.status =
+      cudnnGetBatchNormalizationTrainingExReserveSpaceSize(handle, p.mode, ops, relu, p.x_desc, &s.reserve);
   if (s.status != CUDNN_STATUS_SUCCESS) s.failed = "reserve space size";
   return s;
 }
@@ -148,10 +156,10 @@ std::string trial_run(const CudaBackend& backend, const CudaBatchNormPlan& p, co
       param(4), param(5), p.relu_desc, ws.get(), ws.bytes(), reserve.get(), reserve.bytes());
   if (status != CUDNN_STATUS_SUCCESS) return fmt::format("forward: {}", cudnnGetErrorString(status));
   status = cudnnBatchNormalizationBackwardEx(
-      backend.cudnn(), p.mode, p.ops, s.alpha(), s.beta(), s.alpha(), s.beta(), p.x_desc, x.get(), p.x_desc, y.get(),
-      p.x_desc, x.get(), add ? p.x_desc.get() : nullptr, dz.get(), p.x_desc, dx.get(), p.param_desc, param(0),
-      param(1), param(6), param(7), g.epsilon, param(4), param(5), p.relu_desc, ws.get(), ws.bytes(), reserve.get(),
-      reserve.bytes());
+      backend.cudnn(), p.mode, p.ops, s.alpha(), s.beta(), s.alpha(), s.beta(), p.x_desc, x.get(), p.x_desc,
+      y.get(), p.x_desc, x.get(), add ? p.x_desc.get() : nullptr, dz.get(), p.x_desc, dx.get(), p.param_desc,
+      param(0), param(1), param(6), param(7), g.epsilon, param(4), param(5), p.relu_desc, ws.get(),
+      ws.bytes(), reserve.get(), reserve.bytes());
   if (status != CUDNN_STATUS_SUCCESS) return fmt::format("backward: {}", cudnnGetErrorString(status));
   const cudaError_t ran = cudaStreamSynchronize(stream);
   if (ran != cudaSuccess) {
@@ -173,8 +181,8 @@ std::map<std::array<int64_t, 8>, std::string>& trial_cache() {
 
 void check_param(const char* op, const char* name, const CudaBatchNormPlan& p, const Tensor& t) {
   check_device_tensor(op, name, t);
-  DLB_CHECK(t.numel() == p.geometry.channels && t.dtype() == p.param_dtype, "{}: {} is {}, expected {}[{}]", op,
-            name, t.describe(), dtype_name(p.param_dtype), p.geometry.channels);
+  DLB_CHECK(t.numel() == p.geometry.channels && t.dtype() == p.param_dtype, "{}: {} is {}, expected {}[{}]",
+            op, name, t.describe(), dtype_name(p.param_dtype), p.geometry.channels);
 }
 
 void check_residual(const char* op, const char* name, const BatchNormGeometry& g, const Tensor* t) {
@@ -212,8 +220,14 @@ std::unique_ptr<BatchNormPlan> CudaBackend::plan_batchnorm(const BatchNormGeomet
       if (sizes.status != CUDNN_STATUS_SUCCESS) {
         why_not = fmt::format("cuDNN refused the {}: {}", sizes.failed, cudnnGetErrorString(sizes.status));
       } else {
-        const std::array<int64_t, 8> key{g.batch, g.channels, g.h, g.w, static_cast<int64_t>(g.dtype),
-                                          static_cast<int64_t>(g.layout), static_cast<int64_t>(g.fusion), device_};
+        const std::array<int64_t, 8> key{g.batch,
+                                         g.channels,
+                                         g.h,
+                                         g.w,
+                                         static_cast<int64_t>(g.dtype),
+                                         static_cast<int64_t>(g.layout),
+                                         static_cast<int64_t>(g.fusion),
+                                         device_};
         std::lock_guard<std::mutex> lock(trial_mutex());
         auto it = trial_cache().find(key);
         if (it == trial_cache().end()) it = trial_cache().emplace(key, trial_run(*this, p, sizes)).first;
@@ -250,10 +264,10 @@ std::unique_ptr<BatchNormPlan> CudaBackend::plan_batchnorm(const BatchNormGeomet
   return plan;
 }
 
-void CudaBackend::batchnorm_forward_training(const BatchNormPlan& plan, const Tensor& x, const Tensor* residual,
-                                             const Tensor& gamma, const Tensor& beta, Tensor& y,
-                                             Tensor& running_mean, Tensor& running_var, Tensor& saved_mean,
-                                             Tensor& saved_inv_std, void* workspace) {
+void CudaBackend::batchnorm_forward_training(const BatchNormPlan& plan, const Tensor& x,
+                                             const Tensor* residual, const Tensor& gamma, const Tensor& beta,
+                                             Tensor& y, Tensor& running_mean, Tensor& running_var,
+                                             Tensor& saved_mean, Tensor& saved_inv_std, void* workspace) {
   const auto& p = as_cuda_plan(plan);
   const BatchNormGeometry& g = p.geometry;
   const char* op = "batchnorm_forward_training";
@@ -276,19 +290,21 @@ void CudaBackend::batchnorm_forward_training(const BatchNormPlan& plan, const Te
   const bool add = p.fused && p.ops == CUDNN_BATCHNORM_OPS_BN_ADD_ACTIVATION;
   CUDNN_CHECK(cudnnBatchNormalizationForwardTrainingEx(
       cudnn_, p.mode, p.ops, s.alpha(), s.beta(), p.x_desc, x.data(), add ? p.x_desc.get() : nullptr,
-      add ? residual->data() : nullptr, p.x_desc, y.data(), p.param_desc, gamma.data(), beta.data(), g.momentum,
-      running_mean.data(), running_var.data(), g.epsilon, saved_mean.data(), saved_inv_std.data(),
+      add ? residual->data() : nullptr, p.x_desc, y.data(), p.param_desc, gamma.data(), beta.data(),
+      g.momentum, running_mean.data(), running_var.data(), g.epsilon, saved_mean.data(), saved_inv_std.data(),
       p.fused ? p.relu_desc.get() : nullptr, ws, p.forward_workspace, p.reserve.get(), p.reserve_bytes));
   p.last_beta = beta.data();
   if (p.fused) return;
   const int64_t n = y.numel();
-  if (g.fusion == BatchNormFusion::add_relu) cuda::add(y.data(), residual->data(), y.data(), g.dtype, n, stream_);
+  if (g.fusion == BatchNormFusion::add_relu)
+    cuda::add(y.data(), residual->data(), y.data(), g.dtype, n, stream_);
   if (g.fusion != BatchNormFusion::none) cuda::relu_forward(y.data(), y.data(), g.dtype, n, stream_);
 }
 
-void CudaBackend::batchnorm_forward_inference(const BatchNormPlan& plan, const Tensor& x, const Tensor* residual,
-                                              const Tensor& gamma, const Tensor& beta, const Tensor& running_mean,
-                                              const Tensor& running_var, Tensor& y) {
+void CudaBackend::batchnorm_forward_inference(const BatchNormPlan& plan, const Tensor& x,
+                                              const Tensor* residual, const Tensor& gamma, const Tensor& beta,
+                                              const Tensor& running_mean, const Tensor& running_var,
+                                              Tensor& y) {
   const auto& p = as_cuda_plan(plan);
   const BatchNormGeometry& g = p.geometry;
   const char* op = "batchnorm_forward_inference";
@@ -301,19 +317,19 @@ void CudaBackend::batchnorm_forward_inference(const BatchNormPlan& plan, const T
   check_param(op, "running_var", p, running_var);
   activate();
   const Scaling s(g.dtype, 1.0, 0.0);
-  CUDNN_CHECK(cudnnBatchNormalizationForwardInference(cudnn_, CUDNN_BATCHNORM_SPATIAL, s.alpha(), s.beta(),
-                                                      p.x_desc, x.data(), p.x_desc, y.data(), p.param_desc,
-                                                      gamma.data(), beta.data(), running_mean.data(),
-                                                      running_var.data(), g.epsilon));
+  CUDNN_CHECK(cudnnBatchNormalizationForwardInference(
+      cudnn_, CUDNN_BATCHNORM_SPATIAL, s.alpha(), s.beta(), p.x_desc, x.data(), p.x_desc, y.data(),
+      p.param_desc, gamma.data(), beta.data(), running_mean.data(), running_var.data(), g.epsilon));
   const int64_t n = y.numel();
-  if (g.fusion == BatchNormFusion::add_relu) cuda::add(y.data(), residual->data(), y.data(), g.dtype, n, stream_);
+  if (g.fusion == BatchNormFusion::add_relu)
+    cuda::add(y.data(), residual->data(), y.data(), g.dtype, n, stream_);
   if (g.fusion != BatchNormFusion::none) cuda::relu_forward(y.data(), y.data(), g.dtype, n, stream_);
 }
 
-void CudaBackend::batchnorm_backward(const BatchNormPlan& plan, const Tensor& x, const Tensor& y, const Tensor& dy,
-                                     const Tensor& gamma, const Tensor& saved_mean, const Tensor& saved_inv_std,
-                                     Tensor& dx, Tensor* dresidual, Tensor& dgamma, Tensor& dbeta,
-                                     Accumulate accumulate, void* workspace) {
+void CudaBackend::batchnorm_backward(const BatchNormPlan& plan, const Tensor& x, const Tensor& y,
+                                     const Tensor& dy, const Tensor& gamma, const Tensor& saved_mean,
+                                     const Tensor& saved_inv_std, Tensor& dx, Tensor* dresidual,
+                                     Tensor& dgamma, Tensor& dbeta, Accumulate accumulate, void* workspace) {
   const auto& p = as_cuda_plan(plan);
   const BatchNormGeometry& g = p.geometry;
   const char* op = "batchnorm_backward";
@@ -335,29 +351,31 @@ void CudaBackend::batchnorm_backward(const BatchNormPlan& plan, const Tensor& x,
   void* ws = p.backward_workspace ? at_offset(workspace, p.cudnn_workspace_offset) : nullptr;
 
   if (p.fused) {
-    DLB_CHECK(p.last_beta != nullptr, "{}: the fused backward needs the layer's training forward to run first", op);
+    DLB_CHECK(p.last_beta != nullptr,
+              "{}: the fused backward needs the layer's training forward to run first", op);
     const bool add = p.ops == CUDNN_BATCHNORM_OPS_BN_ADD_ACTIVATION;
     CUDNN_CHECK(cudnnBatchNormalizationBackwardEx(
-        cudnn_, p.mode, p.ops, data.alpha(), data.beta(), param.alpha(), param.beta(), p.x_desc, x.data(), p.x_desc,
-        y.data(), p.x_desc, dy.data(), add ? p.x_desc.get() : nullptr, add ? dresidual->data() : nullptr, p.x_desc,
-        dx.data(), p.param_desc, gamma.data(), p.last_beta, dgamma.data(), dbeta.data(), g.epsilon,
-        saved_mean.data(), saved_inv_std.data(), p.relu_desc, ws, p.backward_workspace, p.reserve.get(),
-        p.reserve_bytes));
+        cudnn_, p.mode, p.ops, data.alpha(), data.beta(), param.alpha(), param.beta(), p.x_desc, x.data(),
+        p.x_desc, y.data(), p.x_desc, dy.data(), add ? p.x_desc.get() : nullptr,
+        add ? dresidual->data() : nullptr, p.x_desc, dx.data(), p.param_desc, gamma.data(), p.last_beta,
+        dgamma.data(), dbeta.data(), g.epsilon, saved_mean.data(), saved_inv_std.data(), p.relu_desc, ws,
+        p.backward_workspace, p.reserve.get(), p.reserve_bytes));
     return;
   }
 
   // Unfused: the ReLU passes the gradient where it passed the value (y > 0).
   const void* dy_bn = dy.data();
   if (g.fusion != BatchNormFusion::none) {
-    void* masked = g.fusion == BatchNormFusion::add_relu ? dresidual->data() : at_offset(workspace, p.masked_dy_offset);
+    void* masked =
+        g.fusion == BatchNormFusion::add_relu ? dresidual->data() : at_offset(workspace, p.masked_dy_offset);
     cuda::relu_backward(y.data(), dy.data(), masked, g.dtype, dy.numel(), stream_);
     dy_bn = masked;
   }
   CUDNN_CHECK(cudnnBatchNormalizationBackwardEx(
-      cudnn_, p.mode, CUDNN_BATCHNORM_OPS_BN, data.alpha(), data.beta(), param.alpha(), param.beta(), p.x_desc,
-      x.data(), nullptr, nullptr, p.x_desc, dy_bn, nullptr, nullptr, p.x_desc, dx.data(), p.param_desc,
-      gamma.data(), nullptr, dgamma.data(), dbeta.data(), g.epsilon, saved_mean.data(), saved_inv_std.data(),
-      nullptr, ws, p.backward_workspace, p.reserve.get(), p.reserve_bytes));
+      cudnn_, p.mode, CUDNN_BATCHNORM_OPS_BN, data.alpha(), data.beta(), param.alpha(), param.beta(),
+      p.x_desc, x.data(), nullptr, nullptr, p.x_desc, dy_bn, nullptr, nullptr, p.x_desc, dx.data(),
+      p.param_desc, gamma.data(), nullptr, dgamma.data(), dbeta.data(), g.epsilon, saved_mean.data(),
+      saved_inv_std.data(), nullptr, ws, p.backward_workspace, p.reserve.get(), p.reserve_bytes));
 }
 
 }  // namespace cuda

@@ -34,7 +34,8 @@ class DeviceBuffer {
   ~DeviceBuffer() { reset(); }
   DeviceBuffer(const DeviceBuffer&) = delete;
   DeviceBuffer& operator=(const DeviceBuffer&) = delete;
-  DeviceBuffer(DeviceBuffer&& other) noexcept : ptr_(std::exchange(other.ptr_, nullptr)), bytes_(other.bytes_) {}
+  DeviceBuffer(DeviceBuffer&& other) noexcept
+      : ptr_(std::exchange(other.ptr_, nullptr)), bytes_(other.bytes_) {}
   DeviceBuffer& operator=(DeviceBuffer&& other) noexcept {
     if (this != &other) {
       reset();
@@ -108,10 +109,11 @@ struct Scaling {
 
 // ---- tensor checks (throw dlbench::Error naming the op and the argument) ----
 void check_device_tensor(const char* op, const char* name, const Tensor& t);
-void check_activation(const char* op, const char* name, const Tensor& t, std::vector<int64_t> dims, DType dtype,
-                      Layout layout);
+void check_activation(const char* op, const char* name, const Tensor& t, std::vector<int64_t> dims,
+                      DType dtype, Layout layout);
 void check_float(const char* op, const char* name, const Tensor& t);  // a device tensor of a float dtype
-void check_same_shape(const char* op, const char* name_a, const Tensor& a, const char* name_b, const Tensor& b);
+void check_same_shape(const char* op, const char* name_a, const Tensor& a, const char* name_b,
+                      const Tensor& b);
 
 inline void* at_offset(void* base, size_t offset) { return static_cast<std::byte*>(base) + offset; }
 inline size_t align_up(size_t bytes, size_t alignment = 256) {
@@ -156,7 +158,8 @@ class CudaBackend final : public Backend {
   void synchronize() override;
 
   std::unique_ptr<ConvPlan> plan_conv(const ConvGeometry& geometry) override;
-  void conv_forward(const ConvPlan& plan, const Tensor& x, const Tensor& w, Tensor& y, void* workspace) override;
+  void conv_forward(const ConvPlan& plan, const Tensor& x, const Tensor& w, Tensor& y,
+                    void* workspace) override;
   void conv_backward_data(const ConvPlan& plan, const Tensor& dy, const Tensor& w, Tensor& dx,
                           Accumulate accumulate, void* workspace) override;
   void conv_backward_filter(const ConvPlan& plan, const Tensor& x, const Tensor& dy, Tensor& dw,
@@ -177,8 +180,8 @@ class CudaBackend final : public Backend {
 
   std::unique_ptr<PoolPlan> plan_pool(const PoolGeometry& geometry) override;
   void pool_forward(const PoolPlan& plan, const Tensor& x, Tensor& y, void* saved) override;
-  void pool_backward(const PoolPlan& plan, const Tensor& x, const Tensor& y, const Tensor& dy, const void* saved,
-                     Tensor& dx) override;
+  void pool_backward(const PoolPlan& plan, const Tensor& x, const Tensor& y, const Tensor& dy,
+                     const void* saved, Tensor& dx) override;
 
   void relu_forward(const Tensor& x, Tensor& y) override;
   void relu_backward(const Tensor& y, const Tensor& dy, Tensor& dx) override;

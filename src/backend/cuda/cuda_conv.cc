@@ -39,9 +39,22 @@ struct ConvChoice {
 using ConvKey = std::array<int64_t, 16>;
 
 ConvKey make_key(const ConvGeometry& g, bool allow_tf32, int device) {
-  return {g.batch,    g.in_channels, g.in_h,     g.in_w,  g.out_channels, g.kernel_h,
-          g.kernel_w, g.stride_h,    g.stride_w, g.pad_h, g.pad_w,        static_cast<int64_t>(g.dtype),
-          static_cast<int64_t>(g.layout), allow_tf32 ? 1 : 0, device, 0};
+  return {g.batch,
+          g.in_channels,
+          g.in_h,
+          g.in_w,
+          g.out_channels,
+          g.kernel_h,
+          g.kernel_w,
+          g.stride_h,
+          g.stride_w,
+          g.pad_h,
+          g.pad_w,
+          static_cast<int64_t>(g.dtype),
+          static_cast<int64_t>(g.layout),
+          allow_tf32 ? 1 : 0,
+          device,
+          0};
 }
 
 std::mutex& cache_mutex() {
@@ -56,34 +69,43 @@ std::map<ConvKey, ConvChoice>& choice_cache() {
 // The math type a plan starts the search with (and keeps for FP32 without TF32).
 cudnnMathType_t search_math(DType dtype, bool allow_tf32) {
   switch (dtype) {
-    case DType::f32: return allow_tf32 ? CUDNN_DEFAULT_MATH : CUDNN_FMA_MATH;
+    case DType::f32:
+      return allow_tf32 ? CUDNN_DEFAULT_MATH : CUDNN_FMA_MATH;
     case DType::f16:
-    case DType::bf16: return CUDNN_TENSOR_OP_MATH;
-    default: return CUDNN_DEFAULT_MATH;
+    case DType::bf16:
+      return CUDNN_TENSOR_OP_MATH;
+    default:
+      return CUDNN_DEFAULT_MATH;
   }
 }
 
 const char* math_name(cudnnMathType_t math) {
   switch (math) {
-    case CUDNN_DEFAULT_MATH: return "default math";
-    case CUDNN_TENSOR_OP_MATH: return "tensor op";
-    case CUDNN_TENSOR_OP_MATH_ALLOW_CONVERSION: return "tensor op + conversion";
-    case CUDNN_FMA_MATH: return "fma";
+    case CUDNN_DEFAULT_MATH:
+      return "default math";
+    case CUDNN_TENSOR_OP_MATH:
+      return "tensor op";
+    case CUDNN_TENSOR_OP_MATH_ALLOW_CONVERSION:
+      return "tensor op + conversion";
+    case CUDNN_FMA_MATH:
+      return "fma";
   }
   return "?";
 }
 
 const char* forward_algo_name(int algo) {
-  static const char* const names[] = {"IMPLICIT_GEMM", "IMPLICIT_PRECOMP_GEMM", "GEMM",  "DIRECT",
-                                      "FFT",           "FFT_TILING",            "WINOGRAD", "WINOGRAD_NONFUSED"};
+  static const char* const names[] = {
+      "IMPLICIT_GEMM", "IMPLICIT_PRECOMP_GEMM", "GEMM", "DIRECT", "FFT", "FFT_TILING",
+      "WINOGRAD",      "WINOGRAD_NONFUSED"};
   return algo >= 0 && algo < 8 ? names[algo] : "?";
 }
 const char* backward_data_algo_name(int algo) {
-  static const char* const names[] = {"ALGO_0", "ALGO_1", "FFT", "FFT_TILING", "WINOGRAD", "WINOGRAD_NONFUSED"};
+  static const char* const names[] = {"ALGO_0",     "ALGO_1",   "FFT",
+                                      "FFT_TILING", "WINOGRAD", "WINOGRAD_NONFUSED"};
   return algo >= 0 && algo < 6 ? names[algo] : "?";
 }
 const char* backward_filter_algo_name(int algo) {
-  static const char* const names[] = {"ALGO_0", "ALGO_1", "FFT", "ALGO_3", "WINOGRAD", "WINOGRAD_NONFUSED",
+  static const char* const names[] = {"ALGO_0",    "ALGO_1", "FFT", "ALGO_3", "WINOGRAD", "WINOGRAD_NONFUSED",
                                       "FFT_TILING"};
   return algo >= 0 && algo < 7 ? names[algo] : "?";
 }
@@ -92,7 +114,8 @@ class CudaConvPlan final : public ConvPlan {
  public:
   explicit CudaConvPlan(const ConvGeometry& g) : ConvPlan(g) {}
   size_t workspace_bytes() const override {
-    return std::max({choice.forward.workspace, choice.backward_data.workspace, choice.backward_filter.workspace});
+    return std::max(
+        {choice.forward.workspace, choice.backward_data.workspace, choice.backward_filter.workspace});
   }
 
   TensorDescriptor x_desc, y_desc;
@@ -113,9 +136,10 @@ void check_geometry(const ConvGeometry& g) {
   DLB_CHECK(g.batch > 0 && g.in_channels > 0 && g.in_h > 0 && g.in_w > 0 && g.out_channels > 0,
             "conv: sizes must be positive (batch {}, in_channels {}, in {}x{}, out_channels {})", g.batch,
             g.in_channels, g.in_h, g.in_w, g.out_channels);
-  DLB_CHECK(g.kernel_h > 0 && g.kernel_w > 0 && g.stride_h > 0 && g.stride_w > 0 && g.pad_h >= 0 && g.pad_w >= 0,
-            "conv: kernel {}x{}, stride {}x{}, pad {}x{} are invalid", g.kernel_h, g.kernel_w, g.stride_h,
-            g.stride_w, g.pad_h, g.pad_w);
+  DLB_CHECK(
+      g.kernel_h > 0 && g.kernel_w > 0 && g.stride_h > 0 && g.stride_w > 0 && g.pad_h >= 0 && g.pad_w >= 0,
+      "conv: kernel {}x{}, stride {}x{}, pad {}x{} are invalid", g.kernel_h, g.kernel_w, g.stride_h,
+      g.stride_w, g.pad_h, g.pad_w);
   DLB_CHECK(g.in_h + 2 * g.pad_h >= g.kernel_h && g.in_w + 2 * g.pad_w >= g.kernel_w,
             "conv: kernel {}x{} is larger than the padded input {}x{}", g.kernel_h, g.kernel_w,
             g.in_h + 2 * g.pad_h, g.in_w + 2 * g.pad_w);
@@ -123,7 +147,9 @@ void check_geometry(const ConvGeometry& g) {
 }
 
 std::vector<int64_t> x_dims(const ConvGeometry& g) { return {g.batch, g.in_channels, g.in_h, g.in_w}; }
-std::vector<int64_t> w_dims(const ConvGeometry& g) { return {g.out_channels, g.in_channels, g.kernel_h, g.kernel_w}; }
+std::vector<int64_t> w_dims(const ConvGeometry& g) {
+  return {g.out_channels, g.in_channels, g.kernel_h, g.kernel_w};
+}
 std::vector<int64_t> y_dims(const ConvGeometry& g) { return {g.batch, g.out_channels, g.out_h(), g.out_w()}; }
 
 size_t tensor_bytes(const std::vector<int64_t>& dims, DType dtype) {
@@ -140,9 +166,10 @@ AlgoChoice pick(const Perf* results, int count, const char* direction, const Con
       return {static_cast<int>(results[i].algo), results[i].mathType, results[i].memory, results[i].time};
     }
   }
-  DLB_CHECK(false, "conv: cuDNN found no {} algorithm for {}x{}x{}x{} -> {} ({}x{} stride {}x{} pad {}x{}, {} {})",
-            direction, g.batch, g.in_channels, g.in_h, g.in_w, g.out_channels, g.kernel_h, g.kernel_w, g.stride_h,
-            g.stride_w, g.pad_h, g.pad_w, dtype_name(g.dtype), layout_name(g.layout));
+  DLB_CHECK(false,
+            "conv: cuDNN found no {} algorithm for {}x{}x{}x{} -> {} ({}x{} stride {}x{} pad {}x{}, {} {})",
+            direction, g.batch, g.in_channels, g.in_h, g.in_w, g.out_channels, g.kernel_h, g.kernel_w,
+            g.stride_h, g.stride_w, g.pad_h, g.pad_w, dtype_name(g.dtype), layout_name(g.layout));
   return {};
 }
 
@@ -161,7 +188,8 @@ ConvChoice search(const CudaBackend& backend, const CudaConvPlan& plan) {
   // As much search workspace as the cap allows and the GPU has free (halving on failure).
   size_t free_bytes = 0, total_bytes = 0;
   CUDA_CHECK(cudaMemGetInfo(&free_bytes, &total_bytes));
-  size_t ws_bytes = std::min(kWorkspaceCap, free_bytes > (size_t{256} << 20) ? free_bytes - (size_t{256} << 20) : 0);
+  size_t ws_bytes =
+      std::min(kWorkspaceCap, free_bytes > (size_t{256} << 20) ? free_bytes - (size_t{256} << 20) : 0);
   DeviceBuffer ws;
   while (ws_bytes >= (size_t{1} << 20) && !ws.get()) {
     ws = DeviceBuffer::try_allocate(ws_bytes);
@@ -181,16 +209,16 @@ ConvChoice search(const CudaBackend& backend, const CudaConvPlan& plan) {
   }
   {
     cudnnConvolutionBwdDataAlgoPerf_t results[kMaxResults];
-    CUDNN_CHECK(cudnnFindConvolutionBackwardDataAlgorithmEx(handle, plan.w_desc, w.get(), plan.y_desc, y.get(),
-                                                            plan.backward_data_desc, plan.x_desc, x.get(),
-                                                            kMaxResults, &returned, results, ws.get(), ws_bytes));
+    CUDNN_CHECK(cudnnFindConvolutionBackwardDataAlgorithmEx(
+        handle, plan.w_desc, w.get(), plan.y_desc, y.get(), plan.backward_data_desc, plan.x_desc, x.get(),
+        kMaxResults, &returned, results, ws.get(), ws_bytes));
     choice.backward_data = pick(results, returned, "backward-data", g);
   }
   {
     cudnnConvolutionBwdFilterAlgoPerf_t results[kMaxResults];
-    CUDNN_CHECK(cudnnFindConvolutionBackwardFilterAlgorithmEx(handle, plan.x_desc, x.get(), plan.y_desc, y.get(),
-                                                              plan.backward_filter_desc, plan.w_desc, w.get(),
-                                                              kMaxResults, &returned, results, ws.get(), ws_bytes));
+    CUDNN_CHECK(cudnnFindConvolutionBackwardFilterAlgorithmEx(
+        handle, plan.x_desc, x.get(), plan.y_desc, y.get(), plan.backward_filter_desc, plan.w_desc, w.get(),
+        kMaxResults, &returned, results, ws.get(), ws_bytes));
     choice.backward_filter = pick(results, returned, "backward-filter", g);
   }
   CUDA_CHECK(cudaStreamSynchronize(backend.stream()));  // plan time: the scratch buffers are freed next
@@ -199,9 +227,9 @@ ConvChoice search(const CudaBackend& backend, const CudaConvPlan& plan) {
 
 void set_conv_desc(cudnnConvolutionDescriptor_t desc, const ConvGeometry& g, cudnnMathType_t math) {
   const cudnnDataType_t compute = g.dtype == DType::f64 ? CUDNN_DATA_DOUBLE : CUDNN_DATA_FLOAT;
-  CUDNN_CHECK(cudnnSetConvolution2dDescriptor(desc, checked_int(g.pad_h, "pad_h"), checked_int(g.pad_w, "pad_w"),
-                                              checked_int(g.stride_h, "stride_h"), checked_int(g.stride_w, "stride_w"),
-                                              1, 1, CUDNN_CROSS_CORRELATION, compute));
+  CUDNN_CHECK(cudnnSetConvolution2dDescriptor(
+      desc, checked_int(g.pad_h, "pad_h"), checked_int(g.pad_w, "pad_w"), checked_int(g.stride_h, "stride_h"),
+      checked_int(g.stride_w, "stride_w"), 1, 1, CUDNN_CROSS_CORRELATION, compute));
   CUDNN_CHECK(cudnnSetConvolutionMathType(desc, math));
 }
 
@@ -231,7 +259,8 @@ std::unique_ptr<ConvPlan> CudaBackend::plan_conv(const ConvGeometry& g) {
   {  // cuDNN must agree on the output shape
     int n = 0, c = 0, h = 0, w = 0;
     set_conv_desc(plan->forward_desc, g, search_math(g.dtype, allow_tf32_));
-    CUDNN_CHECK(cudnnGetConvolution2dForwardOutputDim(plan->forward_desc, plan->x_desc, plan->w_desc, &n, &c, &h, &w));
+    CUDNN_CHECK(cudnnGetConvolution2dForwardOutputDim(plan->forward_desc, plan->x_desc, plan->w_desc, &n, &c,
+                                                      &h, &w));
     DLB_CHECK(n == g.batch && c == g.out_channels && h == g.out_h() && w == g.out_w(),
               "conv: cuDNN's output {}x{}x{}x{} differs from the geometry's {}x{}x{}x{}", n, c, h, w, g.batch,
               g.out_channels, g.out_h(), g.out_w());
@@ -265,10 +294,9 @@ std::unique_ptr<ConvPlan> CudaBackend::plan_conv(const ConvGeometry& g) {
   CUDNN_CHECK(cudnnSetConvolutionMathType(plan->backward_data_desc, c.backward_data.math));
   CUDNN_CHECK(cudnnSetConvolutionMathType(plan->backward_filter_desc, c.backward_filter.math));
   // The exact workspaces of the chosen algorithms under the final descriptors.
-  CUDNN_CHECK(cudnnGetConvolutionForwardWorkspaceSize(cudnn_, plan->x_desc, plan->w_desc, plan->forward_desc,
-                                                      plan->y_desc,
-                                                      static_cast<cudnnConvolutionFwdAlgo_t>(c.forward.algo),
-                                                      &c.forward.workspace));
+  CUDNN_CHECK(cudnnGetConvolutionForwardWorkspaceSize(
+      cudnn_, plan->x_desc, plan->w_desc, plan->forward_desc, plan->y_desc,
+      static_cast<cudnnConvolutionFwdAlgo_t>(c.forward.algo), &c.forward.workspace));
   CUDNN_CHECK(cudnnGetConvolutionBackwardDataWorkspaceSize(
       cudnn_, plan->w_desc, plan->y_desc, plan->backward_data_desc, plan->x_desc,
       static_cast<cudnnConvolutionBwdDataAlgo_t>(c.backward_data.algo), &c.backward_data.workspace));
@@ -289,9 +317,10 @@ void CudaBackend::conv_forward(const ConvPlan& plan, const Tensor& x, const Tens
   check_workspace(p, p.choice.forward, workspace, op);
   activate();
   const Scaling s(g.dtype, 1.0, 0.0);
-  CUDNN_CHECK(cudnnConvolutionForward(cudnn_, s.alpha(), p.x_desc, x.data(), p.w_desc, w.data(), p.forward_desc,
-                                      static_cast<cudnnConvolutionFwdAlgo_t>(p.choice.forward.algo), workspace,
-                                      p.choice.forward.workspace, s.beta(), p.y_desc, y.data()));
+  CUDNN_CHECK(cudnnConvolutionForward(cudnn_, s.alpha(), p.x_desc, x.data(), p.w_desc, w.data(),
+                                      p.forward_desc,
+                                      static_cast<cudnnConvolutionFwdAlgo_t>(p.choice.forward.algo),
+                                      workspace, p.choice.forward.workspace, s.beta(), p.y_desc, y.data()));
 }
 
 void CudaBackend::conv_backward_data(const ConvPlan& plan, const Tensor& dy, const Tensor& w, Tensor& dx,
@@ -305,11 +334,10 @@ void CudaBackend::conv_backward_data(const ConvPlan& plan, const Tensor& dy, con
   check_workspace(p, p.choice.backward_data, workspace, op);
   activate();
   const Scaling s(g.dtype, 1.0, accumulate == Accumulate::add ? 1.0 : 0.0);
-  CUDNN_CHECK(cudnnConvolutionBackwardData(cudnn_, s.alpha(), p.w_desc, w.data(), p.y_desc, dy.data(),
-                                           p.backward_data_desc,
-                                           static_cast<cudnnConvolutionBwdDataAlgo_t>(p.choice.backward_data.algo),
-                                           workspace, p.choice.backward_data.workspace, s.beta(), p.x_desc,
-                                           dx.data()));
+  CUDNN_CHECK(cudnnConvolutionBackwardData(
+      cudnn_, s.alpha(), p.w_desc, w.data(), p.y_desc, dy.data(), p.backward_data_desc,
+      static_cast<cudnnConvolutionBwdDataAlgo_t>(p.choice.backward_data.algo), workspace,
+      p.choice.backward_data.workspace, s.beta(), p.x_desc, dx.data()));
 }
 
 void CudaBackend::conv_backward_filter(const ConvPlan& plan, const Tensor& x, const Tensor& dy, Tensor& dw,

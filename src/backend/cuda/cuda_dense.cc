@@ -51,8 +51,8 @@ void CudaBackend::add_bias(Tensor& y, const Tensor& bias) {
   check_float(op, "bias", bias);
   DLB_CHECK(y.rank() == 2 && bias.rank() == 1 && bias.dim(0) == y.dim(1), "{}: y is {}, bias is {}", op,
             y.describe(), bias.describe());
-  DLB_CHECK(bias.dtype() == y.dtype() || bias.dtype() == DType::f32, "{}: bias {} must be f32 or y's dtype", op,
-            bias.describe());
+  DLB_CHECK(bias.dtype() == y.dtype() || bias.dtype() == DType::f32, "{}: bias {} must be f32 or y's dtype",
+            op, bias.describe());
   activate();
   cuda::add_bias(y.data(), y.dtype(), bias.data(), bias.dtype(), y.dim(0), y.dim(1), stream_);
 }
@@ -68,8 +68,8 @@ void CudaBackend::bias_backward(const Tensor& dy, Tensor& dbias, Accumulate accu
                       accumulate == Accumulate::add, stream_);
 }
 
-void CudaBackend::gemm(Transpose ta, Transpose tb, int64_t m, int64_t n, int64_t k, float alpha, const Tensor& a,
-                       const Tensor& b, float beta, Tensor& c) {
+void CudaBackend::gemm(Transpose ta, Transpose tb, int64_t m, int64_t n, int64_t k, float alpha,
+                       const Tensor& a, const Tensor& b, float beta, Tensor& c) {
   const char* op = "gemm";
   DLB_CHECK(m >= 0 && n >= 0 && k >= 0, "{}: m {}, n {}, k {} must not be negative", op, m, n, k);
   check_float(op, "c", c);
@@ -102,8 +102,8 @@ void CudaBackend::gemm(Transpose ta, Transpose tb, int64_t m, int64_t n, int64_t
   const int ldc = checked_blas_int(n, "ldc");
   const cudaDataType_t t = cuda_dtype(dtype);
   CUBLAS_CHECK(cublasGemmEx(cublas_, op_b, op_a, checked_blas_int(n, "n"), checked_blas_int(m, "m"),
-                            checked_blas_int(k, "k"), alpha_p, b.data(), t, ldb, a.data(), t, lda, beta_p, c.data(),
-                            t, ldc, compute, CUBLAS_GEMM_DEFAULT));
+                            checked_blas_int(k, "k"), alpha_p, b.data(), t, ldb, a.data(), t, lda, beta_p,
+                            c.data(), t, ldc, compute, CUBLAS_GEMM_DEFAULT));
 }
 
 }  // namespace cuda

@@ -22,15 +22,16 @@ const CudaPoolPlan& as_cuda_plan(const PoolPlan& plan) {
 }
 
 void check_geometry(const PoolGeometry& g) {
-  DLB_CHECK(g.batch > 0 && g.channels > 0 && g.in_h > 0 && g.in_w > 0, "pool: sizes must be positive ({}x{}x{}x{})",
-            g.batch, g.channels, g.in_h, g.in_w);
+  DLB_CHECK(g.batch > 0 && g.channels > 0 && g.in_h > 0 && g.in_w > 0,
+            "pool: sizes must be positive ({}x{}x{}x{})", g.batch, g.channels, g.in_h, g.in_w);
   DLB_CHECK(g.kernel_h > 0 && g.kernel_w > 0 && g.stride_h > 0 && g.stride_w > 0,
-            "pool: kernel {}x{} and stride {}x{} must be positive", g.kernel_h, g.kernel_w, g.stride_h, g.stride_w);
+            "pool: kernel {}x{} and stride {}x{} must be positive", g.kernel_h, g.kernel_w, g.stride_h,
+            g.stride_w);
   DLB_CHECK(g.pad_h >= 0 && g.pad_w >= 0 && g.pad_h < g.kernel_h && g.pad_w < g.kernel_w,
             "pool: pad {}x{} must be in [0, kernel {}x{})", g.pad_h, g.pad_w, g.kernel_h, g.kernel_w);
   DLB_CHECK(g.in_h + 2 * g.pad_h >= g.kernel_h && g.in_w + 2 * g.pad_w >= g.kernel_w,
-            "pool: kernel {}x{} is larger than the padded input {}x{}", g.kernel_h, g.kernel_w, g.in_h + 2 * g.pad_h,
-            g.in_w + 2 * g.pad_w);
+            "pool: kernel {}x{} is larger than the padded input {}x{}", g.kernel_h, g.kernel_w,
+            g.in_h + 2 * g.pad_h, g.in_w + 2 * g.pad_w);
   DLB_CHECK(is_float_dtype(g.dtype), "pool: dtype {} is not a float dtype", dtype_name(g.dtype));
 }
 
@@ -47,10 +48,10 @@ std::unique_ptr<PoolPlan> CudaBackend::plan_pool(const PoolGeometry& g) {
   set_tensor_4d(plan->y_desc, g.dtype, g.layout, g.batch, g.channels, g.out_h(), g.out_w());
   const cudnnPoolingMode_t mode =
       g.kind == PoolKind::max ? CUDNN_POOLING_MAX_DETERMINISTIC : CUDNN_POOLING_AVERAGE_COUNT_EXCLUDE_PADDING;
-  CUDNN_CHECK(cudnnSetPooling2dDescriptor(plan->pool_desc, mode, CUDNN_PROPAGATE_NAN, checked_int(g.kernel_h, "kernel_h"),
-                                          checked_int(g.kernel_w, "kernel_w"), checked_int(g.pad_h, "pad_h"),
-                                          checked_int(g.pad_w, "pad_w"), checked_int(g.stride_h, "stride_h"),
-                                          checked_int(g.stride_w, "stride_w")));
+  CUDNN_CHECK(cudnnSetPooling2dDescriptor(
+      plan->pool_desc, mode, CUDNN_PROPAGATE_NAN, checked_int(g.kernel_h, "kernel_h"),
+      checked_int(g.kernel_w, "kernel_w"), checked_int(g.pad_h, "pad_h"), checked_int(g.pad_w, "pad_w"),
+      checked_int(g.stride_h, "stride_h"), checked_int(g.stride_w, "stride_w")));
   int n = 0, c = 0, h = 0, w = 0;
   CUDNN_CHECK(cudnnGetPooling2dForwardOutputDim(plan->pool_desc, plan->x_desc, &n, &c, &h, &w));
   DLB_CHECK(n == g.batch && c == g.channels && h == g.out_h() && w == g.out_w(),
@@ -66,7 +67,8 @@ void CudaBackend::pool_forward(const PoolPlan& plan, const Tensor& x, Tensor& y,
   check_activation("pool_forward", "y", y, y_dims(g), g.dtype, g.layout);
   activate();
   const Scaling s(g.dtype, 1.0, 0.0);
-  CUDNN_CHECK(cudnnPoolingForward(cudnn_, p.pool_desc, s.alpha(), p.x_desc, x.data(), s.beta(), p.y_desc, y.data()));
+  CUDNN_CHECK(
+      cudnnPoolingForward(cudnn_, p.pool_desc, s.alpha(), p.x_desc, x.data(), s.beta(), p.y_desc, y.data()));
 }
 
 void CudaBackend::pool_backward(const PoolPlan& plan, const Tensor& x, const Tensor& y, const Tensor& dy,
@@ -80,8 +82,8 @@ void CudaBackend::pool_backward(const PoolPlan& plan, const Tensor& x, const Ten
   check_activation(op, "dx", dx, x_dims(g), g.dtype, g.layout);
   activate();
   const Scaling s(g.dtype, 1.0, 0.0);
-  CUDNN_CHECK(cudnnPoolingBackward(cudnn_, p.pool_desc, s.alpha(), p.y_desc, y.data(), p.y_desc, dy.data(), p.x_desc,
-                                   x.data(), s.beta(), p.x_desc, dx.data()));
+  CUDNN_CHECK(cudnnPoolingBackward(cudnn_, p.pool_desc, s.alpha(), p.y_desc, y.data(), p.y_desc, dy.data(),
+                                   p.x_desc, x.data(), s.beta(), p.x_desc, dx.data()));
 }
 
 }  // namespace cuda
