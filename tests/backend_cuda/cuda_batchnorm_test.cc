@@ -154,6 +154,18 @@ TEST_F(CudaBatchNormTest, Float64) {
   run_bn_case(*ref, kBnCases[1], Layout::nhwc, BatchNormFusion::add_relu, DType::f64);
 }
 
+// A ResNet-sized activation, where cuDNN's NHWC kernels reduce over many blocks.
+TEST_F(CudaBatchNormTest, LargerShape) {
+  const BnCase big{16, 64, 28, 28};
+  for (DType dtype : {DType::f32, DType::f16, DType::bf16}) {
+    for (BatchNormFusion fusion : {BatchNormFusion::none, BatchNormFusion::relu, BatchNormFusion::add_relu}) {
+      SCOPED_TRACE(fmt::format("{} {}", dtype_name(dtype), fusion_name(fusion)));
+      run_bn_case(*ref, big, Layout::nhwc, fusion, dtype);
+    }
+  }
+  run_bn_case(*ref, big, Layout::nchw, BatchNormFusion::add_relu, DType::f32);
+}
+
 TEST_F(CudaBatchNormTest, RunningStatsFollowPyTorch) {
   // One channel, known values: batch mean 2.5, biased var 1.25, unbiased var 5/3.
   Backend& gpu = shared_gpu(false);

@@ -144,6 +144,9 @@ void check_geometry(const ConvGeometry& g) {
             "conv: kernel {}x{} is larger than the padded input {}x{}", g.kernel_h, g.kernel_w,
             g.in_h + 2 * g.pad_h, g.in_w + 2 * g.pad_w);
   DLB_CHECK(is_float_dtype(g.dtype), "conv: dtype {} is not a float dtype", dtype_name(g.dtype));
+  // Seen with cuDNN 9.19 on an H200: no FP64 NHWC backward-data algorithm at all.
+  DLB_CHECK(g.dtype != DType::f64 || g.layout == Layout::nchw,
+            "conv: FP64 convolutions need the NCHW layout (cuDNN has no FP64 NHWC backward-data algorithm)");
 }
 
 std::vector<int64_t> x_dims(const ConvGeometry& g) { return {g.batch, g.in_channels, g.in_h, g.in_w}; }
