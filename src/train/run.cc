@@ -82,7 +82,8 @@ RunSetup set_up(const RunConfig& config) {
     options.num_classes = s.train_data->num_classes();
   }
 
-  s.backend = make_backend(config.backend_name, config.device, config.threads);
+  s.backend = make_backend(config.backend_name, config.device, config.threads,
+                           config.precision == Precision::tf32);
   NetworkOptions net_options;
   net_options.batch = *config.batch_size;
   net_options.layout = config.layout;

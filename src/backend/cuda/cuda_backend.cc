@@ -1,0 +1,387 @@
+// The CUDA backend: construction (stream, cuDNN and cuBLAS handles), memory, the factory, and the ops that
+// run on dlbench's own kernels (elementwise, loss, casts, the optimizer update).
+//
+// No op here synchronises with the host or allocates: they only enqueue work on the backend's stream, so a
+// whole training step can be captured in a CUDA graph. The exceptions are host copies (copy_to_device and
+// copy_to_host wait for the stream) and the first sgd_update with a new segment table (uploaded once).
+#include <algorithm>
+#include <cstring>
+
+#include "backend/cuda/cuda_common.h"
+#include "backend/cuda/kernels.h"
+
+namespace dlbench {
+namespace cuda {
+
+// ---- helpers shared by the backend's files ----
+
+DeviceBuffer::DeviceBuffer(size_t bytes) : bytes_(bytes) {
+  if (bytes > 0) CUDA_CHECK(cudaMalloc(&ptr_, bytes));
+}
+
+DeviceBuffer DeviceBuffer::try_allocate(size_t bytes) {
+  DeviceBuffer b;
+  if (bytes > 0 && cudaMalloc(&b.ptr_, bytes) == cudaSuccess) {
+    b.bytes_ = bytes;
+  } else {
+    (void)cudaGetLastError();
+    b.ptr_ = nullptr;
+  }
+  return b;
+}
+
+void DeviceBuffer::reset() {
+  if (ptr_) cudaFree(ptr_);  // never throws: runs in destructors
+  ptr_ = nullptr;
+  bytes_ = 0;
+}
+
+cudnnDataType_t cudnn_dtype(DType dtype) {
+  switch (dtype) {
+    case DType::f32:
+      return CUDNN_DATA_FLOAT;
+    case DType::f64:
+      return CUDNN_DATA_DOUBLE;
+    case DType::f16:
+      return CUDNN_DATA_HALF;
+    case DType::bf16:
+      return CUDNN_DATA_BFLOAT16;
+    case DType::i32:
+      break;
+  }
+  DLB_CHECK(false, "cuda backend: {} is not a float dtype", dtype_name(dtype));
+  return CUDNN_DATA_FLOAT;
+}
+
+cudaDataType_t cuda_dtype(DType dtype) {
+  switch (dtype) {
+    case DType::f32:
+      return CUDA_R_32F;
+    case DType::f64:
+      return CUDA_R_64F;
+    case DType::f16:
+      return CUDA_R_16F;
+    case DType::bf16:
+      return CUDA_R_16BF;
+    case DType::i32:
+      return CUDA_R_32I;
+  }
+  return CUDA_R_32F;
+}
+
+cudnnTensorFormat_t cudnn_format(Layout layout) {
+  return layout == Layout::nchw ? CUDNN_TENSOR_NCHW : CUDNN_TENSOR_NHWC;
+}
+
+bool is_float_dtype(DType dtype) { return dtype != DType::i32; }
+
+int checked_int(int64_t value, const char* what) {
+  DLB_CHECK(value >= 0 && value <= INT32_MAX, "cuda backend: {} = {} does not fit cuDNN's int", what, value);
+  return static_cast<int>(value);
+}
+
+void set_tensor_4d(cudnnTensorDescriptor_t desc, DType dtype, Layout layout, int64_t n, int64_t c, int64_t h,
+                   int64_t w) {
+  CUDNN_CHECK(cudnnSetTensor4dDescriptor(desc, cudnn_format(layout), cudnn_dtype(dtype), checked_int(n, "N"),
+                                         checked_int(c, "C"), checked_int(h, "H"), checked_int(w, "W")));
+}
+
+void check_device_tensor(const char* op, const char* name, const Tensor& t) {
+  DLB_CHECK(t.device().kind == DeviceKind::cuda, "{}: {} is {}, the cuda backend needs device memory", op,
+            name, t.describe());
+  DLB_CHECK(t.data() != nullptr || t.numel() == 0, "{}: {} ({}) has no data", op, name, t.describe());
+}
+
+void check_activation(const char* op, const char* name, const Tensor& t, std::vector<int64_t> dims,
+                      DType dtype, Layout layout) {
+  check_device_tensor(op, name, t);
+  DLB_CHECK(t.dims() == dims && t.dtype() == dtype && t.layout() == layout,
+            "{}: {} is {}, expected {}[{}] {}", op, name, t.describe(), dtype_name(dtype),
+            fmt::join(dims, ", "), layout_name(layout));
+}
+
+void check_same_shape(const char* op, const char* name_a, const Tensor& a, const char* name_b,
+                      const Tensor& b) {
+  check_device_tensor(op, name_a, a);
+  check_device_tensor(op, name_b, b);
+  const bool same_order = a.rank() != 4 || a.layout() == b.layout();
+  DLB_CHECK(a.dims() == b.dims() && a.dtype() == b.dtype() && same_order, "{}: {} is {} but {} is {}", op,
+            name_a, a.describe(), name_b, b.describe());
+}
+
+void check_float(const char* op, const char* name, const Tensor& t) {
+  check_device_tensor(op, name, t);
+  DLB_CHECK(is_float_dtype(t.dtype()), "{}: {} is {}, expected a float dtype", op, name, t.describe());
+}
+
+const CudaBackend& as_cuda(const Backend& backend) {
+  auto* b = dynamic_cast<const CudaBackend*>(&backend);
+  DLB_CHECK(b != nullptr, "backend '{}' is not the cuda backend", backend.name());
+  return *b;
+}
+
+// ---- construction ----
+
+namespace {
+
+// cuBLAS's workspace, set once so that GEMMs never allocate (and can be captured in a graph); 32 MiB is
+// NVIDIA's recommendation for Hopper.
+constexpr size_t kCublasWorkspaceBytes = size_t{32} << 20;
+
+}  // namespace
+
+CudaBackend::CudaBackend(int device, bool allow_tf32) : device_(device), allow_tf32_(allow_tf32) {
+  const int count = cuda_device_count();
+  DLB_REQUIRE(device >= 0 && device < count, "--device cuda:{}: this machine has {} CUDA GPU(s)", device,
+              count);
+  CUDA_CHECK(cudaSetDevice(device_));
+  CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
+  CUDNN_CHECK(cudnnCreate(&cudnn_));
+  CUDNN_CHECK(cudnnSetStream(cudnn_, stream_));
+  CUBLAS_CHECK(cublasCreate(&cublas_));
+  CUBLAS_CHECK(cublasSetStream(cublas_, stream_));
+  cublas_workspace_ = DeviceBuffer(kCublasWorkspaceBytes);
+  CUBLAS_CHECK(cublasSetWorkspace(cublas_, cublas_workspace_.get(), cublas_workspace_.bytes()));
+  // FP32 GEMMs: TF32 tensor cores only when allowed. The compute type of each call says the same (gemm).
+  CUBLAS_CHECK(cublasSetMathMode(cublas_, allow_tf32_ ? CUBLAS_TF32_TENSOR_OP_MATH : CUBLAS_DEFAULT_MATH));
+}
+
+CudaBackend::~CudaBackend() {
+  // Destructors never throw: errors while tearing down are ignored.
+  cudaSetDevice(device_);
+  if (stream_) cudaStreamSynchronize(stream_);
+  segment_tables_.clear();
+  if (cublas_) cublasDestroy(cublas_);
+  cublas_workspace_.reset();
+  if (cudnn_) cudnnDestroy(cudnn_);
+  if (stream_) cudaStreamDestroy(stream_);
+}
+
+void CudaBackend::activate() const {
+  int current = -1;
+  if (cudaGetDevice(&current) != cudaSuccess || current != device_) CUDA_CHECK(cudaSetDevice(device_));
+}
+
+// ---- memory ----
+
+void* CudaBackend::allocate(size_t bytes) {
+  activate();
+  void* p = nullptr;
+  const cudaError_t status = cudaMalloc(&p, std::max<size_t>(bytes, 1));
+  if (status != cudaSuccess) {
+    (void)cudaGetLastError();
+    size_t free_bytes = 0, total_bytes = 0;
+    cudaMemGetInfo(&free_bytes, &total_bytes);
+    DLB_CHECK(false, "cuda backend: cudaMalloc of {} bytes failed ({}); {} of {} MiB free on cuda:{}", bytes,
+              cudaGetErrorString(status), free_bytes >> 20, total_bytes >> 20, device_);
+  }
+  return p;
+}
+
+void CudaBackend::deallocate(void* ptr) {
+  if (!ptr) return;
+  activate();
+  CUDA_CHECK(cudaFree(ptr));
+}
+
+void CudaBackend::copy_to_device(void* dst, const void* host_src, size_t bytes) {
+  if (!bytes) return;
+  activate();
+  CUDA_CHECK(cudaMemcpyAsync(dst, host_src, bytes, cudaMemcpyHostToDevice, stream_));
+  // The caller may reuse host_src as soon as this returns (pinned memory would otherwise still be read).
+  CUDA_CHECK(cudaStreamSynchronize(stream_));
+}
+
+void CudaBackend::copy_to_host(void* host_dst, const void* src, size_t bytes) {
+  if (!bytes) return;
+  activate();
+  CUDA_CHECK(cudaMemcpyAsync(host_dst, src, bytes, cudaMemcpyDeviceToHost, stream_));
+  CUDA_CHECK(cudaStreamSynchronize(stream_));
+}
+
+void CudaBackend::copy(void* dst, const void* src, size_t bytes) {
+  if (!bytes || dst == src) return;
+  activate();
+  CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, stream_));
+}
+
+void CudaBackend::synchronize() {
+  activate();
+  CUDA_CHECK(cudaStreamSynchronize(stream_));
+}
+
+// ---- loss ----
+
+void CudaBackend::softmax_cross_entropy_forward(const Tensor& logits, const Tensor& labels,
+                                                float label_smoothing, Tensor& probs, Tensor& loss) {
+  const char* op = "softmax_cross_entropy_forward";
+  check_float(op, "logits", logits);
+  check_device_tensor(op, "labels", labels);
+  check_device_tensor(op, "probs", probs);
+  check_device_tensor(op, "loss", loss);
+  DLB_CHECK(logits.rank() == 2, "{}: logits is {}, expected [N, K]", op, logits.describe());
+  const int64_t n = logits.dim(0), k = logits.dim(1);
+  DLB_CHECK(labels.dtype() == DType::i32 && labels.numel() == n, "{}: labels is {}, expected i32[{}]", op,
+            labels.describe(), n);
+  DLB_CHECK(probs.dtype() == DType::f32 && probs.numel() == n * k, "{}: probs is {}, expected f32[{}, {}]",
+            op, probs.describe(), n, k);
+  DLB_CHECK(loss.dtype() == DType::f32 && loss.numel() >= 1, "{}: loss is {}, expected f32[1]", op,
+            loss.describe());
+  activate();
+  cuda::softmax_cross_entropy_forward(logits.data(), logits.dtype(), labels.ptr<int32_t>(), n, k,
+                                      label_smoothing, probs.ptr<float>(), loss.ptr<float>(), stream_);
+}
+
+void CudaBackend::softmax_cross_entropy_backward(const Tensor& probs, const Tensor& labels,
+                                                 float label_smoothing, float scale, Tensor& dlogits) {
+  const char* op = "softmax_cross_entropy_backward";
+  check_device_tensor(op, "probs", probs);
+  check_device_tensor(op, "labels", labels);
+  check_float(op, "dlogits", dlogits);
+  DLB_CHECK(probs.rank() == 2 && probs.dtype() == DType::f32, "{}: probs is {}, expected f32[N, K]", op,
+            probs.describe());
+  const int64_t n = probs.dim(0), k = probs.dim(1);
+  DLB_CHECK(labels.dtype() == DType::i32 && labels.numel() == n, "{}: labels is {}, expected i32[{}]", op,
+            labels.describe(), n);
+  DLB_CHECK(dlogits.numel() == n * k, "{}: dlogits is {}, expected [{}, {}]", op, dlogits.describe(), n, k);
+  activate();
+  cuda::softmax_cross_entropy_backward(probs.ptr<float>(), labels.ptr<int32_t>(), n, k, label_smoothing,
+                                       scale, dlogits.data(), dlogits.dtype(), stream_);
+}
+
+// ---- elementwise and utilities ----
+
+void CudaBackend::fill(Tensor& x, double value) {
+  check_device_tensor("fill", "x", x);
+  if (x.numel() == 0) return;
+  activate();
+  cuda::fill(x.data(), x.dtype(), x.numel(), value, stream_);  // any dtype, i32 flags included
+}
+
+void CudaBackend::add(const Tensor& a, const Tensor& b, Tensor& y) {
+  check_float("add", "a", a);
+  check_same_shape("add", "a", a, "b", b);
+  check_same_shape("add", "a", a, "y", y);
+  activate();
+  cuda::add(a.data(), b.data(), y.data(), y.dtype(), y.numel(), stream_);
+}
+
+void CudaBackend::scale(Tensor& x, double alpha) {
+  check_float("scale", "x", x);
+  activate();
+  cuda::scale(x.data(), x.dtype(), x.numel(), alpha, stream_);
+}
+
+void CudaBackend::cast(const Tensor& src, Tensor& dst) {
+  check_float("cast", "src", src);
+  check_float("cast", "dst", dst);
+  const bool same_order = src.rank() != 4 || src.layout() == dst.layout();
+  DLB_CHECK(src.dims() == dst.dims() && same_order, "cast: src is {} but dst is {}", src.describe(),
+            dst.describe());
+  activate();
+  if (src.dtype() == dst.dtype()) {
+    copy(dst.data(), src.data(), src.bytes());
+    return;
+  }
+  cuda::cast(src.data(), src.dtype(), dst.data(), dst.dtype(), src.numel(), stream_);
+}
+
+void CudaBackend::check_finite(const Tensor& x, Tensor& flag) {
+  check_float("check_finite", "x", x);
+  check_device_tensor("check_finite", "flag", flag);
+  DLB_CHECK(flag.dtype() == DType::i32 && flag.numel() == 1, "check_finite: flag is {}, expected i32[1]",
+            flag.describe());
+  activate();
+  cuda::check_finite(x.data(), x.dtype(), x.numel(), flag.ptr<int32_t>(), stream_);
+}
+
+// ---- optimizer ----
+
+void CudaBackend::sgd_update(Tensor& params, const Tensor& grads, Tensor& momentum_buffer,
+                             std::span<const ParamSegment> segments, const SgdStep& step) {
+  const char* op = "sgd_update";
+  check_device_tensor(op, "params", params);
+  DLB_CHECK(params.rank() == 1 && params.dtype() == DType::f32,
+            "{}: params is {}, expected a flat f32 buffer", op, params.describe());
+  check_same_shape(op, "params", params, "grads", grads);
+  check_same_shape(op, "params", params, "momentum_buffer", momentum_buffer);
+  if (segments.empty()) return;
+  activate();
+
+  std::vector<std::tuple<int64_t, int64_t, bool>> key;
+  key.reserve(segments.size());
+  for (const ParamSegment& s : segments) key.emplace_back(s.offset, s.count, s.weight_decay);
+  const ParamSegment* table = nullptr;
+  {
+    std::lock_guard<std::mutex> lock(segments_mutex_);
+    auto it = segment_tables_.find(key);
+    if (it == segment_tables_.end()) {
+      // First use of this table: check it (inside the buffer, no overlap) and upload it, once.
+      auto sorted = key;
+      std::sort(sorted.begin(), sorted.end());
+      int64_t covered_until = 0;
+      for (const auto& [offset, count, decay] : sorted) {
+        DLB_CHECK(offset >= 0 && count >= 0 && offset + count <= params.numel(),
+                  "{}: segment [{}, {}) is outside params {}", op, offset, offset + count, params.describe());
+        DLB_CHECK(offset >= covered_until, "{}: segment at {} overlaps the previous one (ending at {})", op,
+                  offset, covered_until);
+        covered_until = offset + count;
+      }
+      DeviceBuffer buffer(segments.size_bytes());
+      copy_to_device(buffer.get(), segments.data(), segments.size_bytes());
+      it = segment_tables_.emplace(std::move(key), std::move(buffer)).first;
+    }
+    table = static_cast<const ParamSegment*>(it->second.get());
+  }
+  cuda::sgd_update(params.ptr<float>(), grads.ptr<float>(), momentum_buffer.ptr<float>(), table,
+                   static_cast<int>(segments.size()), step, stream_);
+}
+
+}  // namespace cuda
+
+// ---- factory and utilities of the public header ----
+
+int cuda_device_count() {
+  int count = 0;
+  if (cudaGetDeviceCount(&count) != cudaSuccess) {
+    (void)cudaGetLastError();  // no driver or no GPU: not an error for the caller
+    return 0;
+  }
+  return count;
+}
+
+std::unique_ptr<Backend> make_cuda_backend(int device, bool allow_tf32) {
+  return std::make_unique<cuda::CudaBackend>(device, allow_tf32);
+}
+
+void cuda_capture_and_replay(Backend& backend, const std::function<void()>& body, int replays) {
+  const cuda::CudaBackend& b = cuda::as_cuda(backend);
+  b.activate();
+  cudaStream_t stream = b.stream();
+  CUDA_CHECK(cudaStreamSynchronize(stream));
+  CUDA_CHECK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeGlobal));
+  cudaGraph_t graph = nullptr;
+  try {
+    body();
+  } catch (...) {
+    cudaStreamEndCapture(stream, &graph);  // leave the stream usable; the graph is invalid
+    if (graph) cudaGraphDestroy(graph);
+    (void)cudaGetLastError();
+    throw;
+  }
+  CUDA_CHECK(cudaStreamEndCapture(stream, &graph));
+  cudaGraphExec_t exec = nullptr;
+  const cudaError_t instantiated = cudaGraphInstantiate(&exec, graph, 0);
+  if (instantiated != cudaSuccess) {
+    cudaGraphDestroy(graph);
+    CUDA_CHECK(instantiated);
+  }
+  cudaError_t status = cudaSuccess;
+  for (int i = 0; i < replays && status == cudaSuccess; ++i) status = cudaGraphLaunch(exec, stream);
+  if (status == cudaSuccess) status = cudaStreamSynchronize(stream);
+  cudaGraphExecDestroy(exec);
+  cudaGraphDestroy(graph);
+  CUDA_CHECK(status);
+}
+
+}  // namespace dlbench

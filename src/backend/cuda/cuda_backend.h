@@ -1,0 +1,35 @@
+// The CUDA backend: convolutions, batch norm and pooling on cuDNN 9 (legacy API, planned once per shape),
+// GEMM on cuBLAS, everything else in dlbench's own kernels (backend/cuda/kernels.h). FP32, FP16 and BF16
+// (FP64 where cuDNN and cuBLAS have it), NHWC (the GPU default) and NCHW.
+//
+// This header needs no CUDA headers: the factory and the run code include it in any build with CUDA on.
+#pragma once
+
+#include <functional>
+#include <memory>
+#include <string>
+
+#include "backend/backend.h"
+
+namespace dlbench {
+
+// One stream, one cuDNN and one cuBLAS handle on GPU `device`. FP32 convolutions and GEMMs may use TF32
+// tensor cores only when `allow_tf32` (FP16/BF16 always use tensor cores, accumulating in FP32).
+// Throws UserError when there is no such GPU.
+std::unique_ptr<Backend> make_cuda_backend(int device, bool allow_tf32);
+
+// GPUs the CUDA runtime sees; 0 when there is no driver or no GPU. Never throws.
+int cuda_device_count();
+
+// "fwd: IMPLICIT_PRECOMP_GEMM (tensor op, 0 B) | bwd_data: ... | bwd_filter: ...": the algorithms the plan
+// (a cuda backend's) chose, their math type and workspace.
+std::string describe_cuda_conv_plan(const ConvPlan& plan);
+// "fused (cuDNN BN_ADD_ACTIVATION)" or "unfused: ...reason...": how a batch-norm plan runs its fusion.
+std::string describe_cuda_batchnorm_plan(const BatchNormPlan& plan);
+
+// Records what `body` issues on the backend's stream into a CUDA graph (global capture mode: a host
+// synchronisation, a blocking copy or an allocation inside `body` fails the capture and throws), then
+// launches the graph `replays` times and waits. `backend` must be a cuda backend.
+void cuda_capture_and_replay(Backend& backend, const std::function<void()>& body, int replays);
+
+}  // namespace dlbench

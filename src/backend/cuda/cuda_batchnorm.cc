@@ -1,0 +1,388 @@
+// Batch normalisation on cuDNN: cudnnBatchNormalizationForwardTrainingEx / BackwardEx for training,
+// cudnnBatchNormalizationForwardInference for inference, dlbench's kernels for what cuDNN does not fuse.
+//
+// Mode: CUDNN_BATCHNORM_SPATIAL_PERSISTENT for NHWC (the semi-persistent NHWC kernels); plain SPATIAL for
+// NCHW, whose persistent variant reduces in scaled integers that can overflow on large activations.
+//
+// Fusion (relu, add_relu): cuDNN's bnOps BN_ACTIVATION / BN_ADD_ACTIVATION when cuDNN takes them (NHWC
+// only; which dtypes and channel counts it takes depends on the cuDNN release). The plan asks cuDNN for
+// the workspace and reserve sizes of the fused ops and then runs the fused forward and backward once on
+// scratch buffers of the plan's shape; if any of that fails, the plan is "unfused": plain BN (bnOps BN)
+// followed by our add and ReLU kernels, and in the backward our ReLU-backward kernel masks dy with y first
+// (into dresidual for add_relu, which is exactly that gradient, or into the workspace for relu). The
+// verdict is cached per shape for the process, so identical layers run one trial.
+//
+// Reserve space: cuDNN's training forward leaves state in it that the backward of the same layer reads.
+// The interface's workspace is shared by all layers, so the reserve cannot live there: each plan owns
+// its reserve, allocated at plan time (one plan per layer). Only the cuDNN workspace proper (and the
+// masked-dy buffer of the unfused relu path) is part of workspace_bytes().
+//
+// cuDNN's conventions match the contract: exponentialAverageFactor is the momentum (running = (1 - m) *
+// running + m * batch), the running variance is the unbiased one (x M / (M - 1)), resultSaveInvVariance
+// is 1 / sqrt(var + eps). Accumulating dgamma/dbeta is cuDNN's betaParamDiff = 1. The fused backward also
+// reads beta (bnBiasData) while the interface hands it only to the forward: the plan remembers the beta
+// of the last training forward, which is the same parameter tensor the backward of that step belongs to.
+#include <algorithm>
+#include <array>
+
+#include "backend/cuda/cuda_common.h"
+#include "backend/cuda/kernels.h"
+
+namespace dlbench {
+namespace cuda {
+namespace {
+
+class CudaBatchNormPlan final : public BatchNormPlan {
+ public:
+  explicit CudaBatchNormPlan(const BatchNormGeometry& g) : BatchNormPlan(g) {}
+  size_t workspace_bytes() const override { return total_workspace; }
+
+  TensorDescriptor x_desc, param_desc;
+  ActivationDescriptor relu_desc;
+  cudnnBatchNormMode_t mode = CUDNN_BATCHNORM_SPATIAL;
+  bool fused = false;  // cuDNN applies the fusion itself
+  cudnnBatchNormOps_t ops = CUDNN_BATCHNORM_OPS_BN;
+  std::string path;  // how the plan runs, for describe_cuda_batchnorm_plan
+  size_t forward_workspace = 0, backward_workspace = 0;
+  size_t cudnn_workspace_offset = 0, masked_dy_offset = 0, total_workspace = 0;
+  DeviceBuffer reserve;
+  size_t reserve_bytes = 0;
+  DType param_dtype = DType::f32;
+  mutable const void* last_beta = nullptr;  // beta of the last training forward (the fused backward reads it)
+};
+
+const CudaBatchNormPlan& as_cuda_plan(const BatchNormPlan& plan) {
+  auto* p = dynamic_cast<const CudaBatchNormPlan*>(&plan);
+  DLB_CHECK(p != nullptr, "batch-norm plan was not made by the cuda backend");
+  return *p;
+}
+
+cudnnBatchNormOps_t fused_ops(BatchNormFusion fusion) {
+  switch (fusion) {
+    case BatchNormFusion::relu:
+      return CUDNN_BATCHNORM_OPS_BN_ACTIVATION;
+    case BatchNormFusion::add_relu:
+      return CUDNN_BATCHNORM_OPS_BN_ADD_ACTIVATION;
+    case BatchNormFusion::none:
+      break;
+  }
+  return CUDNN_BATCHNORM_OPS_BN;
+}
+
+const char* ops_name(cudnnBatchNormOps_t ops) {
+  switch (ops) {
+    case CUDNN_BATCHNORM_OPS_BN:
+      return "BN";
+    case CUDNN_BATCHNORM_OPS_BN_ACTIVATION:
+      return "BN_ACTIVATION";
+    case CUDNN_BATCHNORM_OPS_BN_ADD_ACTIVATION:
+      return "BN_ADD_ACTIVATION";
+  }
+  return "?";
+}
+
+std::vector<int64_t> activation_dims(const BatchNormGeometry& g) { return {g.batch, g.channels, g.h, g.w}; }
+size_t activation_bytes(const BatchNormGeometry& g) {
+  return static_cast<size_t>(g.batch * g.channels * g.h * g.w) * dtype_size(g.dtype);
+}
+
+void check_geometry(const BatchNormGeometry& g) {
+  DLB_CHECK(g.batch > 0 && g.channels > 0 && g.h > 0 && g.w > 0,
+            "batchnorm: sizes must be positive ({}x{}x{}x{})", g.batch, g.channels, g.h, g.w);
+  DLB_CHECK(g.epsilon >= CUDNN_BN_MIN_EPSILON && g.epsilon > 0, "batchnorm: epsilon {} is too small",
+            g.epsilon);
+  DLB_CHECK(is_float_dtype(g.dtype), "batchnorm: dtype {} is not a float dtype", dtype_name(g.dtype));
+}
+
+struct Sizes {
+  cudnnStatus_t status = CUDNN_STATUS_SUCCESS;
+  const char* failed = "";
+  size_t forward = 0, backward = 0, reserve = 0;
+};
+
+// cuDNN's workspace and reserve sizes for `ops` (status says whether cuDNN takes the combination).
+Sizes query_sizes(cudnnHandle_t handle, const CudaBatchNormPlan& p, cudnnBatchNormOps_t ops) {
+  Sizes s;
+  const bool add = ops == CUDNN_BATCHNORM_OPS_BN_ADD_ACTIVATION;
+  const bool act = ops != CUDNN_BATCHNORM_OPS_BN;
+  cudnnActivationDescriptor_t relu = act ? p.relu_desc.get() : nullptr;
+  cudnnTensorDescriptor_t z = add ? p.x_desc.get() : nullptr;
+  s.status = cudnnGetBatchNormalizationForwardTrainingExWorkspaceSize(
+      handle, p.mode, ops, p.x_desc, z, p.x_desc, p.param_desc, relu, &s.forward);
+  if (s.status != CUDNN_STATUS_SUCCESS) {
+    s.failed = "forward workspace size";
+    return s;
+  }
+  s.status = cudnnGetBatchNormalizationBackwardExWorkspaceSize(handle, p.mode, ops, p.x_desc,
+                                                               act ? p.x_desc.get() : nullptr, p.x_desc, z,
+                                                               p.x_desc, p.param_desc, relu, &s.backward);
+  if (s.status != CUDNN_STATUS_SUCCESS) {
+    s.failed = "backward workspace size";
+    return s;
+  }
+  s.status =
+      cudnnGetBatchNormalizationTrainingExReserveSpaceSize(handle, p.mode, ops, relu, p.x_desc, &s.reserve);
+  if (s.status != CUDNN_STATUS_SUCCESS) s.failed = "reserve space size";
+  return s;
+}
+
+// Runs the fused forward and backward once on zeroed scratch buffers of the plan's shape. Returns "" when
+// cuDNN ran both, else what failed.
+std::string trial_run(const CudaBackend& backend, const CudaBatchNormPlan& p, const Sizes& sizes) {
+  const BatchNormGeometry& g = p.geometry;
+  const bool add = p.ops == CUDNN_BATCHNORM_OPS_BN_ADD_ACTIVATION;
+  const size_t bytes = activation_bytes(g);
+  const size_t param_bytes = static_cast<size_t>(g.channels) * dtype_size(p.param_dtype);
+  DeviceBuffer x = DeviceBuffer::try_allocate(bytes), y = DeviceBuffer::try_allocate(bytes),
+               dx = DeviceBuffer::try_allocate(bytes);
+  DeviceBuffer z = add ? DeviceBuffer::try_allocate(bytes) : DeviceBuffer(),
+               dz = add ? DeviceBuffer::try_allocate(bytes) : DeviceBuffer();
+  DeviceBuffer params = DeviceBuffer::try_allocate(8 * align_up(param_bytes));
+  DeviceBuffer ws = DeviceBuffer::try_allocate(std::max(sizes.forward, sizes.backward));
+  DeviceBuffer reserve = DeviceBuffer::try_allocate(sizes.reserve);
+  if (!x.get() || !y.get() || !dx.get() || (add && (!z.get() || !dz.get())) || !params.get() ||
+      (std::max(sizes.forward, sizes.backward) > 0 && !ws.get()) || (sizes.reserve > 0 && !reserve.get())) {
+    return "no memory for the trial run";
+  }
+  cudaStream_t stream = backend.stream();
+  CUDA_CHECK(cudaMemsetAsync(x.get(), 0, bytes, stream));
+  if (add) CUDA_CHECK(cudaMemsetAsync(z.get(), 0, bytes, stream));
+  CUDA_CHECK(cudaMemsetAsync(params.get(), 0, params.bytes(), stream));
+  auto param = [&](int i) { return at_offset(params.get(), static_cast<size_t>(i) * align_up(param_bytes)); };
+  const Scaling s(g.dtype, 1.0, 0.0);
+  cudnnStatus_t status = cudnnBatchNormalizationForwardTrainingEx(
+      backend.cudnn(), p.mode, p.ops, s.alpha(), s.beta(), p.x_desc, x.get(), add ? p.x_desc.get() : nullptr,
+      z.get(), p.x_desc, y.get(), p.param_desc, param(0), param(1), g.momentum, param(2), param(3), g.epsilon,
+      param(4), param(5), p.relu_desc, ws.get(), ws.bytes(), reserve.get(), reserve.bytes());
+  if (status != CUDNN_STATUS_SUCCESS) return fmt::format("forward: {}", cudnnGetErrorString(status));
+  status = cudnnBatchNormalizationBackwardEx(
+      backend.cudnn(), p.mode, p.ops, s.alpha(), s.beta(), s.alpha(), s.beta(), p.x_desc, x.get(), p.x_desc,
+      y.get(), p.x_desc, x.get(), add ? p.x_desc.get() : nullptr, dz.get(), p.x_desc, dx.get(), p.param_desc,
+      param(0), param(1), param(6), param(7), g.epsilon, param(4), param(5), p.relu_desc, ws.get(),
+      ws.bytes(), reserve.get(), reserve.bytes());
+  if (status != CUDNN_STATUS_SUCCESS) return fmt::format("backward: {}", cudnnGetErrorString(status));
+  const cudaError_t ran = cudaStreamSynchronize(stream);
+  if (ran != cudaSuccess) {
+    (void)cudaGetLastError();
+    return fmt::format("execution: {}", cudaGetErrorString(ran));
+  }
+  return "";
+}
+
+// Process-wide verdicts of trial runs: "" (cuDNN fuses this shape) or the reason it does not.
+std::mutex& trial_mutex() {
+  static std::mutex mutex;
+  return mutex;
+}
+std::map<std::array<int64_t, 8>, std::string>& trial_cache() {
+  static std::map<std::array<int64_t, 8>, std::string> cache;
+  return cache;
+}
+
+void check_param(const char* op, const char* name, const CudaBatchNormPlan& p, const Tensor& t) {
+  check_device_tensor(op, name, t);
+  DLB_CHECK(t.numel() == p.geometry.channels && t.dtype() == p.param_dtype, "{}: {} is {}, expected {}[{}]",
+            op, name, t.describe(), dtype_name(p.param_dtype), p.geometry.channels);
+}
+
+void check_residual(const char* op, const char* name, const BatchNormGeometry& g, const Tensor* t) {
+  if (g.fusion == BatchNormFusion::add_relu) {
+    DLB_CHECK(t != nullptr, "{}: fusion add_relu needs {}", op, name);
+    check_activation(op, name, *t, activation_dims(g), g.dtype, g.layout);
+  } else {
+    DLB_CHECK(t == nullptr, "{}: {} is given but the fusion has no residual add", op, name);
+  }
+}
+
+}  // namespace
+
+std::unique_ptr<BatchNormPlan> CudaBackend::plan_batchnorm(const BatchNormGeometry& g) {
+  check_geometry(g);
+  activate();
+  auto plan = std::make_unique<CudaBatchNormPlan>(g);
+  CudaBatchNormPlan& p = *plan;
+  p.mode = g.layout == Layout::nhwc ? CUDNN_BATCHNORM_SPATIAL_PERSISTENT : CUDNN_BATCHNORM_SPATIAL;
+  p.param_dtype = g.dtype == DType::f64 ? DType::f64 : DType::f32;
+  set_tensor_4d(p.x_desc, g.dtype, g.layout, g.batch, g.channels, g.h, g.w);
+  CUDNN_CHECK(cudnnDeriveBNTensorDescriptor(p.param_desc, p.x_desc, p.mode));
+  CUDNN_CHECK(cudnnSetActivationDescriptor(p.relu_desc, CUDNN_ACTIVATION_RELU, CUDNN_PROPAGATE_NAN, 0.0));
+
+  Sizes sizes;
+  if (g.fusion != BatchNormFusion::none) {
+    std::string why_not;
+    if (g.layout != Layout::nhwc) {
+      why_not = "cuDNN fuses in NHWC only";
+    } else if (g.dtype == DType::f64) {
+      why_not = "cuDNN does not fuse FP64";
+    } else {
+      p.ops = fused_ops(g.fusion);
+      sizes = query_sizes(cudnn_, p, p.ops);
+      if (sizes.status != CUDNN_STATUS_SUCCESS) {
+        why_not = fmt::format("cuDNN refused the {}: {}", sizes.failed, cudnnGetErrorString(sizes.status));
+      } else {
+        const std::array<int64_t, 8> key{g.batch,
+                                         g.channels,
+                                         g.h,
+                                         g.w,
+                                         static_cast<int64_t>(g.dtype),
+                                         static_cast<int64_t>(g.layout),
+                                         static_cast<int64_t>(g.fusion),
+                                         device_};
+        std::lock_guard<std::mutex> lock(trial_mutex());
+        auto it = trial_cache().find(key);
+        if (it == trial_cache().end()) it = trial_cache().emplace(key, trial_run(*this, p, sizes)).first;
+        if (!it->second.empty()) why_not = fmt::format("cuDNN's trial run failed: {}", it->second);
+      }
+    }
+    p.fused = why_not.empty();
+    p.path = p.fused ? fmt::format("fused (cuDNN {})", ops_name(p.ops))
+                     : fmt::format("unfused (cuDNN BN + our kernels): {}", why_not);
+  } else {
+    p.path = "cuDNN BN";
+  }
+  if (!p.fused) {
+    p.ops = CUDNN_BATCHNORM_OPS_BN;
+    sizes = query_sizes(cudnn_, p, p.ops);
+    if (sizes.status != CUDNN_STATUS_SUCCESS && p.mode == CUDNN_BATCHNORM_SPATIAL_PERSISTENT) {
+      // No semi-persistent kernel for this case: the plain spatial one.
+      p.mode = CUDNN_BATCHNORM_SPATIAL;
+      CUDNN_CHECK(cudnnDeriveBNTensorDescriptor(p.param_desc, p.x_desc, p.mode));
+      sizes = query_sizes(cudnn_, p, p.ops);
+      p.path += " (spatial mode)";
+    }
+    CUDNN_CHECK(sizes.status);
+  }
+  p.forward_workspace = sizes.forward;
+  p.backward_workspace = sizes.backward;
+  p.reserve_bytes = sizes.reserve;
+  p.reserve = DeviceBuffer(sizes.reserve);
+
+  WorkspaceLayout layout;
+  p.cudnn_workspace_offset = layout.reserve(std::max(sizes.forward, sizes.backward));
+  if (!p.fused && g.fusion == BatchNormFusion::relu) p.masked_dy_offset = layout.reserve(activation_bytes(g));
+  p.total_workspace = layout.total();
+  return plan;
+}
+
+void CudaBackend::batchnorm_forward_training(const BatchNormPlan& plan, const Tensor& x,
+                                             const Tensor* residual, const Tensor& gamma, const Tensor& beta,
+                                             Tensor& y, Tensor& running_mean, Tensor& running_var,
+                                             Tensor& saved_mean, Tensor& saved_inv_std, void* workspace) {
+  const auto& p = as_cuda_plan(plan);
+  const BatchNormGeometry& g = p.geometry;
+  const char* op = "batchnorm_forward_training";
+  DLB_CHECK(g.batch * g.h * g.w > 1, "{}: training needs more than one value per channel, x is {}", op,
+            x.describe());
+  check_activation(op, "x", x, activation_dims(g), g.dtype, g.layout);
+  check_activation(op, "y", y, activation_dims(g), g.dtype, g.layout);
+  check_residual(op, "residual", g, residual);
+  check_param(op, "gamma", p, gamma);
+  check_param(op, "beta", p, beta);
+  check_param(op, "running_mean", p, running_mean);
+  check_param(op, "running_var", p, running_var);
+  check_param(op, "saved_mean", p, saved_mean);
+  check_param(op, "saved_inv_std", p, saved_inv_std);
+  DLB_CHECK(p.total_workspace == 0 || workspace != nullptr, "{}: the plan needs a workspace of {} bytes", op,
+            p.total_workspace);
+  activate();
+  const Scaling s(g.dtype, 1.0, 0.0);
+  void* ws = p.forward_workspace ? at_offset(workspace, p.cudnn_workspace_offset) : nullptr;
+  const bool add = p.fused && p.ops == CUDNN_BATCHNORM_OPS_BN_ADD_ACTIVATION;
+  CUDNN_CHECK(cudnnBatchNormalizationForwardTrainingEx(
+      cudnn_, p.mode, p.ops, s.alpha(), s.beta(), p.x_desc, x.data(), add ? p.x_desc.get() : nullptr,
+      add ? residual->data() : nullptr, p.x_desc, y.data(), p.param_desc, gamma.data(), beta.data(),
+      g.momentum, running_mean.data(), running_var.data(), g.epsilon, saved_mean.data(), saved_inv_std.data(),
+      p.fused ? p.relu_desc.get() : nullptr, ws, p.forward_workspace, p.reserve.get(), p.reserve_bytes));
+  p.last_beta = beta.data();
+  if (p.fused) return;
+  const int64_t n = y.numel();
+  if (g.fusion == BatchNormFusion::add_relu)
+    cuda::add(y.data(), residual->data(), y.data(), g.dtype, n, stream_);
+  if (g.fusion != BatchNormFusion::none) cuda::relu_forward(y.data(), y.data(), g.dtype, n, stream_);
+}
+
+void CudaBackend::batchnorm_forward_inference(const BatchNormPlan& plan, const Tensor& x,
+                                              const Tensor* residual, const Tensor& gamma, const Tensor& beta,
+                                              const Tensor& running_mean, const Tensor& running_var,
+                                              Tensor& y) {
+  const auto& p = as_cuda_plan(plan);
+  const BatchNormGeometry& g = p.geometry;
+  const char* op = "batchnorm_forward_inference";
+  check_activation(op, "x", x, activation_dims(g), g.dtype, g.layout);
+  check_activation(op, "y", y, activation_dims(g), g.dtype, g.layout);
+  check_residual(op, "residual", g, residual);
+  check_param(op, "gamma", p, gamma);
+  check_param(op, "beta", p, beta);
+  check_param(op, "running_mean", p, running_mean);
+  check_param(op, "running_var", p, running_var);
+  activate();
+  const Scaling s(g.dtype, 1.0, 0.0);
+  CUDNN_CHECK(cudnnBatchNormalizationForwardInference(
+      cudnn_, CUDNN_BATCHNORM_SPATIAL, s.alpha(), s.beta(), p.x_desc, x.data(), p.x_desc, y.data(),
+      p.param_desc, gamma.data(), beta.data(), running_mean.data(), running_var.data(), g.epsilon));
+  const int64_t n = y.numel();
+  if (g.fusion == BatchNormFusion::add_relu)
+    cuda::add(y.data(), residual->data(), y.data(), g.dtype, n, stream_);
+  if (g.fusion != BatchNormFusion::none) cuda::relu_forward(y.data(), y.data(), g.dtype, n, stream_);
+}
+
+void CudaBackend::batchnorm_backward(const BatchNormPlan& plan, const Tensor& x, const Tensor& y,
+                                     const Tensor& dy, const Tensor& gamma, const Tensor& saved_mean,
+                                     const Tensor& saved_inv_std, Tensor& dx, Tensor* dresidual,
+                                     Tensor& dgamma, Tensor& dbeta, Accumulate accumulate, void* workspace) {
+  const auto& p = as_cuda_plan(plan);
+  const BatchNormGeometry& g = p.geometry;
+  const char* op = "batchnorm_backward";
+  check_activation(op, "x", x, activation_dims(g), g.dtype, g.layout);
+  check_activation(op, "y", y, activation_dims(g), g.dtype, g.layout);
+  check_activation(op, "dy", dy, activation_dims(g), g.dtype, g.layout);
+  check_activation(op, "dx", dx, activation_dims(g), g.dtype, g.layout);
+  check_residual(op, "dresidual", g, dresidual);
+  check_param(op, "gamma", p, gamma);
+  check_param(op, "saved_mean", p, saved_mean);
+  check_param(op, "saved_inv_std", p, saved_inv_std);
+  check_param(op, "dgamma", p, dgamma);
+  check_param(op, "dbeta", p, dbeta);
+  DLB_CHECK(p.total_workspace == 0 || workspace != nullptr, "{}: the plan needs a workspace of {} bytes", op,
+            p.total_workspace);
+  activate();
+  const Scaling data(g.dtype, 1.0, 0.0);
+  const Scaling param(g.dtype, 1.0, accumulate == Accumulate::add ? 1.0 : 0.0);
+  void* ws = p.backward_workspace ? at_offset(workspace, p.cudnn_workspace_offset) : nullptr;
+
+  if (p.fused) {
+    DLB_CHECK(p.last_beta != nullptr,
+              "{}: the fused backward needs the layer's training forward to run first", op);
+    const bool add = p.ops == CUDNN_BATCHNORM_OPS_BN_ADD_ACTIVATION;
+    CUDNN_CHECK(cudnnBatchNormalizationBackwardEx(
+        cudnn_, p.mode, p.ops, data.alpha(), data.beta(), param.alpha(), param.beta(), p.x_desc, x.data(),
+        p.x_desc, y.data(), p.x_desc, dy.data(), add ? p.x_desc.get() : nullptr,
+        add ? dresidual->data() : nullptr, p.x_desc, dx.data(), p.param_desc, gamma.data(), p.last_beta,
+        dgamma.data(), dbeta.data(), g.epsilon, saved_mean.data(), saved_inv_std.data(), p.relu_desc, ws,
+        p.backward_workspace, p.reserve.get(), p.reserve_bytes));
+    return;
+  }
+
+  // Unfused: the ReLU passes the gradient where it passed the value (y > 0).
+  const void* dy_bn = dy.data();
+  if (g.fusion != BatchNormFusion::none) {
+    void* masked =
+        g.fusion == BatchNormFusion::add_relu ? dresidual->data() : at_offset(workspace, p.masked_dy_offset);
+    cuda::relu_backward(y.data(), dy.data(), masked, g.dtype, dy.numel(), stream_);
+    dy_bn = masked;
+  }
+  CUDNN_CHECK(cudnnBatchNormalizationBackwardEx(
+      cudnn_, p.mode, CUDNN_BATCHNORM_OPS_BN, data.alpha(), data.beta(), param.alpha(), param.beta(),
+      p.x_desc, x.data(), nullptr, nullptr, p.x_desc, dy_bn, nullptr, nullptr, p.x_desc, dx.data(),
+      p.param_desc, gamma.data(), nullptr, dgamma.data(), dbeta.data(), g.epsilon, saved_mean.data(),
+      saved_inv_std.data(), nullptr, ws, p.backward_workspace, p.reserve.get(), p.reserve_bytes));
+}
+
+}  // namespace cuda
+
+std::string describe_cuda_batchnorm_plan(const BatchNormPlan& plan) {
+  const auto& p = cuda::as_cuda_plan(plan);
+  return fmt::format("{}; workspace {} B, reserve {} B", p.path, p.total_workspace, p.reserve_bytes);
+}
+
+}  // namespace dlbench

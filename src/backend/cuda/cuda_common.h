@@ -1,0 +1,222 @@
+// Internals shared by the CUDA backend's files: the backend class, RAII wrappers of device memory and
+// cuDNN descriptors, dtype mappings and tensor checks.
+#pragma once
+
+#include <cublasLt.h>
+#include <cublas_v2.h>
+#include <cuda_runtime_api.h>
+#include <cudnn.h>
+
+#include <cstddef>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <tuple>
+#include <utility>
+#include <vector>
+
+#include "backend/backend.h"
+#include "backend/cuda/cuda_backend.h"
+#include "backend/cuda/cuda_check.h"
+#include "core/status.h"
+
+namespace dlbench::cuda {
+
+// Owning device memory (cudaMalloc / cudaFree); move-only.
+class DeviceBuffer {
+ public:
+  DeviceBuffer() = default;
+  explicit DeviceBuffer(size_t bytes);  // throws when cudaMalloc fails
+  // An empty buffer instead of an error when the memory is not there.
+  static DeviceBuffer try_allocate(size_t bytes);
+  ~DeviceBuffer() { reset(); }
+  DeviceBuffer(const DeviceBuffer&) = delete;
+  DeviceBuffer& operator=(const DeviceBuffer&) = delete;
+  DeviceBuffer(DeviceBuffer&& other) noexcept
+      : ptr_(std::exchange(other.ptr_, nullptr)), bytes_(other.bytes_) {}
+  DeviceBuffer& operator=(DeviceBuffer&& other) noexcept {
+    if (this != &other) {
+      reset();
+      ptr_ = std::exchange(other.ptr_, nullptr);
+      bytes_ = other.bytes_;
+    }
+    return *this;
+  }
+  void* get() const { return ptr_; }
+  size_t bytes() const { return ptr_ ? bytes_ : 0; }
+  void reset();
+
+ private:
+  void* ptr_ = nullptr;
+  size_t bytes_ = 0;
+};
+
+// A cuDNN descriptor owned for its lifetime: created in the constructor, destroyed in the destructor.
+template <typename T, cudnnStatus_t (*Create)(T*), cudnnStatus_t (*Destroy)(T)>
+class CudnnDescriptor {
+ public:
+  CudnnDescriptor() { CUDNN_CHECK(Create(&desc_)); }
+  ~CudnnDescriptor() {
+    if (desc_) Destroy(desc_);
+  }
+  CudnnDescriptor(const CudnnDescriptor&) = delete;
+  CudnnDescriptor& operator=(const CudnnDescriptor&) = delete;
+  operator T() const { return desc_; }  // NOLINT: used as the raw handle in cuDNN calls
+  T get() const { return desc_; }
+
+ private:
+  T desc_ = nullptr;
+};
+
+using TensorDescriptor =
+    CudnnDescriptor<cudnnTensorDescriptor_t, cudnnCreateTensorDescriptor, cudnnDestroyTensorDescriptor>;
+using FilterDescriptor =
+    CudnnDescriptor<cudnnFilterDescriptor_t, cudnnCreateFilterDescriptor, cudnnDestroyFilterDescriptor>;
+using ConvolutionDescriptor = CudnnDescriptor<cudnnConvolutionDescriptor_t, cudnnCreateConvolutionDescriptor,
+                                              cudnnDestroyConvolutionDescriptor>;
+using PoolingDescriptor =
+    CudnnDescriptor<cudnnPoolingDescriptor_t, cudnnCreatePoolingDescriptor, cudnnDestroyPoolingDescriptor>;
+using ActivationDescriptor = CudnnDescriptor<cudnnActivationDescriptor_t, cudnnCreateActivationDescriptor,
+                                             cudnnDestroyActivationDescriptor>;
+
+// cuDNN's data type for one of ours (f32, f64, f16, bf16); throws for i32.
+cudnnDataType_t cudnn_dtype(DType dtype);
+cudaDataType_t cuda_dtype(DType dtype);
+cudnnTensorFormat_t cudnn_format(Layout layout);
+bool is_float_dtype(DType dtype);
+int checked_int(int64_t value, const char* what);  // cuDNN's 4-D descriptors take int sizes
+
+// Sets a fully packed 4-D descriptor of logical dims [n, c, h, w] in `layout`.
+void set_tensor_4d(cudnnTensorDescriptor_t desc, DType dtype, Layout layout, int64_t n, int64_t c, int64_t h,
+                   int64_t w);
+
+// alpha/beta scaling factors as cuDNN wants them: double for FP64 data, float for everything else.
+struct Scaling {
+  explicit Scaling(DType dtype, double alpha_value, double beta_value)
+      : is_double(dtype == DType::f64),
+        alpha_f(static_cast<float>(alpha_value)),
+        beta_f(static_cast<float>(beta_value)),
+        alpha_d(alpha_value),
+        beta_d(beta_value) {}
+  const void* alpha() const { return is_double ? static_cast<const void*>(&alpha_d) : &alpha_f; }
+  const void* beta() const { return is_double ? static_cast<const void*>(&beta_d) : &beta_f; }
+  bool is_double;
+  float alpha_f, beta_f;
+  double alpha_d, beta_d;
+};
+
+// ---- tensor checks (throw dlbench::Error naming the op and the argument) ----
+void check_device_tensor(const char* op, const char* name, const Tensor& t);
+void check_activation(const char* op, const char* name, const Tensor& t, std::vector<int64_t> dims,
+                      DType dtype, Layout layout);
+void check_float(const char* op, const char* name, const Tensor& t);  // a device tensor of a float dtype
+void check_same_shape(const char* op, const char* name_a, const Tensor& a, const char* name_b,
+                      const Tensor& b);
+
+inline void* at_offset(void* base, size_t offset) { return static_cast<std::byte*>(base) + offset; }
+inline size_t align_up(size_t bytes, size_t alignment = 256) {
+  return (bytes + alignment - 1) / alignment * alignment;
+}
+
+// Hands out 256-byte aligned slices of a workspace whose total is known at plan time.
+class WorkspaceLayout {
+ public:
+  size_t reserve(size_t bytes) {
+    const size_t offset = total_;
+    total_ += align_up(bytes);
+    return offset;
+  }
+  size_t total() const { return total_; }
+
+ private:
+  size_t total_ = 0;
+};
+
+class CudaBackend final : public Backend {
+ public:
+  CudaBackend(int device, bool allow_tf32);
+  ~CudaBackend() override;
+  CudaBackend(const CudaBackend&) = delete;
+  CudaBackend& operator=(const CudaBackend&) = delete;
+
+  std::string name() const override { return "cuda"; }
+  Device device() const override { return Device{DeviceKind::cuda, device_}; }
+  bool allow_tf32() const { return allow_tf32_; }
+  cudaStream_t stream() const { return stream_; }
+  cudnnHandle_t cudnn() const { return cudnn_; }
+  cublasHandle_t cublas() const { return cublas_; }
+  // Makes this backend's GPU the calling thread's current device (cheap when it already is).
+  void activate() const;
+
+  void* allocate(size_t bytes) override;
+  void deallocate(void* ptr) override;
+  void copy_to_device(void* dst, const void* host_src, size_t bytes) override;
+  void copy_to_host(void* host_dst, const void* src, size_t bytes) override;
+  void copy(void* dst, const void* src, size_t bytes) override;
+  void synchronize() override;
+
+  std::unique_ptr<ConvPlan> plan_conv(const ConvGeometry& geometry) override;
+  void conv_forward(const ConvPlan& plan, const Tensor& x, const Tensor& w, Tensor& y,
+                    void* workspace) override;
+  void conv_backward_data(const ConvPlan& plan, const Tensor& dy, const Tensor& w, Tensor& dx,
+                          Accumulate accumulate, void* workspace) override;
+  void conv_backward_filter(const ConvPlan& plan, const Tensor& x, const Tensor& dy, Tensor& dw,
+                            Accumulate accumulate, void* workspace) override;
+
+  std::unique_ptr<BatchNormPlan> plan_batchnorm(const BatchNormGeometry& geometry) override;
+  void batchnorm_forward_training(const BatchNormPlan& plan, const Tensor& x, const Tensor* residual,
+                                  const Tensor& gamma, const Tensor& beta, Tensor& y, Tensor& running_mean,
+                                  Tensor& running_var, Tensor& saved_mean, Tensor& saved_inv_std,
+                                  void* workspace) override;
+  void batchnorm_forward_inference(const BatchNormPlan& plan, const Tensor& x, const Tensor* residual,
+                                   const Tensor& gamma, const Tensor& beta, const Tensor& running_mean,
+                                   const Tensor& running_var, Tensor& y) override;
+  void batchnorm_backward(const BatchNormPlan& plan, const Tensor& x, const Tensor& y, const Tensor& dy,
+                          const Tensor& gamma, const Tensor& saved_mean, const Tensor& saved_inv_std,
+                          Tensor& dx, Tensor* dresidual, Tensor& dgamma, Tensor& dbeta, Accumulate accumulate,
+                          void* workspace) override;
+
+  std::unique_ptr<PoolPlan> plan_pool(const PoolGeometry& geometry) override;
+  void pool_forward(const PoolPlan& plan, const Tensor& x, Tensor& y, void* saved) override;
+  void pool_backward(const PoolPlan& plan, const Tensor& x, const Tensor& y, const Tensor& dy,
+                     const void* saved, Tensor& dx) override;
+
+  void relu_forward(const Tensor& x, Tensor& y) override;
+  void relu_backward(const Tensor& y, const Tensor& dy, Tensor& dx) override;
+
+  void gemm(Transpose ta, Transpose tb, int64_t m, int64_t n, int64_t k, float alpha, const Tensor& a,
+            const Tensor& b, float beta, Tensor& c) override;
+  void add_bias(Tensor& y, const Tensor& bias) override;
+  void bias_backward(const Tensor& dy, Tensor& dbias, Accumulate accumulate) override;
+
+  void softmax_cross_entropy_forward(const Tensor& logits, const Tensor& labels, float label_smoothing,
+                                     Tensor& probs, Tensor& loss) override;
+  void softmax_cross_entropy_backward(const Tensor& probs, const Tensor& labels, float label_smoothing,
+                                      float scale, Tensor& dlogits) override;
+
+  void fill(Tensor& x, double value) override;
+  void add(const Tensor& a, const Tensor& b, Tensor& y) override;
+  void scale(Tensor& x, double alpha) override;
+  void cast(const Tensor& src, Tensor& dst) override;
+  void check_finite(const Tensor& x, Tensor& flag) override;
+
+  void sgd_update(Tensor& params, const Tensor& grads, Tensor& momentum_buffer,
+                  std::span<const ParamSegment> segments, const SgdStep& step) override;
+
+ private:
+  int device_;
+  bool allow_tf32_;
+  cudaStream_t stream_ = nullptr;
+  cudnnHandle_t cudnn_ = nullptr;
+  cublasHandle_t cublas_ = nullptr;
+  DeviceBuffer cublas_workspace_;
+  // sgd_update's segment tables, uploaded once per distinct content.
+  std::mutex segments_mutex_;
+  std::map<std::vector<std::tuple<int64_t, int64_t, bool>>, DeviceBuffer> segment_tables_;
+};
+
+const CudaBackend& as_cuda(const Backend& backend);
+
+}  // namespace dlbench::cuda

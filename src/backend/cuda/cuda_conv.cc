@@ -1,0 +1,378 @@
+// Convolution on cuDNN's legacy API: cudnnConvolutionForward / BackwardData / BackwardFilter.
+//
+// plan_conv builds the descriptors and picks one algorithm per direction with cuDNN's timed search
+// (cudnnFind*AlgorithmEx), run on scratch buffers allocated for the search and freed after it. A search
+// costs tens of milliseconds, and a ResNet repeats a handful of shapes dozens of times, so its result is
+// kept in a process-wide cache keyed by everything that decides it (geometry, dtype, layout, the TF32
+// switch, the GPU): each distinct shape is searched once. The fastest algorithm whose workspace fits
+// kWorkspaceCap wins; workspace_bytes() is the largest of the three chosen workspaces.
+//
+// Compute type: FP32 for FP32/FP16/BF16 data (cuDNN's PSEUDO_HALF / PSEUDO_BFLOAT16 configurations), FP64
+// for FP64. Math type: FP32 data uses CUDNN_FMA_MATH unless TF32 is allowed (then the default, which lets
+// cuDNN pick TF32 tensor cores); FP16/BF16 use tensor cores. Weights are [K, C, R, S] logically in the
+// activations' layout, which is exactly cuDNN's filter format of that layout (NHWC: K, R, S, C).
+// Accumulate::add is cuDNN's beta = 1.
+#include <algorithm>
+#include <array>
+#include <cstdio>
+
+#include "backend/cuda/cuda_common.h"
+
+namespace dlbench {
+namespace cuda {
+namespace {
+
+// The most workspace one convolution direction may take.
+constexpr size_t kWorkspaceCap = size_t{1} << 30;
+
+struct AlgoChoice {
+  int algo = 0;
+  cudnnMathType_t math = CUDNN_DEFAULT_MATH;
+  size_t workspace = 0;
+  float time_ms = 0;
+};
+
+struct ConvChoice {
+  AlgoChoice forward, backward_data, backward_filter;
+};
+
+using ConvKey = std::array<int64_t, 16>;
+
+ConvKey make_key(const ConvGeometry& g, bool allow_tf32, int device) {
+  return {g.batch,
+          g.in_channels,
+          g.in_h,
+          g.in_w,
+          g.out_channels,
+          g.kernel_h,
+          g.kernel_w,
+          g.stride_h,
+          g.stride_w,
+          g.pad_h,
+          g.pad_w,
+          static_cast<int64_t>(g.dtype),
+          static_cast<int64_t>(g.layout),
+          allow_tf32 ? 1 : 0,
+          device,
+          0};
+}
+
+std::mutex& cache_mutex() {
+  static std::mutex mutex;
+  return mutex;
+}
+std::map<ConvKey, ConvChoice>& choice_cache() {
+  static std::map<ConvKey, ConvChoice> cache;
+  return cache;
+}
+
+// The math type a plan starts the search with (and keeps for FP32 without TF32).
+cudnnMathType_t search_math(DType dtype, bool allow_tf32) {
+  switch (dtype) {
+    case DType::f32:
+      return allow_tf32 ? CUDNN_DEFAULT_MATH : CUDNN_FMA_MATH;
+    case DType::f16:
+    case DType::bf16:
+      return CUDNN_TENSOR_OP_MATH;
+    default:
+      return CUDNN_DEFAULT_MATH;
+  }
+}
+
+const char* math_name(cudnnMathType_t math) {
+  switch (math) {
+    case CUDNN_DEFAULT_MATH:
+      return "default math";
+    case CUDNN_TENSOR_OP_MATH:
+      return "tensor op";
+    case CUDNN_TENSOR_OP_MATH_ALLOW_CONVERSION:
+      return "tensor op + conversion";
+    case CUDNN_FMA_MATH:
+      return "fma";
+  }
+  return "?";
+}
+
+const char* forward_algo_name(int algo) {
+  static const char* const names[] = {
+      "IMPLICIT_GEMM", "IMPLICIT_PRECOMP_GEMM", "GEMM", "DIRECT", "FFT", "FFT_TILING",
+      "WINOGRAD",      "WINOGRAD_NONFUSED"};
+  return algo >= 0 && algo < 8 ? names[algo] : "?";
+}
+const char* backward_data_algo_name(int algo) {
+  static const char* const names[] = {"ALGO_0",     "ALGO_1",   "FFT",
+                                      "FFT_TILING", "WINOGRAD", "WINOGRAD_NONFUSED"};
+  return algo >= 0 && algo < 6 ? names[algo] : "?";
+}
+const char* backward_filter_algo_name(int algo) {
+  static const char* const names[] = {"ALGO_0",    "ALGO_1", "FFT", "ALGO_3", "WINOGRAD", "WINOGRAD_NONFUSED",
+                                      "FFT_TILING"};
+  return algo >= 0 && algo < 7 ? names[algo] : "?";
+}
+
+class CudaConvPlan final : public ConvPlan {
+ public:
+  explicit CudaConvPlan(const ConvGeometry& g) : ConvPlan(g) {}
+  size_t workspace_bytes() const override {
+    return std::max(
+        {choice.forward.workspace, choice.backward_data.workspace, choice.backward_filter.workspace});
+  }
+
+  TensorDescriptor x_desc, y_desc;
+  FilterDescriptor w_desc;
+  // One convolution descriptor per direction: each carries the math type its algorithm was timed with.
+  ConvolutionDescriptor forward_desc, backward_data_desc, backward_filter_desc;
+  ConvChoice choice;
+  bool from_cache = false;
+};
+
+const CudaConvPlan& as_cuda_plan(const ConvPlan& plan) {
+  auto* p = dynamic_cast<const CudaConvPlan*>(&plan);
+  DLB_CHECK(p != nullptr, "convolution plan was not made by the cuda backend");
+  return *p;
+}
+
+void check_geometry(const ConvGeometry& g) {
+  DLB_CHECK(g.batch > 0 && g.in_channels > 0 && g.in_h > 0 && g.in_w > 0 && g.out_channels > 0,
+            "conv: sizes must be positive (batch {}, in_channels {}, in {}x{}, out_channels {})", g.batch,
+            g.in_channels, g.in_h, g.in_w, g.out_channels);
+  DLB_CHECK(
+      g.kernel_h > 0 && g.kernel_w > 0 && g.stride_h > 0 && g.stride_w > 0 && g.pad_h >= 0 && g.pad_w >= 0,
+      "conv: kernel {}x{}, stride {}x{}, pad {}x{} are invalid", g.kernel_h, g.kernel_w, g.stride_h,
+      g.stride_w, g.pad_h, g.pad_w);
+  DLB_CHECK(g.in_h + 2 * g.pad_h >= g.kernel_h && g.in_w + 2 * g.pad_w >= g.kernel_w,
+            "conv: kernel {}x{} is larger than the padded input {}x{}", g.kernel_h, g.kernel_w,
+            g.in_h + 2 * g.pad_h, g.in_w + 2 * g.pad_w);
+  DLB_CHECK(is_float_dtype(g.dtype), "conv: dtype {} is not a float dtype", dtype_name(g.dtype));
+  // Seen with cuDNN 9.19 on an H200: no FP64 NHWC backward-data algorithm at all.
+  DLB_CHECK(g.dtype != DType::f64 || g.layout == Layout::nchw,
+            "conv: FP64 convolutions need the NCHW layout (cuDNN has no FP64 NHWC backward-data algorithm)");
+}
+
+std::vector<int64_t> x_dims(const ConvGeometry& g) { return {g.batch, g.in_channels, g.in_h, g.in_w}; }
+std::vector<int64_t> w_dims(const ConvGeometry& g) {
+  return {g.out_channels, g.in_channels, g.kernel_h, g.kernel_w};
+}
+std::vector<int64_t> y_dims(const ConvGeometry& g) { return {g.batch, g.out_channels, g.out_h(), g.out_w()}; }
+
+size_t tensor_bytes(const std::vector<int64_t>& dims, DType dtype) {
+  size_t n = 1;
+  for (int64_t d : dims) n *= static_cast<size_t>(d);
+  return n * dtype_size(dtype);
+}
+
+// Picks the first (fastest: cuDNN sorts by time) result that ran and fits the cap.
+template <typename Perf>
+AlgoChoice pick(const Perf* results, int count, const char* direction, const ConvGeometry& g) {
+  for (int i = 0; i < count; ++i) {
+    if (results[i].status == CUDNN_STATUS_SUCCESS && results[i].memory <= kWorkspaceCap) {
+      return {static_cast<int>(results[i].algo), results[i].mathType, results[i].memory, results[i].time};
+    }
+  }
+  DLB_CHECK(false,
+            "conv: cuDNN found no {} algorithm for {}x{}x{}x{} -> {} ({}x{} stride {}x{} pad {}x{}, {} {})",
+            direction, g.batch, g.in_channels, g.in_h, g.in_w, g.out_channels, g.kernel_h, g.kernel_w,
+            g.stride_h, g.stride_w, g.pad_h, g.pad_w, dtype_name(g.dtype), layout_name(g.layout));
+  return {};
+}
+
+// The timed search of all three directions on scratch buffers.
+ConvChoice search(const CudaBackend& backend, const CudaConvPlan& plan) {
+  const ConvGeometry& g = plan.geometry;
+  cudnnHandle_t handle = backend.cudnn();
+  const size_t x_bytes = tensor_bytes(x_dims(g), g.dtype), w_bytes = tensor_bytes(w_dims(g), g.dtype),
+               y_bytes = tensor_bytes(y_dims(g), g.dtype);
+  DeviceBuffer x(x_bytes), w(w_bytes), y(y_bytes);
+  // Zeros: uninitialised memory may hold NaN or denormal patterns that slow some algorithms down.
+  CUDA_CHECK(cudaMemsetAsync(x.get(), 0, x_bytes, backend.stream()));
+  CUDA_CHECK(cudaMemsetAsync(w.get(), 0, w_bytes, backend.stream()));
+  CUDA_CHECK(cudaMemsetAsync(y.get(), 0, y_bytes, backend.stream()));
+
+  // As much search workspace as the cap allows and the GPU has free (halving on failure).
+  size_t free_bytes = 0, total_bytes = 0;
+  CUDA_CHECK(cudaMemGetInfo(&free_bytes, &total_bytes));
+  size_t ws_bytes =
+      std::min(kWorkspaceCap, free_bytes > (size_t{256} << 20) ? free_bytes - (size_t{256} << 20) : 0);
+  DeviceBuffer ws;
+  while (ws_bytes >= (size_t{1} << 20) && !ws.get()) {
+    ws = DeviceBuffer::try_allocate(ws_bytes);
+    if (!ws.get()) ws_bytes /= 2;
+  }
+  if (!ws.get()) ws_bytes = 0;
+
+  constexpr int kMaxResults = 16;
+  ConvChoice choice;
+  int returned = 0;
+  {
+    cudnnConvolutionFwdAlgoPerf_t results[kMaxResults];
+    CUDNN_CHECK(cudnnFindConvolutionForwardAlgorithmEx(handle, plan.x_desc, x.get(), plan.w_desc, w.get(),
+                                                       plan.forward_desc, plan.y_desc, y.get(), kMaxResults,
+                                                       &returned, results, ws.get(), ws_bytes));
+    choice.forward = pick(results, returned, "forward", g);
+  }
+  {
+    cudnnConvolutionBwdDataAlgoPerf_t results[kMaxResults];
+    CUDNN_CHECK(cudnnFindConvolutionBackwardDataAlgorithmEx(
+        handle, plan.w_desc, w.get(), plan.y_desc, y.get(), plan.backward_data_desc, plan.x_desc, x.get(),
+        kMaxResults, &returned, results, ws.get(), ws_bytes));
+    choice.backward_data = pick(results, returned, "backward-data", g);
+  }
+  {
+    cudnnConvolutionBwdFilterAlgoPerf_t results[kMaxResults];
+    CUDNN_CHECK(cudnnFindConvolutionBackwardFilterAlgorithmEx(
+        handle, plan.x_desc, x.get(), plan.y_desc, y.get(), plan.backward_filter_desc, plan.w_desc, w.get(),
+        kMaxResults, &returned, results, ws.get(), ws_bytes));
+    choice.backward_filter = pick(results, returned, "backward-filter", g);
+  }
+  CUDA_CHECK(cudaStreamSynchronize(backend.stream()));  // plan time: the scratch buffers are freed next
+  return choice;
+}
+
+void set_conv_desc(cudnnConvolutionDescriptor_t desc, const ConvGeometry& g, cudnnMathType_t math) {
+  const cudnnDataType_t compute = g.dtype == DType::f64 ? CUDNN_DATA_DOUBLE : CUDNN_DATA_FLOAT;
+  CUDNN_CHECK(cudnnSetConvolution2dDescriptor(
+      desc, checked_int(g.pad_h, "pad_h"), checked_int(g.pad_w, "pad_w"), checked_int(g.stride_h, "stride_h"),
+      checked_int(g.stride_w, "stride_w"), 1, 1, CUDNN_CROSS_CORRELATION, compute));
+  CUDNN_CHECK(cudnnSetConvolutionMathType(desc, math));
+}
+
+// The math type a direction executes with: what its algorithm was timed with, except that FP32 without
+// TF32 stays on FMA whatever cuDNN reports.
+cudnnMathType_t execution_math(const ConvGeometry& g, bool allow_tf32, cudnnMathType_t found) {
+  if (g.dtype == DType::f32 && !allow_tf32) return CUDNN_FMA_MATH;
+  return found;
+}
+
+void check_workspace(const CudaConvPlan& p, const AlgoChoice& a, const void* workspace, const char* op) {
+  DLB_CHECK(a.workspace == 0 || workspace != nullptr, "{}: the plan needs a workspace of {} bytes", op,
+            p.workspace_bytes());
+}
+
+}  // namespace
+
+std::unique_ptr<ConvPlan> CudaBackend::plan_conv(const ConvGeometry& g) {
+  check_geometry(g);
+  activate();
+  auto plan = std::make_unique<CudaConvPlan>(g);
+  set_tensor_4d(plan->x_desc, g.dtype, g.layout, g.batch, g.in_channels, g.in_h, g.in_w);
+  set_tensor_4d(plan->y_desc, g.dtype, g.layout, g.batch, g.out_channels, g.out_h(), g.out_w());
+  CUDNN_CHECK(cudnnSetFilter4dDescriptor(plan->w_desc, cudnn_dtype(g.dtype), cudnn_format(g.layout),
+                                         checked_int(g.out_channels, "K"), checked_int(g.in_channels, "C"),
+                                         checked_int(g.kernel_h, "R"), checked_int(g.kernel_w, "S")));
+  {  // cuDNN must agree on the output shape
+    int n = 0, c = 0, h = 0, w = 0;
+    set_conv_desc(plan->forward_desc, g, search_math(g.dtype, allow_tf32_));
+    CUDNN_CHECK(cudnnGetConvolution2dForwardOutputDim(plan->forward_desc, plan->x_desc, plan->w_desc, &n, &c,
+                                                      &h, &w));
+    DLB_CHECK(n == g.batch && c == g.out_channels && h == g.out_h() && w == g.out_w(),
+              "conv: cuDNN's output {}x{}x{}x{} differs from the geometry's {}x{}x{}x{}", n, c, h, w, g.batch,
+              g.out_channels, g.out_h(), g.out_w());
+  }
+  set_conv_desc(plan->backward_data_desc, g, search_math(g.dtype, allow_tf32_));
+  set_conv_desc(plan->backward_filter_desc, g, search_math(g.dtype, allow_tf32_));
+
+  const ConvKey key = make_key(g, allow_tf32_, device_);
+  bool cached = false;
+  {
+    std::lock_guard<std::mutex> lock(cache_mutex());
+    auto it = choice_cache().find(key);
+    if (it != choice_cache().end()) {
+      plan->choice = it->second;
+      cached = true;
+    }
+  }
+  if (!cached) {
+    // Searched outside the lock (it takes a while); two threads racing on one shape both search, harmlessly.
+    ConvChoice choice = search(*this, *plan);
+    std::lock_guard<std::mutex> lock(cache_mutex());
+    plan->choice = choice_cache().emplace(key, choice).first->second;
+  }
+  plan->from_cache = cached;
+
+  ConvChoice& c = plan->choice;
+  c.forward.math = execution_math(g, allow_tf32_, c.forward.math);
+  c.backward_data.math = execution_math(g, allow_tf32_, c.backward_data.math);
+  c.backward_filter.math = execution_math(g, allow_tf32_, c.backward_filter.math);
+  CUDNN_CHECK(cudnnSetConvolutionMathType(plan->forward_desc, c.forward.math));
+  CUDNN_CHECK(cudnnSetConvolutionMathType(plan->backward_data_desc, c.backward_data.math));
+  CUDNN_CHECK(cudnnSetConvolutionMathType(plan->backward_filter_desc, c.backward_filter.math));
+  // The exact workspaces of the chosen algorithms under the final descriptors.
+  CUDNN_CHECK(cudnnGetConvolutionForwardWorkspaceSize(
+      cudnn_, plan->x_desc, plan->w_desc, plan->forward_desc, plan->y_desc,
+      static_cast<cudnnConvolutionFwdAlgo_t>(c.forward.algo), &c.forward.workspace));
+  CUDNN_CHECK(cudnnGetConvolutionBackwardDataWorkspaceSize(
+      cudnn_, plan->w_desc, plan->y_desc, plan->backward_data_desc, plan->x_desc,
+      static_cast<cudnnConvolutionBwdDataAlgo_t>(c.backward_data.algo), &c.backward_data.workspace));
+  CUDNN_CHECK(cudnnGetConvolutionBackwardFilterWorkspaceSize(
+      cudnn_, plan->x_desc, plan->y_desc, plan->backward_filter_desc, plan->w_desc,
+      static_cast<cudnnConvolutionBwdFilterAlgo_t>(c.backward_filter.algo), &c.backward_filter.workspace));
+  return plan;
+}
+
+void CudaBackend::conv_forward(const ConvPlan& plan, const Tensor& x, const Tensor& w, Tensor& y,
+                               void* workspace) {
+  const auto& p = as_cuda_plan(plan);
+  const ConvGeometry& g = p.geometry;
+  const char* op = "conv_forward";
+  check_activation(op, "x", x, x_dims(g), g.dtype, g.layout);
+  check_activation(op, "w", w, w_dims(g), g.dtype, g.layout);
+  check_activation(op, "y", y, y_dims(g), g.dtype, g.layout);
+  check_workspace(p, p.choice.forward, workspace, op);
+  activate();
+  const Scaling s(g.dtype, 1.0, 0.0);
+  CUDNN_CHECK(cudnnConvolutionForward(cudnn_, s.alpha(), p.x_desc, x.data(), p.w_desc, w.data(),
+                                      p.forward_desc,
+                                      static_cast<cudnnConvolutionFwdAlgo_t>(p.choice.forward.algo),
+                                      workspace, p.choice.forward.workspace, s.beta(), p.y_desc, y.data()));
+}
+
+void CudaBackend::conv_backward_data(const ConvPlan& plan, const Tensor& dy, const Tensor& w, Tensor& dx,
+                                     Accumulate accumulate, void* workspace) {
+  const auto& p = as_cuda_plan(plan);
+  const ConvGeometry& g = p.geometry;
+  const char* op = "conv_backward_data";
+  check_activation(op, "dy", dy, y_dims(g), g.dtype, g.layout);
+  check_activation(op, "w", w, w_dims(g), g.dtype, g.layout);
+  check_activation(op, "dx", dx, x_dims(g), g.dtype, g.layout);
+  check_workspace(p, p.choice.backward_data, workspace, op);
+  activate();
+  const Scaling s(g.dtype, 1.0, accumulate == Accumulate::add ? 1.0 : 0.0);
+  CUDNN_CHECK(cudnnConvolutionBackwardData(
+      cudnn_, s.alpha(), p.w_desc, w.data(), p.y_desc, dy.data(), p.backward_data_desc,
+      static_cast<cudnnConvolutionBwdDataAlgo_t>(p.choice.backward_data.algo), workspace,
+      p.choice.backward_data.workspace, s.beta(), p.x_desc, dx.data()));
+}
+
+void CudaBackend::conv_backward_filter(const ConvPlan& plan, const Tensor& x, const Tensor& dy, Tensor& dw,
+                                       Accumulate accumulate, void* workspace) {
+  const auto& p = as_cuda_plan(plan);
+  const ConvGeometry& g = p.geometry;
+  const char* op = "conv_backward_filter";
+  check_activation(op, "x", x, x_dims(g), g.dtype, g.layout);
+  check_activation(op, "dy", dy, y_dims(g), g.dtype, g.layout);
+  check_activation(op, "dw", dw, w_dims(g), g.dtype, g.layout);
+  check_workspace(p, p.choice.backward_filter, workspace, op);
+  activate();
+  const Scaling s(g.dtype, 1.0, accumulate == Accumulate::add ? 1.0 : 0.0);
+  CUDNN_CHECK(cudnnConvolutionBackwardFilter(
+      cudnn_, s.alpha(), p.x_desc, x.data(), p.y_desc, dy.data(), p.backward_filter_desc,
+      static_cast<cudnnConvolutionBwdFilterAlgo_t>(p.choice.backward_filter.algo), workspace,
+      p.choice.backward_filter.workspace, s.beta(), p.w_desc, dw.data()));
+}
+
+}  // namespace cuda
+
+std::string describe_cuda_conv_plan(const ConvPlan& plan) {
+  const auto& p = cuda::as_cuda_plan(plan);
+  const auto& c = p.choice;
+  auto one = [](const char* name, const cuda::AlgoChoice& a) {
+    return fmt::format("{} ({}, {} B, {:.3f} ms)", name, cuda::math_name(a.math), a.workspace, a.time_ms);
+  };
+  return fmt::format("fwd: {} | bwd_data: {} | bwd_filter: {}{}",
+                     one(cuda::forward_algo_name(c.forward.algo), c.forward),
+                     one(cuda::backward_data_algo_name(c.backward_data.algo), c.backward_data),
+                     one(cuda::backward_filter_algo_name(c.backward_filter.algo), c.backward_filter),
+                     p.from_cache ? " [cached search]" : "");
+}
+
+}  // namespace dlbench

@@ -1,0 +1,90 @@
+// Pooling on cuDNN: cudnnPoolingForward / cudnnPoolingBackward. Max pooling is
+// CUDNN_POOLING_MAX_DETERMINISTIC, average pooling CUDNN_POOLING_AVERAGE_COUNT_EXCLUDE_PADDING (the
+// contract's divisor). The backward recomputes the argmax from x and y, so nothing is saved
+// (saved_bytes() == 0). NaN propagates, so that check_finite sees it downstream.
+#include "backend/cuda/cuda_common.h"
+
+namespace dlbench {
+namespace cuda {
+namespace {
+
+class CudaPoolPlan final : public PoolPlan {
+ public:
+  explicit CudaPoolPlan(const PoolGeometry& g) : PoolPlan(g) {}
+  TensorDescriptor x_desc, y_desc;
+  PoolingDescriptor pool_desc;
+};
+
+const CudaPoolPlan& as_cuda_plan(const PoolPlan& plan) {
+  auto* p = dynamic_cast<const CudaPoolPlan*>(&plan);
+  DLB_CHECK(p != nullptr, "pooling plan was not made by the cuda backend");
+  return *p;
+}
+
+void check_geometry(const PoolGeometry& g) {
+  DLB_CHECK(g.batch > 0 && g.channels > 0 && g.in_h > 0 && g.in_w > 0,
+            "pool: sizes must be positive ({}x{}x{}x{})", g.batch, g.channels, g.in_h, g.in_w);
+  DLB_CHECK(g.kernel_h > 0 && g.kernel_w > 0 && g.stride_h > 0 && g.stride_w > 0,
+            "pool: kernel {}x{} and stride {}x{} must be positive", g.kernel_h, g.kernel_w, g.stride_h,
+            g.stride_w);
+  DLB_CHECK(g.pad_h >= 0 && g.pad_w >= 0 && g.pad_h < g.kernel_h && g.pad_w < g.kernel_w,
+            "pool: pad {}x{} must be in [0, kernel {}x{})", g.pad_h, g.pad_w, g.kernel_h, g.kernel_w);
+  DLB_CHECK(g.in_h + 2 * g.pad_h >= g.kernel_h && g.in_w + 2 * g.pad_w >= g.kernel_w,
+            "pool: kernel {}x{} is larger than the padded input {}x{}", g.kernel_h, g.kernel_w,
+            g.in_h + 2 * g.pad_h, g.in_w + 2 * g.pad_w);
+  DLB_CHECK(is_float_dtype(g.dtype), "pool: dtype {} is not a float dtype", dtype_name(g.dtype));
+}
+
+std::vector<int64_t> x_dims(const PoolGeometry& g) { return {g.batch, g.channels, g.in_h, g.in_w}; }
+std::vector<int64_t> y_dims(const PoolGeometry& g) { return {g.batch, g.channels, g.out_h(), g.out_w()}; }
+
+}  // namespace
+
+std::unique_ptr<PoolPlan> CudaBackend::plan_pool(const PoolGeometry& g) {
+  check_geometry(g);
+  activate();
+  auto plan = std::make_unique<CudaPoolPlan>(g);
+  set_tensor_4d(plan->x_desc, g.dtype, g.layout, g.batch, g.channels, g.in_h, g.in_w);
+  set_tensor_4d(plan->y_desc, g.dtype, g.layout, g.batch, g.channels, g.out_h(), g.out_w());
+  const cudnnPoolingMode_t mode =
+      g.kind == PoolKind::max ? CUDNN_POOLING_MAX_DETERMINISTIC : CUDNN_POOLING_AVERAGE_COUNT_EXCLUDE_PADDING;
+  CUDNN_CHECK(cudnnSetPooling2dDescriptor(
+      plan->pool_desc, mode, CUDNN_PROPAGATE_NAN, checked_int(g.kernel_h, "kernel_h"),
+      checked_int(g.kernel_w, "kernel_w"), checked_int(g.pad_h, "pad_h"), checked_int(g.pad_w, "pad_w"),
+      checked_int(g.stride_h, "stride_h"), checked_int(g.stride_w, "stride_w")));
+  int n = 0, c = 0, h = 0, w = 0;
+  CUDNN_CHECK(cudnnGetPooling2dForwardOutputDim(plan->pool_desc, plan->x_desc, &n, &c, &h, &w));
+  DLB_CHECK(n == g.batch && c == g.channels && h == g.out_h() && w == g.out_w(),
+            "pool: cuDNN's output {}x{}x{}x{} differs from the geometry's {}x{}x{}x{}", n, c, h, w, g.batch,
+            g.channels, g.out_h(), g.out_w());
+  return plan;
+}
+
+void CudaBackend::pool_forward(const PoolPlan& plan, const Tensor& x, Tensor& y, void*) {
+  const auto& p = as_cuda_plan(plan);
+  const PoolGeometry& g = p.geometry;
+  check_activation("pool_forward", "x", x, x_dims(g), g.dtype, g.layout);
+  check_activation("pool_forward", "y", y, y_dims(g), g.dtype, g.layout);
+  activate();
+  const Scaling s(g.dtype, 1.0, 0.0);
+  CUDNN_CHECK(
+      cudnnPoolingForward(cudnn_, p.pool_desc, s.alpha(), p.x_desc, x.data(), s.beta(), p.y_desc, y.data()));
+}
+
+void CudaBackend::pool_backward(const PoolPlan& plan, const Tensor& x, const Tensor& y, const Tensor& dy,
+                                const void*, Tensor& dx) {
+  const auto& p = as_cuda_plan(plan);
+  const PoolGeometry& g = p.geometry;
+  const char* op = "pool_backward";
+  check_activation(op, "x", x, x_dims(g), g.dtype, g.layout);
+  check_activation(op, "y", y, y_dims(g), g.dtype, g.layout);
+  check_activation(op, "dy", dy, y_dims(g), g.dtype, g.layout);
+  check_activation(op, "dx", dx, x_dims(g), g.dtype, g.layout);
+  activate();
+  const Scaling s(g.dtype, 1.0, 0.0);
+  CUDNN_CHECK(cudnnPoolingBackward(cudnn_, p.pool_desc, s.alpha(), p.y_desc, y.data(), p.y_desc, dy.data(),
+                                   p.x_desc, x.data(), s.beta(), p.x_desc, dx.data()));
+}
+
+}  // namespace cuda
+}  // namespace dlbench

@@ -1,0 +1,268 @@
+// CUDA batch norm (cuDNN) against the reference backend: training forward with running statistics,
+// backward (overwriting and accumulating dgamma/dbeta), inference, in every fusion (none, relu,
+// add_relu), NCHW and NHWC, f32/f16/bf16 (and f64 without fusion). The plan's path (cuDNN-fused or
+// unfused) is printed; both must match the reference.
+#include <fmt/format.h>
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <tuple>
+
+#include "backend/cuda/cuda_backend.h"
+#include "cuda_test_util.h"
+
+namespace dlbench {
+namespace {
+
+using namespace cuda_testing;
+
+class CudaBatchNormTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (cuda_device_count() == 0) GTEST_SKIP() << "no CUDA GPU: cuda_device_count() == 0";
+  }
+  std::unique_ptr<Backend> ref = make_reference_backend();
+};
+
+struct BnCase {
+  int64_t n, c, h, w;
+};
+
+const BnCase kBnCases[] = {{2, 3, 5, 7}, {4, 16, 6, 6}, {3, 20, 1, 1}, {8, 8, 3, 3}, {2, 64, 5, 5}};
+
+const char* fusion_name(BatchNormFusion f) {
+  return f == BatchNormFusion::none ? "none" : f == BatchNormFusion::relu ? "relu" : "add_relu";
+}
+
+void run_bn_case(Backend& ref, const BnCase& bc, Layout layout, BatchNormFusion fusion, DType dtype) {
+  Backend& gpu = shared_gpu(false);
+  BatchNormGeometry g;
+  g.batch = bc.n, g.channels = bc.c, g.h = bc.h, g.w = bc.w, g.layout = layout, g.fusion = fusion;
+  g.dtype = dtype, g.epsilon = 1e-5, g.momentum = 0.1;
+  const DType wide = reference_dtype(dtype), pd = wide;  // parameters: f32 (f64 for f64 data)
+  const std::vector<int64_t> dims{bc.n, bc.c, bc.h, bc.w}, cdims{bc.c};
+  const bool add = fusion == BatchNormFusion::add_relu;
+  // A non-zero mean per channel so that the statistics are not trivially ~0.
+  HostBuffer x = random_host(ref, dims, dtype, 21, layout, -1.0, 3.0);
+  HostBuffer residual = random_host(ref, dims, dtype, 22, layout);
+  HostBuffer dy = random_host(ref, dims, dtype, 25, layout);
+  HostBuffer x_ref = converted(ref, x, wide), residual_ref = converted(ref, residual, wide),
+             dy_ref = converted(ref, dy, wide);
+  HostBuffer gamma = random_host(ref, cdims, pd, 23, Layout::nchw, 0.5, 1.5),
+             beta = random_host(ref, cdims, pd, 24);
+  HostBuffer rmean = random_host(ref, cdims, pd, 26),
+             rvar = random_host(ref, cdims, pd, 27, Layout::nchw, 0.5, 2.0);
+
+  auto plan = gpu.plan_batchnorm(g);
+  std::printf("  [plan] %s\n", describe_cuda_batchnorm_plan(*plan).c_str());
+  BatchNormGeometry g_ref = g;
+  g_ref.dtype = wide;
+  auto ref_plan = ref.plan_batchnorm(g_ref);
+  auto ws_buffer = workspace(gpu, plan->workspace_bytes());
+  DeviceTensor& ws = *ws_buffer;
+  const double tol = tolerance(dtype);
+
+  // Training forward.
+  DeviceTensor xg(gpu, x), rg(gpu, residual), dyg(gpu, dy), gammag(gpu, gamma), betag(gpu, beta),
+      rmeang(gpu, rmean), rvarg(gpu, rvar), yg(gpu, dims, dtype, layout), meang(gpu, cdims, pd),
+      inv_stdg(gpu, cdims, pd);
+  HostBuffer rmean_ref = copy_of(rmean), rvar_ref = copy_of(rvar), y_ref(dims, wide, layout),
+             mean_ref(cdims, pd), inv_std_ref(cdims, pd);
+  gpu.batchnorm_forward_training(*plan, xg.tensor(), add ? rg.ptr() : nullptr, gammag.tensor(),
+                                 betag.tensor(), yg.tensor(), rmeang.tensor(), rvarg.tensor(), meang.tensor(),
+                                 inv_stdg.tensor(), ws.tensor().data());
+  ref.batchnorm_forward_training(*ref_plan, x_ref.tensor(), add ? &residual_ref.tensor() : nullptr,
+                                 gamma.tensor(), beta.tensor(), y_ref.tensor(), rmean_ref.tensor(),
+                                 rvar_ref.tensor(), mean_ref.tensor(), inv_std_ref.tensor(), nullptr);
+  HostBuffer y_gpu = download_wide(ref, yg);
+  const double stat_tol = dtype == DType::f64 ? 1e-12 : 1e-5;  // statistics are f32 (f64) whatever the data
+  expect_close("y", y_gpu.tensor(), y_ref.tensor(), tol);
+  expect_close("saved mean", meang.download().tensor(), mean_ref.tensor(), stat_tol);
+  expect_close("saved inv std", inv_stdg.download().tensor(), inv_std_ref.tensor(), stat_tol * 2);
+  expect_close("running mean", rmeang.download().tensor(), rmean_ref.tensor(), stat_tol);
+  expect_close("running var (unbiased)", rvarg.download().tensor(), rvar_ref.tensor(), stat_tol * 2);
+
+  // Backward, overwriting then accumulating dgamma/dbeta. The reference masks the ReLU with the GPU's y,
+  // so that an element rounded to the other side of 0 in f16/bf16 cannot flip the mask.
+  for (Accumulate acc : {Accumulate::overwrite, Accumulate::add}) {
+    SCOPED_TRACE(acc == Accumulate::add ? "accumulate" : "overwrite");
+    HostBuffer dgamma = random_host(ref, cdims, pd, 28), dbeta = random_host(ref, cdims, pd, 29);
+    HostBuffer dgamma_ref = copy_of(dgamma), dbeta_ref = copy_of(dbeta), dx_ref(dims, wide, layout),
+               dres_ref(dims, wide, layout);
+    DeviceTensor dxg(gpu, dims, dtype, layout), dresg(gpu, dims, dtype, layout), dgammag(gpu, dgamma),
+        dbetag(gpu, dbeta);
+    gpu.fill(dxg.tensor(), std::nan(""));  // overwritten, never read
+    gpu.batchnorm_backward(*plan, xg.tensor(), yg.tensor(), dyg.tensor(), gammag.tensor(), meang.tensor(),
+                           inv_stdg.tensor(), dxg.tensor(), add ? dresg.ptr() : nullptr, dgammag.tensor(),
+                           dbetag.tensor(), acc, ws.tensor().data());
+    ref.batchnorm_backward(*ref_plan, x_ref.tensor(), y_gpu.tensor(), dy_ref.tensor(), gamma.tensor(),
+                           mean_ref.tensor(), inv_std_ref.tensor(), dx_ref.tensor(),
+                           add ? &dres_ref.tensor() : nullptr, dgamma_ref.tensor(), dbeta_ref.tensor(), acc,
+                           nullptr);
+    const double grad_tol = dtype == DType::f32 ? 5e-5 : tol * 2;
+    expect_close("dx", download_wide(ref, dxg).tensor(), dx_ref.tensor(), grad_tol);
+    expect_close(acc == Accumulate::add ? "dgamma (+=)" : "dgamma", dgammag.download().tensor(),
+                 dgamma_ref.tensor(), grad_tol);
+    expect_close(acc == Accumulate::add ? "dbeta (+=)" : "dbeta", dbetag.download().tensor(),
+                 dbeta_ref.tensor(), grad_tol);
+    if (add) expect_close("dresidual", download_wide(ref, dresg).tensor(), dres_ref.tensor(), 0.0);
+  }
+
+  // A second training step on the same plan: the running statistics keep following the reference.
+  gpu.batchnorm_forward_training(*plan, xg.tensor(), add ? rg.ptr() : nullptr, gammag.tensor(),
+                                 betag.tensor(), yg.tensor(), rmeang.tensor(), rvarg.tensor(), meang.tensor(),
+                                 inv_stdg.tensor(), ws.tensor().data());
+  ref.batchnorm_forward_training(*ref_plan, x_ref.tensor(), add ? &residual_ref.tensor() : nullptr,
+                                 gamma.tensor(), beta.tensor(), y_ref.tensor(), rmean_ref.tensor(),
+                                 rvar_ref.tensor(), mean_ref.tensor(), inv_std_ref.tensor(), nullptr);
+  expect_close("running var, step 2", rvarg.download().tensor(), rvar_ref.tensor(), stat_tol * 2);
+
+  // Inference with the running statistics (the GPU's, given to both).
+  DeviceTensor yig(gpu, dims, dtype, layout);
+  HostBuffer yi_ref(dims, wide, layout), rmean_now = rmeang.download(), rvar_now = rvarg.download();
+  gpu.batchnorm_forward_inference(*plan, xg.tensor(), add ? rg.ptr() : nullptr, gammag.tensor(),
+                                  betag.tensor(), rmeang.tensor(), rvarg.tensor(), yig.tensor());
+  ref.batchnorm_forward_inference(*ref_plan, x_ref.tensor(), add ? &residual_ref.tensor() : nullptr,
+                                  gamma.tensor(), beta.tensor(), rmean_now.tensor(), rvar_now.tensor(),
+                                  yi_ref.tensor());
+  expect_close("inference y", download_wide(ref, yig).tensor(), yi_ref.tensor(), tol);
+}
+
+class BatchNormTest
+    : public CudaBatchNormTest,
+      public ::testing::WithParamInterface<std::tuple<BnCase, Layout, BatchNormFusion, DType>> {};
+
+TEST_P(BatchNormTest, MatchesReference) {
+  const auto [bc, layout, fusion, dtype] = GetParam();
+  run_bn_case(*ref, bc, layout, fusion, dtype);
+}
+
+INSTANTIATE_TEST_SUITE_P(Shapes, BatchNormTest,
+                         ::testing::Combine(::testing::ValuesIn(kBnCases),
+                                            ::testing::Values(Layout::nchw, Layout::nhwc),
+                                            ::testing::Values(BatchNormFusion::none, BatchNormFusion::relu,
+                                                              BatchNormFusion::add_relu),
+                                            ::testing::Values(DType::f32, DType::f16, DType::bf16)),
+                         [](const auto& info) {
+                           return fmt::format(
+                               "case{}_{}_{}_{}", info.index / 18, layout_name(std::get<1>(info.param)),
+                               fusion_name(std::get<2>(info.param)), dtype_name(std::get<3>(info.param)));
+                         });
+
+TEST_F(CudaBatchNormTest, Float64) {
+  run_bn_case(*ref, kBnCases[0], Layout::nchw, BatchNormFusion::none, DType::f64);
+  run_bn_case(*ref, kBnCases[1], Layout::nhwc, BatchNormFusion::add_relu, DType::f64);
+}
+
+// A ResNet-sized activation, where cuDNN's NHWC kernels reduce over many blocks.
+TEST_F(CudaBatchNormTest, LargerShape) {
+  const BnCase big{16, 64, 28, 28};
+  for (DType dtype : {DType::f32, DType::f16, DType::bf16}) {
+    for (BatchNormFusion fusion : {BatchNormFusion::none, BatchNormFusion::relu, BatchNormFusion::add_relu}) {
+      SCOPED_TRACE(fmt::format("{} {}", dtype_name(dtype), fusion_name(fusion)));
+      run_bn_case(*ref, big, Layout::nhwc, fusion, dtype);
+    }
+  }
+  run_bn_case(*ref, big, Layout::nchw, BatchNormFusion::add_relu, DType::f32);
+}
+
+TEST_F(CudaBatchNormTest, RunningStatsFollowPyTorch) {
+  // One channel, known values: batch mean 2.5, biased var 1.25, unbiased var 5/3.
+  Backend& gpu = shared_gpu(false);
+  for (Layout layout : {Layout::nchw, Layout::nhwc}) {
+    BatchNormGeometry g;
+    g.batch = 4, g.channels = 1, g.momentum = 0.25, g.layout = layout;
+    HostBuffer x({4, 1, 1, 1}, DType::f32, layout);
+    for (int i = 0; i < 4; ++i) x.ptr<float>()[i] = static_cast<float>(i + 1);
+    HostBuffer one({1}, DType::f32), zero({1}, DType::f32);
+    one.ptr<float>()[0] = 1.f;
+    DeviceTensor xg(gpu, x), y(gpu, {4, 1, 1, 1}, DType::f32, layout), gamma(gpu, one), beta(gpu, zero),
+        rm(gpu, one), rv(gpu, one), sm(gpu, {1}, DType::f32), sis(gpu, {1}, DType::f32);
+    auto plan = gpu.plan_batchnorm(g);
+    auto ws_buffer = workspace(gpu, plan->workspace_bytes());
+    DeviceTensor& ws = *ws_buffer;
+    gpu.batchnorm_forward_training(*plan, xg.tensor(), nullptr, gamma.tensor(), beta.tensor(), y.tensor(),
+                                   rm.tensor(), rv.tensor(), sm.tensor(), sis.tensor(), ws.tensor().data());
+    EXPECT_NEAR(sm.download().ptr<float>()[0], 2.5f, 1e-6);
+    EXPECT_NEAR(sis.download().ptr<float>()[0], 1.0 / std::sqrt(1.25 + 1e-5), 1e-6);
+    EXPECT_NEAR(rm.download().ptr<float>()[0], 0.75 * 1.0 + 0.25 * 2.5, 1e-6);
+    EXPECT_NEAR(rv.download().ptr<float>()[0], 0.75 * 1.0 + 0.25 * (5.0 / 3.0), 1e-6)
+        << "unbiased running var";
+  }
+}
+
+TEST_F(CudaBatchNormTest, ReservePersistsPerPlan) {
+  // Two layers of the same shape, forward A, forward B, backward B, backward A (a network's order): each
+  // backward must see its own layer's forward state.
+  Backend& gpu = shared_gpu(false);
+  BatchNormGeometry g;
+  g.batch = 4, g.channels = 32, g.h = g.w = 6, g.layout = Layout::nhwc, g.dtype = DType::f16;
+  g.fusion = BatchNormFusion::add_relu;
+  const std::vector<int64_t> dims{4, 32, 6, 6}, cdims{32};
+  auto plan_a = gpu.plan_batchnorm(g), plan_b = gpu.plan_batchnorm(g);
+  std::printf("  [plan] %s\n", describe_cuda_batchnorm_plan(*plan_a).c_str());
+  auto ws_buffer = workspace(gpu, plan_a->workspace_bytes());
+  DeviceTensor& ws = *ws_buffer;
+  struct Layer {
+    HostBuffer x, r, dy;
+    std::unique_ptr<DeviceTensor> xg, rg, dyg, yg, mean, inv_std, dx, dr, dgamma, dbeta;
+  };
+  HostBuffer gamma = random_host(*ref, cdims, DType::f32, 3, Layout::nchw, 0.5, 1.5),
+             beta = random_host(*ref, cdims, DType::f32, 4);
+  DeviceTensor gammag(gpu, gamma), betag(gpu, beta), rm(gpu, cdims, DType::f32), rv(gpu, cdims, DType::f32);
+  gpu.fill(rm.tensor(), 0.0);
+  gpu.fill(rv.tensor(), 1.0);
+  Layer layers[2];
+  for (int i = 0; i < 2; ++i) {
+    Layer& l = layers[i];
+    l.x = random_host(*ref, dims, DType::f16, 100 + i, Layout::nhwc, -2.0 + i, 2.0 + 3 * i);
+    l.r = random_host(*ref, dims, DType::f16, 110 + i, Layout::nhwc);
+    l.dy = random_host(*ref, dims, DType::f16, 120 + i, Layout::nhwc);
+    l.xg = std::make_unique<DeviceTensor>(gpu, l.x);
+    l.rg = std::make_unique<DeviceTensor>(gpu, l.r);
+    l.dyg = std::make_unique<DeviceTensor>(gpu, l.dy);
+    for (auto* t : {&l.yg, &l.dx, &l.dr})
+      *t = std::make_unique<DeviceTensor>(gpu, dims, DType::f16, Layout::nhwc);
+    for (auto* t : {&l.mean, &l.inv_std, &l.dgamma, &l.dbeta})
+      *t = std::make_unique<DeviceTensor>(gpu, cdims, DType::f32);
+  }
+  const BatchNormPlan* plans[2] = {plan_a.get(), plan_b.get()};
+  for (int i = 0; i < 2; ++i) {
+    Layer& l = layers[i];
+    gpu.batchnorm_forward_training(*plans[i], l.xg->tensor(), l.rg->ptr(), gammag.tensor(), betag.tensor(),
+                                   l.yg->tensor(), rm.tensor(), rv.tensor(), l.mean->tensor(),
+                                   l.inv_std->tensor(), ws.tensor().data());
+  }
+  for (int i = 1; i >= 0; --i) {
+    Layer& l = layers[i];
+    gpu.batchnorm_backward(*plans[i], l.xg->tensor(), l.yg->tensor(), l.dyg->tensor(), gammag.tensor(),
+                           l.mean->tensor(), l.inv_std->tensor(), l.dx->tensor(), l.dr->ptr(),
+                           l.dgamma->tensor(), l.dbeta->tensor(), Accumulate::overwrite, ws.tensor().data());
+  }
+  for (int i = 0; i < 2; ++i) {
+    SCOPED_TRACE(fmt::format("layer {}", i));
+    Layer& l = layers[i];
+    BatchNormGeometry gr = g;
+    gr.dtype = DType::f32;
+    auto ref_plan = ref->plan_batchnorm(gr);
+    HostBuffer x_ref = converted(*ref, l.x, DType::f32), r_ref = converted(*ref, l.r, DType::f32),
+               dy_ref = converted(*ref, l.dy, DType::f32), y_gpu = download_wide(*ref, *l.yg);
+    HostBuffer y_ref(dims, DType::f32, Layout::nhwc), rm_ref(cdims, DType::f32), rv_ref(cdims, DType::f32),
+        mean_ref(cdims, DType::f32), inv_std_ref(cdims, DType::f32), dx_ref(dims, DType::f32, Layout::nhwc),
+        dr_ref(dims, DType::f32, Layout::nhwc), dgamma_ref(cdims, DType::f32), dbeta_ref(cdims, DType::f32);
+    ref->batchnorm_forward_training(*ref_plan, x_ref.tensor(), &r_ref.tensor(), gamma.tensor(), beta.tensor(),
+                                    y_ref.tensor(), rm_ref.tensor(), rv_ref.tensor(), mean_ref.tensor(),
+                                    inv_std_ref.tensor(), nullptr);
+    ref->batchnorm_backward(*ref_plan, x_ref.tensor(), y_gpu.tensor(), dy_ref.tensor(), gamma.tensor(),
+                            mean_ref.tensor(), inv_std_ref.tensor(), dx_ref.tensor(), &dr_ref.tensor(),
+                            dgamma_ref.tensor(), dbeta_ref.tensor(), Accumulate::overwrite, nullptr);
+    expect_close("y", y_gpu.tensor(), y_ref.tensor(), tolerance(DType::f16));
+    expect_close("dx", download_wide(*ref, *l.dx).tensor(), dx_ref.tensor(), tolerance(DType::f16, false, 2));
+    expect_close("dgamma", l.dgamma->download().tensor(), dgamma_ref.tensor(),
+                 tolerance(DType::f16, false, 2));
+    expect_close("dresidual", download_wide(*ref, *l.dr).tensor(), dr_ref.tensor(), 0.0);
+  }
+}
+
+}  // namespace
+}  // namespace dlbench

@@ -1,0 +1,184 @@
+// CUDA convolutions (cuDNN) against the reference backend: forward, backward data and backward filter,
+// overwriting and accumulating, in f32 (TF32 off and on), f16, bf16 and f64, NCHW and NHWC, on odd sizes,
+// strides 2, 1x1 and 7x7 kernels. Also: the per-shape algorithm search is cached.
+#include <fmt/format.h>
+#include <gtest/gtest.h>
+
+#include <tuple>
+
+#include "backend/cuda/cuda_backend.h"
+#include "cuda_test_util.h"
+
+namespace dlbench {
+namespace {
+
+using namespace cuda_testing;
+
+class CudaConvTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (cuda_device_count() == 0) GTEST_SKIP() << "no CUDA GPU: cuda_device_count() == 0";
+  }
+  std::unique_ptr<Backend> ref = make_reference_backend();
+};
+
+struct ConvCase {
+  int64_t n, c, h, w, k, r, s, stride_h, stride_w, pad_h, pad_w;
+};
+
+const ConvCase kConvCases[] = {
+    {2, 3, 9, 11, 5, 3, 3, 1, 1, 1, 1},     // odd sizes, first-layer-like C
+    {2, 12, 9, 9, 20, 3, 3, 2, 2, 1, 1},    // stride 2, channels not a multiple of 8
+    {3, 16, 10, 10, 24, 1, 1, 1, 1, 0, 0},  // 1x1
+    {2, 16, 11, 11, 32, 1, 1, 2, 2, 0, 0},  // 1x1 stride 2 on odd size (projection shortcut)
+    {2, 8, 13, 7, 8, 1, 3, 1, 2, 0, 1},     // non-square kernel and strides
+    {1, 3, 17, 17, 8, 7, 7, 2, 2, 3, 3},    // stem-like 7x7 stride 2
+    {4, 32, 7, 7, 16, 3, 3, 1, 1, 1, 1},    // small spatial, more channels
+    {2, 64, 14, 14, 64, 3, 3, 1, 1, 1, 1},  // a ResNet shape (tensor-core friendly channels)
+};
+
+struct Precision {
+  DType dtype;
+  bool tf32;
+};
+
+class ConvTest : public CudaConvTest,
+                 public ::testing::WithParamInterface<std::tuple<ConvCase, Layout, Precision>> {};
+
+void run_conv_case(Backend& ref, const ConvCase& cc, Layout layout, DType dtype, bool tf32) {
+  Backend* gpu = &shared_gpu(tf32);
+  ConvGeometry g;
+  g.batch = cc.n, g.in_channels = cc.c, g.in_h = cc.h, g.in_w = cc.w, g.out_channels = cc.k;
+  g.kernel_h = cc.r, g.kernel_w = cc.s, g.stride_h = cc.stride_h, g.stride_w = cc.stride_w;
+  g.pad_h = cc.pad_h, g.pad_w = cc.pad_w, g.layout = layout, g.dtype = dtype;
+  const DType wide = reference_dtype(dtype);
+  const std::vector<int64_t> xd{cc.n, cc.c, cc.h, cc.w}, wd{cc.k, cc.c, cc.r, cc.s},
+      yd{cc.n, cc.k, g.out_h(), g.out_w()};
+  HostBuffer x = random_host(ref, xd, dtype, 1, layout), w = random_host(ref, wd, dtype, 2, layout),
+             dy = random_host(ref, yd, dtype, 3, layout);
+  HostBuffer x_ref = converted(ref, x, wide), w_ref = converted(ref, w, wide),
+             dy_ref = converted(ref, dy, wide);
+
+  auto plan = gpu->plan_conv(g);
+  std::printf("  [plan] %s\n", describe_cuda_conv_plan(*plan).c_str());
+  auto ws_buffer = workspace(*gpu, plan->workspace_bytes());
+  DeviceTensor& ws = *ws_buffer;
+  ConvGeometry g_ref = g;
+  g_ref.dtype = wide;
+  auto ref_plan = ref.plan_conv(g_ref);
+  const double tol = tolerance(dtype, tf32, dtype == DType::f32 && !tf32 ? 2.0 : 1.0);
+  // Accumulating rounds twice in the data's dtype (the convolution's result, then its sum with the old
+  // gradient); in bf16 that alone can reach 2 ulps of the largest value (2^-6 relative) in the worst element.
+  const double acc_tol = dtype == DType::bf16 ? tol * 1.5 : tol;
+
+  DeviceTensor xg(*gpu, x), wg(*gpu, w), dyg(*gpu, dy), yg(*gpu, yd, dtype, layout);
+  HostBuffer y_ref(yd, wide, layout);
+  gpu->conv_forward(*plan, xg.tensor(), wg.tensor(), yg.tensor(), ws.tensor().data());
+  ref.conv_forward(*ref_plan, x_ref.tensor(), w_ref.tensor(), y_ref.tensor(), nullptr);
+  expect_close("forward", download_wide(ref, yg).tensor(), y_ref.tensor(), tol);
+
+  for (Accumulate acc : {Accumulate::overwrite, Accumulate::add}) {
+    SCOPED_TRACE(acc == Accumulate::add ? "accumulate" : "overwrite");
+    HostBuffer dx0 = random_host(ref, xd, dtype, 4, layout), dw0 = random_host(ref, wd, dtype, 5, layout);
+    HostBuffer dx_ref = converted(ref, dx0, wide), dw_ref = converted(ref, dw0, wide);
+    DeviceTensor dxg(*gpu, dx0), dwg(*gpu, dw0);
+    gpu->conv_backward_data(*plan, dyg.tensor(), wg.tensor(), dxg.tensor(), acc, ws.tensor().data());
+    ref.conv_backward_data(*ref_plan, dy_ref.tensor(), w_ref.tensor(), dx_ref.tensor(), acc, nullptr);
+    expect_close(acc == Accumulate::add ? "backward data (+=)" : "backward data",
+                 download_wide(ref, dxg).tensor(), dx_ref.tensor(), tol);
+    gpu->conv_backward_filter(*plan, xg.tensor(), dyg.tensor(), dwg.tensor(), acc, ws.tensor().data());
+    ref.conv_backward_filter(*ref_plan, x_ref.tensor(), dy_ref.tensor(), dw_ref.tensor(), acc, nullptr);
+    expect_close(acc == Accumulate::add ? "backward filter (+=)" : "backward filter",
+                 download_wide(ref, dwg).tensor(), dw_ref.tensor(), acc == Accumulate::add ? acc_tol : tol);
+  }
+}
+
+TEST_P(ConvTest, MatchesReference) {
+  const auto [cc, layout, precision] = GetParam();
+  run_conv_case(*ref, cc, layout, precision.dtype, precision.tf32);
+}
+
+std::string precision_name(const Precision& p) {
+  return p.tf32 ? std::string("tf32") : std::string(dtype_name(p.dtype));
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Shapes, ConvTest,
+    ::testing::Combine(::testing::ValuesIn(kConvCases), ::testing::Values(Layout::nchw, Layout::nhwc),
+                       ::testing::Values(Precision{DType::f32, false}, Precision{DType::f32, true},
+                                         Precision{DType::f16, false}, Precision{DType::bf16, false})),
+    [](const auto& info) {
+      return fmt::format("case{}_{}_{}", info.index / 8, layout_name(std::get<1>(info.param)),
+                         precision_name(std::get<2>(info.param)));
+    });
+
+TEST_F(CudaConvTest, Float64) {
+  run_conv_case(*ref, kConvCases[1], Layout::nchw, DType::f64, false);
+  run_conv_case(*ref, kConvCases[0], Layout::nchw, DType::f64, false);
+  // cuDNN has no FP64 NHWC backward-data algorithm: the plan says so up front.
+  ConvGeometry g;
+  g.batch = 1, g.in_channels = 4, g.in_h = g.in_w = 5, g.out_channels = 4, g.kernel_h = g.kernel_w = 3;
+  g.layout = Layout::nhwc, g.dtype = DType::f64;
+  EXPECT_THROW(shared_gpu().plan_conv(g), Error);
+}
+
+// ResNet-sized layers, where cuDNN picks its tensor-core and multi-block algorithms.
+TEST_F(CudaConvTest, LargerShapes) {
+  const ConvCase cases[] = {
+      {8, 64, 28, 28, 64, 3, 3, 1, 1, 1, 1},    // a ResNet-50 stage-2-like 3x3
+      {8, 128, 14, 14, 256, 1, 1, 2, 2, 0, 0},  // a projection shortcut
+      {4, 3, 56, 56, 64, 7, 7, 2, 2, 3, 3},     // the stem
+  };
+  for (const ConvCase& cc : cases) {
+    for (DType dtype : {DType::f32, DType::f16, DType::bf16}) {
+      SCOPED_TRACE(fmt::format("{}x{}x{}x{} -> {} {}x{} {}", cc.n, cc.c, cc.h, cc.w, cc.k, cc.r, cc.s,
+                               dtype_name(dtype)));
+      std::printf("  %s\n", fmt::format("{}x{}x{}x{} -> {} {}x{} {}", cc.n, cc.c, cc.h, cc.w, cc.k, cc.r,
+                                        cc.s, dtype_name(dtype))
+                                .c_str());
+      run_conv_case(*ref, cc, Layout::nhwc, dtype, false);
+    }
+  }
+  run_conv_case(*ref, cases[0], Layout::nhwc, DType::f32, true);
+  run_conv_case(*ref, cases[1], Layout::nchw, DType::f16, false);
+}
+
+TEST_F(CudaConvTest, SearchIsCachedPerShape) {
+  Backend* gpu = &shared_gpu(false);
+  ConvGeometry g;
+  g.batch = 3, g.in_channels = 24, g.in_h = g.in_w = 6, g.out_channels = 40, g.kernel_h = g.kernel_w = 3;
+  g.pad_h = g.pad_w = 1, g.layout = Layout::nhwc, g.dtype = DType::f16;
+  auto first = gpu->plan_conv(g);
+  auto second = gpu->plan_conv(g);
+  const std::string a = describe_cuda_conv_plan(*first), b = describe_cuda_conv_plan(*second);
+  EXPECT_EQ(b.find("[cached search]") != std::string::npos, true) << b;
+  EXPECT_EQ(first->workspace_bytes(), second->workspace_bytes());
+  // Same algorithms (the part before the cache note).
+  EXPECT_EQ(a.substr(0, a.find(" [")), b.substr(0, b.find(" [")));
+  // Another math setting is another search.
+  Backend* tf32 = &shared_gpu(true);
+  ConvGeometry f = g;
+  f.dtype = DType::f32;
+  auto p32 = gpu->plan_conv(f);
+  auto p32_tf32 = tf32->plan_conv(f);
+  EXPECT_EQ(describe_cuda_conv_plan(*p32_tf32).find("[cached search]"), std::string::npos)
+      << describe_cuda_conv_plan(*p32_tf32);
+  EXPECT_EQ(describe_cuda_conv_plan(*p32).find("tensor op"), std::string::npos)
+      << "fp32 without TF32 must not use tensor cores: " << describe_cuda_conv_plan(*p32);
+}
+
+TEST_F(CudaConvTest, RejectsMismatchedTensors) {
+  Backend* gpu = &shared_gpu(false);
+  ConvGeometry g;
+  g.batch = 1, g.in_channels = 4, g.in_h = g.in_w = 5, g.out_channels = 4, g.kernel_h = g.kernel_w = 3;
+  g.layout = Layout::nhwc;
+  auto plan = gpu->plan_conv(g);
+  DeviceTensor x(*gpu, {1, 4, 5, 5}, DType::f32, Layout::nchw),
+      w(*gpu, {4, 4, 3, 3}, DType::f32, Layout::nhwc), y(*gpu, {1, 4, 3, 3}, DType::f32, Layout::nhwc);
+  auto ws_buffer = workspace(*gpu, plan->workspace_bytes());
+  DeviceTensor& ws = *ws_buffer;
+  EXPECT_THROW(gpu->conv_forward(*plan, x.tensor(), w.tensor(), y.tensor(), ws.tensor().data()), Error);
+}
+
+}  // namespace
+}  // namespace dlbench
