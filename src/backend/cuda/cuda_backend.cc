@@ -354,6 +354,53 @@ std::unique_ptr<Backend> make_cuda_backend(int device, bool allow_tf32) {
   return std::make_unique<cuda::CudaBackend>(device, allow_tf32);
 }
 
+namespace cuda {
+namespace {
+
+// An instantiated CUDA graph, replayed on the backend's stream.
+class CudaGraph final : public CapturedWork {
+ public:
+  CudaGraph(cudaStream_t stream, cudaGraph_t graph, cudaGraphExec_t exec) : stream_(stream), graph_(graph), exec_(exec) {}
+  ~CudaGraph() override {
+    cudaGraphExecDestroy(exec_);
+    cudaGraphDestroy(graph_);
+  }
+  void replay() override { CUDA_CHECK(cudaGraphLaunch(exec_, stream_)); }
+
+ private:
+  cudaStream_t stream_;
+  cudaGraph_t graph_;
+  cudaGraphExec_t exec_;
+};
+
+}  // namespace
+
+std::unique_ptr<CapturedWork> CudaBackend::capture(const std::function<void()>& body) {
+  activate();
+  CUDA_CHECK(cudaStreamSynchronize(stream_));
+  // Global mode: a host synchronisation or an allocation anywhere during the capture fails it loudly.
+  CUDA_CHECK(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeGlobal));
+  cudaGraph_t graph = nullptr;
+  try {
+    body();
+  } catch (...) {
+    cudaStreamEndCapture(stream_, &graph);
+    if (graph) cudaGraphDestroy(graph);
+    (void)cudaGetLastError();
+    throw;
+  }
+  CUDA_CHECK(cudaStreamEndCapture(stream_, &graph));
+  cudaGraphExec_t exec = nullptr;
+  const cudaError_t instantiated = cudaGraphInstantiate(&exec, graph, 0);
+  if (instantiated != cudaSuccess) {
+    cudaGraphDestroy(graph);
+    CUDA_CHECK(instantiated);
+  }
+  return std::make_unique<CudaGraph>(stream_, graph, exec);
+}
+
+}  // namespace cuda
+
 void cuda_capture_and_replay(Backend& backend, const std::function<void()>& body, int replays) {
   const cuda::CudaBackend& b = cuda::as_cuda(backend);
   b.activate();

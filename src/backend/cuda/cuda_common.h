@@ -156,6 +156,7 @@ class CudaBackend final : public Backend {
   void copy_to_host(void* host_dst, const void* src, size_t bytes) override;
   void copy(void* dst, const void* src, size_t bytes) override;
   void synchronize() override;
+  std::unique_ptr<CapturedWork> capture(const std::function<void()>& body) override;
 
   std::unique_ptr<ConvPlan> plan_conv(const ConvGeometry& geometry) override;
   void conv_forward(const ConvPlan& plan, const Tensor& x, const Tensor& w, Tensor& y,
