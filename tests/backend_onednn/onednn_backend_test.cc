@@ -5,12 +5,15 @@
 //   batch norm forward 1e-5, backward 1e-4 (dx sums over N*H*W in another order)
 //   pooling 1e-6 (max is exact; average is one division)
 //   gemm, bias, softmax-cross-entropy 1e-5; elementwise ops and the SGD update 1e-6
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 
 #include <cmath>
 #include <cstring>
 #include <limits>
 #include <memory>
+#include <string>
+#include <tuple>
 #include <vector>
 
 #include "backend/backend.h"
@@ -67,6 +70,13 @@ const ConvCase kConvCases[] = {
     {4, 32, 7, 7, 16, 3, 3, 1, 1, 1, 1},    // small spatial, more channels
 };
 
+std::string conv_case_name(const ::testing::TestParamInfo<std::tuple<ConvCase, Layout, OneDnnConvFormat>>& info) {
+  const ConvCase& c = std::get<0>(info.param);
+  return fmt::format("n{}c{}h{}w{}k{}r{}s{}st{}x{}p{}x{}_{}_{}", c.n, c.c, c.h, c.w, c.k, c.r, c.s, c.stride_h,
+                     c.stride_w, c.pad_h, c.pad_w, layout_name(std::get<1>(info.param)),
+                     onednn_conv_format_name(std::get<2>(info.param)));
+}
+
 class ConvTest : public OneDnnVsReference,
                  public ::testing::WithParamInterface<std::tuple<ConvCase, Layout, OneDnnConvFormat>> {};
 
@@ -109,7 +119,8 @@ INSTANTIATE_TEST_SUITE_P(Shapes, ConvTest,
                          ::testing::Combine(::testing::ValuesIn(kConvCases),
                                             ::testing::Values(Layout::nchw, Layout::nhwc),
                                             ::testing::Values(OneDnnConvFormat::plain, OneDnnConvFormat::blocked,
-                                                              OneDnnConvFormat::blocked_weights)));
+                                                              OneDnnConvFormat::blocked_weights)),
+                         conv_case_name);
 
 TEST_F(OneDnnVsReference, DefaultConvPlanMatchesReference) {
   // plan_conv's own per-shape choice, on a ResNet-like shape in both layouts.
@@ -147,6 +158,13 @@ struct BnCase {
 };
 
 const BnCase kBnCases[] = {{2, 3, 5, 7}, {4, 16, 6, 6}, {3, 20, 1, 1}, {8, 8, 3, 3}};
+
+std::string bn_case_name(const ::testing::TestParamInfo<std::tuple<BnCase, Layout, BatchNormFusion>>& info) {
+  const BnCase& c = std::get<0>(info.param);
+  const BatchNormFusion fusion = std::get<2>(info.param);
+  const char* f = fusion == BatchNormFusion::none ? "none" : fusion == BatchNormFusion::relu ? "relu" : "add_relu";
+  return fmt::format("n{}c{}h{}w{}_{}_{}", c.n, c.c, c.h, c.w, layout_name(std::get<1>(info.param)), f);
+}
 
 class BatchNormTest : public OneDnnVsReference,
                       public ::testing::WithParamInterface<std::tuple<BnCase, Layout, BatchNormFusion>> {};
@@ -221,7 +239,34 @@ INSTANTIATE_TEST_SUITE_P(Shapes, BatchNormTest,
                          ::testing::Combine(::testing::ValuesIn(kBnCases),
                                             ::testing::Values(Layout::nchw, Layout::nhwc),
                                             ::testing::Values(BatchNormFusion::none, BatchNormFusion::relu,
-                                                              BatchNormFusion::add_relu)));
+                                                              BatchNormFusion::add_relu)),
+                         bn_case_name);
+
+TEST_F(OneDnnVsReference, BatchNormStatisticsOfLargeOffsetData) {
+  // Values 1000 +- 0.01: a naive one-pass E[x^2] - E[x]^2 in float would lose the variance entirely.
+  for (Layout layout : {Layout::nchw, Layout::nhwc}) {
+    SCOPED_TRACE(layout_name(layout));
+    BatchNormGeometry g;
+    g.batch = 8, g.channels = 4, g.h = 9, g.w = 9, g.layout = layout;
+    const std::vector<int64_t> dims{8, 4, 9, 9}, cdims{4};
+    HostBuffer x = random_buffer(dims, 201, layout, 999.99, 1000.01);
+    HostBuffer gamma = random_buffer(cdims, 202, Layout::nchw, 0.5, 1.5), beta = random_buffer(cdims, 203);
+    HostBuffer rm(cdims, DType::f32), rv(cdims, DType::f32), rm_ref(cdims, DType::f32), rv_ref(cdims, DType::f32);
+    HostBuffer sm(cdims, DType::f32), si(cdims, DType::f32), sm_ref(cdims, DType::f32), si_ref(cdims, DType::f32);
+    HostBuffer y(dims, DType::f32, layout), y_ref(dims, DType::f32, layout);
+    auto plan = onednn->plan_batchnorm(g);
+    auto ref_plan = ref->plan_batchnorm(g);
+    Workspace ws(plan->workspace_bytes()), ref_ws(ref_plan->workspace_bytes());
+    onednn->batchnorm_forward_training(*plan, x.tensor(), nullptr, gamma.tensor(), beta.tensor(), y.tensor(),
+                                       rm.tensor(), rv.tensor(), sm.tensor(), si.tensor(), ws.data());
+    ref->batchnorm_forward_training(*ref_plan, x.tensor(), nullptr, gamma.tensor(), beta.tensor(), y_ref.tensor(),
+                                    rm_ref.tensor(), rv_ref.tensor(), sm_ref.tensor(), si_ref.tensor(),
+                                    ref_ws.data());
+    EXPECT_LT(relative_error(si.tensor(), si_ref.tensor()), 1e-4) << "inv std";
+    EXPECT_LT(relative_error(y.tensor(), y_ref.tensor()), 1e-4) << "y";
+    EXPECT_LT(relative_error(rv.tensor(), rv_ref.tensor()), 1e-4) << "running var";
+  }
+}
 
 TEST_F(OneDnnVsReference, BatchNormRunningStatsFollowPyTorch) {
   // One channel, known values: batch mean 2.5, biased var 1.25, unbiased var 5/3.
@@ -257,6 +302,12 @@ const PoolCase kPoolCases[] = {
     {2, 8, 9, 9, 3, 2, 1, PoolKind::average},  // padding excluded from the divisor
 };
 
+std::string pool_case_name(const ::testing::TestParamInfo<std::tuple<PoolCase, Layout>>& info) {
+  const PoolCase& c = std::get<0>(info.param);
+  return fmt::format("{}_n{}c{}h{}w{}k{}s{}p{}_{}", c.kind == PoolKind::max ? "max" : "avg", c.n, c.c, c.h, c.w,
+                     c.k, c.stride, c.pad, layout_name(std::get<1>(info.param)));
+}
+
 class PoolTest : public OneDnnVsReference, public ::testing::WithParamInterface<std::tuple<PoolCase, Layout>> {};
 
 TEST_P(PoolTest, MatchesReference) {
@@ -288,7 +339,8 @@ TEST_P(PoolTest, MatchesReference) {
 
 INSTANTIATE_TEST_SUITE_P(Shapes, PoolTest,
                          ::testing::Combine(::testing::ValuesIn(kPoolCases),
-                                            ::testing::Values(Layout::nchw, Layout::nhwc)));
+                                            ::testing::Values(Layout::nchw, Layout::nhwc)),
+                         pool_case_name);
 
 // ---------------------------------------------------------------------------------------------------------
 // ReLU, dense algebra, loss

@@ -32,7 +32,6 @@ struct ConvOp {
   dnnl::primitive primitive;
   std::string impl;
   OpArg a, b, out;
-  bool out_buffered = false;  // the output buffer exists (reordered, or plain kept for accumulation)
   dnnl::reorder a_in, b_in, out_overwrite, out_accumulate;
   size_t scratchpad_offset = 0, scratchpad_bytes = 0;
   size_t workspace_bytes = 0;
@@ -66,7 +65,7 @@ void finish_op(ConvOp& op, const dnnl::primitive_desc_base& pd, const dnnl::engi
   if (op.a.reordered) op.a_in = add_reorder(op.a.plain, op.a.impl, false);
   if (op.b.reordered) op.b_in = add_reorder(op.b.plain, op.b.impl, false);
   op.out.reordered = op.out.impl != op.out.plain;
-  op.out_buffered = true;  // accumulation always needs the buffer; overwrite uses it only when reordered
+  // The output buffer always exists: accumulation needs it even where the formats agree.
   op.out.offset = layout.reserve(op.out.impl.get_size());
   op.out_overwrite = add_reorder(op.out.impl, op.out.plain, false);
   op.out_accumulate = add_reorder(op.out.impl, op.out.plain, true);
@@ -257,9 +256,29 @@ void OneDnnBackend::conv_backward_filter(const ConvPlan& plan, const Tensor& x, 
 
 }  // namespace onednn
 
-OneDnnConvStrategy default_onednn_conv_strategy(const ConvGeometry& geometry) {
-  // Placeholder until measured.
-  return {OneDnnConvFormat::blocked, OneDnnConvFormat::blocked, OneDnnConvFormat::blocked};
+OneDnnConvStrategy default_onednn_conv_strategy(const ConvGeometry& g) {
+  // The rules distilled from the measurements at the top of this file. "pixels" is the output's N*P*Q,
+  // the GEMM dimension a 1x1 convolution is made of.
+  using F = OneDnnConvFormat;
+  const int64_t pixels = g.batch * g.out_h() * g.out_w();
+  const bool one_by_one = g.kernel_h == 1 && g.kernel_w == 1;
+  if (g.layout == Layout::nhwc) {
+    // NHWC activations go straight into oneDNN's nhwc kernels (weights blocked) except where the blocked
+    // kernels are clearly faster: 3x3 with 64+ input channels, and 1x1 on small pixel counts.
+    if (one_by_one) {
+      const F f = pixels >= 3136 ? F::blocked_weights : F::blocked;
+      return {f, f, f};
+    }
+    const F f = g.in_channels >= 64 ? F::blocked : F::blocked_weights;
+    return {f, f, f};
+  }
+  // NCHW: plain NCHW runs oneDNN's im2col+GEMM kernels; blocked reorders into nChw8c for the jit kernels.
+  if (one_by_one) {
+    const F f = pixels > 3136 ? F::plain : F::blocked;
+    return {f, f, F::plain};
+  }
+  if (g.in_channels < 8 && g.kernel_h <= 3 && g.kernel_w <= 3) return {F::plain, F::plain, F::plain};
+  return {F::blocked, F::blocked, pixels <= 3136 ? F::plain : F::blocked};
 }
 
 std::unique_ptr<ConvPlan> plan_onednn_conv(Backend& backend, const ConvGeometry& geometry,
