@@ -1,13 +1,40 @@
 // Convolutions on oneDNN primitives, planned once per shape.
 //
-// STRATEGY (measurements below): see default_onednn_conv_strategy.
-//
 // Each of the three ops (forward, backward data, backward weights) is one oneDNN primitive whose inputs and
 // output are either our plain tensors (NCHW/NHWC, weights OIHW/OHWI) or oneDNN's preferred blocked formats
 // (format_tag::any), in which case the plan holds reorder primitives into and out of workspace buffers.
 // The caller's workspace holds, at offsets fixed at plan time: the primitives' scratchpad (user scratchpad
 // mode, so nothing is allocated per call), the reordered inputs and the op's output buffer. An output that
 // must be accumulated (Accumulate::add) goes through that buffer and a reorder with a sum post-op.
+//
+// STRATEGY — measured with bench/kernels/onednn_conv_timing.cc on the project machine (2-core AMD EPYC
+// Zen1, AVX2, oneDNN 2.6.3), one thread, process CPU time (the machine is shared: wall time at 2 threads
+// was dominated by other processes), fwd + bwd_data + bwd_weights summed over each network's convolutions
+// with their layer counts, ms per training step:
+//
+//                          plain    blocked   blocked_weights   chosen   PyTorch 1.13 (same oneDNN)
+//   resnet20 b128 NCHW      1605       766          1433          ~770         799
+//   resnet20 b128 NHWC     (27900*)    760           677           681         687
+//   ResNet-50 b16 NCHW     13258     11584             -         11079       12661
+//   ResNet-50 b16 NHWC         -     11680         11718         11244       10499**
+//   * plain NHWC = OHWI weights, which no jit kernel takes: oneDNN falls back to its reference kernel
+//     (this is the time of ONE 16-channel 28x28 layer). Never chosen.
+//   ** a separate run at another time; `ONEDNN_VERBOSE` shows PyTorch creating exactly the primitives and
+//     kernels we do (jit_1x1/jit:avx2 on nhwc with blocked weights), and runs minutes apart varied by ~10%.
+//     Whole training steps measured back to back (bench/kernels/onednn_step_timing.cc against
+//     torch_step_timing.py, one thread, CPU time): resnet20 NCHW 766-773 ms vs PyTorch 816-820 ms, NHWC
+//     688-709 ms vs 690-692 ms; ResNet-50 (NHWC) 12.26 s vs 13.29 s.
+//
+// What wins, per op and shape (the rules in default_onednn_conv_strategy):
+//   NHWC: oneDNN's nhwc jit kernels on our activations with blocked weights (`blocked_weights`) for 1x1
+//     convolutions (e.g. ResNet-50 64x56x56->256: 140 vs 168 ms) and for 3x3 with < 64 input channels
+//     (resnet20: 39 vs 46 ms); full `blocked` (reorder to nChw8c) for 3x3 with 64+ channels (ResNet-50
+//     64x56x56 3x3: 319 vs 358 ms) and for 1x1 on small outputs (N*P*Q < 3136, ResNet-50's 7x7 stage).
+//   NCHW: `plain` runs oneDNN's im2col + GEMM kernels, `blocked` its jit kernels behind reorders. 3x3:
+//     blocked (resnet20 16x28x28: 46 vs 144 ms). 1x1: plain (GEMM) on large outputs (N*P*Q > 3136; ResNet-50
+//     64x56x56->256: 137 vs 167 ms), blocked on small ones; plain backward weights for 1x1 and for 3x3 on
+//     small outputs with 64+ channels (ResNet-50 512x7x7 3x3: 110 vs 134 ms).
+// Differences under ~5% are within the machine's noise and were not used to set a rule.
 #include <fmt/format.h>
 
 #include "backend/onednn/onednn_backend.h"
@@ -277,8 +304,10 @@ OneDnnConvStrategy default_onednn_conv_strategy(const ConvGeometry& g) {
     const F f = pixels > 3136 ? F::plain : F::blocked;
     return {f, f, F::plain};
   }
-  if (g.in_channels < 8 && g.kernel_h <= 3 && g.kernel_w <= 3) return {F::plain, F::plain, F::plain};
-  return {F::blocked, F::blocked, pixels <= 3136 ? F::plain : F::blocked};
+  // oneDNN's GEMM-based backward-weights kernel reduces over the batch between threads; with few input
+  // channels (resnet20's 1- and 16-channel 3x3 layers) that went pathological at 2 threads on a busy machine
+  // (seconds per call), so it is used only where it measured faster and has 64+ channels.
+  return {F::blocked, F::blocked, pixels <= 3136 && g.in_channels >= 64 ? F::plain : F::blocked};
 }
 
 std::unique_ptr<ConvPlan> plan_onednn_conv(Backend& backend, const ConvGeometry& geometry,
