@@ -28,7 +28,8 @@ double cpu_ms() {
 }
 
 double now_ms() {
-  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now().time_since_epoch()).count();
+  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now().time_since_epoch())
+      .count();
 }
 
 struct Net;
@@ -67,7 +68,8 @@ struct Net {
     const int64_t offset = static_cast<int64_t>(param_init.size());
     std::mt19937 rng(static_cast<unsigned>(offset + 1));
     std::normal_distribution<float> dist(0.f, static_cast<float>(init_scale));
-    for (int64_t i = 0; i < count; ++i) param_init.push_back(init_scale > 0 ? dist(rng) : static_cast<float>(constant));
+    for (int64_t i = 0; i < count; ++i)
+      param_init.push_back(init_scale > 0 ? dist(rng) : static_cast<float>(constant));
     segments.push_back({offset, count, decay});
     return offset;
   }
@@ -90,7 +92,8 @@ struct Conv {
   Tensor w, dw;
   void make(Net& net, int64_t c, int64_t h, int64_t w_in, int64_t k, int64_t r, int64_t stride, int64_t pad) {
     g.batch = net.batch, g.in_channels = c, g.in_h = h, g.in_w = w_in, g.out_channels = k;
-    g.kernel_h = g.kernel_w = r, g.stride_h = g.stride_w = stride, g.pad_h = g.pad_w = pad, g.layout = net.layout;
+    g.kernel_h = g.kernel_w = r, g.stride_h = g.stride_w = stride, g.pad_h = g.pad_w = pad,
+    g.layout = net.layout;
     plan = net.be.plan_conv(g);
     net.workspace_bytes = std::max(net.workspace_bytes, plan->workspace_bytes());
     offset = net.reserve_params(k * c * r * r, std::sqrt(2.0 / static_cast<double>(c * r * r)), 0, true);
@@ -108,7 +111,8 @@ struct BatchNorm {
   int64_t offset = 0;
   Tensor gamma, beta, dgamma, dbeta, rmean, rvar, smean, sinv;
   void make(Net& net, const std::vector<int64_t>& dims, BatchNormFusion fusion) {
-    g.batch = dims[0], g.channels = dims[1], g.h = dims[2], g.w = dims[3], g.layout = net.layout, g.fusion = fusion;
+    g.batch = dims[0], g.channels = dims[1], g.h = dims[2], g.w = dims[3], g.layout = net.layout,
+    g.fusion = fusion;
     plan = net.be.plan_batchnorm(g);
     net.workspace_bytes = std::max(net.workspace_bytes, plan->workspace_bytes());
     offset = net.reserve_params(g.channels, 0, 1.0, false);
@@ -127,13 +131,14 @@ struct BatchNorm {
   }
   void forward(Net& net, const Tensor& x, const Tensor* residual, Tensor& y) {
     net.timed("batchnorm fwd", [&] {
-      net.be.batchnorm_forward_training(*plan, x, residual, gamma, beta, y, rmean, rvar, smean, sinv, net.workspace);
+      net.be.batchnorm_forward_training(*plan, x, residual, gamma, beta, y, rmean, rvar, smean, sinv,
+                                        net.workspace);
     });
   }
   void backward(Net& net, const Tensor& x, const Tensor& y, const Tensor& dy, Tensor& dx, Tensor* dres) {
     net.timed("batchnorm bwd", [&] {
-      net.be.batchnorm_backward(*plan, x, y, dy, gamma, smean, sinv, dx, dres, dgamma, dbeta, Accumulate::overwrite,
-                                net.workspace);
+      net.be.batchnorm_backward(*plan, x, y, dy, gamma, smean, sinv, dx, dres, dgamma, dbeta,
+                                Accumulate::overwrite, net.workspace);
     });
   }
 };
@@ -142,10 +147,10 @@ void conv_forward(Net& net, Conv& c, const Tensor& x, Tensor& y) {
   net.timed("conv fwd", [&] { net.be.conv_forward(*c.plan, x, c.w, y, net.workspace); });
 }
 void conv_backward(Net& net, Conv& c, const Tensor& x, const Tensor& dy, Tensor* dx, Accumulate acc) {
-  if (dx) net.timed("conv bwd data", [&] { net.be.conv_backward_data(*c.plan, dy, c.w, *dx, acc, net.workspace); });
-  net.timed("conv bwd filter", [&] {
-    net.be.conv_backward_filter(*c.plan, x, dy, c.dw, Accumulate::overwrite, net.workspace);
-  });
+  if (dx)
+    net.timed("conv bwd data", [&] { net.be.conv_backward_data(*c.plan, dy, c.w, *dx, acc, net.workspace); });
+  net.timed("conv bwd filter",
+            [&] { net.be.conv_backward_filter(*c.plan, x, dy, c.dw, Accumulate::overwrite, net.workspace); });
 }
 
 // A residual block: basic (two 3x3) or bottleneck (1x1, 3x3 with the stride, 1x1 to 4x), with a projection
@@ -159,9 +164,12 @@ struct Block {
   std::vector<Tensor> conv_out, bn_out, dconv_out, dbn_out;  // per main-path conv
   Tensor proj_out, proj_bn_out, dproj_out, dproj_bn_out;
 
-  void make(Net& net, int64_t c, int64_t h, int64_t w, int64_t width, int64_t out_c, int64_t stride, bool is_bottleneck) {
+  void make(Net& net, int64_t c, int64_t h, int64_t w, int64_t width, int64_t out_c, int64_t stride,
+            bool is_bottleneck) {
     bottleneck = is_bottleneck;
-    struct Spec { int64_t c, k, r, stride, pad; };
+    struct Spec {
+      int64_t c, k, r, stride, pad;
+    };
     std::vector<Spec> specs;
     if (bottleneck) {
       specs = {{c, width, 1, 1, 0}, {width, width, 3, stride, 1}, {width, out_c, 1, 1, 0}};
@@ -240,10 +248,14 @@ int main(int argc, char** argv) {
   int threads = 2, steps = 5;
   std::string net_name = "resnet20", layout_arg = "nhwc";
   for (int i = 1; i + 1 < argc; i += 2) {
-    if (!std::strcmp(argv[i], "--threads")) threads = std::atoi(argv[i + 1]);
-    else if (!std::strcmp(argv[i], "--steps")) steps = std::atoi(argv[i + 1]);
-    else if (!std::strcmp(argv[i], "--net")) net_name = argv[i + 1];
-    else if (!std::strcmp(argv[i], "--layout")) layout_arg = argv[i + 1];
+    if (!std::strcmp(argv[i], "--threads"))
+      threads = std::atoi(argv[i + 1]);
+    else if (!std::strcmp(argv[i], "--steps"))
+      steps = std::atoi(argv[i + 1]);
+    else if (!std::strcmp(argv[i], "--net"))
+      net_name = argv[i + 1];
+    else if (!std::strcmp(argv[i], "--layout"))
+      layout_arg = argv[i + 1];
   }
   const bool r50 = net_name == "resnet50";
   const Layout layout = layout_arg == "nchw" ? Layout::nchw : Layout::nhwc;
@@ -280,10 +292,12 @@ int main(int argc, char** argv) {
   std::vector<Block> blocks;
   {
     int64_t c = d[1], h = d[2], w = d[3];
-    struct Stage { int64_t width, out_c, blocks, stride; };
-    std::vector<Stage> stages = r50 ? std::vector<Stage>{{64, 256, 3, 1}, {128, 512, 4, 2}, {256, 1024, 6, 2},
-                                                         {512, 2048, 3, 2}}
-                                    : std::vector<Stage>{{16, 16, 3, 1}, {32, 32, 3, 2}, {64, 64, 3, 2}};
+    struct Stage {
+      int64_t width, out_c, blocks, stride;
+    };
+    std::vector<Stage> stages =
+        r50 ? std::vector<Stage>{{64, 256, 3, 1}, {128, 512, 4, 2}, {256, 1024, 6, 2}, {512, 2048, 3, 2}}
+            : std::vector<Stage>{{16, 16, 3, 1}, {32, 32, 3, 2}, {64, 64, 3, 2}};
     size_t total = 0;
     for (auto& s : stages) total += static_cast<size_t>(s.blocks);
     blocks.resize(total);
@@ -308,9 +322,11 @@ int main(int argc, char** argv) {
   auto avgpool = backend->plan_pool(gp);
   Tensor pooled = net.tensor({batch, features, 1, 1}), dpooled = net.tensor({batch, features, 1, 1});
   Tensor dlast = net.tensor(last_dims);
-  const int64_t fc_w = net.reserve_params(classes * features, std::sqrt(1.0 / static_cast<double>(features)), 0, true);
+  const int64_t fc_w =
+      net.reserve_params(classes * features, std::sqrt(1.0 / static_cast<double>(features)), 0, true);
   const int64_t fc_b = net.reserve_params(classes, 0, 0.0, false);
-  Tensor logits = net.tensor({batch, classes}), probs = net.tensor({batch, classes}), dlogits = net.tensor({batch, classes});
+  Tensor logits = net.tensor({batch, classes}), probs = net.tensor({batch, classes}),
+         dlogits = net.tensor({batch, classes});
   Tensor loss = net.tensor({1}), labels = net.tensor({batch}, DType::i32);
 
   const int64_t nparams = static_cast<int64_t>(net.param_init.size());
@@ -320,7 +336,8 @@ int main(int argc, char** argv) {
   backend->copy_to_device(net.params.data(), net.param_init.data(), net.param_init.size() * sizeof(float));
   stem.bind(net), stem_bn.bind(net);
   for (auto& b : blocks) b.bind(net);
-  Tensor fcw = net.param_view(fc_w, {classes, features}, false), dfcw = net.param_view(fc_w, {classes, features}, true);
+  Tensor fcw = net.param_view(fc_w, {classes, features}, false),
+         dfcw = net.param_view(fc_w, {classes, features}, true);
   Tensor fcb = net.param_view(fc_b, {classes}, false), dfcb = net.param_view(fc_b, {classes}, true);
   net.workspace = backend->allocate(std::max<size_t>(net.workspace_bytes, 4));
   {
@@ -333,9 +350,9 @@ int main(int argc, char** argv) {
     for (size_t i = 0; i < hl.size(); ++i) hl[i] = static_cast<int32_t>(i % static_cast<size_t>(classes));
     backend->copy_to_device(labels.data(), hl.data(), hl.size() * sizeof(int32_t));
   }
-  std::printf("# onednn step: %s %s batch %ld, %d threads, %ld parameters, workspace %.1f MiB\n", net_name.c_str(),
-              layout_name(layout), static_cast<long>(batch), threads, static_cast<long>(nparams),
-              static_cast<double>(net.workspace_bytes) / (1 << 20));
+  std::printf("# onednn step: %s %s batch %ld, %d threads, %ld parameters, workspace %.1f MiB\n",
+              net_name.c_str(), layout_name(layout), static_cast<long>(batch), threads,
+              static_cast<long>(nparams), static_cast<double>(net.workspace_bytes) / (1 << 20));
 
   // ---- one step ----
   SgdStep sgd;
@@ -374,7 +391,9 @@ int main(int argc, char** argv) {
       dy = &dblock_in[b];
     }
     if (r50) {
-      net.timed("pool", [&] { backend->pool_backward(*maxpool, stem_bn_out, pool_out, *dy, pool_saved, dstem_bn_out); });
+      net.timed("pool", [&] {
+        backend->pool_backward(*maxpool, stem_bn_out, pool_out, *dy, pool_saved, dstem_bn_out);
+      });
       dy = &dstem_bn_out;
     }
     stem_bn.backward(net, stem_out, stem_bn_out, *dy, dstem_out, nullptr);
@@ -396,12 +415,15 @@ int main(int argc, char** argv) {
   std::vector<double> sorted = times;
   std::sort(sorted.begin(), sorted.end());
   const double best = sorted.front(), median = sorted[sorted.size() / 2];
-  std::printf("%s %s batch %ld: step min %.1f ms, median %.1f ms, %.1f img/s (best), %.1f img/s (median); loss %.4f\n",
-              net_name.c_str(), layout_name(layout), static_cast<long>(batch), best, median, batch / best * 1e3,
-              batch / median * 1e3, host_loss);
+  std::printf(
+      "%s %s batch %ld: step min %.1f ms, median %.1f ms, %.1f img/s (best), %.1f img/s (median); loss "
+      "%.4f\n",
+      net_name.c_str(), layout_name(layout), static_cast<long>(batch), best, median, batch / best * 1e3,
+      batch / median * 1e3, host_loss);
   std::sort(cpu_times.begin(), cpu_times.end());
-  std::printf("  process CPU time per step: min %.1f ms, median %.1f ms (a shared machine inflates wall time)\n",
-              cpu_times.front(), cpu_times[cpu_times.size() / 2]);
+  std::printf(
+      "  process CPU time per step: min %.1f ms, median %.1f ms (a shared machine inflates wall time)\n",
+      cpu_times.front(), cpu_times[cpu_times.size() / 2]);
   double sum = 0;
   for (auto& [k, v] : net.time_ms) sum += v;
   for (auto& [k, v] : net.time_ms) {

@@ -7,10 +7,11 @@
 //   NHWC 16x256x56x56, no fusion   24.0 / 38.1  ->  14.8 / 19.0
 //   NHWC 16x256x56x56, add_relu    33.8 / 51.4  ->  17.3 / 25.8
 //   NHWC 128x16x28x28, no fusion    3.5 /  3.8  ->   1.9 /  2.6
-// oneDNN's jit kernels also synchronise with their own spinning barriers, which on a machine shared with
-// other processes stretched single calls to ~1 s at 2 threads; and it has no residual input, so add_relu
-// and the ReLU mask of the backward cost extra passes. These loops make exactly two passes each way, fuse
-// the residual add, the ReLU and its mask, and use plain OpenMP work sharing.
+// At 2 threads on the shared machine (other processes running), single oneDNN calls on 16x256x56x56 NCHW
+// took ~1 s where these loops took 16-23 ms in the same conditions. oneDNN's batch norm also has no
+// residual input, so add_relu and the ReLU mask of the backward cost it extra passes. These loops make
+// exactly two passes each way, fuse the residual add, the ReLU and its mask, and use plain OpenMP work
+// sharing.
 //
 // Forward training: pass 1 gathers per-channel sums of (x - K) and (x - K)^2, K = the channel's first
 // value (a shift that keeps the one-pass variance accurate), summed in float along a contiguous run and in
@@ -76,8 +77,8 @@ void check_stat(const Tensor& t, const BatchNormGeometry& g, const char* what) {
 // of the mean: y stays accurate when |mean| >> std, where x * scale + shift would cancel two large terms
 // and even x - float(mean) would carry the mean's rounding.
 template <BatchNormFusion F>
-inline void normalize_run(const float* x, const float* r, float* y, int64_t n, const float* k, const float* dm,
-                          const float* scale, const float* beta) {
+inline void normalize_run(const float* x, const float* r, float* y, int64_t n, const float* k,
+                          const float* dm, const float* scale, const float* beta) {
 #pragma omp simd
   for (int64_t i = 0; i < n; ++i) {
     float v = ((x[i] - k[i]) - dm[i]) * scale[i] + beta[i];
@@ -109,7 +110,8 @@ struct BnArgs {
 // ---- NCHW ----
 
 template <BatchNormFusion F>
-void forward_training_nchw(const BnArgs& a, float* mean_out, float* inv_std_out, float* var_out, int threads) {
+void forward_training_nchw(const BnArgs& a, float* mean_out, float* inv_std_out, float* var_out,
+                           int threads) {
 #pragma omp parallel for schedule(static) num_threads(threads)
   for (int64_t c = 0; c < a.c; ++c) {
     const float k = a.x[c * a.hw];
@@ -263,8 +265,8 @@ void forward_training_nhwc(const BnArgs& a, float* mean_out, float* inv_std_out,
 }
 
 template <BatchNormFusion F>
-void backward_nhwc(const BnArgs& a, const float* mean, const float* inv_std, float* dx, float* dgamma, float* dbeta,
-                   float* coef, float* fpart, double* dpart, int threads) {
+void backward_nhwc(const BnArgs& a, const float* mean, const float* inv_std, float* dx, float* dgamma,
+                   float* dbeta, float* coef, float* fpart, double* dpart, int threads) {
   const int64_t C = a.c, rows = a.m;
   float* k1 = coef;
   float* kx = coef + C;
@@ -339,13 +341,14 @@ void backward_nhwc(const BnArgs& a, const float* mean, const float* inv_std, flo
 // ---- inference (either layout): one pass with the running statistics ----
 
 template <BatchNormFusion F>
-void forward_inference(const BnArgs& a, Layout layout, const float* mean, const float* scale, const float* zeros,
-                       int threads) {
+void forward_inference(const BnArgs& a, Layout layout, const float* mean, const float* scale,
+                       const float* zeros, int threads) {
   if (layout == Layout::nchw) {
 #pragma omp parallel for schedule(static) num_threads(threads)
     for (int64_t plane = 0; plane < a.n * a.c; ++plane) {
       const int64_t c = plane % a.c, off = plane * a.hw;
-      normalize_run<F>(a.x + off, a.r ? a.r + off : nullptr, a.out + off, a.hw, 0.f, mean[c], scale[c], a.beta[c]);
+      normalize_run<F>(a.x + off, a.r ? a.r + off : nullptr, a.out + off, a.hw, 0.f, mean[c], scale[c],
+                       a.beta[c]);
     }
   } else {
 #pragma omp parallel for schedule(static) num_threads(threads)
@@ -360,9 +363,15 @@ void forward_inference(const BnArgs& a, Layout layout, const float* mean, const 
 template <typename Fn>
 void with_fusion(BatchNormFusion fusion, Fn&& fn) {
   switch (fusion) {
-    case BatchNormFusion::none: fn.template operator()<BatchNormFusion::none>(); break;
-    case BatchNormFusion::relu: fn.template operator()<BatchNormFusion::relu>(); break;
-    case BatchNormFusion::add_relu: fn.template operator()<BatchNormFusion::add_relu>(); break;
+    case BatchNormFusion::none:
+      fn.template operator()<BatchNormFusion::none>();
+      break;
+    case BatchNormFusion::relu:
+      fn.template operator()<BatchNormFusion::relu>();
+      break;
+    case BatchNormFusion::add_relu:
+      fn.template operator()<BatchNormFusion::add_relu>();
+      break;
   }
 }
 
@@ -374,10 +383,11 @@ std::unique_ptr<BatchNormPlan> OneDnnBackend::plan_batchnorm(const BatchNormGeom
   return std::make_unique<OneDnnBatchNormPlan>(g, threads_);
 }
 
-void OneDnnBackend::batchnorm_forward_training(const BatchNormPlan& plan, const Tensor& x, const Tensor* residual,
-                                               const Tensor& gamma, const Tensor& beta, Tensor& y,
-                                               Tensor& running_mean, Tensor& running_var, Tensor& saved_mean,
-                                               Tensor& saved_inv_std, void* workspace) {
+void OneDnnBackend::batchnorm_forward_training(const BatchNormPlan& plan, const Tensor& x,
+                                               const Tensor* residual, const Tensor& gamma,
+                                               const Tensor& beta, Tensor& y, Tensor& running_mean,
+                                               Tensor& running_var, Tensor& saved_mean, Tensor& saved_inv_std,
+                                               void* workspace) {
   const auto& p = as_onednn(plan);
   const BatchNormGeometry& g = p.geometry;
   check_data(x, g, "batchnorm_forward_training x");
@@ -392,9 +402,18 @@ void OneDnnBackend::batchnorm_forward_training(const BatchNormPlan& plan, const 
   }
   DLB_CHECK(workspace != nullptr, "batch norm needs a workspace of plan.workspace_bytes() = {} bytes",
             p.total_bytes);
-  const BnArgs a{g.batch, g.channels, g.h * g.w, g.batch * g.h * g.w, x.ptr<float>(),
-                 residual && g.fusion == BatchNormFusion::add_relu ? residual->ptr<float>() : nullptr, nullptr,
-                 nullptr, gamma.ptr<float>(), beta.ptr<float>(), y.ptr<float>(), nullptr,
+  const BnArgs a{g.batch,
+                 g.channels,
+                 g.h * g.w,
+                 g.batch * g.h * g.w,
+                 x.ptr<float>(),
+                 residual && g.fusion == BatchNormFusion::add_relu ? residual->ptr<float>() : nullptr,
+                 nullptr,
+                 nullptr,
+                 gamma.ptr<float>(),
+                 beta.ptr<float>(),
+                 y.ptr<float>(),
+                 nullptr,
                  static_cast<float>(g.epsilon)};
   // Coefficient slots: [0, 2C) scale and the mean's remainder dm (NHWC), [3C, 4C) the batch variance.
   float* coef = static_cast<float*>(at_offset(workspace, p.coef_offset));
@@ -405,7 +424,8 @@ void OneDnnBackend::batchnorm_forward_training(const BatchNormPlan& plan, const 
     } else {
       forward_training_nhwc<F>(a, saved_mean.ptr<float>(), saved_inv_std.ptr<float>(), variance, coef,
                                static_cast<float*>(at_offset(workspace, p.float_partial_offset)),
-                               static_cast<double*>(at_offset(workspace, p.double_partial_offset)), p.threads);
+                               static_cast<double*>(at_offset(workspace, p.double_partial_offset)),
+                               p.threads);
     }
   });
   const float unbias = a.m > 1 ? static_cast<float>(a.m) / static_cast<float>(a.m - 1) : 1.f;
@@ -419,9 +439,10 @@ void OneDnnBackend::batchnorm_forward_training(const BatchNormPlan& plan, const 
   }
 }
 
-void OneDnnBackend::batchnorm_forward_inference(const BatchNormPlan& plan, const Tensor& x, const Tensor* residual,
-                                                const Tensor& gamma, const Tensor& beta,
-                                                const Tensor& running_mean, const Tensor& running_var, Tensor& y) {
+void OneDnnBackend::batchnorm_forward_inference(const BatchNormPlan& plan, const Tensor& x,
+                                                const Tensor* residual, const Tensor& gamma,
+                                                const Tensor& beta, const Tensor& running_mean,
+                                                const Tensor& running_var, Tensor& y) {
   const auto& p = as_onednn(plan);
   const BatchNormGeometry& g = p.geometry;
   check_data(x, g, "batchnorm_forward_inference x");
@@ -440,27 +461,37 @@ void OneDnnBackend::batchnorm_forward_inference(const BatchNormPlan& plan, const
   for (int64_t c = 0; c < g.channels; ++c) {
     scale[c] = gamma.ptr<float>()[c] / std::sqrt(running_var.ptr<float>()[c] + eps);
   }
-  const BnArgs a{g.batch, g.channels, g.h * g.w, g.batch * g.h * g.w, x.ptr<float>(),
-                 residual && g.fusion == BatchNormFusion::add_relu ? residual->ptr<float>() : nullptr, nullptr,
-                 nullptr, gamma.ptr<float>(), beta.ptr<float>(), y.ptr<float>(), nullptr, eps};
-  with_fusion(g.fusion,
-              [&]<BatchNormFusion F>() {
-                forward_inference<F>(a, g.layout, running_mean.ptr<float>(), scale.data(), zeros.data(), p.threads);
-              });
+  const BnArgs a{g.batch,
+                 g.channels,
+                 g.h * g.w,
+                 g.batch * g.h * g.w,
+                 x.ptr<float>(),
+                 residual && g.fusion == BatchNormFusion::add_relu ? residual->ptr<float>() : nullptr,
+                 nullptr,
+                 nullptr,
+                 gamma.ptr<float>(),
+                 beta.ptr<float>(),
+                 y.ptr<float>(),
+                 nullptr,
+                 eps};
+  with_fusion(g.fusion, [&]<BatchNormFusion F>() {
+    forward_inference<F>(a, g.layout, running_mean.ptr<float>(), scale.data(), zeros.data(), p.threads);
+  });
 }
 
 void OneDnnBackend::batchnorm_backward(const BatchNormPlan& plan, const Tensor& x, const Tensor& y,
                                        const Tensor& dy, const Tensor& gamma, const Tensor& saved_mean,
-                                       const Tensor& saved_inv_std, Tensor& dx, Tensor* dresidual, Tensor& dgamma,
-                                       Tensor& dbeta, Accumulate accumulate, void* workspace) {
+                                       const Tensor& saved_inv_std, Tensor& dx, Tensor* dresidual,
+                                       Tensor& dgamma, Tensor& dbeta, Accumulate accumulate,
+                                       void* workspace) {
   const auto& p = as_onednn(plan);
   const BatchNormGeometry& g = p.geometry;
   check_data(x, g, "batchnorm_backward x");
   check_data(dy, g, "batchnorm_backward dy");
   check_data(dx, g, "batchnorm_backward dx");
   if (g.fusion != BatchNormFusion::none) check_data(y, g, "batchnorm_backward y");
-  for (const Tensor* t : std::initializer_list<const Tensor*>{&gamma, &saved_mean, &saved_inv_std, &dgamma,
-                                                              &dbeta}) {
+  for (const Tensor* t :
+       std::initializer_list<const Tensor*>{&gamma, &saved_mean, &saved_inv_std, &dgamma, &dbeta}) {
     check_stat(*t, g, "batchnorm_backward parameters/statistics");
   }
   if (g.fusion == BatchNormFusion::add_relu) {
@@ -469,9 +500,18 @@ void OneDnnBackend::batchnorm_backward(const BatchNormPlan& plan, const Tensor& 
   }
   DLB_CHECK(workspace != nullptr, "batch norm needs a workspace of plan.workspace_bytes() = {} bytes",
             p.total_bytes);
-  const BnArgs a{g.batch, g.channels, g.h * g.w, g.batch * g.h * g.w, x.ptr<float>(), nullptr,
-                 g.fusion != BatchNormFusion::none ? y.ptr<float>() : nullptr, dy.ptr<float>(), gamma.ptr<float>(),
-                 nullptr, nullptr, g.fusion == BatchNormFusion::add_relu ? dresidual->ptr<float>() : nullptr,
+  const BnArgs a{g.batch,
+                 g.channels,
+                 g.h * g.w,
+                 g.batch * g.h * g.w,
+                 x.ptr<float>(),
+                 nullptr,
+                 g.fusion != BatchNormFusion::none ? y.ptr<float>() : nullptr,
+                 dy.ptr<float>(),
+                 gamma.ptr<float>(),
+                 nullptr,
+                 nullptr,
+                 g.fusion == BatchNormFusion::add_relu ? dresidual->ptr<float>() : nullptr,
                  static_cast<float>(g.epsilon)};
   float* coef = static_cast<float*>(at_offset(workspace, p.coef_offset));
   const bool add = accumulate == Accumulate::add;
@@ -481,7 +521,8 @@ void OneDnnBackend::batchnorm_backward(const BatchNormPlan& plan, const Tensor& 
   float* db = add ? coef + 4 * g.channels : dbeta.ptr<float>();
   with_fusion(g.fusion, [&]<BatchNormFusion F>() {
     if (g.layout == Layout::nchw) {
-      backward_nchw<F>(a, saved_mean.ptr<float>(), saved_inv_std.ptr<float>(), dx.ptr<float>(), dg, db, p.threads);
+      backward_nchw<F>(a, saved_mean.ptr<float>(), saved_inv_std.ptr<float>(), dx.ptr<float>(), dg, db,
+                       p.threads);
     } else {
       backward_nhwc<F>(a, saved_mean.ptr<float>(), saved_inv_std.ptr<float>(), dx.ptr<float>(), dg, db, coef,
                        static_cast<float*>(at_offset(workspace, p.float_partial_offset)),

@@ -10,20 +10,20 @@
 // STRATEGY — measured with bench/kernels/onednn_conv_timing.cc on the project machine (2-core AMD EPYC
 // Zen1, AVX2, oneDNN 2.6.3), one thread, process CPU time (the machine is shared: wall time at 2 threads
 // was dominated by other processes), fwd + bwd_data + bwd_weights summed over each network's convolutions
-// with their layer counts, ms per training step:
+// with their layer counts, ms per training step. Left: the strategies forced on every layer, in one run per
+// layout. Right: the chosen per-shape mix against PyTorch 1.13's convolutions (the same oneDNN library,
+// bench/kernels/torch_conv_timing.py) measured back to back in a later run; runs at different times differ
+// by up to ~15% on this shared machine, so compare within each group only.
 //
-//                          plain    blocked   blocked_weights   chosen   PyTorch 1.13 (same oneDNN)
-//   resnet20 b128 NCHW      1605       766          1433          ~770         799
-//   resnet20 b128 NHWC     (27900*)    760           677           681         687
-//   ResNet-50 b16 NCHW     13258     11584             -         11079       12661
-//   ResNet-50 b16 NHWC         -     11680         11718         11244       10499**
+//                          plain    blocked   blocked_weights  |  chosen   PyTorch
+//   resnet20 b128 NCHW      1605       766          1433       |    670       735
+//   resnet20 b128 NHWC     (27900*)    760           677       |    573       575
+//   ResNet-50 b16 NCHW     13258     11584             -       |  10127     11336
+//   ResNet-50 b16 NHWC         -     11680         11718       |   9632     11114
 //   * plain NHWC = OHWI weights, which no jit kernel takes: oneDNN falls back to its reference kernel
 //     (this is the time of ONE 16-channel 28x28 layer). Never chosen.
-//   ** a separate run at another time; `ONEDNN_VERBOSE` shows PyTorch creating exactly the primitives and
-//     kernels we do (jit_1x1/jit:avx2 on nhwc with blocked weights), and runs minutes apart varied by ~10%.
-//     Whole training steps measured back to back (bench/kernels/onednn_step_timing.cc against
-//     torch_step_timing.py, one thread, CPU time): resnet20 NCHW 766-773 ms vs PyTorch 816-820 ms, NHWC
-//     688-709 ms vs 690-692 ms; ResNet-50 (NHWC) 12.26 s vs 13.29 s.
+// ONEDNN_VERBOSE shows PyTorch creating for NHWC exactly the primitives we choose there (nhwc activations,
+// blocked weights); for NCHW it reorders to nChw8c around every call (checked on a 1x1 layer).
 //
 // What wins, per op and shape (the rules in default_onednn_conv_strategy):
 //   NHWC: oneDNN's nhwc jit kernels on our activations with blocked weights (`blocked_weights`) for 1x1
@@ -106,7 +106,8 @@ class OneDnnConvPlan final : public ConvPlan {
  public:
   OneDnnConvPlan(const ConvGeometry& g, const OneDnnConvStrategy& s) : ConvPlan(g), strategy(s) {}
   size_t workspace_bytes() const override {
-    return std::max({forward.workspace_bytes, backward_data.workspace_bytes, backward_weights.workspace_bytes});
+    return std::max(
+        {forward.workspace_bytes, backward_data.workspace_bytes, backward_weights.workspace_bytes});
   }
   OneDnnConvStrategy strategy;
   ConvOp forward, backward_data, backward_weights;
@@ -130,11 +131,13 @@ std::unique_ptr<OneDnnConvPlan> build_conv_plan(const dnnl::engine& engine, cons
   auto act = [&](OneDnnConvFormat f, const memory::desc& plain, const memory::dims& dims) {
     return f == OneDnnConvFormat::blocked ? any_desc(dims) : plain;
   };
-  auto wei = [&](OneDnnConvFormat f) { return f == OneDnnConvFormat::plain ? wei_plain : any_desc(wei_dims); };
+  auto wei = [&](OneDnnConvFormat f) {
+    return f == OneDnnConvFormat::plain ? wei_plain : any_desc(wei_dims);
+  };
   const auto algo = dnnl::algorithm::convolution_direct;
-  const std::string what = fmt::format("conv {}x{}x{}x{} k{} {}x{} s{} p{} {}", g.batch, g.in_channels, g.in_h,
-                                       g.in_w, g.out_channels, g.kernel_h, g.kernel_w, g.stride_h, g.pad_h,
-                                       layout_name(g.layout));
+  const std::string what =
+      fmt::format("conv {}x{}x{}x{} k{} {}x{} s{} p{} {}", g.batch, g.in_channels, g.in_h, g.in_w,
+                  g.out_channels, g.kernel_h, g.kernel_w, g.stride_h, g.pad_h, layout_name(g.layout));
   const dnnl::primitive_attr attr = user_scratchpad();
 
   // Forward (training: the backward primitives take it as their hint).
@@ -169,12 +172,12 @@ std::unique_ptr<OneDnnConvPlan> build_conv_plan(const dnnl::engine& engine, cons
   {
     const OneDnnConvFormat f = strategy.backward_data;
     dnnl::convolution_backward_data::primitive_desc pd;
-    DNNL_CHECK((pd = dnnl::convolution_backward_data::primitive_desc(
-                    dnnl::convolution_backward_data::desc(algo, act(f, src_plain, src_dims), wei(f),
-                                                          act(f, dst_plain, dst_dims), strides, padding,
-                                                          padding),
-                    attr, engine, hint_for(f))),
-               "{} backward data", what);
+    DNNL_CHECK(
+        (pd = dnnl::convolution_backward_data::primitive_desc(
+             dnnl::convolution_backward_data::desc(algo, act(f, src_plain, src_dims), wei(f),
+                                                   act(f, dst_plain, dst_dims), strides, padding, padding),
+             attr, engine, hint_for(f))),
+        "{} backward data", what);
     ConvOp& op = plan->backward_data;
     op.a = {DNNL_ARG_DIFF_DST, dst_plain, pd.diff_dst_desc()};
     op.b = {DNNL_ARG_WEIGHTS, wei_plain, pd.weights_desc()};
@@ -185,12 +188,12 @@ std::unique_ptr<OneDnnConvPlan> build_conv_plan(const dnnl::engine& engine, cons
   {
     const OneDnnConvFormat f = strategy.backward_weights;
     dnnl::convolution_backward_weights::primitive_desc pd;
-    DNNL_CHECK((pd = dnnl::convolution_backward_weights::primitive_desc(
-                    dnnl::convolution_backward_weights::desc(algo, act(f, src_plain, src_dims), wei(f),
-                                                             act(f, dst_plain, dst_dims), strides, padding,
-                                                             padding),
-                    attr, engine, hint_for(f))),
-               "{} backward weights", what);
+    DNNL_CHECK(
+        (pd = dnnl::convolution_backward_weights::primitive_desc(
+             dnnl::convolution_backward_weights::desc(algo, act(f, src_plain, src_dims), wei(f),
+                                                      act(f, dst_plain, dst_dims), strides, padding, padding),
+             attr, engine, hint_for(f))),
+        "{} backward weights", what);
     ConvOp& op = plan->backward_weights;
     op.a = {DNNL_ARG_SRC, src_plain, pd.src_desc()};
     op.b = {DNNL_ARG_DIFF_DST, dst_plain, pd.diff_dst_desc()};
@@ -235,10 +238,12 @@ void run_op(OneDnnBackend& backend, const ConvOp& op, const void* a, const void*
   const bool via_buffer = op.out.reordered || accumulate == Accumulate::add;
   memory out_mem = via_buffer ? wrap(op.out.impl, engine, at_offset(workspace, op.out.offset)) : out_plain;
   op.primitive.execute(
-      stream, with_scratchpad({{op.a.arg_id, a_mem}, {op.b.arg_id, b_mem}, {op.out.arg_id, out_mem}}, scratchpad));
+      stream,
+      with_scratchpad({{op.a.arg_id, a_mem}, {op.b.arg_id, b_mem}, {op.out.arg_id, out_mem}}, scratchpad));
   if (via_buffer) {
     const dnnl::reorder& out_reorder = accumulate == Accumulate::add ? op.out_accumulate : op.out_overwrite;
-    out_reorder.execute(stream, with_scratchpad({{DNNL_ARG_FROM, out_mem}, {DNNL_ARG_TO, out_plain}}, scratchpad));
+    out_reorder.execute(stream,
+                        with_scratchpad({{DNNL_ARG_FROM, out_mem}, {DNNL_ARG_TO, out_plain}}, scratchpad));
   }
   stream.wait();
 }
@@ -320,7 +325,8 @@ std::unique_ptr<ConvPlan> plan_onednn_conv(Backend& backend, const ConvGeometry&
 std::string describe_onednn_conv_plan(const ConvPlan& plan) {
   const auto& p = onednn::as_onednn(plan);
   auto one = [](const onednn::ConvOp& op) {
-    return fmt::format("{}{}", op.impl, op.a.reordered || op.b.reordered || op.out.reordered ? " +reorders" : "");
+    return fmt::format("{}{}", op.impl,
+                       op.a.reordered || op.b.reordered || op.out.reordered ? " +reorders" : "");
   };
   return fmt::format("fwd[{}]: {} | bwd_data[{}]: {} | bwd_weights[{}]: {}",
                      onednn_conv_format_name(p.strategy.forward), one(p.forward),
@@ -330,9 +336,12 @@ std::string describe_onednn_conv_plan(const ConvPlan& plan) {
 
 const char* onednn_conv_format_name(OneDnnConvFormat format) {
   switch (format) {
-    case OneDnnConvFormat::plain: return "plain";
-    case OneDnnConvFormat::blocked: return "blocked";
-    case OneDnnConvFormat::blocked_weights: return "blocked_weights";
+    case OneDnnConvFormat::plain:
+      return "plain";
+    case OneDnnConvFormat::blocked:
+      return "blocked";
+    case OneDnnConvFormat::blocked_weights:
+      return "blocked_weights";
   }
   return "?";
 }

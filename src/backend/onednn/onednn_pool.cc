@@ -23,9 +23,11 @@ class OneDnnPoolPlan final : public PoolPlan {
     if (own_nchw) return geometry.kind == PoolKind::max ? static_cast<size_t>(out_numel()) : 0;
     return saved_md ? saved_md.get_size() : 0;
   }
-  int64_t out_numel() const { return geometry.batch * geometry.channels * geometry.out_h() * geometry.out_w(); }
+  int64_t out_numel() const {
+    return geometry.batch * geometry.channels * geometry.out_h() * geometry.out_w();
+  }
 
-  bool own_nchw = false;                  // our loops instead of the primitives below
+  bool own_nchw = false;  // our loops instead of the primitives below
   int threads = 1;
   memory::desc src_md, dst_md, saved_md;  // saved_md is empty for average pooling
   dnnl::pooling_forward forward_training, forward_inference;
@@ -79,7 +81,8 @@ void max_forward_nchw(const PoolGeometry& g, const float* x, float* y, uint8_t* 
   }
 }
 
-void max_backward_nchw(const PoolGeometry& g, const float* dy, const uint8_t* argmax, float* dx, int threads) {
+void max_backward_nchw(const PoolGeometry& g, const float* dy, const uint8_t* argmax, float* dx,
+                       int threads) {
   const int64_t H = g.in_h, W = g.in_w, P = g.out_h(), Q = g.out_w();
 #pragma omp parallel for schedule(static) num_threads(threads)
   for (int64_t plane = 0; plane < g.batch * g.channels; ++plane) {
@@ -90,7 +93,8 @@ void max_backward_nchw(const PoolGeometry& g, const float* dy, const uint8_t* ar
     for (int64_t p = 0; p < P; ++p) {
       for (int64_t q = 0; q < Q; ++q) {
         const int64_t at = ap[p * Q + q];
-        const int64_t h = p * g.stride_h - g.pad_h + at / g.kernel_w, w = q * g.stride_w - g.pad_w + at % g.kernel_w;
+        const int64_t h = p * g.stride_h - g.pad_h + at / g.kernel_w,
+                      w = q * g.stride_w - g.pad_w + at % g.kernel_w;
         dxp[h * W + w] += dyp[p * Q + q];
       }
     }
@@ -159,18 +163,19 @@ std::unique_ptr<PoolPlan> OneDnnBackend::plan_pool(const PoolGeometry& g) {
   plan->threads = threads_;
   if (g.layout == Layout::nchw) {
     DLB_CHECK(g.kernel_h * g.kernel_w <= 256, "pooling window of {}x{} is too large", g.kernel_h, g.kernel_w);
-    DLB_CHECK(g.pad_h < g.kernel_h && g.pad_w < g.kernel_w, "pooling padding must be smaller than the window");
+    DLB_CHECK(g.pad_h < g.kernel_h && g.pad_w < g.kernel_w,
+              "pooling padding must be smaller than the window");
     plan->own_nchw = true;
     return plan;
   }
   plan->src_md = f32_desc(src_dims(g), activation_tag(g.layout));
   plan->dst_md = f32_desc(dst_dims(g), activation_tag(g.layout));
-  const auto algo = g.kind == PoolKind::max ? dnnl::algorithm::pooling_max
-                                            : dnnl::algorithm::pooling_avg_exclude_padding;
+  const auto algo =
+      g.kind == PoolKind::max ? dnnl::algorithm::pooling_max : dnnl::algorithm::pooling_avg_exclude_padding;
   const memory::dims strides{g.stride_h, g.stride_w}, kernel{g.kernel_h, g.kernel_w}, pad{g.pad_h, g.pad_w};
-  const std::string what = fmt::format("{} pool {}x{}x{}x{} k{}x{} s{} p{} {}",
-                                       g.kind == PoolKind::max ? "max" : "avg", g.batch, g.channels, g.in_h,
-                                       g.in_w, g.kernel_h, g.kernel_w, g.stride_h, g.pad_h, layout_name(g.layout));
+  const std::string what = fmt::format(
+      "{} pool {}x{}x{}x{} k{}x{} s{} p{} {}", g.kind == PoolKind::max ? "max" : "avg", g.batch, g.channels,
+      g.in_h, g.in_w, g.kernel_h, g.kernel_w, g.stride_h, g.pad_h, layout_name(g.layout));
   using fwd = dnnl::pooling_forward;
   using bwd = dnnl::pooling_backward;
   fwd::primitive_desc train_pd, infer_pd;
@@ -183,8 +188,8 @@ std::unique_ptr<PoolPlan> OneDnnBackend::plan_pool(const PoolGeometry& g) {
                                                        plan->dst_md, strides, kernel, pad, pad),
                                              engine_)),
              "{} forward inference", what);
-  DNNL_CHECK((bwd_pd = bwd::primitive_desc(bwd::desc(algo, plan->src_md, plan->dst_md, strides, kernel, pad, pad),
-                                           engine_, train_pd)),
+  DNNL_CHECK((bwd_pd = bwd::primitive_desc(
+                  bwd::desc(algo, plan->src_md, plan->dst_md, strides, kernel, pad, pad), engine_, train_pd)),
              "{} backward", what);
   DLB_CHECK(train_pd.scratchpad_desc().get_size() == 0 && infer_pd.scratchpad_desc().get_size() == 0 &&
                 bwd_pd.scratchpad_desc().get_size() == 0,
@@ -208,7 +213,8 @@ void OneDnnBackend::pool_forward(const PoolPlan& plan, const Tensor& x, Tensor& 
     }
     return;
   }
-  ArgMap args{{DNNL_ARG_SRC, wrap(p.src_md, engine_, x.data())}, {DNNL_ARG_DST, wrap(p.dst_md, engine_, y.data())}};
+  ArgMap args{{DNNL_ARG_SRC, wrap(p.src_md, engine_, x.data())},
+              {DNNL_ARG_DST, wrap(p.dst_md, engine_, y.data())}};
   const bool training = p.saved_md && saved != nullptr;
   if (training) args.emplace(DNNL_ARG_WORKSPACE, wrap(p.saved_md, engine_, saved));
   (training || !p.saved_md ? p.forward_training : p.forward_inference).execute(stream_, args);
@@ -223,7 +229,8 @@ void OneDnnBackend::pool_backward(const PoolPlan& plan, const Tensor& x, const T
   if (p.own_nchw) {
     if (p.geometry.kind == PoolKind::max) {
       DLB_CHECK(saved != nullptr, "max-pool backward needs the state its forward saved");
-      max_backward_nchw(p.geometry, dy.ptr<float>(), static_cast<const uint8_t*>(saved), dx.ptr<float>(), p.threads);
+      max_backward_nchw(p.geometry, dy.ptr<float>(), static_cast<const uint8_t*>(saved), dx.ptr<float>(),
+                        p.threads);
     } else {
       avg_backward_nchw(p.geometry, dy.ptr<float>(), dx.ptr<float>(), p.threads);
     }
