@@ -218,8 +218,8 @@ void check_conv_tensor(const Tensor& t, const memory::dims& dims, Layout layout,
             layout_name(layout));
 }
 
-void run_op(OneDnnBackend& backend, const ConvOp& op, const void* a, const void* b, void* out,
-            Accumulate accumulate, void* workspace) {
+void run_op_unchecked(OneDnnBackend& backend, const ConvOp& op, const void* a, const void* b, void* out,
+                      Accumulate accumulate, void* workspace) {
   const dnnl::engine& engine = backend.engine();
   dnnl::stream& stream = backend.stream();
   DLB_CHECK(workspace != nullptr || op.workspace_bytes == 0,
@@ -246,6 +246,11 @@ void run_op(OneDnnBackend& backend, const ConvOp& op, const void* a, const void*
                         with_scratchpad({{DNNL_ARG_FROM, out_mem}, {DNNL_ARG_TO, out_plain}}, scratchpad));
   }
   stream.wait();
+}
+
+void run_op(OneDnnBackend& backend, const ConvOp& op, const void* a, const void* b, void* out,
+            Accumulate accumulate, void* workspace) {
+  DNNL_CHECK(run_op_unchecked(backend, op, a, b, out, accumulate, workspace), "executing {}", op.impl);
 }
 
 }  // namespace

@@ -217,7 +217,8 @@ void OneDnnBackend::pool_forward(const PoolPlan& plan, const Tensor& x, Tensor& 
               {DNNL_ARG_DST, wrap(p.dst_md, engine_, y.data())}};
   const bool training = p.saved_md && saved != nullptr;
   if (training) args.emplace(DNNL_ARG_WORKSPACE, wrap(p.saved_md, engine_, saved));
-  (training || !p.saved_md ? p.forward_training : p.forward_inference).execute(stream_, args);
+  DNNL_CHECK((training || !p.saved_md ? p.forward_training : p.forward_inference).execute(stream_, args),
+             "executing pooling forward");
   stream_.wait();
 }
 
@@ -242,7 +243,7 @@ void OneDnnBackend::pool_backward(const PoolPlan& plan, const Tensor& x, const T
     DLB_CHECK(saved != nullptr, "max-pool backward needs the state its forward saved");
     args.emplace(DNNL_ARG_WORKSPACE, wrap(p.saved_md, engine_, saved));
   }
-  p.backward.execute(stream_, args);
+  DNNL_CHECK(p.backward.execute(stream_, args), "executing pooling backward");
   stream_.wait();
 }
 
