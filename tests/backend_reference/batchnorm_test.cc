@@ -71,8 +71,8 @@ struct BnBuffers {
                                accumulate, nullptr);
   }
 
-  HostBuffer x, residual, y, dy, dx, dresidual, gamma, beta, running_mean, running_var, saved_mean, saved_inv_std,
-      dgamma, dbeta;
+  HostBuffer x, residual, y, dy, dx, dresidual, gamma, beta, running_mean, running_var, saved_mean,
+      saved_inv_std, dgamma, dbeta;
 };
 
 // The smallest |gamma * xhat + beta (+ residual)| over all elements: the distance from the ReLU's kink.
@@ -109,7 +109,8 @@ TEST_P(BatchNormGradient, MatchesCentralDifferences) {
   // every z at least 1e-3 away from 0 (steps move z by < 1e-5 for x, < 3e-4 for gamma in f32).
   uint64_t seed = 100;
   BnBuffers b(g, seed);
-  while (fusion != BatchNormFusion::none && distance_from_kink(backend, g, b) < 1e-3) b = BnBuffers(g, seed += 10);
+  while (fusion != BatchNormFusion::none && distance_from_kink(backend, g, b) < 1e-3)
+    b = BnBuffers(g, seed += 10);
 
   b.forward(backend, *plan);
   b.backward(backend, *plan);
@@ -132,17 +133,19 @@ TEST_P(BatchNormGradient, MatchesCentralDifferences) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(
-    Fusions, BatchNormGradient,
-    ::testing::Combine(::testing::Values(std::vector<int64_t>{2, 3, 3, 4}, std::vector<int64_t>{5, 2, 1, 1}),
-                       ::testing::Values(BatchNormFusion::none, BatchNormFusion::relu, BatchNormFusion::add_relu),
-                       ::testing::Values(Layout::nchw, Layout::nhwc)),
-    [](const auto& info) {
-      const auto& d = std::get<0>(info.param);
-      return std::to_string(d[0]) + "x" + std::to_string(d[1]) + "x" + std::to_string(d[2]) + "x" +
-             std::to_string(d[3]) + "_" + fusion_label(std::get<1>(info.param)) + "_" +
-             testing::layout_label(std::get<2>(info.param));
-    });
+INSTANTIATE_TEST_SUITE_P(Fusions, BatchNormGradient,
+                         ::testing::Combine(::testing::Values(std::vector<int64_t>{2, 3, 3, 4},
+                                                              std::vector<int64_t>{5, 2, 1, 1}),
+                                            ::testing::Values(BatchNormFusion::none, BatchNormFusion::relu,
+                                                              BatchNormFusion::add_relu),
+                                            ::testing::Values(Layout::nchw, Layout::nhwc)),
+                         [](const auto& info) {
+                           const auto& d = std::get<0>(info.param);
+                           return std::to_string(d[0]) + "x" + std::to_string(d[1]) + "x" +
+                                  std::to_string(d[2]) + "x" + std::to_string(d[3]) + "_" +
+                                  fusion_label(std::get<1>(info.param)) + "_" +
+                                  testing::layout_label(std::get<2>(info.param));
+                         });
 
 // One channel holding 1, 2, 3, 4 (N = 2, W = 2): mean 2.5, biased variance 1.25, unbiased 5/3.
 TEST(BatchNorm, TrainingStatisticsAndRunningUpdate) {
@@ -187,7 +190,8 @@ TEST(BatchNorm, InferenceUsesRunningStatistics) {
     BnBuffers b(g, 0);
     HostBuffer x = from_values({1, 2, 1, 2}, DType::f64, {3, 5, -1, 0});  // channel 0: 3, 5; channel 1: -1, 0
     b.x = converted(x.tensor(), DType::f64, Layout::nhwc);
-    b.residual = converted(testing::filled({1, 2, 1, 2}, DType::f64, -0.25).tensor(), DType::f64, Layout::nhwc);
+    b.residual =
+        converted(testing::filled({1, 2, 1, 2}, DType::f64, -0.25).tensor(), DType::f64, Layout::nhwc);
     b.gamma = from_values({2}, DType::f32, {2, 1});
     b.beta = from_values({2}, DType::f32, {0.5, 0});
     b.running_mean = from_values({2}, DType::f32, {4, 1});
@@ -230,7 +234,8 @@ TEST(BatchNorm, AccumulateAddsIntoGammaAndBetaGradients) {
   b.dbeta = from_values({3}, DType::f32, {10, 20, 30});
   b.backward(backend, *plan, Accumulate::add);
   for (int c = 0; c < 3; ++c) {
-    EXPECT_FLOAT_EQ(b.dgamma.ptr<float>()[c], static_cast<float>(std::array{1, -2, 3}[c] + dgamma.ptr<double>()[c]));
+    EXPECT_FLOAT_EQ(b.dgamma.ptr<float>()[c],
+                    static_cast<float>(std::array{1, -2, 3}[c] + dgamma.ptr<double>()[c]));
     EXPECT_FLOAT_EQ(b.dbeta.ptr<float>()[c], static_cast<float>(10 * (c + 1) + dbeta.ptr<double>()[c]));
   }
   // dx is an activation gradient: it is overwritten whatever `accumulate` says.
@@ -320,12 +325,13 @@ TEST(BatchNorm, ChecksResidualAndParameterShapes) {
   // Parameters are FP32 [C] even for f64 activations.
   HostBuffer gamma64 = zeros({3}, DType::f64);
   try {
-    backend.batchnorm_forward_training(*plan, b.x.tensor(), nullptr, gamma64.tensor(), b.beta.tensor(), b.y.tensor(),
-                                       b.running_mean.tensor(), b.running_var.tensor(), b.saved_mean.tensor(),
-                                       b.saved_inv_std.tensor(), nullptr);
+    backend.batchnorm_forward_training(*plan, b.x.tensor(), nullptr, gamma64.tensor(), b.beta.tensor(),
+                                       b.y.tensor(), b.running_mean.tensor(), b.running_var.tensor(),
+                                       b.saved_mean.tensor(), b.saved_inv_std.tensor(), nullptr);
     FAIL() << "no throw";
   } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find("gamma is f64[3] nchw cpu, expected f32[3]"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("gamma is f64[3] nchw cpu, expected f32[3]"), std::string::npos)
+        << e.what();
   }
   // One value per channel has no unbiased variance.
   const BatchNormGeometry single = geometry_of({1, 3, 1, 1}, BatchNormFusion::none, DType::f32, Layout::nchw);

@@ -49,7 +49,8 @@ ConvGeometry geometry_of(const ConvCase& cc, DType dtype, Layout layout) {
 struct ConvBuffers {
   ConvBuffers(const ConvGeometry& g, uint64_t seed)
       : x(random_buffer({g.batch, g.in_channels, g.in_h, g.in_w}, g.dtype, g.layout, seed)),
-        w(random_buffer({g.out_channels, g.in_channels, g.kernel_h, g.kernel_w}, g.dtype, g.layout, seed + 1)),
+        w(random_buffer({g.out_channels, g.in_channels, g.kernel_h, g.kernel_w}, g.dtype, g.layout,
+                        seed + 1)),
         y(zeros({g.batch, g.out_channels, g.out_h(), g.out_w()}, g.dtype, g.layout)),
         dy(random_buffer({g.batch, g.out_channels, g.out_h(), g.out_w()}, g.dtype, g.layout, seed + 2)),
         dx(zeros({g.batch, g.in_channels, g.in_h, g.in_w}, g.dtype, g.layout)),
@@ -148,8 +149,8 @@ TEST(Conv, BackwardDataCountsOverlappingWindows) {
   HostBuffer dy = testing::filled({1, 1, 2, 2}, DType::f64, 1.0);
   HostBuffer w = testing::filled({1, 1, 2, 2}, DType::f64, 1.0);
   HostBuffer dx = zeros({1, 1, 3, 3}, DType::f64);
-  backend.conv_backward_data(*backend.plan_conv(g), dy.tensor(), w.tensor(), dx.tensor(), Accumulate::overwrite,
-                             nullptr);
+  backend.conv_backward_data(*backend.plan_conv(g), dy.tensor(), w.tensor(), dx.tensor(),
+                             Accumulate::overwrite, nullptr);
   const double expected[9] = {1, 2, 1, 2, 4, 2, 1, 2, 1};
   for (int i = 0; i < 9; ++i) EXPECT_EQ(dx.ptr<double>()[i], expected[i]) << i;
 }
@@ -162,8 +163,10 @@ TEST(Conv, AccumulateAddsAndOverwriteIgnoresOldContents) {
   // Overwrite into memory holding NaN: nothing of it may survive.
   testing::fill_value(b.dx.tensor(), NAN);
   testing::fill_value(b.dw.tensor(), NAN);
-  backend.conv_backward_data(*plan, b.dy.tensor(), b.w.tensor(), b.dx.tensor(), Accumulate::overwrite, nullptr);
-  backend.conv_backward_filter(*plan, b.x.tensor(), b.dy.tensor(), b.dw.tensor(), Accumulate::overwrite, nullptr);
+  backend.conv_backward_data(*plan, b.dy.tensor(), b.w.tensor(), b.dx.tensor(), Accumulate::overwrite,
+                             nullptr);
+  backend.conv_backward_filter(*plan, b.x.tensor(), b.dy.tensor(), b.dw.tensor(), Accumulate::overwrite,
+                               nullptr);
   ASSERT_TRUE(testing::all_finite(b.dx.tensor()));
   ASSERT_TRUE(testing::all_finite(b.dw.tensor()));
 
@@ -194,9 +197,10 @@ TEST(Conv, LayoutsAgree) {
       const ConvGeometry& g = b == &c ? gc : gh;
       auto plan = backend.plan_conv(g);
       backend.conv_forward(*plan, b->x.tensor(), b->w.tensor(), b->y.tensor(), nullptr);
-      backend.conv_backward_data(*plan, b->dy.tensor(), b->w.tensor(), b->dx.tensor(), Accumulate::overwrite, nullptr);
-      backend.conv_backward_filter(*plan, b->x.tensor(), b->dy.tensor(), b->dw.tensor(), Accumulate::overwrite,
-                                   nullptr);
+      backend.conv_backward_data(*plan, b->dy.tensor(), b->w.tensor(), b->dx.tensor(), Accumulate::overwrite,
+                                 nullptr);
+      backend.conv_backward_filter(*plan, b->x.tensor(), b->dy.tensor(), b->dw.tensor(),
+                                   Accumulate::overwrite, nullptr);
     }
     // Same loops over logical indices, so the same sums in the same order: equal to the last bit.
     EXPECT_EQ(testing::logical_relative_error(h.y.tensor(), c.y.tensor()), 0);
@@ -218,9 +222,10 @@ TEST(Conv, F32MatchesF64) {
     for (auto* b : {&s, &d}) {
       auto plan = backend.plan_conv(b == &s ? g32 : g64);
       backend.conv_forward(*plan, b->x.tensor(), b->w.tensor(), b->y.tensor(), nullptr);
-      backend.conv_backward_data(*plan, b->dy.tensor(), b->w.tensor(), b->dx.tensor(), Accumulate::overwrite, nullptr);
-      backend.conv_backward_filter(*plan, b->x.tensor(), b->dy.tensor(), b->dw.tensor(), Accumulate::overwrite,
-                                   nullptr);
+      backend.conv_backward_data(*plan, b->dy.tensor(), b->w.tensor(), b->dx.tensor(), Accumulate::overwrite,
+                                 nullptr);
+      backend.conv_backward_filter(*plan, b->x.tensor(), b->dy.tensor(), b->dw.tensor(),
+                                   Accumulate::overwrite, nullptr);
     }
     EXPECT_LT(testing::logical_relative_error(s.y.tensor(), d.y.tensor()), testing::kF32VsF64Tolerance);
     EXPECT_LT(testing::logical_relative_error(s.dx.tensor(), d.dx.tensor()), testing::kF32VsF64Tolerance);
@@ -238,7 +243,8 @@ TEST(Conv, ShapeMismatchThrowsWithShapes) {
     backend.conv_forward(*plan, b.x.tensor(), b.w.tensor(), wrong_y.tensor(), nullptr);
     FAIL() << "no throw";
   } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find("conv_forward: y is f32[2, 4, 5, 6] nchw cpu, expected f32[2, 4, 6, 6] nchw"),
+    EXPECT_NE(std::string(e.what()).find(
+                  "conv_forward: y is f32[2, 4, 5, 6] nchw cpu, expected f32[2, 4, 6, 6] nchw"),
               std::string::npos)
         << e.what();
   }

@@ -88,20 +88,21 @@ inline GradientComparison compare_gradients(const Tensor& analytic, const std::v
 inline ::testing::AssertionResult gradient_matches(const std::function<double()>& loss, Tensor& input,
                                                    const Tensor& analytic, double tolerance, double h = 0) {
   if (analytic.numel() != input.numel()) {
-    return ::testing::AssertionFailure() << "the analytic gradient has " << analytic.numel()
-                                         << " elements, the input " << input.numel();
+    return ::testing::AssertionFailure()
+           << "the analytic gradient has " << analytic.numel() << " elements, the input " << input.numel();
   }
   const std::vector<double> numeric = numeric_gradient(loss, input, h > 0 ? h : default_step(input.dtype()));
   const GradientComparison c = compare_gradients(analytic, numeric);
   if (c.relative_error <= tolerance) {
     return ::testing::AssertionSuccess() << "relative error " << c.relative_error;
   }
-  return ::testing::AssertionFailure() << "relative error " << c.relative_error << " > " << tolerance
-                                       << " (worst at element " << c.worst_index << ": analytic " << c.analytic
-                                       << ", numeric " << c.numeric << ")";
+  return ::testing::AssertionFailure()
+         << "relative error " << c.relative_error << " > " << tolerance << " (worst at element "
+         << c.worst_index << ": analytic " << c.analytic << ", numeric " << c.numeric << ")";
 }
 
-// sum_i y[i] * weights[i] (same shape and layout): a scalar loss whose gradient with respect to y is `weights`.
+// sum_i y[i] * weights[i] (same shape and layout): a scalar loss whose gradient with respect to y is
+// `weights`.
 inline double weighted_sum(const Tensor& y, const Tensor& weights) {
   double sum = 0;
   for (int64_t i = 0; i < y.numel(); ++i) sum += get_element(y, i) * get_element(weights, i);

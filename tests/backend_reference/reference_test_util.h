@@ -96,7 +96,8 @@ inline double logical_relative_error(const Tensor& actual, const Tensor& expecte
 
 // Distinct values in random order, spaced `gap` apart: every max-pool window has a unique maximum that a
 // finite-difference step cannot overtake.
-inline HostBuffer distinct_buffer(std::vector<int64_t> dims, Layout layout, uint64_t seed, double gap = 0.01) {
+inline HostBuffer distinct_buffer(std::vector<int64_t> dims, Layout layout, uint64_t seed,
+                                  double gap = 0.01) {
   HostBuffer buffer(std::move(dims), DType::f64, layout);
   std::vector<int64_t> order(static_cast<size_t>(buffer.numel()));
   std::iota(order.begin(), order.end(), 0);

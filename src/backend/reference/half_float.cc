@@ -22,12 +22,13 @@ constexpr Format kBf16{8, 7};
 uint16_t encode(double value, Format f) {
   const uint32_t sign = std::signbit(value) ? 1u << (f.exponent_bits + f.mantissa_bits) : 0u;
   const uint32_t inf = f.all_ones_exponent() << f.mantissa_bits;
-  if (std::isnan(value)) return static_cast<uint16_t>(sign | inf | (1u << (f.mantissa_bits - 1)));  // quiet NaN
+  if (std::isnan(value))
+    return static_cast<uint16_t>(sign | inf | (1u << (f.mantissa_bits - 1)));  // quiet NaN
   const double a = std::fabs(value);
   if (std::isinf(a)) return static_cast<uint16_t>(sign | inf);
 
   int e2 = 0;
-  std::frexp(a, &e2);  // a = fraction * 2^e2, fraction in [0.5, 1)
+  std::frexp(a, &e2);     // a = fraction * 2^e2, fraction in [0.5, 1)
   int exponent = e2 - 1;  // a = m * 2^exponent, m in [1, 2)
   if (a == 0 || exponent < f.min_exponent()) {
     // Subnormal: an integer count of the smallest step 2^(min_exponent - mantissa_bits). nearbyint rounds

@@ -17,7 +17,8 @@ constexpr std::align_val_t kAlignment{64};
 
 void check_float(const char* op, const char* name, const Tensor& t) {
   reference::check_host(op, name, t);
-  DLB_CHECK(reference::is_float_dtype(t.dtype()), "{}: {} is {}, expected a float dtype", op, name, t.describe());
+  DLB_CHECK(reference::is_float_dtype(t.dtype()), "{}: {} is {}, expected a float dtype", op, name,
+            t.describe());
 }
 
 }  // namespace
@@ -46,8 +47,8 @@ void ReferenceBackend::copy(void* dst, const void* src, size_t bytes) {
 void ReferenceBackend::fill(Tensor& x, double value) {
   reference::check_host("fill", "x", x);
   if (x.dtype() == DType::i32) {
-    DLB_CHECK(value == std::trunc(value) && std::abs(value) <= 2147483647.0, "fill: {} does not fit {}", value,
-              x.describe());
+    DLB_CHECK(value == std::trunc(value) && std::abs(value) <= 2147483647.0, "fill: {} does not fit {}",
+              value, x.describe());
   }
   for (int64_t i = 0; i < x.numel(); ++i) reference::store_element(x, i, value);
 }
@@ -62,14 +63,16 @@ void ReferenceBackend::add(const Tensor& a, const Tensor& b, Tensor& y) {
 
 void ReferenceBackend::scale(Tensor& x, double alpha) {
   check_float("scale", "x", x);
-  for (int64_t i = 0; i < x.numel(); ++i) reference::store_element(x, i, alpha * reference::load_element(x, i));
+  for (int64_t i = 0; i < x.numel(); ++i)
+    reference::store_element(x, i, alpha * reference::load_element(x, i));
 }
 
 void ReferenceBackend::cast(const Tensor& src, Tensor& dst) {
   check_float("cast", "src", src);
   check_float("cast", "dst", dst);
   const bool same_order = src.rank() != 4 || src.layout() == dst.layout();
-  DLB_CHECK(src.dims() == dst.dims() && same_order, "cast: src is {} but dst is {}", src.describe(), dst.describe());
+  DLB_CHECK(src.dims() == dst.dims() && same_order, "cast: src is {} but dst is {}", src.describe(),
+            dst.describe());
   for (int64_t i = 0; i < src.numel(); ++i) reference::store_element(dst, i, reference::load_element(src, i));
 }
 
@@ -101,9 +104,10 @@ void ReferenceBackend::sgd_update(Tensor& params, const Tensor& grads, Tensor& m
   int64_t covered_until = 0;
   for (const ParamSegment& s : sorted) {
     DLB_CHECK(s.offset >= 0 && s.count >= 0 && s.offset + s.count <= params.numel(),
-              "{}: segment [{}, {}) is outside params {}", op, s.offset, s.offset + s.count, params.describe());
-    DLB_CHECK(s.offset >= covered_until, "{}: segment at {} overlaps the previous one (ending at {})", op, s.offset,
-              covered_until);
+              "{}: segment [{}, {}) is outside params {}", op, s.offset, s.offset + s.count,
+              params.describe());
+    DLB_CHECK(s.offset >= covered_until, "{}: segment at {} overlaps the previous one (ending at {})", op,
+              s.offset, covered_until);
     covered_until = s.offset + s.count;
   }
 

@@ -32,7 +32,8 @@ class ReferenceBackend : public Backend {
   void synchronize() override {}
 
   std::unique_ptr<ConvPlan> plan_conv(const ConvGeometry& geometry) override;
-  void conv_forward(const ConvPlan& plan, const Tensor& x, const Tensor& w, Tensor& y, void* workspace) override;
+  void conv_forward(const ConvPlan& plan, const Tensor& x, const Tensor& w, Tensor& y,
+                    void* workspace) override;
   void conv_backward_data(const ConvPlan& plan, const Tensor& dy, const Tensor& w, Tensor& dx,
                           Accumulate accumulate, void* workspace) override;
   void conv_backward_filter(const ConvPlan& plan, const Tensor& x, const Tensor& dy, Tensor& dw,
@@ -47,14 +48,14 @@ class ReferenceBackend : public Backend {
                                    const Tensor& gamma, const Tensor& beta, const Tensor& running_mean,
                                    const Tensor& running_var, Tensor& y) override;
   void batchnorm_backward(const BatchNormPlan& plan, const Tensor& x, const Tensor& y, const Tensor& dy,
-                          const Tensor& gamma, const Tensor& saved_mean, const Tensor& saved_inv_std, Tensor& dx,
-                          Tensor* dresidual, Tensor& dgamma, Tensor& dbeta, Accumulate accumulate,
+                          const Tensor& gamma, const Tensor& saved_mean, const Tensor& saved_inv_std,
+                          Tensor& dx, Tensor* dresidual, Tensor& dgamma, Tensor& dbeta, Accumulate accumulate,
                           void* workspace) override;
 
   std::unique_ptr<PoolPlan> plan_pool(const PoolGeometry& geometry) override;
   void pool_forward(const PoolPlan& plan, const Tensor& x, Tensor& y, void* saved) override;
-  void pool_backward(const PoolPlan& plan, const Tensor& x, const Tensor& y, const Tensor& dy, const void* saved,
-                     Tensor& dx) override;
+  void pool_backward(const PoolPlan& plan, const Tensor& x, const Tensor& y, const Tensor& dy,
+                     const void* saved, Tensor& dx) override;
 
   void relu_forward(const Tensor& x, Tensor& y) override;
   void relu_backward(const Tensor& y, const Tensor& dy, Tensor& dx) override;

@@ -22,8 +22,8 @@ bool has_relu(const BatchNormGeometry& g) { return g.fusion != BatchNormFusion::
 bool has_residual(const BatchNormGeometry& g) { return g.fusion == BatchNormFusion::add_relu; }
 
 void check_geometry(const BatchNormGeometry& g) {
-  DLB_CHECK(g.batch > 0 && g.channels > 0 && g.h > 0 && g.w > 0, "batchnorm: sizes must be positive ({}x{}x{}x{})",
-            g.batch, g.channels, g.h, g.w);
+  DLB_CHECK(g.batch > 0 && g.channels > 0 && g.h > 0 && g.w > 0,
+            "batchnorm: sizes must be positive ({}x{}x{}x{})", g.batch, g.channels, g.h, g.w);
   DLB_CHECK(g.epsilon > 0, "batchnorm: epsilon must be positive, got {}", g.epsilon);
 }
 
@@ -45,9 +45,9 @@ void check_residual(const char* op, const char* name, const BatchNormGeometry& g
 
 // y = act(gamma * xhat + beta [+ residual]) with xhat = (x - mean) * inv_std, per channel.
 template <typename T>
-void normalize(const BatchNormGeometry& g, const Tensor& xt, const Tensor* residual_t, const std::vector<double>& mean,
-               const std::vector<double>& inv_std, const std::vector<double>& gamma,
-               const std::vector<double>& beta, Tensor& yt) {
+void normalize(const BatchNormGeometry& g, const Tensor& xt, const Tensor* residual_t,
+               const std::vector<double>& mean, const std::vector<double>& inv_std,
+               const std::vector<double>& gamma, const std::vector<double>& beta, Tensor& yt) {
   const View4<T> x(xt), y(yt);
   const View4<T> residual(residual_t ? *residual_t : Tensor());  // used only when given
   for (int64_t n = 0; n < g.batch; ++n)
@@ -64,9 +64,9 @@ void normalize(const BatchNormGeometry& g, const Tensor& xt, const Tensor* resid
 }
 
 template <typename T>
-void forward_training(const BatchNormGeometry& g, const Tensor& xt, const Tensor* residual, const Tensor& gamma_t,
-                      const Tensor& beta_t, Tensor& yt, Tensor& running_mean_t, Tensor& running_var_t,
-                      Tensor& saved_mean_t, Tensor& saved_inv_std_t) {
+void forward_training(const BatchNormGeometry& g, const Tensor& xt, const Tensor* residual,
+                      const Tensor& gamma_t, const Tensor& beta_t, Tensor& yt, Tensor& running_mean_t,
+                      Tensor& running_var_t, Tensor& saved_mean_t, Tensor& saved_inv_std_t) {
   const View4<T> x(xt);
   const auto C = static_cast<size_t>(g.channels);
   const double M = static_cast<double>(values_per_channel(g));
@@ -87,8 +87,8 @@ void forward_training(const BatchNormGeometry& g, const Tensor& xt, const Tensor
   for (double& v : var) v /= M;
   for (size_t c = 0; c < C; ++c) inv_std[c] = 1.0 / std::sqrt(var[c] + g.epsilon);
 
-  normalize<T>(g, xt, residual, mean, inv_std, reference::read_channels(gamma_t), reference::read_channels(beta_t),
-               yt);
+  normalize<T>(g, xt, residual, mean, inv_std, reference::read_channels(gamma_t),
+               reference::read_channels(beta_t), yt);
 
   std::vector<double> running_mean = reference::read_channels(running_mean_t);
   std::vector<double> running_var = reference::read_channels(running_var_t);
@@ -104,12 +104,13 @@ void forward_training(const BatchNormGeometry& g, const Tensor& xt, const Tensor
 }
 
 template <typename T>
-void forward_inference(const BatchNormGeometry& g, const Tensor& x, const Tensor* residual, const Tensor& gamma,
-                       const Tensor& beta, const Tensor& running_mean, const Tensor& running_var, Tensor& y) {
+void forward_inference(const BatchNormGeometry& g, const Tensor& x, const Tensor* residual,
+                       const Tensor& gamma, const Tensor& beta, const Tensor& running_mean,
+                       const Tensor& running_var, Tensor& y) {
   std::vector<double> inv_std = reference::read_channels(running_var);
   for (double& v : inv_std) v = 1.0 / std::sqrt(v + g.epsilon);
-  normalize<T>(g, x, residual, reference::read_channels(running_mean), inv_std, reference::read_channels(gamma),
-               reference::read_channels(beta), y);
+  normalize<T>(g, x, residual, reference::read_channels(running_mean), inv_std,
+               reference::read_channels(gamma), reference::read_channels(beta), y);
 }
 
 // With dz = dL/dz (dy through the ReLU mask), per channel:
@@ -130,8 +131,8 @@ void backward(const BatchNormGeometry& g, const Tensor& xt, const Tensor& yt, co
 
   // The ReLU passes the gradient where it passed the value: y > 0 (its output is 0 elsewhere).
   auto dz = [&](int64_t n, int64_t c, int64_t h, int64_t w) {
-    const double d = dy(n, c, h, w);
-    return has_relu(g) && !(double(y(n, c, h, w)) > 0) ? 0.0 : d;
+    const bool blocked_by_relu = has_relu(g) && !(double(y(n, c, h, w)) > 0);
+    return blocked_by_relu ? 0.0 : double(dy(n, c, h, w));
   };
   auto xhat = [&](int64_t n, int64_t c, int64_t h, int64_t w) {
     const size_t ci = static_cast<size_t>(c);
@@ -153,8 +154,8 @@ void backward(const BatchNormGeometry& g, const Tensor& xt, const Tensor& yt, co
         for (int64_t w = 0; w < g.w; ++w) {
           const size_t ci = static_cast<size_t>(c);
           const double d = dz(n, c, h, w);
-          dx(n, c, h, w) =
-              static_cast<T>(gamma[ci] * inv_std[ci] / M * (M * d - dbeta[ci] - xhat(n, c, h, w) * dgamma[ci]));
+          dx(n, c, h, w) = static_cast<T>(gamma[ci] * inv_std[ci] / M *
+                                          (M * d - dbeta[ci] - xhat(n, c, h, w) * dgamma[ci]));
           if (dresidual_t) dresidual(n, c, h, w) = static_cast<T>(d);
         }
 
@@ -169,9 +170,10 @@ std::unique_ptr<BatchNormPlan> ReferenceBackend::plan_batchnorm(const BatchNormG
   return std::make_unique<BatchNormPlan>(geometry);
 }
 
-void ReferenceBackend::batchnorm_forward_training(const BatchNormPlan& plan, const Tensor& x, const Tensor* residual,
-                                                  const Tensor& gamma, const Tensor& beta, Tensor& y,
-                                                  Tensor& running_mean, Tensor& running_var, Tensor& saved_mean,
+void ReferenceBackend::batchnorm_forward_training(const BatchNormPlan& plan, const Tensor& x,
+                                                  const Tensor* residual, const Tensor& gamma,
+                                                  const Tensor& beta, Tensor& y, Tensor& running_mean,
+                                                  Tensor& running_var, Tensor& saved_mean,
                                                   Tensor& saved_inv_std, void*) {
   const BatchNormGeometry& g = plan.geometry;
   const char* op = "batchnorm_forward_training";
@@ -195,8 +197,9 @@ void ReferenceBackend::batchnorm_forward_training(const BatchNormPlan& plan, con
 }
 
 void ReferenceBackend::batchnorm_forward_inference(const BatchNormPlan& plan, const Tensor& x,
-                                                   const Tensor* residual, const Tensor& gamma, const Tensor& beta,
-                                                   const Tensor& running_mean, const Tensor& running_var, Tensor& y) {
+                                                   const Tensor* residual, const Tensor& gamma,
+                                                   const Tensor& beta, const Tensor& running_mean,
+                                                   const Tensor& running_var, Tensor& y) {
   const BatchNormGeometry& g = plan.geometry;
   const char* op = "batchnorm_forward_inference";
   check_geometry(g);
@@ -214,8 +217,8 @@ void ReferenceBackend::batchnorm_forward_inference(const BatchNormPlan& plan, co
 
 void ReferenceBackend::batchnorm_backward(const BatchNormPlan& plan, const Tensor& x, const Tensor& y,
                                           const Tensor& dy, const Tensor& gamma, const Tensor& saved_mean,
-                                          const Tensor& saved_inv_std, Tensor& dx, Tensor* dresidual, Tensor& dgamma,
-                                          Tensor& dbeta, Accumulate accumulate, void*) {
+                                          const Tensor& saved_inv_std, Tensor& dx, Tensor* dresidual,
+                                          Tensor& dgamma, Tensor& dbeta, Accumulate accumulate, void*) {
   const BatchNormGeometry& g = plan.geometry;
   const char* op = "batchnorm_backward";
   check_geometry(g);

@@ -14,11 +14,17 @@ namespace dlbench::reference {
 template <typename Fn>
 void dispatch_float(DType dtype, const char* op, Fn&& fn) {
   switch (dtype) {
-    case DType::f32: fn(float{}); return;
-    case DType::f64: fn(double{}); return;
-    default: break;
+    case DType::f32:
+      fn(float{});
+      return;
+    case DType::f64:
+      fn(double{});
+      return;
+    default:
+      break;
   }
-  DLB_CHECK(false, "{}: dtype {} is not supported by the reference backend (f32, f64)", op, dtype_name(dtype));
+  DLB_CHECK(false, "{}: dtype {} is not supported by the reference backend (f32, f64)", op,
+            dtype_name(dtype));
 }
 
 // A rank-4 tensor indexed by its logical (n, c, h, w), whatever its layout: the loops of every op are
@@ -27,7 +33,9 @@ template <typename T>
 class View4 {
  public:
   explicit View4(const Tensor& t) : tensor_(t), data_(t.ptr<T>()) {}
-  T& operator()(int64_t n, int64_t c, int64_t h, int64_t w) const { return data_[tensor_.offset(n, c, h, w)]; }
+  T& operator()(int64_t n, int64_t c, int64_t h, int64_t w) const {
+    return data_[tensor_.offset(n, c, h, w)];
+  }
   int64_t offset(int64_t n, int64_t c, int64_t h, int64_t w) const { return tensor_.offset(n, c, h, w); }
 
  private:
@@ -50,7 +58,8 @@ class View2 {
 // Stores a result computed in double into an output that is either overwritten or accumulated into.
 template <typename T>
 void store(T& out, double value, Accumulate accumulate) {
-  out = accumulate == Accumulate::add ? static_cast<T>(static_cast<double>(out) + value) : static_cast<T>(value);
+  out = accumulate == Accumulate::add ? static_cast<T>(static_cast<double>(out) + value)
+                                      : static_cast<T>(value);
 }
 
 // Throws dlbench::Error naming the op, the argument and both shapes unless `t` is a host tensor with
@@ -66,7 +75,8 @@ void check_same(const char* op, const char* name_a, const Tensor& a, const char*
 
 // FP32 per-channel vectors (batch-norm parameters and statistics) read into / written from double.
 std::vector<double> read_channels(const Tensor& t);
-void write_channels(Tensor& t, const std::vector<double>& values, Accumulate accumulate = Accumulate::overwrite);
+void write_channels(Tensor& t, const std::vector<double>& values,
+                    Accumulate accumulate = Accumulate::overwrite);
 
 // One element of a tensor of any float dtype (f16 and bf16 included) as a double, and back.
 double load_element(const Tensor& t, int64_t i);

@@ -15,16 +15,19 @@ void check_geometry(const ConvGeometry& g) {
   DLB_CHECK(g.batch > 0 && g.in_channels > 0 && g.in_h > 0 && g.in_w > 0 && g.out_channels > 0,
             "conv: sizes must be positive (batch {}, in_channels {}, in {}x{}, out_channels {})", g.batch,
             g.in_channels, g.in_h, g.in_w, g.out_channels);
-  DLB_CHECK(g.kernel_h > 0 && g.kernel_w > 0 && g.stride_h > 0 && g.stride_w > 0 && g.pad_h >= 0 && g.pad_w >= 0,
-            "conv: kernel {}x{}, stride {}x{}, pad {}x{} are invalid", g.kernel_h, g.kernel_w, g.stride_h,
-            g.stride_w, g.pad_h, g.pad_w);
+  DLB_CHECK(
+      g.kernel_h > 0 && g.kernel_w > 0 && g.stride_h > 0 && g.stride_w > 0 && g.pad_h >= 0 && g.pad_w >= 0,
+      "conv: kernel {}x{}, stride {}x{}, pad {}x{} are invalid", g.kernel_h, g.kernel_w, g.stride_h,
+      g.stride_w, g.pad_h, g.pad_w);
   DLB_CHECK(g.in_h + 2 * g.pad_h >= g.kernel_h && g.in_w + 2 * g.pad_w >= g.kernel_w,
             "conv: kernel {}x{} is larger than the padded input {}x{}", g.kernel_h, g.kernel_w,
             g.in_h + 2 * g.pad_h, g.in_w + 2 * g.pad_w);
 }
 
 std::vector<int64_t> x_dims(const ConvGeometry& g) { return {g.batch, g.in_channels, g.in_h, g.in_w}; }
-std::vector<int64_t> w_dims(const ConvGeometry& g) { return {g.out_channels, g.in_channels, g.kernel_h, g.kernel_w}; }
+std::vector<int64_t> w_dims(const ConvGeometry& g) {
+  return {g.out_channels, g.in_channels, g.kernel_h, g.kernel_w};
+}
 std::vector<int64_t> y_dims(const ConvGeometry& g) { return {g.batch, g.out_channels, g.out_h(), g.out_w()}; }
 
 // The input row/column that output position `o` sees through kernel tap `t`; may be in the padding.
@@ -44,7 +47,8 @@ void forward(const ConvGeometry& g, const Tensor& xt, const Tensor& wt, Tensor& 
               for (int64_t s = 0; s < g.kernel_w; ++s) {
                 const int64_t h = input_index(p, r, g.stride_h, g.pad_h);
                 const int64_t wi = input_index(q, s, g.stride_w, g.pad_w);
-                if (inside(h, g.in_h) && inside(wi, g.in_w)) sum += double(x(n, c, h, wi)) * double(w(k, c, r, s));
+                if (inside(h, g.in_h) && inside(wi, g.in_w))
+                  sum += double(x(n, c, h, wi)) * double(w(k, c, r, s));
               }
           y(n, k, p, q) = static_cast<T>(sum);
         }
@@ -52,7 +56,8 @@ void forward(const ConvGeometry& g, const Tensor& xt, const Tensor& wt, Tensor& 
 
 // The transpose of the forward: every (output, tap) pair that read x[n,c,h,w] sends dy * weight back to it.
 template <typename T>
-void backward_data(const ConvGeometry& g, const Tensor& dyt, const Tensor& wt, Tensor& dxt, Accumulate accumulate) {
+void backward_data(const ConvGeometry& g, const Tensor& dyt, const Tensor& wt, Tensor& dxt,
+                   Accumulate accumulate) {
   const View4<T> dy(dyt), w(wt), dx(dxt);
   std::vector<double> sum(static_cast<size_t>(dxt.numel()), 0.0);  // in dx's memory order
   for (int64_t n = 0; n < g.batch; ++n)
@@ -65,7 +70,8 @@ void backward_data(const ConvGeometry& g, const Tensor& dyt, const Tensor& wt, T
                 const int64_t h = input_index(p, r, g.stride_h, g.pad_h);
                 const int64_t wi = input_index(q, s, g.stride_w, g.pad_w);
                 if (inside(h, g.in_h) && inside(wi, g.in_w))
-                  sum[static_cast<size_t>(dx.offset(n, c, h, wi))] += double(dy(n, k, p, q)) * double(w(k, c, r, s));
+                  sum[static_cast<size_t>(dx.offset(n, c, h, wi))] +=
+                      double(dy(n, k, p, q)) * double(w(k, c, r, s));
               }
   for (int64_t n = 0; n < g.batch; ++n)
     for (int64_t c = 0; c < g.in_channels; ++c)
@@ -76,7 +82,8 @@ void backward_data(const ConvGeometry& g, const Tensor& dyt, const Tensor& wt, T
 
 // dL/dw[k,c,r,s] = sum over every output that used this tap of dy * the input pixel it read.
 template <typename T>
-void backward_filter(const ConvGeometry& g, const Tensor& xt, const Tensor& dyt, Tensor& dwt, Accumulate accumulate) {
+void backward_filter(const ConvGeometry& g, const Tensor& xt, const Tensor& dyt, Tensor& dwt,
+                     Accumulate accumulate) {
   const View4<T> x(xt), dy(dyt), dw(dwt);
   for (int64_t k = 0; k < g.out_channels; ++k)
     for (int64_t c = 0; c < g.in_channels; ++c)
@@ -88,7 +95,8 @@ void backward_filter(const ConvGeometry& g, const Tensor& xt, const Tensor& dyt,
               for (int64_t q = 0; q < g.out_w(); ++q) {
                 const int64_t h = input_index(p, r, g.stride_h, g.pad_h);
                 const int64_t wi = input_index(q, s, g.stride_w, g.pad_w);
-                if (inside(h, g.in_h) && inside(wi, g.in_w)) sum += double(x(n, c, h, wi)) * double(dy(n, k, p, q));
+                if (inside(h, g.in_h) && inside(wi, g.in_w))
+                  sum += double(x(n, c, h, wi)) * double(dy(n, k, p, q));
               }
           reference::store(dw(k, c, r, s), sum, accumulate);
         }
@@ -101,7 +109,8 @@ std::unique_ptr<ConvPlan> ReferenceBackend::plan_conv(const ConvGeometry& geomet
   return std::make_unique<ConvPlan>(geometry);
 }
 
-void ReferenceBackend::conv_forward(const ConvPlan& plan, const Tensor& x, const Tensor& w, Tensor& y, void*) {
+void ReferenceBackend::conv_forward(const ConvPlan& plan, const Tensor& x, const Tensor& w, Tensor& y,
+                                    void*) {
   const ConvGeometry& g = plan.geometry;
   check_geometry(g);
   reference::check_tensor("conv_forward", "x", x, x_dims(g), g.dtype, g.layout);
@@ -121,8 +130,8 @@ void ReferenceBackend::conv_backward_data(const ConvPlan& plan, const Tensor& dy
                             [&](auto tag) { backward_data<decltype(tag)>(g, dy, w, dx, accumulate); });
 }
 
-void ReferenceBackend::conv_backward_filter(const ConvPlan& plan, const Tensor& x, const Tensor& dy, Tensor& dw,
-                                            Accumulate accumulate, void*) {
+void ReferenceBackend::conv_backward_filter(const ConvPlan& plan, const Tensor& x, const Tensor& dy,
+                                            Tensor& dw, Accumulate accumulate, void*) {
   const ConvGeometry& g = plan.geometry;
   check_geometry(g);
   reference::check_tensor("conv_backward_filter", "x", x, x_dims(g), g.dtype, g.layout);

@@ -67,8 +67,8 @@ void ReferenceBackend::gemm(Transpose ta, Transpose tb, int64_t m, int64_t n, in
   reference::check_tensor("gemm", "a", a, stored_dims(ta, m, k), dtype);
   reference::check_tensor("gemm", "b", b, stored_dims(tb, k, n), dtype);
   reference::check_tensor("gemm", "c", c, {m, n}, dtype);
-  reference::dispatch_float(dtype, "gemm",
-                            [&](auto tag) { gemm_typed<decltype(tag)>(ta, tb, m, n, k, alpha, a, b, beta, c); });
+  reference::dispatch_float(
+      dtype, "gemm", [&](auto tag) { gemm_typed<decltype(tag)>(ta, tb, m, n, k, alpha, a, b, beta, c); });
 }
 
 void ReferenceBackend::add_bias(Tensor& y, const Tensor& bias) {
@@ -78,7 +78,8 @@ void ReferenceBackend::add_bias(Tensor& y, const Tensor& bias) {
     using T = decltype(tag);
     const View2<T> out(y, y.dim(1));
     for (int64_t row = 0; row < y.dim(0); ++row)
-      for (int64_t f = 0; f < y.dim(1); ++f) out(row, f) = static_cast<T>(double(out(row, f)) + double(bias.ptr<T>()[f]));
+      for (int64_t f = 0; f < y.dim(1); ++f)
+        out(row, f) = static_cast<T>(double(out(row, f)) + double(bias.ptr<T>()[f]));
   });
 }
 

@@ -18,15 +18,16 @@ using reference::View2;
 // probs and loss are FP32 by the contract; the reference also writes FP64 so gradient checks can be exact.
 void check_f32_or_f64(const char* op, const char* name, const Tensor& t, const std::vector<int64_t>& dims) {
   reference::check_host(op, name, t);
-  DLB_CHECK(t.dims() == dims && (t.dtype() == DType::f32 || t.dtype() == DType::f64), "{}: {} is {}, expected f32[{}]",
-            op, name, t.describe(), fmt::join(dims, ", "));
+  DLB_CHECK(t.dims() == dims && (t.dtype() == DType::f32 || t.dtype() == DType::f64),
+            "{}: {} is {}, expected f32[{}]", op, name, t.describe(), fmt::join(dims, ", "));
 }
 
 void check_labels(const char* op, const Tensor& labels, int64_t rows, int64_t classes) {
   reference::check_tensor(op, "labels", labels, {rows}, DType::i32);
   for (int64_t n = 0; n < rows; ++n) {
     const int32_t label = labels.ptr<int32_t>()[n];
-    DLB_CHECK(label >= 0 && label < classes, "{}: label {} of row {} is outside [0, {})", op, label, n, classes);
+    DLB_CHECK(label >= 0 && label < classes, "{}: label {} of row {} is outside [0, {})", op, label, n,
+              classes);
   }
 }
 
@@ -35,7 +36,8 @@ double target(int32_t label, int64_t j, int64_t classes, double smoothing) {
 }
 
 template <typename T, typename P>
-void forward(const Tensor& logits_t, const Tensor& labels, double smoothing, Tensor& probs_t, Tensor& loss_t) {
+void forward(const Tensor& logits_t, const Tensor& labels, double smoothing, Tensor& probs_t,
+             Tensor& loss_t) {
   const int64_t N = logits_t.dim(0), K = logits_t.dim(1);
   const View2<T> logits(logits_t, K);
   const View2<P> probs(probs_t, K);
@@ -57,22 +59,23 @@ void forward(const Tensor& logits_t, const Tensor& labels, double smoothing, Ten
 }
 
 template <typename P, typename T>
-void backward(const Tensor& probs_t, const Tensor& labels, double smoothing, double scale, Tensor& dlogits_t) {
+void backward(const Tensor& probs_t, const Tensor& labels, double smoothing, double scale,
+              Tensor& dlogits_t) {
   const int64_t N = probs_t.dim(0), K = probs_t.dim(1);
   const View2<P> probs(probs_t, K);
   const View2<T> dlogits(dlogits_t, K);
   for (int64_t n = 0; n < N; ++n) {
     const int32_t label = labels.ptr<int32_t>()[n];
     for (int64_t j = 0; j < K; ++j)
-      dlogits(n, j) =
-          static_cast<T>(scale * (double(probs(n, j)) - target(label, j, K, smoothing)) / static_cast<double>(N));
+      dlogits(n, j) = static_cast<T>(scale * (double(probs(n, j)) - target(label, j, K, smoothing)) /
+                                     static_cast<double>(N));
   }
 }
 
 void check_logits(const char* op, const char* name, const Tensor& t) {
   reference::check_host(op, name, t);
-  DLB_CHECK(t.rank() == 2 && t.dim(0) > 0 && t.dim(1) > 0, "{}: {} is {}, expected a non-empty [N, K] matrix", op,
-            name, t.describe());
+  DLB_CHECK(t.rank() == 2 && t.dim(0) > 0 && t.dim(1) > 0, "{}: {} is {}, expected a non-empty [N, K] matrix",
+            op, name, t.describe());
 }
 
 void check_smoothing(const char* op, float label_smoothing) {
@@ -89,8 +92,8 @@ void ReferenceBackend::softmax_cross_entropy_forward(const Tensor& logits, const
   check_smoothing(op, label_smoothing);
   check_f32_or_f64(op, "probs", probs, logits.dims());
   check_f32_or_f64(op, "loss", loss, {1});
-  DLB_CHECK(probs.dtype() == loss.dtype(), "{}: probs {} and loss {} must share a dtype", op, probs.describe(),
-            loss.describe());
+  DLB_CHECK(probs.dtype() == loss.dtype(), "{}: probs {} and loss {} must share a dtype", op,
+            probs.describe(), loss.describe());
   check_labels(op, labels, logits.dim(0), logits.dim(1));
   reference::dispatch_float(logits.dtype(), op, [&](auto logits_tag) {
     reference::dispatch_float(probs.dtype(), op, [&](auto probs_tag) {

@@ -1,5 +1,6 @@
-// Pooling over windows of kernel_h x kernel_w input pixels; output (p, q) covers rows p * stride - pad + r and
-// columns q * stride - pad + s. Padding never wins a max (it acts as -inf) and is not counted by an average.
+// Pooling over windows of kernel_h x kernel_w input pixels; output (p, q) covers rows p * stride - pad + r
+// and columns q * stride - pad + s. Padding never wins a max (it acts as -inf) and is not counted by an
+// average.
 #include <algorithm>
 #include <utility>
 #include <vector>
@@ -13,17 +14,18 @@ namespace {
 using reference::View4;
 
 void check_geometry(const PoolGeometry& g) {
-  DLB_CHECK(g.batch > 0 && g.channels > 0 && g.in_h > 0 && g.in_w > 0, "pool: sizes must be positive ({}x{}x{}x{})",
-            g.batch, g.channels, g.in_h, g.in_w);
+  DLB_CHECK(g.batch > 0 && g.channels > 0 && g.in_h > 0 && g.in_w > 0,
+            "pool: sizes must be positive ({}x{}x{}x{})", g.batch, g.channels, g.in_h, g.in_w);
   DLB_CHECK(g.kernel_h > 0 && g.kernel_w > 0 && g.stride_h > 0 && g.stride_w > 0,
-            "pool: kernel {}x{} and stride {}x{} must be positive", g.kernel_h, g.kernel_w, g.stride_h, g.stride_w);
+            "pool: kernel {}x{} and stride {}x{} must be positive", g.kernel_h, g.kernel_w, g.stride_h,
+            g.stride_w);
   // pad < kernel guarantees every window holds at least one real pixel (so a max exists and an
   // average never divides by zero).
   DLB_CHECK(g.pad_h >= 0 && g.pad_w >= 0 && g.pad_h < g.kernel_h && g.pad_w < g.kernel_w,
             "pool: pad {}x{} must be in [0, kernel {}x{})", g.pad_h, g.pad_w, g.kernel_h, g.kernel_w);
   DLB_CHECK(g.in_h + 2 * g.pad_h >= g.kernel_h && g.in_w + 2 * g.pad_w >= g.kernel_w,
-            "pool: kernel {}x{} is larger than the padded input {}x{}", g.kernel_h, g.kernel_w, g.in_h + 2 * g.pad_h,
-            g.in_w + 2 * g.pad_w);
+            "pool: kernel {}x{} is larger than the padded input {}x{}", g.kernel_h, g.kernel_w,
+            g.in_h + 2 * g.pad_h, g.in_w + 2 * g.pad_w);
 }
 
 std::vector<int64_t> x_dims(const PoolGeometry& g) { return {g.batch, g.channels, g.in_h, g.in_w}; }
@@ -88,7 +90,8 @@ void backward(const PoolGeometry& g, const Tensor& xt, const Tensor& dyt, Tensor
           } else {
             const double share = double(dy(n, c, p, q)) / static_cast<double>(win.size());
             for (int64_t h = win.h_begin; h < win.h_end; ++h)
-              for (int64_t w = win.w_begin; w < win.w_end; ++w) sum[static_cast<size_t>(dx.offset(n, c, h, w))] += share;
+              for (int64_t w = win.w_begin; w < win.w_end; ++w)
+                sum[static_cast<size_t>(dx.offset(n, c, h, w))] += share;
           }
         }
   for (int64_t i = 0; i < dxt.numel(); ++i) dxt.ptr<T>()[i] = static_cast<T>(sum[static_cast<size_t>(i)]);
@@ -117,7 +120,8 @@ void ReferenceBackend::pool_backward(const PoolPlan& plan, const Tensor& x, cons
   reference::check_tensor("pool_backward", "y", y, y_dims(g), g.dtype, g.layout);
   reference::check_tensor("pool_backward", "dy", dy, y_dims(g), g.dtype, g.layout);
   reference::check_tensor("pool_backward", "dx", dx, x_dims(g), g.dtype, g.layout);
-  reference::dispatch_float(g.dtype, "pool_backward", [&](auto tag) { backward<decltype(tag)>(g, x, dy, dx); });
+  reference::dispatch_float(g.dtype, "pool_backward",
+                            [&](auto tag) { backward<decltype(tag)>(g, x, dy, dx); });
 }
 
 }  // namespace dlbench

@@ -1,0 +1,124 @@
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <string>
+
+#include "backend/reference/reference_backend.h"
+#include "core/status.h"
+#include "gradient_check.h"
+#include "reference_test_util.h"
+
+namespace dlbench {
+namespace {
+
+using testing::from_values;
+using testing::gradient_matches;
+using testing::random_buffer;
+using testing::zeros;
+
+HostBuffer labels_of(const std::vector<int32_t>& values) {
+  HostBuffer labels({static_cast<int64_t>(values.size())}, DType::i32);
+  for (size_t i = 0; i < values.size(); ++i) labels.ptr<int32_t>()[i] = values[i];
+  return labels;
+}
+
+class SoftmaxCrossEntropyGradient : public ::testing::TestWithParam<float> {};
+
+// The loss itself is the scalar: probs and loss in f64 (a reference-only extension) keep it exact enough
+// for central differences; the backward with scale 1 is dL/dlogits.
+TEST_P(SoftmaxCrossEntropyGradient, MatchesCentralDifferences) {
+  const float smoothing = GetParam();
+  ReferenceBackend backend;
+  const int64_t N = 4, K = 6;
+  HostBuffer logits = random_buffer({N, K}, DType::f64, Layout::nchw, 71, -3.0, 3.0);
+  HostBuffer labels = labels_of({0, 5, 2, 2});
+  HostBuffer probs = zeros({N, K}, DType::f64), loss_value = zeros({1}, DType::f64);
+  HostBuffer dlogits = zeros({N, K}, DType::f64);
+  backend.softmax_cross_entropy_forward(logits.tensor(), labels.tensor(), smoothing, probs.tensor(),
+                                        loss_value.tensor());
+  backend.softmax_cross_entropy_backward(probs.tensor(), labels.tensor(), smoothing, 1.0f, dlogits.tensor());
+  auto loss = [&] {
+    backend.softmax_cross_entropy_forward(logits.tensor(), labels.tensor(), smoothing, probs.tensor(),
+                                          loss_value.tensor());
+    return loss_value.ptr<double>()[0];
+  };
+  EXPECT_TRUE(gradient_matches(loss, logits.tensor(), dlogits.tensor(), testing::kGradientTolerance));
+}
+
+INSTANTIATE_TEST_SUITE_P(LabelSmoothing, SoftmaxCrossEntropyGradient, ::testing::Values(0.0f, 0.1f),
+                         [](const auto& info) { return info.param == 0 ? "none" : "s0_1"; });
+
+// logits [1 2 3], label 2: loss = logsumexp - 3 = log(1 + e^-1 + e^-2). With smoothing 0.1 over K = 3 the
+// target is [1/30, 1/30, 28/30], and loss = logsumexp - sum(target * logits) = that + 0.1.
+TEST(SoftmaxCrossEntropy, HandComputed) {
+  ReferenceBackend backend;
+  const double lse_minus_3 = std::log(1 + std::exp(-1.0) + std::exp(-2.0));
+  for (DType dtype : {DType::f32, DType::f64}) {
+    SCOPED_TRACE(dtype_name(dtype));
+    HostBuffer logits = from_values({2, 3}, dtype, {1, 2, 3, 3, 2, 1});
+    HostBuffer labels = labels_of({2, 0});
+    HostBuffer probs = zeros({2, 3}, DType::f32), loss = zeros({1}, DType::f32);
+    backend.softmax_cross_entropy_forward(logits.tensor(), labels.tensor(), 0.0f, probs.tensor(),
+                                          loss.tensor());
+    EXPECT_FLOAT_EQ(loss.ptr<float>()[0], static_cast<float>(lse_minus_3));  // both rows have the same loss
+    const double z = 1 + std::exp(1.0) + std::exp(2.0);
+    EXPECT_FLOAT_EQ(probs.ptr<float>()[0], static_cast<float>(1 / z));
+    EXPECT_FLOAT_EQ(probs.ptr<float>()[2], static_cast<float>(std::exp(2.0) / z));
+    EXPECT_FLOAT_EQ(probs.ptr<float>()[3], static_cast<float>(std::exp(2.0) / z));
+
+    backend.softmax_cross_entropy_forward(logits.tensor(), labels.tensor(), 0.1f, probs.tensor(),
+                                          loss.tensor());
+    EXPECT_NEAR(loss.ptr<float>()[0], lse_minus_3 + 0.1, 1e-6);
+
+    // dlogits = scale * (probs - target) / N with N = 2, scale = 4.
+    HostBuffer dlogits = zeros({2, 3}, dtype);
+    backend.softmax_cross_entropy_backward(probs.tensor(), labels.tensor(), 0.1f, 4.0f, dlogits.tensor());
+    const double target_label = 0.9 + 0.1 / 3, target_other = 0.1 / 3;
+    EXPECT_NEAR(testing::get_element(dlogits.tensor(), 2), 4 * (std::exp(2.0) / z - target_label) / 2, 1e-6);
+    EXPECT_NEAR(testing::get_element(dlogits.tensor(), 0), 4 * (1 / z - target_other) / 2, 1e-6);
+    EXPECT_NEAR(testing::get_element(dlogits.tensor(), 3), 4 * (std::exp(2.0) / z - target_label) / 2, 1e-6);
+  }
+}
+
+// log-sum-exp with the max subtracted: logits of 1000 neither overflow nor produce NaN.
+TEST(SoftmaxCrossEntropy, StableForLargeLogits) {
+  ReferenceBackend backend;
+  HostBuffer logits = from_values({2, 2}, DType::f32, {1000, 0, 1000, 0});
+  HostBuffer labels = labels_of({0, 1});
+  HostBuffer probs = zeros({2, 2}, DType::f32), loss = zeros({1}, DType::f32);
+  backend.softmax_cross_entropy_forward(logits.tensor(), labels.tensor(), 0.0f, probs.tensor(),
+                                        loss.tensor());
+  EXPECT_TRUE(testing::all_finite(probs.tensor()));
+  EXPECT_FLOAT_EQ(probs.ptr<float>()[0], 1.0f);
+  EXPECT_EQ(probs.ptr<float>()[1], 0.0f);
+  EXPECT_FLOAT_EQ(loss.ptr<float>()[0], 500.0f);  // row 0: ~0, row 1: 1000; mean 500
+}
+
+TEST(SoftmaxCrossEntropy, LabelOutOfRangeThrows) {
+  ReferenceBackend backend;
+  HostBuffer logits = zeros({2, 3}, DType::f32), probs = zeros({2, 3}, DType::f32),
+             loss = zeros({1}, DType::f32);
+  HostBuffer dlogits = zeros({2, 3}, DType::f32);
+  for (int32_t bad : {3, -1, 1000000}) {
+    HostBuffer labels = labels_of({0, bad});
+    try {
+      backend.softmax_cross_entropy_forward(logits.tensor(), labels.tensor(), 0.0f, probs.tensor(),
+                                            loss.tensor());
+      FAIL() << "no throw for label " << bad;
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find("label " + std::to_string(bad) + " of row 1 is outside [0, 3)"),
+                std::string::npos)
+          << e.what();
+    }
+    EXPECT_THROW(
+        backend.softmax_cross_entropy_backward(probs.tensor(), labels.tensor(), 0.0f, 1.0f, dlogits.tensor()),
+        Error);
+  }
+  HostBuffer short_labels = labels_of({0});
+  EXPECT_THROW(backend.softmax_cross_entropy_forward(logits.tensor(), short_labels.tensor(), 0.0f,
+                                                     probs.tensor(), loss.tensor()),
+               Error);
+}
+
+}  // namespace
+}  // namespace dlbench
