@@ -296,6 +296,47 @@ TEST_F(OneDnnVsReference, BatchNormRunningStatsFollowPyTorch) {
   EXPECT_NEAR(rv.ptr<float>()[0], 0.75 * 1.0 + 0.25 * (5.0 / 3.0), 1e-6);
 }
 
+TEST(OneDnnThreads, BatchNormAgreesWithReferenceAtOneAndThreeThreads) {
+  // The NHWC loops split rows among threads and reduce per-thread partial sums: 2x7x5 = 70 rows over 3
+  // threads is an uneven split; NCHW splits 5 channels over 3 threads.
+  auto ref = make_reference_backend();
+  for (int threads : {1, 3}) {
+    auto onednn = make_onednn_backend(threads);
+    for (Layout layout : {Layout::nchw, Layout::nhwc}) {
+      SCOPED_TRACE(fmt::format("{} threads, {}", threads, layout_name(layout)));
+      BatchNormGeometry g;
+      g.batch = 2, g.channels = 5, g.h = 7, g.w = 5, g.layout = layout, g.fusion = BatchNormFusion::relu;
+      const std::vector<int64_t> dims{2, 5, 7, 5}, cdims{5};
+      HostBuffer x = random_buffer(dims, 301, layout), dy = random_buffer(dims, 302, layout);
+      HostBuffer gamma = random_buffer(cdims, 303, Layout::nchw, 0.5, 1.5), beta = random_buffer(cdims, 304);
+      auto plan = onednn->plan_batchnorm(g);
+      auto ref_plan = ref->plan_batchnorm(g);
+      Workspace ws(plan->workspace_bytes()), ref_ws(ref_plan->workspace_bytes());
+      HostBuffer rm(cdims, DType::f32), rv(cdims, DType::f32), sm(cdims, DType::f32), si(cdims, DType::f32);
+      HostBuffer rm_ref(cdims, DType::f32), rv_ref(cdims, DType::f32), sm_ref(cdims, DType::f32),
+          si_ref(cdims, DType::f32);
+      HostBuffer y(dims, DType::f32, layout), y_ref(dims, DType::f32, layout);
+      onednn->batchnorm_forward_training(*plan, x.tensor(), nullptr, gamma.tensor(), beta.tensor(), y.tensor(),
+                                         rm.tensor(), rv.tensor(), sm.tensor(), si.tensor(), ws.data());
+      ref->batchnorm_forward_training(*ref_plan, x.tensor(), nullptr, gamma.tensor(), beta.tensor(),
+                                      y_ref.tensor(), rm_ref.tensor(), rv_ref.tensor(), sm_ref.tensor(),
+                                      si_ref.tensor(), ref_ws.data());
+      EXPECT_LT(relative_error(y.tensor(), y_ref.tensor()), 1e-5);
+      HostBuffer dx(dims, DType::f32, layout), dx_ref(dims, DType::f32, layout);
+      HostBuffer dg(cdims, DType::f32), db(cdims, DType::f32), dg_ref(cdims, DType::f32), db_ref(cdims, DType::f32);
+      onednn->batchnorm_backward(*plan, x.tensor(), y.tensor(), dy.tensor(), gamma.tensor(), sm.tensor(),
+                                 si.tensor(), dx.tensor(), nullptr, dg.tensor(), db.tensor(),
+                                 Accumulate::overwrite, ws.data());
+      ref->batchnorm_backward(*ref_plan, x.tensor(), y_ref.tensor(), dy.tensor(), gamma.tensor(), sm_ref.tensor(),
+                              si_ref.tensor(), dx_ref.tensor(), nullptr, dg_ref.tensor(), db_ref.tensor(),
+                              Accumulate::overwrite, ref_ws.data());
+      EXPECT_LT(relative_error(dx.tensor(), dx_ref.tensor()), 1e-4);
+      EXPECT_LT(relative_error(dg.tensor(), dg_ref.tensor()), 1e-4);
+      EXPECT_LT(relative_error(db.tensor(), db_ref.tensor()), 1e-4);
+    }
+  }
+}
+
 // ---------------------------------------------------------------------------------------------------------
 // Pooling
 
