@@ -71,7 +71,8 @@ dnnl::primitive_attr user_scratchpad() {
 }
 
 // Lays out the workspace of an op and builds its reorders, once the primitive descriptor is known.
-void finish_op(ConvOp& op, const dnnl::primitive_desc_base& pd, const dnnl::engine& engine) {
+// `accumulates`: the op may be asked to add into its output (the backward ops).
+void finish_op(ConvOp& op, const dnnl::primitive_desc_base& pd, const dnnl::engine& engine, bool accumulates) {
   WorkspaceLayout layout;
   size_t scratch = pd.scratchpad_desc().get_size();
   auto add_reorder = [&](const memory::desc& from, const memory::desc& to, bool accumulate) {
@@ -92,10 +93,11 @@ void finish_op(ConvOp& op, const dnnl::primitive_desc_base& pd, const dnnl::engi
   if (op.a.reordered) op.a_in = add_reorder(op.a.plain, op.a.impl, false);
   if (op.b.reordered) op.b_in = add_reorder(op.b.plain, op.b.impl, false);
   op.out.reordered = op.out.impl != op.out.plain;
-  // The output buffer always exists: accumulation needs it even where the formats agree.
-  op.out.offset = layout.reserve(op.out.impl.get_size());
-  op.out_overwrite = add_reorder(op.out.impl, op.out.plain, false);
-  op.out_accumulate = add_reorder(op.out.impl, op.out.plain, true);
+  // The output goes through a workspace buffer when its format differs, and for accumulation (oneDNN's
+  // backward convolutions take no sum post-op) even where the formats agree.
+  if (op.out.reordered || accumulates) op.out.offset = layout.reserve(op.out.impl.get_size());
+  if (op.out.reordered) op.out_overwrite = add_reorder(op.out.impl, op.out.plain, false);
+  if (accumulates) op.out_accumulate = add_reorder(op.out.impl, op.out.plain, true);
   op.scratchpad_bytes = scratch;
   op.scratchpad_offset = layout.reserve(scratch);
   op.workspace_bytes = layout.total();
@@ -155,7 +157,7 @@ std::unique_ptr<OneDnnConvPlan> build_conv_plan(const dnnl::engine& engine, cons
     op.b = {DNNL_ARG_WEIGHTS, wei_plain, fwd_pd.weights_desc()};
     op.out = {DNNL_ARG_DST, dst_plain, fwd_pd.dst_desc()};
     op.primitive = dnnl::convolution_forward(fwd_pd);
-    finish_op(op, fwd_pd, engine);
+    finish_op(op, fwd_pd, engine, /*accumulates=*/false);
   }
   // The hint for the backward ops: a forward descriptor in the backward op's own formats, so that oneDNN
   // does not steer the backward towards the forward's choice.
@@ -183,7 +185,7 @@ std::unique_ptr<OneDnnConvPlan> build_conv_plan(const dnnl::engine& engine, cons
     op.b = {DNNL_ARG_WEIGHTS, wei_plain, pd.weights_desc()};
     op.out = {DNNL_ARG_DIFF_SRC, src_plain, pd.diff_src_desc()};
     op.primitive = dnnl::convolution_backward_data(pd);
-    finish_op(op, pd, engine);
+    finish_op(op, pd, engine, /*accumulates=*/true);
   }
   {
     const OneDnnConvFormat f = strategy.backward_weights;
@@ -199,7 +201,7 @@ std::unique_ptr<OneDnnConvPlan> build_conv_plan(const dnnl::engine& engine, cons
     op.b = {DNNL_ARG_DIFF_DST, dst_plain, pd.diff_dst_desc()};
     op.out = {DNNL_ARG_DIFF_WEIGHTS, wei_plain, pd.diff_weights_desc()};
     op.primitive = dnnl::convolution_backward_weights(pd);
-    finish_op(op, pd, engine);
+    finish_op(op, pd, engine, /*accumulates=*/true);
   }
   return plan;
 }
