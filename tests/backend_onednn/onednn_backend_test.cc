@@ -5,16 +5,20 @@
 //   batch norm forward 1e-5, backward 1e-4 (dx sums over N*H*W in another order)
 //   pooling 1e-6 (max is exact; average is one division)
 //   gemm, bias, softmax-cross-entropy 1e-5; elementwise ops and the SGD update 1e-6
+#include "backend/onednn/onednn_backend.h"
+
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 
 #include <cmath>
 #include <cstring>
 #include <limits>
 #include <memory>
+#include <string>
+#include <tuple>
 #include <vector>
 
 #include "backend/backend.h"
-#include "backend/onednn/onednn_backend.h"
 #include "core/status.h"
 #include "test_util.h"
 
@@ -67,6 +71,14 @@ const ConvCase kConvCases[] = {
     {4, 32, 7, 7, 16, 3, 3, 1, 1, 1, 1},    // small spatial, more channels
 };
 
+std::string conv_case_name(
+    const ::testing::TestParamInfo<std::tuple<ConvCase, Layout, OneDnnConvFormat>>& info) {
+  const ConvCase& c = std::get<0>(info.param);
+  return fmt::format("n{}c{}h{}w{}k{}r{}s{}st{}x{}p{}x{}_{}_{}", c.n, c.c, c.h, c.w, c.k, c.r, c.s,
+                     c.stride_h, c.stride_w, c.pad_h, c.pad_w, layout_name(std::get<1>(info.param)),
+                     onednn_conv_format_name(std::get<2>(info.param)));
+}
+
 class ConvTest : public OneDnnVsReference,
                  public ::testing::WithParamInterface<std::tuple<ConvCase, Layout, OneDnnConvFormat>> {};
 
@@ -108,8 +120,10 @@ TEST_P(ConvTest, MatchesReference) {
 INSTANTIATE_TEST_SUITE_P(Shapes, ConvTest,
                          ::testing::Combine(::testing::ValuesIn(kConvCases),
                                             ::testing::Values(Layout::nchw, Layout::nhwc),
-                                            ::testing::Values(OneDnnConvFormat::plain, OneDnnConvFormat::blocked,
-                                                              OneDnnConvFormat::blocked_weights)));
+                                            ::testing::Values(OneDnnConvFormat::plain,
+                                                              OneDnnConvFormat::blocked,
+                                                              OneDnnConvFormat::blocked_weights)),
+                         conv_case_name);
 
 TEST_F(OneDnnVsReference, DefaultConvPlanMatchesReference) {
   // plan_conv's own per-shape choice, on a ResNet-like shape in both layouts.
@@ -148,6 +162,15 @@ struct BnCase {
 
 const BnCase kBnCases[] = {{2, 3, 5, 7}, {4, 16, 6, 6}, {3, 20, 1, 1}, {8, 8, 3, 3}};
 
+std::string bn_case_name(const ::testing::TestParamInfo<std::tuple<BnCase, Layout, BatchNormFusion>>& info) {
+  const BnCase& c = std::get<0>(info.param);
+  const BatchNormFusion fusion = std::get<2>(info.param);
+  const char* f = fusion == BatchNormFusion::none   ? "none"
+                  : fusion == BatchNormFusion::relu ? "relu"
+                                                    : "add_relu";
+  return fmt::format("n{}c{}h{}w{}_{}_{}", c.n, c.c, c.h, c.w, layout_name(std::get<1>(info.param)), f);
+}
+
 class BatchNormTest : public OneDnnVsReference,
                       public ::testing::WithParamInterface<std::tuple<BnCase, Layout, BatchNormFusion>> {};
 
@@ -176,10 +199,11 @@ TEST_P(BatchNormTest, MatchesReference) {
   HostBuffer mean(cdims, DType::f32), inv_std(cdims, DType::f32), mean_ref(cdims, DType::f32),
       inv_std_ref(cdims, DType::f32);
   onednn->batchnorm_forward_training(*plan, x.tensor(), res, gamma.tensor(), beta.tensor(), y.tensor(),
-                                     rmean.tensor(), rvar.tensor(), mean.tensor(), inv_std.tensor(), ws.data());
+                                     rmean.tensor(), rvar.tensor(), mean.tensor(), inv_std.tensor(),
+                                     ws.data());
   ref->batchnorm_forward_training(*ref_plan, x.tensor(), res, gamma.tensor(), beta.tensor(), y_ref.tensor(),
-                                  rmean_ref.tensor(), rvar_ref.tensor(), mean_ref.tensor(), inv_std_ref.tensor(),
-                                  ref_ws.data());
+                                  rmean_ref.tensor(), rvar_ref.tensor(), mean_ref.tensor(),
+                                  inv_std_ref.tensor(), ref_ws.data());
   EXPECT_LT(relative_error(y.tensor(), y_ref.tensor()), 1e-5) << "y";
   EXPECT_LT(relative_error(mean.tensor(), mean_ref.tensor()), 1e-5) << "saved mean";
   EXPECT_LT(relative_error(inv_std.tensor(), inv_std_ref.tensor()), 1e-5) << "saved inv std";
@@ -196,10 +220,11 @@ TEST_P(BatchNormTest, MatchesReference) {
     Tensor* dr = fusion == BatchNormFusion::add_relu ? &dres.tensor() : nullptr;
     Tensor* dr_ref = fusion == BatchNormFusion::add_relu ? &dres_ref.tensor() : nullptr;
     onednn->batchnorm_backward(*plan, x.tensor(), y.tensor(), dy.tensor(), gamma.tensor(), mean.tensor(),
-                               inv_std.tensor(), dx.tensor(), dr, dgamma.tensor(), dbeta.tensor(), acc, ws.data());
-    ref->batchnorm_backward(*ref_plan, x.tensor(), y_ref.tensor(), dy.tensor(), gamma.tensor(), mean_ref.tensor(),
-                            inv_std_ref.tensor(), dx_ref.tensor(), dr_ref, dgamma_ref.tensor(), dbeta_ref.tensor(),
-                            acc, ref_ws.data());
+                               inv_std.tensor(), dx.tensor(), dr, dgamma.tensor(), dbeta.tensor(), acc,
+                               ws.data());
+    ref->batchnorm_backward(*ref_plan, x.tensor(), y_ref.tensor(), dy.tensor(), gamma.tensor(),
+                            mean_ref.tensor(), inv_std_ref.tensor(), dx_ref.tensor(), dr_ref,
+                            dgamma_ref.tensor(), dbeta_ref.tensor(), acc, ref_ws.data());
     EXPECT_LT(relative_error(dx.tensor(), dx_ref.tensor()), 1e-4) << "dx";
     EXPECT_LT(relative_error(dgamma.tensor(), dgamma_ref.tensor()), 1e-4) << "dgamma";
     EXPECT_LT(relative_error(dbeta.tensor(), dbeta_ref.tensor()), 1e-4) << "dbeta";
@@ -221,7 +246,36 @@ INSTANTIATE_TEST_SUITE_P(Shapes, BatchNormTest,
                          ::testing::Combine(::testing::ValuesIn(kBnCases),
                                             ::testing::Values(Layout::nchw, Layout::nhwc),
                                             ::testing::Values(BatchNormFusion::none, BatchNormFusion::relu,
-                                                              BatchNormFusion::add_relu)));
+                                                              BatchNormFusion::add_relu)),
+                         bn_case_name);
+
+TEST_F(OneDnnVsReference, BatchNormStatisticsOfLargeOffsetData) {
+  // Values 1000 +- 0.01: a naive one-pass E[x^2] - E[x]^2 in float would lose the variance entirely.
+  for (Layout layout : {Layout::nchw, Layout::nhwc}) {
+    SCOPED_TRACE(layout_name(layout));
+    BatchNormGeometry g;
+    g.batch = 8, g.channels = 4, g.h = 9, g.w = 9, g.layout = layout;
+    const std::vector<int64_t> dims{8, 4, 9, 9}, cdims{4};
+    HostBuffer x = random_buffer(dims, 201, layout, 999.99, 1000.01);
+    HostBuffer gamma = random_buffer(cdims, 202, Layout::nchw, 0.5, 1.5), beta = random_buffer(cdims, 203);
+    HostBuffer rm(cdims, DType::f32), rv(cdims, DType::f32), rm_ref(cdims, DType::f32),
+        rv_ref(cdims, DType::f32);
+    HostBuffer sm(cdims, DType::f32), si(cdims, DType::f32), sm_ref(cdims, DType::f32),
+        si_ref(cdims, DType::f32);
+    HostBuffer y(dims, DType::f32, layout), y_ref(dims, DType::f32, layout);
+    auto plan = onednn->plan_batchnorm(g);
+    auto ref_plan = ref->plan_batchnorm(g);
+    Workspace ws(plan->workspace_bytes()), ref_ws(ref_plan->workspace_bytes());
+    onednn->batchnorm_forward_training(*plan, x.tensor(), nullptr, gamma.tensor(), beta.tensor(), y.tensor(),
+                                       rm.tensor(), rv.tensor(), sm.tensor(), si.tensor(), ws.data());
+    ref->batchnorm_forward_training(*ref_plan, x.tensor(), nullptr, gamma.tensor(), beta.tensor(),
+                                    y_ref.tensor(), rm_ref.tensor(), rv_ref.tensor(), sm_ref.tensor(),
+                                    si_ref.tensor(), ref_ws.data());
+    EXPECT_LT(relative_error(si.tensor(), si_ref.tensor()), 1e-4) << "inv std";
+    EXPECT_LT(relative_error(y.tensor(), y_ref.tensor()), 1e-4) << "y";
+    EXPECT_LT(relative_error(rv.tensor(), rv_ref.tensor()), 1e-4) << "running var";
+  }
+}
 
 TEST_F(OneDnnVsReference, BatchNormRunningStatsFollowPyTorch) {
   // One channel, known values: batch mean 2.5, biased var 1.25, unbiased var 5/3.
@@ -242,6 +296,47 @@ TEST_F(OneDnnVsReference, BatchNormRunningStatsFollowPyTorch) {
   EXPECT_NEAR(rv.ptr<float>()[0], 0.75 * 1.0 + 0.25 * (5.0 / 3.0), 1e-6);
 }
 
+TEST(OneDnnThreads, BatchNormAgreesWithReferenceAtOneAndThreeThreads) {
+  // The NHWC loops split rows among threads and reduce per-thread partial sums: 2x7x5 = 70 rows over 3
+  // threads is an uneven split; NCHW splits 5 channels over 3 threads.
+  auto ref = make_reference_backend();
+  for (int threads : {1, 3}) {
+    auto onednn = make_onednn_backend(threads);
+    for (Layout layout : {Layout::nchw, Layout::nhwc}) {
+      SCOPED_TRACE(fmt::format("{} threads, {}", threads, layout_name(layout)));
+      BatchNormGeometry g;
+      g.batch = 2, g.channels = 5, g.h = 7, g.w = 5, g.layout = layout, g.fusion = BatchNormFusion::relu;
+      const std::vector<int64_t> dims{2, 5, 7, 5}, cdims{5};
+      HostBuffer x = random_buffer(dims, 301, layout), dy = random_buffer(dims, 302, layout);
+      HostBuffer gamma = random_buffer(cdims, 303, Layout::nchw, 0.5, 1.5), beta = random_buffer(cdims, 304);
+      auto plan = onednn->plan_batchnorm(g);
+      auto ref_plan = ref->plan_batchnorm(g);
+      Workspace ws(plan->workspace_bytes()), ref_ws(ref_plan->workspace_bytes());
+      HostBuffer rm(cdims, DType::f32), rv(cdims, DType::f32), sm(cdims, DType::f32), si(cdims, DType::f32);
+      HostBuffer rm_ref(cdims, DType::f32), rv_ref(cdims, DType::f32), sm_ref(cdims, DType::f32),
+          si_ref(cdims, DType::f32);
+      HostBuffer y(dims, DType::f32, layout), y_ref(dims, DType::f32, layout);
+      onednn->batchnorm_forward_training(*plan, x.tensor(), nullptr, gamma.tensor(), beta.tensor(), y.tensor(),
+                                         rm.tensor(), rv.tensor(), sm.tensor(), si.tensor(), ws.data());
+      ref->batchnorm_forward_training(*ref_plan, x.tensor(), nullptr, gamma.tensor(), beta.tensor(),
+                                      y_ref.tensor(), rm_ref.tensor(), rv_ref.tensor(), sm_ref.tensor(),
+                                      si_ref.tensor(), ref_ws.data());
+      EXPECT_LT(relative_error(y.tensor(), y_ref.tensor()), 1e-5);
+      HostBuffer dx(dims, DType::f32, layout), dx_ref(dims, DType::f32, layout);
+      HostBuffer dg(cdims, DType::f32), db(cdims, DType::f32), dg_ref(cdims, DType::f32), db_ref(cdims, DType::f32);
+      onednn->batchnorm_backward(*plan, x.tensor(), y.tensor(), dy.tensor(), gamma.tensor(), sm.tensor(),
+                                 si.tensor(), dx.tensor(), nullptr, dg.tensor(), db.tensor(),
+                                 Accumulate::overwrite, ws.data());
+      ref->batchnorm_backward(*ref_plan, x.tensor(), y_ref.tensor(), dy.tensor(), gamma.tensor(), sm_ref.tensor(),
+                              si_ref.tensor(), dx_ref.tensor(), nullptr, dg_ref.tensor(), db_ref.tensor(),
+                              Accumulate::overwrite, ref_ws.data());
+      EXPECT_LT(relative_error(dx.tensor(), dx_ref.tensor()), 1e-4);
+      EXPECT_LT(relative_error(dg.tensor(), dg_ref.tensor()), 1e-4);
+      EXPECT_LT(relative_error(db.tensor(), db_ref.tensor()), 1e-4);
+    }
+  }
+}
+
 // ---------------------------------------------------------------------------------------------------------
 // Pooling
 
@@ -251,13 +346,20 @@ struct PoolCase {
 };
 
 const PoolCase kPoolCases[] = {
-    {2, 5, 9, 11, 3, 2, 1, PoolKind::max},     // ResNet stem pool on odd sizes
+    {2, 5, 9, 11, 3, 2, 1, PoolKind::max},  // ResNet stem pool on odd sizes
     {2, 16, 8, 8, 2, 2, 0, PoolKind::max},
     {3, 7, 7, 7, 7, 1, 0, PoolKind::average},  // global average
     {2, 8, 9, 9, 3, 2, 1, PoolKind::average},  // padding excluded from the divisor
 };
 
-class PoolTest : public OneDnnVsReference, public ::testing::WithParamInterface<std::tuple<PoolCase, Layout>> {};
+std::string pool_case_name(const ::testing::TestParamInfo<std::tuple<PoolCase, Layout>>& info) {
+  const PoolCase& c = std::get<0>(info.param);
+  return fmt::format("{}_n{}c{}h{}w{}k{}s{}p{}_{}", c.kind == PoolKind::max ? "max" : "avg", c.n, c.c, c.h,
+                     c.w, c.k, c.stride, c.pad, layout_name(std::get<1>(info.param)));
+}
+
+class PoolTest : public OneDnnVsReference,
+                 public ::testing::WithParamInterface<std::tuple<PoolCase, Layout>> {};
 
 TEST_P(PoolTest, MatchesReference) {
   const auto [pc, layout] = GetParam();
@@ -288,7 +390,8 @@ TEST_P(PoolTest, MatchesReference) {
 
 INSTANTIATE_TEST_SUITE_P(Shapes, PoolTest,
                          ::testing::Combine(::testing::ValuesIn(kPoolCases),
-                                            ::testing::Values(Layout::nchw, Layout::nhwc)));
+                                            ::testing::Values(Layout::nchw, Layout::nhwc)),
+                         pool_case_name);
 
 // ---------------------------------------------------------------------------------------------------------
 // ReLU, dense algebra, loss
@@ -314,8 +417,10 @@ TEST_F(OneDnnVsReference, Gemm) {
   const int64_t m = 13, n = 17, k = 29;
   for (Transpose ta : {Transpose::no, Transpose::yes}) {
     for (Transpose tb : {Transpose::no, Transpose::yes}) {
-      HostBuffer a = random_buffer(ta == Transpose::no ? std::vector<int64_t>{m, k} : std::vector<int64_t>{k, m}, 51);
-      HostBuffer b = random_buffer(tb == Transpose::no ? std::vector<int64_t>{k, n} : std::vector<int64_t>{n, k}, 52);
+      HostBuffer a =
+          random_buffer(ta == Transpose::no ? std::vector<int64_t>{m, k} : std::vector<int64_t>{k, m}, 51);
+      HostBuffer b =
+          random_buffer(tb == Transpose::no ? std::vector<int64_t>{k, n} : std::vector<int64_t>{n, k}, 52);
       HostBuffer c = random_buffer({m, n}, 53), c_ref = copy_of(c);
       onednn->gemm(ta, tb, m, n, k, 0.7f, a.tensor(), b.tensor(), 0.3f, c.tensor());
       ref->gemm(ta, tb, m, n, k, 0.7f, a.tensor(), b.tensor(), 0.3f, c_ref.tensor());
@@ -347,7 +452,8 @@ TEST_F(OneDnnVsReference, SoftmaxCrossEntropy) {
   for (float smoothing : {0.f, 0.1f}) {
     HostBuffer probs({rows, classes}, DType::f32), probs_ref({rows, classes}, DType::f32);
     HostBuffer loss({1}, DType::f32), loss_ref({1}, DType::f32);
-    onednn->softmax_cross_entropy_forward(logits.tensor(), labels.tensor(), smoothing, probs.tensor(), loss.tensor());
+    onednn->softmax_cross_entropy_forward(logits.tensor(), labels.tensor(), smoothing, probs.tensor(),
+                                          loss.tensor());
     ref->softmax_cross_entropy_forward(logits.tensor(), labels.tensor(), smoothing, probs_ref.tensor(),
                                        loss_ref.tensor());
     EXPECT_LT(relative_error(probs.tensor(), probs_ref.tensor()), 1e-5);
@@ -382,7 +488,8 @@ TEST_F(OneDnnVsReference, Cast) {
   HostBuffer src = random_buffer({1000}, 91, Layout::nchw, -100.0, 100.0);
   for (DType dtype : {DType::f64, DType::bf16, DType::f16}) {
     SCOPED_TRACE(dtype_name(dtype));
-    HostBuffer mid({1000}, dtype), back({1000}, DType::f32), mid_ref({1000}, dtype), back_ref({1000}, DType::f32);
+    HostBuffer mid({1000}, dtype), back({1000}, DType::f32), mid_ref({1000}, dtype),
+        back_ref({1000}, DType::f32);
     onednn->cast(src.tensor(), mid.tensor());
     onednn->cast(mid.tensor(), back.tensor());
     ref->cast(src.tensor(), mid_ref.tensor());
@@ -415,7 +522,8 @@ TEST_F(OneDnnVsReference, SgdUpdate) {
   const ParamSegment segments[] = {{0, 20000, true}, {20000, 9000, false}};  // the last 1000 are not updated
   for (bool nesterov : {false, true}) {
     SCOPED_TRACE(nesterov ? "nesterov" : "plain momentum");
-    HostBuffer p = random_buffer({count}, 111), g = random_buffer({count}, 112), v = random_buffer({count}, 113);
+    HostBuffer p = random_buffer({count}, 111), g = random_buffer({count}, 112),
+               v = random_buffer({count}, 113);
     HostBuffer p_ref = copy_of(p), v_ref = copy_of(v);
     SgdStep step;
     step.lr = 0.05f, step.momentum = 0.9f, step.weight_decay = 1e-4f, step.nesterov = nesterov;

@@ -65,22 +65,37 @@ float bf16_to_f32(uint16_t b) { return std::bit_cast<float>(static_cast<uint32_t
 
 double load_as_double(const Tensor& t, int64_t i) {
   switch (t.dtype()) {
-    case DType::f32: return t.ptr<float>()[i];
-    case DType::f64: return t.ptr<double>()[i];
-    case DType::f16: return f16_to_f32(t.ptr<uint16_t>()[i]);
-    case DType::bf16: return bf16_to_f32(t.ptr<uint16_t>()[i]);
-    case DType::i32: return t.ptr<int32_t>()[i];
+    case DType::f32:
+      return t.ptr<float>()[i];
+    case DType::f64:
+      return t.ptr<double>()[i];
+    case DType::f16:
+      return f16_to_f32(t.ptr<uint16_t>()[i]);
+    case DType::bf16:
+      return bf16_to_f32(t.ptr<uint16_t>()[i]);
+    case DType::i32:
+      return t.ptr<int32_t>()[i];
   }
   return 0;
 }
 
 void store_from_double(Tensor& t, int64_t i, double v) {
   switch (t.dtype()) {
-    case DType::f32: t.ptr<float>()[i] = static_cast<float>(v); break;
-    case DType::f64: t.ptr<double>()[i] = v; break;
-    case DType::f16: t.ptr<uint16_t>()[i] = f32_to_f16(static_cast<float>(v)); break;
-    case DType::bf16: t.ptr<uint16_t>()[i] = f32_to_bf16(static_cast<float>(v)); break;
-    case DType::i32: t.ptr<int32_t>()[i] = static_cast<int32_t>(v); break;
+    case DType::f32:
+      t.ptr<float>()[i] = static_cast<float>(v);
+      break;
+    case DType::f64:
+      t.ptr<double>()[i] = v;
+      break;
+    case DType::f16:
+      t.ptr<uint16_t>()[i] = f32_to_f16(static_cast<float>(v));
+      break;
+    case DType::bf16:
+      t.ptr<uint16_t>()[i] = f32_to_bf16(static_cast<float>(v));
+      break;
+    case DType::i32:
+      t.ptr<int32_t>()[i] = static_cast<int32_t>(v);
+      break;
   }
 }
 
@@ -121,7 +136,7 @@ void OneDnnBackend::relu_forward(const Tensor& x, Tensor& y) {
   const float* in = x.ptr<float>();
   float* out = y.ptr<float>();
   const int64_t n = x.numel();
-#pragma omp parallel for simd schedule(static) if (n > kParallelThreshold)
+#pragma omp parallel for simd schedule(static) num_threads(threads_) if (n > kParallelThreshold)
   for (int64_t i = 0; i < n; ++i) out[i] = in[i] > 0.f ? in[i] : 0.f;
 }
 
@@ -135,14 +150,14 @@ void OneDnnBackend::relu_backward(const Tensor& y, const Tensor& dy, Tensor& dx)
   const float* dyp = dy.ptr<float>();
   float* dxp = dx.ptr<float>();
   const int64_t n = y.numel();
-#pragma omp parallel for simd schedule(static) if (n > kParallelThreshold)
+#pragma omp parallel for simd schedule(static) num_threads(threads_) if (n > kParallelThreshold)
   for (int64_t i = 0; i < n; ++i) dxp[i] = yp[i] > 0.f ? dyp[i] : 0.f;
 }
 
 // ---- dense algebra ----
 
-void OneDnnBackend::gemm(Transpose ta, Transpose tb, int64_t m, int64_t n, int64_t k, float alpha, const Tensor& a,
-                         const Tensor& b, float beta, Tensor& c) {
+void OneDnnBackend::gemm(Transpose ta, Transpose tb, int64_t m, int64_t n, int64_t k, float alpha,
+                         const Tensor& a, const Tensor& b, float beta, Tensor& c) {
   check_f32(a, "gemm");
   check_f32(b, "gemm");
   check_f32(c, "gemm");
@@ -150,9 +165,8 @@ void OneDnnBackend::gemm(Transpose ta, Transpose tb, int64_t m, int64_t n, int64
             "gemm m={} n={} k={}: a {} b {} c {}", m, n, k, a.describe(), b.describe(), c.describe());
   if (m == 0 || n == 0) return;
   const bool at = ta == Transpose::yes, bt = tb == Transpose::yes;
-  const dnnl::status status =
-      dnnl::sgemm(at ? 'T' : 'N', bt ? 'T' : 'N', m, n, k, alpha, a.ptr<float>(), at ? m : k, b.ptr<float>(),
-                  bt ? k : n, beta, c.ptr<float>(), n);
+  const dnnl::status status = dnnl::sgemm(at ? 'T' : 'N', bt ? 'T' : 'N', m, n, k, alpha, a.ptr<float>(),
+                                          at ? m : k, b.ptr<float>(), bt ? k : n, beta, c.ptr<float>(), n);
   DLB_CHECK(status == dnnl::status::success, "dnnl_sgemm failed with status {}", static_cast<int>(status));
 }
 
@@ -165,7 +179,7 @@ void OneDnnBackend::add_bias(Tensor& y, const Tensor& bias) {
   const int64_t rows = y.numel() / features;
   float* yp = y.ptr<float>();
   const float* bp = bias.ptr<float>();
-#pragma omp parallel for schedule(static) if (y.numel() > kParallelThreshold)
+#pragma omp parallel for schedule(static) num_threads(threads_) if (y.numel() > kParallelThreshold)
   for (int64_t r = 0; r < rows; ++r) {
     float* row = yp + r * features;
 #pragma omp simd
@@ -185,7 +199,7 @@ void OneDnnBackend::bias_backward(const Tensor& dy, Tensor& dbias, Accumulate ac
   const bool add = accumulate == Accumulate::add;
   // Rows are summed in a fixed order per feature, so the result does not depend on the thread count.
   constexpr int64_t kBlock = 64;
-#pragma omp parallel for schedule(static) if (dy.numel() > kParallelThreshold)
+#pragma omp parallel for schedule(static) num_threads(threads_) if (dy.numel() > kParallelThreshold)
   for (int64_t f0 = 0; f0 < features; f0 += kBlock) {
     const int64_t f1 = std::min(features, f0 + kBlock);
     float sum[kBlock] = {};
@@ -217,7 +231,7 @@ void OneDnnBackend::softmax_cross_entropy_forward(const Tensor& logits, const Te
   const double s = label_smoothing, off = s / static_cast<double>(classes);
   double total = 0;
   bool bad_label = false;
-#pragma omp parallel for schedule(static) reduction(+ : total) reduction(|| : bad_label) if (rows * classes > kParallelThreshold)
+#pragma omp parallel for schedule(static) num_threads(threads_) reduction(+ : total) reduction(|| : bad_label) if (rows * classes > kParallelThreshold)
   for (int64_t r = 0; r < rows; ++r) {
     const float* z = in + r * classes;
     float* p = out + r * classes;
@@ -254,8 +268,8 @@ void OneDnnBackend::softmax_cross_entropy_backward(const Tensor& probs, const Te
   check_f32(dlogits, "softmax_cross_entropy_backward");
   DLB_CHECK(labels.dtype() == DType::i32, "labels must be i32, got {}", labels.describe());
   DLB_CHECK(probs.rank() == 2 && dlogits.numel() == probs.numel() && labels.numel() == probs.dim(0),
-            "softmax_cross_entropy_backward: probs {} labels {} dlogits {}", probs.describe(), labels.describe(),
-            dlogits.describe());
+            "softmax_cross_entropy_backward: probs {} labels {} dlogits {}", probs.describe(),
+            labels.describe(), dlogits.describe());
   const int64_t rows = probs.dim(0), classes = probs.dim(1);
   const float* p = probs.ptr<float>();
   const int32_t* lab = labels.ptr<int32_t>();
@@ -263,7 +277,9 @@ void OneDnnBackend::softmax_cross_entropy_backward(const Tensor& probs, const Te
   const float f = scale / static_cast<float>(rows);
   const float off = label_smoothing / static_cast<float>(classes), on = 1.f - label_smoothing + off;
   bool bad_label = false;
-#pragma omp parallel for schedule(static) reduction(|| : bad_label) if (rows * classes > kParallelThreshold)
+#pragma omp parallel for schedule(static) num_threads(threads_) \
+    reduction(||                                                \
+              : bad_label) if (rows * classes > kParallelThreshold)
   for (int64_t r = 0; r < rows; ++r) {
     const int32_t label = lab[r];
     if (label < 0 || label >= classes) {
@@ -284,7 +300,7 @@ void OneDnnBackend::fill(Tensor& x, double value) {
   if (x.dtype() == DType::f32) {
     float* p = x.ptr<float>();
     const float v = static_cast<float>(value);
-#pragma omp parallel for simd schedule(static) if (n > kParallelThreshold)
+#pragma omp parallel for simd schedule(static) num_threads(threads_) if (n > kParallelThreshold)
     for (int64_t i = 0; i < n; ++i) p[i] = v;
     return;
   }
@@ -303,7 +319,7 @@ void OneDnnBackend::add(const Tensor& a, const Tensor& b, Tensor& y) {
   const float* bp = b.ptr<float>();
   float* yp = y.ptr<float>();
   const int64_t n = a.numel();
-#pragma omp parallel for simd schedule(static) if (n > kParallelThreshold)
+#pragma omp parallel for simd schedule(static) num_threads(threads_) if (n > kParallelThreshold)
   for (int64_t i = 0; i < n; ++i) yp[i] = ap[i] + bp[i];
 }
 
@@ -312,7 +328,7 @@ void OneDnnBackend::scale(Tensor& x, double alpha) {
   float* p = x.ptr<float>();
   const float a = static_cast<float>(alpha);
   const int64_t n = x.numel();
-#pragma omp parallel for simd schedule(static) if (n > kParallelThreshold)
+#pragma omp parallel for simd schedule(static) num_threads(threads_) if (n > kParallelThreshold)
   for (int64_t i = 0; i < n; ++i) p[i] *= a;
 }
 
@@ -327,7 +343,7 @@ void OneDnnBackend::cast(const Tensor& src, Tensor& dst) {
     copy(dst.data(), src.data(), src.bytes());
     return;
   }
-#pragma omp parallel for schedule(static) if (n > kParallelThreshold)
+#pragma omp parallel for schedule(static) num_threads(threads_) if (n > kParallelThreshold)
   for (int64_t i = 0; i < n; ++i) store_from_double(dst, i, load_as_double(src, i));
 }
 
@@ -339,7 +355,9 @@ void OneDnnBackend::check_finite(const Tensor& x, Tensor& flag) {
   if (x.dtype() == DType::f32) {
     // Inf and NaN are exactly the values whose exponent bits are all ones; an integer test vectorises.
     const uint32_t* bits = x.ptr<uint32_t>();
-#pragma omp parallel for simd schedule(static) reduction(| : bad) if (n > kParallelThreshold)
+#pragma omp parallel for simd schedule(static) num_threads(threads_) \
+    reduction(|                                                      \
+              : bad) if (n > kParallelThreshold)
     for (int64_t i = 0; i < n; ++i) bad |= static_cast<uint32_t>((bits[i] & 0x7f800000u) == 0x7f800000u);
   } else {
     DLB_CHECK(x.dtype() != DType::i32, "check_finite needs a float tensor, got {}", x.describe());
@@ -367,7 +385,7 @@ void OneDnnBackend::sgd_update(Tensor& params, const Tensor& grads, Tensor& mome
     const float wd = seg.weight_decay ? step.weight_decay : 0.f;
     const int64_t begin = seg.offset, end = seg.offset + seg.count;
     if (step.nesterov) {
-#pragma omp parallel for simd schedule(static) if (seg.count > kParallelThreshold)
+#pragma omp parallel for simd schedule(static) num_threads(threads_) if (seg.count > kParallelThreshold)
       for (int64_t i = begin; i < end; ++i) {
         const float gi = g[i] * gs + wd * p[i];
         const float vi = mu * v[i] + gi;
@@ -375,7 +393,7 @@ void OneDnnBackend::sgd_update(Tensor& params, const Tensor& grads, Tensor& mome
         p[i] -= lr * (gi + mu * vi);
       }
     } else {
-#pragma omp parallel for simd schedule(static) if (seg.count > kParallelThreshold)
+#pragma omp parallel for simd schedule(static) num_threads(threads_) if (seg.count > kParallelThreshold)
       for (int64_t i = begin; i < end; ++i) {
         const float vi = mu * v[i] + (g[i] * gs + wd * p[i]);
         v[i] = vi;

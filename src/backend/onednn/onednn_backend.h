@@ -3,6 +3,13 @@
 //
 // make_onednn_backend(threads) (declared in backend/backend.h) is the normal way in; this header adds what
 // the kernel timing program and the tests need to look inside a plan.
+//
+// Threads: the factory calls omp_set_num_threads(threads) (0 = all cores) on the constructing thread, which
+// oneDNN's primitives follow; the backend's own loops ask for `threads` explicitly. Call the backend from
+// the thread that made it, or set the OpenMP thread count on the calling thread too.
+// Workspaces: conv and batch-norm plans report workspace_bytes() (oneDNN's scratchpad in user mode, reorder
+// buffers, per-thread partial sums); the caller's workspace may be shared by all layers, since each op uses
+// it only while it runs. Max pooling saves one byte per output (NCHW) or oneDNN's workspace (NHWC).
 #pragma once
 
 #include <cstdint>

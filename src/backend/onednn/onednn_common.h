@@ -1,11 +1,10 @@
 // Internals shared by the oneDNN backend's files: the backend class, checks, and small memory helpers.
 #pragma once
 
-#include <oneapi/dnnl/dnnl.hpp>
-
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <oneapi/dnnl/dnnl.hpp>
 #include <string>
 #include <unordered_map>
 
@@ -15,15 +14,15 @@
 namespace dlbench::onednn {
 
 // Converts a oneDNN exception thrown while planning into a dlbench::Error naming what was being built.
-#define DNNL_CHECK(expr, ...)                                                                           \
-  do {                                                                                                  \
-    try {                                                                                               \
-      expr;                                                                                             \
-    } catch (const dnnl::error& dnnl_error_) {                                                          \
-      ::dlbench::throw_check_failure(__FILE__, __LINE__, #expr,                                         \
-                                     fmt::format("oneDNN: {} ({})", dnnl_error_.what(),                 \
-                                                 fmt::format(__VA_ARGS__)));                            \
-    }                                                                                                   \
+#define DNNL_CHECK(expr, ...)                                                            \
+  do {                                                                                   \
+    try {                                                                                \
+      expr;                                                                              \
+    } catch (const dnnl::error& dnnl_error_) {                                           \
+      ::dlbench::throw_check_failure(                                                    \
+          __FILE__, __LINE__, #expr,                                                     \
+          fmt::format("oneDNN: {} ({})", dnnl_error_.what(), fmt::format(__VA_ARGS__))); \
+    }                                                                                    \
   } while (0)
 
 using tag = dnnl::memory::format_tag;
@@ -87,7 +86,8 @@ class OneDnnBackend final : public Backend {
   void synchronize() override;
 
   std::unique_ptr<ConvPlan> plan_conv(const ConvGeometry& geometry) override;
-  void conv_forward(const ConvPlan& plan, const Tensor& x, const Tensor& w, Tensor& y, void* workspace) override;
+  void conv_forward(const ConvPlan& plan, const Tensor& x, const Tensor& w, Tensor& y,
+                    void* workspace) override;
   void conv_backward_data(const ConvPlan& plan, const Tensor& dy, const Tensor& w, Tensor& dx,
                           Accumulate accumulate, void* workspace) override;
   void conv_backward_filter(const ConvPlan& plan, const Tensor& x, const Tensor& dy, Tensor& dw,
@@ -108,8 +108,8 @@ class OneDnnBackend final : public Backend {
 
   std::unique_ptr<PoolPlan> plan_pool(const PoolGeometry& geometry) override;
   void pool_forward(const PoolPlan& plan, const Tensor& x, Tensor& y, void* saved) override;
-  void pool_backward(const PoolPlan& plan, const Tensor& x, const Tensor& y, const Tensor& dy, const void* saved,
-                     Tensor& dx) override;
+  void pool_backward(const PoolPlan& plan, const Tensor& x, const Tensor& y, const Tensor& dy,
+                     const void* saved, Tensor& dx) override;
 
   void relu_forward(const Tensor& x, Tensor& y) override;
   void relu_backward(const Tensor& y, const Tensor& dy, Tensor& dx) override;
@@ -152,7 +152,8 @@ inline ArgMap with_scratchpad(ArgMap args, const dnnl::memory& scratchpad) {
 }
 
 // The scratchpad slice of a workspace, or an empty memory when the primitive needs none.
-inline dnnl::memory scratchpad_memory(const dnnl::engine& engine, void* workspace, size_t offset, size_t bytes) {
+inline dnnl::memory scratchpad_memory(const dnnl::engine& engine, void* workspace, size_t offset,
+                                      size_t bytes) {
   if (bytes == 0) return dnnl::memory();
   DLB_CHECK(workspace != nullptr, "onednn backend: a workspace is required (plan.workspace_bytes())");
   return dnnl::memory(dnnl::memory::desc({static_cast<dnnl::memory::dim>(bytes)}, dnnl::memory::data_type::u8,

@@ -1,13 +1,40 @@
 // Convolutions on oneDNN primitives, planned once per shape.
 //
-// STRATEGY (measurements below): see default_onednn_conv_strategy.
-//
 // Each of the three ops (forward, backward data, backward weights) is one oneDNN primitive whose inputs and
 // output are either our plain tensors (NCHW/NHWC, weights OIHW/OHWI) or oneDNN's preferred blocked formats
 // (format_tag::any), in which case the plan holds reorder primitives into and out of workspace buffers.
 // The caller's workspace holds, at offsets fixed at plan time: the primitives' scratchpad (user scratchpad
 // mode, so nothing is allocated per call), the reordered inputs and the op's output buffer. An output that
 // must be accumulated (Accumulate::add) goes through that buffer and a reorder with a sum post-op.
+//
+// STRATEGY — measured with bench/kernels/onednn_conv_timing.cc on the project machine (2-core AMD EPYC
+// Zen1, AVX2, oneDNN 2.6.3), one thread, process CPU time (the machine is shared: wall time at 2 threads
+// was dominated by other processes), fwd + bwd_data + bwd_weights summed over each network's convolutions
+// with their layer counts, ms per training step. Left: the strategies forced on every layer, in one run per
+// layout. Right: the chosen per-shape mix against PyTorch 1.13's convolutions (the same oneDNN library,
+// bench/kernels/torch_conv_timing.py) measured back to back in a later run; runs at different times differ
+// by up to ~15% on this shared machine, so compare within each group only.
+//
+//                          plain    blocked   blocked_weights  |  chosen   PyTorch
+//   resnet20 b128 NCHW      1605       766          1433       |    670       735
+//   resnet20 b128 NHWC     (27900*)    760           677       |    573       575
+//   ResNet-50 b16 NCHW     13258     11584             -       |  10127     11336
+//   ResNet-50 b16 NHWC         -     11680         11718       |   9632     11114
+//   * plain NHWC = OHWI weights, which no jit kernel takes: oneDNN falls back to its reference kernel
+//     (this is the time of ONE 16-channel 28x28 layer). Never chosen.
+// ONEDNN_VERBOSE shows PyTorch creating for NHWC exactly the primitives we choose there (nhwc activations,
+// blocked weights); for NCHW it reorders to nChw8c around every call (checked on a 1x1 layer).
+//
+// What wins, per op and shape (the rules in default_onednn_conv_strategy):
+//   NHWC: oneDNN's nhwc jit kernels on our activations with blocked weights (`blocked_weights`) for 1x1
+//     convolutions (e.g. ResNet-50 64x56x56->256: 140 vs 168 ms) and for 3x3 with < 64 input channels
+//     (resnet20: 39 vs 46 ms); full `blocked` (reorder to nChw8c) for 3x3 with 64+ channels (ResNet-50
+//     64x56x56 3x3: 319 vs 358 ms) and for 1x1 on small outputs (N*P*Q < 3136, ResNet-50's 7x7 stage).
+//   NCHW: `plain` runs oneDNN's im2col + GEMM kernels, `blocked` its jit kernels behind reorders. 3x3:
+//     blocked (resnet20 16x28x28: 46 vs 144 ms). 1x1: plain (GEMM) on large outputs (N*P*Q > 3136; ResNet-50
+//     64x56x56->256: 137 vs 167 ms), blocked on small ones; plain backward weights for 1x1 and for 3x3 on
+//     small outputs with 64+ channels (ResNet-50 512x7x7 3x3: 110 vs 134 ms).
+// Differences under ~5% are within the machine's noise and were not used to set a rule.
 #include <fmt/format.h>
 
 #include "backend/onednn/onednn_backend.h"
@@ -32,7 +59,6 @@ struct ConvOp {
   dnnl::primitive primitive;
   std::string impl;
   OpArg a, b, out;
-  bool out_buffered = false;  // the output buffer exists (reordered, or plain kept for accumulation)
   dnnl::reorder a_in, b_in, out_overwrite, out_accumulate;
   size_t scratchpad_offset = 0, scratchpad_bytes = 0;
   size_t workspace_bytes = 0;
@@ -45,7 +71,8 @@ dnnl::primitive_attr user_scratchpad() {
 }
 
 // Lays out the workspace of an op and builds its reorders, once the primitive descriptor is known.
-void finish_op(ConvOp& op, const dnnl::primitive_desc_base& pd, const dnnl::engine& engine) {
+// `accumulates`: the op may be asked to add into its output (the backward ops).
+void finish_op(ConvOp& op, const dnnl::primitive_desc_base& pd, const dnnl::engine& engine, bool accumulates) {
   WorkspaceLayout layout;
   size_t scratch = pd.scratchpad_desc().get_size();
   auto add_reorder = [&](const memory::desc& from, const memory::desc& to, bool accumulate) {
@@ -66,10 +93,11 @@ void finish_op(ConvOp& op, const dnnl::primitive_desc_base& pd, const dnnl::engi
   if (op.a.reordered) op.a_in = add_reorder(op.a.plain, op.a.impl, false);
   if (op.b.reordered) op.b_in = add_reorder(op.b.plain, op.b.impl, false);
   op.out.reordered = op.out.impl != op.out.plain;
-  op.out_buffered = true;  // accumulation always needs the buffer; overwrite uses it only when reordered
-  op.out.offset = layout.reserve(op.out.impl.get_size());
-  op.out_overwrite = add_reorder(op.out.impl, op.out.plain, false);
-  op.out_accumulate = add_reorder(op.out.impl, op.out.plain, true);
+  // The output goes through a workspace buffer when its format differs, and for accumulation (oneDNN's
+  // backward convolutions take no sum post-op) even where the formats agree.
+  if (op.out.reordered || accumulates) op.out.offset = layout.reserve(op.out.impl.get_size());
+  if (op.out.reordered) op.out_overwrite = add_reorder(op.out.impl, op.out.plain, false);
+  if (accumulates) op.out_accumulate = add_reorder(op.out.impl, op.out.plain, true);
   op.scratchpad_bytes = scratch;
   op.scratchpad_offset = layout.reserve(scratch);
   op.workspace_bytes = layout.total();
@@ -80,7 +108,8 @@ class OneDnnConvPlan final : public ConvPlan {
  public:
   OneDnnConvPlan(const ConvGeometry& g, const OneDnnConvStrategy& s) : ConvPlan(g), strategy(s) {}
   size_t workspace_bytes() const override {
-    return std::max({forward.workspace_bytes, backward_data.workspace_bytes, backward_weights.workspace_bytes});
+    return std::max(
+        {forward.workspace_bytes, backward_data.workspace_bytes, backward_weights.workspace_bytes});
   }
   OneDnnConvStrategy strategy;
   ConvOp forward, backward_data, backward_weights;
@@ -104,11 +133,13 @@ std::unique_ptr<OneDnnConvPlan> build_conv_plan(const dnnl::engine& engine, cons
   auto act = [&](OneDnnConvFormat f, const memory::desc& plain, const memory::dims& dims) {
     return f == OneDnnConvFormat::blocked ? any_desc(dims) : plain;
   };
-  auto wei = [&](OneDnnConvFormat f) { return f == OneDnnConvFormat::plain ? wei_plain : any_desc(wei_dims); };
+  auto wei = [&](OneDnnConvFormat f) {
+    return f == OneDnnConvFormat::plain ? wei_plain : any_desc(wei_dims);
+  };
   const auto algo = dnnl::algorithm::convolution_direct;
-  const std::string what = fmt::format("conv {}x{}x{}x{} k{} {}x{} s{} p{} {}", g.batch, g.in_channels, g.in_h,
-                                       g.in_w, g.out_channels, g.kernel_h, g.kernel_w, g.stride_h, g.pad_h,
-                                       layout_name(g.layout));
+  const std::string what =
+      fmt::format("conv {}x{}x{}x{} k{} {}x{} s{} p{} {}", g.batch, g.in_channels, g.in_h, g.in_w,
+                  g.out_channels, g.kernel_h, g.kernel_w, g.stride_h, g.pad_h, layout_name(g.layout));
   const dnnl::primitive_attr attr = user_scratchpad();
 
   // Forward (training: the backward primitives take it as their hint).
@@ -126,7 +157,7 @@ std::unique_ptr<OneDnnConvPlan> build_conv_plan(const dnnl::engine& engine, cons
     op.b = {DNNL_ARG_WEIGHTS, wei_plain, fwd_pd.weights_desc()};
     op.out = {DNNL_ARG_DST, dst_plain, fwd_pd.dst_desc()};
     op.primitive = dnnl::convolution_forward(fwd_pd);
-    finish_op(op, fwd_pd, engine);
+    finish_op(op, fwd_pd, engine, /*accumulates=*/false);
   }
   // The hint for the backward ops: a forward descriptor in the backward op's own formats, so that oneDNN
   // does not steer the backward towards the forward's choice.
@@ -143,34 +174,34 @@ std::unique_ptr<OneDnnConvPlan> build_conv_plan(const dnnl::engine& engine, cons
   {
     const OneDnnConvFormat f = strategy.backward_data;
     dnnl::convolution_backward_data::primitive_desc pd;
-    DNNL_CHECK((pd = dnnl::convolution_backward_data::primitive_desc(
-                    dnnl::convolution_backward_data::desc(algo, act(f, src_plain, src_dims), wei(f),
-                                                          act(f, dst_plain, dst_dims), strides, padding,
-                                                          padding),
-                    attr, engine, hint_for(f))),
-               "{} backward data", what);
+    DNNL_CHECK(
+        (pd = dnnl::convolution_backward_data::primitive_desc(
+             dnnl::convolution_backward_data::desc(algo, act(f, src_plain, src_dims), wei(f),
+                                                   act(f, dst_plain, dst_dims), strides, padding, padding),
+             attr, engine, hint_for(f))),
+        "{} backward data", what);
     ConvOp& op = plan->backward_data;
     op.a = {DNNL_ARG_DIFF_DST, dst_plain, pd.diff_dst_desc()};
     op.b = {DNNL_ARG_WEIGHTS, wei_plain, pd.weights_desc()};
     op.out = {DNNL_ARG_DIFF_SRC, src_plain, pd.diff_src_desc()};
     op.primitive = dnnl::convolution_backward_data(pd);
-    finish_op(op, pd, engine);
+    finish_op(op, pd, engine, /*accumulates=*/true);
   }
   {
     const OneDnnConvFormat f = strategy.backward_weights;
     dnnl::convolution_backward_weights::primitive_desc pd;
-    DNNL_CHECK((pd = dnnl::convolution_backward_weights::primitive_desc(
-                    dnnl::convolution_backward_weights::desc(algo, act(f, src_plain, src_dims), wei(f),
-                                                             act(f, dst_plain, dst_dims), strides, padding,
-                                                             padding),
-                    attr, engine, hint_for(f))),
-               "{} backward weights", what);
+    DNNL_CHECK(
+        (pd = dnnl::convolution_backward_weights::primitive_desc(
+             dnnl::convolution_backward_weights::desc(algo, act(f, src_plain, src_dims), wei(f),
+                                                      act(f, dst_plain, dst_dims), strides, padding, padding),
+             attr, engine, hint_for(f))),
+        "{} backward weights", what);
     ConvOp& op = plan->backward_weights;
     op.a = {DNNL_ARG_SRC, src_plain, pd.src_desc()};
     op.b = {DNNL_ARG_DIFF_DST, dst_plain, pd.diff_dst_desc()};
     op.out = {DNNL_ARG_DIFF_WEIGHTS, wei_plain, pd.diff_weights_desc()};
     op.primitive = dnnl::convolution_backward_weights(pd);
-    finish_op(op, pd, engine);
+    finish_op(op, pd, engine, /*accumulates=*/true);
   }
   return plan;
 }
@@ -189,8 +220,8 @@ void check_conv_tensor(const Tensor& t, const memory::dims& dims, Layout layout,
             layout_name(layout));
 }
 
-void run_op(OneDnnBackend& backend, const ConvOp& op, const void* a, const void* b, void* out,
-            Accumulate accumulate, void* workspace) {
+void run_op_unchecked(OneDnnBackend& backend, const ConvOp& op, const void* a, const void* b, void* out,
+                      Accumulate accumulate, void* workspace) {
   const dnnl::engine& engine = backend.engine();
   dnnl::stream& stream = backend.stream();
   DLB_CHECK(workspace != nullptr || op.workspace_bytes == 0,
@@ -209,12 +240,19 @@ void run_op(OneDnnBackend& backend, const ConvOp& op, const void* a, const void*
   const bool via_buffer = op.out.reordered || accumulate == Accumulate::add;
   memory out_mem = via_buffer ? wrap(op.out.impl, engine, at_offset(workspace, op.out.offset)) : out_plain;
   op.primitive.execute(
-      stream, with_scratchpad({{op.a.arg_id, a_mem}, {op.b.arg_id, b_mem}, {op.out.arg_id, out_mem}}, scratchpad));
+      stream,
+      with_scratchpad({{op.a.arg_id, a_mem}, {op.b.arg_id, b_mem}, {op.out.arg_id, out_mem}}, scratchpad));
   if (via_buffer) {
     const dnnl::reorder& out_reorder = accumulate == Accumulate::add ? op.out_accumulate : op.out_overwrite;
-    out_reorder.execute(stream, with_scratchpad({{DNNL_ARG_FROM, out_mem}, {DNNL_ARG_TO, out_plain}}, scratchpad));
+    out_reorder.execute(stream,
+                        with_scratchpad({{DNNL_ARG_FROM, out_mem}, {DNNL_ARG_TO, out_plain}}, scratchpad));
   }
   stream.wait();
+}
+
+void run_op(OneDnnBackend& backend, const ConvOp& op, const void* a, const void* b, void* out,
+            Accumulate accumulate, void* workspace) {
+  DNNL_CHECK(run_op_unchecked(backend, op, a, b, out, accumulate, workspace), "executing {}", op.impl);
 }
 
 }  // namespace
@@ -257,9 +295,31 @@ void OneDnnBackend::conv_backward_filter(const ConvPlan& plan, const Tensor& x, 
 
 }  // namespace onednn
 
-OneDnnConvStrategy default_onednn_conv_strategy(const ConvGeometry& geometry) {
-  // Placeholder until measured.
-  return {OneDnnConvFormat::blocked, OneDnnConvFormat::blocked, OneDnnConvFormat::blocked};
+OneDnnConvStrategy default_onednn_conv_strategy(const ConvGeometry& g) {
+  // The rules distilled from the measurements at the top of this file. "pixels" is the output's N*P*Q,
+  // the GEMM dimension a 1x1 convolution is made of.
+  using F = OneDnnConvFormat;
+  const int64_t pixels = g.batch * g.out_h() * g.out_w();
+  const bool one_by_one = g.kernel_h == 1 && g.kernel_w == 1;
+  if (g.layout == Layout::nhwc) {
+    // NHWC activations go straight into oneDNN's nhwc kernels (weights blocked) except where the blocked
+    // kernels are clearly faster: 3x3 with 64+ input channels, and 1x1 on small pixel counts.
+    if (one_by_one) {
+      const F f = pixels >= 3136 ? F::blocked_weights : F::blocked;
+      return {f, f, f};
+    }
+    const F f = g.in_channels >= 64 ? F::blocked : F::blocked_weights;
+    return {f, f, f};
+  }
+  // NCHW: plain NCHW runs oneDNN's im2col+GEMM kernels; blocked reorders into nChw8c for the jit kernels.
+  if (one_by_one) {
+    const F f = pixels > 3136 ? F::plain : F::blocked;
+    return {f, f, F::plain};
+  }
+  // oneDNN's GEMM-based backward-weights kernel reduces over the batch between threads; with few input
+  // channels (resnet20's 1- and 16-channel 3x3 layers) that went pathological at 2 threads on a busy machine
+  // (seconds per call), so it is used only where it measured faster and has 64+ channels.
+  return {F::blocked, F::blocked, pixels <= 3136 && g.in_channels >= 64 ? F::plain : F::blocked};
 }
 
 std::unique_ptr<ConvPlan> plan_onednn_conv(Backend& backend, const ConvGeometry& geometry,
@@ -272,7 +332,8 @@ std::unique_ptr<ConvPlan> plan_onednn_conv(Backend& backend, const ConvGeometry&
 std::string describe_onednn_conv_plan(const ConvPlan& plan) {
   const auto& p = onednn::as_onednn(plan);
   auto one = [](const onednn::ConvOp& op) {
-    return fmt::format("{}{}", op.impl, op.a.reordered || op.b.reordered || op.out.reordered ? " +reorders" : "");
+    return fmt::format("{}{}", op.impl,
+                       op.a.reordered || op.b.reordered || op.out.reordered ? " +reorders" : "");
   };
   return fmt::format("fwd[{}]: {} | bwd_data[{}]: {} | bwd_weights[{}]: {}",
                      onednn_conv_format_name(p.strategy.forward), one(p.forward),
@@ -282,9 +343,12 @@ std::string describe_onednn_conv_plan(const ConvPlan& plan) {
 
 const char* onednn_conv_format_name(OneDnnConvFormat format) {
   switch (format) {
-    case OneDnnConvFormat::plain: return "plain";
-    case OneDnnConvFormat::blocked: return "blocked";
-    case OneDnnConvFormat::blocked_weights: return "blocked_weights";
+    case OneDnnConvFormat::plain:
+      return "plain";
+    case OneDnnConvFormat::blocked:
+      return "blocked";
+    case OneDnnConvFormat::blocked_weights:
+      return "blocked_weights";
   }
   return "?";
 }
