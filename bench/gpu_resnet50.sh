@@ -3,16 +3,16 @@
 #
 # Builds nothing: runs the dlbench binary built elsewhere ($DLBENCH) and peers/pytorch/train.py. For each
 # precision: dlbench bench --device cuda, then the peer with channels_last (+ AMP/GradScaler for fp16,
-# autocast for bf16, cuDNN benchmark mode) in eager mode and, unless COMPILE=0, with torch.compile; the
-# peer's faster run is kept. Prints one table last and appends one JSON line per point to $RESULTS.
+# autocast for bf16, cuDNN benchmark mode) in eager mode and, for the precisions listed in COMPILE, with
+# torch.compile; the peer's faster run is kept. Prints one table last and appends one JSON line per point to $RESULTS.
 #
 # Settings (environment): DLBENCH (binary), PRECISIONS ("fp32 tf32 fp16 bf16"), BATCH (256), STEPS (60),
-# WARMUP (20), COMPILE (1), RESULTS (file; default $OUT/gpu-resnet50.jsonl or bench/results/...), PYTHON.
+# WARMUP (20), COMPILE (precisions also run compiled; default all of PRECISIONS), RESULTS (file; default $OUT/gpu-resnet50.jsonl or bench/results/...), PYTHON.
 set -euo pipefail
 REPO="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 DLBENCH="${DLBENCH:-$REPO/build/dlbench}"
 PRECISIONS="${PRECISIONS:-fp32 tf32 fp16 bf16}"
-BATCH="${BATCH:-256}"; STEPS="${STEPS:-60}"; WARMUP="${WARMUP:-20}"; COMPILE="${COMPILE:-1}"
+BATCH="${BATCH:-256}"; STEPS="${STEPS:-60}"; WARMUP="${WARMUP:-20}"; COMPILE="${COMPILE-$PRECISIONS}"
 PYTHON="${PYTHON:-python3}"
 RESULTS="${RESULTS:-${OUT:-$REPO/bench/results}/$(date -u +%Y-%m-%d)-gpu-resnet50.jsonl}"
 LOGS="${LOGS:-$(mktemp -d)}"
@@ -32,7 +32,7 @@ for p in $PRECISIONS; do
   echo "== $p: pytorch eager"
   "$PYTHON" "$REPO/peers/pytorch/train.py" "${common[@]}" --precision "$p" --channels-last \
     --json "$LOGS/peer-eager-$p.json" >"$LOGS/peer-eager-$p.log" 2>&1 || tail -20 "$LOGS/peer-eager-$p.log"
-  if [[ "$COMPILE" == 1 ]]; then
+  if [[ " $COMPILE " == *" $p "* ]]; then
     echo "== $p: pytorch compiled"
     "$PYTHON" "$REPO/peers/pytorch/train.py" "${common[@]}" --precision "$p" --channels-last --compile \
       --json "$LOGS/peer-compiled-$p.json" >"$LOGS/peer-compiled-$p.log" 2>&1 || tail -20 "$LOGS/peer-compiled-$p.log"

@@ -1,5 +1,10 @@
 // One whole ResNet-50 training step on the GPU against the same step on the CPU (oneDNN), in fp32 with
 // TF32 off: the loss and every parameter's gradient must agree to a relative error below 1e-3.
+//
+// The relative error of a gradient tensor is ||gpu - cpu||_2 / ||cpu||_2. (A max-norm per element is the
+// wrong measure across 50 layers: the two backends' last-bit differences flip a few ReLU masks where a
+// pre-activation sits within ~1e-6 of zero, and each flip moves one term of a batch-norm channel's sum, a
+// percent-level change of that one channel that says nothing about the rest.)
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -62,11 +67,13 @@ TEST(GpuModel, ResNet50StepMatchesOneDnnInFp32) {
   GTEST_SKIP() << "built without CUDA";
 #else
   if (cuda_device_count() == 0) GTEST_SKIP() << "no CUDA GPU: the GPU-vs-oneDNN step check needs one";
-  const int64_t batch = 4, size = 64;  // small but every stage still has spatial extent
+  // Small, but the last stage keeps 4x4 pixels: batch norm there averages 128 values per channel, not a
+  // handful whose statistics make its backward ill-conditioned.
+  const int64_t batch = 8, size = 112;
   HostBuffer images({batch, 3, size, size}, DType::f32);
   testing::fill_uniform(images.tensor(), 99, -2, 2);
   std::vector<float> image_values(images.ptr<float>(), images.ptr<float>() + images.numel());
-  std::vector<int32_t> labels{3, 141, 592, 999};
+  std::vector<int32_t> labels{3, 141, 592, 999, 0, 17, 404, 808};
 
   auto cpu = make_onednn_backend(0);
   auto gpu = make_cuda_backend(0, /*allow_tf32=*/false);
@@ -77,19 +84,24 @@ TEST(GpuModel, ResNet50StepMatchesOneDnnInFp32) {
     EXPECT_NEAR(b.loss, a.loss, 1e-3 * std::abs(a.loss));
     ASSERT_EQ(a.gradients.size(), b.gradients.size());
     int checked = 0;
+    double worst = 0;
     for (size_t i = 0; i < a.names.size(); ++i) {
       auto [offset, count] = a.ranges[i];
-      double max_diff = 0, max_ref = 1e-12;
+      double diff2 = 0, ref2 = 1e-30;
       for (int64_t k = offset; k < offset + count; ++k) {
         double x = a.gradients[static_cast<size_t>(k)], y = b.gradients[static_cast<size_t>(k)];
         ASSERT_FALSE(std::isnan(y)) << a.names[i];
-        max_diff = std::max(max_diff, std::abs(x - y));
-        max_ref = std::max(max_ref, std::abs(x));
+        diff2 += (x - y) * (x - y);
+        ref2 += x * x;
       }
-      EXPECT_LT(max_diff / max_ref, 1e-3) << a.names[i];
+      double relative = std::sqrt(diff2 / ref2);
+      worst = std::max(worst, relative);
+      EXPECT_LT(relative, 1e-3) << a.names[i];
       ++checked;
     }
     EXPECT_EQ(checked, 161);  // every parameter tensor of ResNet-50
+    std::printf("%s: loss %.6f vs %.6f, worst gradient relative error %.2e\n", layout_name(layout), b.loss, a.loss,
+                worst);
   }
 #endif
 }

@@ -1,0 +1,36 @@
+#!/usr/bin/env bash
+# The GPU half of the test suite, for a machine with a GPU (CI has none): the CUDA backend's op tests,
+# the kernels' tests, one ResNet-50 step against oneDNN, compute-sanitizer on a short ResNet-50 run, and
+# resnet20 on Fashion-MNIST to >= 90% test accuracy in fp32 and fp16. Runs binaries built elsewhere.
+#
+# Environment: BIN (folder with dlbench and the test binaries; default build), DATA (Fashion-MNIST
+# folder; default /usr/share/datasets/fashion-mnist), LOGS (where logs go; default a temporary folder).
+set -uo pipefail
+BIN="${BIN:-build}"; DATA="${DATA:-/usr/share/datasets/fashion-mnist}"; LOGS="${LOGS:-$(mktemp -d)}"
+mkdir -p "$LOGS"
+failures=0
+check() {  # check NAME CMD...: runs CMD, logs it, reports one line
+  local name="$1"; shift
+  local start=$SECONDS
+  if "$@" >"$LOGS/$name.log" 2>&1; then
+    echo "PASS $name ($((SECONDS - start)) s)"
+  else
+    echo "FAIL $name ($((SECONDS - start)) s)"; tail -n 25 "$LOGS/$name.log"; failures=$((failures + 1))
+  fi
+}
+nvidia-smi -L
+check cuda_ops "$BIN/test_backend_cuda"
+check cuda_kernels "$BIN/test_backend_cuda_kernels"
+check resnet50_step_vs_onednn "$BIN/test_gpu_model"
+check memcheck_resnet50 compute-sanitizer --tool memcheck --error-exitcode 1 \
+  "$BIN/dlbench" bench --device cuda --model resnet50 --batch-size 8 --steps 2 --warmup-steps 1 --cuda-graph false
+for p in fp32 fp16; do
+  check "fmnist_resnet20_$p" "$BIN/dlbench" train --device cuda --precision "$p" --model resnet20 --data "$DATA" \
+    --epochs 4 --batch-size 128 --lr 0.2 --nesterov --weight-decay 5e-4 --lr-warmup-epochs 0.2 --log-every 200 \
+    --json "$LOGS/fmnist_$p.json"
+  check "fmnist_resnet20_${p}_reaches_90" python3 -c \
+    "import json,sys; a=json.load(open('$LOGS/fmnist_$p.json'))['test_accuracy']; print(a); sys.exit(a < 0.90)"
+  echo "  $p: $(tail -1 "$LOGS/fmnist_resnet20_$p.log")"
+done
+echo "$failures failed"
+exit $((failures > 0))
