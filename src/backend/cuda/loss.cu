@@ -1,22 +1,26 @@
 // Softmax cross-entropy against label-smoothed targets (see backend.h and reference_loss.cc).
 //
 // Forward, per row of logits x[K] with label L and smoothing s:
-//   m = max x,  S = sum exp(x - m),  D = sum (x - m),  lse = m + log S
-//   probs[j] = exp(x[j] - lse)
-//   row loss = (1 - s) * (lse - x[L]) + s * (lse - mean x) = (1 - s) * (lse - x[L]) + s * (log S - D / K)
-// (the smoothing term is -(s/K) sum_j log_softmax[j]; every term is a difference of nearby values, so
-// nothing cancels catastrophically).
+//   m = max x,  S = sum exp(x - m),  D = sum (x - m)
+//   probs[j] = exp((x[j] - m) - log S)
+//   row loss = (1 - s) * a + s * b,  a = log S - (x[L] - m) = -log probs[L],  b = log S - D / K
+// (b is -mean_j log_softmax[j]: the smoothing term. Every quantity is a difference of nearby values or a
+// small logarithm, so nothing cancels catastrophically, however large the logits.)
 //
 // Two launches, no workspace, deterministic:
-//  1. rows_kernel: a group of 32 threads (K <= 256) or a whole block of 256 (larger K) per row; three
-//     passes over the row (max; sum of exp and of x - m; probs), the second and third served from L1.
-//     It writes every probability except two stash slots per row: probs[L] holds lse and, when s > 0 and
-//     K > 1, probs[(L + 1) % K] holds log S - D / K.
-//  2. finalize_kernel: ONE block reads the stashes (2 floats and 2 logits a row), restores the two
-//     probabilities with the very expression rows_kernel uses (bit-identical), and sums the row losses in
-//     f64 in a fixed order: loss[0] = sum / N. No float atomics, so the loss does not depend on timing.
-// Arithmetic is f32 for f32/f16/bf16 logits and f64 for f64 logits; lse is rounded to f32 once (it is
-// stashed in f32 probs) and both kernels use that rounded value.
+//  1. The row kernel, one of two:
+//     K <= 1024: warp_rows_kernel, a warp per row (8 rows a block), the row held in registers (ITEMS =
+//       K / 32 rounded up to a power of two, a compile-time count), so logits are read once; reductions
+//       are warp shuffles, no block barriers.
+//     K > 1024: block_rows_kernel, a block of 256 per row, three passes over the row (max; sums of exp
+//       and of x - m; probs), the second and third served from L1.
+//     Both write every probability except two stash slots per row: probs[L] holds a and, when s > 0 and
+//     K > 1, probs[(L + 1) % K] holds b.
+//  2. finalize_kernel: ONE block reads the stashes (2 floats and 2 logits a row, 8 rows in flight per
+//     thread), restores the two probabilities (probs[L] = exp(-a), probs[L'] = exp((x[L'] - x[L]) - a)),
+//     and sums the row losses in f64 in a fixed order: loss[0] = sum / N. No float atomics, so the loss
+//     does not depend on timing.
+// Arithmetic is f32 for f32/f16/bf16 logits and f64 for f64 logits (a and b pass through f32 stashes).
 //
 // Backward: an elementwise pass, dlogits = (scale / N) * (probs - target), 16-byte loads of probs.
 #include "backend/cuda/kernel_common.cuh"
@@ -29,24 +33,19 @@ using namespace detail;
 
 constexpr int kLossThreads = 256;
 
-// Sum or max over the TPR threads of a row group; every thread of the group gets the result. For
-// TPR == 256 (one row per block) the 8 warp results are combined through shared memory in a fixed order.
-template <int TPR, bool kMax, typename A>
-__device__ __forceinline__ A group_reduce(A x, A* smem) {
+// Sum or max over a block of kLossThreads; every thread gets the result. The 8 warp results are combined
+// through shared memory in a fixed order.
+template <bool kMax, typename A>
+__device__ __forceinline__ A block_reduce(A x, A* smem) {
   x = kMax ? warp_max(x) : warp_sum(x);
-  if constexpr (TPR == 32) {
-    return x;
-  } else {
-    static_assert(TPR == kLossThreads);
-    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-    if (lane == 0) smem[warp] = x;
-    __syncthreads();
-    x = smem[0];
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  if (lane == 0) smem[warp] = x;
+  __syncthreads();
+  x = smem[0];
 #pragma unroll
-    for (int w = 1; w < TPR / 32; ++w) x = kMax ? max(x, smem[w]) : x + smem[w];
-    __syncthreads();  // smem is reused by the next reduction
-    return x;
-  }
+  for (int w = 1; w < kLossThreads / 32; ++w) x = kMax ? max(x, smem[w]) : x + smem[w];
+  __syncthreads();  // smem is reused by the next reduction
+  return x;
 }
 
 __device__ __forceinline__ float exp_acc(float x) { return expf(x); }
@@ -54,48 +53,96 @@ __device__ __forceinline__ double exp_acc(double x) { return exp(x); }
 __device__ __forceinline__ float log_acc(float x) { return logf(x); }
 __device__ __forceinline__ double log_acc(double x) { return log(x); }
 
-template <typename T, int TPR>
+// Writes the probabilities of one row (except the stash slots) and the stashes; d(j) = x[j] - m.
+template <typename A, typename T>
+__device__ __forceinline__ void write_stashes(const T* x, float* p, int64_t k, int64_t label, bool stash_smoothing,
+                                              A m, A log_s, A sum_diff) {
+  p[label] = static_cast<float>(log_s - (widen(x[label]) - m));  // a = -log probs[label]
+  if (stash_smoothing) {
+    const int64_t second = label + 1 == k ? 0 : label + 1;
+    p[second] = static_cast<float>(log_s - sum_diff / static_cast<A>(k));  // b = -mean log_softmax
+  }
+}
+
+template <typename T, int ITEMS>
 __global__ void __launch_bounds__(kLossThreads)
-    rows_kernel(const T* __restrict__ logits, const int32_t* __restrict__ labels, int64_t n, int64_t k,
-                float smoothing, float* __restrict__ probs) {
+    warp_rows_kernel(const T* __restrict__ logits, const int32_t* __restrict__ labels, int64_t n, int64_t k,
+                     float smoothing, float* __restrict__ probs) {
+  using A = Acc<T>;
+  const int64_t row = int64_t(blockIdx.x) * (kLossThreads / 32) + threadIdx.x / 32;
+  const int lane = threadIdx.x % 32;
+  if (row >= n) return;  // the whole warp leaves together
+  const T* x = logits + row * k;
+  float* p = probs + row * k;
+  const int64_t label = labels[row];
+
+  A v[ITEMS];
+  A m = -INFINITY;
+#pragma unroll
+  for (int i = 0; i < ITEMS; ++i) {
+    const int64_t j = lane + 32 * i;
+    v[i] = j < k ? widen(x[j]) : A(-INFINITY);
+    m = max(m, v[i]);
+  }
+  m = warp_max(m);
+  A sum_exp = 0, sum_diff = 0;
+#pragma unroll
+  for (int i = 0; i < ITEMS; ++i) {
+    if (lane + 32 * i < k) {
+      v[i] -= m;
+      sum_exp += exp_acc(v[i]);
+      sum_diff += v[i];
+    }
+  }
+  sum_exp = warp_sum(sum_exp);
+  sum_diff = warp_sum(sum_diff);
+  const A log_s = log_acc(sum_exp);
+  const bool stash_smoothing = smoothing != 0.f && k > 1;
+  const int64_t second = label + 1 == k ? 0 : label + 1;
+#pragma unroll
+  for (int i = 0; i < ITEMS; ++i) {
+    const int64_t j = lane + 32 * i;
+    if (j < k && j != label && !(stash_smoothing && j == second)) p[j] = static_cast<float>(exp_acc(v[i] - log_s));
+  }
+  if (lane == 0) write_stashes(x, p, k, label, stash_smoothing, m, log_s, sum_diff);
+}
+
+template <typename T>
+__global__ void __launch_bounds__(kLossThreads)
+    block_rows_kernel(const T* __restrict__ logits, const int32_t* __restrict__ labels, int64_t n, int64_t k,
+                      float smoothing, float* __restrict__ probs) {
   using A = Acc<T>;
   __shared__ A smem[kLossThreads / 32];
-  constexpr int kRowsPerBlock = kLossThreads / TPR;
-  const int64_t row = int64_t(blockIdx.x) * kRowsPerBlock + threadIdx.x / TPR;
-  const int t = threadIdx.x % TPR;
-  if (row >= n) return;  // a whole group (for TPR == 256, the whole block) leaves together
+  const int64_t row = blockIdx.x;
+  const int t = threadIdx.x;
   const T* x = logits + row * k;
   float* p = probs + row * k;
 
   A m = -INFINITY;
-  for (int64_t j = t; j < k; j += TPR) m = max(m, widen(x[j]));
-  m = group_reduce<TPR, true>(m, smem);
+  for (int64_t j = t; j < k; j += kLossThreads) m = max(m, widen(x[j]));
+  m = block_reduce<true>(m, smem);
 
   A sum_exp = 0, sum_diff = 0;
-  for (int64_t j = t; j < k; j += TPR) {
+  for (int64_t j = t; j < k; j += kLossThreads) {
     const A d = widen(x[j]) - m;
     sum_exp += exp_acc(d);
     sum_diff += d;
   }
-  sum_exp = group_reduce<TPR, false>(sum_exp, smem);
-  sum_diff = group_reduce<TPR, false>(sum_diff, smem);
+  sum_exp = block_reduce<false>(sum_exp, smem);
+  sum_diff = block_reduce<false>(sum_diff, smem);
 
   const A log_s = log_acc(sum_exp);
-  const float lse = static_cast<float>(m + log_s);
   const int64_t label = labels[row];
   const bool stash_smoothing = smoothing != 0.f && k > 1;
   const int64_t second = label + 1 == k ? 0 : label + 1;
-  for (int64_t j = t; j < k; j += TPR) {
+  for (int64_t j = t; j < k; j += kLossThreads) {
     if (j == label || (stash_smoothing && j == second)) continue;
-    p[j] = static_cast<float>(exp_acc(widen(x[j]) - static_cast<A>(lse)));
+    p[j] = static_cast<float>(exp_acc((widen(x[j]) - m) - log_s));
   }
-  if (t == 0) {
-    p[label] = lse;
-    if (stash_smoothing) p[second] = static_cast<float>(log_s - sum_diff / static_cast<A>(k));
-  }
+  if (t == 0) write_stashes(x, p, k, label, stash_smoothing, m, log_s, sum_diff);
 }
 
-constexpr int kFinalizeThreads = 1024;
+constexpr int kFinalizeThreads = 512;  // 128 registers a thread: the f64 version does not spill
 
 template <typename T>
 __global__ void __launch_bounds__(kFinalizeThreads)
@@ -107,10 +154,10 @@ __global__ void __launch_bounds__(kFinalizeThreads)
   double total = 0;
   // kUnroll rows per thread per iteration, their loads issued before any use: the dependent chain
   // (label, then stash and logit) costs two memory latencies per iteration, not per row.
-  constexpr int kUnroll = 4;
+  constexpr int kUnroll = 8;
   for (int64_t base = threadIdx.x; base < n; base += int64_t(kUnroll) * kFinalizeThreads) {
     int64_t label[kUnroll], second[kUnroll];
-    float lse[kUnroll], b[kUnroll];
+    float a[kUnroll], b[kUnroll];
     A x_label[kUnroll], x_second[kUnroll];
 #pragma unroll
     for (int u = 0; u < kUnroll; ++u) {
@@ -122,10 +169,10 @@ __global__ void __launch_bounds__(kFinalizeThreads)
     for (int u = 0; u < kUnroll; ++u) {
       const int64_t row = base + int64_t(u) * kFinalizeThreads;
       if (row < n) {
-        lse[u] = probs[label[u]];
-        x_label[u] = widen(logits[label[u]]);
+        a[u] = probs[label[u]];
         if (stash_smoothing) {
           b[u] = probs[second[u]];
+          x_label[u] = widen(logits[label[u]]);
           x_second[u] = widen(logits[second[u]]);
         }
       }
@@ -134,12 +181,12 @@ __global__ void __launch_bounds__(kFinalizeThreads)
     for (int u = 0; u < kUnroll; ++u) {
       const int64_t row = base + int64_t(u) * kFinalizeThreads;
       if (row >= n) continue;
-      const A a = static_cast<A>(lse[u]) - x_label[u];  // -log_softmax[label]
-      probs[label[u]] = static_cast<float>(exp_acc(x_label[u] - static_cast<A>(lse[u])));
-      A row_loss = a;
-      if (stash_smoothing) {  // b = lse - mean x
-        probs[second[u]] = static_cast<float>(exp_acc(x_second[u] - static_cast<A>(lse[u])));
-        row_loss = (A(1) - static_cast<A>(smoothing)) * a + static_cast<A>(smoothing) * static_cast<A>(b[u]);
+      const A a_u = static_cast<A>(a[u]);  // -log probs[label]
+      probs[label[u]] = static_cast<float>(exp_acc(-a_u));
+      A row_loss = a_u;
+      if (stash_smoothing) {
+        probs[second[u]] = static_cast<float>(exp_acc((x_second[u] - x_label[u]) - a_u));
+        row_loss = (A(1) - static_cast<A>(smoothing)) * a_u + static_cast<A>(smoothing) * static_cast<A>(b[u]);
       }
       total += static_cast<double>(row_loss);
     }
@@ -196,16 +243,24 @@ void softmax_cross_entropy_forward(const void* logits, DType logits_dtype, const
   dispatch_float(logits_dtype, op, [&](auto tag) {
     using T = decltype(tag);
     const T* x = static_cast<const T*>(logits);
-    if (k <= 256) {
-      constexpr int kRows = kLossThreads / 32;
-      const int64_t blocks = (n + kRows - 1) / kRows;
-      DLB_KERNEL_REQUIRE(blocks <= int64_t(INT32_MAX), op, "too many rows");
-      rows_kernel<T, 32><<<static_cast<unsigned>(blocks), kLossThreads, 0, stream>>>(x, labels, n, k,
-                                                                                   label_smoothing, probs);
+    constexpr int kRows = kLossThreads / 32;
+    const unsigned warp_blocks = static_cast<unsigned>((n + kRows - 1) / kRows);
+    DLB_KERNEL_REQUIRE(n <= int64_t(INT32_MAX), op, "too many rows");
+    const float s = label_smoothing;
+    if (k <= 32) {
+      warp_rows_kernel<T, 1><<<warp_blocks, kLossThreads, 0, stream>>>(x, labels, n, k, s, probs);
+    } else if (k <= 64) {
+      warp_rows_kernel<T, 2><<<warp_blocks, kLossThreads, 0, stream>>>(x, labels, n, k, s, probs);
+    } else if (k <= 128) {
+      warp_rows_kernel<T, 4><<<warp_blocks, kLossThreads, 0, stream>>>(x, labels, n, k, s, probs);
+    } else if (k <= 256) {
+      warp_rows_kernel<T, 8><<<warp_blocks, kLossThreads, 0, stream>>>(x, labels, n, k, s, probs);
+    } else if (k <= 512) {
+      warp_rows_kernel<T, 16><<<warp_blocks, kLossThreads, 0, stream>>>(x, labels, n, k, s, probs);
+    } else if (k <= 1024) {
+      warp_rows_kernel<T, 32><<<warp_blocks, kLossThreads, 0, stream>>>(x, labels, n, k, s, probs);
     } else {
-      DLB_KERNEL_REQUIRE(n <= int64_t(INT32_MAX), op, "too many rows");
-      rows_kernel<T, kLossThreads><<<static_cast<unsigned>(n), kLossThreads, 0, stream>>>(
-          x, labels, n, k, label_smoothing, probs);
+      block_rows_kernel<T><<<static_cast<unsigned>(n), kLossThreads, 0, stream>>>(x, labels, n, k, s, probs);
     }
     DLB_KERNEL_LAUNCH_CHECK();
     finalize_kernel<T><<<1, kFinalizeThreads, 0, stream>>>(x, labels, n, k, label_smoothing, probs, loss);

@@ -1,18 +1,21 @@
 // The fused SGD update of Backend::sgd_update: every segment of the flat f32 buffers in one launch.
 //
 // The segment table lives in device memory, so the host knows neither the total element count nor the
-// split; the kernel walks the table itself (multi-tensor-apply without a host-side chunk list). A
-// persistent grid (as many blocks as fit on the device at once) treats the segments as one concatenated
-// run of "units": each segment contributes its unaligned head elements, its 16-byte vectors of 4 floats
-// and its tail elements. Unit u of the concatenation goes to thread u % (grid threads), so small segments
-// (BN scales, biases) spread over different threads instead of all landing on the first ones, and every
-// thread gets the same share of the big ones. Each thread reads the small table once per segment (an L1
-// broadcast).
+// split; the kernel reads the table itself (multi-tensor-apply without a host-side chunk list). Each
+// segment is cut into "units": its unaligned head elements, its 16-byte vectors of 4 floats and its tail
+// elements. A persistent grid (as many blocks as fit on the device at once) sees the units of all
+// segments as one concatenated run and gives unit v to thread v % (grid threads): every thread gets the
+// same share, and small segments (BN scales, biases) land on different threads.
+//
+// Each block loads up to 256 segments at a time into shared memory and takes an exclusive prefix sum of
+// their unit counts (cub::BlockScan); a thread finds the segment of its unit by binary search over that
+// prefix, skipped while consecutive units stay in the same segment. No thread walks the whole table.
 //
 // The arithmetic mirrors the reference backend's sgd_update operation by operation in f64, with
 // __dmul_rn/__dadd_rn so nvcc cannot contract into FMAs: the f32 results are bit-identical to the
 // reference's. f64 costs nothing here (the kernel moves 20 bytes an element; the f64 units idle).
 #include <atomic>
+#include <cub/block/block_scan.cuh>
 
 #include "backend/cuda/kernel_common.cuh"
 #include "backend/cuda/kernels.h"
@@ -40,45 +43,92 @@ __device__ __forceinline__ void sgd_element(float& p, float grad, float& v, doub
   p = __double2float_rn(__dsub_rn(pd, __dmul_rn(s.lr, update)));
 }
 
+// A segment cut into units: heads [start, head_end), vectors [head_end, vector_end) (4 floats each),
+// tail [vector_end, end).
+struct SegmentUnits {
+  int64_t start, head_end, vector_end, heads, vectors, units;
+  bool decay;
+};
+
+__device__ __forceinline__ SegmentUnits cut(const ParamSegment& seg, bool vector_ok) {
+  SegmentUnits u;
+  const int64_t count = seg.count > 0 ? seg.count : 0;
+  const int64_t end = seg.offset + count;
+  u.start = seg.offset;
+  u.head_end = u.vector_end = end;
+  if (vector_ok) {
+    u.head_end = min(end, (seg.offset + 3) & ~int64_t(3));
+    u.vector_end = u.head_end + ((end - u.head_end) & ~int64_t(3));
+  }
+  u.heads = u.head_end - u.start;
+  u.vectors = (u.vector_end - u.head_end) / 4;
+  u.units = u.heads + u.vectors + (end - u.vector_end);
+  u.decay = seg.weight_decay;
+  return u;
+}
+
 __global__ void __launch_bounds__(kSgdThreads)
     sgd_kernel(float* __restrict__ params, const float* __restrict__ grads, float* __restrict__ momentum,
                const ParamSegment* __restrict__ segments, int count, SgdScalars s, bool vector_ok) {
+  using BlockScan = cub::BlockScan<int64_t, kSgdThreads>;
+  __shared__ typename BlockScan::TempStorage scan_storage;
+  __shared__ SegmentUnits table[kSgdThreads];
+  __shared__ int64_t first_unit[kSgdThreads + 1];  // exclusive prefix of the units; [n] = the chunk's total
+
   const int64_t stride = int64_t(gridDim.x) * blockDim.x;
   const int64_t tid = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
-  int64_t base = 0;  // units of the segments before this one, modulo stride
-  for (int i = 0; i < count; ++i) {
-    const ParamSegment seg = segments[i];
-    if (seg.count <= 0) continue;
-    const int64_t start = seg.offset, end = seg.offset + seg.count;
-    // Units: head elements [start, head_end), vectors [head_end, vector_end), tail elements [vector_end, end).
-    int64_t head_end = end, vector_end = end;
-    if (vector_ok) {
-      head_end = min(end, (start + 3) & ~int64_t(3));
-      vector_end = head_end + ((end - head_end) & ~int64_t(3));
+  int64_t chunk_base = 0;  // units of the chunks before this one
+  for (int chunk = 0; chunk < count; chunk += kSgdThreads) {
+    const int n = min(kSgdThreads, count - chunk);
+    int64_t units = 0;
+    if (int(threadIdx.x) < n) {
+      table[threadIdx.x] = cut(segments[chunk + threadIdx.x], vector_ok);
+      units = table[threadIdx.x].units;
     }
-    const int64_t heads = head_end - start, vectors = (vector_end - head_end) / 4;
-    const int64_t units = heads + vectors + (end - vector_end);
-    const double weight_decay = seg.weight_decay ? s.weight_decay : 0.0;
-    int64_t u = tid - base;  // the first unit u with (base + u) % stride == tid
-    if (u < 0) u += stride;
-    for (; u < units; u += stride) {
-      if (u >= heads && u < heads + vectors) {
-        const int64_t e = head_end + 4 * (u - heads);
-        Vec<float, 4> p = load_vec<4>(params + e), v = load_vec<4>(momentum + e);
-        const Vec<float, 4> g = load_vec<4>(grads + e);
+    int64_t exclusive = 0, total = 0;
+    BlockScan(scan_storage).ExclusiveSum(units, exclusive, total);
+    first_unit[threadIdx.x] = exclusive;
+    if (threadIdx.x == 0) first_unit[kSgdThreads] = total;
+    __syncthreads();
+
+    // This thread's units v of the chunk: (chunk_base + v) % stride == tid.
+    int64_t v = tid - chunk_base % stride;
+    if (v < 0) v += stride;
+    int seg = 0;  // first_unit[seg] <= v < first_unit[seg + 1] once found; v only grows
+    for (; v < total; v += stride) {
+      if (v >= first_unit[seg + 1]) {  // binary search: the last segment starting at or before v
+        int lo = seg + 1, hi = n - 1;
+        while (lo < hi) {
+          const int mid = (lo + hi + 1) / 2;
+          if (first_unit[mid] <= v) {
+            lo = mid;
+          } else {
+            hi = mid - 1;
+          }
+        }
+        seg = lo;
+      }
+      const SegmentUnits& g = table[seg];
+      const double weight_decay = g.decay ? s.weight_decay : 0.0;
+      const int64_t u = v - first_unit[seg];
+      if (u >= g.heads && u < g.heads + g.vectors) {
+        const int64_t e = g.head_end + 4 * (u - g.heads);
+        Vec<float, 4> p = load_vec<4>(params + e), m = load_vec<4>(momentum + e);
+        const Vec<float, 4> grad = load_vec<4>(grads + e);
 #pragma unroll
-        for (int j = 0; j < 4; ++j) sgd_element(p.v[j], g.v[j], v.v[j], weight_decay, s);
+        for (int j = 0; j < 4; ++j) sgd_element(p.v[j], grad.v[j], m.v[j], weight_decay, s);
         store_vec<4>(params + e, p);
-        store_vec<4>(momentum + e, v);
+        store_vec<4>(momentum + e, m);
       } else {
-        const int64_t e = u < heads ? start + u : vector_end + (u - heads - vectors);
-        float p = params[e], v = momentum[e];
-        sgd_element(p, grads[e], v, weight_decay, s);
+        const int64_t e = u < g.heads ? g.start + u : g.vector_end + (u - g.heads - g.vectors);
+        float p = params[e], m = momentum[e];
+        sgd_element(p, grads[e], m, weight_decay, s);
         params[e] = p;
-        momentum[e] = v;
+        momentum[e] = m;
       }
     }
-    base = (base + units) % stride;
+    chunk_base += total;
+    __syncthreads();  // the next chunk overwrites the table
   }
 }
 

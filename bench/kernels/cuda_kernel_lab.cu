@@ -1,0 +1,530 @@
+// The CUDA kernel lab: every launcher of backend/cuda/kernels.h checked and timed on the GPU in one table.
+// Not a test (tests/backend_cuda_kernels is); this is where to see whether a kernel is near the memory
+// bandwidth ceiling.
+//
+// For each kernel and dtype (f32, f16, bf16):
+//   * validation: the kernel on random data (about 1M elements, odd sizes) against a CPU reference computed
+//     in double beside it; max relative error = max |gpu - cpu| / max |cpu|, next to the tolerance;
+//   * timing: the median of --reps launches, each between two CUDA events, on buffers far larger than the
+//     L2 (--melems million elements, 64 by default); GB/s = bytes the kernel must read and write / median
+//     time, and the share of the device-to-device copy rate measured at start (cudaMemcpyAsync, bytes
+//     read + written; about 4.3 TB/s on an H200).
+// Shapes marked "small" are the sizes a training step really uses (a batch of 256 logits, ResNet-20's
+// parameters): launch latency, not bandwidth, is what they show.
+//
+//   cuda_kernel_lab [--reps N] [--melems M]
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "backend/cuda/kernel_check.h"
+#include "backend/cuda/kernels.h"
+#include "backend/reference/half_float.h"
+
+using namespace dlbench;
+
+namespace {
+
+// ---- host data in any dtype, as doubles ----
+
+double load(const unsigned char* p, DType d, size_t i) {
+  switch (d) {
+    case DType::f32: {
+      float v;
+      std::memcpy(&v, p + 4 * i, 4);
+      return v;
+    }
+    case DType::f64: {
+      double v;
+      std::memcpy(&v, p + 8 * i, 8);
+      return v;
+    }
+    case DType::f16:
+    case DType::bf16: {
+      uint16_t bits;
+      std::memcpy(&bits, p + 2 * i, 2);
+      return d == DType::f16 ? f16_to_double(bits) : bf16_to_double(bits);
+    }
+    case DType::i32: {
+      int32_t v;
+      std::memcpy(&v, p + 4 * i, 4);
+      return v;
+    }
+  }
+  return 0;
+}
+
+void store(unsigned char* p, DType d, size_t i, double v) {
+  switch (d) {
+    case DType::f32: {
+      const float f = static_cast<float>(v);
+      std::memcpy(p + 4 * i, &f, 4);
+      return;
+    }
+    case DType::f64:
+      std::memcpy(p + 8 * i, &v, 8);
+      return;
+    case DType::f16:
+    case DType::bf16: {
+      const uint16_t bits = d == DType::f16 ? f16_from_double(v) : bf16_from_double(v);
+      std::memcpy(p + 2 * i, &bits, 2);
+      return;
+    }
+    case DType::i32: {
+      const int32_t x = static_cast<int32_t>(v);
+      std::memcpy(p + 4 * i, &x, 4);
+      return;
+    }
+  }
+}
+
+double rounded(double v, DType d) {
+  unsigned char buf[8];
+  store(buf, d, 0, v);
+  return load(buf, d, 0);
+}
+
+class DeviceMem {
+ public:
+  explicit DeviceMem(size_t bytes) : bytes_(bytes) { DLB_KERNEL_CHECK(cudaMalloc(&ptr_, std::max<size_t>(bytes, 256))); }
+  ~DeviceMem() { cudaFree(ptr_); }
+  DeviceMem(const DeviceMem&) = delete;
+  DeviceMem& operator=(const DeviceMem&) = delete;
+  void* get() const { return ptr_; }
+  template <typename T>
+  T* as() const {
+    return static_cast<T*>(ptr_);
+  }
+
+ private:
+  void* ptr_ = nullptr;
+  size_t bytes_;
+};
+
+// n values uniform in [lo, hi), rounded to d (exact inputs for every dtype).
+std::vector<double> random_values(size_t n, DType d, uint64_t seed, double lo = -1, double hi = 1) {
+  std::mt19937_64 rng(seed);
+  std::uniform_real_distribution<double> dist(lo, hi);
+  std::vector<double> v(n);
+  for (double& x : v) x = rounded(dist(rng), d);
+  return v;
+}
+
+void upload(void* dst, const std::vector<double>& v, DType d) {
+  std::vector<unsigned char> bytes(v.size() * dtype_size(d));
+  for (size_t i = 0; i < v.size(); ++i) store(bytes.data(), d, i, v[i]);
+  DLB_KERNEL_CHECK(cudaMemcpy(dst, bytes.data(), bytes.size(), cudaMemcpyHostToDevice));
+}
+
+std::vector<double> download(const void* src, size_t n, DType d) {
+  std::vector<unsigned char> bytes(n * dtype_size(d));
+  DLB_KERNEL_CHECK(cudaMemcpy(bytes.data(), src, bytes.size(), cudaMemcpyDeviceToHost));
+  std::vector<double> v(n);
+  for (size_t i = 0; i < n; ++i) v[i] = load(bytes.data(), d, i);
+  return v;
+}
+
+double max_rel_err(const std::vector<double>& gpu, const std::vector<double>& cpu) {
+  double diff = 0, scale = 1e-30;
+  for (size_t i = 0; i < cpu.size(); ++i) {
+    if (std::isnan(gpu[i]) != std::isnan(cpu[i])) return INFINITY;
+    if (std::isnan(cpu[i]) || (std::isinf(cpu[i]) && gpu[i] == cpu[i])) continue;
+    diff = std::max(diff, std::abs(gpu[i] - cpu[i]));
+    scale = std::max(scale, std::abs(cpu[i]));
+  }
+  return diff / scale;
+}
+
+double tolerance(DType d) { return d == DType::f16 ? 1e-3 : d == DType::bf16 ? 8e-3 : 1e-6; }
+
+// ---- the lab ----
+
+struct Row {
+  std::string kernel, dtype, shape;
+  double error, tolerance;  // error < 0: not validated at this shape
+  double median_us, bytes;
+};
+
+class Lab {
+ public:
+  Lab(int reps, int64_t elements) : reps_(reps), elements_(elements) {
+    // Blocking: the lab's plain cudaMemcpy calls (legacy default stream) are ordered with its kernels.
+    DLB_KERNEL_CHECK(cudaStreamCreate(&stream_));
+  }
+  ~Lab() { cudaStreamDestroy(stream_); }
+  cudaStream_t stream() const { return stream_; }
+  int64_t elements() const { return elements_; }
+  void sync() { DLB_KERNEL_CHECK(cudaStreamSynchronize(stream_)); }
+
+  // Median microseconds of one launch, each timed between its own pair of events, after 3 warm-ups.
+  template <typename Launch>
+  double median_us(Launch&& launch) {
+    for (int i = 0; i < 3; ++i) launch();
+    std::vector<cudaEvent_t> start(reps_), stop(reps_);
+    for (int i = 0; i < reps_; ++i) {
+      DLB_KERNEL_CHECK(cudaEventCreate(&start[i]));
+      DLB_KERNEL_CHECK(cudaEventCreate(&stop[i]));
+    }
+    for (int i = 0; i < reps_; ++i) {
+      DLB_KERNEL_CHECK(cudaEventRecord(start[i], stream_));
+      launch();
+      DLB_KERNEL_CHECK(cudaEventRecord(stop[i], stream_));
+    }
+    DLB_KERNEL_CHECK(cudaGetLastError());
+    sync();
+    std::vector<float> ms(reps_);
+    for (int i = 0; i < reps_; ++i) {
+      DLB_KERNEL_CHECK(cudaEventElapsedTime(&ms[i], start[i], stop[i]));
+      cudaEventDestroy(start[i]);
+      cudaEventDestroy(stop[i]);
+    }
+    std::sort(ms.begin(), ms.end());
+    return 1e3 * ms[ms.size() / 2];
+  }
+
+  void add(Row row) { rows_.push_back(std::move(row)); }
+  void set_ceiling(double gbs) { ceiling_gbs_ = gbs; }
+
+  int print() const {
+    std::printf("\n%-22s %-9s %-22s %11s %9s %4s %11s %9s %7s\n", "kernel", "dtype", "shape", "max_rel_err",
+                "tolerance", "ok", "median_us", "GB/s", "%copy");
+    int failures = 0;
+    for (const Row& r : rows_) {
+      const double gbs = r.bytes / (r.median_us * 1e3);
+      const bool ok = r.error < 0 || r.error <= r.tolerance;
+      failures += !ok;
+      char err[32] = "-", tol[32] = "-";
+      if (r.error >= 0) {
+        std::snprintf(err, sizeof(err), "%.2e", r.error);
+        std::snprintf(tol, sizeof(tol), "%.0e", r.tolerance);
+      }
+      std::printf("%-22s %-9s %-22s %11s %9s %4s %11.2f %9.1f %6.1f%%\n", r.kernel.c_str(), r.dtype.c_str(),
+                  r.shape.c_str(), err, tol, ok ? "yes" : "NO", r.median_us, gbs, 100 * gbs / ceiling_gbs_);
+    }
+    std::printf("\n%%copy: against the device-to-device copy rate measured above (%.0f GB/s). %d validation "
+                "failure(s).\n",
+                ceiling_gbs_, failures);
+    return failures;
+  }
+
+ private:
+  cudaStream_t stream_ = nullptr;
+  int reps_;
+  int64_t elements_;
+  double ceiling_gbs_ = 1;
+  std::vector<Row> rows_;
+};
+
+const DType kDtypes[] = {DType::f32, DType::f16, DType::bf16};
+constexpr int64_t kCheckElements = (1 << 20) + 3;  // validation size: odd, so the vector tails run
+std::string mega(int64_t n) { return std::to_string(n >> 20) + "M"; }
+
+// ---- copy ceiling ----
+
+double measure_copy(Lab& lab) {
+  const size_t bytes = static_cast<size_t>(lab.elements()) * 4 * 2;  // 512 MB by default
+  DeviceMem a(bytes), b(bytes);
+  DLB_KERNEL_CHECK(cudaMemset(a.get(), 0, bytes));
+  const double us = lab.median_us(
+      [&] { DLB_KERNEL_CHECK(cudaMemcpyAsync(b.get(), a.get(), bytes, cudaMemcpyDeviceToDevice, lab.stream())); });
+  const double gbs = 2.0 * bytes / (us * 1e3);
+  lab.add({"memcpy d2d (ceiling)", "bytes", std::to_string(bytes >> 20) + " MiB", -1, 0, us, 2.0 * bytes});
+  return gbs;
+}
+
+// ---- elementwise family: CPU reference beside each ----
+
+void lab_elementwise(Lab& lab, DType d) {
+  const std::string dt = dtype_name(d);
+  const size_t s = dtype_size(d);
+  const int64_t nc = kCheckElements, nb = lab.elements();
+  DeviceMem a(nb * s), b(nb * s), y(nb * s);
+  const std::vector<double> va = random_values(nc, d, 1), vb = random_values(nc, d, 2);
+  auto check = [&](const std::vector<double>& expected) { return max_rel_err(download(y.get(), nc, d), expected); };
+  std::vector<double> expected(nc);
+
+  // fill
+  cuda::fill(y.get(), d, nc, 1.3, lab.stream());
+  std::fill(expected.begin(), expected.end(), rounded(1.3, d));
+  double err = check(expected);
+  double us = lab.median_us([&] { cuda::fill(y.get(), d, nb, 1.3, lab.stream()); });
+  lab.add({"fill", dt, mega(nb), err, 0, us, double(nb * s)});
+
+  // add
+  upload(a.get(), va, d);
+  upload(b.get(), vb, d);
+  cuda::add(a.get(), b.get(), y.get(), d, nc, lab.stream());
+  for (int64_t i = 0; i < nc; ++i) expected[i] = rounded(va[i] + vb[i], d);
+  err = check(expected);
+  us = lab.median_us([&] { cuda::add(a.get(), b.get(), y.get(), d, nb, lab.stream()); });
+  lab.add({"add", dt, mega(nb), err, tolerance(d), us, double(3 * nb * s)});
+
+  // scale (in place)
+  upload(y.get(), va, d);
+  cuda::scale(y.get(), d, nc, -0.37, lab.stream());
+  for (int64_t i = 0; i < nc; ++i) expected[i] = rounded(-0.37 * va[i], d);
+  err = check(expected);
+  us = lab.median_us([&] { cuda::scale(y.get(), d, nb, 1.0, lab.stream()); });
+  lab.add({"scale", dt, mega(nb), err, tolerance(d), us, double(2 * nb * s)});
+
+  // relu forward / backward
+  cuda::relu_forward(a.get(), y.get(), d, nc, lab.stream());
+  for (int64_t i = 0; i < nc; ++i) expected[i] = va[i] < 0 ? 0.0 : va[i];
+  err = check(expected);
+  us = lab.median_us([&] { cuda::relu_forward(a.get(), y.get(), d, nb, lab.stream()); });
+  lab.add({"relu_forward", dt, mega(nb), err, 0, us, double(2 * nb * s)});
+
+  cuda::relu_backward(a.get(), b.get(), y.get(), d, nc, lab.stream());
+  for (int64_t i = 0; i < nc; ++i) expected[i] = va[i] > 0 ? vb[i] : 0.0;
+  err = check(expected);
+  us = lab.median_us([&] { cuda::relu_backward(a.get(), b.get(), y.get(), d, nb, lab.stream()); });
+  lab.add({"relu_backward", dt, mega(nb), err, 0, us, double(3 * nb * s)});
+
+  // check_finite: all finite (the common case) is timed; one NaN in the tail must set the flag
+  DeviceMem flag(4);
+  std::vector<double> with_nan = va;
+  with_nan[nc - 1] = NAN;
+  upload(a.get(), with_nan, d);
+  DLB_KERNEL_CHECK(cudaMemset(flag.get(), 0, 4));
+  cuda::check_finite(a.get(), d, nc - 1, flag.as<int32_t>(), lab.stream());
+  const double clean = download(flag.get(), 1, DType::i32)[0];
+  cuda::check_finite(a.get(), d, nc, flag.as<int32_t>(), lab.stream());
+  const double dirty = download(flag.get(), 1, DType::i32)[0];
+  err = (clean == 0 && dirty == 1) ? 0 : 1;
+  DLB_KERNEL_CHECK(cudaMemset(a.get(), 0, nb * s));
+  us = lab.median_us([&] { cuda::check_finite(a.get(), d, nb, flag.as<int32_t>(), lab.stream()); });
+  lab.add({"check_finite", dt, mega(nb), err, 0, us, double(nb * s)});
+}
+
+void lab_cast(Lab& lab, DType from, DType to) {
+  const int64_t nc = kCheckElements, nb = lab.elements();
+  DeviceMem src(nb * dtype_size(from)), dst(nb * dtype_size(to));
+  // Magnitudes across the f16 range and beyond (overflow to inf, subnormals).
+  std::mt19937_64 rng(3);
+  std::uniform_real_distribution<double> mant(-1, 1);
+  std::uniform_int_distribution<int> expo(-26, 18);
+  std::vector<double> v(nc), expected(nc);
+  for (int64_t i = 0; i < nc; ++i) v[i] = rounded(std::ldexp(mant(rng), expo(rng)), from);
+  upload(src.get(), v, from);
+  cuda::cast(src.get(), from, dst.get(), to, nc, lab.stream());
+  for (int64_t i = 0; i < nc; ++i) expected[i] = rounded(v[i], to);
+  const double err = max_rel_err(download(dst.get(), nc, to), expected);
+  const double us = lab.median_us([&] { cuda::cast(src.get(), from, dst.get(), to, nb, lab.stream()); });
+  lab.add({"cast", std::string(dtype_name(from)) + ">" + dtype_name(to), mega(nb), err, 0, us,
+           double(nb * (dtype_size(from) + dtype_size(to)))});
+}
+
+// ---- bias ----
+
+void lab_bias(Lab& lab, DType d, int64_t rows, int64_t cols, bool small) {
+  const std::string dt = dtype_name(d);
+  const size_t s = dtype_size(d);
+  const std::string shape = std::to_string(rows) + "x" + std::to_string(cols) + (small ? " small" : "");
+  const int64_t check_rows = std::min<int64_t>(rows, 1023);  // odd row count for validation
+  const int64_t n = rows * cols, nc = check_rows * cols;
+  DeviceMem y(n * s), bias(cols * 4), dbias(cols * 4);
+  const std::vector<double> vy = random_values(nc, d, 4), vb = random_values(cols, DType::f32, 5);
+  upload(y.get(), vy, d);
+  upload(bias.get(), vb, DType::f32);
+
+  cuda::add_bias(y.get(), d, bias.get(), DType::f32, check_rows, cols, lab.stream());
+  std::vector<double> expected(nc);
+  for (int64_t i = 0; i < nc; ++i) expected[i] = rounded(vy[i] + vb[i % cols], d);
+  double err = max_rel_err(download(y.get(), nc, d), expected);
+  double us = lab.median_us([&] { cuda::add_bias(y.get(), d, bias.get(), DType::f32, rows, cols, lab.stream()); });
+  lab.add({"add_bias (f32 bias)", dt, shape, err, tolerance(d), us, double(2 * n * s + cols * 4)});
+
+  upload(y.get(), vy, d);
+  cuda::bias_backward(y.get(), d, dbias.get(), DType::f32, check_rows, cols, false, lab.stream());
+  std::vector<double> sums(cols, 0.0);
+  for (int64_t i = 0; i < nc; ++i) sums[i % cols] += vy[i];
+  for (double& x : sums) x = rounded(x, DType::f32);
+  err = max_rel_err(download(dbias.get(), cols, DType::f32), sums);
+  us = lab.median_us(
+      [&] { cuda::bias_backward(y.get(), d, dbias.get(), DType::f32, rows, cols, false, lab.stream()); });
+  lab.add({"bias_backward (f32 db)", dt, shape, err, 1e-5, us, double(n * s + cols * 4)});
+}
+
+// ---- softmax cross-entropy ----
+
+void cpu_softmax_xent(const std::vector<double>& x, const std::vector<int32_t>& labels, int64_t n, int64_t k,
+                      double s, std::vector<double>& probs, double& loss) {
+  probs.resize(n * k);
+  double total = 0;
+  for (int64_t r = 0; r < n; ++r) {
+    const double* row = &x[r * k];
+    const double m = *std::max_element(row, row + k);
+    double sum = 0;
+    for (int64_t j = 0; j < k; ++j) sum += std::exp(row[j] - m);
+    const double lse = m + std::log(sum);
+    for (int64_t j = 0; j < k; ++j) {
+      probs[r * k + j] = std::exp(row[j] - lse);
+      total -= ((1 - s) * (j == labels[r]) + s / k) * (row[j] - lse);
+    }
+  }
+  loss = total / n;
+}
+
+void lab_softmax(Lab& lab, DType d, int64_t n, int64_t k, bool small) {
+  const std::string dt = dtype_name(d);
+  const size_t s = dtype_size(d);
+  const std::string shape = std::to_string(n) + "x" + std::to_string(k) + (small ? " small" : "");
+  const float smoothing = 0.1f;
+  const int64_t nc = std::min<int64_t>(n, 1023);
+  DeviceMem logits(n * k * s), labels(n * 4), probs(n * k * 4), loss(4), dlogits(n * k * s);
+  const std::vector<double> vx = random_values(nc * k, d, 6, -8, 8);
+  std::vector<int32_t> vl(n);
+  std::mt19937 rng(7);
+  for (int32_t& l : vl) l = static_cast<int32_t>(rng() % k);
+  upload(logits.get(), vx, d);
+  DLB_KERNEL_CHECK(cudaMemcpy(labels.get(), vl.data(), n * 4, cudaMemcpyHostToDevice));
+
+  cuda::softmax_cross_entropy_forward(logits.get(), d, labels.as<int32_t>(), nc, k, smoothing, probs.as<float>(),
+                                      loss.as<float>(), lab.stream());
+  std::vector<double> expected;
+  double expected_loss;
+  cpu_softmax_xent(vx, vl, nc, k, smoothing, expected, expected_loss);
+  const std::vector<double> got = download(probs.get(), nc * k, DType::f32);
+  const double got_loss = download(loss.get(), 1, DType::f32)[0];
+  double err = std::max(max_rel_err(got, expected), std::abs(got_loss - expected_loss) / std::abs(expected_loss));
+  double us = lab.median_us([&] {
+    cuda::softmax_cross_entropy_forward(logits.get(), d, labels.as<int32_t>(), n, k, smoothing, probs.as<float>(),
+                                        loss.as<float>(), lab.stream());
+  });
+  lab.add({"softmax_xent_forward", dt, shape, err, 2e-5, us, double(n * k * (s + 4) + n * 4)});
+
+  // backward, from the CPU probabilities
+  upload(probs.get(), expected, DType::f32);
+  const float scale = 128.f;
+  cuda::softmax_cross_entropy_backward(probs.as<float>(), labels.as<int32_t>(), nc, k, smoothing, scale,
+                                       dlogits.get(), d, lab.stream());
+  std::vector<double> grad(nc * k);
+  for (int64_t r = 0; r < nc; ++r)
+    for (int64_t j = 0; j < k; ++j) {
+      const double p = rounded(expected[r * k + j], DType::f32);
+      grad[r * k + j] = rounded(scale * (p - ((1 - double(smoothing)) * (j == vl[r]) + smoothing / double(k))) / nc, d);
+    }
+  err = max_rel_err(download(dlogits.get(), nc * k, d), grad);
+  us = lab.median_us([&] {
+    cuda::softmax_cross_entropy_backward(probs.as<float>(), labels.as<int32_t>(), n, k, smoothing, scale,
+                                         dlogits.get(), d, lab.stream());
+  });
+  lab.add({"softmax_xent_backward", dt, shape, err, std::max(tolerance(d), 1e-6), us, double(n * k * (4 + s) + n * 4)});
+}
+
+// ---- SGD ----
+
+// A ResNet-50-like parameter layout (53 conv/dense weights that decay, 106 BN vectors and a bias that do
+// not), scaled to about `target` floats.
+std::vector<ParamSegment> resnet_like_segments(int64_t target) {
+  const int64_t weights[] = {9408, 4096, 36864, 16384, 16384, 147456, 65536, 131072, 589824, 262144, 524288,
+                             2359296, 1048576, 2097152};
+  const int64_t channels[] = {64, 64, 256, 128, 512, 256, 1024, 512, 2048};
+  std::vector<ParamSegment> segs;
+  int64_t offset = 0;
+  for (int i = 0; i < 53; ++i) {
+    const int64_t w = std::max<int64_t>(1, weights[i % 14] * target / 25'500'000);
+    segs.push_back({offset, w, true});
+    offset += w;
+    const int64_t c = channels[i % 9];
+    for (int j = 0; j < 2; ++j) {
+      segs.push_back({offset, c, false});
+      offset += c;
+    }
+  }
+  segs.push_back({offset, 1000, false});
+  return segs;
+}
+
+void cpu_sgd(std::vector<float>& p, const std::vector<float>& g, std::vector<float>& v,
+             const std::vector<ParamSegment>& segs, const SgdStep& st) {
+  for (const ParamSegment& s : segs) {
+    const double wd = s.weight_decay ? st.weight_decay : 0.0;
+    for (int64_t i = s.offset; i < s.offset + s.count; ++i) {
+      const double gi = double(g[i]) * st.grad_scale + wd * double(p[i]);
+      const double vel = double(st.momentum) * double(v[i]) + gi;
+      const double upd = st.nesterov ? gi + double(st.momentum) * vel : vel;
+      v[i] = static_cast<float>(vel);
+      p[i] = static_cast<float>(double(p[i]) - double(st.lr) * upd);
+    }
+  }
+}
+
+void lab_sgd(Lab& lab, int64_t target, bool small) {
+  const std::vector<ParamSegment> segs = resnet_like_segments(target);
+  const int64_t total = segs.back().offset + segs.back().count;
+  const std::string shape = std::to_string(segs.size()) + " segs " + std::to_string(total) + (small ? " small" : "");
+  DeviceMem p(total * 4), g(total * 4), v(total * 4), dsegs(segs.size() * sizeof(ParamSegment));
+  DLB_KERNEL_CHECK(cudaMemcpy(dsegs.get(), segs.data(), segs.size() * sizeof(ParamSegment), cudaMemcpyHostToDevice));
+  std::vector<float> hp(total), hg(total), hv(total);
+  std::mt19937_64 rng(8);
+  std::uniform_real_distribution<float> dist(-1, 1);
+  for (int64_t i = 0; i < total; ++i) hp[i] = dist(rng), hg[i] = dist(rng), hv[i] = 0.1f * dist(rng);
+  DLB_KERNEL_CHECK(cudaMemcpy(p.get(), hp.data(), total * 4, cudaMemcpyHostToDevice));
+  DLB_KERNEL_CHECK(cudaMemcpy(g.get(), hg.data(), total * 4, cudaMemcpyHostToDevice));
+  DLB_KERNEL_CHECK(cudaMemcpy(v.get(), hv.data(), total * 4, cudaMemcpyHostToDevice));
+  SgdStep step;
+  step.lr = 0.1f, step.momentum = 0.9f, step.weight_decay = 5e-4f, step.nesterov = true, step.grad_scale = 1.f / 256;
+  cuda::sgd_update(p.as<float>(), g.as<float>(), v.as<float>(), dsegs.as<ParamSegment>(), int(segs.size()), step,
+                   lab.stream());
+  cpu_sgd(hp, hg, hv, segs, step);
+  std::vector<double> expected(hp.begin(), hp.end()), expected_v(hv.begin(), hv.end());
+  const double err = std::max(max_rel_err(download(p.get(), total, DType::f32), expected),
+                              max_rel_err(download(v.get(), total, DType::f32), expected_v));
+  step.lr = 0;  // timed launches leave the parameters as they are
+  const double us = lab.median_us([&] {
+    cuda::sgd_update(p.as<float>(), g.as<float>(), v.as<float>(), dsegs.as<ParamSegment>(), int(segs.size()), step,
+                     lab.stream());
+  });
+  lab.add({"sgd_update (nesterov)", "f32", shape, err, 1e-6, us, double(total) * 20});
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  int reps = 50;
+  int64_t melems = 64;
+  for (int i = 1; i < argc; ++i) {
+    if (!std::strcmp(argv[i], "--reps") && i + 1 < argc) {
+      reps = std::max(1, std::atoi(argv[++i]));
+    } else if (!std::strcmp(argv[i], "--melems") && i + 1 < argc) {
+      melems = std::max<int64_t>(2, std::atoll(argv[++i]));
+    } else {
+      std::fprintf(stderr, "usage: %s [--reps N] [--melems M]\n", argv[0]);
+      return 2;
+    }
+  }
+  try {
+    cudaDeviceProp prop{};
+    DLB_KERNEL_CHECK(cudaGetDeviceProperties(&prop, 0));
+    std::printf("device: %s, %d SMs, %.0f MB L2; timed buffers: %lld M elements; median of %d launches\n",
+                prop.name, prop.multiProcessorCount, prop.l2CacheSize / 1e6, static_cast<long long>(melems), reps);
+    Lab lab(reps, melems << 20);
+    const double ceiling = measure_copy(lab);
+    lab.set_ceiling(ceiling);
+    std::printf("device-to-device copy: %.0f GB/s (bytes read + written)\n", ceiling);
+    for (DType d : kDtypes) lab_elementwise(lab, d);
+    lab_cast(lab, DType::f32, DType::f16);
+    lab_cast(lab, DType::f16, DType::f32);
+    lab_cast(lab, DType::f32, DType::bf16);
+    lab_cast(lab, DType::bf16, DType::f32);
+    for (DType d : kDtypes) lab_bias(lab, d, lab.elements() / 1024, 1024, false);
+    lab_bias(lab, DType::f32, 256, 1000, true);
+    for (DType d : kDtypes) lab_softmax(lab, d, lab.elements() / 1000, 1000, false);
+    lab_softmax(lab, DType::f32, 256, 1000, true);
+    lab_softmax(lab, DType::f32, 128, 10, true);
+    lab_sgd(lab, 25'500'000, false);
+    lab_sgd(lab, 270'000, true);
+    return lab.print() == 0 ? 0 : 1;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "cuda_kernel_lab: %s\n", e.what());
+    return 1;
+  }
+}
