@@ -85,7 +85,7 @@ void run_conv_case(Backend& ref, const ConvCase& cc, Layout layout, DType dtype,
     gpu->conv_backward_data(*plan, dyg.tensor(), wg.tensor(), dxg.tensor(), acc, ws.tensor().data());
     ref.conv_backward_data(*ref_plan, dy_ref.tensor(), w_ref.tensor(), dx_ref.tensor(), acc, nullptr);
     expect_close(acc == Accumulate::add ? "backward data (+=)" : "backward data",
-                 download_wide(ref, dxg).tensor(), dx_ref.tensor(), tol);
+                 download_wide(ref, dxg).tensor(), dx_ref.tensor(), acc == Accumulate::add ? acc_tol : tol);
     gpu->conv_backward_filter(*plan, xg.tensor(), dyg.tensor(), dwg.tensor(), acc, ws.tensor().data());
     ref.conv_backward_filter(*ref_plan, x_ref.tensor(), dy_ref.tensor(), dw_ref.tensor(), acc, nullptr);
     expect_close(acc == Accumulate::add ? "backward filter (+=)" : "backward filter",
@@ -125,7 +125,7 @@ TEST_F(CudaConvTest, Float64) {
 // ResNet-sized layers, where cuDNN picks its tensor-core and multi-block algorithms.
 TEST_F(CudaConvTest, LargerShapes) {
   const ConvCase cases[] = {
-      {8, 64, 28, 28, 64, 3, 3, 1, 1, 1, 1},    // a ResNet-50 stage-2-like 3x3
+      {4, 64, 28, 28, 64, 3, 3, 1, 1, 1, 1},    // a ResNet-50 stage-2-like 3x3
       {8, 128, 14, 14, 256, 1, 1, 2, 2, 0, 0},  // a projection shortcut
       {4, 3, 56, 56, 64, 7, 7, 2, 2, 3, 3},     // the stem
   };

@@ -36,7 +36,8 @@ struct ConvChoice {
   AlgoChoice forward, backward_data, backward_filter;
 };
 
-using ConvKey = std::array<int64_t, 16>;
+// Everything the search result depends on: the geometry, dtype, layout, the TF32 switch and the GPU.
+using ConvKey = std::array<int64_t, 15>;
 
 ConvKey make_key(const ConvGeometry& g, bool allow_tf32, int device) {
   return {g.batch,
@@ -53,8 +54,7 @@ ConvKey make_key(const ConvGeometry& g, bool allow_tf32, int device) {
           static_cast<int64_t>(g.dtype),
           static_cast<int64_t>(g.layout),
           allow_tf32 ? 1 : 0,
-          device,
-          0};
+          device};
 }
 
 std::mutex& cache_mutex() {
