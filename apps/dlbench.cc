@@ -46,7 +46,7 @@ void add_run_flags(CLI::App& cmd, RunConfig& c, std::string& lr_schedule) {
   cmd.add_option("--loss-scale-growth-interval", c.loss_scale_growth_interval,
                  "dynamic loss scaling: good steps before the scale doubles")
       ->capture_default_str();
-  cmd.add_option("--layout", c.layout_text, "nchw | nhwc (default: nchw on the CPU, nhwc on a GPU)");
+  cmd.add_option("--layout", c.layout_text, "nchw | nhwc (default nhwc)");
   cmd.add_option("--data", c.data, "synthetic | fashion-mnist | a directory of IDX files")->capture_default_str();
   cmd.add_option("--device", c.device_text, "auto | cpu | cuda")->capture_default_str();
   cmd.add_option("--backend", c.backend_name, "CPU backend: onednn (default) | reference");

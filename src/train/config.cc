@@ -93,7 +93,8 @@ void resolve_config(RunConfig& c, bool cuda_available) {
   }
   DLB_REQUIRE(c.loss_scale_growth_interval > 0, "--loss-scale-growth-interval {}: must be positive",
               c.loss_scale_growth_interval);
-  if (c.layout_text.empty()) c.layout_text = on_cpu ? "nchw" : "nhwc";
+  // NHWC on both: oneDNN's nhwc kernels beat its NCHW path on ResNet shapes (src/backend/onednn/onednn_conv.cc).
+  if (c.layout_text.empty()) c.layout_text = "nhwc";
   DLB_REQUIRE(c.layout_text == "nchw" || c.layout_text == "nhwc", "--layout {}: choose nchw or nhwc",
               c.layout_text);
   c.layout = c.layout_text == "nchw" ? Layout::nchw : Layout::nhwc;

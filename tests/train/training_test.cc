@@ -27,7 +27,7 @@ nlohmann::json run_json(const std::string& args, const std::string& name) {
 TEST(Convergence, ResNet20OnFashionMnistReaches90PercentWithOneDnn) {
   if (!fs::exists(kFashionMnist)) GTEST_SKIP() << "Fashion-MNIST not installed (Debian: dataset-fashion-mnist)";
   nlohmann::json j = run_json(
-      "train --model resnet20 --data fashion-mnist --backend onednn --epochs 2 --batch-size 128 --lr 0.2 "
+      "train --model resnet20 --data fashion-mnist --backend onednn --layout nchw --epochs 2 --batch-size 128 --lr 0.2 "
       "--nesterov --weight-decay 5e-4 --lr-schedule cosine --lr-warmup-epochs 0.2 --label-smoothing 0.0 "
       "--log-every 100",
       "convergence");
