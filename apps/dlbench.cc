@@ -1,7 +1,6 @@
 // dlbench: the command line. Parses flags into a RunConfig, resolves it, runs, writes results.
 // Only this file decides exit codes: 0 success, 1 bad input (one clear line), 2 bad flags, 3 internal error.
 #include <CLI/CLI.hpp>
-
 #include <clocale>
 #include <cstdio>
 #include <string>
@@ -33,21 +32,25 @@ void add_run_flags(CLI::App& cmd, RunConfig& c, std::string& lr_schedule) {
   cmd.add_flag("--nesterov", c.nesterov, "Nesterov momentum");
   cmd.add_option("--weight-decay", c.weight_decay, "L2 weight decay")->capture_default_str();
   cmd.add_flag("--no-decay-bn-bias{false}", c.decay_norm_and_bias, "no weight decay on batch-norm and bias");
-  cmd.add_option("--label-smoothing", c.label_smoothing, "label smoothing of the loss")->capture_default_str();
+  cmd.add_option("--label-smoothing", c.label_smoothing, "label smoothing of the loss")
+      ->capture_default_str();
   cmd.add_option("--lr-schedule", lr_schedule, "constant | step | cosine")->capture_default_str();
   cmd.add_option("--lr-warmup-epochs", c.lr_warmup_epochs, "linear learning-rate warm-up, in epochs")
       ->capture_default_str();
   cmd.add_option("--lr-decay-epochs", c.lr_decay_epochs, "step schedule: epochs at which the rate drops")
       ->delimiter(',');
-  cmd.add_option("--lr-decay-factor", c.lr_decay_factor, "step schedule: factor of each drop")->capture_default_str();
+  cmd.add_option("--lr-decay-factor", c.lr_decay_factor, "step schedule: factor of each drop")
+      ->capture_default_str();
   cmd.add_option("--precision", c.precision_text, "fp32 | tf32 | fp16 | bf16 (the CPU trains in fp32)")
       ->capture_default_str();
-  cmd.add_option("--loss-scale", c.loss_scale_text, "dynamic | a fixed factor (default: dynamic for fp16, else 1)");
+  cmd.add_option("--loss-scale", c.loss_scale_text,
+                 "dynamic | a fixed factor (default: dynamic for fp16, else 1)");
   cmd.add_option("--loss-scale-growth-interval", c.loss_scale_growth_interval,
                  "dynamic loss scaling: good steps before the scale doubles")
       ->capture_default_str();
   cmd.add_option("--layout", c.layout_text, "nchw | nhwc (default nhwc)");
-  cmd.add_option("--data", c.data, "synthetic | fashion-mnist | a directory of IDX files")->capture_default_str();
+  cmd.add_option("--data", c.data, "synthetic | fashion-mnist | a directory of IDX files")
+      ->capture_default_str();
   cmd.add_option("--device", c.device_text, "auto | cpu | cuda")->capture_default_str();
   cmd.add_option("--backend", c.backend_name, "CPU backend: onednn (default) | reference");
   cmd.add_option("--threads", c.threads, "CPU threads (0 = all cores)")->capture_default_str();
@@ -68,15 +71,18 @@ dlbench::LrSchedule parse_schedule(const std::string& text) {
 int main(int argc, char** argv) {
   std::setlocale(LC_NUMERIC, "C");
   CLI::App app{"dlbench: how fast does this machine train a ResNet? A training engine and benchmark."};
-  app.set_version_flag("--version", std::string("dlbench ") + DLBENCH_VERSION + " (" + DLBENCH_GIT_COMMIT + ")");
+  app.set_version_flag("--version",
+                       std::string("dlbench ") + DLBENCH_VERSION + " (" + DLBENCH_GIT_COMMIT + ")");
   app.require_subcommand(1);
 
   RunConfig train_config;
   train_config.kind = dlbench::RunKind::train;
   std::string train_schedule = "cosine";
-  CLI::App* train = app.add_subcommand("train", "train a model: epochs over a data set, evaluation, checkpoints");
+  CLI::App* train =
+      app.add_subcommand("train", "train a model: epochs over a data set, evaluation, checkpoints");
   add_run_flags(*train, train_config, train_schedule);
-  train->add_option("--epochs", train_config.epochs, "passes over the training set (default 1; exclusive with --steps)");
+  train->add_option("--epochs", train_config.epochs,
+                    "passes over the training set (default 1; exclusive with --steps)");
   train->add_option("--checkpoint", train_config.checkpoint_path, "save weights and optimizer state to FILE");
   train->add_option("--save-every", train_config.save_every, "also save every N steps");
   train->add_option("--resume", train_config.resume_path, "continue from a checkpoint FILE");
@@ -86,9 +92,12 @@ int main(int argc, char** argv) {
   std::string bench_schedule = "constant";
   CLI::App* bench = app.add_subcommand("bench", "measure training throughput on synthetic data");
   add_run_flags(*bench, bench_config, bench_schedule);
-  bench->add_option("--cuda-graph", bench_config.cuda_graph, "replay the whole step as one CUDA graph (true|false)")
+  bench
+      ->add_option("--cuda-graph", bench_config.cuda_graph,
+                   "replay the whole step as one CUDA graph (true|false)")
       ->capture_default_str();
-  bench->add_flag("--per-layer", bench_config.per_layer, "after the timed window, time each layer's forward and backward");
+  bench->add_flag("--per-layer", bench_config.per_layer,
+                  "after the timed window, time each layer's forward and backward");
 
   try {
     app.parse(argc, argv);
@@ -100,8 +109,8 @@ int main(int argc, char** argv) {
     RunConfig& config = train->parsed() ? train_config : bench_config;
     config.lr_schedule = parse_schedule(train->parsed() ? train_schedule : bench_schedule);
     dlbench::resolve_config(config, dlbench::cuda_backend_available());
-    nlohmann::json result = config.kind == dlbench::RunKind::train ? dlbench::run_train(config)
-                                                                   : dlbench::run_bench(config);
+    nlohmann::json result =
+        config.kind == dlbench::RunKind::train ? dlbench::run_train(config) : dlbench::run_bench(config);
     if (!config.json_path.empty()) {
       dlbench::write_file_atomically(config.json_path, result.dump(2) + "\n");
       std::printf("result written to %s\n", config.json_path.c_str());

@@ -45,7 +45,8 @@ inline CommandResult run_dlbench(const std::string& args, int timeout_seconds = 
 
 // A fresh temporary directory for a test's files.
 inline std::filesystem::path temp_dir(const std::string& name) {
-  auto dir = std::filesystem::temp_directory_path() / ("dlbench_test_" + std::to_string(::getpid()) + "_" + name);
+  auto dir =
+      std::filesystem::temp_directory_path() / ("dlbench_test_" + std::to_string(::getpid()) + "_" + name);
   std::filesystem::remove_all(dir);
   std::filesystem::create_directories(dir);
   return dir;

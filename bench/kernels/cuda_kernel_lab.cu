@@ -93,7 +93,9 @@ double rounded(double v, DType d) {
 
 class DeviceMem {
  public:
-  explicit DeviceMem(size_t bytes) : bytes_(bytes) { DLB_KERNEL_CHECK(cudaMalloc(&ptr_, std::max<size_t>(bytes, 256))); }
+  explicit DeviceMem(size_t bytes) : bytes_(bytes) {
+    DLB_KERNEL_CHECK(cudaMalloc(&ptr_, std::max<size_t>(bytes, 256)));
+  }
   ~DeviceMem() { cudaFree(ptr_); }
   DeviceMem(const DeviceMem&) = delete;
   DeviceMem& operator=(const DeviceMem&) = delete;
@@ -208,9 +210,10 @@ class Lab {
       std::printf("%-22s %-9s %-22s %11s %9s %4s %11.2f %9.1f %6.1f%%\n", r.kernel.c_str(), r.dtype.c_str(),
                   r.shape.c_str(), err, tol, ok ? "yes" : "NO", r.median_us, gbs, 100 * gbs / ceiling_gbs_);
     }
-    std::printf("\n%%copy: against the device-to-device copy rate measured above (%.0f GB/s). %d validation "
-                "failure(s).\n",
-                ceiling_gbs_, failures);
+    std::printf(
+        "\n%%copy: against the device-to-device copy rate measured above (%.0f GB/s). %d validation "
+        "failure(s).\n",
+        ceiling_gbs_, failures);
     return failures;
   }
 
@@ -232,8 +235,9 @@ double measure_copy(Lab& lab) {
   const size_t bytes = static_cast<size_t>(lab.elements()) * 4 * 2;  // 512 MB by default
   DeviceMem a(bytes), b(bytes);
   DLB_KERNEL_CHECK(cudaMemset(a.get(), 0, bytes));
-  const double us = lab.median_us(
-      [&] { DLB_KERNEL_CHECK(cudaMemcpyAsync(b.get(), a.get(), bytes, cudaMemcpyDeviceToDevice, lab.stream())); });
+  const double us = lab.median_us([&] {
+    DLB_KERNEL_CHECK(cudaMemcpyAsync(b.get(), a.get(), bytes, cudaMemcpyDeviceToDevice, lab.stream()));
+  });
   const double gbs = 2.0 * bytes / (us * 1e3);
   lab.add({"memcpy d2d (ceiling)", "bytes", std::to_string(bytes >> 20) + " MiB", -1, 0, us, 2.0 * bytes});
   return gbs;
@@ -247,7 +251,9 @@ void lab_elementwise(Lab& lab, DType d) {
   const int64_t nc = kCheckElements, nb = lab.elements();
   DeviceMem a(nb * s), b(nb * s), y(nb * s);
   const std::vector<double> va = random_values(nc, d, 1), vb = random_values(nc, d, 2);
-  auto check = [&](const std::vector<double>& expected) { return max_rel_err(download(y.get(), nc, d), expected); };
+  auto check = [&](const std::vector<double>& expected) {
+    return max_rel_err(download(y.get(), nc, d), expected);
+  };
   std::vector<double> expected(nc);
 
   // fill
@@ -338,7 +344,8 @@ void lab_bias(Lab& lab, DType d, int64_t rows, int64_t cols, bool small) {
   std::vector<double> expected(nc);
   for (int64_t i = 0; i < nc; ++i) expected[i] = rounded(vy[i] + vb[i % cols], d);
   double err = max_rel_err(download(y.get(), nc, d), expected);
-  double us = lab.median_us([&] { cuda::add_bias(y.get(), d, bias.get(), DType::f32, rows, cols, lab.stream()); });
+  double us =
+      lab.median_us([&] { cuda::add_bias(y.get(), d, bias.get(), DType::f32, rows, cols, lab.stream()); });
   lab.add({"add_bias (f32 bias)", dt, shape, err, tolerance(d), us, double(2 * n * s + cols * 4)});
 
   upload(y.get(), vy, d);
@@ -386,17 +393,18 @@ void lab_softmax(Lab& lab, DType d, int64_t n, int64_t k, bool small) {
   upload(logits.get(), vx, d);
   DLB_KERNEL_CHECK(cudaMemcpy(labels.get(), vl.data(), n * 4, cudaMemcpyHostToDevice));
 
-  cuda::softmax_cross_entropy_forward(logits.get(), d, labels.as<int32_t>(), nc, k, smoothing, probs.as<float>(),
-                                      loss.as<float>(), lab.stream());
+  cuda::softmax_cross_entropy_forward(logits.get(), d, labels.as<int32_t>(), nc, k, smoothing,
+                                      probs.as<float>(), loss.as<float>(), lab.stream());
   std::vector<double> expected;
   double expected_loss;
   cpu_softmax_xent(vx, vl, nc, k, smoothing, expected, expected_loss);
   const std::vector<double> got = download(probs.get(), nc * k, DType::f32);
   const double got_loss = download(loss.get(), 1, DType::f32)[0];
-  double err = std::max(max_rel_err(got, expected), std::abs(got_loss - expected_loss) / std::abs(expected_loss));
+  double err =
+      std::max(max_rel_err(got, expected), std::abs(got_loss - expected_loss) / std::abs(expected_loss));
   double us = lab.median_us([&] {
-    cuda::softmax_cross_entropy_forward(logits.get(), d, labels.as<int32_t>(), n, k, smoothing, probs.as<float>(),
-                                        loss.as<float>(), lab.stream());
+    cuda::softmax_cross_entropy_forward(logits.get(), d, labels.as<int32_t>(), n, k, smoothing,
+                                        probs.as<float>(), loss.as<float>(), lab.stream());
   });
   lab.add({"softmax_xent_forward", dt, shape, err, 2e-5, us, double(n * k * (s + 4) + n * 4)});
 
@@ -409,14 +417,16 @@ void lab_softmax(Lab& lab, DType d, int64_t n, int64_t k, bool small) {
   for (int64_t r = 0; r < nc; ++r)
     for (int64_t j = 0; j < k; ++j) {
       const double p = rounded(expected[r * k + j], DType::f32);
-      grad[r * k + j] = rounded(scale * (p - ((1 - double(smoothing)) * (j == vl[r]) + smoothing / double(k))) / nc, d);
+      grad[r * k + j] =
+          rounded(scale * (p - ((1 - double(smoothing)) * (j == vl[r]) + smoothing / double(k))) / nc, d);
     }
   err = max_rel_err(download(dlogits.get(), nc * k, d), grad);
   us = lab.median_us([&] {
     cuda::softmax_cross_entropy_backward(probs.as<float>(), labels.as<int32_t>(), n, k, smoothing, scale,
                                          dlogits.get(), d, lab.stream());
   });
-  lab.add({"softmax_xent_backward", dt, shape, err, std::max(tolerance(d), 1e-6), us, double(n * k * (4 + s) + n * 4)});
+  lab.add({"softmax_xent_backward", dt, shape, err, std::max(tolerance(d), 1e-6), us,
+           double(n * k * (4 + s) + n * 4)});
 }
 
 // ---- SGD ----
@@ -424,8 +434,8 @@ void lab_softmax(Lab& lab, DType d, int64_t n, int64_t k, bool small) {
 // A ResNet-50-like parameter layout (53 conv/dense weights that decay, 106 BN vectors and a bias that do
 // not), scaled to about `target` floats.
 std::vector<ParamSegment> resnet_like_segments(int64_t target) {
-  const int64_t weights[] = {9408, 4096, 36864, 16384, 16384, 147456, 65536, 131072, 589824, 262144, 524288,
-                             2359296, 1048576, 2097152};
+  const int64_t weights[] = {9408,   4096,   36864,  16384,  16384,   147456,  65536,
+                             131072, 589824, 262144, 524288, 2359296, 1048576, 2097152};
   const int64_t channels[] = {64, 64, 256, 128, 512, 256, 1024, 512, 2048};
   std::vector<ParamSegment> segs;
   int64_t offset = 0;
@@ -460,9 +470,11 @@ void cpu_sgd(std::vector<float>& p, const std::vector<float>& g, std::vector<flo
 void lab_sgd(Lab& lab, int64_t target, bool small) {
   const std::vector<ParamSegment> segs = resnet_like_segments(target);
   const int64_t total = segs.back().offset + segs.back().count;
-  const std::string shape = std::to_string(segs.size()) + " segs " + std::to_string(total) + (small ? " small" : "");
+  const std::string shape =
+      std::to_string(segs.size()) + " segs " + std::to_string(total) + (small ? " small" : "");
   DeviceMem p(total * 4), g(total * 4), v(total * 4), dsegs(segs.size() * sizeof(ParamSegment));
-  DLB_KERNEL_CHECK(cudaMemcpy(dsegs.get(), segs.data(), segs.size() * sizeof(ParamSegment), cudaMemcpyHostToDevice));
+  DLB_KERNEL_CHECK(
+      cudaMemcpy(dsegs.get(), segs.data(), segs.size() * sizeof(ParamSegment), cudaMemcpyHostToDevice));
   std::vector<float> hp(total), hg(total), hv(total);
   std::mt19937_64 rng(8);
   std::uniform_real_distribution<float> dist(-1, 1);
@@ -471,17 +483,18 @@ void lab_sgd(Lab& lab, int64_t target, bool small) {
   DLB_KERNEL_CHECK(cudaMemcpy(g.get(), hg.data(), total * 4, cudaMemcpyHostToDevice));
   DLB_KERNEL_CHECK(cudaMemcpy(v.get(), hv.data(), total * 4, cudaMemcpyHostToDevice));
   SgdStep step;
-  step.lr = 0.1f, step.momentum = 0.9f, step.weight_decay = 5e-4f, step.nesterov = true, step.grad_scale = 1.f / 256;
-  cuda::sgd_update(p.as<float>(), g.as<float>(), v.as<float>(), dsegs.as<ParamSegment>(), int(segs.size()), step,
-                   lab.stream());
+  step.lr = 0.1f, step.momentum = 0.9f, step.weight_decay = 5e-4f, step.nesterov = true,
+  step.grad_scale = 1.f / 256;
+  cuda::sgd_update(p.as<float>(), g.as<float>(), v.as<float>(), dsegs.as<ParamSegment>(), int(segs.size()),
+                   step, lab.stream());
   cpu_sgd(hp, hg, hv, segs, step);
   std::vector<double> expected(hp.begin(), hp.end()), expected_v(hv.begin(), hv.end());
   const double err = std::max(max_rel_err(download(p.get(), total, DType::f32), expected),
                               max_rel_err(download(v.get(), total, DType::f32), expected_v));
   step.lr = 0;  // timed launches leave the parameters as they are
   const double us = lab.median_us([&] {
-    cuda::sgd_update(p.as<float>(), g.as<float>(), v.as<float>(), dsegs.as<ParamSegment>(), int(segs.size()), step,
-                     lab.stream());
+    cuda::sgd_update(p.as<float>(), g.as<float>(), v.as<float>(), dsegs.as<ParamSegment>(), int(segs.size()),
+                     step, lab.stream());
   });
   lab.add({"sgd_update (nesterov)", "f32", shape, err, 1e-6, us, double(total) * 20});
 }
@@ -505,7 +518,8 @@ int main(int argc, char** argv) {
     cudaDeviceProp prop{};
     DLB_KERNEL_CHECK(cudaGetDeviceProperties(&prop, 0));
     std::printf("device: %s, %d SMs, %.0f MB L2; timed buffers: %lld M elements; median of %d launches\n",
-                prop.name, prop.multiProcessorCount, prop.l2CacheSize / 1e6, static_cast<long long>(melems), reps);
+                prop.name, prop.multiProcessorCount, prop.l2CacheSize / 1e6, static_cast<long long>(melems),
+                reps);
     Lab lab(reps, melems << 20);
     const double ceiling = measure_copy(lab);
     lab.set_ceiling(ceiling);

@@ -192,11 +192,11 @@ class Backend {
   // logits [N,K] (any float dtype), labels i32 [N]; probs [N,K] and loss [1] f32 (f64 for f64 logits);
   // loss = mean over N of the
   // cross-entropy against the label-smoothed target (1 - s) * onehot + s / K.
-  virtual void softmax_cross_entropy_forward(const Tensor& logits, const Tensor& labels, float label_smoothing,
-                                             Tensor& probs, Tensor& loss) = 0;
+  virtual void softmax_cross_entropy_forward(const Tensor& logits, const Tensor& labels,
+                                             float label_smoothing, Tensor& probs, Tensor& loss) = 0;
   // dlogits = scale * (probs - target) / N
-  virtual void softmax_cross_entropy_backward(const Tensor& probs, const Tensor& labels, float label_smoothing,
-                                              float scale, Tensor& dlogits) = 0;
+  virtual void softmax_cross_entropy_backward(const Tensor& probs, const Tensor& labels,
+                                              float label_smoothing, float scale, Tensor& dlogits) = 0;
 
   // ---- elementwise and utilities ----
   virtual void fill(Tensor& x, double value) = 0;

@@ -37,8 +37,8 @@ std::vector<LayerTime> profile_layers(Network& net, int iterations) {
 std::string format_layer_profile(const std::vector<LayerTime>& times) {
   double total = 0;
   for (const auto& t : times) total += t.forward_ms + t.backward_ms;
-  std::string out = fmt::format("{:<28} {:<12} {:>10} {:>10} {:>7} {:>10}\n", "layer", "kind", "fwd ms", "bwd ms",
-                                "share", "fwd GF/s");
+  std::string out = fmt::format("{:<28} {:<12} {:>10} {:>10} {:>7} {:>10}\n", "layer", "kind", "fwd ms",
+                                "bwd ms", "share", "fwd GF/s");
   double forward = 0, backward = 0;
   for (const auto& t : times) {
     forward += t.forward_ms;
@@ -55,8 +55,11 @@ std::string format_layer_profile(const std::vector<LayerTime>& times) {
 nlohmann::json to_json(const std::vector<LayerTime>& times) {
   nlohmann::json j = nlohmann::json::array();
   for (const auto& t : times) {
-    j.push_back({{"layer", t.name}, {"kind", t.kind}, {"forward_ms", t.forward_ms},
-                 {"backward_ms", t.backward_ms}, {"forward_macs", t.forward_macs}});
+    j.push_back({{"layer", t.name},
+                 {"kind", t.kind},
+                 {"forward_ms", t.forward_ms},
+                 {"backward_ms", t.backward_ms},
+                 {"forward_macs", t.forward_macs}});
   }
   return j;
 }

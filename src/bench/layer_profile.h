@@ -3,10 +3,9 @@
 // time goes. The sum is a little above a real step's time (every layer pays a synchronisation).
 #pragma once
 
+#include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
-
-#include <nlohmann/json.hpp>
 
 #include "nn/network.h"
 

@@ -49,8 +49,9 @@ Distribution summarize(const std::vector<double>& values) {
 }
 
 nlohmann::json to_json(const Distribution& d) {
-  return {{"count", d.count}, {"median", d.median}, {"mean", d.mean}, {"p5", d.p5},   {"p95", d.p95},
-          {"min", d.min},     {"max", d.max},       {"stddev", d.stddev}, {"ci95", d.ci95}, {"jitter", d.jitter}};
+  return {{"count", d.count}, {"median", d.median}, {"mean", d.mean}, {"p5", d.p5},
+          {"p95", d.p95},     {"min", d.min},       {"max", d.max},   {"stddev", d.stddev},
+          {"ci95", d.ci95},   {"jitter", d.jitter}};
 }
 
 }  // namespace dlbench

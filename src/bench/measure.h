@@ -32,7 +32,9 @@ class MeasuredWindow {
   void set_wall_seconds(double seconds) { wall_seconds_ = seconds; }
   int64_t images() const { return images_; }
   double wall_seconds() const { return wall_seconds_; }
-  double images_per_second() const { return wall_seconds_ > 0 ? static_cast<double>(images_) / wall_seconds_ : 0; }
+  double images_per_second() const {
+    return wall_seconds_ > 0 ? static_cast<double>(images_) / wall_seconds_ : 0;
+  }
   const std::vector<double>& step_ms() const { return step_ms_; }
   Distribution step_distribution() const { return summarize(step_ms_); }
 

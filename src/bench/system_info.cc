@@ -1,15 +1,14 @@
 #include "bench/system_info.h"
 
-#include <oneapi/dnnl/dnnl.hpp>
+#include <fmt/format.h>
 #include <sys/utsname.h>
 #include <unistd.h>
 
 #include <ctime>
 #include <fstream>
+#include <oneapi/dnnl/dnnl.hpp>
 #include <string>
 #include <thread>
-
-#include <fmt/format.h>
 
 namespace dlbench {
 

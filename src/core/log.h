@@ -16,7 +16,8 @@ void log_message(LogLevel level, const std::string& message);
 
 template <typename... Args>
 void log_debug(fmt::format_string<Args...> f, Args&&... args) {
-  if (log_level() <= LogLevel::debug) log_message(LogLevel::debug, fmt::format(f, std::forward<Args>(args)...));
+  if (log_level() <= LogLevel::debug)
+    log_message(LogLevel::debug, fmt::format(f, std::forward<Args>(args)...));
 }
 template <typename... Args>
 void log_info(fmt::format_string<Args...> f, Args&&... args) {

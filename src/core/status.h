@@ -42,7 +42,8 @@ class Status {
   std::string message_;
 };
 
-[[noreturn]] void throw_check_failure(const char* file, int line, const char* what, const std::string& detail);
+[[noreturn]] void throw_check_failure(const char* file, int line, const char* what,
+                                      const std::string& detail);
 
 template <typename... Args>
 [[noreturn]] void throw_user_error(fmt::format_string<Args...> format, Args&&... args) {
@@ -52,13 +53,13 @@ template <typename... Args>
 }  // namespace dlbench
 
 // DLB_CHECK(condition, "format {}", args...): an internal invariant; failure throws dlbench::Error.
-#define DLB_CHECK(cond, ...)                                                                      \
-  do {                                                                                            \
+#define DLB_CHECK(cond, ...)                                                                          \
+  do {                                                                                                \
     if (!(cond)) ::dlbench::throw_check_failure(__FILE__, __LINE__, #cond, fmt::format(__VA_ARGS__)); \
   } while (0)
 
 // DLB_REQUIRE(condition, "format {}", args...): a condition on user input; failure throws UserError.
-#define DLB_REQUIRE(cond, ...)                       \
-  do {                                                \
+#define DLB_REQUIRE(cond, ...)                             \
+  do {                                                     \
     if (!(cond)) ::dlbench::throw_user_error(__VA_ARGS__); \
   } while (0)

@@ -31,8 +31,7 @@ std::string device_name(Device device);
 class Tensor {
  public:
   Tensor() = default;
-  Tensor(void* data, std::vector<int64_t> dims, DType dtype, Layout layout = Layout::nchw,
-         Device device = {})
+  Tensor(void* data, std::vector<int64_t> dims, DType dtype, Layout layout = Layout::nchw, Device device = {})
       : data_(data), dims_(std::move(dims)), dtype_(dtype), layout_(layout), device_(device) {}
 
   void* data() const { return data_; }

@@ -13,9 +13,10 @@ EpochSampler::EpochSampler(int64_t dataset_size, uint64_t seed, bool shuffle, in
     : dataset_size_(dataset_size), seed_(seed), shuffle_(shuffle), rank_(rank), world_size_(world_size) {
   DLB_CHECK(world_size >= 1 && rank >= 0 && rank < world_size, "rank {} of world size {}", rank, world_size);
   DLB_REQUIRE(dataset_size > 0, "the dataset is empty; use a dataset with at least one sample");
-  DLB_REQUIRE(dataset_size >= world_size,
-              "the dataset has {} samples, fewer than the {} ranks sharing it; use fewer ranks or a larger dataset",
-              dataset_size, world_size);
+  DLB_REQUIRE(
+      dataset_size >= world_size,
+      "the dataset has {} samples, fewer than the {} ranks sharing it; use fewer ranks or a larger dataset",
+      dataset_size, world_size);
 }
 
 int64_t EpochSampler::batches_per_epoch(int64_t batch_size) const {

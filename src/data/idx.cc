@@ -83,13 +83,15 @@ class IdxReader {
       data.resize(old + want);
       const size_t got = read_some(data.data() + old, want);
       if (got < want)
-        throw_user_error("{} is truncated: its header promises {} ({} bytes) but the data ends after {} bytes{}; {}",
-                         path_, what, bytes, old + got, cut_note(), advice_.if_damaged);
+        throw_user_error(
+            "{} is truncated: its header promises {} ({} bytes) but the data ends after {} bytes{}; {}",
+            path_, what, bytes, old + got, cut_note(), advice_.if_damaged);
     }
     unsigned char extra = 0;
     if (read_some(&extra, 1) != 0)
-      throw_user_error("{} has data beyond the {} its header describes; the file is damaged or not an IDX file: {}",
-                       path_, what, advice_.if_damaged);
+      throw_user_error(
+          "{} has data beyond the {} its header describes; the file is damaged or not an IDX file: {}", path_,
+          what, advice_.if_damaged);
     return data;
   }
 
@@ -124,11 +126,11 @@ class IdxReader {
 void check_magic(IdxReader& reader, uint32_t expected, const char* kind) {
   const uint32_t found = reader.read_u32("magic number");
   if (found == expected) return;
-  const char* hint = found == kLabelsMagic ? " (that of an IDX label file)"
+  const char* hint = found == kLabelsMagic   ? " (that of an IDX label file)"
                      : found == kImagesMagic ? " (that of an IDX image file)"
                                              : "";
-  throw_user_error("{} is not an IDX {} file: magic number {} (0x{:08x}){}, expected {} (0x{:08x}); {}", reader.path(),
-                   kind, found, found, hint, expected, expected, reader.advice().if_damaged);
+  throw_user_error("{} is not an IDX {} file: magic number {} (0x{:08x}){}, expected {} (0x{:08x}); {}",
+                   reader.path(), kind, found, found, hint, expected, expected, reader.advice().if_damaged);
 }
 
 }  // namespace
@@ -147,8 +149,9 @@ IdxImages read_idx_images(const std::string& path, const IdxAdvice& advice) {
   DLB_REQUIRE(static_cast<uint64_t>(images.count) <= std::numeric_limits<uint64_t>::max() / per_image,
               "{}: its header promises {} images of {}x{}, more than any file holds; {}", path, images.count,
               images.rows, images.cols, advice.if_damaged);
-  images.pixels = reader.read_payload(static_cast<uint64_t>(images.count) * per_image,
-                                      fmt::format("{} images of {}x{}", images.count, images.rows, images.cols));
+  images.pixels =
+      reader.read_payload(static_cast<uint64_t>(images.count) * per_image,
+                          fmt::format("{} images of {}x{}", images.count, images.rows, images.cols));
   return images;
 }
 
@@ -159,13 +162,15 @@ std::vector<uint8_t> read_idx_labels(const std::string& path, const IdxAdvice& a
   return reader.read_payload(count, fmt::format("{} labels", count));
 }
 
-IdxDataset IdxDataset::load(const Spec& spec, const std::string& images_path, const std::string& labels_path) {
+IdxDataset IdxDataset::load(const Spec& spec, const std::string& images_path,
+                            const std::string& labels_path) {
   // Both files are read and cross-checked before anything is normalised.
   const IdxImages images = read_idx_images(images_path, spec.advice);
   const std::vector<uint8_t> labels = read_idx_labels(labels_path, spec.advice);
   const std::string& fix = spec.advice.if_damaged;
-  DLB_REQUIRE(images.rows == spec.rows && images.cols == spec.cols, "{} holds images of {}x{} pixels, {} needs {}x{}; {}",
-              images_path, images.rows, images.cols, spec.name, spec.rows, spec.cols, fix);
+  DLB_REQUIRE(images.rows == spec.rows && images.cols == spec.cols,
+              "{} holds images of {}x{} pixels, {} needs {}x{}; {}", images_path, images.rows, images.cols,
+              spec.name, spec.rows, spec.cols, fix);
   DLB_REQUIRE(images.count == static_cast<int64_t>(labels.size()),
               "{} holds {} images but {} holds {} labels; use the image and label files of one split, or {}",
               images_path, images.count, labels_path, labels.size(), fix);
@@ -200,7 +205,8 @@ IdxDataset load_fashion_mnist(const std::string& dir, Split split) {
     std::filesystem::path gz = base;
     gz += ".gz";
     std::error_code ec;
-    return !std::filesystem::exists(gz, ec) && std::filesystem::exists(base, ec) ? base.string() : gz.string();
+    return !std::filesystem::exists(gz, ec) && std::filesystem::exists(base, ec) ? base.string()
+                                                                                 : gz.string();
   };
   const char* prefix = split == Split::train ? "train" : "t10k";
   return IdxDataset::load(spec, locate(fmt::format("{}-images-idx3-ubyte", prefix).c_str()),

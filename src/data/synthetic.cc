@@ -30,7 +30,8 @@ void validate(int64_t size, SampleShape shape, int num_classes) {
 // libm) it is integer arithmetic and one rounding, hence identical everywhere.
 float normalish(std::mt19937_64& rng) {
   const uint64_t r = rng();
-  const int64_t sum = static_cast<int64_t>((r & 0xffff) + ((r >> 16) & 0xffff) + ((r >> 32) & 0xffff) + (r >> 48));
+  const int64_t sum =
+      static_cast<int64_t>((r & 0xffff) + ((r >> 16) & 0xffff) + ((r >> 32) & 0xffff) + (r >> 48));
   // Each term is (x + 0.5) / 65536, uniform on (0, 1) with mean 1/2 and variance 1/12: the sum has mean 2
   // and variance 1/3. (sum + 2 - 2 * 65536) / 65536 * sqrt(3) is the centred, unit-variance value.
   constexpr float scale = 1.7320508075688772f / 65536.0f;

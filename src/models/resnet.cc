@@ -35,12 +35,14 @@ ResNetSpec spec_for(const std::string& name) {
 // conv -> batch norm (+ ReLU), the unit every ResNet is made of.
 Activation& conv_bn(Network& net, const std::string& prefix, const std::string& suffix, Activation& x,
                     int64_t channels, int64_t kernel, int64_t stride, BatchNormFusion fusion) {
-  auto& conv = net.add<ConvLayer>(prefix + "conv" + suffix, x, ConvOptions{channels, kernel, stride, kernel / 2});
+  auto& conv =
+      net.add<ConvLayer>(prefix + "conv" + suffix, x, ConvOptions{channels, kernel, stride, kernel / 2});
   return *net.add<BatchNormLayer>(prefix + "bn" + suffix, *conv.output(), fusion).output();
 }
 
 // The shortcut: the identity, or a strided 1x1 projection + BN where the shape changes.
-Activation& shortcut(Network& net, const std::string& prefix, Activation& x, int64_t channels, int64_t stride) {
+Activation& shortcut(Network& net, const std::string& prefix, Activation& x, int64_t channels,
+                     int64_t stride) {
   if (stride == 1 && x.value.c() == channels) return x;
   auto& conv = net.add<ConvLayer>(prefix + "downsample.0", x, ConvOptions{channels, 1, stride, 0});
   return *net.add<BatchNormLayer>(prefix + "downsample.1", *conv.output(), BatchNormFusion::none).output();
@@ -71,7 +73,7 @@ Activation& bottleneck_block(Network& net, const std::string& prefix, Activation
 }  // namespace
 
 const std::vector<std::string>& model_names() {
-  static const std::vector<std::string> names{"resnet18", "resnet34",  "resnet50",
+  static const std::vector<std::string> names{"resnet18",  "resnet34",  "resnet50",
                                               "resnet101", "resnet152", "resnet20"};
   return names;
 }
@@ -127,7 +129,8 @@ Model build_model(const std::string& name, Backend& backend, const NetworkOption
   }
   x = net.add<GlobalAvgPoolLayer>("avgpool", *x).output();
   model.logits = net.add<LinearLayer>("fc", *x, options.num_classes).output();
-  model.loss = &net.add<SoftmaxCrossEntropyLayer>("loss", *model.logits, *model.labels, options.label_smoothing);
+  model.loss =
+      &net.add<SoftmaxCrossEntropyLayer>("loss", *model.logits, *model.labels, options.label_smoothing);
   return model;
 }
 

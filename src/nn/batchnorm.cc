@@ -23,8 +23,8 @@ BatchNormLayer::BatchNormLayer(Network& net, std::string name, Activation& input
   set_inputs(residual ? std::vector<Activation*>{&input, residual} : std::vector<Activation*>{&input});
   output_ = &net.new_activation(name_ + ".out", x.dims());
   Device device = net.backend().device();
-  for (Tensor* t : {&gamma_, &beta_, &dgamma_, &dbeta_, &running_mean_, &running_var_, &saved_mean_,
-                    &saved_inv_std_}) {
+  for (Tensor* t :
+       {&gamma_, &beta_, &dgamma_, &dbeta_, &running_mean_, &running_var_, &saved_mean_, &saved_inv_std_}) {
     *t = Tensor(nullptr, {x.c()}, net.master_dtype(), Layout::nchw, device);
   }
 }

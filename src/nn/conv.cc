@@ -19,8 +19,8 @@ ConvLayer::ConvLayer(Network& net, std::string name, Activation& input, const Co
   geometry_.dtype = net.dtype();
   geometry_.layout = net.layout();
   set_inputs({&input});
-  output_ = &net.new_activation(name_ + ".out",
-                                {geometry_.batch, geometry_.out_channels, geometry_.out_h(), geometry_.out_w()});
+  output_ = &net.new_activation(
+      name_ + ".out", {geometry_.batch, geometry_.out_channels, geometry_.out_h(), geometry_.out_w()});
   std::vector<int64_t> wdims{options.out_channels, x.c(), options.kernel, options.kernel};
   weight_ = Tensor(nullptr, wdims, net.dtype(), net.layout(), net.backend().device());
   dweight_ = Tensor(nullptr, wdims, net.dtype(), net.layout(), net.backend().device());

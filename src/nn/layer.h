@@ -24,8 +24,8 @@ enum class GradMode : uint8_t { none, overwrite, accumulate };
 
 struct Activation {
   std::string name;
-  Tensor value;  // written by the producing layer's forward
-  Tensor grad;   // dLoss/dvalue, written by the consumers' backward
+  Tensor value;            // written by the producing layer's forward
+  Tensor grad;             // dLoss/dvalue, written by the consumers' backward
   bool needs_grad = true;  // false for the network's inputs (images, labels)
 };
 

@@ -18,8 +18,10 @@ LinearLayer::LinearLayer(Network& net, std::string name, Activation& input, int6
 }
 
 void LinearLayer::plan(MemoryPlan& plan) {
-  plan.add_parameter(name_ + ".weight", weight_, dweight_, ParamInit::uniform_fan_in, in_features_, false, ParamUse::compute);
-  plan.add_parameter(name_ + ".bias", bias_, dbias_, ParamInit::uniform_fan_in, in_features_, true, ParamUse::compute);
+  plan.add_parameter(name_ + ".weight", weight_, dweight_, ParamInit::uniform_fan_in, in_features_, false,
+                     ParamUse::compute);
+  plan.add_parameter(name_ + ".bias", bias_, dbias_, ParamInit::uniform_fan_in, in_features_, true,
+                     ParamUse::compute);
 }
 
 void LinearLayer::forward(Phase) {
@@ -45,7 +47,8 @@ void LinearLayer::backward() {
     // dx[N,I] (+)= dy[N,O] * W[O,I]
     Tensor dx = in.grad.reshaped({batch_, in_features_});
     float beta = input_grad_mode(0) == GradMode::accumulate ? 1.f : 0.f;
-    backend.gemm(Transpose::no, Transpose::no, batch_, in_features_, out_features_, 1.f, dy, weight_, beta, dx);
+    backend.gemm(Transpose::no, Transpose::no, batch_, in_features_, out_features_, 1.f, dy, weight_, beta,
+                 dx);
   }
 }
 

@@ -152,7 +152,8 @@ void MemoryPlan::initialise(uint64_t seed) {
     switch (p.init) {
       case ParamInit::he_normal_fan_out: {
         double stddev = std::sqrt(2.0 / static_cast<double>(p.fan));
-        for (int64_t i = 0; i < count; ++i) out[i] = static_cast<float>(stddev * normal_sample(rng));  // FP32 values either way
+        for (int64_t i = 0; i < count; ++i)
+          out[i] = static_cast<float>(stddev * normal_sample(rng));  // FP32 values either way
         break;
       }
       case ParamInit::uniform_fan_in: {
@@ -181,13 +182,15 @@ void MemoryPlan::initialise(uint64_t seed) {
 
 void MemoryPlan::gradients_to_master() {
   if (!has_compute_copies() || compute_count_ == 0) return;
-  Tensor leading(flat_gradients_.data(), {compute_count_}, master_dtype_, Layout::nchw, flat_gradients_.device());
+  Tensor leading(flat_gradients_.data(), {compute_count_}, master_dtype_, Layout::nchw,
+                 flat_gradients_.device());
   backend_.cast(compute_gradients_, leading);
 }
 
 void MemoryPlan::parameters_to_compute() {
   if (!has_compute_copies() || compute_count_ == 0) return;
-  Tensor leading(flat_parameters_.data(), {compute_count_}, master_dtype_, Layout::nchw, flat_parameters_.device());
+  Tensor leading(flat_parameters_.data(), {compute_count_}, master_dtype_, Layout::nchw,
+                 flat_parameters_.device());
   backend_.cast(leading, compute_parameters_);
 }
 

@@ -87,7 +87,7 @@ class MemoryPlan {
   Tensor& flat_buffers() { return flat_buffers_; }
   // Mixed precision: the compute copies, over the first compute_count() elements of the flat buffers.
   int64_t compute_count() const { return compute_count_; }
-  void gradients_to_master();   // master gradients[0, compute_count) = compute gradients
+  void gradients_to_master();    // master gradients[0, compute_count) = compute gradients
   void parameters_to_compute();  // compute parameters = master parameters[0, compute_count)
   void* workspace() const { return workspace_; }
   size_t workspace_bytes() const { return workspace_bytes_; }

@@ -11,7 +11,8 @@ namespace dlbench {
 
 class MaxPoolLayer final : public Layer {
  public:
-  MaxPoolLayer(Network& net, std::string name, Activation& input, int64_t kernel, int64_t stride, int64_t pad);
+  MaxPoolLayer(Network& net, std::string name, Activation& input, int64_t kernel, int64_t stride,
+               int64_t pad);
   const char* kind() const override { return "maxpool"; }
   void plan(MemoryPlan& plan) override;
   void forward(Phase phase) override;

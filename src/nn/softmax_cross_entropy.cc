@@ -10,10 +10,12 @@ SoftmaxCrossEntropyLayer::SoftmaxCrossEntropyLayer(Network& net, std::string nam
                                                    Activation& labels, float label_smoothing)
     : Layer(net, std::move(name)), label_smoothing_(label_smoothing) {
   DLB_CHECK(logits.value.rank() == 2, "{}: logits must be [N, K]", name_);
-  DLB_CHECK(labels.value.dtype() == DType::i32 && !labels.needs_grad, "{}: labels must be an i32 input", name_);
+  DLB_CHECK(labels.value.dtype() == DType::i32 && !labels.needs_grad, "{}: labels must be an i32 input",
+            name_);
   set_inputs({&logits, &labels});
   output_ = &net.new_activation(name_ + ".loss", {1}, net.master_dtype());
-  probabilities_ = Tensor(nullptr, logits.value.dims(), net.master_dtype(), Layout::nchw, net.backend().device());
+  probabilities_ =
+      Tensor(nullptr, logits.value.dims(), net.master_dtype(), Layout::nchw, net.backend().device());
 }
 
 void SoftmaxCrossEntropyLayer::plan(MemoryPlan& plan) { plan.add_activation(probabilities_); }

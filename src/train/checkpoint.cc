@@ -44,21 +44,23 @@ using File = std::unique_ptr<std::FILE, FileCloser>;
 // carry the file size.
 uint64_t file_size_of(const Checkpoint& c) {
   const auto array = [](const std::vector<float>& v) { return 8 + 4 * static_cast<uint64_t>(v.size()); };
-  return kHeaderBytes + (8 + c.model.size()) + (8 + c.config_digest.size()) + 8 + 8 + 4 + array(c.parameters) +
-         array(c.momentum) + array(c.buffers) + kChecksumBytes;
+  return kHeaderBytes + (8 + c.model.size()) + (8 + c.config_digest.size()) + 8 + 8 + 4 +
+         array(c.parameters) + array(c.momentum) + array(c.buffers) + kChecksumBytes;
 }
 
 // Writes little-endian fields to a file, keeping the CRC-32 of everything written. A failed write throws
 // UserError; the caller's guard removes the partial file.
 class Writer {
  public:
-  Writer(std::FILE* file, const std::string& path, const std::string& tmp) : file_(file), path_(path), tmp_(tmp) {}
+  Writer(std::FILE* file, const std::string& path, const std::string& tmp)
+      : file_(file), path_(path), tmp_(tmp) {}
 
   void bytes(const void* data, size_t n) {
     if (n == 0) return;
     if (std::fwrite(data, 1, n, file_) != n)
-      throw_user_error("cannot save checkpoint {}: writing {} failed: {}; free disk space or choose another directory",
-                       path_, tmp_, std::strerror(errno));
+      throw_user_error(
+          "cannot save checkpoint {}: writing {} failed: {}; free disk space or choose another directory",
+          path_, tmp_, std::strerror(errno));
     crc_ = crc_update(crc_, data, n);
   }
   void u32(uint32_t v) {
@@ -126,8 +128,8 @@ class Reader {
   void bytes(void* out, uint64_t n, const char* field) {
     if (n > end_ - offset_) malformed(fmt::format("field {} runs past the end of the file", field));
     if (n != 0 && std::fread(out, 1, static_cast<size_t>(n), file_) != n)
-      throw_user_error("cannot read checkpoint {}: {}", path_, std::feof(file_) ? "the file shrank while reading"
-                                                                                : std::strerror(errno));
+      throw_user_error("cannot read checkpoint {}: {}", path_,
+                       std::feof(file_) ? "the file shrank while reading" : std::strerror(errno));
     offset_ += n;
   }
   uint32_t u32(const char* field) {
@@ -149,7 +151,8 @@ class Reader {
   std::string string(const char* field) {
     const uint64_t n = u64(field);
     // Checked before allocating: a bad length must not turn into a huge allocation.
-    if (n > end_ - offset_) malformed(fmt::format("field {} claims {} bytes, more than the file holds", field, n));
+    if (n > end_ - offset_)
+      malformed(fmt::format("field {} claims {} bytes, more than the file holds", field, n));
     std::string s(static_cast<size_t>(n), '\0');
     bytes(s.data(), n, field);
     return s;
@@ -167,8 +170,9 @@ class Reader {
   uint64_t offset() const { return offset_; }
 
   [[noreturn]] void malformed(const std::string& what) const {
-    throw_user_error("checkpoint {} is malformed: {}; it was not written by this dlbench: use another checkpoint",
-                     path_, what);
+    throw_user_error(
+        "checkpoint {} is malformed: {}; it was not written by this dlbench: use another checkpoint", path_,
+        what);
   }
 
  private:
@@ -190,13 +194,15 @@ uint64_t check_header(std::FILE* file, const std::string& path, uint64_t size) {
     throw_user_error("cannot read checkpoint {}: {}", path, std::strerror(errno));
   const auto truncated = [&](uint64_t promised) {
     throw_user_error(
-        "checkpoint {} is truncated: it has {} bytes{}; the save or copy was cut short: use a complete copy or "
+        "checkpoint {} is truncated: it has {} bytes{}; the save or copy was cut short: use a complete copy "
+        "or "
         "start from scratch",
         path, size, promised != 0 ? fmt::format(" of the {} its header promises", promised) : std::string());
   };
   const size_t magic_seen = std::min<size_t>(got, kMagic.size());
   if (std::memcmp(header.data(), kMagic.data(), magic_seen) != 0)
-    throw_user_error("{} is not a dlbench checkpoint (it does not start with \"DLBCKPT\"); check the path", path);
+    throw_user_error("{} is not a dlbench checkpoint (it does not start with \"DLBCKPT\"); check the path",
+                     path);
   if (got < kHeaderBytes) truncated(0);  // empty, or a prefix of a header and nothing more
 
   const uint32_t version = le32(header.data() + 8);
@@ -206,12 +212,13 @@ uint64_t check_header(std::FILE* file, const std::string& path, uint64_t size) {
               path, version, kCheckpointVersion);
   const uint64_t promised = le64(header.data() + 12);
   if (size < promised) truncated(promised);
-  DLB_REQUIRE(size == promised,
-              "checkpoint {} has {} bytes, {} more than its header's {}; the file is damaged: use an intact copy "
-              "or start from scratch",
-              path, size, size - promised, promised);
-  DLB_REQUIRE(size >= kHeaderBytes + kChecksumBytes, "checkpoint {} is malformed: its header gives a size of {} bytes",
-              path, size);
+  DLB_REQUIRE(
+      size == promised,
+      "checkpoint {} has {} bytes, {} more than its header's {}; the file is damaged: use an intact copy "
+      "or start from scratch",
+      path, size, size - promised, promised);
+  DLB_REQUIRE(size >= kHeaderBytes + kChecksumBytes,
+              "checkpoint {} is malformed: its header gives a size of {} bytes", path, size);
   return size;
 }
 
@@ -223,8 +230,8 @@ void check_crc(std::FILE* file, const std::string& path, uint64_t size) {
   while (left > 0) {
     const size_t n = static_cast<size_t>(std::min<uint64_t>(left, chunk.size()));
     if (std::fread(chunk.data(), 1, n, file) != n)
-      throw_user_error("cannot read checkpoint {}: {}", path, std::feof(file) ? "the file shrank while reading"
-                                                                                : std::strerror(errno));
+      throw_user_error("cannot read checkpoint {}: {}", path,
+                       std::feof(file) ? "the file shrank while reading" : std::strerror(errno));
     crc = crc_update(crc, chunk.data(), n);
     left -= n;
   }
@@ -232,31 +239,34 @@ void check_crc(std::FILE* file, const std::string& path, uint64_t size) {
   if (std::fread(stored_bytes.data(), 1, 4, file) != 4)
     throw_user_error("cannot read checkpoint {}: {}", path, std::strerror(errno));
   const uint32_t stored = le32(stored_bytes.data());
-  DLB_REQUIRE(stored == static_cast<uint32_t>(crc),
-              "checkpoint {} is damaged: checksum mismatch (stored {:08x}, computed {:08x}); use an intact copy or "
-              "start from scratch",
-              path, stored, static_cast<uint32_t>(crc));
+  DLB_REQUIRE(
+      stored == static_cast<uint32_t>(crc),
+      "checkpoint {} is damaged: checksum mismatch (stored {:08x}, computed {:08x}); use an intact copy or "
+      "start from scratch",
+      path, stored, static_cast<uint32_t>(crc));
 }
 
 }  // namespace
 
 void save_checkpoint(const std::string& path, const Checkpoint& c) {
-  DLB_CHECK(c.momentum.empty() || c.momentum.size() == c.parameters.size(), "{} momentum values for {} parameters",
-            c.momentum.size(), c.parameters.size());
+  DLB_CHECK(c.momentum.empty() || c.momentum.size() == c.parameters.size(),
+            "{} momentum values for {} parameters", c.momentum.size(), c.parameters.size());
   const std::filesystem::path parent = std::filesystem::path(path).parent_path();
   std::error_code ec;
   if (!parent.empty() && !std::filesystem::is_directory(parent, ec)) {
     DLB_REQUIRE(!std::filesystem::exists(parent, ec),
-                "cannot save checkpoint {}: {} is not a directory; choose another path", path, parent.string());
-    throw_user_error("cannot save checkpoint {}: directory {} does not exist; create it or choose another path", path,
-                     parent.string());
+                "cannot save checkpoint {}: {} is not a directory; choose another path", path,
+                parent.string());
+    throw_user_error(
+        "cannot save checkpoint {}: directory {} does not exist; create it or choose another path", path,
+        parent.string());
   }
 
   const std::string tmp = path + ".tmp";
   File file(std::fopen(tmp.c_str(), "wb"));
   if (!file)
-    throw_user_error("cannot save checkpoint {}: cannot create {}: {}; choose a writable directory", path, tmp,
-                     std::strerror(errno));
+    throw_user_error("cannot save checkpoint {}: cannot create {}: {}; choose a writable directory", path,
+                     tmp, std::strerror(errno));
   RemoveUnlessCommitted guard(tmp);
 
   const uint64_t size = file_size_of(c);
@@ -278,15 +288,16 @@ void save_checkpoint(const std::string& path, const Checkpoint& c) {
   // Data must be on disk before the rename makes it the checkpoint, or a crash could leave `path` naming
   // an empty file.
   const auto fail = [&](const char* step) {
-    throw_user_error("cannot save checkpoint {}: {} {} failed: {}; free disk space or choose another directory", path,
-                     step, tmp, std::strerror(errno));
+    throw_user_error(
+        "cannot save checkpoint {}: {} {} failed: {}; free disk space or choose another directory", path,
+        step, tmp, std::strerror(errno));
   };
   if (std::fflush(file.get()) != 0) fail("writing");
   if (::fsync(::fileno(file.get())) != 0) fail("syncing");
   if (std::fclose(file.release()) != 0) fail("closing");
   if (std::rename(tmp.c_str(), path.c_str()) != 0)
-    throw_user_error("cannot save checkpoint {}: renaming {} to it failed: {}; choose another path", path, tmp,
-                     std::strerror(errno));
+    throw_user_error("cannot save checkpoint {}: renaming {} to it failed: {}; choose another path", path,
+                     tmp, std::strerror(errno));
   guard.commit();
 
   // Make the rename itself durable; best effort (some file systems refuse to sync a directory).
@@ -305,7 +316,8 @@ Checkpoint load_checkpoint(const std::string& path) {
   DLB_REQUIRE(status.type() != std::filesystem::file_type::directory,
               "checkpoint {} is a directory, not a checkpoint file; check the path", path);
   File file(std::fopen(path.c_str(), "rb"));
-  if (!file) throw_user_error("cannot open checkpoint {}: {}; check its permissions", path, std::strerror(errno));
+  if (!file)
+    throw_user_error("cannot open checkpoint {}: {}; check its permissions", path, std::strerror(errno));
   const uint64_t size = std::filesystem::file_size(path, ec);
   if (ec) throw_user_error("cannot read checkpoint {}: {}", path, ec.message());
 
@@ -330,19 +342,23 @@ Checkpoint load_checkpoint(const std::string& path) {
   return c;
 }
 
-void check_checkpoint_matches(const Checkpoint& c, const std::string& model, size_t n_parameters, size_t n_buffers) {
-  DLB_REQUIRE(c.model == model,
-              "checkpoint is for {}, this run trains {}; resume with model {} or start without the checkpoint",
-              c.model, model, c.model);
-  const std::string written_with = c.config_digest.empty() ? "" : fmt::format(" (written with: {})", c.config_digest);
+void check_checkpoint_matches(const Checkpoint& c, const std::string& model, size_t n_parameters,
+                              size_t n_buffers) {
+  DLB_REQUIRE(
+      c.model == model,
+      "checkpoint is for {}, this run trains {}; resume with model {} or start without the checkpoint",
+      c.model, model, c.model);
+  const std::string written_with =
+      c.config_digest.empty() ? "" : fmt::format(" (written with: {})", c.config_digest);
   DLB_REQUIRE(c.parameters.size() == n_parameters,
               "checkpoint of {} holds {} parameters, this run's {} has {}: it was written with another "
               "configuration{}; resume with that configuration or start without the checkpoint",
               c.model, c.parameters.size(), model, n_parameters, written_with);
-  DLB_REQUIRE(c.buffers.size() == n_buffers,
-              "checkpoint of {} holds {} buffer values (batch-norm statistics), this run's {} has {}: it was "
-              "written with another configuration{}; resume with that configuration or start without the checkpoint",
-              c.model, c.buffers.size(), model, n_buffers, written_with);
+  DLB_REQUIRE(
+      c.buffers.size() == n_buffers,
+      "checkpoint of {} holds {} buffer values (batch-norm statistics), this run's {} has {}: it was "
+      "written with another configuration{}; resume with that configuration or start without the checkpoint",
+      c.model, c.buffers.size(), model, n_buffers, written_with);
 }
 
 }  // namespace dlbench

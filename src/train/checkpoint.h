@@ -29,8 +29,8 @@
 namespace dlbench {
 
 struct Checkpoint {
-  std::string model;              // e.g. "resnet20"
-  std::string config_digest;      // free text the trainer uses to describe shape-relevant config
+  std::string model;          // e.g. "resnet20"
+  std::string config_digest;  // free text the trainer uses to describe shape-relevant config
   int64_t step = 0, epoch = 0;
   float loss_scale = 1.f;
   std::vector<float> parameters;  // the flat FP32 parameter buffer

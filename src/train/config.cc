@@ -12,28 +12,38 @@ namespace dlbench {
 
 const char* precision_name(Precision precision) {
   switch (precision) {
-    case Precision::fp32: return "fp32";
-    case Precision::tf32: return "tf32";
-    case Precision::fp16: return "fp16";
-    case Precision::bf16: return "bf16";
+    case Precision::fp32:
+      return "fp32";
+    case Precision::tf32:
+      return "tf32";
+    case Precision::fp16:
+      return "fp16";
+    case Precision::bf16:
+      return "bf16";
   }
   return "?";
 }
 
 const char* lr_schedule_name(LrSchedule schedule) {
   switch (schedule) {
-    case LrSchedule::constant: return "constant";
-    case LrSchedule::step: return "step";
-    case LrSchedule::cosine: return "cosine";
+    case LrSchedule::constant:
+      return "constant";
+    case LrSchedule::step:
+      return "step";
+    case LrSchedule::cosine:
+      return "cosine";
   }
   return "?";
 }
 
 DType compute_dtype(Precision precision) {
   switch (precision) {
-    case Precision::fp16: return DType::f16;
-    case Precision::bf16: return DType::bf16;
-    default: return DType::f32;
+    case Precision::fp16:
+      return DType::f16;
+    case Precision::bf16:
+      return DType::bf16;
+    default:
+      return DType::f32;
   }
 }
 
@@ -93,7 +103,8 @@ void resolve_config(RunConfig& c, bool cuda_available) {
   }
   DLB_REQUIRE(c.loss_scale_growth_interval > 0, "--loss-scale-growth-interval {}: must be positive",
               c.loss_scale_growth_interval);
-  // NHWC on both: oneDNN's nhwc kernels beat its NCHW path on ResNet shapes (src/backend/onednn/onednn_conv.cc).
+  // NHWC on both: oneDNN's nhwc kernels beat its NCHW path on ResNet shapes
+  // (src/backend/onednn/onednn_conv.cc).
   if (c.layout_text.empty()) c.layout_text = "nhwc";
   DLB_REQUIRE(c.layout_text == "nchw" || c.layout_text == "nhwc", "--layout {}: choose nchw or nhwc",
               c.layout_text);
@@ -144,7 +155,8 @@ void resolve_config(RunConfig& c, bool cuda_available) {
     std::string dir = c.data == "fashion-mnist" ? "/usr/share/datasets/fashion-mnist" : c.data;
     DLB_REQUIRE(std::filesystem::is_directory(dir),
                 "--data {}: no such directory{}; pass synthetic, fashion-mnist or a directory of IDX files",
-                c.data, c.data == "fashion-mnist" ? " (install the Debian package dataset-fashion-mnist)" : "");
+                c.data,
+                c.data == "fashion-mnist" ? " (install the Debian package dataset-fashion-mnist)" : "");
     c.data_dir = dir;
   }
 

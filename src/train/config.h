@@ -25,11 +25,11 @@ struct RunConfig {
   RunKind kind = RunKind::bench;
   std::string model = "resnet50";
   // Unset (nullopt) fields take the device's default in resolve_config.
-  std::optional<int64_t> batch_size;  // per device
-  std::optional<int64_t> epochs;      // train: passes over the training set (exclusive with steps)
-  std::optional<int64_t> steps;       // train: total optimizer steps; bench: timed steps
+  std::optional<int64_t> batch_size;    // per device
+  std::optional<int64_t> epochs;        // train: passes over the training set (exclusive with steps)
+  std::optional<int64_t> steps;         // train: total optimizer steps; bench: timed steps
   std::optional<int64_t> warmup_steps;  // steps run before the timed window
-  int64_t accumulate_steps = 1;  // micro-batches per optimizer step
+  int64_t accumulate_steps = 1;         // micro-batches per optimizer step
 
   // Optimizer and schedule.
   double lr = 0.1;
@@ -67,7 +67,8 @@ struct RunConfig {
   // Output.
   std::optional<int64_t> log_every;
   bool per_layer = false;
-  bool cuda_graph = true;  // bench: replay the whole step as one CUDA graph where possible  // bench: also time every layer's forward and backward
+  bool cuda_graph = true;  // bench: replay the whole step as one CUDA graph where possible  // bench: also
+                           // time every layer's forward and backward
   std::string json_path;
   std::string checkpoint_path;
   int64_t save_every = 0;  // steps between checkpoints; 0 = at the end (and each epoch) only

@@ -5,7 +5,8 @@
 
 namespace dlbench {
 
-LearningRateSchedule::LearningRateSchedule(const RunConfig& config, int64_t steps_per_epoch, int64_t total_steps)
+LearningRateSchedule::LearningRateSchedule(const RunConfig& config, int64_t steps_per_epoch,
+                                           int64_t total_steps)
     : base_lr_(config.lr),
       kind_(config.lr_schedule),
       warmup_steps_(static_cast<int64_t>(std::llround(config.lr_warmup_epochs * steps_per_epoch))),
@@ -18,12 +19,14 @@ LearningRateSchedule::LearningRateSchedule(const RunConfig& config, int64_t step
 
 double LearningRateSchedule::at(int64_t step) const {
   // Warm-up ramps linearly so that the first step already moves (rate lr/W, never 0).
-  if (step < warmup_steps_) return base_lr_ * static_cast<double>(step + 1) / static_cast<double>(warmup_steps_);
+  if (step < warmup_steps_)
+    return base_lr_ * static_cast<double>(step + 1) / static_cast<double>(warmup_steps_);
   switch (kind_) {
     case LrSchedule::constant:
       return base_lr_;
     case LrSchedule::step: {
-      auto passed = std::count_if(decay_steps_.begin(), decay_steps_.end(), [&](int64_t s) { return step >= s; });
+      auto passed =
+          std::count_if(decay_steps_.begin(), decay_steps_.end(), [&](int64_t s) { return step >= s; });
       return base_lr_ * std::pow(decay_factor_, static_cast<double>(passed));
     }
     case LrSchedule::cosine: {

@@ -1,11 +1,11 @@
 #include "train/run.h"
 
+#include <fmt/format.h>
+
 #include <cmath>
 #include <cstdio>
 #include <memory>
 #include <optional>
-
-#include <fmt/format.h>
 
 #include "backend/backend_factory.h"
 #include "bench/layer_profile.h"
@@ -82,8 +82,8 @@ RunSetup set_up(const RunConfig& config) {
     options.num_classes = s.train_data->num_classes();
   }
 
-  s.backend = make_backend(config.backend_name, config.device, config.threads,
-                           config.precision == Precision::tf32);
+  s.backend =
+      make_backend(config.backend_name, config.device, config.threads, config.precision == Precision::tf32);
   NetworkOptions net_options;
   net_options.batch = *config.batch_size;
   net_options.layout = config.layout;
@@ -103,20 +103,20 @@ void print_header(const char* command, const RunConfig& config, RunSetup& s, con
               device_name(config.device).c_str(), s.backend->name().c_str(), config.threads,
               precision_name(config.precision), layout_name(config.layout),
               static_cast<double>(net.memory().total_bytes()) / (1 << 20));
-  std::printf("  data %s: %lld samples of %lldx%lldx%lld%s | batch %lld per device%s | %s\n",
-              config.data.c_str(), static_cast<long long>(s.train_data->size()),
-              static_cast<long long>(images.c()), static_cast<long long>(images.h()),
-              static_cast<long long>(images.w()),
-              s.test_data ? fmt::format(", {} test", s.test_data->size()).c_str() : "",
-              static_cast<long long>(*config.batch_size),
-              config.accumulate_steps > 1 ? fmt::format(" x {} micro-batches", config.accumulate_steps).c_str()
-                                          : "",
-              length.c_str());
+  std::printf(
+      "  data %s: %lld samples of %lldx%lldx%lld%s | batch %lld per device%s | %s\n", config.data.c_str(),
+      static_cast<long long>(s.train_data->size()), static_cast<long long>(images.c()),
+      static_cast<long long>(images.h()), static_cast<long long>(images.w()),
+      s.test_data ? fmt::format(", {} test", s.test_data->size()).c_str() : "",
+      static_cast<long long>(*config.batch_size),
+      config.accumulate_steps > 1 ? fmt::format(" x {} micro-batches", config.accumulate_steps).c_str() : "",
+      length.c_str());
   std::printf("  sgd lr %g (%s", config.lr, lr_schedule_name(config.lr_schedule));
   if (config.lr_warmup_epochs > 0) std::printf(", warm-up %g epochs", config.lr_warmup_epochs);
   std::printf(") momentum %g%s weight decay %g%s | seed %llu\n", config.momentum,
               config.nesterov ? " nesterov" : "", config.weight_decay,
-              config.decay_norm_and_bias ? "" : " (not on BN/bias)", static_cast<unsigned long long>(config.seed));
+              config.decay_norm_and_bias ? "" : " (not on BN/bias)",
+              static_cast<unsigned long long>(config.seed));
   std::fflush(stdout);
 }
 
@@ -160,8 +160,10 @@ nlohmann::json run_train(const RunConfig& config) {
     Checkpoint checkpoint = load_checkpoint(config.resume_path);
     trainer.restore(checkpoint);
     first_step = checkpoint.step;
-    DLB_REQUIRE(first_step < total_steps, "--resume {}: the checkpoint is at step {}, the run ends at step {}; "
-                "ask for more --steps or --epochs", config.resume_path, first_step, total_steps);
+    DLB_REQUIRE(first_step < total_steps,
+                "--resume {}: the checkpoint is at step {}, the run ends at step {}; "
+                "ask for more --steps or --epochs",
+                config.resume_path, first_step, total_steps);
   }
   print_header("train", config, s,
                fmt::format("{} steps ({} per epoch){}", total_steps, steps_per_epoch,
@@ -214,7 +216,8 @@ nlohmann::json run_train(const RunConfig& config) {
       double eta = static_cast<double>(total_steps - step - 1) * images_per_step / rate;
       std::printf("step %lld/%lld  epoch %lld  loss %.4f  lr %.4g  %.1f img/s  ETA %s\n",
                   static_cast<long long>(step + 1), static_cast<long long>(total_steps),
-                  static_cast<long long>(epoch + 1), loss, schedule.at(step), rate, format_duration(eta).c_str());
+                  static_cast<long long>(epoch + 1), loss, schedule.at(step), rate,
+                  format_duration(eta).c_str());
       std::fflush(stdout);
       since_log.restart();
       images_since_log = 0;
@@ -222,12 +225,14 @@ nlohmann::json run_train(const RunConfig& config) {
     const bool epoch_done = batch_in_epoch + 1 == steps_per_epoch;
     if (epoch_done) evaluate(epoch, step + 1);
     if (!config.checkpoint_path.empty() &&
-        (epoch_done || (config.save_every > 0 && (step + 1) % config.save_every == 0) || step + 1 == total_steps)) {
+        (epoch_done || (config.save_every > 0 && (step + 1) % config.save_every == 0) ||
+         step + 1 == total_steps)) {
       save_checkpoint_to(config, trainer, step + 1, (step + 1) / steps_per_epoch);
     }
   }
   // A run that stops mid-epoch is still evaluated at its end.
-  if (s.test_data && (total_steps % steps_per_epoch != 0)) evaluate(total_steps / steps_per_epoch, total_steps);
+  if (s.test_data && (total_steps % steps_per_epoch != 0))
+    evaluate(total_steps / steps_per_epoch, total_steps);
   // The window of a training run is the sum of its timed steps: evaluation and checkpoints stay out of it.
   double window_seconds = 0;
   for (double ms : window.step_ms()) window_seconds += ms / 1e3;
@@ -261,7 +266,8 @@ nlohmann::json run_bench(const RunConfig& config) {
   const int64_t images_per_step = trainer.images_per_step();
   print_header("bench", config, s,
                fmt::format("{} warm-up + {} timed steps", *config.warmup_steps, *config.steps));
-  LearningRateSchedule schedule(config, *config.warmup_steps + *config.steps, *config.warmup_steps + *config.steps);
+  LearningRateSchedule schedule(config, *config.warmup_steps + *config.steps,
+                                *config.warmup_steps + *config.steps);
 
   // Synthetic inputs are loaded once and stay on the device (several micro-batches: reloaded each).
   std::vector<int64_t> all(static_cast<size_t>(s.train_data->size()));
@@ -285,7 +291,9 @@ nlohmann::json run_bench(const RunConfig& config) {
   // After warm-up the step is recorded once and replayed (on backends that can: CUDA graphs).
   std::unique_ptr<CapturedWork> graph;
   if (config.cuda_graph) graph = trainer.capture_step(schedule.at(*config.warmup_steps));
-  std::printf("step as one graph: %s\n", graph ? "yes" : config.cuda_graph ? "no (not supported here)" : "no (off)");
+  std::printf("step as one graph: %s\n", graph               ? "yes"
+                                         : config.cuda_graph ? "no (not supported here)"
+                                                             : "no (off)");
 
   MeasuredWindow window;
   std::vector<double> losses;
@@ -307,8 +315,8 @@ nlohmann::json run_bench(const RunConfig& config) {
     if (read_loss) {
       losses.push_back(loss);
       double eta = ms * static_cast<double>(*config.steps - step - 1) / 1e3;
-      std::printf("step %lld/%lld  loss %.4f  %.1f ms  %.1f img/s  ETA %s\n", static_cast<long long>(step + 1),
-                  static_cast<long long>(*config.steps), loss, ms,
+      std::printf("step %lld/%lld  loss %.4f  %.1f ms  %.1f img/s  ETA %s\n",
+                  static_cast<long long>(step + 1), static_cast<long long>(*config.steps), loss, ms,
                   static_cast<double>(images_per_step) * 1e3 / ms, format_duration(eta).c_str());
       std::fflush(stdout);
     }
@@ -325,8 +333,8 @@ nlohmann::json run_bench(const RunConfig& config) {
   j["window_seconds"] = window.wall_seconds();
   j["seconds_to_first_timed_step"] = seconds_to_first_timed_step;
   j["cuda_graph"] = graph != nullptr;
-  j["flops_per_image"] = 3.0 * 2.0 * static_cast<double>(trainer.net().forward_macs()) /
-                         static_cast<double>(*config.batch_size);
+  j["flops_per_image"] =
+      3.0 * 2.0 * static_cast<double>(trainer.net().forward_macs()) / static_cast<double>(*config.batch_size);
   if (config.per_layer) {
     // After the window, so it cannot disturb the measurement.
     std::vector<LayerTime> times = profile_layers(trainer.net(), 3);
@@ -334,9 +342,10 @@ nlohmann::json run_bench(const RunConfig& config) {
                 format_layer_profile(times).c_str());
     j["per_layer"] = to_json(times);
   }
-  std::printf("%s %s batch %lld on %s: %.2f img/s | step median %.1f ms, p5 %.1f, p95 %.1f, mean %.1f +- %.1f ms\n",
-              config.model.c_str(), precision_name(config.precision), static_cast<long long>(*config.batch_size),
-              device_name(config.device).c_str(), window.images_per_second(), d.median, d.p5, d.p95, d.mean, d.ci95);
+  std::printf(
+      "%s %s batch %lld on %s: %.2f img/s | step median %.1f ms, p5 %.1f, p95 %.1f, mean %.1f +- %.1f ms\n",
+      config.model.c_str(), precision_name(config.precision), static_cast<long long>(*config.batch_size),
+      device_name(config.device).c_str(), window.images_per_second(), d.median, d.p5, d.p95, d.mean, d.ci95);
   return j;
 }
 

@@ -1,9 +1,9 @@
 #include "train/trainer.h"
 
+#include <fmt/format.h>
+
 #include <cmath>
 #include <vector>
-
-#include <fmt/format.h>
 
 #include "core/status.h"
 
@@ -20,8 +20,8 @@ Trainer::Trainer(Backend& backend, Model& model, const RunConfig& config)
   const Tensor& images = model_.images->value;
   staging_images_ = HostBuffer(images.dims(), DType::f32, images.layout());
   staging_labels_ = HostBuffer({batch_}, DType::i32);
-  config_digest_ = fmt::format("{} input {}x{}x{} classes {}", model_.name, images.c(), images.h(), images.w(),
-                               model_.num_classes);
+  config_digest_ = fmt::format("{} input {}x{}x{} classes {}", model_.name, images.c(), images.h(),
+                               images.w(), model_.num_classes);
   if (images.dtype() != DType::f32) device_staging_ = backend.allocate(staging_images_.tensor().bytes());
   network.set_loss_scale(static_cast<float>(config.loss_scale));
   dynamic_loss_scale_ = config.dynamic_loss_scale;
@@ -158,10 +158,14 @@ void Trainer::restore(const Checkpoint& c) {
   MemoryPlan& memory = model_.net->memory();
   check_checkpoint_matches(c, model_.name, static_cast<size_t>(memory.parameter_count()),
                            static_cast<size_t>(memory.buffer_count()));
-  DLB_REQUIRE(c.config_digest == config_digest_, "checkpoint was made for {}, this run is {}; resume with the "
-              "same model and data", c.config_digest, config_digest_);
-  backend_.copy_to_device(memory.flat_parameters().data(), c.parameters.data(), c.parameters.size() * sizeof(float));
-  backend_.copy_to_device(memory.flat_momentum().data(), c.momentum.data(), c.momentum.size() * sizeof(float));
+  DLB_REQUIRE(c.config_digest == config_digest_,
+              "checkpoint was made for {}, this run is {}; resume with the "
+              "same model and data",
+              c.config_digest, config_digest_);
+  backend_.copy_to_device(memory.flat_parameters().data(), c.parameters.data(),
+                          c.parameters.size() * sizeof(float));
+  backend_.copy_to_device(memory.flat_momentum().data(), c.momentum.data(),
+                          c.momentum.size() * sizeof(float));
   backend_.copy_to_device(memory.flat_buffers().data(), c.buffers.data(), c.buffers.size() * sizeof(float));
   model_.net->set_loss_scale(c.loss_scale);
   memory.parameters_to_compute();

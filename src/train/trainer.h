@@ -63,8 +63,8 @@ class Trainer {
   int64_t accumulate_steps_;
   std::unique_ptr<SgdOptimizer> optimizer_;
   HostBuffer staging_images_, staging_labels_;  // host side of every batch copy
-  void* device_staging_ = nullptr;  // FP32 images on the device, cast to a narrower compute dtype
-  Tensor overflow_flag_;            // i32 [1] on the device: set when a gradient is Inf/NaN
+  void* device_staging_ = nullptr;              // FP32 images on the device, cast to a narrower compute dtype
+  Tensor overflow_flag_;                        // i32 [1] on the device: set when a gradient is Inf/NaN
   bool dynamic_loss_scale_ = false;
   int64_t growth_interval_ = 2000;
   int64_t good_steps_ = 0, skipped_steps_ = 0;

@@ -103,7 +103,8 @@ TEST_F(CudaElementwise, CastRoundsOnceBetweenEveryPair) {
     for (DType to : float_dtypes()) {
       for (int64_t n : {int64_t{1}, int64_t{7}, int64_t{1023}, int64_t{65537}}) {
         for (bool misaligned : {false, true}) {  // both pointers one element past 16-byte alignment
-          const size_t offset = misaligned ? dtype_size(from) : 0, dst_offset = misaligned ? dtype_size(to) : 0;
+          const size_t offset = misaligned ? dtype_size(from) : 0,
+                       dst_offset = misaligned ? dtype_size(to) : 0;
           SCOPED_TRACE(std::string(dtype_name(from)) + " -> " + trace(to, n, offset));
           // Magnitudes from 2^-30 to 2^20: subnormals and overflow of f16, ties of every format.
           HostBuffer src({n}, from);
@@ -162,7 +163,8 @@ struct Matrix {
   int64_t rows, cols;
 };
 const std::vector<Matrix>& matrix_shapes() {
-  static const std::vector<Matrix> shapes = {{1, 1}, {7, 13}, {5, 8}, {33, 1000}, {1023, 7}, {3, 4096}, {65537, 3}};
+  static const std::vector<Matrix> shapes = {{1, 1},    {7, 13},   {5, 8},    {33, 1000},
+                                             {1023, 7}, {3, 4096}, {65537, 3}};
   return shapes;
 }
 

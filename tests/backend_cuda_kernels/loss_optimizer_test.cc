@@ -77,8 +77,9 @@ TEST_F(CudaLoss, ForwardMatchesHostAndReference) {
       for (float smoothing : {0.f, 0.1f, 1.f}) {
         for (double shift : {0.0, 1000.0}) {  // large logits: the max subtraction keeps exp finite
           const int64_t n = shape.n, k = shape.k;
-          SCOPED_TRACE(std::string(dtype_name(dtype)) + " n=" + std::to_string(n) + " k=" + std::to_string(k) +
-                       " smoothing=" + std::to_string(smoothing) + " shift=" + std::to_string(shift));
+          SCOPED_TRACE(std::string(dtype_name(dtype)) + " n=" + std::to_string(n) +
+                       " k=" + std::to_string(k) + " smoothing=" + std::to_string(smoothing) +
+                       " shift=" + std::to_string(shift));
           HostBuffer logits = random_values(n * k, dtype, 11 + n + k, shift - 5, shift + 5);
           HostBuffer labels = random_labels(n, k, 12 + n);
           DeviceBuffer dlogits(n * k * dtype_size(dtype)), dlabels(n * 4), dprobs(n * k * 4), dloss(4);
@@ -101,8 +102,8 @@ TEST_F(CudaLoss, ForwardMatchesHostAndReference) {
           if (dtype == DType::f32) {  // the oracle itself
             ReferenceBackend reference;
             HostBuffer ref_probs({n, k}, DType::f32), ref_loss({1}, DType::f32);
-            reference.softmax_cross_entropy_forward(logits.tensor().reshaped({n, k}), labels.tensor(), smoothing,
-                                                    ref_probs.tensor(), ref_loss.tensor());
+            reference.softmax_cross_entropy_forward(logits.tensor().reshaped({n, k}), labels.tensor(),
+                                                    smoothing, ref_probs.tensor(), ref_loss.tensor());
             EXPECT_LE(max_relative_error(values(probs), values(ref_probs)), 2e-5);
             EXPECT_NEAR(get(loss, 0), get(ref_loss, 0), 2e-5 * std::max(1.0, std::abs(get(ref_loss, 0))));
           }
@@ -123,29 +124,32 @@ TEST_F(CudaLoss, ForwardMatchesHostAndReference) {
 }
 
 TEST_F(CudaLoss, BackwardMatchesHostAndReference) {
-  const std::vector<LossShape> shapes = {{1, 1}, {3, 1}, {5, 2}, {7, 3}, {9, 10}, {33, 1000}, {1023, 7}, {4097, 10}};
+  const std::vector<LossShape> shapes = {{1, 1},  {3, 1},     {5, 2},    {7, 3},
+                                         {9, 10}, {33, 1000}, {1023, 7}, {4097, 10}};
   for (DType dtype : float_dtypes()) {
     for (const LossShape& shape : shapes) {
       for (float smoothing : {0.f, 0.1f}) {
         for (size_t offset : {size_t{0}, dtype_size(dtype)}) {
           const int64_t n = shape.n, k = shape.k;
-          SCOPED_TRACE(std::string(dtype_name(dtype)) + " n=" + std::to_string(n) + " k=" + std::to_string(k) +
-                       " smoothing=" + std::to_string(smoothing) + " offset=" + std::to_string(offset));
+          SCOPED_TRACE(std::string(dtype_name(dtype)) + " n=" + std::to_string(n) +
+                       " k=" + std::to_string(k) + " smoothing=" + std::to_string(smoothing) +
+                       " offset=" + std::to_string(offset));
           const float scale = 128.f;  // a loss scale
           HostBuffer probs = random_values(n * k, DType::f32, 21 + n, 0, 1);
           HostBuffer labels = random_labels(n, k, 22 + k);
           DeviceBuffer dprobs(n * k * 4), dlabels(n * 4), dd(n * k * dtype_size(dtype), offset);
           dprobs.upload(probs);
           dlabels.upload(labels);
-          cuda::softmax_cross_entropy_backward(dprobs.as<float>(), dlabels.as<int32_t>(), n, k, smoothing, scale,
-                                               dd.get(), dtype, stream_);
+          cuda::softmax_cross_entropy_backward(dprobs.as<float>(), dlabels.as<int32_t>(), n, k, smoothing,
+                                               scale, dd.get(), dtype, stream_);
           sync();
           HostBuffer dlogits({n * k}, dtype);
           dd.download(dlogits);
           std::vector<double> expected(static_cast<size_t>(n * k));
           for (int64_t r = 0; r < n; ++r) {
             for (int64_t j = 0; j < k; ++j) {
-              const double target = (1 - double(smoothing)) * (j == labels.ptr<int32_t>()[r]) + smoothing / double(k);
+              const double target =
+                  (1 - double(smoothing)) * (j == labels.ptr<int32_t>()[r]) + smoothing / double(k);
               expected[r * k + j] = rounded(scale * (get(probs, r * k + j) - target) / double(n), dtype);
             }
           }
@@ -154,8 +158,8 @@ TEST_F(CudaLoss, BackwardMatchesHostAndReference) {
           if (dtype == DType::f32) {
             ReferenceBackend reference;
             HostBuffer ref({n, k}, DType::f32);
-            reference.softmax_cross_entropy_backward(probs.tensor().reshaped({n, k}), labels.tensor(), smoothing,
-                                                     scale, ref.tensor());
+            reference.softmax_cross_entropy_backward(probs.tensor().reshaped({n, k}), labels.tensor(),
+                                                     smoothing, scale, ref.tensor());
             EXPECT_LE(max_relative_error(values(dlogits), values(ref)), 1e-6);
           }
         }
@@ -166,8 +170,8 @@ TEST_F(CudaLoss, BackwardMatchesHostAndReference) {
 
 TEST_F(CudaLoss, RejectsBadArguments) {
   DeviceBuffer x(64);
-  EXPECT_THROW(cuda::softmax_cross_entropy_forward(x.get(), DType::f32, x.as<int32_t>(), 0, 10, 0.f, x.as<float>(),
-                                                   x.as<float>(), stream_),
+  EXPECT_THROW(cuda::softmax_cross_entropy_forward(x.get(), DType::f32, x.as<int32_t>(), 0, 10, 0.f,
+                                                   x.as<float>(), x.as<float>(), stream_),
                Error);
   EXPECT_THROW(cuda::softmax_cross_entropy_backward(x.as<float>(), x.as<int32_t>(), 1, 1, 1.5f, 1.f, x.get(),
                                                     DType::f32, stream_),
@@ -209,13 +213,15 @@ TEST_F(CudaSgd, MatchesTheReferenceBitForBitOverSeveralSteps) {
   nesterov.lr = 0.05f, nesterov.momentum = 0.9f, nesterov.weight_decay = 1e-4f, nesterov.nesterov = true,
   nesterov.grad_scale = 1.f;
   SgdStep no_momentum;
-  no_momentum.lr = 0.2f, no_momentum.momentum = 0.f, no_momentum.weight_decay = 0.f, no_momentum.nesterov = false,
-  no_momentum.grad_scale = 0.5f;
+  no_momentum.lr = 0.2f, no_momentum.momentum = 0.f, no_momentum.weight_decay = 0.f,
+  no_momentum.nesterov = false, no_momentum.grad_scale = 0.5f;
   for (const SgdStep& step : {plain, nesterov, no_momentum}) {
     for (size_t offset : {size_t{0}, size_t{4}}) {  // 16-byte aligned (vectors) and misaligned (elements)
-      SCOPED_TRACE("momentum=" + std::to_string(step.momentum) + " nesterov=" + std::to_string(step.nesterov) +
+      SCOPED_TRACE("momentum=" + std::to_string(step.momentum) +
+                   " nesterov=" + std::to_string(step.nesterov) +
                    " decay=" + std::to_string(step.weight_decay) + " offset=" + std::to_string(offset));
-      HostBuffer params = random_values(total, DType::f32, 31), momentum = random_values(total, DType::f32, 32, -0.1, 0.1);
+      HostBuffer params = random_values(total, DType::f32, 31),
+                 momentum = random_values(total, DType::f32, 32, -0.1, 0.1);
       DeviceBuffer dp(total * 4, offset), dg(total * 4, offset), dv(total * 4, offset);
       DeviceBuffer dseg(layout.segments.size() * sizeof(ParamSegment));
       dp.upload(params);
@@ -238,7 +244,8 @@ TEST_F(CudaSgd, MatchesTheReferenceBitForBitOverSeveralSteps) {
       // The kernel mirrors the reference's f64 arithmetic operation by operation: the bits agree.
       int64_t differing = 0;
       for (int64_t i = 0; i < total; ++i)
-        differing += p.ptr<float>()[i] != params.ptr<float>()[i] || v.ptr<float>()[i] != momentum.ptr<float>()[i];
+        differing +=
+            p.ptr<float>()[i] != params.ptr<float>()[i] || v.ptr<float>()[i] != momentum.ptr<float>()[i];
       EXPECT_EQ(differing, 0);
     }
   }
@@ -264,7 +271,8 @@ TEST_F(CudaSgd, ManySmallSegmentsSpanSeveralTableChunks) {
   std::shuffle(segments.begin(), segments.end(), rng);
   const int64_t total = offset + 1;
   SgdStep step;
-  step.lr = 0.1f, step.momentum = 0.9f, step.weight_decay = 5e-4f, step.nesterov = true, step.grad_scale = 0.25f;
+  step.lr = 0.1f, step.momentum = 0.9f, step.weight_decay = 5e-4f, step.nesterov = true,
+  step.grad_scale = 0.25f;
   HostBuffer params = random_values(total, DType::f32, 61), momentum = random_values(total, DType::f32, 62);
   const HostBuffer grads = random_values(total, DType::f32, 63);
   DeviceBuffer dp(total * 4), dg(total * 4), dv(total * 4), dseg(segments.size() * sizeof(ParamSegment));
@@ -294,8 +302,10 @@ TEST_F(CudaSgd, NoSegmentsAndEmptySegmentsLeaveEverythingAlone) {
   const std::vector<ParamSegment> empty = {{5, 0, true}, {37, 0, false}};
   DeviceBuffer dseg(empty.size() * sizeof(ParamSegment));
   dseg.upload(empty.data(), empty.size() * sizeof(ParamSegment));
-  cuda::sgd_update(dp.as<float>(), dg.as<float>(), dv.as<float>(), dseg.as<ParamSegment>(), 0, SgdStep{}, stream_);
-  cuda::sgd_update(dp.as<float>(), dg.as<float>(), dv.as<float>(), dseg.as<ParamSegment>(), 2, SgdStep{}, stream_);
+  cuda::sgd_update(dp.as<float>(), dg.as<float>(), dv.as<float>(), dseg.as<ParamSegment>(), 0, SgdStep{},
+                   stream_);
+  cuda::sgd_update(dp.as<float>(), dg.as<float>(), dv.as<float>(), dseg.as<ParamSegment>(), 2, SgdStep{},
+                   stream_);
   sync();
   HostBuffer p({total}, DType::f32);
   dp.download(p);

@@ -316,20 +316,22 @@ TEST(OneDnnThreads, BatchNormAgreesWithReferenceAtOneAndThreeThreads) {
       HostBuffer rm_ref(cdims, DType::f32), rv_ref(cdims, DType::f32), sm_ref(cdims, DType::f32),
           si_ref(cdims, DType::f32);
       HostBuffer y(dims, DType::f32, layout), y_ref(dims, DType::f32, layout);
-      onednn->batchnorm_forward_training(*plan, x.tensor(), nullptr, gamma.tensor(), beta.tensor(), y.tensor(),
-                                         rm.tensor(), rv.tensor(), sm.tensor(), si.tensor(), ws.data());
+      onednn->batchnorm_forward_training(*plan, x.tensor(), nullptr, gamma.tensor(), beta.tensor(),
+                                         y.tensor(), rm.tensor(), rv.tensor(), sm.tensor(), si.tensor(),
+                                         ws.data());
       ref->batchnorm_forward_training(*ref_plan, x.tensor(), nullptr, gamma.tensor(), beta.tensor(),
                                       y_ref.tensor(), rm_ref.tensor(), rv_ref.tensor(), sm_ref.tensor(),
                                       si_ref.tensor(), ref_ws.data());
       EXPECT_LT(relative_error(y.tensor(), y_ref.tensor()), 1e-5);
       HostBuffer dx(dims, DType::f32, layout), dx_ref(dims, DType::f32, layout);
-      HostBuffer dg(cdims, DType::f32), db(cdims, DType::f32), dg_ref(cdims, DType::f32), db_ref(cdims, DType::f32);
+      HostBuffer dg(cdims, DType::f32), db(cdims, DType::f32), dg_ref(cdims, DType::f32),
+          db_ref(cdims, DType::f32);
       onednn->batchnorm_backward(*plan, x.tensor(), y.tensor(), dy.tensor(), gamma.tensor(), sm.tensor(),
                                  si.tensor(), dx.tensor(), nullptr, dg.tensor(), db.tensor(),
                                  Accumulate::overwrite, ws.data());
-      ref->batchnorm_backward(*ref_plan, x.tensor(), y_ref.tensor(), dy.tensor(), gamma.tensor(), sm_ref.tensor(),
-                              si_ref.tensor(), dx_ref.tensor(), nullptr, dg_ref.tensor(), db_ref.tensor(),
-                              Accumulate::overwrite, ref_ws.data());
+      ref->batchnorm_backward(*ref_plan, x.tensor(), y_ref.tensor(), dy.tensor(), gamma.tensor(),
+                              sm_ref.tensor(), si_ref.tensor(), dx_ref.tensor(), nullptr, dg_ref.tensor(),
+                              db_ref.tensor(), Accumulate::overwrite, ref_ws.data());
       EXPECT_LT(relative_error(dx.tensor(), dx_ref.tensor()), 1e-4);
       EXPECT_LT(relative_error(dg.tensor(), dg_ref.tensor()), 1e-4);
       EXPECT_LT(relative_error(db.tensor(), db_ref.tensor()), 1e-4);

@@ -1,6 +1,6 @@
-#include <gtest/gtest.h>
-
 #include "bench/measure.h"
+
+#include <gtest/gtest.h>
 
 namespace dlbench {
 namespace {
@@ -8,7 +8,7 @@ namespace {
 TEST(Statistics, PercentilesInterpolateLikeNumpy) {
   std::vector<double> v{10, 1, 4, 3, 2, 9, 8, 7, 6, 5};  // 1..10 shuffled
   EXPECT_DOUBLE_EQ(percentile(v, 50), 5.5);
-  EXPECT_DOUBLE_EQ(percentile(v, 5), 1.45);   // numpy.percentile(range(1, 11), 5)
+  EXPECT_DOUBLE_EQ(percentile(v, 5), 1.45);  // numpy.percentile(range(1, 11), 5)
   EXPECT_DOUBLE_EQ(percentile(v, 95), 9.55);
   EXPECT_DOUBLE_EQ(percentile(v, 0), 1);
   EXPECT_DOUBLE_EQ(percentile(v, 100), 10);

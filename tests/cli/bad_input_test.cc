@@ -45,8 +45,8 @@ void write_gz(const fs::path& path, const std::vector<uint8_t>& bytes) {
 }
 
 void write_raw(const fs::path& path, const std::vector<uint8_t>& bytes) {
-  std::ofstream(path, std::ios::binary).write(reinterpret_cast<const char*>(bytes.data()),
-                                              static_cast<std::streamsize>(bytes.size()));
+  std::ofstream(path, std::ios::binary)
+      .write(reinterpret_cast<const char*>(bytes.data()), static_cast<std::streamsize>(bytes.size()));
 }
 
 // A Fashion-MNIST-shaped data set of 64 training and 16 test images, optionally broken by `edit`.
@@ -105,9 +105,7 @@ TEST(BadInput, LabelOutOfRange) {
   expect_one_line_error(run_dlbench(kSmallTrain + "--data " + dir.string()), "label");
 }
 
-TEST(BadInput, UnknownModel) {
-  expect_one_line_error(run_dlbench("bench --model resnet51"), "resnet51");
-}
+TEST(BadInput, UnknownModel) { expect_one_line_error(run_dlbench("bench --model resnet51"), "resnet51"); }
 
 TEST(BadInput, UnknownPrecision) {
   expect_one_line_error(run_dlbench("bench --model resnet20 --precision fp8"), "fp8");
@@ -145,7 +143,8 @@ TEST(BadInput, JsonPathIsADirectory) {
 TEST(BadInput, CheckpointOfAnotherModel) {
   fs::path dir = temp_dir("ckpt_model");
   std::string ckpt = (dir / "r18.ckpt").string();
-  CommandResult made = run_dlbench("train --model resnet18 --batch-size 2 --steps 1 --threads 1 --checkpoint " + ckpt);
+  CommandResult made =
+      run_dlbench("train --model resnet18 --batch-size 2 --steps 1 --threads 1 --checkpoint " + ckpt);
   ASSERT_EQ(made.exit_code, 0) << made.err;
   expect_one_line_error(run_dlbench(kSmallModel + "--steps 2 --resume " + ckpt), "resnet18");
 }

@@ -1,7 +1,8 @@
+#include "core/tensor.h"
+
 #include <gtest/gtest.h>
 
 #include "core/status.h"
-#include "core/tensor.h"
 
 namespace dlbench {
 namespace {

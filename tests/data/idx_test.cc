@@ -1,3 +1,5 @@
+#include "data/idx.h"
+
 #include <gtest/gtest.h>
 #include <zlib.h>
 
@@ -9,7 +11,6 @@
 
 #include "core/status.h"
 #include "core/tensor.h"
-#include "data/idx.h"
 #include "temp_dir.h"
 
 namespace dlbench {
@@ -99,7 +100,9 @@ void expect_round_trip(const IdxDataset& d) {
   EXPECT_EQ(batch.ptr<float>()[batch.tensor().offset(0, 0, 1, 2)], d.image(3)[5]);
 }
 
-TEST_F(IdxFiles, RoundTripUncompressed) { expect_round_trip(IdxDataset::load(small_spec(), images(), labels())); }
+TEST_F(IdxFiles, RoundTripUncompressed) {
+  expect_round_trip(IdxDataset::load(small_spec(), images(), labels()));
+}
 
 TEST_F(IdxFiles, RoundTripGzip) {
   write_gz(images() + ".gz", idx_images(4, 2, 3));
@@ -290,7 +293,8 @@ TEST_F(IdxFiles, RandomCorruptionIsAlwaysAUserErrorOrALoad) {
 
 TEST(FashionMnist, MissingDirectoryTellsWhatToInstall) {
   TempDir empty;
-  const std::string message = user_error_message([&] { load_fashion_mnist(empty.path().string(), Split::test); });
+  const std::string message =
+      user_error_message([&] { load_fashion_mnist(empty.path().string(), Split::test); });
   EXPECT_CONTAINS(message, empty.file("t10k-images-idx3-ubyte.gz"));
   EXPECT_CONTAINS(message, "dataset-fashion-mnist");
   EXPECT_CONTAINS(message, "--data DIR");
@@ -313,8 +317,8 @@ TEST(FashionMnist, ReadsUncompressedCopies) {
 }
 
 bool have_fashion_mnist() {
-  for (const char* f : {"train-images-idx3-ubyte.gz", "train-labels-idx1-ubyte.gz", "t10k-images-idx3-ubyte.gz",
-                        "t10k-labels-idx1-ubyte.gz"})
+  for (const char* f : {"train-images-idx3-ubyte.gz", "train-labels-idx1-ubyte.gz",
+                        "t10k-images-idx3-ubyte.gz", "t10k-labels-idx1-ubyte.gz"})
     if (!std::filesystem::exists(std::filesystem::path(kFashionMnistDir) / f)) return false;
   return true;
 }
@@ -339,7 +343,8 @@ void expect_balanced_and_normalised(const IdxDataset& d, int64_t per_class) {
 }
 
 TEST(FashionMnist, RealTrainSplit) {
-  if (!have_fashion_mnist()) GTEST_SKIP() << "Fashion-MNIST not in " << kFashionMnistDir << " (package dataset-fashion-mnist)";
+  if (!have_fashion_mnist())
+    GTEST_SKIP() << "Fashion-MNIST not in " << kFashionMnistDir << " (package dataset-fashion-mnist)";
   const IdxDataset train = load_fashion_mnist(kFashionMnistDir, Split::train);
   EXPECT_EQ(train.name(), "fashion-mnist-train");
   ASSERT_EQ(train.size(), 60000);
@@ -348,7 +353,8 @@ TEST(FashionMnist, RealTrainSplit) {
 }
 
 TEST(FashionMnist, RealTestSplit) {
-  if (!have_fashion_mnist()) GTEST_SKIP() << "Fashion-MNIST not in " << kFashionMnistDir << " (package dataset-fashion-mnist)";
+  if (!have_fashion_mnist())
+    GTEST_SKIP() << "Fashion-MNIST not in " << kFashionMnistDir << " (package dataset-fashion-mnist)";
   const IdxDataset test = load_fashion_mnist(kFashionMnistDir, Split::test);
   ASSERT_EQ(test.size(), 10000);
   std::vector<int64_t> histogram(10, 0);

@@ -1,3 +1,5 @@
+#include "data/synthetic.h"
+
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -6,7 +8,6 @@
 
 #include "core/status.h"
 #include "core/tensor.h"
-#include "data/synthetic.h"
 
 namespace dlbench {
 namespace {

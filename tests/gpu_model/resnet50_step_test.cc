@@ -27,8 +27,8 @@ struct StepResult {
   std::vector<std::pair<int64_t, int64_t>> ranges;  // offset, count per parameter
 };
 
-StepResult one_step(Backend& backend, Layout layout, const std::vector<float>& images, const std::vector<int32_t>& labels,
-                    int64_t batch, int64_t size) {
+StepResult one_step(Backend& backend, Layout layout, const std::vector<float>& images,
+                    const std::vector<int32_t>& labels, int64_t batch, int64_t size) {
   NetworkOptions options;
   options.batch = batch;
   options.layout = layout;
@@ -44,7 +44,8 @@ StepResult one_step(Backend& backend, Layout layout, const std::vector<float>& i
     for (int64_t c = 0; c < 3; ++c)
       for (int64_t h = 0; h < size; ++h)
         for (int64_t w = 0; w < size; ++w)
-          laid[static_cast<size_t>(in.offset(n, c, h, w))] = images[static_cast<size_t>(((n * 3 + c) * size + h) * size + w)];
+          laid[static_cast<size_t>(in.offset(n, c, h, w))] =
+              images[static_cast<size_t>(((n * 3 + c) * size + h) * size + w)];
   backend.copy_to_device(in.data(), laid.data(), laid.size() * sizeof(float));
   backend.copy_to_device(model.labels->value.data(), labels.data(), labels.size() * sizeof(int32_t));
   model.net->forward(Phase::train);
@@ -100,8 +101,8 @@ TEST(GpuModel, ResNet50StepMatchesOneDnnInFp32) {
       ++checked;
     }
     EXPECT_EQ(checked, 161);  // every parameter tensor of ResNet-50
-    std::printf("%s: loss %.6f vs %.6f, worst gradient relative error %.2e\n", layout_name(layout), b.loss, a.loss,
-                worst);
+    std::printf("%s: loss %.6f vs %.6f, worst gradient relative error %.2e\n", layout_name(layout), b.loss,
+                a.loss, worst);
   }
 #endif
 }

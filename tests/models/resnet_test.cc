@@ -1,8 +1,9 @@
+#include "models/resnet.h"
+
 #include <gtest/gtest.h>
 
 #include "backend/backend.h"
 #include "core/status.h"
-#include "models/resnet.h"
 
 namespace dlbench {
 namespace {
@@ -33,7 +34,8 @@ TEST_P(ResNetShapes, ParameterCountAndOutputShape) {
 }
 
 INSTANTIATE_TEST_SUITE_P(AllModels, ResNetShapes,
-                         ::testing::Values(Expected{"resnet18", 11689512, 1000}, Expected{"resnet34", 21797672, 1000},
+                         ::testing::Values(Expected{"resnet18", 11689512, 1000},
+                                           Expected{"resnet34", 21797672, 1000},
                                            Expected{"resnet50", 25557032, 1000},
                                            Expected{"resnet101", 44549160, 1000},
                                            Expected{"resnet152", 60192808, 1000},

@@ -51,7 +51,8 @@ struct Harness {
     loss = &net->add<SoftmaxCrossEntropyLayer>("loss", logits, *labels, label_smoothing);
     net->finalize(7);
     testing::fill_uniform(images->value, 11, -1, 1);
-    for (int64_t i = 0; i < labels->value.numel(); ++i) labels->value.ptr<int32_t>()[i] = static_cast<int32_t>(i % 3);
+    for (int64_t i = 0; i < labels->value.numel(); ++i)
+      labels->value.ptr<int32_t>()[i] = static_cast<int32_t>(i % 3);
   }
 
   double loss_value() {
@@ -70,7 +71,8 @@ struct Harness {
     int checked = 0;
     for (const auto& p : net->memory().parameters()) {
       int64_t count = p.value->numel();
-      int64_t stride = std::max<int64_t>(1, count * static_cast<int64_t>(net->memory().parameters().size()) / samples);
+      int64_t stride =
+          std::max<int64_t>(1, count * static_cast<int64_t>(net->memory().parameters().size()) / samples);
       for (int64_t i = 0; i < count; i += stride) {
         double& w = params.ptr<double>()[p.offset + i];
         double saved = w;
@@ -177,7 +179,8 @@ TEST_P(LayerGradient, WholeResNet20) {
     double down = loss();
     w = saved;
     double numeric = (up - down) / (2 * step);
-    EXPECT_NEAR(analytic[static_cast<size_t>(p.offset + i)], numeric, 1e-7 + 1e-5 * std::abs(numeric)) << p.name;
+    EXPECT_NEAR(analytic[static_cast<size_t>(p.offset + i)], numeric, 1e-7 + 1e-5 * std::abs(numeric))
+        << p.name;
   }
 }
 
@@ -193,7 +196,8 @@ TEST(ParameterGradients, AccumulateModeAddsMicroBatches) {
   h.net->set_parameter_grad_mode(Accumulate::add);
   h.loss_value();
   h.net->backward();
-  for (int64_t i = 0; i < grads.numel(); ++i) EXPECT_NEAR(grads.ptr<double>()[i], 2 * once[static_cast<size_t>(i)], 1e-12);
+  for (int64_t i = 0; i < grads.numel(); ++i)
+    EXPECT_NEAR(grads.ptr<double>()[i], 2 * once[static_cast<size_t>(i)], 1e-12);
 }
 
 INSTANTIATE_TEST_SUITE_P(Layouts, LayerGradient, ::testing::Values(Layout::nchw, Layout::nhwc),

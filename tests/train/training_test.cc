@@ -25,15 +25,18 @@ nlohmann::json run_json(const std::string& args, const std::string& name) {
 // warm-up, evaluated on the full 10,000-image test set. About 6-8 minutes on 2 cores with the oneDNN
 // backend; it reaches about 91%.
 TEST(Convergence, ResNet20OnFashionMnistReaches90PercentWithOneDnn) {
-  if (!fs::exists(kFashionMnist)) GTEST_SKIP() << "Fashion-MNIST not installed (Debian: dataset-fashion-mnist)";
+  if (!fs::exists(kFashionMnist))
+    GTEST_SKIP() << "Fashion-MNIST not installed (Debian: dataset-fashion-mnist)";
   nlohmann::json j = run_json(
-      "train --model resnet20 --data fashion-mnist --backend onednn --layout nchw --epochs 2 --batch-size 128 --lr 0.2 "
+      "train --model resnet20 --data fashion-mnist --backend onednn --layout nchw --epochs 2 --batch-size "
+      "128 --lr 0.2 "
       "--nesterov --weight-decay 5e-4 --lr-schedule cosine --lr-warmup-epochs 0.2 --label-smoothing 0.0 "
       "--log-every 100",
       "convergence");
   ASSERT_TRUE(j.contains("test_accuracy"));
   double accuracy = j["test_accuracy"];
-  std::printf("resnet20 Fashion-MNIST test accuracy: %.4f after %s steps\n", accuracy, j["steps"].dump().c_str());
+  std::printf("resnet20 Fashion-MNIST test accuracy: %.4f after %s steps\n", accuracy,
+              j["steps"].dump().c_str());
   EXPECT_GE(accuracy, 0.90);
   EXPECT_LE(accuracy, 1.0);
   EXPECT_EQ(j["parameters"], 272186);
@@ -47,29 +50,34 @@ TEST(Convergence, ResNet20OnFashionMnistReaches90PercentWithOneDnn) {
 }
 
 TEST(Reproducibility, SameSeedGivesIdenticalLosses) {
-  if (!fs::exists(kFashionMnist)) GTEST_SKIP() << "Fashion-MNIST not installed (Debian: dataset-fashion-mnist)";
+  if (!fs::exists(kFashionMnist))
+    GTEST_SKIP() << "Fashion-MNIST not installed (Debian: dataset-fashion-mnist)";
   const std::string args = "train --model resnet20 --data fashion-mnist --steps 12 --batch-size 32 --seed 5";
   auto a = run_json(args, "repro_a")["losses"].get<std::vector<double>>();
   auto b = run_json(args, "repro_b")["losses"].get<std::vector<double>>();
   ASSERT_EQ(a.size(), 12u);
   EXPECT_EQ(a, b);  // bit for bit
-  auto c = run_json("train --model resnet20 --data fashion-mnist --steps 12 --batch-size 32 --seed 6", "repro_c")
-               ["losses"].get<std::vector<double>>();
+  auto c = run_json("train --model resnet20 --data fashion-mnist --steps 12 --batch-size 32 --seed 6",
+                    "repro_c")["losses"]
+               .get<std::vector<double>>();
   EXPECT_NE(a, c);  // and the seed matters
 }
 
 TEST(Checkpoint, ResumeContinuesExactlyLikeAnUninterruptedRun) {
-  if (!fs::exists(kFashionMnist)) GTEST_SKIP() << "Fashion-MNIST not installed (Debian: dataset-fashion-mnist)";
+  if (!fs::exists(kFashionMnist))
+    GTEST_SKIP() << "Fashion-MNIST not installed (Debian: dataset-fashion-mnist)";
   fs::path dir = temp_dir("resume");
   std::string ckpt = (dir / "half.ckpt").string();
   // Fashion-MNIST has 1,875 steps per epoch at batch 32: the resume point sits mid-epoch, the harder case
   // (the data order must pick up where it stopped).
   // A constant rate: a cosine schedule depends on the run's length, so an 8-step run and the first half of
   // a 16-step run would differ by design, not by the checkpoint.
-  const std::string base = "train --model resnet20 --data fashion-mnist --batch-size 32 --seed 9 --lr 0.05 "
-                           "--lr-schedule constant --momentum 0.9 --nesterov";
+  const std::string base =
+      "train --model resnet20 --data fashion-mnist --batch-size 32 --seed 9 --lr 0.05 "
+      "--lr-schedule constant --momentum 0.9 --nesterov";
   auto full = run_json(base + " --steps 16", "resume_full")["losses"].get<std::vector<double>>();
-  auto first = run_json(base + " --steps 8 --checkpoint " + ckpt, "resume_first")["losses"].get<std::vector<double>>();
+  auto first =
+      run_json(base + " --steps 8 --checkpoint " + ckpt, "resume_first")["losses"].get<std::vector<double>>();
   nlohmann::json second = run_json(base + " --steps 16 --resume " + ckpt, "resume_second");
   auto rest = second["losses"].get<std::vector<double>>();
   ASSERT_EQ(full.size(), 16u);

@@ -1,3 +1,5 @@
+#include "train/checkpoint.h"
+
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -8,7 +10,6 @@
 
 #include "core/status.h"
 #include "temp_dir.h"
-#include "train/checkpoint.h"
 
 namespace dlbench {
 namespace {
@@ -92,8 +93,8 @@ TEST(Checkpoint, FileLayoutMatchesTheDocumentedFormat) {
   EXPECT_EQ(bytes.substr(8, 4), std::string("\x01\0\0\0", 4));
   EXPECT_EQ(static_cast<unsigned char>(bytes[12]), expected_size);
   EXPECT_EQ(bytes.substr(20, 9), std::string("\x01\0\0\0\0\0\0\0m", 9));
-  EXPECT_EQ(bytes.substr(37, 8), std::string("\x02\0\0\0\0\0\0\0", 8));                   // step
-  EXPECT_EQ(bytes.substr(53, 4), std::string("\0\0\x80\x3f", 4));                         // loss scale 1.0f
+  EXPECT_EQ(bytes.substr(37, 8), std::string("\x02\0\0\0\0\0\0\0", 8));                // step
+  EXPECT_EQ(bytes.substr(53, 4), std::string("\0\0\x80\x3f", 4));                      // loss scale 1.0f
   EXPECT_EQ(bytes.substr(57, 12), std::string("\x01\0\0\0\0\0\0\0\0\0\x80\x3f", 12));  // parameters {1.0f}
 }
 
@@ -195,7 +196,8 @@ TEST(Checkpoint, UnwritablePathsAreUserErrors) {
   expect_failed_save(dir.file("missing-dir/run.ckpt"), "does not exist");
   write_file(dir.file("a-file"), "x");
   expect_failed_save(dir.file("a-file/run.ckpt"), "not a directory");
-  expect_failed_save("/proc/run.ckpt", "choose a writable directory");  // /proc refuses new files, even to root
+  expect_failed_save("/proc/run.ckpt",
+                     "choose a writable directory");  // /proc refuses new files, even to root
 }
 
 TEST(Checkpoint, FailedRenameRemovesTheTemporaryFile) {

@@ -360,7 +360,8 @@ namespace {
 // An instantiated CUDA graph, replayed on the backend's stream.
 class CudaGraph final : public CapturedWork {
  public:
-  CudaGraph(cudaStream_t stream, cudaGraph_t graph, cudaGraphExec_t exec) : stream_(stream), graph_(graph), exec_(exec) {}
+  CudaGraph(cudaStream_t stream, cudaGraph_t graph, cudaGraphExec_t exec)
+      : stream_(stream), graph_(graph), exec_(exec) {}
   ~CudaGraph() override {
     cudaGraphExecDestroy(exec_);
     cudaGraphDestroy(graph_);

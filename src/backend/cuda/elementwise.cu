@@ -270,8 +270,8 @@ void add(const void* a, const void* b, void* y, DType dtype, int64_t n, cudaStre
   const bool vector_ok = aligned(a, 16) && aligned(b, 16) && aligned(y, 16);
   dispatch_float(dtype, "add", [&](auto tag) {
     using T = decltype(tag);
-    launch_16<T>(n, vector_ok, AddOp<T>{static_cast<const T*>(a), static_cast<const T*>(b), static_cast<T*>(y)},
-                 stream);
+    launch_16<T>(n, vector_ok,
+                 AddOp<T>{static_cast<const T*>(a), static_cast<const T*>(b), static_cast<T*>(y)}, stream);
   });
 }
 
@@ -313,8 +313,8 @@ void relu_forward(const void* x, void* y, DType dtype, int64_t n, cudaStream_t s
   require_n("relu_forward", n);
   dispatch_float(dtype, "relu_forward", [&](auto tag) {
     using T = decltype(tag);
-    launch_16<T>(n, aligned(x, 16) && aligned(y, 16), ReluForwardOp<T>{static_cast<const T*>(x), static_cast<T*>(y)},
-                 stream);
+    launch_16<T>(n, aligned(x, 16) && aligned(y, 16),
+                 ReluForwardOp<T>{static_cast<const T*>(x), static_cast<T*>(y)}, stream);
   });
 }
 

@@ -15,14 +15,15 @@
 namespace dlbench::cuda {
 
 [[noreturn]] void throw_cuda_error(cudaError_t error, const char* expression, const char* file, int line);
-[[noreturn]] void throw_kernel_argument_error(const char* op, const char* message, const char* file, int line);
+[[noreturn]] void throw_kernel_argument_error(const char* op, const char* message, const char* file,
+                                              int line);
 
 }  // namespace dlbench::cuda
 
-#define DLB_KERNEL_CHECK(expr)                                                          \
-  do {                                                                                  \
-    const cudaError_t dlb_kernel_error_ = (expr);                                       \
-    if (dlb_kernel_error_ != cudaSuccess)                                               \
+#define DLB_KERNEL_CHECK(expr)                                                         \
+  do {                                                                                 \
+    const cudaError_t dlb_kernel_error_ = (expr);                                      \
+    if (dlb_kernel_error_ != cudaSuccess)                                              \
       ::dlbench::cuda::throw_cuda_error(dlb_kernel_error_, #expr, __FILE__, __LINE__); \
   } while (0)
 

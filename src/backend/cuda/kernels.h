@@ -15,7 +15,7 @@ namespace dlbench::cuda {
 
 void fill(void* x, DType dtype, int64_t n, double value, cudaStream_t stream);
 void add(const void* a, const void* b, void* y, DType dtype, int64_t n, cudaStream_t stream);  // y = a + b
-void scale(void* x, DType dtype, int64_t n, double alpha, cudaStream_t stream);                 // x *= alpha
+void scale(void* x, DType dtype, int64_t n, double alpha, cudaStream_t stream);                // x *= alpha
 // dst = src converted (round to nearest even); any pair of f32/f16/bf16/f64.
 void cast(const void* src, DType src_dtype, void* dst, DType dst_dtype, int64_t n, cudaStream_t stream);
 

@@ -55,8 +55,8 @@ __device__ __forceinline__ double log_acc(double x) { return log(x); }
 
 // Writes the probabilities of one row (except the stash slots) and the stashes; d(j) = x[j] - m.
 template <typename A, typename T>
-__device__ __forceinline__ void write_stashes(const T* x, float* p, int64_t k, int64_t label, bool stash_smoothing,
-                                              A m, A log_s, A sum_diff) {
+__device__ __forceinline__ void write_stashes(const T* x, float* p, int64_t k, int64_t label,
+                                              bool stash_smoothing, A m, A log_s, A sum_diff) {
   p[label] = static_cast<float>(log_s - (widen(x[label]) - m));  // a = -log probs[label]
   if (stash_smoothing) {
     const int64_t second = label + 1 == k ? 0 : label + 1;
@@ -102,7 +102,8 @@ __global__ void __launch_bounds__(kLossThreads)
 #pragma unroll
   for (int i = 0; i < ITEMS; ++i) {
     const int64_t j = lane + 32 * i;
-    if (j < k && j != label && !(stash_smoothing && j == second)) p[j] = static_cast<float>(exp_acc(v[i] - log_s));
+    if (j < k && j != label && !(stash_smoothing && j == second))
+      p[j] = static_cast<float>(exp_acc(v[i] - log_s));
   }
   if (lane == 0) write_stashes(x, p, k, label, stash_smoothing, m, log_s, sum_diff);
 }
@@ -186,7 +187,8 @@ __global__ void __launch_bounds__(kFinalizeThreads)
       A row_loss = a_u;
       if (stash_smoothing) {
         probs[second[u]] = static_cast<float>(exp_acc((x_second[u] - x_label[u]) - a_u));
-        row_loss = (A(1) - static_cast<A>(smoothing)) * a_u + static_cast<A>(smoothing) * static_cast<A>(b[u]);
+        row_loss =
+            (A(1) - static_cast<A>(smoothing)) * a_u + static_cast<A>(smoothing) * static_cast<A>(b[u]);
       }
       total += static_cast<double>(row_loss);
     }
@@ -283,7 +285,8 @@ void softmax_cross_entropy_backward(const float* probs, const int32_t* labels, i
     constexpr int V = 4;  // 16 bytes of probs
     const bool vector_ok = aligned(probs, 16) && aligned(dlogits, V * sizeof(D));
     launch_elementwise<V>(n * k, vector_ok,
-                          XentBackwardOp<D>{probs, labels, static_cast<D*>(dlogits), n, k, c, hit, other}, stream);
+                          XentBackwardOp<D>{probs, labels, static_cast<D*>(dlogits), n, k, c, hit, other},
+                          stream);
   });
 }
 

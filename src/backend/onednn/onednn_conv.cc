@@ -72,7 +72,8 @@ dnnl::primitive_attr user_scratchpad() {
 
 // Lays out the workspace of an op and builds its reorders, once the primitive descriptor is known.
 // `accumulates`: the op may be asked to add into its output (the backward ops).
-void finish_op(ConvOp& op, const dnnl::primitive_desc_base& pd, const dnnl::engine& engine, bool accumulates) {
+void finish_op(ConvOp& op, const dnnl::primitive_desc_base& pd, const dnnl::engine& engine,
+               bool accumulates) {
   WorkspaceLayout layout;
   size_t scratch = pd.scratchpad_desc().get_size();
   auto add_reorder = [&](const memory::desc& from, const memory::desc& to, bool accumulate) {
