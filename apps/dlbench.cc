@@ -57,6 +57,9 @@ void add_run_flags(CLI::App& cmd, RunConfig& c, std::string& lr_schedule) {
   cmd.add_option("--seed", c.seed, "seed of weights, data order and synthetic data")->capture_default_str();
   cmd.add_option("--log-every", c.log_every, "steps between progress lines");
   cmd.add_option("--json", c.json_path, "write the result as one JSON object to FILE");
+  cmd.add_option("--cuda-graph", c.cuda_graph,
+                 "record the whole step once and replay it as one CUDA graph (true|false)")
+      ->capture_default_str();
 }
 
 dlbench::LrSchedule parse_schedule(const std::string& text) {
@@ -92,10 +95,6 @@ int main(int argc, char** argv) {
   std::string bench_schedule = "constant";
   CLI::App* bench = app.add_subcommand("bench", "measure training throughput on synthetic data");
   add_run_flags(*bench, bench_config, bench_schedule);
-  bench
-      ->add_option("--cuda-graph", bench_config.cuda_graph,
-                   "replay the whole step as one CUDA graph (true|false)")
-      ->capture_default_str();
   bench->add_flag("--per-layer", bench_config.per_layer,
                   "after the timed window, time each layer's forward and backward");
 

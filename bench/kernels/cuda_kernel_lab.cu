@@ -412,7 +412,7 @@ void lab_softmax(Lab& lab, DType d, int64_t n, int64_t k, bool small) {
   upload(probs.get(), expected, DType::f32);
   const float scale = 128.f;
   cuda::softmax_cross_entropy_backward(probs.as<float>(), labels.as<int32_t>(), nc, k, smoothing, scale,
-                                       dlogits.get(), d, lab.stream());
+                                       nullptr, dlogits.get(), d, lab.stream());
   std::vector<double> grad(nc * k);
   for (int64_t r = 0; r < nc; ++r)
     for (int64_t j = 0; j < k; ++j) {
@@ -423,7 +423,7 @@ void lab_softmax(Lab& lab, DType d, int64_t n, int64_t k, bool small) {
   err = max_rel_err(download(dlogits.get(), nc * k, d), grad);
   us = lab.median_us([&] {
     cuda::softmax_cross_entropy_backward(probs.as<float>(), labels.as<int32_t>(), n, k, smoothing, scale,
-                                         dlogits.get(), d, lab.stream());
+                                         nullptr, dlogits.get(), d, lab.stream());
   });
   lab.add({"softmax_xent_backward", dt, shape, err, std::max(tolerance(d), 1e-6), us,
            double(n * k * (4 + s) + n * 4)});
@@ -486,7 +486,7 @@ void lab_sgd(Lab& lab, int64_t target, bool small) {
   step.lr = 0.1f, step.momentum = 0.9f, step.weight_decay = 5e-4f, step.nesterov = true,
   step.grad_scale = 1.f / 256;
   cuda::sgd_update(p.as<float>(), g.as<float>(), v.as<float>(), dsegs.as<ParamSegment>(), int(segs.size()),
-                   step, lab.stream());
+                   step, nullptr, lab.stream());
   cpu_sgd(hp, hg, hv, segs, step);
   std::vector<double> expected(hp.begin(), hp.end()), expected_v(hv.begin(), hv.end());
   const double err = std::max(max_rel_err(download(p.get(), total, DType::f32), expected),
@@ -494,7 +494,7 @@ void lab_sgd(Lab& lab, int64_t target, bool small) {
   step.lr = 0;  // timed launches leave the parameters as they are
   const double us = lab.median_us([&] {
     cuda::sgd_update(p.as<float>(), g.as<float>(), v.as<float>(), dsegs.as<ParamSegment>(), int(segs.size()),
-                     step, lab.stream());
+                     step, nullptr, lab.stream());
   });
   lab.add({"sgd_update (nesterov)", "f32", shape, err, 1e-6, us, double(total) * 20});
 }

@@ -115,6 +115,45 @@ struct SgdStep {
   float grad_scale = 1.f;  // gradients are multiplied by this first (1 / loss scale, 1 / ranks)
 };
 
+// The scalars of a training step that live in the backend's memory (device memory on a GPU), so that a step
+// recorded once (a CUDA graph) still follows a changing learning rate and adapts its loss scale without the
+// host: the host writes `lr` before each step (Backend::fill on a view of it, asynchronous); check_finite
+// raises `overflow`; sgd_update reads all three and skips the whole update while `overflow` is set;
+// update_loss_scale then adapts the scale and clears the flag. Nothing in a step waits for the host.
+struct StepScalars {
+  float lr = 0.f;
+  float loss_scale = 1.f;  // the factor the loss gradient carries (FP16: dynamic)
+  int32_t overflow = 0;    // set when a gradient holds Inf or NaN
+  int32_t dynamic = 0;     // 1: dynamic loss scaling
+  int32_t growth_interval = 2000;
+  int32_t good_steps = 0;  // steps since the last overflow or growth
+  int32_t skipped_steps = 0;
+  int32_t unused = 0;
+};
+
+#if defined(__CUDACC__)
+#define DLB_HOST_DEVICE __host__ __device__
+#else
+#define DLB_HOST_DEVICE
+#endif
+
+// Dynamic loss scaling, after the update of a step (one rule for every backend; CUDA runs it in a one-thread
+// kernel): an overflow skipped the update, so halve the scale; after growth_interval good steps in a row,
+// double it (the largest scale that does not overflow keeps the most FP16 gradient bits).
+DLB_HOST_DEVICE inline void advance_loss_scale(StepScalars& s) {
+  if (s.dynamic) {
+    if (s.overflow) {
+      s.loss_scale *= 0.5f;
+      s.good_steps = 0;
+      ++s.skipped_steps;
+    } else if (++s.good_steps >= s.growth_interval) {
+      s.loss_scale *= 2.f;
+      s.good_steps = 0;
+    }
+  }
+  s.overflow = 0;
+}
+
 // Work recorded once and replayed many times (a CUDA graph): the whole training step after warm-up.
 class CapturedWork {
  public:
@@ -194,9 +233,11 @@ class Backend {
   // cross-entropy against the label-smoothed target (1 - s) * onehot + s / K.
   virtual void softmax_cross_entropy_forward(const Tensor& logits, const Tensor& labels,
                                              float label_smoothing, Tensor& probs, Tensor& loss) = 0;
-  // dlogits = scale * (probs - target) / N
+  // dlogits = scale * loss_scale * (probs - target) / N, where loss_scale (optional) is read from the
+  // backend's memory when the op runs (dynamic loss scaling inside a recorded step).
   virtual void softmax_cross_entropy_backward(const Tensor& probs, const Tensor& labels,
-                                              float label_smoothing, float scale, Tensor& dlogits) = 0;
+                                              float label_smoothing, float scale, Tensor& dlogits,
+                                              const float* loss_scale = nullptr) = 0;
 
   // ---- elementwise and utilities ----
   virtual void fill(Tensor& x, double value) = 0;
@@ -209,8 +250,14 @@ class Backend {
   // ---- optimizer: one fused update over the flat FP32 buffers ----
   // g = grad * grad_scale + weight_decay * p (where the segment decays); v = momentum * v + g;
   // p -= lr * (nesterov ? g + momentum * v : v). (PyTorch's SGD with dampening 0.)
+  // With `scalars` (in the backend's memory, read when the op runs): nothing happens while
+  // scalars->overflow is set; otherwise lr is scalars->lr and the gradients are also divided by
+  // scalars->loss_scale (step.lr is ignored).
   virtual void sgd_update(Tensor& params, const Tensor& grads, Tensor& momentum_buffer,
-                          std::span<const ParamSegment> segments, const SgdStep& step) = 0;
+                          std::span<const ParamSegment> segments, const SgdStep& step,
+                          const StepScalars* scalars = nullptr) = 0;
+  // advance_loss_scale(*scalars), in stream order after the update.
+  virtual void update_loss_scale(StepScalars* scalars) = 0;
 };
 
 // Factories; `threads` = 0 means all cores.

@@ -43,7 +43,7 @@ void MemoryPlan::add_parameter(std::string name, Tensor& value, Tensor& grad, Pa
   DType expected = use == ParamUse::compute ? compute_dtype_ : master_dtype_;
   DLB_CHECK(value.dtype() == expected && grad.dtype() == expected, "parameter {} is not {}", name,
             dtype_name(expected));
-  parameters_.push_back({std::move(name), &value, &grad, init, fan, is_norm_or_bias, use, 0});
+  parameters_.push_back({std::move(name), &value, &grad, init, fan, is_norm_or_bias, use, 0, current_layer_});
 }
 
 void MemoryPlan::add_buffer(Tensor& value, float initial_value) {

@@ -52,6 +52,7 @@ struct ParameterInfo {
   bool is_norm_or_bias = false;
   ParamUse use = ParamUse::compute;
   int64_t offset = 0;  // elements into the flat buffers (assigned by allocate())
+  int layer = -1;      // the owning layer's index in execution order (its backward writes the gradient)
 };
 
 class MemoryPlan {
@@ -69,6 +70,8 @@ class MemoryPlan {
   // (ParamUse::master); their data is assigned by allocate().
   void add_parameter(std::string name, Tensor& value, Tensor& grad, ParamInit init, int64_t fan,
                      bool is_norm_or_bias, ParamUse use);
+  // Parameters added from now on belong to layer `index` (execution order).
+  void set_current_layer(int index) { current_layer_ = index; }
   void add_buffer(Tensor& value, float initial_value);
   void add_activation(Tensor& tensor);
   void add_saved_bytes(void** pointer, size_t bytes);
@@ -87,6 +90,7 @@ class MemoryPlan {
   Tensor& flat_buffers() { return flat_buffers_; }
   // Mixed precision: the compute copies, over the first compute_count() elements of the flat buffers.
   int64_t compute_count() const { return compute_count_; }
+  Tensor& compute_gradients() { return compute_gradients_; }  // valid when has_compute_copies()
   void gradients_to_master();    // master gradients[0, compute_count) = compute gradients
   void parameters_to_compute();  // compute parameters = master parameters[0, compute_count)
   void* workspace() const { return workspace_; }
@@ -118,6 +122,7 @@ class MemoryPlan {
   std::vector<Tensor*> activations_;
   std::vector<Saved> saved_;
   int64_t parameter_count_ = 0, buffer_count_ = 0;
+  int current_layer_ = -1;
   size_t workspace_bytes_ = 0, activation_bytes_ = 0;
   void* workspace_ = nullptr;
   Tensor flat_parameters_, flat_gradients_, flat_momentum_, flat_buffers_;

@@ -49,7 +49,10 @@ void Network::finalize(uint64_t seed) {
     memory_.add_activation(a.value);
     if (a.needs_grad) memory_.add_activation(a.grad);
   }
-  for (auto& layer : layers_) layer->plan(memory_);
+  for (size_t i = 0; i < layers_.size(); ++i) {
+    memory_.set_current_layer(static_cast<int>(i));
+    layers_[i]->plan(memory_);
+  }
   memory_.allocate(seed);
   finalized_ = true;
 }
@@ -61,7 +64,10 @@ void Network::forward(Phase phase) {
 
 void Network::backward() {
   DLB_CHECK(finalized_, "backward before finalize");
-  for (auto it = layers_.rbegin(); it != layers_.rend(); ++it) (*it)->backward();
+  for (int i = static_cast<int>(layers_.size()) - 1; i >= 0; --i) {
+    layers_[static_cast<size_t>(i)]->backward();
+    if (backward_observer_) backward_observer_(i);
+  }
 }
 
 int64_t Network::parameter_count() const {

@@ -5,6 +5,7 @@
 #pragma once
 
 #include <deque>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -54,13 +55,20 @@ class Network {
 
   void forward(Phase phase);
   void backward();
+  // Called after each layer's backward with the layer's index (execution order), so that gradients can
+  // leave (to other ranks) while backward goes on. Empty: none.
+  void set_backward_observer(std::function<void(int layer)> observer) {
+    backward_observer_ = std::move(observer);
+  }
 
   // Parameter gradients: overwritten by default; `accumulate` adds (micro-batch accumulation).
   void set_parameter_grad_mode(Accumulate mode) { parameter_grad_mode_ = mode; }
   Accumulate parameter_grad_mode() const { return parameter_grad_mode_; }
-  // The factor the loss gradient is multiplied by (dynamic loss scaling in FP16).
-  void set_loss_scale(float scale) { loss_scale_ = scale; }
-  float loss_scale() const { return loss_scale_; }
+  // The factor the loss gradient is multiplied by (loss scaling in FP16): a float in the backend's memory,
+  // read when the loss layer's backward runs, so that the scale can change between replays of a recorded
+  // step. Null: 1.
+  void set_loss_scale_source(const float* loss_scale) { loss_scale_ = loss_scale; }
+  const float* loss_scale_source() const { return loss_scale_; }
 
   MemoryPlan& memory() { return memory_; }
   void* workspace() const { return memory_.workspace(); }
@@ -76,7 +84,8 @@ class Network {
   std::vector<std::unique_ptr<Layer>> layers_;
   MemoryPlan memory_;
   Accumulate parameter_grad_mode_ = Accumulate::overwrite;
-  float loss_scale_ = 1.f;
+  const float* loss_scale_ = nullptr;
+  std::function<void(int)> backward_observer_;
   bool finalized_ = false;
 };
 

@@ -27,8 +27,8 @@ void SoftmaxCrossEntropyLayer::forward(Phase) {
 
 void SoftmaxCrossEntropyLayer::backward() {
   DLB_CHECK(input_grad_mode(0) == GradMode::overwrite, "{}: logits gradient must be overwritten", name_);
-  net_.backend().softmax_cross_entropy_backward(probabilities_, inputs_[1]->value, label_smoothing_,
-                                                net_.loss_scale(), inputs_[0]->grad);
+  net_.backend().softmax_cross_entropy_backward(probabilities_, inputs_[1]->value, label_smoothing_, 1.f,
+                                                inputs_[0]->grad, net_.loss_scale_source());
 }
 
 }  // namespace dlbench

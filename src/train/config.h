@@ -66,9 +66,8 @@ struct RunConfig {
 
   // Output.
   std::optional<int64_t> log_every;
-  bool per_layer = false;
-  bool cuda_graph = true;  // bench: replay the whole step as one CUDA graph where possible  // bench: also
-                           // time every layer's forward and backward
+  bool per_layer = false;  // bench: time every layer's forward and backward
+  bool cuda_graph = true;  // replay the whole step as one CUDA graph where the backend can
   std::string json_path;
   std::string checkpoint_path;
   int64_t save_every = 0;  // steps between checkpoints; 0 = at the end (and each epoch) only

@@ -9,11 +9,10 @@ SgdOptimizer::SgdOptimizer(Backend& backend, MemoryPlan& memory, const RunConfig
   hyper_.nesterov = config.nesterov;
 }
 
-void SgdOptimizer::step(double lr, float grad_scale) {
-  hyper_.lr = static_cast<float>(lr);
+void SgdOptimizer::step(float grad_scale, const StepScalars* scalars) {
   hyper_.grad_scale = grad_scale;
   backend_.sgd_update(memory_.flat_parameters(), memory_.flat_gradients(), memory_.flat_momentum(), segments_,
-                      hyper_);
+                      hyper_, scalars);
 }
 
 }  // namespace dlbench

@@ -13,9 +13,10 @@ namespace dlbench {
 class SgdOptimizer {
  public:
   SgdOptimizer(Backend& backend, MemoryPlan& memory, const RunConfig& config);
-  // One update with learning rate `lr`; gradients are first multiplied by `grad_scale`
-  // (1 / accumulated micro-batches, 1 / loss scale, 1 / ranks).
-  void step(double lr, float grad_scale);
+  // One update; gradients are first multiplied by `grad_scale` (1 / accumulated micro-batches, 1 / ranks).
+  // The learning rate and the loss scale (the gradients are divided by it too) come from `scalars`, in
+  // the backend's memory; the update is skipped there when scalars->overflow is set.
+  void step(float grad_scale, const StepScalars* scalars);
 
  private:
   Backend& backend_;

@@ -3,6 +3,8 @@
 #include <fmt/format.h>
 
 #include <cmath>
+#include <cstddef>
+#include <cstdint>
 #include <vector>
 
 #include "core/status.h"
@@ -23,16 +25,31 @@ Trainer::Trainer(Backend& backend, Model& model, const RunConfig& config)
   config_digest_ = fmt::format("{} input {}x{}x{} classes {}", model_.name, images.c(), images.h(),
                                images.w(), model_.num_classes);
   if (images.dtype() != DType::f32) device_staging_ = backend.allocate(staging_images_.tensor().bytes());
-  network.set_loss_scale(static_cast<float>(config.loss_scale));
   dynamic_loss_scale_ = config.dynamic_loss_scale;
-  growth_interval_ = config.loss_scale_growth_interval;
-  void* flag = backend.allocate(sizeof(int32_t));
-  overflow_flag_ = Tensor(flag, {1}, DType::i32, Layout::nchw, backend.device());
+  StepScalars initial;
+  initial.loss_scale = static_cast<float>(config.loss_scale);
+  initial.dynamic = dynamic_loss_scale_ ? 1 : 0;
+  initial.growth_interval =
+      static_cast<int32_t>(std::min<int64_t>(config.loss_scale_growth_interval, INT32_MAX));
+  scalars_ = static_cast<StepScalars*>(backend.allocate(sizeof(StepScalars)));
+  backend.copy_to_device(scalars_, &initial, sizeof initial);
+  network.set_loss_scale_source(&scalars_->loss_scale);  // an address in device memory, not dereferenced here
 }
 
 Trainer::~Trainer() {
+  recorded_step_.reset();
   if (device_staging_) backend_.deallocate(device_staging_);
-  backend_.deallocate(overflow_flag_.data());
+  backend_.deallocate(scalars_);
+}
+
+Tensor Trainer::scalar_view(size_t offset, DType dtype) const {
+  return Tensor(reinterpret_cast<std::byte*>(scalars_) + offset, {1}, dtype, Layout::nchw, backend_.device());
+}
+
+StepScalars Trainer::read_scalars() const {
+  StepScalars s;
+  backend_.copy_to_host(&s, scalars_, sizeof s);
+  return s;
 }
 
 void Trainer::load_batch(const Dataset& data, std::span<const int64_t> indices) {
@@ -56,6 +73,14 @@ void Trainer::load_batch(const Dataset& data, std::span<const int64_t> indices) 
 
 float Trainer::step(const std::function<void(int64_t)>& feed, double lr, bool read_loss) {
   Network& network = *model_.net;
+  // The rate goes to the device asynchronously, ahead of the step that reads it.
+  Tensor lr_slot = scalar_view(offsetof(StepScalars, lr), DType::f32);
+  backend_.fill(lr_slot, lr);
+  if (recorded_step_) {
+    feed(0);
+    recorded_step_->replay();
+    return read_loss ? this->read_loss() : NAN;
+  }
   float loss_sum = 0.f;
   for (int64_t micro = 0; micro < accumulate_steps_; ++micro) {
     feed(micro);
@@ -65,44 +90,41 @@ float Trainer::step(const std::function<void(int64_t)>& feed, double lr, bool re
     network.backward();             // starts from dLoss/dlogits
     if (read_loss) loss_sum += this->read_loss();
   }
-  MemoryPlan& memory = network.memory();
-  memory.gradients_to_master();  // mixed precision: FP16/BF16 gradients into the FP32 ones
-  // Gradient exchange between ranks goes here (one rank: nothing to exchange).
-  const float loss_scale = network.loss_scale();
-  if (dynamic_loss_scale_ && gradients_overflowed()) {
-    // Skip the update, halve the scale: the next step's gradients are less likely to overflow.
-    ++skipped_steps_;
-    good_steps_ = 0;
-    network.set_loss_scale(loss_scale * 0.5f);
-  } else {
-    optimizer_->step(lr, 1.f / (static_cast<float>(accumulate_steps_) * loss_scale));
-    memory.parameters_to_compute();  // mixed precision: refresh the FP16/BF16 weight copies
-    if (dynamic_loss_scale_ && ++good_steps_ == growth_interval_) {
-      good_steps_ = 0;
-      network.set_loss_scale(loss_scale * 2.f);
-    }
-  }
+  finish_step();
   // The loss is computed from scaled logits' gradients only: its value is unscaled.
   return read_loss ? loss_sum / static_cast<float>(accumulate_steps_) : NAN;
 }
 
-std::unique_ptr<CapturedWork> Trainer::capture_step(double lr) {
-  if (dynamic_loss_scale_ || accumulate_steps_ > 1) return nullptr;
-  return backend_.capture([this, lr] { step([](int64_t) {}, lr, /*read_loss=*/false); });
+void Trainer::finish_step() {
+  MemoryPlan& memory = model_.net->memory();
+  memory.gradients_to_master();  // mixed precision: FP16/BF16 gradients into the FP32 ones
+  // Gradient exchange between ranks goes here (one rank: nothing to exchange).
+  if (dynamic_loss_scale_) {
+    Tensor overflow = scalar_view(offsetof(StepScalars, overflow), DType::i32);
+    backend_.check_finite(memory.flat_gradients(), overflow);
+  }
+  // Skipped on the device when a gradient overflowed; divides by the loss scale it finds there.
+  optimizer_->step(1.f / static_cast<float>(accumulate_steps_), scalars_);
+  memory.parameters_to_compute();  // mixed precision: refresh the FP16/BF16 weight copies
+  if (dynamic_loss_scale_) backend_.update_loss_scale(scalars_);
+}
+
+bool Trainer::record_step() {
+  if (accumulate_steps_ > 1) return false;
+  Network& network = *model_.net;
+  recorded_step_ = backend_.capture([this, &network] {
+    network.set_parameter_grad_mode(Accumulate::overwrite);
+    network.forward(Phase::train);
+    network.backward();
+    finish_step();
+  });
+  return recorded_step_ != nullptr;
 }
 
 float Trainer::read_loss() {
   float loss = 0.f;
   backend_.copy_to_host(&loss, model_.loss->output()->value.data(), sizeof(float));
   return loss;
-}
-
-bool Trainer::gradients_overflowed() {
-  backend_.fill(overflow_flag_, 0);
-  backend_.check_finite(model_.net->memory().flat_gradients(), overflow_flag_);
-  int32_t flag = 0;
-  backend_.copy_to_host(&flag, overflow_flag_.data(), sizeof flag);
-  return flag != 0;
 }
 
 double Trainer::evaluate(const Dataset& data) {
@@ -143,7 +165,7 @@ Checkpoint Trainer::make_checkpoint(int64_t step, int64_t epoch) const {
   c.config_digest = config_digest_;
   c.step = step;
   c.epoch = epoch;
-  c.loss_scale = model_.net->loss_scale();
+  c.loss_scale = read_scalars().loss_scale;
   auto read = [&](Tensor& flat, std::vector<float>& out) {
     out.resize(static_cast<size_t>(flat.numel()));
     backend_.copy_to_host(out.data(), flat.data(), flat.bytes());
@@ -167,7 +189,10 @@ void Trainer::restore(const Checkpoint& c) {
   backend_.copy_to_device(memory.flat_momentum().data(), c.momentum.data(),
                           c.momentum.size() * sizeof(float));
   backend_.copy_to_device(memory.flat_buffers().data(), c.buffers.data(), c.buffers.size() * sizeof(float));
-  model_.net->set_loss_scale(c.loss_scale);
+  StepScalars scalars = read_scalars();
+  scalars.loss_scale = c.loss_scale;
+  scalars.good_steps = 0;
+  backend_.copy_to_device(scalars_, &scalars, sizeof scalars);
   memory.parameters_to_compute();
 }
 

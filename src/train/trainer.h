@@ -33,10 +33,13 @@ class Trainer {
   // micro-batches if `read_loss`, else NaN (reading the loss waits for the device).
   float step(const std::function<void(int64_t micro_batch)>& feed, double lr, bool read_loss);
 
-  // Records one whole step on the current inputs (forward, backward, update at rate `lr`) for replay as a
-  // CUDA graph. nullptr when the backend cannot capture, or the step needs the host (dynamic loss scaling
-  // reads the overflow flag; several micro-batches load data).
-  std::unique_ptr<CapturedWork> capture_step(double lr);
+  // Records one whole step on the current input buffers (forward, backward, loss-scale check, update) for
+  // replay as a CUDA graph; from then on step() replays it after feed(0). The learning rate and the loss
+  // scale are read from device memory, so they still change between replays. False when the backend
+  // cannot record, or with several micro-batches (each loads data from the host). Call after at least one
+  // ordinary step (libraries initialise lazily).
+  bool record_step();
+  bool step_recorded() const { return recorded_step_ != nullptr; }
   // The loss of the last step run or replayed (waits for the device).
   float read_loss();
 
@@ -46,16 +49,21 @@ class Trainer {
   Checkpoint make_checkpoint(int64_t step, int64_t epoch) const;
   void restore(const Checkpoint& checkpoint);
 
-  // Dynamic loss scaling (fp16): the current scale and the steps skipped because gradients overflowed.
-  float loss_scale() const { return model_.net->loss_scale(); }
-  int64_t skipped_steps() const { return skipped_steps_; }
+  // Loss scaling (fp16): the current scale and the steps skipped because gradients overflowed (both read
+  // from the device: they wait for it).
+  float loss_scale() const { return read_scalars().loss_scale; }
+  int64_t skipped_steps() const { return read_scalars().skipped_steps; }
 
   Model& model() { return model_; }
   Network& net() { return *model_.net; }
   int64_t images_per_step() const { return batch_ * accumulate_steps_; }
 
  private:
-  bool gradients_overflowed();  // reads a flag from the device: waits for the step
+  // Everything after the micro-batches' backward passes: gradients to FP32, overflow check, update,
+  // loss-scale adaptation. Issues device work only (no host synchronisation).
+  void finish_step();
+  StepScalars read_scalars() const;
+  Tensor scalar_view(size_t offset, DType dtype) const;  // one field of the device StepScalars
 
   Backend& backend_;
   Model& model_;
@@ -64,10 +72,9 @@ class Trainer {
   std::unique_ptr<SgdOptimizer> optimizer_;
   HostBuffer staging_images_, staging_labels_;  // host side of every batch copy
   void* device_staging_ = nullptr;              // FP32 images on the device, cast to a narrower compute dtype
-  Tensor overflow_flag_;                        // i32 [1] on the device: set when a gradient is Inf/NaN
+  StepScalars* scalars_ = nullptr;  // in the backend's memory: lr, loss scale, overflow flag, counters
   bool dynamic_loss_scale_ = false;
-  int64_t growth_interval_ = 2000;
-  int64_t good_steps_ = 0, skipped_steps_ = 0;
+  std::unique_ptr<CapturedWork> recorded_step_;
 
   std::string config_digest_;
 };

@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstddef>
 #include <limits>
 #include <tuple>
 
@@ -290,6 +291,65 @@ TEST_F(CudaOpsTest, SgdUpdate) {
     expect_close("params", pg.download().tensor(), p_ref.tensor(), 1e-6);
     expect_close("momentum", vg.download().tensor(), v_ref.tensor(), 1e-6);
   }
+}
+
+// The step scalars in device memory: the rate and the loss scale are read by the kernels, an overflow skips
+// the update, and the loss-scale rule runs on the device exactly as on the host.
+TEST_F(CudaOpsTest, StepScalarsDriveUpdateAndLossScale) {
+  Backend& gpu = shared_gpu();
+  const int64_t count = 5003;
+  const ParamSegment segments[] = {{0, count, true}};
+  HostBuffer p = random_host(*ref, {count}, DType::f32, 121), g = random_host(*ref, {count}, DType::f32, 122),
+             v = random_host(*ref, {count}, DType::f32, 123);
+  HostBuffer p_ref = copy_of(p), v_ref = copy_of(v);
+  DeviceTensor pg(gpu, p), gg(gpu, g), vg(gpu, v);
+  SgdStep step;
+  step.lr = 99.f;  // ignored: the rate comes from the scalars
+  step.momentum = 0.9f, step.weight_decay = 1e-4f, step.grad_scale = 0.5f;
+  StepScalars host;
+  host.lr = 0.05f;
+  host.loss_scale = 8.f;
+  host.dynamic = 1;
+  host.growth_interval = 2;
+  auto* device = static_cast<StepScalars*>(gpu.allocate(sizeof(StepScalars)));
+  gpu.copy_to_device(device, &host, sizeof host);
+  gpu.sgd_update(pg.tensor(), gg.tensor(), vg.tensor(), segments, step, device);
+  ref->sgd_update(p_ref.tensor(), g.tensor(), v_ref.tensor(), segments, step, &host);
+  gpu.update_loss_scale(device);
+  ref->update_loss_scale(&host);
+  expect_close("params", pg.download().tensor(), p_ref.tensor(), 1e-6);
+  expect_close("momentum", vg.download().tensor(), v_ref.tensor(), 1e-6);
+
+  // An Inf gradient raises the flag; the update is skipped and the scale halves.
+  HostBuffer bad = copy_of(g);
+  bad.ptr<float>()[77] = std::numeric_limits<float>::infinity();
+  DeviceTensor badg(gpu, bad);
+  Tensor flag(reinterpret_cast<std::byte*>(device) + offsetof(StepScalars, overflow), {1}, DType::i32,
+              Layout::nchw, gpu.device());
+  gpu.check_finite(badg.tensor(), flag);
+  HostBuffer before = pg.download();
+  gpu.sgd_update(pg.tensor(), badg.tensor(), vg.tensor(), segments, step, device);
+  gpu.update_loss_scale(device);
+  StepScalars after;
+  gpu.copy_to_host(&after, device, sizeof after);
+  EXPECT_EQ(after.loss_scale, 4.f);
+  EXPECT_EQ(after.skipped_steps, 1);
+  EXPECT_EQ(after.overflow, 0);
+  expect_close("params unchanged", pg.download().tensor(), before.tensor(), 0.0);
+
+  // The loss gradient carries the scale read from device memory.
+  const int64_t n = 8, k = 10;
+  HostBuffer probs = random_host(*ref, {n, k}, DType::f32, 124);
+  HostBuffer labels({n}, DType::i32);
+  for (int64_t i = 0; i < n; ++i) labels.ptr<int32_t>()[i] = static_cast<int32_t>((i * 3) % k);
+  DeviceTensor probs_g(gpu, probs), labels_g(gpu, labels);
+  HostBuffer d_ref({n, k}, DType::f32);
+  DeviceTensor d(gpu, d_ref);
+  gpu.softmax_cross_entropy_backward(probs_g.tensor(), labels_g.tensor(), 0.1f, 1.f, d.tensor(),
+                                     &device->loss_scale);
+  ref->softmax_cross_entropy_backward(probs.tensor(), labels.tensor(), 0.1f, 4.f, d_ref.tensor());
+  expect_close("dlogits", d.download().tensor(), d_ref.tensor(), 1e-6);
+  gpu.deallocate(device);
 }
 
 // ---------------------------------------------------------------------------------------------------------

@@ -141,7 +141,7 @@ TEST_F(CudaLoss, BackwardMatchesHostAndReference) {
           dprobs.upload(probs);
           dlabels.upload(labels);
           cuda::softmax_cross_entropy_backward(dprobs.as<float>(), dlabels.as<int32_t>(), n, k, smoothing,
-                                               scale, dd.get(), dtype, stream_);
+                                               scale, nullptr, dd.get(), dtype, stream_);
           sync();
           HostBuffer dlogits({n * k}, dtype);
           dd.download(dlogits);
@@ -173,7 +173,7 @@ TEST_F(CudaLoss, RejectsBadArguments) {
   EXPECT_THROW(cuda::softmax_cross_entropy_forward(x.get(), DType::f32, x.as<int32_t>(), 0, 10, 0.f,
                                                    x.as<float>(), x.as<float>(), stream_),
                Error);
-  EXPECT_THROW(cuda::softmax_cross_entropy_backward(x.as<float>(), x.as<int32_t>(), 1, 1, 1.5f, 1.f, x.get(),
+  EXPECT_THROW(cuda::softmax_cross_entropy_backward(x.as<float>(), x.as<int32_t>(), 1, 1, 1.5f, 1.f, nullptr, x.get(),
                                                     DType::f32, stream_),
                Error);
 }
@@ -232,7 +232,7 @@ TEST_F(CudaSgd, MatchesTheReferenceBitForBitOverSeveralSteps) {
         HostBuffer grads = random_values(total, DType::f32, 40 + iteration, -10, 10);
         dg.upload(grads);
         cuda::sgd_update(dp.as<float>(), dg.as<float>(), dv.as<float>(), dseg.as<ParamSegment>(),
-                         static_cast<int>(layout.segments.size()), step, stream_);
+                         static_cast<int>(layout.segments.size()), step, nullptr, stream_);
         reference.sgd_update(params.tensor(), grads.tensor(), momentum.tensor(), layout.segments, step);
       }
       sync();
@@ -281,7 +281,7 @@ TEST_F(CudaSgd, ManySmallSegmentsSpanSeveralTableChunks) {
   dv.upload(momentum);
   dseg.upload(segments.data(), segments.size() * sizeof(ParamSegment));
   cuda::sgd_update(dp.as<float>(), dg.as<float>(), dv.as<float>(), dseg.as<ParamSegment>(),
-                   static_cast<int>(segments.size()), step, stream_);
+                   static_cast<int>(segments.size()), step, nullptr, stream_);
   ReferenceBackend reference;
   reference.sgd_update(params.tensor(), grads.tensor(), momentum.tensor(), segments, step);
   sync();
@@ -303,9 +303,9 @@ TEST_F(CudaSgd, NoSegmentsAndEmptySegmentsLeaveEverythingAlone) {
   DeviceBuffer dseg(empty.size() * sizeof(ParamSegment));
   dseg.upload(empty.data(), empty.size() * sizeof(ParamSegment));
   cuda::sgd_update(dp.as<float>(), dg.as<float>(), dv.as<float>(), dseg.as<ParamSegment>(), 0, SgdStep{},
-                   stream_);
+                   nullptr, stream_);
   cuda::sgd_update(dp.as<float>(), dg.as<float>(), dv.as<float>(), dseg.as<ParamSegment>(), 2, SgdStep{},
-                   stream_);
+                   nullptr, stream_);
   sync();
   HostBuffer p({total}, DType::f32);
   dp.download(p);

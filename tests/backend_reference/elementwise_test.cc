@@ -191,6 +191,81 @@ TEST(Sgd, HandComputedStepWithMomentumNesterovAndWeightDecay) {
   }
 }
 
+// With StepScalars the rate and the loss scale come from memory: lr 0.1 and loss scale 4 on gradients
+// 4x larger give the same update as the plain call; an overflow flag makes the update a no-op.
+TEST(Sgd, StepScalarsSupplyRateAndLossScaleAndSkipOnOverflow) {
+  ReferenceBackend backend;
+  const std::vector<double> p0 = {1.0, -2.0, 0.5, 3.0}, g0 = {0.2, 0.4, -0.6, 1.0},
+                            v0 = {0.1, 0.0, 0.2, -0.1};
+  std::vector<double> g4(g0);
+  for (double& x : g4) x *= 4;
+  const ParamSegment segments[] = {{0, 4, true}};
+  SgdStep step;
+  step.lr = 0.1f;
+  step.momentum = 0.9f;
+  step.weight_decay = 0.01f;
+  step.grad_scale = 0.5f;
+  HostBuffer p = from_values({4}, DType::f32, p0), g = from_values({4}, DType::f32, g0);
+  HostBuffer v = from_values({4}, DType::f32, v0);
+  backend.sgd_update(p.tensor(), g.tensor(), v.tensor(), segments, step);
+
+  StepScalars scalars;
+  scalars.lr = 0.1f;
+  scalars.loss_scale = 4.f;
+  step.lr = 123.f;  // ignored when scalars are given
+  HostBuffer ps = from_values({4}, DType::f32, p0), gs = from_values({4}, DType::f32, g4);
+  HostBuffer vs = from_values({4}, DType::f32, v0);
+  backend.sgd_update(ps.tensor(), gs.tensor(), vs.tensor(), segments, step, &scalars);
+  for (size_t i = 0; i < 4; ++i) {
+    EXPECT_FLOAT_EQ(ps.ptr<float>()[i], p.ptr<float>()[i]) << i;
+    EXPECT_FLOAT_EQ(vs.ptr<float>()[i], v.ptr<float>()[i]) << i;
+  }
+
+  scalars.overflow = 1;
+  HostBuffer before = from_values({4}, DType::f32, p0);
+  HostBuffer pk = from_values({4}, DType::f32, p0), vk = from_values({4}, DType::f32, v0);
+  backend.sgd_update(pk.tensor(), gs.tensor(), vk.tensor(), segments, step, &scalars);
+  for (size_t i = 0; i < 4; ++i) {
+    EXPECT_EQ(pk.ptr<float>()[i], before.ptr<float>()[i]) << i;
+    EXPECT_EQ(vk.ptr<float>()[i], static_cast<float>(v0[i])) << i;
+  }
+}
+
+// The loss-scale rule: halve and count a skip on overflow (clearing the flag), double after
+// growth_interval good steps in a row; a fixed scale never changes.
+TEST(LossScale, HalvesOnOverflowAndGrowsAfterTheInterval) {
+  ReferenceBackend backend;
+  StepScalars s;
+  s.dynamic = 1;
+  s.loss_scale = 1024.f;
+  s.growth_interval = 3;
+  s.overflow = 1;
+  backend.update_loss_scale(&s);
+  EXPECT_EQ(s.loss_scale, 512.f);
+  EXPECT_EQ(s.skipped_steps, 1);
+  EXPECT_EQ(s.overflow, 0);
+  backend.update_loss_scale(&s);
+  backend.update_loss_scale(&s);
+  EXPECT_EQ(s.loss_scale, 512.f);
+  EXPECT_EQ(s.good_steps, 2);
+  backend.update_loss_scale(&s);
+  EXPECT_EQ(s.loss_scale, 1024.f);
+  EXPECT_EQ(s.good_steps, 0);
+  s.good_steps = 2;
+  s.overflow = 1;  // an overflow resets the run of good steps
+  backend.update_loss_scale(&s);
+  EXPECT_EQ(s.loss_scale, 512.f);
+  EXPECT_EQ(s.good_steps, 0);
+  EXPECT_EQ(s.skipped_steps, 2);
+
+  StepScalars fixed;
+  fixed.loss_scale = 128.f;
+  fixed.growth_interval = 1;
+  for (int i = 0; i < 3; ++i) backend.update_loss_scale(&fixed);
+  EXPECT_EQ(fixed.loss_scale, 128.f);
+  EXPECT_EQ(fixed.skipped_steps, 0);
+}
+
 TEST(Sgd, RejectsBadSegments) {
   ReferenceBackend backend;
   HostBuffer p = zeros({4}, DType::f32), g = zeros({4}, DType::f32), v = zeros({4}, DType::f32);

@@ -233,7 +233,8 @@ void CudaBackend::softmax_cross_entropy_forward(const Tensor& logits, const Tens
 }
 
 void CudaBackend::softmax_cross_entropy_backward(const Tensor& probs, const Tensor& labels,
-                                                 float label_smoothing, float scale, Tensor& dlogits) {
+                                                 float label_smoothing, float scale, Tensor& dlogits,
+                                                 const float* loss_scale) {
   const char* op = "softmax_cross_entropy_backward";
   check_device_tensor(op, "probs", probs);
   check_device_tensor(op, "labels", labels);
@@ -246,7 +247,7 @@ void CudaBackend::softmax_cross_entropy_backward(const Tensor& probs, const Tens
   DLB_CHECK(dlogits.numel() == n * k, "{}: dlogits is {}, expected [{}, {}]", op, dlogits.describe(), n, k);
   activate();
   cuda::softmax_cross_entropy_backward(probs.ptr<float>(), labels.ptr<int32_t>(), n, k, label_smoothing,
-                                       scale, dlogits.data(), dlogits.dtype(), stream_);
+                                       scale, loss_scale, dlogits.data(), dlogits.dtype(), stream_);
 }
 
 // ---- elementwise and utilities ----
@@ -298,7 +299,8 @@ void CudaBackend::check_finite(const Tensor& x, Tensor& flag) {
 // ---- optimizer ----
 
 void CudaBackend::sgd_update(Tensor& params, const Tensor& grads, Tensor& momentum_buffer,
-                             std::span<const ParamSegment> segments, const SgdStep& step) {
+                             std::span<const ParamSegment> segments, const SgdStep& step,
+                             const StepScalars* scalars) {
   const char* op = "sgd_update";
   check_device_tensor(op, "params", params);
   DLB_CHECK(params.rank() == 1 && params.dtype() == DType::f32,
@@ -334,7 +336,13 @@ void CudaBackend::sgd_update(Tensor& params, const Tensor& grads, Tensor& moment
     table = static_cast<const ParamSegment*>(it->second.get());
   }
   cuda::sgd_update(params.ptr<float>(), grads.ptr<float>(), momentum_buffer.ptr<float>(), table,
-                   static_cast<int>(segments.size()), step, stream_);
+                   static_cast<int>(segments.size()), step, scalars, stream_);
+}
+
+void CudaBackend::update_loss_scale(StepScalars* scalars) {
+  DLB_CHECK(scalars, "update_loss_scale: no scalars");
+  activate();
+  cuda::update_loss_scale(scalars, stream_);
 }
 
 }  // namespace cuda

@@ -34,17 +34,20 @@ void bias_backward(const void* dy, DType dy_dtype, void* dbias, DType dbias_dtyp
 void softmax_cross_entropy_forward(const void* logits, DType logits_dtype, const int32_t* labels, int64_t n,
                                    int64_t k, float label_smoothing, float* probs, float* loss,
                                    cudaStream_t stream);
-// dlogits = scale * (probs - target) / n, written in dlogits_dtype.
+// dlogits = scale * loss_scale * (probs - target) / n, written in dlogits_dtype; loss_scale (device memory,
+// read by the kernel) may be null.
 void softmax_cross_entropy_backward(const float* probs, const int32_t* labels, int64_t n, int64_t k,
-                                    float label_smoothing, float scale, void* dlogits, DType dlogits_dtype,
-                                    cudaStream_t stream);
+                                    float label_smoothing, float scale, const float* loss_scale,
+                                    void* dlogits, DType dlogits_dtype, cudaStream_t stream);
 
 // Sets *flag = 1 if any of x[0..n) is Inf or NaN; never clears it.
 void check_finite(const void* x, DType dtype, int64_t n, int32_t* flag, cudaStream_t stream);
 
 // The fused SGD update of Backend::sgd_update over f32 buffers, all segments in one launch.
-// `segments` points to `count` ParamSegment in device memory.
+// `segments` points to `count` ParamSegment in device memory; `scalars` (device memory) may be null.
 void sgd_update(float* params, const float* grads, float* momentum, const ParamSegment* segments, int count,
-                const SgdStep& step, cudaStream_t stream);
+                const SgdStep& step, const StepScalars* scalars, cudaStream_t stream);
+// advance_loss_scale(*scalars) in one thread (scalars in device memory).
+void update_loss_scale(StepScalars* scalars, cudaStream_t stream);
 
 }  // namespace dlbench::cuda

@@ -211,8 +211,10 @@ struct XentBackwardOp {
   D* dlogits;
   int64_t n, k;
   float c, hit, other;
+  const float* loss_scale;  // device memory, or null
   template <int W>
   __device__ void apply(int64_t e) const {
+    const float c = loss_scale ? this->c * *loss_scale : this->c;
     const Vec<float, W> p = load_vec<W>(probs + e);
     int64_t row = e / k, col = e - row * k;
     int64_t label = labels[row];
@@ -271,8 +273,8 @@ void softmax_cross_entropy_forward(const void* logits, DType logits_dtype, const
 }
 
 void softmax_cross_entropy_backward(const float* probs, const int32_t* labels, int64_t n, int64_t k,
-                                    float label_smoothing, float scale, void* dlogits, DType dlogits_dtype,
-                                    cudaStream_t stream) {
+                                    float label_smoothing, float scale, const float* loss_scale,
+                                    void* dlogits, DType dlogits_dtype, cudaStream_t stream) {
   const char* op = "softmax_cross_entropy_backward";
   require_shape(op, n, k, label_smoothing);
   if (n == 0 || k == 0) return;
@@ -284,9 +286,9 @@ void softmax_cross_entropy_backward(const float* probs, const int32_t* labels, i
     using D = decltype(tag);
     constexpr int V = 4;  // 16 bytes of probs
     const bool vector_ok = aligned(probs, 16) && aligned(dlogits, V * sizeof(D));
-    launch_elementwise<V>(n * k, vector_ok,
-                          XentBackwardOp<D>{probs, labels, static_cast<D*>(dlogits), n, k, c, hit, other},
-                          stream);
+    launch_elementwise<V>(
+        n * k, vector_ok,
+        XentBackwardOp<D>{probs, labels, static_cast<D*>(dlogits), n, k, c, hit, other, loss_scale}, stream);
   });
 }
 

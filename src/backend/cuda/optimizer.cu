@@ -69,7 +69,13 @@ __device__ __forceinline__ SegmentUnits cut(const ParamSegment& seg, bool vector
 
 __global__ void __launch_bounds__(kSgdThreads)
     sgd_kernel(float* __restrict__ params, const float* __restrict__ grads, float* __restrict__ momentum,
-               const ParamSegment* __restrict__ segments, int count, SgdScalars s, bool vector_ok) {
+               const ParamSegment* __restrict__ segments, int count, SgdScalars s,
+               const StepScalars* __restrict__ scalars, bool vector_ok) {
+  if (scalars) {  // read in the step that runs: a recorded step follows the rate and the loss scale
+    if (scalars->overflow) return;  // an overflowed step is skipped
+    s.lr = scalars->lr;
+    s.grad_scale = s.grad_scale / double(scalars->loss_scale);
+  }
   using BlockScan = cub::BlockScan<int64_t, kSgdThreads>;
   __shared__ typename BlockScan::TempStorage scan_storage;
   __shared__ SegmentUnits table[kSgdThreads];
@@ -146,13 +152,23 @@ int sgd_blocks_per_sm() {
 }  // namespace
 
 void sgd_update(float* params, const float* grads, float* momentum, const ParamSegment* segments, int count,
-                const SgdStep& step, cudaStream_t stream) {
+                const SgdStep& step, const StepScalars* scalars, cudaStream_t stream) {
   DLB_KERNEL_REQUIRE(count >= 0, "sgd_update", "the segment count is negative");
   if (count == 0) return;
   const SgdScalars s{step.lr, step.momentum, step.weight_decay, step.grad_scale, step.nesterov};
   const bool vector_ok = aligned(params, 16) && aligned(grads, 16) && aligned(momentum, 16);
   const unsigned blocks = static_cast<unsigned>(multiprocessor_count() * sgd_blocks_per_sm());
-  sgd_kernel<<<blocks, kSgdThreads, 0, stream>>>(params, grads, momentum, segments, count, s, vector_ok);
+  sgd_kernel<<<blocks, kSgdThreads, 0, stream>>>(params, grads, momentum, segments, count, s, scalars,
+                                                 vector_ok);
+  DLB_KERNEL_LAUNCH_CHECK();
+}
+
+namespace {
+__global__ void update_loss_scale_kernel(StepScalars* scalars) { advance_loss_scale(*scalars); }
+}  // namespace
+
+void update_loss_scale(StepScalars* scalars, cudaStream_t stream) {
+  update_loss_scale_kernel<<<1, 1, 0, stream>>>(scalars);
   DLB_KERNEL_LAUNCH_CHECK();
 }
 

@@ -263,7 +263,8 @@ void OneDnnBackend::softmax_cross_entropy_forward(const Tensor& logits, const Te
 }
 
 void OneDnnBackend::softmax_cross_entropy_backward(const Tensor& probs, const Tensor& labels,
-                                                   float label_smoothing, float scale, Tensor& dlogits) {
+                                                   float label_smoothing, float scale, Tensor& dlogits,
+                                                   const float* loss_scale) {
   check_f32(probs, "softmax_cross_entropy_backward probs");
   check_f32(dlogits, "softmax_cross_entropy_backward");
   DLB_CHECK(labels.dtype() == DType::i32, "labels must be i32, got {}", labels.describe());
@@ -274,7 +275,7 @@ void OneDnnBackend::softmax_cross_entropy_backward(const Tensor& probs, const Te
   const float* p = probs.ptr<float>();
   const int32_t* lab = labels.ptr<int32_t>();
   float* d = dlogits.ptr<float>();
-  const float f = scale / static_cast<float>(rows);
+  const float f = scale * (loss_scale ? *loss_scale : 1.f) / static_cast<float>(rows);
   const float off = label_smoothing / static_cast<float>(classes), on = 1.f - label_smoothing + off;
   bool bad_label = false;
 #pragma omp parallel for schedule(static) num_threads(threads_) \
@@ -369,7 +370,8 @@ void OneDnnBackend::check_finite(const Tensor& x, Tensor& flag) {
 // ---- optimizer ----
 
 void OneDnnBackend::sgd_update(Tensor& params, const Tensor& grads, Tensor& momentum_buffer,
-                               std::span<const ParamSegment> segments, const SgdStep& step) {
+                               std::span<const ParamSegment> segments, const SgdStep& step,
+                               const StepScalars* scalars) {
   check_f32(params, "sgd_update params");
   check_f32(grads, "sgd_update grads");
   check_f32(momentum_buffer, "sgd_update momentum");
@@ -378,7 +380,9 @@ void OneDnnBackend::sgd_update(Tensor& params, const Tensor& grads, Tensor& mome
   float* p = params.ptr<float>();
   const float* g = grads.ptr<float>();
   float* v = momentum_buffer.ptr<float>();
-  const float lr = step.lr, mu = step.momentum, gs = step.grad_scale;
+  if (scalars && scalars->overflow) return;  // an overflowed step is skipped
+  const float lr = scalars ? scalars->lr : step.lr, mu = step.momentum;
+  const float gs = scalars ? step.grad_scale / scalars->loss_scale : step.grad_scale;
   for (const ParamSegment& seg : segments) {
     DLB_CHECK(seg.offset >= 0 && seg.count >= 0 && seg.offset + seg.count <= params.numel(),
               "sgd_update: segment [{}, +{}) outside {} parameters", seg.offset, seg.count, params.numel());
@@ -401,6 +405,11 @@ void OneDnnBackend::sgd_update(Tensor& params, const Tensor& grads, Tensor& mome
       }
     }
   }
+}
+
+void OneDnnBackend::update_loss_scale(StepScalars* scalars) {
+  DLB_CHECK(scalars, "update_loss_scale: no scalars");
+  advance_loss_scale(*scalars);
 }
 
 }  // namespace onednn

@@ -90,7 +90,8 @@ void ReferenceBackend::check_finite(const Tensor& x, Tensor& flag) {
 //   v = momentum * v + g
 //   p = p - lr * (nesterov ? g + momentum * v : v)
 void ReferenceBackend::sgd_update(Tensor& params, const Tensor& grads, Tensor& momentum_buffer,
-                                  std::span<const ParamSegment> segments, const SgdStep& step) {
+                                  std::span<const ParamSegment> segments, const SgdStep& step,
+                                  const StepScalars* scalars) {
   const char* op = "sgd_update";
   reference::check_host(op, "params", params);
   DLB_CHECK(params.rank() == 1 && (params.dtype() == DType::f32 || params.dtype() == DType::f64),
@@ -113,6 +114,9 @@ void ReferenceBackend::sgd_update(Tensor& params, const Tensor& grads, Tensor& m
     covered_until = s.offset + s.count;
   }
 
+  if (scalars && scalars->overflow) return;  // an overflowed step is skipped
+  const double lr = scalars ? double(scalars->lr) : double(step.lr);
+  const double grad_scale = scalars ? double(step.grad_scale) / double(scalars->loss_scale) : step.grad_scale;
   reference::dispatch_float(params.dtype(), op, [&](auto tag) {
     using T = decltype(tag);
     T* p = params.ptr<T>();
@@ -121,14 +125,19 @@ void ReferenceBackend::sgd_update(Tensor& params, const Tensor& grads, Tensor& m
     for (const ParamSegment& s : segments) {
       const double weight_decay = s.weight_decay ? step.weight_decay : 0.0;
       for (int64_t i = s.offset; i < s.offset + s.count; ++i) {
-        const double g = double(grad[i]) * step.grad_scale + weight_decay * double(p[i]);
+        const double g = double(grad[i]) * grad_scale + weight_decay * double(p[i]);
         const double velocity = double(step.momentum) * double(v[i]) + g;
         const double update = step.nesterov ? g + double(step.momentum) * velocity : velocity;
         v[i] = static_cast<T>(velocity);
-        p[i] = static_cast<T>(double(p[i]) - double(step.lr) * update);
+        p[i] = static_cast<T>(double(p[i]) - lr * update);
       }
     }
   });
+}
+
+void ReferenceBackend::update_loss_scale(StepScalars* scalars) {
+  DLB_CHECK(scalars, "update_loss_scale: no scalars");
+  advance_loss_scale(*scalars);
 }
 
 }  // namespace dlbench

@@ -68,7 +68,8 @@ class ReferenceBackend : public Backend {
   void softmax_cross_entropy_forward(const Tensor& logits, const Tensor& labels, float label_smoothing,
                                      Tensor& probs, Tensor& loss) override;
   void softmax_cross_entropy_backward(const Tensor& probs, const Tensor& labels, float label_smoothing,
-                                      float scale, Tensor& dlogits) override;
+                                      float scale, Tensor& dlogits,
+                                      const float* loss_scale = nullptr) override;
 
   void fill(Tensor& x, double value) override;
   void add(const Tensor& a, const Tensor& b, Tensor& y) override;
@@ -77,7 +78,9 @@ class ReferenceBackend : public Backend {
   void check_finite(const Tensor& x, Tensor& flag) override;
 
   void sgd_update(Tensor& params, const Tensor& grads, Tensor& momentum_buffer,
-                  std::span<const ParamSegment> segments, const SgdStep& step) override;
+                  std::span<const ParamSegment> segments, const SgdStep& step,
+                  const StepScalars* scalars = nullptr) override;
+  void update_loss_scale(StepScalars* scalars) override;
 };
 
 }  // namespace dlbench

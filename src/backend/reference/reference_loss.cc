@@ -103,7 +103,8 @@ void ReferenceBackend::softmax_cross_entropy_forward(const Tensor& logits, const
 }
 
 void ReferenceBackend::softmax_cross_entropy_backward(const Tensor& probs, const Tensor& labels,
-                                                      float label_smoothing, float scale, Tensor& dlogits) {
+                                                      float label_smoothing, float scale, Tensor& dlogits,
+                                                      const float* loss_scale) {
   const char* op = "softmax_cross_entropy_backward";
   check_logits(op, "probs", probs);
   check_smoothing(op, label_smoothing);
@@ -114,7 +115,8 @@ void ReferenceBackend::softmax_cross_entropy_backward(const Tensor& probs, const
   check_labels(op, labels, probs.dim(0), probs.dim(1));
   reference::dispatch_float(probs.dtype(), op, [&](auto probs_tag) {
     reference::dispatch_float(dlogits.dtype(), op, [&](auto logits_tag) {
-      backward<decltype(probs_tag), decltype(logits_tag)>(probs, labels, label_smoothing, scale, dlogits);
+      const double factor = double(scale) * (loss_scale ? double(*loss_scale) : 1.0);
+      backward<decltype(probs_tag), decltype(logits_tag)>(probs, labels, label_smoothing, factor, dlogits);
     });
   });
 }
