@@ -1,5 +1,6 @@
 // dlbench: the command line. Parses flags into a RunConfig, resolves it, runs, writes results.
-// Only this file decides exit codes: 0 success, 1 bad input (one clear line), 2 bad flags, 3 internal error.
+// Only this file decides exit codes: 0 success, 1 bad input (one clear line), 2 bad flags, 3 internal error
+// (a communicator's watchdog ends a stalled run itself, with 4: see dist/watchdog.h).
 #include <CLI/CLI.hpp>
 #include <clocale>
 #include <cstdio>
@@ -8,6 +9,8 @@
 #include "backend/backend_factory.h"
 #include "core/file_io.h"
 #include "core/status.h"
+#include "dist/comm_bench.h"
+#include "dist/mpi_runtime.h"
 #include "models/resnet.h"
 #include "train/config.h"
 #include "train/run.h"
@@ -69,6 +72,34 @@ dlbench::LrSchedule parse_schedule(const std::string& text) {
   dlbench::throw_user_error("--lr-schedule {}: unknown; choose constant, step or cosine", text);
 }
 
+// Runs the parsed command; returns the exit code.
+int run_command(bool is_train, bool is_comm_bench, RunConfig& train_config, const std::string& train_schedule,
+                RunConfig& bench_config, const std::string& bench_schedule,
+                const dlbench::dist::CommBenchOptions& comm_bench_options) {
+  try {
+    if (is_comm_bench) {
+      dlbench::dist::run_comm_bench(comm_bench_options);
+      return 0;
+    }
+    RunConfig& config = is_train ? train_config : bench_config;
+    config.lr_schedule = parse_schedule(is_train ? train_schedule : bench_schedule);
+    dlbench::resolve_config(config, dlbench::cuda_backend_available());
+    nlohmann::json result =
+        config.kind == dlbench::RunKind::train ? dlbench::run_train(config) : dlbench::run_bench(config);
+    if (!config.json_path.empty()) {
+      dlbench::write_file_atomically(config.json_path, result.dump(2) + "\n");
+      std::printf("result written to %s\n", config.json_path.c_str());
+    }
+    return 0;
+  } catch (const dlbench::UserError& e) {
+    std::fprintf(stderr, "dlbench: error: %s\n", e.what());
+    return 1;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "dlbench: internal error: %s\n", e.what());
+    return 3;
+  }
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -98,28 +129,37 @@ int main(int argc, char** argv) {
   bench->add_flag("--per-layer", bench_config.per_layer,
                   "after the timed window, time each layer's forward and backward");
 
+  dlbench::dist::CommBenchOptions comm_bench_options;
+  CLI::App* comm_bench = app.add_subcommand(
+      "comm-bench",
+      "all-reduce time and bandwidth over the ranks (--gpus N, or under mpirun), every sum checked");
+  {
+    auto& o = comm_bench_options;
+    comm_bench->add_option("--min-bytes", o.min_bytes, "smallest message")->capture_default_str();
+    comm_bench->add_option("--max-bytes", o.max_bytes, "largest message (sizes double from --min-bytes)")
+        ->capture_default_str();
+    comm_bench->add_option("--iters", o.iters, "timed iterations per size (the median is reported)")
+        ->capture_default_str();
+    comm_bench->add_option("--warmup", o.warmup, "untimed iterations per size")->capture_default_str();
+    comm_bench->add_option("--dtype", o.dtype_text, "f32 | f16 | bf16 (f16 and bf16 on a GPU)")
+        ->capture_default_str();
+    comm_bench->add_option("--device", o.device_text, "cpu | cuda")->capture_default_str();
+    comm_bench->add_option("--gpus", o.gpus, "GPUs of this process, one thread each (not under mpirun)")
+        ->capture_default_str();
+    comm_bench->add_option("--launcher", o.launcher, "auto | threads | mpi")->capture_default_str();
+    comm_bench
+        ->add_option("--timeout", o.timeout_seconds, "seconds a collective may take before every rank stops")
+        ->capture_default_str();
+    comm_bench->add_option("--json", o.json_path, "write the result as one JSON object to FILE (rank 0)");
+  }
+
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
     return app.exit(e);
   }
 
-  try {
-    RunConfig& config = train->parsed() ? train_config : bench_config;
-    config.lr_schedule = parse_schedule(train->parsed() ? train_schedule : bench_schedule);
-    dlbench::resolve_config(config, dlbench::cuda_backend_available());
-    nlohmann::json result =
-        config.kind == dlbench::RunKind::train ? dlbench::run_train(config) : dlbench::run_bench(config);
-    if (!config.json_path.empty()) {
-      dlbench::write_file_atomically(config.json_path, result.dump(2) + "\n");
-      std::printf("result written to %s\n", config.json_path.c_str());
-    }
-    return 0;
-  } catch (const dlbench::UserError& e) {
-    std::fprintf(stderr, "dlbench: error: %s\n", e.what());
-    return 1;
-  } catch (const std::exception& e) {
-    std::fprintf(stderr, "dlbench: internal error: %s\n", e.what());
-    return 3;
-  }
+  return dlbench::dist::finish_mpi_process(run_command(train->parsed(), comm_bench->parsed(), train_config,
+                                                       train_schedule, bench_config, bench_schedule,
+                                                       comm_bench_options));
 }

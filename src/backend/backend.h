@@ -177,6 +177,9 @@ class Backend {
   // Records the ops `body` issues (which must not synchronise with the host) for replay; nullptr where the
   // backend cannot (then the caller simply runs `body` each time). `body` is not executed by the capture.
   virtual std::unique_ptr<CapturedWork> capture(const std::function<void()>& body) { return nullptr; }
+  // The stream every op is issued on (a cudaStream_t on a cuda backend), for code that orders its own
+  // work against the backend's (the communicators); nullptr where ops run synchronously on the host.
+  virtual void* native_stream() const { return nullptr; }
 
   // ---- convolution (no bias) ----
   virtual std::unique_ptr<ConvPlan> plan_conv(const ConvGeometry& geometry) = 0;

@@ -157,6 +157,7 @@ class CudaBackend final : public Backend {
   void copy(void* dst, const void* src, size_t bytes) override;
   void synchronize() override;
   std::unique_ptr<CapturedWork> capture(const std::function<void()>& body) override;
+  void* native_stream() const override { return stream_; }
 
   std::unique_ptr<ConvPlan> plan_conv(const ConvGeometry& geometry) override;
   void conv_forward(const ConvPlan& plan, const Tensor& x, const Tensor& w, Tensor& y,
