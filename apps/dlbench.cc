@@ -60,6 +60,20 @@ void add_run_flags(CLI::App& cmd, RunConfig& c, std::string& lr_schedule) {
   cmd.add_option("--seed", c.seed, "seed of weights, data order and synthetic data")->capture_default_str();
   cmd.add_option("--log-every", c.log_every, "steps between progress lines");
   cmd.add_option("--json", c.json_path, "write the result as one JSON object to FILE");
+  cmd.add_option("--gpus", c.gpus, "GPUs driven from this process, one thread each (data parallel, NCCL)")
+      ->capture_default_str();
+  cmd.add_option("--launcher", c.launcher,
+                 "auto | threads (--gpus N in one process) | mpi (one process per rank, under mpirun)")
+      ->capture_default_str();
+  cmd.add_option("--bucket-mb", c.bucket_mb, "gradient bucket size: each is summed as soon as backward has it")
+      ->capture_default_str();
+  cmd.add_option("--allreduce-precision", c.allreduce_precision,
+                 "fp32 | compute: sum mixed-precision gradients in FP32 or in FP16/BF16")
+      ->capture_default_str();
+  cmd.add_option("--lr-scaling", c.lr_scaling, "none | linear: multiply --lr by the number of ranks")
+      ->capture_default_str();
+  cmd.add_option("--timeout", c.timeout_seconds, "seconds a collective may take before every rank stops")
+      ->capture_default_str();
   cmd.add_option("--cuda-graph", c.cuda_graph,
                  "record the whole step once and replay it as one CUDA graph (true|false)")
       ->capture_default_str();
@@ -86,7 +100,7 @@ int run_command(bool is_train, bool is_comm_bench, RunConfig& train_config, cons
     dlbench::resolve_config(config, dlbench::cuda_backend_available());
     nlohmann::json result =
         config.kind == dlbench::RunKind::train ? dlbench::run_train(config) : dlbench::run_bench(config);
-    if (!config.json_path.empty()) {
+    if (!config.json_path.empty() && !result.is_null()) {  // rank 0 writes
       dlbench::write_file_atomically(config.json_path, result.dump(2) + "\n");
       std::printf("result written to %s\n", config.json_path.c_str());
     }

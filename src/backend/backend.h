@@ -181,6 +181,11 @@ class Backend {
   // work against the backend's (the communicators); nullptr where ops run synchronously on the host.
   virtual void* native_stream() const { return nullptr; }
 
+  // How a plan runs, in words, for the per-layer profile ("fwd: IMPLICIT_PRECOMP_GEMM (tensor op) | ...");
+  // empty where there is nothing to tell.
+  virtual std::string describe(const ConvPlan&) const { return {}; }
+  virtual std::string describe(const BatchNormPlan&) const { return {}; }
+
   // ---- convolution (no bias) ----
   virtual std::unique_ptr<ConvPlan> plan_conv(const ConvGeometry& geometry) = 0;
   // y[N,K,P,Q] = conv(x[N,C,H,W], w[K,C,R,S])

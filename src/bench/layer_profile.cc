@@ -14,6 +14,7 @@ std::vector<LayerTime> profile_layers(Network& net, int iterations) {
     times[i].name = layers[i]->name();
     times[i].kind = layers[i]->kind();
     times[i].forward_macs = layers[i]->forward_macs();
+    times[i].plan = layers[i]->plan_summary();
   }
   for (int it = 0; it < iterations; ++it) {
     for (size_t i = 0; i < layers.size(); ++i) {
@@ -37,16 +38,16 @@ std::vector<LayerTime> profile_layers(Network& net, int iterations) {
 std::string format_layer_profile(const std::vector<LayerTime>& times) {
   double total = 0;
   for (const auto& t : times) total += t.forward_ms + t.backward_ms;
-  std::string out = fmt::format("{:<28} {:<12} {:>10} {:>10} {:>7} {:>10}\n", "layer", "kind", "fwd ms",
-                                "bwd ms", "share", "fwd GF/s");
+  std::string out = fmt::format("{:<28} {:<12} {:>10} {:>10} {:>7} {:>10}  {}\n", "layer", "kind", "fwd ms",
+                                "bwd ms", "share", "fwd GF/s", "plan");
   double forward = 0, backward = 0;
   for (const auto& t : times) {
     forward += t.forward_ms;
     backward += t.backward_ms;
     double gflops = t.forward_ms > 0 ? 2.0 * static_cast<double>(t.forward_macs) / (t.forward_ms * 1e6) : 0;
-    out += fmt::format("{:<28} {:<12} {:>10.3f} {:>10.3f} {:>6.1f}% {:>10}\n", t.name, t.kind, t.forward_ms,
+    out += fmt::format("{:<28} {:<12} {:>10.3f} {:>10.3f} {:>6.1f}% {:>10}  {}\n", t.name, t.kind, t.forward_ms,
                        t.backward_ms, total > 0 ? 100 * (t.forward_ms + t.backward_ms) / total : 0,
-                       t.forward_macs > 0 ? fmt::format("{:.1f}", gflops) : "");
+                       t.forward_macs > 0 ? fmt::format("{:.1f}", gflops) : "", t.plan);
   }
   out += fmt::format("{:<28} {:<12} {:>10.3f} {:>10.3f}\n", "total", "", forward, backward);
   return out;
@@ -59,7 +60,8 @@ nlohmann::json to_json(const std::vector<LayerTime>& times) {
                  {"kind", t.kind},
                  {"forward_ms", t.forward_ms},
                  {"backward_ms", t.backward_ms},
-                 {"forward_macs", t.forward_macs}});
+                 {"forward_macs", t.forward_macs},
+                 {"plan", t.plan}});
   }
   return j;
 }

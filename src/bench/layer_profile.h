@@ -15,10 +15,11 @@ struct LayerTime {
   std::string name, kind;
   double forward_ms = 0, backward_ms = 0;
   int64_t forward_macs = 0;
+  std::string plan;  // how the backend runs it (algorithms, fusion), where it says
 };
 
 std::vector<LayerTime> profile_layers(Network& net, int iterations);
-// A table: layer, kind, forward ms, backward ms, share of the total, achieved forward GFLOP/s.
+// A table: layer, kind, forward ms, backward ms, share of the total, achieved forward GFLOP/s, plan.
 std::string format_layer_profile(const std::vector<LayerTime>& times);
 nlohmann::json to_json(const std::vector<LayerTime>& times);
 

@@ -67,4 +67,8 @@ void BatchNormLayer::backward() {
                                     net_.parameter_grad_mode(), net_.workspace());
 }
 
+std::string BatchNormLayer::plan_summary() const {
+  return plan_ ? net_.backend().describe(*plan_) : std::string();
+}
+
 }  // namespace dlbench

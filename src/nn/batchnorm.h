@@ -22,6 +22,7 @@ class BatchNormLayer final : public Layer {
   void plan(MemoryPlan& plan) override;
   void forward(Phase phase) override;
   void backward() override;
+  std::string plan_summary() const override;
 
   Tensor& gamma() { return gamma_; }
   Tensor& beta() { return beta_; }

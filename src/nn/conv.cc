@@ -49,4 +49,6 @@ void ConvLayer::backward() {
   }
 }
 
+std::string ConvLayer::plan_summary() const { return plan_ ? net_.backend().describe(*plan_) : std::string(); }
+
 }  // namespace dlbench

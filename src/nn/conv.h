@@ -27,6 +27,7 @@ class ConvLayer final : public Layer {
   void backward() override;
   bool can_accumulate_input_grad(int) const override { return true; }
   int64_t forward_macs() const override { return geometry_.forward_macs(); }
+  std::string plan_summary() const override;
 
   const ConvGeometry& geometry() const { return geometry_; }
   Tensor& weight() { return weight_; }

@@ -46,6 +46,8 @@ class Layer {
   virtual void backward() = 0;
   // Whether backward can add into input `index`'s gradient (rather than only overwrite it).
   virtual bool can_accumulate_input_grad(int index) const { return false; }
+  // How the backend runs this layer (algorithms, fusion), for the per-layer profile; empty if nothing to say.
+  virtual std::string plan_summary() const { return {}; }
   // Multiply-accumulates of one forward pass (for FLOP counts and the per-layer profile).
   virtual int64_t forward_macs() const { return 0; }
 

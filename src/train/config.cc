@@ -162,6 +162,19 @@ void resolve_config(RunConfig& c, bool cuda_available) {
     c.data_dir = dir;
   }
 
+  // Data parallelism.
+  DLB_REQUIRE(c.gpus >= 1, "--gpus {}: must be 1 or more", c.gpus);
+  DLB_REQUIRE(c.gpus == 1 || !on_cpu, "--gpus {}: the CPU runs one rank per process; start several with mpirun",
+              c.gpus);
+  DLB_REQUIRE(c.launcher == "auto" || c.launcher == "threads" || c.launcher == "mpi",
+              "--launcher {}: choose auto, threads or mpi", c.launcher);
+  DLB_REQUIRE(c.bucket_mb >= 0, "--bucket-mb {}: must be 0 (one bucket) or more", c.bucket_mb);
+  DLB_REQUIRE(c.allreduce_precision == "fp32" || c.allreduce_precision == "compute",
+              "--allreduce-precision {}: choose fp32 or compute", c.allreduce_precision);
+  DLB_REQUIRE(c.lr_scaling == "none" || c.lr_scaling == "linear", "--lr-scaling {}: choose none or linear",
+              c.lr_scaling);
+  DLB_REQUIRE(c.timeout_seconds > 0, "--timeout {}: must be positive", c.timeout_seconds);
+
   if (!c.log_every) c.log_every = on_cpu ? (c.kind == RunKind::bench ? 1 : 50) : 100;
   DLB_REQUIRE(*c.log_every > 0, "--log-every {}: must be positive", *c.log_every);
   DLB_REQUIRE(c.save_every >= 0, "--save-every {}: must be 0 or more", c.save_every);
@@ -196,6 +209,13 @@ nlohmann::json config_to_json(const RunConfig& c) {
   j["seed"] = c.seed;
   j["data"] = c.data;
   j["log_every"] = c.log_every.value_or(0);
+  j["gpus"] = c.gpus;
+  j["launcher"] = c.launcher;
+  j["bucket_mb"] = c.bucket_mb;
+  j["allreduce_precision"] = c.allreduce_precision;
+  j["lr_scaling"] = c.lr_scaling;
+  j["timeout_seconds"] = c.timeout_seconds;
+  j["cuda_graph"] = c.cuda_graph;
   return j;
 }
 

@@ -64,6 +64,14 @@ struct RunConfig {
   std::string data = "synthetic";  // synthetic | fashion-mnist | a directory of IDX files
   std::string data_dir;            // resolved directory for fashion-mnist
 
+  // Data parallelism (src/dist): ranks are GPUs of this process (--gpus, threads) or mpirun's processes.
+  int gpus = 1;                              // threads: GPUs driven from this process
+  std::string launcher = "auto";             // auto | threads | mpi
+  double bucket_mb = 25;                     // gradient bucket (fusion buffer) size in MiB; 0 = one bucket
+  std::string allreduce_precision = "fp32";  // fp32 | compute (FP16/BF16 under mixed precision)
+  std::string lr_scaling = "none";           // none | linear (lr x ranks)
+  double timeout_seconds = 300;              // a collective unfinished after this stops every rank
+
   // Output.
   std::optional<int64_t> log_every;
   bool per_layer = false;  // bench: time every layer's forward and backward

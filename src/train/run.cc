@@ -3,6 +3,9 @@
 #include <fmt/format.h>
 
 #include <cmath>
+#include <cstdarg>
+#include <functional>
+#include <mutex>
 #include <cstdio>
 #include <memory>
 #include <optional>
@@ -14,6 +17,8 @@
 #include "core/file_io.h"
 #include "core/status.h"
 #include "core/timer.h"
+#include "dist/config_check.h"
+#include "dist/launch.h"
 #include "data/epoch_sampler.h"
 #include "data/idx.h"
 #include "data/synthetic.h"
@@ -28,6 +33,17 @@ namespace {
 
 // When the process started (static initialisation), for the time to the first timed step.
 const WallTimer process_clock;
+
+// Only rank 0 speaks: each rank's thread (or process) sets this once it knows its rank.
+thread_local bool rank_speaks = true;
+
+__attribute__((format(printf, 1, 2))) void say(const char* format, ...) {
+  if (!rank_speaks) return;
+  va_list args;
+  va_start(args, format);
+  std::vprintf(format, args);
+  va_end(args);
+}
 
 // 25557032 -> "25,557,032"
 std::string with_thousands(int64_t value) {
@@ -50,14 +66,23 @@ std::string format_duration(double seconds) {
 // Everything a run needs, set up in the order the work happens.
 struct RunSetup {
   std::unique_ptr<Backend> backend;
+  std::unique_ptr<dist::Communicator> comm;  // destroyed before the backend it uses, after the trainer
   std::unique_ptr<Dataset> train_data;
   std::unique_ptr<Dataset> test_data;
   Model model;
   std::unique_ptr<Trainer> trainer;
 };
 
-RunSetup set_up(const RunConfig& config) {
+RunSetup set_up(const RunConfig& config, dist::Launch& launch, int slot) {
   RunSetup s;
+  Device device = config.device;
+  if (device.kind == DeviceKind::cuda) device.index = launch.gpu(slot);
+  s.backend = make_backend(config.backend_name, device, config.threads, config.precision == Precision::tf32);
+  s.comm = launch.join(slot, *s.backend);
+  rank_speaks = s.comm->rank() == 0;
+  const int ranks = s.comm->size();
+  // Ranks started with different flags would train different things: stop them all, naming the flag.
+  dist::check_same_config(*s.comm, config_to_json(config), {"device", "threads"});
   // Fail on bad output paths before any work.
   if (!config.json_path.empty()) check_writable(config.json_path, "--json");
   if (!config.checkpoint_path.empty()) check_writable(config.checkpoint_path, "--checkpoint");
@@ -69,7 +94,7 @@ RunSetup set_up(const RunConfig& config) {
     options.input = in;
     options.num_classes = default_num_classes(config.model);
     // Generated once, as the classic benchmarks do: one step's worth of distinct samples.
-    s.train_data = std::make_unique<SyntheticDataset>(*config.batch_size * config.accumulate_steps,
+    s.train_data = std::make_unique<SyntheticDataset>(*config.batch_size * config.accumulate_steps * ranks,
                                                       SampleShape{in.channels, in.height, in.width},
                                                       static_cast<int>(options.num_classes), config.seed + 2);
   } else {
@@ -82,28 +107,26 @@ RunSetup set_up(const RunConfig& config) {
     options.num_classes = s.train_data->num_classes();
   }
 
-  s.backend =
-      make_backend(config.backend_name, config.device, config.threads, config.precision == Precision::tf32);
   NetworkOptions net_options;
   net_options.batch = *config.batch_size;
   net_options.layout = config.layout;
   net_options.dtype = compute_dtype(config.precision);
   s.model = build_model(config.model, *s.backend, net_options, options);
-  s.trainer = std::make_unique<Trainer>(*s.backend, s.model, config);
+  s.trainer = std::make_unique<Trainer>(*s.backend, s.model, config, s.comm.get());
   return s;
 }
 
 void print_header(const char* command, const RunConfig& config, RunSetup& s, const std::string& length) {
   Network& net = s.trainer->net();
   const Tensor& images = s.model.images->value;
-  std::printf("dlbench %s | %s, %s parameters, %.2f GMAC per image forward\n", command, config.model.c_str(),
+  say("dlbench %s | %s, %s parameters, %.2f GMAC per image forward\n", command, config.model.c_str(),
               with_thousands(net.parameter_count()).c_str(),
               static_cast<double>(net.forward_macs()) / static_cast<double>(*config.batch_size) / 1e9);
-  std::printf("  device %s (%s backend, %d threads) | precision %s | layout %s | memory %.1f MiB planned\n",
+  say("  device %s (%s backend, %d threads) | precision %s | layout %s | memory %.1f MiB planned\n",
               device_name(config.device).c_str(), s.backend->name().c_str(), config.threads,
               precision_name(config.precision), layout_name(config.layout),
               static_cast<double>(net.memory().total_bytes()) / (1 << 20));
-  std::printf(
+  say(
       "  data %s: %lld samples of %lldx%lldx%lld%s | batch %lld per device%s | %s\n", config.data.c_str(),
       static_cast<long long>(s.train_data->size()), static_cast<long long>(images.c()),
       static_cast<long long>(images.h()), static_cast<long long>(images.w()),
@@ -111,13 +134,46 @@ void print_header(const char* command, const RunConfig& config, RunSetup& s, con
       static_cast<long long>(*config.batch_size),
       config.accumulate_steps > 1 ? fmt::format(" x {} micro-batches", config.accumulate_steps).c_str() : "",
       length.c_str());
-  std::printf("  sgd lr %g (%s", config.lr, lr_schedule_name(config.lr_schedule));
-  if (config.lr_warmup_epochs > 0) std::printf(", warm-up %g epochs", config.lr_warmup_epochs);
-  std::printf(") momentum %g%s weight decay %g%s | seed %llu\n", config.momentum,
+  say("  sgd lr %g (%s", config.lr, lr_schedule_name(config.lr_schedule));
+  if (config.lr_warmup_epochs > 0) say(", warm-up %g epochs", config.lr_warmup_epochs);
+  say(") momentum %g%s weight decay %g%s | seed %llu\n", config.momentum,
               config.nesterov ? " nesterov" : "", config.weight_decay,
               config.decay_norm_and_bias ? "" : " (not on BN/bias)",
               static_cast<unsigned long long>(config.seed));
+  if (s.comm->size() > 1) {
+    say("  data parallel: %d ranks (%s), gradient buckets of %g MiB summed in %s while backward runs%s\n",
+        s.comm->size(), s.comm->name().c_str(), config.bucket_mb,
+        config.allreduce_precision == "fp32" ? "fp32" : precision_name(config.precision),
+        config.lr_scaling == "linear" ? ", lr scaled linearly" : "");
+  }
   std::fflush(stdout);
+}
+
+// The learning rate the schedule starts from: --lr, times the ranks with --lr-scaling linear.
+RunConfig with_scaled_lr(const RunConfig& config, int ranks) {
+  RunConfig scaled = config;
+  if (config.lr_scaling == "linear") scaled.lr = config.lr * ranks;
+  return scaled;
+}
+
+// Runs `rank_body` on every rank this process holds (one, or one thread per GPU with --gpus N) and returns
+// rank 0's result; null in an MPI process of another rank.
+nlohmann::json run_ranks(const RunConfig& config,
+                         const std::function<nlohmann::json(dist::Launch&, int slot)>& rank_body) {
+  dist::LaunchOptions options;
+  options.launcher = config.launcher;
+  options.device = config.device.kind;
+  options.gpus = config.gpus;
+  options.timeout_seconds = config.timeout_seconds;
+  auto launch = dist::make_launch(options);
+  nlohmann::json result;
+  std::mutex result_mutex;
+  dist::run_local_ranks(*launch, [&](int slot) {
+    nlohmann::json j = rank_body(*launch, slot);
+    std::lock_guard<std::mutex> lock(result_mutex);
+    if (!j.is_null()) result = std::move(j);
+  });
+  return result;
 }
 
 nlohmann::json result_skeleton(const RunConfig& config, RunSetup& s) {
@@ -128,8 +184,9 @@ nlohmann::json result_skeleton(const RunConfig& config, RunSetup& s) {
   j["backend"] = s.backend->name();
   j["precision"] = precision_name(config.precision);
   j["batch_size"] = *config.batch_size;
-  j["global_batch_size"] = *config.batch_size * config.accumulate_steps;  // x ranks once several run
-  j["ranks"] = 1;
+  j["global_batch_size"] = *config.batch_size * config.accumulate_steps * s.comm->size();
+  j["ranks"] = s.comm->size();
+  j["launcher"] = s.comm->size() > 1 ? s.comm->name() : "single";
   j["threads"] = config.threads;
   j["peak_memory_bytes"] = s.trainer->net().memory().total_bytes();
   j["loss_scale"] = s.trainer->loss_scale();
@@ -140,18 +197,28 @@ nlohmann::json result_skeleton(const RunConfig& config, RunSetup& s) {
   return j;
 }
 
-void save_checkpoint_to(const RunConfig& config, Trainer& trainer, int64_t step, int64_t epoch) {
-  save_checkpoint(config.checkpoint_path, trainer.make_checkpoint(step, epoch));
+void save_checkpoint_to(const RunConfig& config, RunSetup& s, int64_t step, int64_t epoch) {
+  if (s.comm->rank() == 0) save_checkpoint(config.checkpoint_path, s.trainer->make_checkpoint(step, epoch));
 }
 
-}  // namespace
+// Every rank's measured throughput summed (never rank 0's times the ranks), into the result.
+void add_throughput(nlohmann::json& j, RunSetup& s, const MeasuredWindow& window) {
+  const double total = s.comm->sum(window.images_per_second());
+  j["images_per_second"] = total;
+  j["images_per_second_per_device"] = total / s.comm->size();
+}
 
-nlohmann::json run_train(const RunConfig& config) {
-  RunSetup s = set_up(config);
+nlohmann::json train_rank(const RunConfig& given, dist::Launch& launch, int slot) {
+  RunSetup s = set_up(given, launch, slot);
+  const int rank = s.comm->rank(), ranks = s.comm->size();
+  const RunConfig config = with_scaled_lr(given, ranks);
   Trainer& trainer = *s.trainer;
   const int64_t images_per_step = trainer.images_per_step();
+  // Every rank draws the same global order of the epoch; a step of the whole run takes ranks x
+  // micro-batches consecutive batches of it, and rank r's micro-batch k is batch r * K + k of those. One
+  // rank accumulating R x K micro-batches therefore sees exactly the samples of R ranks.
   EpochSampler sampler(s.train_data->size(), config.seed + 1, /*shuffle=*/true);
-  const int64_t steps_per_epoch = sampler.batches_per_epoch(images_per_step);
+  const int64_t steps_per_epoch = sampler.batches_per_epoch(images_per_step * ranks);
   const int64_t total_steps = *config.epochs > 0 ? *config.epochs * steps_per_epoch : *config.steps;
   LearningRateSchedule schedule(config, steps_per_epoch, total_steps);
 
@@ -179,17 +246,19 @@ nlohmann::json run_train(const RunConfig& config) {
   WallTimer since_log;
   int64_t images_since_log = 0;
 
+  // Rank 0 evaluates (its batch-norm statistics); the others go on to the end of the run.
   auto evaluate = [&](int64_t epoch, int64_t step) {
-    if (!s.test_data) return;
+    if (!s.test_data || rank != 0) return;
     WallTimer timer;
     last_accuracy = trainer.evaluate(*s.test_data);
     evaluations.push_back({{"epoch", epoch}, {"step", step}, {"test_accuracy", last_accuracy}});
-    std::printf("epoch %lld  test accuracy %.2f%% (%lld images, %.1f s)\n", static_cast<long long>(epoch + 1),
+    say("epoch %lld  test accuracy %.2f%% (%lld images, %.1f s)\n", static_cast<long long>(epoch + 1),
                 100.0 * last_accuracy, static_cast<long long>(s.test_data->size()), timer.seconds());
     std::fflush(stdout);
   };
 
   for (int64_t step = first_step; step < total_steps; ++step) {
+    s.comm->set_step(step + 1);
     const int64_t epoch = step / steps_per_epoch;
     const int64_t batch_in_epoch = step % steps_per_epoch;
     if (epoch != order_epoch) {
@@ -199,7 +268,7 @@ nlohmann::json run_train(const RunConfig& config) {
     // Micro-batch k of this step is batch (batch_in_epoch * K + k) of the epoch's order.
     auto feed = [&](int64_t micro) {
       if (config.data == "synthetic" && config.accumulate_steps == 1 && step > first_step) return;
-      int64_t b = batch_in_epoch * config.accumulate_steps + micro;
+      int64_t b = (batch_in_epoch * ranks + rank) * config.accumulate_steps + micro;
       trainer.load_batch(*s.train_data, EpochSampler::batch(order, b, *config.batch_size));
     };
     // After one ordinary step (libraries initialise lazily), the step is recorded and replayed where the
@@ -217,7 +286,7 @@ nlohmann::json run_train(const RunConfig& config) {
     if ((step + 1) % *config.log_every == 0 || step + 1 == total_steps) {
       double rate = static_cast<double>(images_since_log) / since_log.seconds();
       double eta = static_cast<double>(total_steps - step - 1) * images_per_step / rate;
-      std::printf("step %lld/%lld  epoch %lld  loss %.4f  lr %.4g  %.1f img/s  ETA %s\n",
+      say("step %lld/%lld  epoch %lld  loss %.4f  lr %.4g  %.1f img/s  ETA %s\n",
                   static_cast<long long>(step + 1), static_cast<long long>(total_steps),
                   static_cast<long long>(epoch + 1), loss, schedule.at(step), rate,
                   format_duration(eta).c_str());
@@ -230,7 +299,7 @@ nlohmann::json run_train(const RunConfig& config) {
     if (!config.checkpoint_path.empty() &&
         (epoch_done || (config.save_every > 0 && (step + 1) % config.save_every == 0) ||
          step + 1 == total_steps)) {
-      save_checkpoint_to(config, trainer, step + 1, (step + 1) / steps_per_epoch);
+      save_checkpoint_to(config, s, step + 1, (step + 1) / steps_per_epoch);
     }
   }
   // A run that stops mid-epoch is still evaluated at its end.
@@ -249,23 +318,24 @@ nlohmann::json run_train(const RunConfig& config) {
   j["epochs"] = static_cast<double>(total_steps) / static_cast<double>(steps_per_epoch);
   j["final_loss"] = losses.empty() ? NAN : losses.back();
   j["losses"] = losses;
-  j["images_per_second"] = window.images_per_second();
+  add_throughput(j, s, window);
   j["step_ms"] = to_json(d);
   j["train_seconds"] = train_seconds;
   if (s.test_data) {
     j["test_accuracy"] = last_accuracy;
     j["evaluations"] = evaluations;
   }
-  std::printf("done: %lld steps, final loss %.4f, %.1f img/s (median step %.1f ms, p5 %.1f, p95 %.1f)",
+  say("done: %lld steps, final loss %.4f, %.1f img/s (median step %.1f ms, p5 %.1f, p95 %.1f)",
               static_cast<long long>(total_steps - first_step), losses.empty() ? NAN : losses.back(),
-              window.images_per_second(), d.median, d.p5, d.p95);
-  if (s.test_data) std::printf(", test accuracy %.2f%%", 100.0 * last_accuracy);
-  std::printf("\n");
-  return j;
+              j["images_per_second"].get<double>(), d.median, d.p5, d.p95);
+  if (s.test_data) say(", test accuracy %.2f%%", 100.0 * last_accuracy);
+  say("\n");
+  return s.comm->rank() == 0 ? j : nlohmann::json();
 }
 
-nlohmann::json run_bench(const RunConfig& config) {
-  RunSetup s = set_up(config);
+nlohmann::json bench_rank(const RunConfig& given, dist::Launch& launch, int slot) {
+  RunSetup s = set_up(given, launch, slot);
+  const RunConfig config = with_scaled_lr(given, s.comm->size());
   Trainer& trainer = *s.trainer;
   const int64_t images_per_step = trainer.images_per_step();
   print_header("bench", config, s,
@@ -286,15 +356,16 @@ nlohmann::json run_bench(const RunConfig& config) {
 
   float loss = NAN;
   for (int64_t step = 0; step < *config.warmup_steps; ++step) {
+    s.comm->set_step(step + 1);
     WallTimer timer;
     loss = trainer.step(feed, schedule.at(step), /*read_loss=*/true);
-    std::printf("warm-up %lld/%lld  loss %.4f  %.1f ms\n", static_cast<long long>(step + 1),
+    say("warm-up %lld/%lld  loss %.4f  %.1f ms\n", static_cast<long long>(step + 1),
                 static_cast<long long>(*config.warmup_steps), loss, timer.milliseconds());
     std::fflush(stdout);
   }
   // After warm-up the step is recorded once and replayed (on backends that can: CUDA graphs).
   const bool graph = config.cuda_graph && *config.warmup_steps > 0 && trainer.record_step();
-  std::printf("step as one graph: %s\n", graph               ? "yes"
+  say("step as one graph: %s\n", graph               ? "yes"
                                          : config.cuda_graph ? "no (not supported here)"
                                                              : "no (off)");
 
@@ -304,6 +375,7 @@ nlohmann::json run_bench(const RunConfig& config) {
   const double seconds_to_first_timed_step = process_clock.seconds();
   WallTimer window_timer;
   for (int64_t step = 0; step < *config.steps; ++step) {
+    s.comm->set_step(*config.warmup_steps + step + 1);
     WallTimer timer;
     bool read_loss = (step + 1) % *config.log_every == 0 || step + 1 == *config.steps;
     loss = trainer.step(feed, schedule.at(*config.warmup_steps + step), read_loss);
@@ -313,7 +385,7 @@ nlohmann::json run_bench(const RunConfig& config) {
     if (read_loss) {
       losses.push_back(loss);
       double eta = ms * static_cast<double>(*config.steps - step - 1) / 1e3;
-      std::printf("step %lld/%lld  loss %.4f  %.1f ms  %.1f img/s  ETA %s\n",
+      say("step %lld/%lld  loss %.4f  %.1f ms  %.1f img/s  ETA %s\n",
                   static_cast<long long>(step + 1), static_cast<long long>(*config.steps), loss, ms,
                   static_cast<double>(images_per_step) * 1e3 / ms, format_duration(eta).c_str());
       std::fflush(stdout);
@@ -326,25 +398,44 @@ nlohmann::json run_bench(const RunConfig& config) {
   j["steps"] = *config.steps;
   j["warmup_steps"] = *config.warmup_steps;
   j["final_loss"] = loss;
-  j["images_per_second"] = window.images_per_second();
+  add_throughput(j, s, window);
   j["step_ms"] = to_json(d);
   j["window_seconds"] = window.wall_seconds();
   j["seconds_to_first_timed_step"] = seconds_to_first_timed_step;
   j["cuda_graph"] = graph;
   j["flops_per_image"] =
       3.0 * 2.0 * static_cast<double>(trainer.net().forward_macs()) / static_cast<double>(*config.batch_size);
-  if (config.per_layer) {
+  if (s.comm->size() > 1) {
+    // What one exchange of all gradients costs alone (the overlap hides part of it inside a step).
+    j["communication_ms"] = trainer.time_gradient_exchange(5);
+    say("gradient exchange alone: %.2f ms per step (%d ranks, %s)\n", j["communication_ms"].get<double>(),
+        s.comm->size(), s.comm->name().c_str());
+  }
+  if (config.per_layer && s.comm->rank() == 0) {
     // After the window, so it cannot disturb the measurement.
     std::vector<LayerTime> times = profile_layers(trainer.net(), 3);
-    std::printf("\nper-layer times (mean of 3 iterations, each layer synchronised):\n%s\n",
+    say("\nper-layer times (mean of 3 iterations, each layer synchronised):\n%s\n",
                 format_layer_profile(times).c_str());
     j["per_layer"] = to_json(times);
   }
-  std::printf(
+  say(
       "%s %s batch %lld on %s: %.2f img/s | step median %.1f ms, p5 %.1f, p95 %.1f, mean %.1f +- %.1f ms\n",
       config.model.c_str(), precision_name(config.precision), static_cast<long long>(*config.batch_size),
       device_name(config.device).c_str(), window.images_per_second(), d.median, d.p5, d.p95, d.mean, d.ci95);
-  return j;
+  if (s.comm->size() > 1)
+    say("%d ranks: %.2f img/s in total, %.2f per device\n", s.comm->size(),
+        j["images_per_second"].get<double>(), j["images_per_second_per_device"].get<double>());
+  return s.comm->rank() == 0 ? j : nlohmann::json();
+}
+
+}  // namespace
+
+nlohmann::json run_train(const RunConfig& given) {
+  return run_ranks(given, [&](dist::Launch& launch, int slot) { return train_rank(given, launch, slot); });
+}
+
+nlohmann::json run_bench(const RunConfig& given) {
+  return run_ranks(given, [&](dist::Launch& launch, int slot) { return bench_rank(given, launch, slot); });
 }
 
 }  // namespace dlbench

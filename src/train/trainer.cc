@@ -8,16 +8,31 @@
 #include <vector>
 
 #include "core/status.h"
+#include "core/timer.h"
 
 namespace dlbench {
 
-Trainer::Trainer(Backend& backend, Model& model, const RunConfig& config)
+Trainer::Trainer(Backend& backend, Model& model, const RunConfig& config, dist::Communicator* comm)
     : backend_(backend),
       model_(model),
       batch_(*config.batch_size),
-      accumulate_steps_(config.accumulate_steps) {
+      accumulate_steps_(config.accumulate_steps),
+      comm_(comm),
+      ranks_(comm ? comm->size() : 1) {
   Network& network = *model_.net;
   network.finalize(config.seed);
+  if (ranks_ > 1) {
+    // Every rank starts from rank 0's weights and statistics (the same seed gives the same ones; this
+    // makes it so whatever the ranks were built with).
+    MemoryPlan& memory = network.memory();
+    comm_->broadcast(memory.flat_parameters(), 0);
+    comm_->broadcast(memory.flat_buffers(), 0);
+    memory.parameters_to_compute();
+    exchange_ = std::make_unique<dist::GradientExchange>(
+        backend, memory, *comm_, static_cast<size_t>(config.bucket_mb * (1 << 20)),
+        config.allreduce_precision == "compute");
+    network.set_backward_observer([this](int layer) { exchange_->layer_done(layer); });
+  }
   optimizer_ = std::make_unique<SgdOptimizer>(backend, network.memory(), config);
   const Tensor& images = model_.images->value;
   staging_images_ = HostBuffer(images.dims(), DType::f32, images.layout());
@@ -79,6 +94,7 @@ float Trainer::step(const std::function<void(int64_t)>& feed, double lr, bool re
   if (recorded_step_) {
     feed(0);
     recorded_step_->replay();
+    if (comm_) comm_->watch_compute_stream();  // the recorded collectives are watched for stalls too
     return read_loss ? this->read_loss() : NAN;
   }
   float loss_sum = 0.f;
@@ -86,6 +102,8 @@ float Trainer::step(const std::function<void(int64_t)>& feed, double lr, bool re
     feed(micro);
     // The first micro-batch overwrites the parameter gradients, the others add to them.
     network.set_parameter_grad_mode(micro == 0 ? Accumulate::overwrite : Accumulate::add);
+    // Gradients leave for the other ranks during the last micro-batch's backward, once complete.
+    if (exchange_ && micro + 1 == accumulate_steps_) exchange_->arm();
     network.forward(Phase::train);  // ends with the loss
     network.backward();             // starts from dLoss/dlogits
     if (read_loss) loss_sum += this->read_loss();
@@ -97,16 +115,34 @@ float Trainer::step(const std::function<void(int64_t)>& feed, double lr, bool re
 
 void Trainer::finish_step() {
   MemoryPlan& memory = model_.net->memory();
-  memory.gradients_to_master();  // mixed precision: FP16/BF16 gradients into the FP32 ones
-  // Gradient exchange between ranks goes here (one rank: nothing to exchange).
+  if (exchange_) {
+    exchange_->finish();  // the sum over the ranks, in the FP32 master gradients
+  } else {
+    memory.gradients_to_master();  // mixed precision: FP16/BF16 gradients into the FP32 ones
+  }
+  // The summed gradients are the same on every rank, so every rank takes the same overflow decision.
   if (dynamic_loss_scale_) {
     Tensor overflow = scalar_view(offsetof(StepScalars, overflow), DType::i32);
     backend_.check_finite(memory.flat_gradients(), overflow);
   }
   // Skipped on the device when a gradient overflowed; divides by the loss scale it finds there.
-  optimizer_->step(1.f / static_cast<float>(accumulate_steps_), scalars_);
+  // The mean over micro-batches and ranks.
+  optimizer_->step(1.f / static_cast<float>(accumulate_steps_ * ranks_), scalars_);
   memory.parameters_to_compute();  // mixed precision: refresh the FP16/BF16 weight copies
   if (dynamic_loss_scale_) backend_.update_loss_scale(scalars_);
+}
+
+double Trainer::time_gradient_exchange(int iterations) {
+  if (!exchange_ || iterations < 1) return 0;
+  backend_.synchronize();
+  comm_->barrier();
+  WallTimer timer;
+  for (int i = 0; i < iterations; ++i) {
+    exchange_->arm();
+    exchange_->finish();
+  }
+  backend_.synchronize();
+  return timer.milliseconds() / iterations;
 }
 
 bool Trainer::record_step() {
@@ -114,6 +150,7 @@ bool Trainer::record_step() {
   Network& network = *model_.net;
   recorded_step_ = backend_.capture([this, &network] {
     network.set_parameter_grad_mode(Accumulate::overwrite);
+    if (exchange_) exchange_->arm();
     network.forward(Phase::train);
     network.backward();
     finish_step();

@@ -8,6 +8,8 @@
 
 #include "core/tensor.h"
 #include "data/dataset.h"
+#include "dist/communicator.h"
+#include "dist/gradient_exchange.h"
 #include "models/resnet.h"
 #include "train/checkpoint.h"
 #include "train/config.h"
@@ -18,8 +20,10 @@ namespace dlbench {
 class Trainer {
  public:
   // The model must be built for config.batch_size and not yet finalized; the trainer finalizes it
-  // (plans every op, allocates the arenas, initialises parameters from config.seed).
-  Trainer(Backend& backend, Model& model, const RunConfig& config);
+  // (plans every op, allocates the arenas, initialises parameters from config.seed). With a communicator
+  // of several ranks, rank 0's weights are broadcast, and every step sums the gradients of all ranks in
+  // buckets that leave while backward runs (config.bucket_mb, config.allreduce_precision).
+  Trainer(Backend& backend, Model& model, const RunConfig& config, dist::Communicator* comm = nullptr);
   ~Trainer();
   Trainer(const Trainer&) = delete;
   Trainer& operator=(const Trainer&) = delete;
@@ -54,6 +58,11 @@ class Trainer {
   float loss_scale() const { return read_scalars().loss_scale; }
   int64_t skipped_steps() const { return read_scalars().skipped_steps; }
 
+  // Sums the whole gradient buffer over the ranks once more, alone and synchronised, `iterations` times:
+  // the mean milliseconds of one exchange (what a step would pay with no overlap). 0 with one rank.
+  double time_gradient_exchange(int iterations);
+  int ranks() const { return ranks_; }
+
   Model& model() { return model_; }
   Network& net() { return *model_.net; }
   int64_t images_per_step() const { return batch_ * accumulate_steps_; }
@@ -75,6 +84,9 @@ class Trainer {
   StepScalars* scalars_ = nullptr;  // in the backend's memory: lr, loss scale, overflow flag, counters
   bool dynamic_loss_scale_ = false;
   std::unique_ptr<CapturedWork> recorded_step_;
+  dist::Communicator* comm_ = nullptr;
+  int ranks_ = 1;
+  std::unique_ptr<dist::GradientExchange> exchange_;
 
   std::string config_digest_;
 };

@@ -9,6 +9,7 @@
 #include <regex>
 
 #include "cli_util.h"
+#include "mpi_cli_util.h"
 #include "dist/mpi_runtime.h"
 #include "temp_dir.h"
 
@@ -16,31 +17,10 @@ namespace dlbench::dist {
 namespace {
 
 using dlbench::testing::CommandResult;
+using dlbench::testing::count;
 using dlbench::testing::read_text;
 using dlbench::testing::run_dlbench;
-
-// Runs `mpirun -np RANKS [env] dlbench ARGS` with a time limit.
-CommandResult run_mpi(int ranks, const std::string& env, const std::string& args, int timeout_seconds = 60) {
-  static int counter = 0;
-  dlbench::testing::TempDir dir;
-  const std::string out = dir.file("out"), err = dir.file("err");
-  const std::string cmd = "timeout " + std::to_string(timeout_seconds) +
-                          " mpirun --allow-run-as-root --oversubscribe -np " + std::to_string(ranks) + " " +
-                          env + " " + DLBENCH_BINARY + " " + args + " </dev/null >" + out + " 2>" + err;
-  ++counter;
-  const int status = std::system(cmd.c_str());
-  CommandResult r;
-  r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-  r.out = read_text(out);
-  r.err = read_text(err);
-  return r;
-}
-
-int count(const std::string& text, const std::string& what) {
-  int n = 0;
-  for (size_t at = text.find(what); at != std::string::npos; at = text.find(what, at + 1)) ++n;
-  return n;
-}
+using dlbench::testing::run_mpi;
 
 class CommBenchCli : public ::testing::Test {
  protected:

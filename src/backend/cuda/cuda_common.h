@@ -209,6 +209,8 @@ class CudaBackend final : public Backend {
                   std::span<const ParamSegment> segments, const SgdStep& step,
                   const StepScalars* scalars = nullptr) override;
   void update_loss_scale(StepScalars* scalars) override;
+  std::string describe(const ConvPlan& plan) const override { return describe_cuda_conv_plan(plan); }
+  std::string describe(const BatchNormPlan& plan) const override { return describe_cuda_batchnorm_plan(plan); }
 
  private:
   int device_;
