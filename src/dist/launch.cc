@@ -126,7 +126,10 @@ std::unique_ptr<Launch> make_launch(const LaunchOptions& options) {
       !(launcher == "threads" && under_mpi),
       "--launcher threads under mpirun: start one process (no mpirun) with --gpus N, or use --launcher mpi");
 #if DLBENCH_WITH_CUDA
-  if (cuda && options.gpus > 1) return std::make_unique<ThreadsLaunch>(options.gpus, options.timeout_seconds);
+  // --launcher threads with one GPU still runs NCCL (a one-rank group): the path of --gpus N, checkable on
+  // a machine with one GPU.
+  if (cuda && (options.gpus > 1 || launcher == "threads"))
+    return std::make_unique<ThreadsLaunch>(options.gpus, options.timeout_seconds);
 #endif
   return std::make_unique<SingleLaunch>(options.device);
 }

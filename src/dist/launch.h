@@ -14,7 +14,8 @@
 // Choice (launcher x device x what was built):
 //   auto     under mpirun: as mpi; else cuda with --gpus > 1: as threads; else one rank (local)
 //   mpi      cpu: mpi; cuda: mpi-nccl, GPU = the process's local rank on its node
-//   (OMPI_COMM_WORLD_LOCAL_RANK) threads  cuda with --gpus N > 1: nccl-threads; one GPU or cpu: local
+//   (OMPI_COMM_WORLD_LOCAL_RANK)
+//   threads  cuda: nccl-threads with --gpus N ranks (N = 1 included: a one-rank NCCL group); cpu: local
 // A launcher this build or this start cannot give is one UserError line saying what to do.
 #pragma once
 

@@ -140,7 +140,7 @@ void print_header(const char* command, const RunConfig& config, RunSetup& s, con
               config.nesterov ? " nesterov" : "", config.weight_decay,
               config.decay_norm_and_bias ? "" : " (not on BN/bias)",
               static_cast<unsigned long long>(config.seed));
-  if (s.comm->size() > 1) {
+  if (s.comm->name() != "local") {
     say("  data parallel: %d ranks (%s), gradient buckets of %g MiB summed in %s while backward runs%s\n",
         s.comm->size(), s.comm->name().c_str(), config.bucket_mb,
         config.allreduce_precision == "fp32" ? "fp32" : precision_name(config.precision),
@@ -186,7 +186,7 @@ nlohmann::json result_skeleton(const RunConfig& config, RunSetup& s) {
   j["batch_size"] = *config.batch_size;
   j["global_batch_size"] = *config.batch_size * config.accumulate_steps * s.comm->size();
   j["ranks"] = s.comm->size();
-  j["launcher"] = s.comm->size() > 1 ? s.comm->name() : "single";
+  j["launcher"] = s.comm->name() != "local" ? s.comm->name() : "single";
   j["threads"] = config.threads;
   j["peak_memory_bytes"] = s.trainer->net().memory().total_bytes();
   j["loss_scale"] = s.trainer->loss_scale();
@@ -405,7 +405,7 @@ nlohmann::json bench_rank(const RunConfig& given, dist::Launch& launch, int slot
   j["cuda_graph"] = graph;
   j["flops_per_image"] =
       3.0 * 2.0 * static_cast<double>(trainer.net().forward_macs()) / static_cast<double>(*config.batch_size);
-  if (s.comm->size() > 1) {
+  if (s.comm->name() != "local") {
     // What one exchange of all gradients costs alone (the overlap hides part of it inside a step).
     j["communication_ms"] = trainer.time_gradient_exchange(5);
     say("gradient exchange alone: %.2f ms per step (%d ranks, %s)\n", j["communication_ms"].get<double>(),

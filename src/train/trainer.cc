@@ -21,7 +21,8 @@ Trainer::Trainer(Backend& backend, Model& model, const RunConfig& config, dist::
       ranks_(comm ? comm->size() : 1) {
   Network& network = *model_.net;
   network.finalize(config.seed);
-  if (ranks_ > 1) {
+  // Any communicator but `local` exchanges, one-rank NCCL groups included (they must match `local`).
+  if (comm_ && comm_->name() != "local") {
     // Every rank starts from rank 0's weights and statistics (the same seed gives the same ones; this
     // makes it so whatever the ranks were built with).
     MemoryPlan& memory = network.memory();
