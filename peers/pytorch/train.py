@@ -13,12 +13,18 @@ Trains a ResNet on synthetic data under the same measuring protocol as
   * throughput = images in the timed window / wall time of the window
     (not a mean of per-step rates).
 
+Started by torchrun (or `python -m torch.distributed.run`) or by mpirun, it trains
+data parallel: one process per device, DistributedDataParallel, NCCL on CUDA and
+gloo on the CPU, and reports the sum over ranks of each rank's own rate.
+
 Works with PyTorch 1.13 (CPU) and PyTorch 2.x (CPU or CUDA). Standard library
 plus torch and torchvision only.
 
     python3 peers/pytorch/train.py --model resnet20 --batch-size 32 --steps 3
     python3 peers/pytorch/train.py --model resnet50 --device cuda --precision bf16 \
         --batch-size 256 --steps 50 --warmup-steps 10 --channels-last --json out.json
+    python3 -m torch.distributed.run --nproc_per_node 8 peers/pytorch/train.py \
+        --model resnet50 --device cuda --precision bf16 --batch-size 256 --channels-last
 """
 
 import argparse
@@ -34,6 +40,7 @@ import tempfile
 import time
 
 import torch
+import torch.distributed as dist
 import torch.nn as nn
 import torchvision
 
@@ -269,18 +276,66 @@ def write_json_atomically(path, obj):
 
 
 # ---------------------------------------------------------------------------
+# Data parallel: which launcher started this process, and collectives over the ranks
+# ---------------------------------------------------------------------------
+
+
+class Ranks:
+    """This process's place among the data-parallel ranks (one rank, "single", when not launched distributed)."""
+
+    def __init__(self, size=1, rank=0, local_rank=0, launcher="single"):
+        self.size, self.rank, self.local_rank, self.launcher = size, rank, local_rank, launcher
+
+    @property
+    def distributed(self):
+        return self.launcher != "single"
+
+
+def launched_ranks():
+    """The ranks as torchrun or mpirun describe them in the environment; Ranks() otherwise."""
+    env = os.environ
+    if all(name in env for name in ("WORLD_SIZE", "RANK", "LOCAL_RANK")):  # torchrun, torch.distributed.run
+        return Ranks(int(env["WORLD_SIZE"]), int(env["RANK"]), int(env["LOCAL_RANK"]), "torchrun-ddp")
+    if "OMPI_COMM_WORLD_SIZE" in env:  # Open MPI's mpirun
+        size, rank = int(env["OMPI_COMM_WORLD_SIZE"]), int(env["OMPI_COMM_WORLD_RANK"])
+        local_rank = int(env.get("OMPI_COMM_WORLD_LOCAL_RANK", rank))
+        # env:// reads these. The loopback address only reaches ranks of one node: across nodes, export
+        # MASTER_ADDR (rank 0's host) to every rank before mpirun (mpirun -x MASTER_ADDR).
+        env.setdefault("MASTER_ADDR", "127.0.0.1")
+        env.setdefault("MASTER_PORT", "29500")
+        env["WORLD_SIZE"], env["RANK"], env["LOCAL_RANK"] = str(size), str(rank), str(local_rank)
+        return Ranks(size, rank, local_rank, "mpirun-ddp")
+    return Ranks()
+
+
+def gather_floats(values, device):
+    """Every rank's list of floats, as a list per rank (float64, so byte counts stay exact)."""
+    mine = torch.tensor(values, dtype=torch.float64, device=device)
+    everyone = [torch.empty_like(mine) for _ in range(dist.get_world_size())]
+    dist.all_gather(everyone, mine)
+    return [t.tolist() for t in everyone]
+
+
+# ---------------------------------------------------------------------------
 # Main
 # ---------------------------------------------------------------------------
 
 
 def main(argv=None):
     args = parse_args(argv)
+    ranks = launched_ranks()
+    say = print if ranks.rank == 0 else (lambda *a, **k: None)  # one voice: rank 0's
     torch.manual_seed(args.seed)
     if args.threads is not None:
         torch.set_num_threads(args.threads)
 
     device = torch.device(args.device)
     if device.type == "cuda":
+        if ranks.distributed:
+            if ranks.local_rank >= torch.cuda.device_count():
+                sys.exit(f"train.py: rank {ranks.rank} is local rank {ranks.local_rank} but this node has "
+                         f"{torch.cuda.device_count()} CUDA device(s); start at most one process per GPU")
+            torch.cuda.set_device(ranks.local_rank)
         device = torch.device("cuda", torch.cuda.current_device())
         set_tf32(args.precision == "tf32")
         torch.backends.cudnn.benchmark = True  # algorithm search happens in the warm-up steps
@@ -289,13 +344,22 @@ def main(argv=None):
         device_name = "cpu"
     memory_format = torch.channels_last if args.channels_last else torch.contiguous_format
 
+    if ranks.distributed:
+        # NVLink multicast (NVLS) stays off unless asked for: it needs fabric resources a shared machine may
+        # not grant, and dlbench's runs leave it off too.
+        os.environ.setdefault("NCCL_NVLS_ENABLE", "0")
+        dist.init_process_group("nccl" if device.type == "cuda" else "gloo", init_method="env://",
+                                world_size=ranks.size, rank=ranks.rank)
+
     model, in_channels, num_classes = build_model(args.model, args.image_size)
     parameters = sum(p.numel() for p in model.parameters())
     model = model.to(device=device, memory_format=memory_format).train()
-    print(f"{args.model}: {parameters:,} parameters, input {in_channels}x{args.image_size}x{args.image_size}, "
-          f"{num_classes} classes")
+    say(f"{args.model}: {parameters:,} parameters, input {in_channels}x{args.image_size}x{args.image_size}, "
+        f"{num_classes} classes")
 
-    # Synthetic data, made once on the device and reused by every step.
+    # Synthetic data, made once on the device and reused by every step; each rank draws its own batch.
+    if ranks.distributed:
+        torch.manual_seed(args.seed + ranks.rank)
     images = torch.randn(args.batch_size, in_channels, args.image_size, args.image_size, device=device)
     images = images.contiguous(memory_format=memory_format)
     labels = torch.randint(0, num_classes, (args.batch_size,), device=device)
@@ -303,7 +367,21 @@ def main(argv=None):
     optimizer = torch.optim.SGD(model.parameters(), lr=args.lr, momentum=args.momentum,
                                 weight_decay=args.weight_decay)
     loss_fn = nn.CrossEntropyLoss()
-    step_model = torch.compile(model) if args.compile else model
+    ddp = None
+    if ranks.distributed:
+        # gradient_as_bucket_view: gradients live in the all-reduce buckets, saving a copy and its memory.
+        # static_graph: the graph is the same at every step; but torch.compile's DDP graph splitting is
+        # known to break with it, so a compiled run leaves it off.
+        ddp = {"backend": str(dist.get_backend()), "gradient_as_bucket_view": True, "static_graph": not args.compile}
+        wrapped = nn.parallel.DistributedDataParallel(
+            model, device_ids=[device.index] if device.type == "cuda" else None,
+            gradient_as_bucket_view=True, static_graph=ddp["static_graph"])
+        ddp["bucket_cap_mb"] = getattr(wrapped, "bucket_bytes_cap", 25 * 2**20) / 2**20  # DDP's default
+    else:
+        wrapped = model
+    # DDP first, then compile: dynamo splits the graph at DDP's bucket boundaries so that the all-reduce
+    # still overlaps backward.
+    step_model = torch.compile(wrapped) if args.compile else wrapped
 
     amp_dtype = {"fp16": torch.float16, "bf16": torch.bfloat16}.get(args.precision)
     scaler = make_grad_scaler() if args.precision == "fp16" else None
@@ -330,9 +408,18 @@ def main(argv=None):
         if device.type == "cuda":
             torch.cuda.synchronize(device)
 
+    def barrier():
+        if ranks.distributed:
+            if device.type == "cuda":
+                dist.barrier(device_ids=[device.index])  # names the GPU so NCCL need not guess it
+            else:
+                dist.barrier()
+            sync()
+
     for _ in range(args.warmup_steps):
         train_step()
     sync()
+    barrier()  # every rank starts its window at the same moment
 
     step_seconds = []
     window_start = time.perf_counter()
@@ -342,9 +429,11 @@ def main(argv=None):
         sync()
         step_seconds.append(time.perf_counter() - t0)
     window_seconds = time.perf_counter() - window_start
+    barrier()  # after this rank's clock stopped: its rate is its own, and no rank leaves early
 
     final_loss = float(loss.detach().float().item())
     images_per_second = args.batch_size * args.steps / window_seconds
+    peak_memory = peak_memory_bytes(device)  # before the collectives below allocate anything
     ms = sorted(s * 1e3 for s in step_seconds)
     step_ms = {
         "median": percentile(ms, 50),
@@ -352,6 +441,15 @@ def main(argv=None):
         "p95": percentile(ms, 95),
         "mean": sum(ms) / len(ms),
     }
+
+    if ranks.distributed:
+        # Every rank's own measured rate, summed: never rank 0's times the ranks.
+        by_rank = gather_floats([images_per_second, peak_memory, window_seconds], device)
+        total_images_per_second = sum(r[0] for r in by_rank)
+        peak_memory = int(max(r[1] for r in by_rank))
+    else:
+        by_rank = None
+        total_images_per_second = images_per_second
 
     result = {
         "framework": "pytorch",
@@ -361,17 +459,19 @@ def main(argv=None):
         "device": device_name,
         "precision": args.precision,
         "batch_size": args.batch_size,
-        "global_batch_size": args.batch_size,
-        "ranks": 1,
+        "global_batch_size": args.batch_size * ranks.size,
+        "ranks": ranks.size,
+        "launcher": ranks.launcher,
         "steps": args.steps,
         "warmup_steps": args.warmup_steps,
         "threads": torch.get_num_threads(),
         "channels_last": args.channels_last,
         "compiled": args.compile,
         "final_loss": final_loss,
-        "images_per_second": images_per_second,
+        "images_per_second": total_images_per_second,
+        "images_per_second_per_device": total_images_per_second / ranks.size,
         "step_ms": step_ms,
-        "peak_memory_bytes": peak_memory_bytes(device),
+        "peak_memory_bytes": peak_memory,
         "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
         "system": {
             "hostname": socket.gethostname(),
@@ -380,15 +480,27 @@ def main(argv=None):
             "python": platform.python_version(),
         },
     }
+    if ranks.distributed:
+        result["ddp"] = ddp
+        result["images_per_second_by_rank"] = [r[0] for r in by_rank]
+        result["peak_memory_bytes_by_rank"] = [int(r[1]) for r in by_rank]
+        result["window_seconds_by_rank"] = [r[2] for r in by_rank]
 
-    print(f"pytorch {torch.__version__} on {device_name}, {args.precision}, batch {args.batch_size}, "
-          f"threads {result['threads']}, channels_last {args.channels_last}, compiled {args.compile}")
-    print(f"{args.steps} timed steps after {args.warmup_steps} warm-up: {images_per_second:.2f} img/s, "
-          f"step ms median {step_ms['median']:.2f} (p5 {step_ms['p5']:.2f}, p95 {step_ms['p95']:.2f}), "
-          f"final loss {final_loss:.4f}, peak memory {result['peak_memory_bytes'] / 2**20:.1f} MiB")
-    if args.json:
+    say(f"pytorch {torch.__version__} on {device_name}, {args.precision}, batch {args.batch_size}, "
+        f"threads {result['threads']}, channels_last {args.channels_last}, compiled {args.compile}")
+    who = "rank 0: " if ranks.distributed else ""
+    say(f"{who}{args.steps} timed steps after {args.warmup_steps} warm-up: {images_per_second:.2f} img/s, "
+        f"step ms median {step_ms['median']:.2f} (p5 {step_ms['p5']:.2f}, p95 {step_ms['p95']:.2f}), "
+        f"final loss {final_loss:.4f}, peak memory {result['peak_memory_bytes'] / 2**20:.1f} MiB"
+        + (" (the most of any rank)" if ranks.distributed else ""))
+    if ranks.distributed:
+        say(f"{ranks.size} ranks ({ranks.launcher}, {ddp['backend']}): {total_images_per_second:.2f} img/s "
+            f"in total, {total_images_per_second / ranks.size:.2f} per device")
+    if args.json and ranks.rank == 0:
         write_json_atomically(args.json, result)
-        print(f"wrote {args.json}")
+        say(f"wrote {args.json}")
+    if ranks.distributed:
+        dist.destroy_process_group()
     return 0
 
 
