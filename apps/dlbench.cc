@@ -74,6 +74,11 @@ void add_run_flags(CLI::App& cmd, RunConfig& c, std::string& lr_schedule) {
       ->capture_default_str();
   cmd.add_option("--timeout", c.timeout_seconds, "seconds a collective may take before every rank stops")
       ->capture_default_str();
+  cmd.add_option("--trace", c.trace_path,
+                 "write a Chrome trace (chrome://tracing) of --trace-steps: every rank's compute, "
+                 "communication and data rows");
+  cmd.add_option("--trace-steps", c.trace_steps, "A:B, the steps to trace (1-based; traced steps run op by op)")
+      ->capture_default_str();
   cmd.add_option("--cuda-graph", c.cuda_graph,
                  "record the whole step once and replay it as one CUDA graph (true|false)")
       ->capture_default_str();

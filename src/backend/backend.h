@@ -20,6 +20,8 @@
 //   * All ops are asynchronous with respect to the host on a device backend; synchronize() waits.
 #pragma once
 
+#include <chrono>
+#include <vector>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -180,6 +182,25 @@ class Backend {
   // The stream every op is issued on (a cudaStream_t on a cuda backend), for code that orders its own
   // work against the backend's (the communicators); nullptr where ops run synchronously on the host.
   virtual void* native_stream() const { return nullptr; }
+
+  // ---- timeline (--trace) ----
+  // A timestamp taken in stream order on `stream` (a native stream of this backend; null: the compute
+  // stream); marker_ms reads it, after synchronize(), in milliseconds since the first marker. The default
+  // (CPU backends, which run ops as they are called) is the host clock at the call.
+  virtual int64_t mark(void* stream = nullptr) {
+    host_markers_.push_back(std::chrono::steady_clock::now());
+    return static_cast<int64_t>(host_markers_.size()) - 1;
+  }
+  virtual double marker_ms(int64_t marker) {
+    return std::chrono::duration<double, std::milli>(host_markers_.at(static_cast<size_t>(marker)) -
+                                                     host_markers_.front())
+        .count();
+  }
+
+ private:
+  std::vector<std::chrono::steady_clock::time_point> host_markers_;
+
+ public:
 
   // How a plan runs, in words, for the per-layer profile ("fwd: IMPLICIT_PRECOMP_GEMM (tensor op) | ...");
   // empty where there is nothing to tell.

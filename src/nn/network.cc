@@ -3,6 +3,7 @@
 #include <unordered_set>
 
 #include "core/status.h"
+#include "core/timeline.h"
 
 namespace dlbench {
 
@@ -59,13 +60,19 @@ void Network::finalize(uint64_t seed) {
 
 void Network::forward(Phase phase) {
   DLB_CHECK(finalized_, "forward before finalize");
-  for (auto& layer : layers_) layer->forward(phase);
+  for (auto& layer : layers_) {
+    TimelineSpan span(layer->name(), "compute");
+    layer->forward(phase);
+  }
 }
 
 void Network::backward() {
   DLB_CHECK(finalized_, "backward before finalize");
   for (int i = static_cast<int>(layers_.size()) - 1; i >= 0; --i) {
-    layers_[static_cast<size_t>(i)]->backward();
+    {
+      TimelineSpan span(layers_[static_cast<size_t>(i)]->name() + " backward", "compute");
+      layers_[static_cast<size_t>(i)]->backward();
+    }
     if (backward_observer_) backward_observer_(i);
   }
 }

@@ -1,6 +1,7 @@
 #include "train/config.h"
 
 #include <cmath>
+#include <cstdio>
 #include <cstdlib>
 #include <filesystem>
 #include <thread>
@@ -160,6 +161,17 @@ void resolve_config(RunConfig& c, bool cuda_available) {
                 c.data,
                 c.data == "fashion-mnist" ? " (install the Debian package dataset-fashion-mnist)" : "");
     c.data_dir = dir;
+  }
+
+  // Timeline.
+  if (!c.trace_path.empty()) {
+    char colon = 0;
+    long long first = 0, last = 0;
+    int n = std::sscanf(c.trace_steps.c_str(), "%lld%c%lld", &first, &colon, &last);
+    DLB_REQUIRE(n == 3 && colon == ':' && first >= 1 && last >= first,
+                "--trace-steps {}: give A:B, the first and last step to trace (1-based, A <= B)", c.trace_steps);
+    c.trace_first = first;
+    c.trace_last = last;
   }
 
   // Data parallelism.

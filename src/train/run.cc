@@ -16,6 +16,7 @@
 #include "bench/system_info.h"
 #include "core/file_io.h"
 #include "core/status.h"
+#include "core/timeline.h"
 #include "core/timer.h"
 #include "dist/config_check.h"
 #include "dist/launch.h"
@@ -86,6 +87,7 @@ RunSetup set_up(const RunConfig& config, dist::Launch& launch, int slot) {
   // Fail on bad output paths before any work.
   if (!config.json_path.empty()) check_writable(config.json_path, "--json");
   if (!config.checkpoint_path.empty()) check_writable(config.checkpoint_path, "--checkpoint");
+  if (!config.trace_path.empty()) check_writable(config.trace_path, "--trace");
 
   ModelOptions options;
   options.label_smoothing = static_cast<float>(config.label_smoothing);
@@ -201,6 +203,46 @@ void save_checkpoint_to(const RunConfig& config, RunSetup& s, int64_t step, int6
   if (s.comm->rank() == 0) save_checkpoint(config.checkpoint_path, s.trainer->make_checkpoint(step, epoch));
 }
 
+// --trace: the timeline of steps trace_first..trace_last of this rank; write() gathers every rank's.
+class StepTracer {
+ public:
+  StepTracer(const RunConfig& config, RunSetup& s) : config_(config), s_(s) {}
+  ~StepTracer() {
+    if (timeline_) Timeline::set_current(nullptr);
+  }
+  void before(int64_t step_number) {
+    if (config_.trace_path.empty() || step_number != config_.trace_first) return;
+    timeline_ = std::make_unique<Timeline>(*s_.backend, s_.comm->rank());
+    Timeline::set_current(timeline_.get());
+  }
+  void after(int64_t step_number) {
+    if (!timeline_ || step_number != config_.trace_last) return;
+    events_ = timeline_->events();
+    Timeline::set_current(nullptr);
+    timeline_.reset();
+  }
+  // Collective: every rank calls it once, at the end of the run.
+  void write() {
+    if (config_.trace_path.empty()) return;
+    std::vector<std::string> all = s_.comm->all_gather(events_.dump());
+    if (s_.comm->rank() != 0) return;
+    nlohmann::json merged = nlohmann::json::array();
+    for (const std::string& text : all)
+      for (auto& event : nlohmann::json::parse(text)) merged.push_back(std::move(event));
+    DLB_REQUIRE(!merged.empty(), "--trace-steps {}: the run has no such steps", config_.trace_steps);
+    nlohmann::json trace = {{"traceEvents", merged}, {"displayTimeUnit", "ms"}};
+    write_file_atomically(config_.trace_path, trace.dump() + "\n");
+    say("trace of steps %lld-%lld (%zu events) written to %s\n", static_cast<long long>(config_.trace_first),
+        static_cast<long long>(config_.trace_last), merged.size(), config_.trace_path.c_str());
+  }
+
+ private:
+  const RunConfig& config_;
+  RunSetup& s_;
+  std::unique_ptr<Timeline> timeline_;
+  nlohmann::json events_ = nlohmann::json::array();
+};
+
 // Every rank's measured throughput summed (never rank 0's times the ranks), into the result.
 void add_throughput(nlohmann::json& j, RunSetup& s, const MeasuredWindow& window) {
   const double total = s.comm->sum(window.images_per_second());
@@ -246,6 +288,7 @@ nlohmann::json train_rank(const RunConfig& given, dist::Launch& launch, int slot
   WallTimer since_log;
   int64_t images_since_log = 0;
 
+  StepTracer tracer(config, s);
   // Rank 0 evaluates (its batch-norm statistics); the others go on to the end of the run.
   auto evaluate = [&](int64_t epoch, int64_t step) {
     if (!s.test_data || rank != 0) return;
@@ -274,8 +317,10 @@ nlohmann::json train_rank(const RunConfig& given, dist::Launch& launch, int slot
     // After one ordinary step (libraries initialise lazily), the step is recorded and replayed where the
     // backend can (CUDA graphs); the data, the rate and the loss scale still change every step.
     if (step == first_step + 1 && config.cuda_graph) trainer.record_step();
+    tracer.before(step + 1);
     WallTimer step_timer;
     float loss = trainer.step(feed, schedule.at(step), /*read_loss=*/true);
+    tracer.after(step + 1);
     double step_ms = step_timer.milliseconds();
     train_seconds += step_ms / 1e3;
     if (step >= first_step + *config.warmup_steps) window.add_step(step_ms, images_per_step);
@@ -302,6 +347,7 @@ nlohmann::json train_rank(const RunConfig& given, dist::Launch& launch, int slot
       save_checkpoint_to(config, s, step + 1, (step + 1) / steps_per_epoch);
     }
   }
+  tracer.write();
   // A run that stops mid-epoch is still evaluated at its end.
   if (s.test_data && (total_steps % steps_per_epoch != 0))
     evaluate(total_steps / steps_per_epoch, total_steps);
@@ -355,10 +401,13 @@ nlohmann::json bench_rank(const RunConfig& given, dist::Launch& launch, int slot
   };
 
   float loss = NAN;
+  StepTracer tracer(config, s);
   for (int64_t step = 0; step < *config.warmup_steps; ++step) {
     s.comm->set_step(step + 1);
+    tracer.before(step + 1);
     WallTimer timer;
     loss = trainer.step(feed, schedule.at(step), /*read_loss=*/true);
+    tracer.after(step + 1);
     say("warm-up %lld/%lld  loss %.4f  %.1f ms\n", static_cast<long long>(step + 1),
                 static_cast<long long>(*config.warmup_steps), loss, timer.milliseconds());
     std::fflush(stdout);
@@ -376,11 +425,13 @@ nlohmann::json bench_rank(const RunConfig& given, dist::Launch& launch, int slot
   WallTimer window_timer;
   for (int64_t step = 0; step < *config.steps; ++step) {
     s.comm->set_step(*config.warmup_steps + step + 1);
+    tracer.before(*config.warmup_steps + step + 1);
     WallTimer timer;
     bool read_loss = (step + 1) % *config.log_every == 0 || step + 1 == *config.steps;
     loss = trainer.step(feed, schedule.at(*config.warmup_steps + step), read_loss);
     s.backend->synchronize();
     double ms = timer.milliseconds();
+    tracer.after(*config.warmup_steps + step + 1);
     window.add_step(ms, images_per_step);
     if (read_loss) {
       losses.push_back(loss);
@@ -392,6 +443,7 @@ nlohmann::json bench_rank(const RunConfig& given, dist::Launch& launch, int slot
     }
   }
   window.set_wall_seconds(window_timer.seconds());
+  tracer.write();
   Distribution d = window.step_distribution();
 
   nlohmann::json j = result_skeleton(config, s);

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "core/status.h"
+#include "core/timeline.h"
 #include "core/timer.h"
 
 namespace dlbench {
@@ -71,6 +72,7 @@ StepScalars Trainer::read_scalars() const {
 void Trainer::load_batch(const Dataset& data, std::span<const int64_t> indices) {
   DLB_CHECK(!indices.empty() && static_cast<int64_t>(indices.size()) <= batch_, "batch of {} samples for {}",
             indices.size(), batch_);
+  TimelineSpan span("load batch", "data");  // host work, but ordered with the compute stream's copies
   std::vector<int64_t> padded(indices.begin(), indices.end());
   padded.resize(static_cast<size_t>(batch_), indices[0]);
   data.gather(padded, staging_images_.tensor(), staging_labels_.tensor());
@@ -92,7 +94,8 @@ float Trainer::step(const std::function<void(int64_t)>& feed, double lr, bool re
   // The rate goes to the device asynchronously, ahead of the step that reads it.
   Tensor lr_slot = scalar_view(offsetof(StepScalars, lr), DType::f32);
   backend_.fill(lr_slot, lr);
-  if (recorded_step_) {
+  // A traced step runs op by op, so that the timeline sees every layer and bucket.
+  if (recorded_step_ && !Timeline::current()) {
     feed(0);
     recorded_step_->replay();
     if (comm_) comm_->watch_compute_stream();  // the recorded collectives are watched for stalls too

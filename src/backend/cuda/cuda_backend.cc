@@ -151,6 +151,7 @@ CudaBackend::~CudaBackend() {
   cudaSetDevice(device_);
   if (stream_) cudaStreamSynchronize(stream_);
   segment_tables_.clear();
+  for (cudaEvent_t event : markers_) cudaEventDestroy(event);
   if (cublas_) cublasDestroy(cublas_);
   cublas_workspace_.reset();
   if (cudnn_) cudnnDestroy(cudnn_);
@@ -384,11 +385,28 @@ class CudaGraph final : public CapturedWork {
 
 }  // namespace
 
+int64_t CudaBackend::mark(void* stream) {
+  activate();
+  cudaEvent_t event = nullptr;
+  CUDA_CHECK(cudaEventCreate(&event));
+  markers_.push_back(event);
+  CUDA_CHECK(cudaEventRecord(event, stream ? static_cast<cudaStream_t>(stream) : stream_));
+  return static_cast<int64_t>(markers_.size()) - 1;
+}
+
+double CudaBackend::marker_ms(int64_t marker) {
+  activate();
+  float ms = 0;
+  CUDA_CHECK(cudaEventElapsedTime(&ms, markers_.front(), markers_.at(static_cast<size_t>(marker))));
+  return ms;
+}
+
 std::unique_ptr<CapturedWork> CudaBackend::capture(const std::function<void()>& body) {
   activate();
   CUDA_CHECK(cudaStreamSynchronize(stream_));
-  // Global mode: a host synchronisation or an allocation anywhere during the capture fails it loudly.
-  CUDA_CHECK(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeGlobal));
+  // Thread-local mode: a host synchronisation or an allocation by this thread during the capture fails it
+  // loudly, while other ranks' threads (--gpus N) may still allocate or capture their own steps.
+  CUDA_CHECK(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeThreadLocal));
   cudaGraph_t graph = nullptr;
   try {
     body();

@@ -209,6 +209,8 @@ class CudaBackend final : public Backend {
                   std::span<const ParamSegment> segments, const SgdStep& step,
                   const StepScalars* scalars = nullptr) override;
   void update_loss_scale(StepScalars* scalars) override;
+  int64_t mark(void* stream) override;
+  double marker_ms(int64_t marker) override;
   std::string describe(const ConvPlan& plan) const override { return describe_cuda_conv_plan(plan); }
   std::string describe(const BatchNormPlan& plan) const override { return describe_cuda_batchnorm_plan(plan); }
 
@@ -220,6 +222,7 @@ class CudaBackend final : public Backend {
   cublasHandle_t cublas_ = nullptr;
   DeviceBuffer cublas_workspace_;
   // sgd_update's segment tables, uploaded once per distinct content.
+  std::vector<cudaEvent_t> markers_;  // timeline events (--trace), destroyed with the backend
   std::mutex segments_mutex_;
   std::map<std::vector<std::tuple<int64_t, int64_t, bool>>, DeviceBuffer> segment_tables_;
 };
