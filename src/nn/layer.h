@@ -46,6 +46,11 @@ class Layer {
   virtual void backward() = 0;
   // Whether backward can add into input `index`'s gradient (rather than only overwrite it).
   virtual bool can_accumulate_input_grad(int index) const { return false; }
+  // Whether backward reads the value of input `index`, or of the output. A value that no backward reads
+  // only holds data while the forward pass needs it, so the memory plan lets it share memory; a layer says
+  // false only where its backward (on every backend) provably never reads the value.
+  virtual bool backward_reads_input(int index) const { return true; }
+  virtual bool backward_reads_output() const { return true; }
   // Multiply-accumulates of one forward pass (for FLOP counts and the per-layer profile).
   virtual int64_t forward_macs() const { return 0; }
 

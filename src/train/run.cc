@@ -20,6 +20,7 @@
 #include "models/resnet.h"
 #include "train/checkpoint.h"
 #include "train/lr_schedule.h"
+#include "train/memory_fit.h"
 #include "train/trainer.h"
 
 namespace dlbench {
@@ -54,6 +55,7 @@ struct RunSetup {
   std::unique_ptr<Dataset> test_data;
   Model model;
   std::unique_ptr<Trainer> trainer;
+  MemoryFit memory_fit;
 };
 
 RunSetup set_up(const RunConfig& config) {
@@ -84,6 +86,9 @@ RunSetup set_up(const RunConfig& config) {
 
   s.backend =
       make_backend(config.backend_name, config.device, config.threads, config.precision == Precision::tf32);
+  // Before the model takes any memory or searches an algorithm: a batch that does not fit stops here.
+  s.memory_fit = largest_batch_that_fits(config, *s.backend, options);
+  require_fit(s.memory_fit);
   NetworkOptions net_options;
   net_options.batch = *config.batch_size;
   net_options.layout = config.layout;
@@ -99,10 +104,15 @@ void print_header(const char* command, const RunConfig& config, RunSetup& s, con
   std::printf("dlbench %s | %s, %s parameters, %.2f GMAC per image forward\n", command, config.model.c_str(),
               with_thousands(net.parameter_count()).c_str(),
               static_cast<double>(net.forward_macs()) / static_cast<double>(*config.batch_size) / 1e9);
-  std::printf("  device %s (%s backend, %d threads) | precision %s | layout %s | memory %.1f MiB planned\n",
+  const double planned = static_cast<double>(net.memory().total_bytes());
+  std::printf("  device %s (%s backend, %d threads) | precision %s | layout %s | memory %.1f %s planned%s\n",
               device_name(config.device).c_str(), s.backend->name().c_str(), config.threads,
               precision_name(config.precision), layout_name(config.layout),
-              static_cast<double>(net.memory().total_bytes()) / (1 << 20));
+              planned >= (1 << 30) ? planned / (1 << 30) : planned / (1 << 20),
+              planned >= (1 << 30) ? "GiB" : "MiB",
+              s.memory_fit.largest_batch
+                  ? fmt::format(" (largest batch that fits: {})", *s.memory_fit.largest_batch).c_str()
+                  : "");
   std::printf(
       "  data %s: %lld samples of %lldx%lldx%lld%s | batch %lld per device%s | %s\n", config.data.c_str(),
       static_cast<long long>(s.train_data->size()), static_cast<long long>(images.c()),
@@ -132,6 +142,7 @@ nlohmann::json result_skeleton(const RunConfig& config, RunSetup& s) {
   j["ranks"] = 1;
   j["threads"] = config.threads;
   j["peak_memory_bytes"] = s.trainer->net().memory().total_bytes();
+  j["largest_batch"] = s.memory_fit.largest_batch ? nlohmann::json(*s.memory_fit.largest_batch) : nullptr;
   j["loss_scale"] = s.trainer->loss_scale();
   j["skipped_steps"] = s.trainer->skipped_steps();
   j["date"] = iso_date_utc();
