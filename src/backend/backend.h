@@ -25,6 +25,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 
@@ -77,6 +78,9 @@ class BatchNormPlan {
   explicit BatchNormPlan(const BatchNormGeometry& g) : geometry(g) {}
   virtual ~BatchNormPlan() = default;
   virtual size_t workspace_bytes() const { return 0; }
+  // Device memory the plan holds itself, outside the caller's arenas, for as long as it lives (cuDNN's
+  // per-layer reserve space), so that a memory plan can account for every byte a network takes.
+  virtual size_t held_bytes() const { return 0; }
   const BatchNormGeometry geometry;
 };
 
@@ -163,11 +167,22 @@ class CapturedWork {
   virtual void replay() = 0;  // asynchronous, like any op
 };
 
+// The memory of the device a backend runs on, as the device reports it now.
+struct DeviceMemory {
+  size_t free_bytes = 0;
+  size_t total_bytes = 0;
+  std::string description;  // for messages: "cuda:0 (NVIDIA H200)"
+};
+
 class Backend {
  public:
   virtual ~Backend() = default;
   virtual std::string name() const = 0;
   virtual Device device() const = 0;
+  // Free and total memory of the device; nullopt where no honest figure exists. The CPU backends return
+  // nullopt: the host's memory is shared with every other process and the kernel overcommits, so a
+  // figure could only refuse runs that would have worked.
+  virtual std::optional<DeviceMemory> device_memory() { return std::nullopt; }
 
   // ---- memory ----
   virtual void* allocate(size_t bytes) = 0;
@@ -209,6 +224,13 @@ class Backend {
 
   // ---- convolution (no bias) ----
   virtual std::unique_ptr<ConvPlan> plan_conv(const ConvGeometry& geometry) = 0;
+  // Estimate plans (conv and batch norm) only size memory: they are never run. Making one does no timed
+  // search, no trial run and allocates nothing on the device, and the sizes it states (workspace_bytes,
+  // held_bytes) are at least those of a run plan of the same geometry. Where planning is cheap and
+  // allocates nothing, the run plan is its own estimate.
+  virtual std::unique_ptr<ConvPlan> estimate_conv(const ConvGeometry& geometry) {
+    return plan_conv(geometry);
+  }
   // y[N,K,P,Q] = conv(x[N,C,H,W], w[K,C,R,S])
   virtual void conv_forward(const ConvPlan& plan, const Tensor& x, const Tensor& w, Tensor& y,
                             void* workspace) = 0;
@@ -221,6 +243,9 @@ class Backend {
 
   // ---- batch normalisation, optionally fused with residual add and ReLU ----
   virtual std::unique_ptr<BatchNormPlan> plan_batchnorm(const BatchNormGeometry& geometry) = 0;
+  virtual std::unique_ptr<BatchNormPlan> estimate_batchnorm(const BatchNormGeometry& geometry) {
+    return plan_batchnorm(geometry);
+  }
   // Training: normalise with batch statistics; update running stats; save mean and 1/sqrt(var+eps).
   // `residual` is read only for BatchNormFusion::add_relu (pass nullptr otherwise).
   virtual void batchnorm_forward_training(const BatchNormPlan& plan, const Tensor& x, const Tensor* residual,
@@ -231,7 +256,8 @@ class Backend {
                                            const Tensor& gamma, const Tensor& beta,
                                            const Tensor& running_mean, const Tensor& running_var,
                                            Tensor& y) = 0;
-  // `y` is the forward output (it masks the ReLU). dx is overwritten; `dresidual` (add_relu only) is
+  // `y` is the forward output (it masks the ReLU; with BatchNormFusion::none it must not be read: the
+  // memory plan may have reused its memory by then). dx is overwritten; `dresidual` (add_relu only) is
   // overwritten with the gradient reaching the residual input; dgamma/dbeta honour `accumulate`.
   virtual void batchnorm_backward(const BatchNormPlan& plan, const Tensor& x, const Tensor& y,
                                   const Tensor& dy, const Tensor& gamma, const Tensor& saved_mean,

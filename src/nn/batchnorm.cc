@@ -30,14 +30,16 @@ BatchNormLayer::BatchNormLayer(Network& net, std::string name, Activation& input
 }
 
 void BatchNormLayer::plan(MemoryPlan& plan) {
-  plan_ = net_.backend().plan_batchnorm(geometry_);
+  plan_ = plan.estimate_only() ? net_.backend().estimate_batchnorm(geometry_)
+                               : net_.backend().plan_batchnorm(geometry_);
   plan.add_parameter(name_ + ".weight", gamma_, dgamma_, ParamInit::ones, 1, true, ParamUse::master);
   plan.add_parameter(name_ + ".bias", beta_, dbeta_, ParamInit::zeros, 1, true, ParamUse::master);
   plan.add_buffer(running_mean_, 0.f);
   plan.add_buffer(running_var_, 1.f);
-  plan.add_activation(saved_mean_);
-  plan.add_activation(saved_inv_std_);
+  plan.add_activation(saved_mean_, name_ + ".saved_mean");
+  plan.add_activation(saved_inv_std_, name_ + ".saved_inv_std");
   plan.require_workspace(plan_->workspace_bytes());
+  plan.add_held_bytes(plan_->held_bytes());
 }
 
 void BatchNormLayer::forward(Phase phase) {

@@ -23,6 +23,10 @@ class BatchNormLayer final : public Layer {
   void forward(Phase phase) override;
   void backward() override;
   std::string plan_summary() const override;
+  // The residual's value is added in the forward pass only (its gradient is a masked copy of dy), and the
+  // output's masks the ReLU: without one it is not read (Backend::batchnorm_backward).
+  bool backward_reads_input(int index) const override { return index == 0; }
+  bool backward_reads_output() const override { return geometry_.fusion != BatchNormFusion::none; }
 
   Tensor& gamma() { return gamma_; }
   Tensor& beta() { return beta_; }

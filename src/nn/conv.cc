@@ -27,7 +27,8 @@ ConvLayer::ConvLayer(Network& net, std::string name, Activation& input, const Co
 }
 
 void ConvLayer::plan(MemoryPlan& plan) {
-  plan_ = net_.backend().plan_conv(geometry_);
+  plan_ =
+      plan.estimate_only() ? net_.backend().estimate_conv(geometry_) : net_.backend().plan_conv(geometry_);
   int64_t fan_out = geometry_.out_channels * geometry_.kernel_h * geometry_.kernel_w;
   plan.add_parameter(name_ + ".weight", weight_, dweight_, ParamInit::he_normal_fan_out, fan_out, false,
                      ParamUse::compute);

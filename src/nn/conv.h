@@ -26,6 +26,7 @@ class ConvLayer final : public Layer {
   void forward(Phase phase) override;
   void backward() override;
   bool can_accumulate_input_grad(int) const override { return true; }
+  bool backward_reads_output() const override { return false; }  // dW and dx need x, dy and w only
   int64_t forward_macs() const override { return geometry_.forward_macs(); }
   std::string plan_summary() const override;
 

@@ -48,6 +48,11 @@ class Layer {
   virtual bool can_accumulate_input_grad(int index) const { return false; }
   // How the backend runs this layer (algorithms, fusion), for the per-layer profile; empty if nothing to say.
   virtual std::string plan_summary() const { return {}; }
+  // Whether backward reads the value of input `index`, or of the output. A value that no backward reads
+  // only holds data while the forward pass needs it, so the memory plan lets it share memory; a layer says
+  // false only where its backward (on every backend) provably never reads the value.
+  virtual bool backward_reads_input(int index) const { return true; }
+  virtual bool backward_reads_output() const { return true; }
   // Multiply-accumulates of one forward pass (for FLOP counts and the per-layer profile).
   virtual int64_t forward_macs() const { return 0; }
 

@@ -16,6 +16,7 @@ class LinearLayer final : public Layer {
   void forward(Phase phase) override;
   void backward() override;
   bool can_accumulate_input_grad(int) const override { return true; }
+  bool backward_reads_output() const override { return false; }  // dW, db and dx need x, dy and W only
   int64_t forward_macs() const override { return batch_ * in_features_ * out_features_; }
 
  private:

@@ -1,5 +1,7 @@
 #include "nn/memory_plan.h"
 
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <cmath>
 #include <random>
@@ -52,27 +54,128 @@ void MemoryPlan::add_buffer(Tensor& value, float initial_value) {
   buffer_count_ += value.numel();
 }
 
-void MemoryPlan::add_activation(Tensor& tensor) { activations_.push_back(&tensor); }
+void MemoryPlan::add_activation(Tensor& tensor, std::string name) {
+  DLB_CHECK(!placed_, "activation {} declared after placement", name);
+  per_step_.push_back({&tensor, nullptr});
+  placements_.push_back({std::move(name), 0, align_up(tensor.bytes()), true, 0, 0});
+}
 
-void MemoryPlan::add_saved_bytes(void** pointer, size_t bytes) { saved_.push_back({pointer, bytes}); }
+void MemoryPlan::add_transient(Tensor& tensor, std::string name, int first, int last) {
+  DLB_CHECK(!placed_, "activation {} declared after placement", name);
+  DLB_CHECK(first <= last, "{}: live range [{}, {}] is empty", name, first, last);
+  per_step_.push_back({&tensor, nullptr});
+  placements_.push_back({std::move(name), 0, align_up(tensor.bytes()), false, first, last});
+}
+
+void MemoryPlan::add_saved_bytes(void** pointer, size_t bytes) {
+  DLB_CHECK(!placed_, "saved state declared after placement");
+  per_step_.push_back({nullptr, pointer});
+  placements_.push_back({"saved state", 0, align_up(bytes), true, 0, 0});
+}
 
 void MemoryPlan::require_workspace(size_t bytes) { workspace_bytes_ = std::max(workspace_bytes_, bytes); }
 
 size_t MemoryPlan::total_bytes() const {
-  size_t total = 0;
-  for (const auto& arena : arenas_) total += arena.second;
+  DLB_CHECK(placed_, "total_bytes before the plan is placed");
+  size_t total = held_bytes_;
+  for (size_t bytes : arena_sizes_) total += bytes;
   return total;
 }
 
-void MemoryPlan::allocate(uint64_t seed) {
-  DLB_CHECK(!allocated(), "memory plan allocated twice");
-  Device device = backend_.device();
-  auto new_arena = [&](size_t bytes) {
-    void* pointer = backend_.allocate(std::max<size_t>(bytes, kAlignment));
-    arenas_.emplace_back(pointer, bytes);
-    return static_cast<std::byte*>(pointer);
-  };
+size_t MemoryPlan::unshared_activation_bytes() const {
+  size_t total = 0;
+  for (const Placement& p : placements_) total += p.bytes;
+  return total;
+}
 
+size_t MemoryPlan::transient_peak_bytes() const {
+  // The sum of live sizes only changes where a range starts, so the peak is at some range's first step.
+  size_t peak = 0;
+  for (const Placement& at : placements_) {
+    if (at.always) continue;
+    size_t live = 0;
+    for (const Placement& p : placements_) {
+      if (!p.always && p.first <= at.first && at.first <= p.last) live += p.bytes;
+    }
+    peak = std::max(peak, live);
+  }
+  return peak;
+}
+
+void check_placements(std::span<const Placement> placements, size_t arena_bytes) {
+  for (const Placement& p : placements) {
+    DLB_CHECK(p.offset + p.bytes <= arena_bytes,
+              "memory plan: {} [{}, {}) reaches past the arena of {} bytes", p.name, p.offset,
+              p.offset + p.bytes, arena_bytes);
+  }
+  // Sorted by offset, a tensor can only share bytes with those that start before it ends; the sweep stops
+  // at the first that starts at or after its end.
+  std::vector<size_t> order(placements.size());
+  for (size_t i = 0; i < order.size(); ++i) order[i] = i;
+  std::sort(order.begin(), order.end(),
+            [&](size_t a, size_t b) { return placements[a].offset < placements[b].offset; });
+  for (size_t i = 0; i < order.size(); ++i) {
+    const Placement& a = placements[order[i]];
+    for (size_t j = i + 1; j < order.size(); ++j) {
+      const Placement& b = placements[order[j]];
+      if (b.offset >= a.offset + a.bytes) break;
+      if (a.bytes == 0 || b.bytes == 0 || !a.overlaps_in_time(b)) continue;
+      DLB_CHECK(
+          false,
+          "memory plan: {} [{}, {}) and {} [{}, {}) share memory while both hold data (steps {} and {})",
+          a.name, a.offset, a.offset + a.bytes, b.name, b.offset, b.offset + b.bytes,
+          a.always ? "all" : fmt::format("{}-{}", a.first, a.last),
+          b.always ? "all" : fmt::format("{}-{}", b.first, b.last));
+    }
+  }
+}
+
+size_t place_by_liveness(std::vector<Placement>& placements) {
+  size_t base = 0;
+  for (Placement& p : placements) {
+    if (!p.always) continue;
+    p.offset = base;
+    base += p.bytes;
+  }
+  // Largest first: the big gradients settle the arena's size, the small ones fill the gaps they leave.
+  // Ties go by first step, then by declaration, so that the placement is the same on every platform.
+  std::vector<size_t> order;
+  for (size_t i = 0; i < placements.size(); ++i) {
+    if (!placements[i].always) order.push_back(i);
+  }
+  std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) {
+    if (placements[a].bytes != placements[b].bytes) return placements[a].bytes > placements[b].bytes;
+    return placements[a].first < placements[b].first;
+  });
+  size_t end = base;
+  std::vector<size_t> placed;
+  std::vector<std::pair<size_t, size_t>> busy;  // [begin, end) of placed tensors overlapping in time
+  for (size_t index : order) {
+    Placement& p = placements[index];
+    busy.clear();
+    for (size_t other : placed) {
+      const Placement& q = placements[other];
+      if (q.overlaps_in_time(p)) busy.emplace_back(q.offset, q.offset + q.bytes);
+    }
+    std::sort(busy.begin(), busy.end());
+    // The smallest gap between busy ranges that fits; above all of them when none does.
+    size_t cursor = base, best = SIZE_MAX, best_gap = SIZE_MAX;
+    for (const auto& [begin, finish] : busy) {
+      if (begin > cursor && begin - cursor >= p.bytes && begin - cursor < best_gap) {
+        best = cursor;
+        best_gap = begin - cursor;
+      }
+      cursor = std::max(cursor, finish);
+    }
+    p.offset = best != SIZE_MAX ? best : cursor;
+    end = std::max(end, p.offset + p.bytes);
+    placed.push_back(index);
+  }
+  return end;
+}
+
+void MemoryPlan::place() {
+  DLB_CHECK(!placed_, "memory plan placed twice");
   // Offsets: parameters read in the compute dtype first, then the others (declaration order within each),
   // so the compute copies cover one leading range of the flat buffers.
   std::stable_partition(parameters_.begin(), parameters_.end(),
@@ -84,6 +187,32 @@ void MemoryPlan::allocate(uint64_t seed) {
     parameter_count_ += padded(p.value->numel());
     if (p.use == ParamUse::compute) compute_count_ = parameter_count_;
   }
+  activation_bytes_ = place_by_liveness(placements_);
+  check_placements(placements_, activation_bytes_);
+
+  // The arenas in the order allocate() makes them.
+  const size_t flat_bytes = static_cast<size_t>(parameter_count_) * dtype_size(master_dtype_);
+  arena_sizes_ = {flat_bytes, flat_bytes, flat_bytes};
+  if (has_compute_copies()) {
+    const size_t compute_bytes = static_cast<size_t>(compute_count_) * dtype_size(compute_dtype_);
+    arena_sizes_.insert(arena_sizes_.end(), {compute_bytes, compute_bytes});
+  }
+  arena_sizes_.push_back(static_cast<size_t>(buffer_count_) * dtype_size(master_dtype_));
+  arena_sizes_.push_back(activation_bytes_);
+  if (workspace_bytes_ > 0) arena_sizes_.push_back(workspace_bytes_);
+  placed_ = true;
+}
+
+void MemoryPlan::allocate(uint64_t seed) {
+  DLB_CHECK(!allocated(), "memory plan allocated twice");
+  DLB_CHECK(!estimate_only_, "a memory plan made for estimation is never allocated");
+  if (!placed_) place();
+  Device device = backend_.device();
+  auto new_arena = [&](size_t bytes) {
+    void* pointer = backend_.allocate(std::max<size_t>(bytes, kAlignment));
+    arenas_.emplace_back(pointer, bytes);
+    return static_cast<std::byte*>(pointer);
+  };
 
   // Three buffers with identical offsets: parameters, gradients, momentum.
   const size_t element = dtype_size(master_dtype_);
@@ -114,18 +243,11 @@ void MemoryPlan::allocate(uint64_t seed) {
   flat_buffers_ = Tensor(buffers, {buffer_count_}, master_dtype_, Layout::nchw, device);
   for (auto& b : buffers_) b.value->set_data(buffers + static_cast<size_t>(b.offset) * element);
 
-  // Activations and saved state: one arena, each tensor at an aligned offset.
-  activation_bytes_ = 0;
-  for (Tensor* t : activations_) activation_bytes_ += align_up(t->bytes());
-  for (const Saved& s : saved_) activation_bytes_ += align_up(s.bytes);
-  std::byte* cursor = new_arena(activation_bytes_);
-  for (Tensor* t : activations_) {
-    t->set_data(cursor);
-    cursor += align_up(t->bytes());
-  }
-  for (const Saved& s : saved_) {
-    *s.pointer = cursor;
-    cursor += align_up(s.bytes);
+  std::byte* activations = new_arena(activation_bytes_);
+  for (size_t i = 0; i < per_step_.size(); ++i) {
+    std::byte* data = activations + placements_[i].offset;
+    if (per_step_[i].tensor) per_step_[i].tensor->set_data(data);
+    if (per_step_[i].pointer) *per_step_[i].pointer = data;
   }
 
   workspace_ = workspace_bytes_ > 0 ? new_arena(workspace_bytes_) : nullptr;

@@ -1,6 +1,6 @@
 #include "nn/network.h"
 
-#include <unordered_set>
+#include <unordered_map>
 
 #include "core/status.h"
 #include "core/timeline.h"
@@ -11,7 +11,7 @@ Network::Network(Backend& backend, NetworkOptions options)
     : backend_(backend), options_(options), memory_(backend, master_dtype(), options.dtype) {}
 
 Activation& Network::new_activation(std::string name, std::vector<int64_t> dims, DType dtype) {
-  DLB_CHECK(!finalized_, "activation {} added after finalize", name);
+  DLB_CHECK(!planned_, "activation {} added after finalize", name);
   Activation& a = activations_.emplace_back();
   a.name = std::move(name);
   a.value = Tensor(nullptr, dims, dtype, options_.layout, backend_.device());
@@ -26,17 +26,36 @@ Activation& Network::new_input(std::string name, std::vector<int64_t> dims, DTyp
 }
 
 void Network::finalize(uint64_t seed) {
-  DLB_CHECK(!finalized_, "network finalized twice");
+  DLB_CHECK(!finalized_ && !planned_, "network finalized twice");
+  plan();
+  memory_.allocate(seed);
+  finalized_ = true;
+}
+
+void Network::plan_memory_only() {
+  DLB_CHECK(!finalized_ && !planned_, "network planned twice");
+  memory_.set_estimate_only();
+  plan();
+}
+
+void Network::plan() {
+  planned_ = true;
+  // The timeline of one step: layer i runs its forward at step i and its backward at step 2L-1-i.
+  const int layer_count = static_cast<int>(layers_.size());
+  auto backward_step = [&](int layer) { return 2 * layer_count - 1 - layer; };
+  std::unordered_map<const Activation*, int> producer;
+  for (int i = 0; i < layer_count; ++i) producer[layers_[static_cast<size_t>(i)]->output()] = i;
+
   // Gradient modes: walking the layers in backward order, the first writer of an activation's gradient
   // overwrites it and every later writer adds to it.
-  std::unordered_set<const Activation*> written;
-  for (auto it = layers_.rbegin(); it != layers_.rend(); ++it) {
-    Layer& layer = **it;
+  std::unordered_map<const Activation*, int> first_write;  // the backward step of the first writer
+  for (int index = layer_count - 1; index >= 0; --index) {
+    Layer& layer = *layers_[static_cast<size_t>(index)];
     for (int i = 0; i < static_cast<int>(layer.inputs().size()); ++i) {
       Activation* input = layer.inputs()[static_cast<size_t>(i)];
       if (!input->needs_grad) {
         layer.set_input_grad_mode(i, GradMode::none);
-      } else if (written.insert(input).second) {
+      } else if (first_write.emplace(input, backward_step(index)).second) {
         layer.set_input_grad_mode(i, GradMode::overwrite);
       } else {
         DLB_CHECK(layer.can_accumulate_input_grad(i),
@@ -46,16 +65,54 @@ void Network::finalize(uint64_t seed) {
       }
     }
   }
+
+  // Which layers read each value: its producer's and consumers' forward and backward steps.
+  struct Readers {
+    int last_forward = -1;          // the forward step of the last consumer
+    bool read_in_backward = false;  // by the producer's or a consumer's backward
+  };
+  std::unordered_map<const Activation*, Readers> readers;
+  for (int index = 0; index < layer_count; ++index) {
+    const Layer& layer = *layers_[static_cast<size_t>(index)];
+    readers[layer.output()].read_in_backward |= layer.backward_reads_output();
+    for (int i = 0; i < static_cast<int>(layer.inputs().size()); ++i) {
+      Readers& r = readers[layer.inputs()[static_cast<size_t>(i)]];
+      r.last_forward = index;
+      r.read_in_backward |= layer.backward_reads_input(i);
+    }
+  }
+
+  // A value is written by its producer's forward and read by its consumers' forwards; most are read again
+  // in the backward pass, so they hold data all step, as do the network's inputs and outputs (fed before
+  // the step, read after it). A value that no backward reads (a projection shortcut's batch-norm output,
+  // which the closing batch norm only adds) holds data from its producer's forward to its last consumer's.
+  // A gradient holds data from its first write in the backward pass until its producer's backward has
+  // read it. Every backward reads only its output's gradient and writes only its inputs' (the layer
+  // contract), and all those ranges contain the layer's backward step, so no layer ever finds two of its
+  // tensors in the same memory. A gradient that no layer writes, or no layer reads, is fed or read from
+  // outside the pass (a test's input or output) and holds data all step.
   for (Activation& a : activations_) {
-    memory_.add_activation(a.value);
-    if (a.needs_grad) memory_.add_activation(a.grad);
+    auto produced = producer.find(&a);
+    auto read = readers.find(&a);
+    if (produced != producer.end() && read != readers.end() && read->second.last_forward >= 0 &&
+        !read->second.read_in_backward) {
+      memory_.add_transient(a.value, a.name, produced->second, read->second.last_forward);
+    } else {
+      memory_.add_activation(a.value, a.name);
+    }
+    if (!a.needs_grad) continue;
+    auto written = first_write.find(&a);
+    if (produced != producer.end() && written != first_write.end()) {
+      memory_.add_transient(a.grad, a.name + ".grad", written->second, backward_step(produced->second));
+    } else {
+      memory_.add_activation(a.grad, a.name + ".grad");
+    }
   }
   for (size_t i = 0; i < layers_.size(); ++i) {
     memory_.set_current_layer(static_cast<int>(i));
     layers_[i]->plan(memory_);
   }
-  memory_.allocate(seed);
-  finalized_ = true;
+  memory_.place();
 }
 
 void Network::forward(Phase phase) {

@@ -52,6 +52,10 @@ class Network {
 
   // Plans every layer, allocates all memory, initialises parameters from `seed`.
   void finalize(uint64_t seed);
+  // Plans every layer with estimate plans and places every tensor, allocating nothing: memory() then
+  // states the bytes finalize() would take (at most: estimate plans bound workspaces from above). The
+  // network can do nothing else afterwards.
+  void plan_memory_only();
 
   void forward(Phase phase);
   void backward();
@@ -86,7 +90,9 @@ class Network {
   Accumulate parameter_grad_mode_ = Accumulate::overwrite;
   const float* loss_scale_ = nullptr;
   std::function<void(int)> backward_observer_;
-  bool finalized_ = false;
+  bool finalized_ = false, planned_ = false;
+
+  void plan();  // gradient modes, live ranges, layer plans, placement
 };
 
 }  // namespace dlbench

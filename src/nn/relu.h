@@ -13,6 +13,7 @@ class ReluLayer final : public Layer {
   void plan(MemoryPlan&) override {}
   void forward(Phase phase) override;
   void backward() override;
+  bool backward_reads_input(int) const override { return false; }  // the mask comes from y
 };
 
 }  // namespace dlbench

@@ -18,7 +18,9 @@ SoftmaxCrossEntropyLayer::SoftmaxCrossEntropyLayer(Network& net, std::string nam
       Tensor(nullptr, logits.value.dims(), net.master_dtype(), Layout::nchw, net.backend().device());
 }
 
-void SoftmaxCrossEntropyLayer::plan(MemoryPlan& plan) { plan.add_activation(probabilities_); }
+void SoftmaxCrossEntropyLayer::plan(MemoryPlan& plan) {
+  plan.add_activation(probabilities_, name_ + ".probabilities");
+}
 
 void SoftmaxCrossEntropyLayer::forward(Phase) {
   net_.backend().softmax_cross_entropy_forward(inputs_[0]->value, inputs_[1]->value, label_smoothing_,

@@ -26,6 +26,7 @@
 #include "models/resnet.h"
 #include "train/checkpoint.h"
 #include "train/lr_schedule.h"
+#include "train/memory_fit.h"
 #include "train/trainer.h"
 
 namespace dlbench {
@@ -72,6 +73,7 @@ struct RunSetup {
   std::unique_ptr<Dataset> test_data;
   Model model;
   std::unique_ptr<Trainer> trainer;
+  MemoryFit memory_fit;
 };
 
 RunSetup set_up(const RunConfig& config, dist::Launch& launch, int slot) {
@@ -109,6 +111,9 @@ RunSetup set_up(const RunConfig& config, dist::Launch& launch, int slot) {
     options.num_classes = s.train_data->num_classes();
   }
 
+  // Before the model takes any memory or searches an algorithm: a batch that does not fit stops here.
+  s.memory_fit = largest_batch_that_fits(config, *s.backend, options);
+  require_fit(s.memory_fit);
   NetworkOptions net_options;
   net_options.batch = *config.batch_size;
   net_options.layout = config.layout;
@@ -124,10 +129,15 @@ void print_header(const char* command, const RunConfig& config, RunSetup& s, con
   say("dlbench %s | %s, %s parameters, %.2f GMAC per image forward\n", command, config.model.c_str(),
               with_thousands(net.parameter_count()).c_str(),
               static_cast<double>(net.forward_macs()) / static_cast<double>(*config.batch_size) / 1e9);
-  say("  device %s (%s backend, %d threads) | precision %s | layout %s | memory %.1f MiB planned\n",
+  const double planned = static_cast<double>(net.memory().total_bytes());
+  say("  device %s (%s backend, %d threads) | precision %s | layout %s | memory %.1f %s planned%s\n",
               device_name(config.device).c_str(), s.backend->name().c_str(), config.threads,
               precision_name(config.precision), layout_name(config.layout),
-              static_cast<double>(net.memory().total_bytes()) / (1 << 20));
+              planned >= (1 << 30) ? planned / (1 << 30) : planned / (1 << 20),
+              planned >= (1 << 30) ? "GiB" : "MiB",
+              s.memory_fit.largest_batch
+                  ? fmt::format(" (largest batch that fits: {})", *s.memory_fit.largest_batch).c_str()
+                  : "");
   say(
       "  data %s: %lld samples of %lldx%lldx%lld%s | batch %lld per device%s | %s\n", config.data.c_str(),
       static_cast<long long>(s.train_data->size()), static_cast<long long>(images.c()),
@@ -191,6 +201,7 @@ nlohmann::json result_skeleton(const RunConfig& config, RunSetup& s) {
   j["launcher"] = s.comm->name() != "local" ? s.comm->name() : "single";
   j["threads"] = config.threads;
   j["peak_memory_bytes"] = s.trainer->net().memory().total_bytes();
+  j["largest_batch"] = s.memory_fit.largest_batch ? nlohmann::json(*s.memory_fit.largest_batch) : nullptr;
   j["loss_scale"] = s.trainer->loss_scale();
   j["skipped_steps"] = s.trainer->skipped_steps();
   j["date"] = iso_date_utc();

@@ -165,6 +165,16 @@ void CudaBackend::activate() const {
 
 // ---- memory ----
 
+std::optional<DeviceMemory> CudaBackend::device_memory() {
+  activate();
+  DeviceMemory memory;
+  CUDA_CHECK(cudaMemGetInfo(&memory.free_bytes, &memory.total_bytes));
+  cudaDeviceProp properties{};
+  CUDA_CHECK(cudaGetDeviceProperties(&properties, device_));
+  memory.description = fmt::format("cuda:{} ({})", device_, properties.name);
+  return memory;
+}
+
 void* CudaBackend::allocate(size_t bytes) {
   activate();
   void* p = nullptr;

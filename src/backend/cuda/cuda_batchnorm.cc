@@ -10,12 +10,13 @@
 // scratch buffers of the plan's shape; if any of that fails, the plan is "unfused": plain BN (bnOps BN)
 // followed by our add and ReLU kernels, and in the backward our ReLU-backward kernel masks dy with y first
 // (into dresidual for add_relu, which is exactly that gradient, or into the workspace for relu). The
-// verdict is cached per shape for the process, so identical layers run one trial.
+// verdict is cached per shape for the process, so identical layers run one trial. An estimate plan
+// (estimate_batchnorm) runs no trial and allocates nothing: it states the larger of both paths' sizes.
 //
 // Reserve space: cuDNN's training forward leaves state in it that the backward of the same layer reads.
 // The interface's workspace is shared by all layers, so the reserve cannot live there: each plan owns
 // its reserve, allocated at plan time (one plan per layer). Only the cuDNN workspace proper (and the
-// masked-dy buffer of the unfused relu path) is part of workspace_bytes().
+// masked-dy buffer of the unfused relu path) is part of workspace_bytes(); the reserve is held_bytes().
 //
 // cuDNN's conventions match the contract: exponentialAverageFactor is the momentum (running = (1 - m) *
 // running + m * batch), the running variance is the unbiased one (x M / (M - 1)), resultSaveInvVariance
@@ -36,6 +37,7 @@ class CudaBatchNormPlan final : public BatchNormPlan {
  public:
   explicit CudaBatchNormPlan(const BatchNormGeometry& g) : BatchNormPlan(g) {}
   size_t workspace_bytes() const override { return total_workspace; }
+  size_t held_bytes() const override { return reserve_bytes; }
 
   TensorDescriptor x_desc, param_desc;
   ActivationDescriptor relu_desc;
@@ -46,7 +48,7 @@ class CudaBatchNormPlan final : public BatchNormPlan {
   size_t forward_workspace = 0, backward_workspace = 0;
   size_t cudnn_workspace_offset = 0, masked_dy_offset = 0, total_workspace = 0;
   DeviceBuffer reserve;
-  size_t reserve_bytes = 0;
+  size_t reserve_bytes = 0;  // what the plan holds (an estimate plan holds no reserve but states its size)
   DType param_dtype = DType::f32;
   mutable const void* last_beta = nullptr;  // beta of the last training forward (the fused backward reads it)
 };
@@ -196,18 +198,17 @@ void check_residual(const char* op, const char* name, const BatchNormGeometry& g
 
 }  // namespace
 
-std::unique_ptr<BatchNormPlan> CudaBackend::plan_batchnorm(const BatchNormGeometry& g) {
-  check_geometry(g);
-  activate();
-  auto plan = std::make_unique<CudaBatchNormPlan>(g);
-  CudaBatchNormPlan& p = *plan;
-  p.mode = g.layout == Layout::nhwc ? CUDNN_BATCHNORM_SPATIAL_PERSISTENT : CUDNN_BATCHNORM_SPATIAL;
-  p.param_dtype = g.dtype == DType::f64 ? DType::f64 : DType::f32;
-  set_tensor_4d(p.x_desc, g.dtype, g.layout, g.batch, g.channels, g.h, g.w);
-  CUDNN_CHECK(cudnnDeriveBNTensorDescriptor(p.param_desc, p.x_desc, p.mode));
-  CUDNN_CHECK(cudnnSetActivationDescriptor(p.relu_desc, CUDNN_ACTIVATION_RELU, CUDNN_PROPAGATE_NAN, 0.0));
+namespace {
 
+// A plan's fused verdict and sizes, without the reserve. An estimate makes no trial run: when no verdict
+// is cached for the shape, its sizes are the larger of the fused and the unfused path's, each part
+// separately, so that they bound whichever path the run plan takes.
+void choose_path(const CudaBackend& backend, CudaBatchNormPlan& p, bool estimate) {
+  const BatchNormGeometry& g = p.geometry;
+  cudnnHandle_t handle = backend.cudnn();
   Sizes sizes;
+  bool unknown = false;  // an estimate that does not know whether cuDNN fuses this shape
+  Sizes fused_sizes;
   if (g.fusion != BatchNormFusion::none) {
     std::string why_not;
     if (g.layout != Layout::nhwc) {
@@ -216,7 +217,7 @@ std::unique_ptr<BatchNormPlan> CudaBackend::plan_batchnorm(const BatchNormGeomet
       why_not = "cuDNN does not fuse FP64";
     } else {
       p.ops = fused_ops(g.fusion);
-      sizes = query_sizes(cudnn_, p, p.ops);
+      sizes = query_sizes(handle, p, p.ops);
       if (sizes.status != CUDNN_STATUS_SUCCESS) {
         why_not = fmt::format("cuDNN refused the {}: {}", sizes.failed, cudnnGetErrorString(sizes.status));
       } else {
@@ -227,11 +228,17 @@ std::unique_ptr<BatchNormPlan> CudaBackend::plan_batchnorm(const BatchNormGeomet
                                          static_cast<int64_t>(g.dtype),
                                          static_cast<int64_t>(g.layout),
                                          static_cast<int64_t>(g.fusion),
-                                         device_};
+                                         backend.device().index};
         std::lock_guard<std::mutex> lock(trial_mutex());
         auto it = trial_cache().find(key);
-        if (it == trial_cache().end()) it = trial_cache().emplace(key, trial_run(*this, p, sizes)).first;
-        if (!it->second.empty()) why_not = fmt::format("cuDNN's trial run failed: {}", it->second);
+        if (it == trial_cache().end() && estimate) {
+          unknown = true;
+          fused_sizes = sizes;
+          why_not = "estimate: not tried";
+        } else {
+          if (it == trial_cache().end()) it = trial_cache().emplace(key, trial_run(backend, p, sizes)).first;
+          if (!it->second.empty()) why_not = fmt::format("cuDNN's trial run failed: {}", it->second);
+        }
       }
     }
     p.fused = why_not.empty();
@@ -242,25 +249,57 @@ std::unique_ptr<BatchNormPlan> CudaBackend::plan_batchnorm(const BatchNormGeomet
   }
   if (!p.fused) {
     p.ops = CUDNN_BATCHNORM_OPS_BN;
-    sizes = query_sizes(cudnn_, p, p.ops);
+    sizes = query_sizes(handle, p, p.ops);
     if (sizes.status != CUDNN_STATUS_SUCCESS && p.mode == CUDNN_BATCHNORM_SPATIAL_PERSISTENT) {
       // No semi-persistent kernel for this case: the plain spatial one.
       p.mode = CUDNN_BATCHNORM_SPATIAL;
       CUDNN_CHECK(cudnnDeriveBNTensorDescriptor(p.param_desc, p.x_desc, p.mode));
-      sizes = query_sizes(cudnn_, p, p.ops);
+      sizes = query_sizes(handle, p, p.ops);
       p.path += " (spatial mode)";
     }
     CUDNN_CHECK(sizes.status);
   }
+  if (unknown) {
+    sizes.forward = std::max(sizes.forward, fused_sizes.forward);
+    sizes.backward = std::max(sizes.backward, fused_sizes.backward);
+    sizes.reserve = std::max(sizes.reserve, fused_sizes.reserve);
+  }
   p.forward_workspace = sizes.forward;
   p.backward_workspace = sizes.backward;
   p.reserve_bytes = sizes.reserve;
-  p.reserve = DeviceBuffer(sizes.reserve);
 
   WorkspaceLayout layout;
   p.cudnn_workspace_offset = layout.reserve(std::max(sizes.forward, sizes.backward));
+  // The unfused relu path masks dy into the workspace (an unknown verdict may take it).
   if (!p.fused && g.fusion == BatchNormFusion::relu) p.masked_dy_offset = layout.reserve(activation_bytes(g));
   p.total_workspace = layout.total();
+}
+
+std::unique_ptr<CudaBatchNormPlan> new_plan(const CudaBackend& backend, const BatchNormGeometry& g) {
+  check_geometry(g);
+  backend.activate();
+  auto plan = std::make_unique<CudaBatchNormPlan>(g);
+  CudaBatchNormPlan& p = *plan;
+  p.mode = g.layout == Layout::nhwc ? CUDNN_BATCHNORM_SPATIAL_PERSISTENT : CUDNN_BATCHNORM_SPATIAL;
+  p.param_dtype = g.dtype == DType::f64 ? DType::f64 : DType::f32;
+  set_tensor_4d(p.x_desc, g.dtype, g.layout, g.batch, g.channels, g.h, g.w);
+  CUDNN_CHECK(cudnnDeriveBNTensorDescriptor(p.param_desc, p.x_desc, p.mode));
+  CUDNN_CHECK(cudnnSetActivationDescriptor(p.relu_desc, CUDNN_ACTIVATION_RELU, CUDNN_PROPAGATE_NAN, 0.0));
+  return plan;
+}
+
+}  // namespace
+
+std::unique_ptr<BatchNormPlan> CudaBackend::plan_batchnorm(const BatchNormGeometry& g) {
+  auto plan = new_plan(*this, g);
+  choose_path(*this, *plan, /*estimate=*/false);
+  plan->reserve = DeviceBuffer(plan->reserve_bytes);
+  return plan;
+}
+
+std::unique_ptr<BatchNormPlan> CudaBackend::estimate_batchnorm(const BatchNormGeometry& g) {
+  auto plan = new_plan(*this, g);
+  choose_path(*this, *plan, /*estimate=*/true);
   return plan;
 }
 

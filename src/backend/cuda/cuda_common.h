@@ -12,6 +12,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <tuple>
 #include <utility>
@@ -150,6 +151,7 @@ class CudaBackend final : public Backend {
   // Makes this backend's GPU the calling thread's current device (cheap when it already is).
   void activate() const;
 
+  std::optional<DeviceMemory> device_memory() override;
   void* allocate(size_t bytes) override;
   void deallocate(void* ptr) override;
   void copy_to_device(void* dst, const void* host_src, size_t bytes) override;
@@ -160,6 +162,7 @@ class CudaBackend final : public Backend {
   void* native_stream() const override { return stream_; }
 
   std::unique_ptr<ConvPlan> plan_conv(const ConvGeometry& geometry) override;
+  std::unique_ptr<ConvPlan> estimate_conv(const ConvGeometry& geometry) override;
   void conv_forward(const ConvPlan& plan, const Tensor& x, const Tensor& w, Tensor& y,
                     void* workspace) override;
   void conv_backward_data(const ConvPlan& plan, const Tensor& dy, const Tensor& w, Tensor& dx,
@@ -168,6 +171,7 @@ class CudaBackend final : public Backend {
                             Accumulate accumulate, void* workspace) override;
 
   std::unique_ptr<BatchNormPlan> plan_batchnorm(const BatchNormGeometry& geometry) override;
+  std::unique_ptr<BatchNormPlan> estimate_batchnorm(const BatchNormGeometry& geometry) override;
   void batchnorm_forward_training(const BatchNormPlan& plan, const Tensor& x, const Tensor* residual,
                                   const Tensor& gamma, const Tensor& beta, Tensor& y, Tensor& running_mean,
                                   Tensor& running_var, Tensor& saved_mean, Tensor& saved_inv_std,

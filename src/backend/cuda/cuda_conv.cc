@@ -7,6 +7,11 @@
 // switch, the GPU): each distinct shape is searched once. The fastest algorithm whose workspace fits
 // kWorkspaceCap wins; workspace_bytes() is the largest of the three chosen workspaces.
 //
+// An estimate plan (estimate_conv) builds the same descriptors but searches nothing: a shape already
+// searched states its cached choice's workspace, any other one kWorkspaceCap, which no search result can
+// exceed. The cap is the honest bound that costs nothing; cuDNN's heuristic (Get*_v7) would be cheap too,
+// but the timed search is free to pick a different algorithm with a larger workspace.
+//
 // Compute type: FP32 for FP32/FP16/BF16 data (cuDNN's PSEUDO_HALF / PSEUDO_BFLOAT16 configurations), FP64
 // for FP64. Math type: FP32 data uses CUDNN_FMA_MATH unless TF32 is allowed (then the default, which lets
 // cuDNN pick TF32 tensor cores); FP16/BF16 use tensor cores. Weights are [K, C, R, S] logically in the
@@ -250,9 +255,12 @@ void check_workspace(const CudaConvPlan& p, const AlgoChoice& a, const void* wor
 
 }  // namespace
 
-std::unique_ptr<ConvPlan> CudaBackend::plan_conv(const ConvGeometry& g) {
+namespace {
+
+// A plan with its descriptors set and checked, no algorithm chosen yet.
+std::unique_ptr<CudaConvPlan> new_plan(const CudaBackend& backend, const ConvGeometry& g) {
   check_geometry(g);
-  activate();
+  backend.activate();
   auto plan = std::make_unique<CudaConvPlan>(g);
   set_tensor_4d(plan->x_desc, g.dtype, g.layout, g.batch, g.in_channels, g.in_h, g.in_w);
   set_tensor_4d(plan->y_desc, g.dtype, g.layout, g.batch, g.out_channels, g.out_h(), g.out_w());
@@ -261,16 +269,61 @@ std::unique_ptr<ConvPlan> CudaBackend::plan_conv(const ConvGeometry& g) {
                                          checked_int(g.kernel_h, "R"), checked_int(g.kernel_w, "S")));
   {  // cuDNN must agree on the output shape
     int n = 0, c = 0, h = 0, w = 0;
-    set_conv_desc(plan->forward_desc, g, search_math(g.dtype, allow_tf32_));
+    set_conv_desc(plan->forward_desc, g, search_math(g.dtype, backend.allow_tf32()));
     CUDNN_CHECK(cudnnGetConvolution2dForwardOutputDim(plan->forward_desc, plan->x_desc, plan->w_desc, &n, &c,
                                                       &h, &w));
     DLB_CHECK(n == g.batch && c == g.out_channels && h == g.out_h() && w == g.out_w(),
               "conv: cuDNN's output {}x{}x{}x{} differs from the geometry's {}x{}x{}x{}", n, c, h, w, g.batch,
               g.out_channels, g.out_h(), g.out_w());
   }
-  set_conv_desc(plan->backward_data_desc, g, search_math(g.dtype, allow_tf32_));
-  set_conv_desc(plan->backward_filter_desc, g, search_math(g.dtype, allow_tf32_));
+  set_conv_desc(plan->backward_data_desc, g, search_math(g.dtype, backend.allow_tf32()));
+  set_conv_desc(plan->backward_filter_desc, g, search_math(g.dtype, backend.allow_tf32()));
+  return plan;
+}
 
+// Sets the chosen algorithms' execution math types and their exact workspaces under them.
+void finish(const CudaBackend& backend, CudaConvPlan& plan) {
+  ConvChoice& c = plan.choice;
+  const ConvGeometry& g = plan.geometry;
+  c.forward.math = execution_math(g, backend.allow_tf32(), c.forward.math);
+  c.backward_data.math = execution_math(g, backend.allow_tf32(), c.backward_data.math);
+  c.backward_filter.math = execution_math(g, backend.allow_tf32(), c.backward_filter.math);
+  CUDNN_CHECK(cudnnSetConvolutionMathType(plan.forward_desc, c.forward.math));
+  CUDNN_CHECK(cudnnSetConvolutionMathType(plan.backward_data_desc, c.backward_data.math));
+  CUDNN_CHECK(cudnnSetConvolutionMathType(plan.backward_filter_desc, c.backward_filter.math));
+  // The exact workspaces of the chosen algorithms under the final descriptors.
+  CUDNN_CHECK(cudnnGetConvolutionForwardWorkspaceSize(
+      backend.cudnn(), plan.x_desc, plan.w_desc, plan.forward_desc, plan.y_desc,
+      static_cast<cudnnConvolutionFwdAlgo_t>(c.forward.algo), &c.forward.workspace));
+  CUDNN_CHECK(cudnnGetConvolutionBackwardDataWorkspaceSize(
+      backend.cudnn(), plan.w_desc, plan.y_desc, plan.backward_data_desc, plan.x_desc,
+      static_cast<cudnnConvolutionBwdDataAlgo_t>(c.backward_data.algo), &c.backward_data.workspace));
+  CUDNN_CHECK(cudnnGetConvolutionBackwardFilterWorkspaceSize(
+      backend.cudnn(), plan.x_desc, plan.y_desc, plan.backward_filter_desc, plan.w_desc,
+      static_cast<cudnnConvolutionBwdFilterAlgo_t>(c.backward_filter.algo), &c.backward_filter.workspace));
+}
+
+}  // namespace
+
+std::unique_ptr<ConvPlan> CudaBackend::estimate_conv(const ConvGeometry& g) {
+  auto plan = new_plan(*this, g);
+  const ConvKey key = make_key(g, allow_tf32_, device_);
+  std::lock_guard<std::mutex> lock(cache_mutex());
+  auto it = choice_cache().find(key);
+  if (it != choice_cache().end()) {
+    // A run plan would take this choice: the same sizes.
+    plan->choice = it->second;
+    plan->from_cache = true;
+    finish(*this, *plan);
+  } else {
+    plan->choice.forward.workspace = plan->choice.backward_data.workspace =
+        plan->choice.backward_filter.workspace = kWorkspaceCap;
+  }
+  return plan;
+}
+
+std::unique_ptr<ConvPlan> CudaBackend::plan_conv(const ConvGeometry& g) {
+  auto plan = new_plan(*this, g);
   const ConvKey key = make_key(g, allow_tf32_, device_);
   bool cached = false;
   {
@@ -289,23 +342,7 @@ std::unique_ptr<ConvPlan> CudaBackend::plan_conv(const ConvGeometry& g) {
   }
   plan->from_cache = cached;
 
-  ConvChoice& c = plan->choice;
-  c.forward.math = execution_math(g, allow_tf32_, c.forward.math);
-  c.backward_data.math = execution_math(g, allow_tf32_, c.backward_data.math);
-  c.backward_filter.math = execution_math(g, allow_tf32_, c.backward_filter.math);
-  CUDNN_CHECK(cudnnSetConvolutionMathType(plan->forward_desc, c.forward.math));
-  CUDNN_CHECK(cudnnSetConvolutionMathType(plan->backward_data_desc, c.backward_data.math));
-  CUDNN_CHECK(cudnnSetConvolutionMathType(plan->backward_filter_desc, c.backward_filter.math));
-  // The exact workspaces of the chosen algorithms under the final descriptors.
-  CUDNN_CHECK(cudnnGetConvolutionForwardWorkspaceSize(
-      cudnn_, plan->x_desc, plan->w_desc, plan->forward_desc, plan->y_desc,
-      static_cast<cudnnConvolutionFwdAlgo_t>(c.forward.algo), &c.forward.workspace));
-  CUDNN_CHECK(cudnnGetConvolutionBackwardDataWorkspaceSize(
-      cudnn_, plan->w_desc, plan->y_desc, plan->backward_data_desc, plan->x_desc,
-      static_cast<cudnnConvolutionBwdDataAlgo_t>(c.backward_data.algo), &c.backward_data.workspace));
-  CUDNN_CHECK(cudnnGetConvolutionBackwardFilterWorkspaceSize(
-      cudnn_, plan->x_desc, plan->y_desc, plan->backward_filter_desc, plan->w_desc,
-      static_cast<cudnnConvolutionBwdFilterAlgo_t>(c.backward_filter.algo), &c.backward_filter.workspace));
+  finish(*this, *plan);
   return plan;
 }
 
