@@ -65,7 +65,8 @@ void add_run_flags(CLI::App& cmd, RunConfig& c, std::string& lr_schedule) {
   cmd.add_option("--launcher", c.launcher,
                  "auto | threads (--gpus N in one process) | mpi (one process per rank, under mpirun)")
       ->capture_default_str();
-  cmd.add_option("--bucket-mb", c.bucket_mb, "gradient bucket size: each is summed as soon as backward has it")
+  cmd.add_option("--bucket-mb", c.bucket_mb,
+                 "gradient bucket size: each is summed as soon as backward has it")
       ->capture_default_str();
   cmd.add_option("--allreduce-precision", c.allreduce_precision,
                  "fp32 | compute: sum mixed-precision gradients in FP32 or in FP16/BF16")
@@ -77,7 +78,8 @@ void add_run_flags(CLI::App& cmd, RunConfig& c, std::string& lr_schedule) {
   cmd.add_option("--trace", c.trace_path,
                  "write a Chrome trace (chrome://tracing) of --trace-steps: every rank's compute, "
                  "communication and data rows");
-  cmd.add_option("--trace-steps", c.trace_steps, "A:B, the steps to trace (1-based; traced steps run op by op)")
+  cmd.add_option("--trace-steps", c.trace_steps,
+                 "A:B, the steps to trace (1-based; traced steps run op by op)")
       ->capture_default_str();
   cmd.add_option("--cuda-graph", c.cuda_graph,
                  "record the whole step once and replay it as one CUDA graph (true|false)")

@@ -21,13 +21,13 @@
 #pragma once
 
 #include <chrono>
-#include <vector>
 #include <cstdint>
 #include <functional>
 #include <memory>
 #include <optional>
 #include <span>
 #include <string>
+#include <vector>
 
 #include "core/tensor.h"
 
@@ -216,7 +216,6 @@ class Backend {
   std::vector<std::chrono::steady_clock::time_point> host_markers_;
 
  public:
-
   // How a plan runs, in words, for the per-layer profile ("fwd: IMPLICIT_PRECOMP_GEMM (tensor op) | ...");
   // empty where there is nothing to tell.
   virtual std::string describe(const ConvPlan&) const { return {}; }

@@ -45,9 +45,10 @@ std::string format_layer_profile(const std::vector<LayerTime>& times) {
     forward += t.forward_ms;
     backward += t.backward_ms;
     double gflops = t.forward_ms > 0 ? 2.0 * static_cast<double>(t.forward_macs) / (t.forward_ms * 1e6) : 0;
-    out += fmt::format("{:<28} {:<12} {:>10.3f} {:>10.3f} {:>6.1f}% {:>10}  {}\n", t.name, t.kind, t.forward_ms,
-                       t.backward_ms, total > 0 ? 100 * (t.forward_ms + t.backward_ms) / total : 0,
-                       t.forward_macs > 0 ? fmt::format("{:.1f}", gflops) : "", t.plan);
+    out +=
+        fmt::format("{:<28} {:<12} {:>10.3f} {:>10.3f} {:>6.1f}% {:>10}  {}\n", t.name, t.kind, t.forward_ms,
+                    t.backward_ms, total > 0 ? 100 * (t.forward_ms + t.backward_ms) / total : 0,
+                    t.forward_macs > 0 ? fmt::format("{:.1f}", gflops) : "", t.plan);
   }
   out += fmt::format("{:<28} {:<12} {:>10.3f} {:>10.3f}\n", "total", "", forward, backward);
   return out;

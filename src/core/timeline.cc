@@ -79,7 +79,10 @@ nlohmann::json Timeline::events() {
                    {"pid", rank_},
                    {"tid", s.track}});
   }
-  out.push_back({{"name", "process_name"}, {"ph", "M"}, {"pid", rank_}, {"args", {{"name", fmt::format("rank {}", rank_)}}}});
+  out.push_back({{"name", "process_name"},
+                 {"ph", "M"},
+                 {"pid", rank_},
+                 {"args", {{"name", fmt::format("rank {}", rank_)}}}});
   return out;
 }
 

@@ -54,7 +54,8 @@ GradientExchange::GradientExchange(Backend& backend, MemoryPlan& memory, Communi
 
 Tensor GradientExchange::slice(const GradientBucket& bucket, bool master) const {
   Tensor& flat = master ? memory_.flat_gradients() : memory_.compute_gradients();
-  auto* base = static_cast<std::byte*>(flat.data()) + static_cast<size_t>(bucket.offset) * dtype_size(flat.dtype());
+  auto* base =
+      static_cast<std::byte*>(flat.data()) + static_cast<size_t>(bucket.offset) * dtype_size(flat.dtype());
   return Tensor(base, {bucket.count}, flat.dtype(), Layout::nchw, flat.device());
 }
 

@@ -24,7 +24,7 @@
 namespace dlbench::dist {
 
 struct GradientBucket {
-  bool compute_region = false;  // [0, compute_count) of the flat buffers, else [compute_count, count)
+  bool compute_region = false;    // [0, compute_count) of the flat buffers, else [compute_count, count)
   int64_t offset = 0, count = 0;  // elements of the flat buffers
   int ready_after_layer = 0;      // its gradients are complete once this layer's backward has run
 };

@@ -50,6 +50,8 @@ void ConvLayer::backward() {
   }
 }
 
-std::string ConvLayer::plan_summary() const { return plan_ ? net_.backend().describe(*plan_) : std::string(); }
+std::string ConvLayer::plan_summary() const {
+  return plan_ ? net_.backend().describe(*plan_) : std::string();
+}
 
 }  // namespace dlbench

@@ -169,15 +169,16 @@ void resolve_config(RunConfig& c, bool cuda_available) {
     long long first = 0, last = 0;
     int n = std::sscanf(c.trace_steps.c_str(), "%lld%c%lld", &first, &colon, &last);
     DLB_REQUIRE(n == 3 && colon == ':' && first >= 1 && last >= first,
-                "--trace-steps {}: give A:B, the first and last step to trace (1-based, A <= B)", c.trace_steps);
+                "--trace-steps {}: give A:B, the first and last step to trace (1-based, A <= B)",
+                c.trace_steps);
     c.trace_first = first;
     c.trace_last = last;
   }
 
   // Data parallelism.
   DLB_REQUIRE(c.gpus >= 1, "--gpus {}: must be 1 or more", c.gpus);
-  DLB_REQUIRE(c.gpus == 1 || !on_cpu, "--gpus {}: the CPU runs one rank per process; start several with mpirun",
-              c.gpus);
+  DLB_REQUIRE(c.gpus == 1 || !on_cpu,
+              "--gpus {}: the CPU runs one rank per process; start several with mpirun", c.gpus);
   DLB_REQUIRE(c.launcher == "auto" || c.launcher == "threads" || c.launcher == "mpi",
               "--launcher {}: choose auto, threads or mpi", c.launcher);
   DLB_REQUIRE(c.bucket_mb >= 0, "--bucket-mb {}: must be 0 (one bucket) or more", c.bucket_mb);

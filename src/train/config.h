@@ -77,8 +77,8 @@ struct RunConfig {
   bool per_layer = false;  // bench: time every layer's forward and backward
   bool cuda_graph = true;  // replay the whole step as one CUDA graph where the backend can
   std::string json_path;
-  std::string trace_path;                 // --trace: a Chrome trace of steps trace_first..trace_last
-  std::string trace_steps = "3:4";        // "A:B", 1-based step numbers (warm-up steps count)
+  std::string trace_path;           // --trace: a Chrome trace of steps trace_first..trace_last
+  std::string trace_steps = "3:4";  // "A:B", 1-based step numbers (warm-up steps count)
   int64_t trace_first = 0, trace_last = 0;
   std::string checkpoint_path;
   int64_t save_every = 0;  // steps between checkpoints; 0 = at the end (and each epoch) only

@@ -95,10 +95,10 @@ MemoryFit largest_batch_that_fits(const RunConfig& config, Backend& backend, con
   const double slope = (static_cast<double>(asked.bytes) - static_cast<double>(estimate(other).bytes)) /
                        static_cast<double>(anchor - other);
   // Past the limit, the bytes the line predicts (what such a batch would need if it could be planned).
-  fit.planned_bytes =
-      anchor == fit.batch
-          ? asked.bytes
-          : static_cast<size_t>(static_cast<double>(asked.bytes) + slope * static_cast<double>(fit.batch - anchor));
+  fit.planned_bytes = anchor == fit.batch
+                          ? asked.bytes
+                          : static_cast<size_t>(static_cast<double>(asked.bytes) +
+                                                slope * static_cast<double>(fit.batch - anchor));
   int64_t guess = limit;
   if (slope > 0) {
     const double crossing =
@@ -142,9 +142,10 @@ void require_fit(const MemoryFit& fit) {
   if (fit.fits()) return;
   const int64_t largest = fit.largest_batch.value_or(0);
   if (fit.over_element_limit() && fit.planned_bytes <= fit.usable_bytes) {
-    throw_user_error("--batch-size {}: one activation would hold more than 2^31 elements, more than cuDNN takes "
-                     "in one tensor; the largest batch that fits is {}",
-                     fit.batch, largest);
+    throw_user_error(
+        "--batch-size {}: one activation would hold more than 2^31 elements, more than cuDNN takes "
+        "in one tensor; the largest batch that fits is {}",
+        fit.batch, largest);
   }
   throw_user_error(
       "--batch-size {} needs {} of device memory ({} of it a margin for the CUDA libraries), {} "

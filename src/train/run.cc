@@ -4,10 +4,10 @@
 
 #include <cmath>
 #include <cstdarg>
-#include <functional>
-#include <mutex>
 #include <cstdio>
+#include <functional>
 #include <memory>
+#include <mutex>
 #include <optional>
 
 #include "backend/backend_factory.h"
@@ -18,11 +18,11 @@
 #include "core/status.h"
 #include "core/timeline.h"
 #include "core/timer.h"
-#include "dist/config_check.h"
-#include "dist/launch.h"
 #include "data/epoch_sampler.h"
 #include "data/idx.h"
 #include "data/synthetic.h"
+#include "dist/config_check.h"
+#include "dist/launch.h"
 #include "models/resnet.h"
 #include "train/checkpoint.h"
 #include "train/lr_schedule.h"
@@ -127,19 +127,17 @@ void print_header(const char* command, const RunConfig& config, RunSetup& s, con
   Network& net = s.trainer->net();
   const Tensor& images = s.model.images->value;
   say("dlbench %s | %s, %s parameters, %.2f GMAC per image forward\n", command, config.model.c_str(),
-              with_thousands(net.parameter_count()).c_str(),
-              static_cast<double>(net.forward_macs()) / static_cast<double>(*config.batch_size) / 1e9);
+      with_thousands(net.parameter_count()).c_str(),
+      static_cast<double>(net.forward_macs()) / static_cast<double>(*config.batch_size) / 1e9);
   const double planned = static_cast<double>(net.memory().total_bytes());
   say("  device %s (%s backend, %d threads) | precision %s | layout %s | memory %.1f %s planned%s\n",
-              device_name(config.device).c_str(), s.backend->name().c_str(), config.threads,
-              precision_name(config.precision), layout_name(config.layout),
-              planned >= (1 << 30) ? planned / (1 << 30) : planned / (1 << 20),
-              planned >= (1 << 30) ? "GiB" : "MiB",
-              s.memory_fit.largest_batch
-                  ? fmt::format(" (largest batch that fits: {})", *s.memory_fit.largest_batch).c_str()
-                  : "");
-  say(
-      "  data %s: %lld samples of %lldx%lldx%lld%s | batch %lld per device%s | %s\n", config.data.c_str(),
+      device_name(config.device).c_str(), s.backend->name().c_str(), config.threads,
+      precision_name(config.precision), layout_name(config.layout),
+      planned >= (1 << 30) ? planned / (1 << 30) : planned / (1 << 20), planned >= (1 << 30) ? "GiB" : "MiB",
+      s.memory_fit.largest_batch
+          ? fmt::format(" (largest batch that fits: {})", *s.memory_fit.largest_batch).c_str()
+          : "");
+  say("  data %s: %lld samples of %lldx%lldx%lld%s | batch %lld per device%s | %s\n", config.data.c_str(),
       static_cast<long long>(s.train_data->size()), static_cast<long long>(images.c()),
       static_cast<long long>(images.h()), static_cast<long long>(images.w()),
       s.test_data ? fmt::format(", {} test", s.test_data->size()).c_str() : "",
@@ -148,10 +146,9 @@ void print_header(const char* command, const RunConfig& config, RunSetup& s, con
       length.c_str());
   say("  sgd lr %g (%s", config.lr, lr_schedule_name(config.lr_schedule));
   if (config.lr_warmup_epochs > 0) say(", warm-up %g epochs", config.lr_warmup_epochs);
-  say(") momentum %g%s weight decay %g%s | seed %llu\n", config.momentum,
-              config.nesterov ? " nesterov" : "", config.weight_decay,
-              config.decay_norm_and_bias ? "" : " (not on BN/bias)",
-              static_cast<unsigned long long>(config.seed));
+  say(") momentum %g%s weight decay %g%s | seed %llu\n", config.momentum, config.nesterov ? " nesterov" : "",
+      config.weight_decay, config.decay_norm_and_bias ? "" : " (not on BN/bias)",
+      static_cast<unsigned long long>(config.seed));
   if (s.comm->name() != "local") {
     say("  data parallel: %d ranks (%s), gradient buckets of %g MiB summed in %s while backward runs%s\n",
         s.comm->size(), s.comm->name().c_str(), config.bucket_mb,
@@ -307,7 +304,7 @@ nlohmann::json train_rank(const RunConfig& given, dist::Launch& launch, int slot
     last_accuracy = trainer.evaluate(*s.test_data);
     evaluations.push_back({{"epoch", epoch}, {"step", step}, {"test_accuracy", last_accuracy}});
     say("epoch %lld  test accuracy %.2f%% (%lld images, %.1f s)\n", static_cast<long long>(epoch + 1),
-                100.0 * last_accuracy, static_cast<long long>(s.test_data->size()), timer.seconds());
+        100.0 * last_accuracy, static_cast<long long>(s.test_data->size()), timer.seconds());
     std::fflush(stdout);
   };
 
@@ -343,9 +340,8 @@ nlohmann::json train_rank(const RunConfig& given, dist::Launch& launch, int slot
       double rate = static_cast<double>(images_since_log) / since_log.seconds();
       double eta = static_cast<double>(total_steps - step - 1) * images_per_step / rate;
       say("step %lld/%lld  epoch %lld  loss %.4f  lr %.4g  %.1f img/s  ETA %s\n",
-                  static_cast<long long>(step + 1), static_cast<long long>(total_steps),
-                  static_cast<long long>(epoch + 1), loss, schedule.at(step), rate,
-                  format_duration(eta).c_str());
+          static_cast<long long>(step + 1), static_cast<long long>(total_steps),
+          static_cast<long long>(epoch + 1), loss, schedule.at(step), rate, format_duration(eta).c_str());
       std::fflush(stdout);
       since_log.restart();
       images_since_log = 0;
@@ -383,8 +379,8 @@ nlohmann::json train_rank(const RunConfig& given, dist::Launch& launch, int slot
     j["evaluations"] = evaluations;
   }
   say("done: %lld steps, final loss %.4f, %.1f img/s (median step %.1f ms, p5 %.1f, p95 %.1f)",
-              static_cast<long long>(total_steps - first_step), losses.empty() ? NAN : losses.back(),
-              j["images_per_second"].get<double>(), d.median, d.p5, d.p95);
+      static_cast<long long>(total_steps - first_step), losses.empty() ? NAN : losses.back(),
+      j["images_per_second"].get<double>(), d.median, d.p5, d.p95);
   if (s.test_data) say(", test accuracy %.2f%%", 100.0 * last_accuracy);
   say("\n");
   return s.comm->rank() == 0 ? j : nlohmann::json();
@@ -420,14 +416,12 @@ nlohmann::json bench_rank(const RunConfig& given, dist::Launch& launch, int slot
     loss = trainer.step(feed, schedule.at(step), /*read_loss=*/true);
     tracer.after(step + 1);
     say("warm-up %lld/%lld  loss %.4f  %.1f ms\n", static_cast<long long>(step + 1),
-                static_cast<long long>(*config.warmup_steps), loss, timer.milliseconds());
+        static_cast<long long>(*config.warmup_steps), loss, timer.milliseconds());
     std::fflush(stdout);
   }
   // After warm-up the step is recorded once and replayed (on backends that can: CUDA graphs).
   const bool graph = config.cuda_graph && *config.warmup_steps > 0 && trainer.record_step();
-  say("step as one graph: %s\n", graph               ? "yes"
-                                         : config.cuda_graph ? "no (not supported here)"
-                                                             : "no (off)");
+  say("step as one graph: %s\n", graph ? "yes" : config.cuda_graph ? "no (not supported here)" : "no (off)");
 
   MeasuredWindow window;
   std::vector<double> losses;
@@ -447,9 +441,9 @@ nlohmann::json bench_rank(const RunConfig& given, dist::Launch& launch, int slot
     if (read_loss) {
       losses.push_back(loss);
       double eta = ms * static_cast<double>(*config.steps - step - 1) / 1e3;
-      say("step %lld/%lld  loss %.4f  %.1f ms  %.1f img/s  ETA %s\n",
-                  static_cast<long long>(step + 1), static_cast<long long>(*config.steps), loss, ms,
-                  static_cast<double>(images_per_step) * 1e3 / ms, format_duration(eta).c_str());
+      say("step %lld/%lld  loss %.4f  %.1f ms  %.1f img/s  ETA %s\n", static_cast<long long>(step + 1),
+          static_cast<long long>(*config.steps), loss, ms, static_cast<double>(images_per_step) * 1e3 / ms,
+          format_duration(eta).c_str());
       std::fflush(stdout);
     }
   }
@@ -478,11 +472,10 @@ nlohmann::json bench_rank(const RunConfig& given, dist::Launch& launch, int slot
     // After the window, so it cannot disturb the measurement.
     std::vector<LayerTime> times = profile_layers(trainer.net(), 3);
     say("\nper-layer times (mean of 3 iterations, each layer synchronised):\n%s\n",
-                format_layer_profile(times).c_str());
+        format_layer_profile(times).c_str());
     j["per_layer"] = to_json(times);
   }
-  say(
-      "%s %s batch %lld on %s: %.2f img/s | step median %.1f ms, p5 %.1f, p95 %.1f, mean %.1f +- %.1f ms\n",
+  say("%s %s batch %lld on %s: %.2f img/s | step median %.1f ms, p5 %.1f, p95 %.1f, mean %.1f +- %.1f ms\n",
       config.model.c_str(), precision_name(config.precision), static_cast<long long>(*config.batch_size),
       device_name(config.device).c_str(), window.images_per_second(), d.median, d.p5, d.p95, d.mean, d.ci95);
   if (s.comm->size() > 1)

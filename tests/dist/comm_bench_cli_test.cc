@@ -9,8 +9,8 @@
 #include <regex>
 
 #include "cli_util.h"
-#include "mpi_cli_util.h"
 #include "dist/mpi_runtime.h"
+#include "mpi_cli_util.h"
 #include "temp_dir.h"
 
 namespace dlbench::dist {

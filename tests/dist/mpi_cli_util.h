@@ -11,7 +11,8 @@
 namespace dlbench::testing {
 
 // Runs `mpirun -np RANKS [env] dlbench ARGS` with a time limit.
-inline CommandResult run_mpi(int ranks, const std::string& env, const std::string& args, int timeout_seconds = 60) {
+inline CommandResult run_mpi(int ranks, const std::string& env, const std::string& args,
+                             int timeout_seconds = 60) {
   dlbench::testing::TempDir dir;
   const std::string out = dir.file("out"), err = dir.file("err");
   const std::string cmd = "timeout " + std::to_string(timeout_seconds) +

@@ -70,8 +70,8 @@ TEST(MemoryFit, BatchPastTheElementLimitIsRefusedBeforePlanning) {
   auto backend = make_reference_backend();
   const ModelOptions options = options_for("resnet20");  // largest activation: 16 x 28 x 28 per image
   const int64_t limit = INT32_MAX / (16 * 28 * 28);
-  MemoryFit fit =
-      largest_batch_that_fits(config_for("resnet20", 200000), *backend, options, device_with_free(size_t{1} << 50));
+  MemoryFit fit = largest_batch_that_fits(config_for("resnet20", 200000), *backend, options,
+                                          device_with_free(size_t{1} << 50));
   EXPECT_EQ(fit.element_limit_batch, limit);
   EXPECT_FALSE(fit.fits());
   EXPECT_EQ(fit.largest_batch.value_or(-1), limit);
@@ -83,7 +83,8 @@ TEST(MemoryFit, BatchPastTheElementLimitIsRefusedBeforePlanning) {
     EXPECT_NE(message.find("--batch-size 200000: one activation would hold more than 2^31 elements"),
               std::string::npos)
         << message;
-    EXPECT_NE(message.find(fmt::format("the largest batch that fits is {}", limit)), std::string::npos) << message;
+    EXPECT_NE(message.find(fmt::format("the largest batch that fits is {}", limit)), std::string::npos)
+        << message;
   }
 }
 

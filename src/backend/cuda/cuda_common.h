@@ -216,7 +216,9 @@ class CudaBackend final : public Backend {
   int64_t mark(void* stream) override;
   double marker_ms(int64_t marker) override;
   std::string describe(const ConvPlan& plan) const override { return describe_cuda_conv_plan(plan); }
-  std::string describe(const BatchNormPlan& plan) const override { return describe_cuda_batchnorm_plan(plan); }
+  std::string describe(const BatchNormPlan& plan) const override {
+    return describe_cuda_batchnorm_plan(plan);
+  }
 
  private:
   int device_;
