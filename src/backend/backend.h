@@ -172,6 +172,7 @@ struct DeviceMemory {
   size_t free_bytes = 0;
   size_t total_bytes = 0;
   std::string description;  // for messages: "cuda:0 (NVIDIA H200)"
+  std::string name;         // the device's model: "NVIDIA H200"
 };
 
 class Backend {

@@ -189,7 +189,9 @@ nlohmann::json result_skeleton(const RunConfig& config, RunSetup& s) {
   nlohmann::json j;
   j["model"] = config.model;
   j["parameters"] = s.trainer->net().parameter_count();
-  j["device"] = device_name(config.device);
+  // "cuda:NVIDIA H200" on a GPU (what results are compared by), "cpu" on the CPU.
+  j["device"] = s.memory_fit.device ? "cuda:" + s.memory_fit.device->name : device_name(config.device);
+  j["device_index"] = device_name(config.device);
   j["backend"] = s.backend->name();
   j["precision"] = precision_name(config.precision);
   j["batch_size"] = *config.batch_size;

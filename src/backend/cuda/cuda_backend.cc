@@ -172,6 +172,7 @@ std::optional<DeviceMemory> CudaBackend::device_memory() {
   cudaDeviceProp properties{};
   CUDA_CHECK(cudaGetDeviceProperties(&properties, device_));
   memory.description = fmt::format("cuda:{} ({})", device_, properties.name);
+  memory.name = properties.name;
   return memory;
 }
 

@@ -9,6 +9,7 @@
 #include <cstring>
 
 #include "backend/onednn/onednn_common.h"
+#include "backend/reference/reference_common.h"
 
 namespace dlbench {
 namespace onednn {
@@ -21,83 +22,10 @@ void check_same_count(const Tensor& a, const Tensor& b, const char* op) {
   DLB_CHECK(a.numel() == b.numel(), "{}: {} and {} differ in element count", op, a.describe(), b.describe());
 }
 
-uint16_t f32_to_f16(float f) {
-  const uint32_t x = std::bit_cast<uint32_t>(f);
-  const uint32_t sign = (x >> 16) & 0x8000u;
-  uint32_t mant = x & 0x7fffffu;
-  const int exp = static_cast<int>((x >> 23) & 0xffu);
-  if (exp == 0xff) return static_cast<uint16_t>(sign | 0x7c00u | (mant ? 0x200u : 0u));
-  const int e = exp - 127 + 15;
-  if (e >= 31) return static_cast<uint16_t>(sign | 0x7c00u);
-  if (e <= 0) {  // a half subnormal (or zero)
-    if (e < -10) return static_cast<uint16_t>(sign);
-    mant |= 0x800000u;
-    const int shift = 14 - e;
-    uint32_t half = mant >> shift;
-    const uint32_t rem = mant & ((1u << shift) - 1), mid = 1u << (shift - 1);
-    if (rem > mid || (rem == mid && (half & 1u))) ++half;
-    return static_cast<uint16_t>(sign | half);
-  }
-  uint32_t half = (static_cast<uint32_t>(e) << 10) | (mant >> 13);
-  const uint32_t rem = mant & 0x1fffu;
-  if (rem > 0x1000u || (rem == 0x1000u && (half & 1u))) ++half;  // a carry into the exponent is right
-  return static_cast<uint16_t>(sign | half);
-}
-
-float f16_to_f32(uint16_t h) {
-  const uint32_t sign = static_cast<uint32_t>(h & 0x8000u) << 16;
-  const uint32_t exp = (h >> 10) & 0x1fu, mant = h & 0x3ffu;
-  if (exp == 0) {
-    const float v = std::ldexp(static_cast<float>(mant), -24);
-    return sign ? -v : v;
-  }
-  if (exp == 31) return std::bit_cast<float>(sign | 0x7f800000u | (mant << 13));
-  return std::bit_cast<float>(sign | ((exp - 15 + 127) << 23) | (mant << 13));
-}
-
-uint16_t f32_to_bf16(float f) {
-  const uint32_t x = std::bit_cast<uint32_t>(f);
-  if ((x & 0x7fffffffu) > 0x7f800000u) return static_cast<uint16_t>((x >> 16) | 0x40u);  // quiet NaN
-  return static_cast<uint16_t>((x + 0x7fffu + ((x >> 16) & 1u)) >> 16);
-}
-
-float bf16_to_f32(uint16_t b) { return std::bit_cast<float>(static_cast<uint32_t>(b) << 16); }
-
-double load_as_double(const Tensor& t, int64_t i) {
-  switch (t.dtype()) {
-    case DType::f32:
-      return t.ptr<float>()[i];
-    case DType::f64:
-      return t.ptr<double>()[i];
-    case DType::f16:
-      return f16_to_f32(t.ptr<uint16_t>()[i]);
-    case DType::bf16:
-      return bf16_to_f32(t.ptr<uint16_t>()[i]);
-    case DType::i32:
-      return t.ptr<int32_t>()[i];
-  }
-  return 0;
-}
-
-void store_from_double(Tensor& t, int64_t i, double v) {
-  switch (t.dtype()) {
-    case DType::f32:
-      t.ptr<float>()[i] = static_cast<float>(v);
-      break;
-    case DType::f64:
-      t.ptr<double>()[i] = v;
-      break;
-    case DType::f16:
-      t.ptr<uint16_t>()[i] = f32_to_f16(static_cast<float>(v));
-      break;
-    case DType::bf16:
-      t.ptr<uint16_t>()[i] = f32_to_bf16(static_cast<float>(v));
-      break;
-    case DType::i32:
-      t.ptr<int32_t>()[i] = static_cast<int32_t>(v);
-      break;
-  }
-}
+// Rare dtypes (FP16/BF16 casts, i32 flags) go element by element through the reference backend's
+// conversions (round to nearest even, straight from double).
+double load_as_double(const Tensor& t, int64_t i) { return reference::load_element(t, i); }
+void store_from_double(Tensor& t, int64_t i, double v) { reference::store_element(t, i, v); }
 
 }  // namespace
 
