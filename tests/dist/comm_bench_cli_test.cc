@@ -22,15 +22,7 @@ using dlbench::testing::read_text;
 using dlbench::testing::run_dlbench;
 using dlbench::testing::run_mpi;
 
-class CommBenchCli : public ::testing::Test {
- protected:
-  void SetUp() override {
-    if (launched_by_mpi()) GTEST_SKIP() << "starts mpirun itself";
-#if !DLBENCH_WITH_MPI
-    GTEST_SKIP() << "this build has no MPI (DLBENCH_WITH_MPI=OFF)";
-#endif
-  }
-};
+class CommBenchCli : public dlbench::testing::MpirunTest {};
 
 TEST_F(CommBenchCli, TwoCpuRanksUnderMpirun) {
   dlbench::testing::TempDir dir;

@@ -19,15 +19,7 @@ using dlbench::testing::count;
 using dlbench::testing::run_dlbench;
 using dlbench::testing::run_mpi;
 
-class DataParallelTrain : public ::testing::Test {
- protected:
-  void SetUp() override {
-    if (launched_by_mpi()) GTEST_SKIP() << "starts mpirun itself";
-#if !DLBENCH_WITH_MPI
-    GTEST_SKIP() << "this build has no MPI (DLBENCH_WITH_MPI=OFF)";
-#endif
-  }
-};
+class DataParallelTrain : public dlbench::testing::MpirunTest {};
 
 // ||a - b|| / ||b|| over the parameters of two checkpoints.
 double parameter_distance(const Checkpoint& a, const Checkpoint& b) {

@@ -1,11 +1,13 @@
 // Running the dlbench binary under mpirun from tests, with a time limit (nothing here can hang CI).
 #pragma once
 
+#include <gtest/gtest.h>
 #include <sys/wait.h>
 
 #include <string>
 
 #include "cli_util.h"
+#include "dist/mpi_runtime.h"
 #include "temp_dir.h"
 
 namespace dlbench::testing {
@@ -25,6 +27,17 @@ inline CommandResult run_mpi(int ranks, const std::string& env, const std::strin
   r.err = read_text(err);
   return r;
 }
+
+// Tests that start mpirun themselves: skipped inside a process mpirun started, and without MPI.
+class MpirunTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (dist::launched_by_mpi()) GTEST_SKIP() << "starts mpirun itself";
+#if !DLBENCH_WITH_MPI
+    GTEST_SKIP() << "this build has no MPI (DLBENCH_WITH_MPI=OFF)";
+#endif
+  }
+};
 
 inline int count(const std::string& text, const std::string& what) {
   int n = 0;
