@@ -106,8 +106,8 @@ void NcclDataPlane::all_reduce_sum(Tensor& x) {
   const int64_t sequence = captured ? 0 : progress_->begin(OpKind::all_reduce);
   CUDA_CHECK(cudaEventRecord(fork_, compute_));
   CUDA_CHECK(cudaStreamWaitEvent(comm_stream_, fork_, 0));
-  TimelineSpan span(fmt::format("all-reduce {:.2f} MB", static_cast<double>(x.bytes()) / 1e6), "communication",
-                    comm_stream_);
+  TimelineSpan span(fmt::format("all-reduce {:.2f} MB", static_cast<double>(x.bytes()) / 1e6),
+                    "communication", comm_stream_);
   settle(comm_,
          ncclAllReduce(x.data(), x.data(), static_cast<size_t>(x.numel()), nccl_dtype(x.dtype()), ncclSum,
                        comm_, comm_stream_),

@@ -173,8 +173,8 @@ TEST_F(CudaLoss, RejectsBadArguments) {
   EXPECT_THROW(cuda::softmax_cross_entropy_forward(x.get(), DType::f32, x.as<int32_t>(), 0, 10, 0.f,
                                                    x.as<float>(), x.as<float>(), stream_),
                Error);
-  EXPECT_THROW(cuda::softmax_cross_entropy_backward(x.as<float>(), x.as<int32_t>(), 1, 1, 1.5f, 1.f, nullptr, x.get(),
-                                                    DType::f32, stream_),
+  EXPECT_THROW(cuda::softmax_cross_entropy_backward(x.as<float>(), x.as<int32_t>(), 1, 1, 1.5f, 1.f, nullptr,
+                                                    x.get(), DType::f32, stream_),
                Error);
 }
 

@@ -131,7 +131,8 @@ TEST(GpuModel, ResNet50StepMatchesOneDnnInFp32) {
     double worst_ratio = 0;
     std::string worst_name;
     for (const auto& [relative, name] : errors) {
-      if (name.find("bn") != std::string::npos || name.find("downsample.1") != std::string::npos) ++batch_norm;
+      if (name.find("bn") != std::string::npos || name.find("downsample.1") != std::string::npos)
+        ++batch_norm;
       if (relative < 1e-3) ++within_1e3;
       EXPECT_LT(relative, std::max(1e-3, 4 * spread[name])) << name << " (CPU spread " << spread[name] << ")";
       if (relative / std::max(1e-3, spread[name]) > worst_ratio) {
@@ -140,10 +141,11 @@ TEST(GpuModel, ResNet50StepMatchesOneDnnInFp32) {
       }
     }
     EXPECT_EQ(batch_norm, 106);  // 53 batch norms x (gamma, beta), among the 161
-    std::printf("%s batch %lld size %lld: loss %.6f vs %.6f; %d of 161 gradients within 1e-3; largest "
-                "error / CPU spread: %.2f (%s)\n",
-                layout_name(layout), static_cast<long long>(batch), static_cast<long long>(size), b.loss, a.loss,
-                within_1e3, worst_ratio, worst_name.c_str());
+    std::printf(
+        "%s batch %lld size %lld: loss %.6f vs %.6f; %d of 161 gradients within 1e-3; largest "
+        "error / CPU spread: %.2f (%s)\n",
+        layout_name(layout), static_cast<long long>(batch), static_cast<long long>(size), b.loss, a.loss,
+        within_1e3, worst_ratio, worst_name.c_str());
     for (size_t i = 0; i < 4; ++i)
       std::printf("  gpu vs cpu %.2e %-28s (CPU spread under a 1e-7 nudge: %.2e)\n", errors[i].first,
                   errors[i].second.c_str(), spread[errors[i].second]);
