@@ -41,7 +41,7 @@ class Timeline {
   struct Span {
     std::string name, track;
     bool host = false;
-    int64_t begin = -1, end = -1;         // backend markers
+    int64_t begin = -1, end = -1;         // backend markers; end < 0: still open
     double host_begin = 0, host_end = 0;  // microseconds on the host clock
   };
   double host_now_us() const;

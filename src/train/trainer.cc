@@ -90,7 +90,6 @@ void Trainer::load_batch(const Dataset& data, std::span<const int64_t> indices) 
 }
 
 float Trainer::step(const std::function<void(int64_t)>& feed, double lr, bool read_loss) {
-  Network& network = *model_.net;
   // The rate goes to the device asynchronously, ahead of the step that reads it.
   Tensor lr_slot = scalar_view(offsetof(StepScalars, lr), DType::f32);
   backend_.fill(lr_slot, lr);
@@ -104,17 +103,22 @@ float Trainer::step(const std::function<void(int64_t)>& feed, double lr, bool re
   float loss_sum = 0.f;
   for (int64_t micro = 0; micro < accumulate_steps_; ++micro) {
     feed(micro);
-    // The first micro-batch overwrites the parameter gradients, the others add to them.
-    network.set_parameter_grad_mode(micro == 0 ? Accumulate::overwrite : Accumulate::add);
-    // Gradients leave for the other ranks during the last micro-batch's backward, once complete.
-    if (exchange_ && micro + 1 == accumulate_steps_) exchange_->arm();
-    network.forward(Phase::train);  // ends with the loss
-    network.backward();             // starts from dLoss/dlogits
+    forward_backward(micro);
     if (read_loss) loss_sum += this->read_loss();
   }
   finish_step();
   // The loss is computed from scaled logits' gradients only: its value is unscaled.
   return read_loss ? loss_sum / static_cast<float>(accumulate_steps_) : NAN;
+}
+
+void Trainer::forward_backward(int64_t micro) {
+  Network& network = *model_.net;
+  // The first micro-batch overwrites the parameter gradients, the others add to them.
+  network.set_parameter_grad_mode(micro == 0 ? Accumulate::overwrite : Accumulate::add);
+  // Gradients leave for the other ranks during the last micro-batch's backward, once complete.
+  if (exchange_ && micro + 1 == accumulate_steps_) exchange_->arm();
+  network.forward(Phase::train);  // ends with the loss
+  network.backward();             // starts from dLoss/dlogits
 }
 
 void Trainer::finish_step() {
@@ -151,12 +155,8 @@ double Trainer::time_gradient_exchange(int iterations) {
 
 bool Trainer::record_step() {
   if (accumulate_steps_ > 1) return false;
-  Network& network = *model_.net;
-  recorded_step_ = backend_.capture([this, &network] {
-    network.set_parameter_grad_mode(Accumulate::overwrite);
-    if (exchange_) exchange_->arm();
-    network.forward(Phase::train);
-    network.backward();
+  recorded_step_ = backend_.capture([this] {
+    forward_backward(0);
     finish_step();
   });
   return recorded_step_ != nullptr;

@@ -68,6 +68,8 @@ class Trainer {
   int64_t images_per_step() const { return batch_ * accumulate_steps_; }
 
  private:
+  // Forward and backward of micro-batch `micro` on the current inputs.
+  void forward_backward(int64_t micro);
   // Everything after the micro-batches' backward passes: gradients to FP32, overflow check, update,
   // loss-scale adaptation. Issues device work only (no host synchronisation).
   void finish_step();
