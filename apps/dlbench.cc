@@ -84,6 +84,9 @@ void add_run_flags(CLI::App& cmd, RunConfig& c, std::string& lr_schedule) {
   cmd.add_option("--cuda-graph", c.cuda_graph,
                  "record the whole step once and replay it as one CUDA graph (true|false)")
       ->capture_default_str();
+  cmd.add_option("--conv-workspace-mb", c.conv_workspace_mb,
+                 "GPU: the most workspace one convolution may take; the fastest algorithm within it wins")
+      ->capture_default_str();
 }
 
 dlbench::LrSchedule parse_schedule(const std::string& text) {

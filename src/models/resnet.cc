@@ -129,6 +129,7 @@ Model build_model(const std::string& name, Backend& backend, const NetworkOption
   }
   x = net.add<GlobalAvgPoolLayer>("avgpool", *x).output();
   model.logits = net.add<LinearLayer>("fc", *x, options.num_classes).output();
+  net.keep_after_step(*model.logits);
   model.loss =
       &net.add<SoftmaxCrossEntropyLayer>("loss", *model.logits, *model.labels, options.label_smoothing);
   return model;

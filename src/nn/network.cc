@@ -68,35 +68,44 @@ void Network::plan() {
 
   // Which layers read each value: its producer's and consumers' forward and backward steps.
   struct Readers {
-    int last_forward = -1;          // the forward step of the last consumer
-    bool read_in_backward = false;  // by the producer's or a consumer's backward
+    int last_forward = -1;        // the forward step of the last consumer
+    int first_backward_reader = -1;  // the lowest index of a layer whose backward reads it (-1: none)
   };
   std::unordered_map<const Activation*, Readers> readers;
+  auto read_in_backward_by = [](Readers& r, int index) {
+    r.first_backward_reader = r.first_backward_reader < 0 ? index : std::min(r.first_backward_reader, index);
+  };
   for (int index = 0; index < layer_count; ++index) {
     const Layer& layer = *layers_[static_cast<size_t>(index)];
-    readers[layer.output()].read_in_backward |= layer.backward_reads_output();
+    Readers& own = readers[layer.output()];
+    if (layer.backward_reads_output()) read_in_backward_by(own, index);
     for (int i = 0; i < static_cast<int>(layer.inputs().size()); ++i) {
       Readers& r = readers[layer.inputs()[static_cast<size_t>(i)]];
       r.last_forward = index;
-      r.read_in_backward |= layer.backward_reads_input(i);
+      if (layer.backward_reads_input(i)) read_in_backward_by(r, index);
     }
   }
 
-  // A value is written by its producer's forward and read by its consumers' forwards; most are read again
-  // in the backward pass, so they hold data all step, as do the network's inputs and outputs (fed before
-  // the step, read after it). A value that no backward reads (a projection shortcut's batch-norm output,
-  // which the closing batch norm only adds) holds data from its producer's forward to its last consumer's.
+  // A value holds data from its producer's forward to the last step that reads it: its last consumer's
+  // forward, or, when a backward reads it, the backward of the earliest layer that does (the backward pass
+  // runs in reverse, so that one comes last). After that its memory is free for the gradients of the
+  // layers before it, which is what keeps ResNet-50's gradients inside the memory its saved activations
+  // leave behind. The network's inputs (fed before the step), its outputs (read after it) and the values
+  // marked keep_after_step hold data all step.
   // A gradient holds data from its first write in the backward pass until its producer's backward has
-  // read it. Every backward reads only its output's gradient and writes only its inputs' (the layer
-  // contract), and all those ranges contain the layer's backward step, so no layer ever finds two of its
-  // tensors in the same memory. A gradient that no layer writes, or no layer reads, is fed or read from
-  // outside the pass (a test's input or output) and holds data all step.
+  // read it. Every backward reads only its output's gradient, its inputs and output where it says so
+  // (backward_reads_input/output), and writes only its inputs' gradients (the layer contract); all those
+  // ranges contain the layer's backward step, so no layer ever finds two of its tensors in the same
+  // memory. A gradient that no layer writes, or no layer reads, is fed or read from outside the pass (a
+  // test's input or output) and holds data all step.
   for (Activation& a : activations_) {
     auto produced = producer.find(&a);
     auto read = readers.find(&a);
     if (produced != producer.end() && read != readers.end() && read->second.last_forward >= 0 &&
-        !read->second.read_in_backward) {
-      memory_.add_transient(a.value, a.name, produced->second, read->second.last_forward);
+        !a.kept_after_step) {
+      const Readers& r = read->second;
+      const int last = r.first_backward_reader >= 0 ? backward_step(r.first_backward_reader) : r.last_forward;
+      memory_.add_transient(a.value, a.name, produced->second, last);
     } else {
       memory_.add_activation(a.value, a.name);
     }

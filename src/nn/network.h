@@ -41,6 +41,9 @@ class Network {
   }
   // An input fed from outside (images, labels): no gradient.
   Activation& new_input(std::string name, std::vector<int64_t> dims, DType dtype);
+  // A value read from outside after a training step (the logits): it keeps its memory all step, where it
+  // would otherwise hand it to gradients once the last backward that reads it has run.
+  void keep_after_step(Activation& value) { value.kept_after_step = true; }
 
   template <typename L, typename... Args>
   L& add(Args&&... args) {

@@ -186,6 +186,7 @@ void resolve_config(RunConfig& c, bool cuda_available) {
               "--allreduce-precision {}: choose fp32 or compute", c.allreduce_precision);
   DLB_REQUIRE(c.lr_scaling == "none" || c.lr_scaling == "linear", "--lr-scaling {}: choose none or linear",
               c.lr_scaling);
+  DLB_REQUIRE(c.conv_workspace_mb >= 0, "--conv-workspace-mb {}: must be 0 or more", c.conv_workspace_mb);
   DLB_REQUIRE(c.timeout_seconds > 0, "--timeout {}: must be positive", c.timeout_seconds);
 
   if (!c.log_every) c.log_every = on_cpu ? (c.kind == RunKind::bench ? 1 : 50) : 100;
@@ -229,6 +230,7 @@ nlohmann::json config_to_json(const RunConfig& c) {
   j["lr_scaling"] = c.lr_scaling;
   j["timeout_seconds"] = c.timeout_seconds;
   j["cuda_graph"] = c.cuda_graph;
+  j["conv_workspace_mb"] = c.conv_workspace_mb;
   return j;
 }
 

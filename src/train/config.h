@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "core/tensor.h"
+#include "backend/backend_factory.h"
 
 namespace dlbench {
 
@@ -76,6 +77,7 @@ struct RunConfig {
   std::optional<int64_t> log_every;
   bool per_layer = false;  // bench: time every layer's forward and backward
   bool cuda_graph = true;  // replay the whole step as one CUDA graph where the backend can
+  double conv_workspace_mb = kDefaultConvWorkspaceLimit >> 20;  // GPU: the most workspace one convolution direction may take
   std::string json_path;
   std::string trace_path;           // --trace: a Chrome trace of steps trace_first..trace_last
   std::string trace_steps = "3:4";  // "A:B", 1-based step numbers (warm-up steps count)

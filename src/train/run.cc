@@ -80,7 +80,8 @@ RunSetup set_up(const RunConfig& config, dist::Launch& launch, int slot) {
   RunSetup s;
   Device device = config.device;
   if (device.kind == DeviceKind::cuda) device.index = launch.gpu(slot);
-  s.backend = make_backend(config.backend_name, device, config.threads, config.precision == Precision::tf32);
+  s.backend = make_backend(config.backend_name, device, config.threads, config.precision == Precision::tf32,
+                           static_cast<size_t>(config.conv_workspace_mb * (1 << 20)));
   s.comm = launch.join(slot, *s.backend);
   rank_speaks = s.comm->rank() == 0;
   const int ranks = s.comm->size();
@@ -137,6 +138,15 @@ void print_header(const char* command, const RunConfig& config, RunSetup& s, con
       s.memory_fit.largest_batch
           ? fmt::format(" (largest batch that fits: {})", *s.memory_fit.largest_batch).c_str()
           : "");
+  {
+    const MemoryPlan& plan = net.memory();
+    auto gib = [](size_t bytes) { return static_cast<double>(bytes) / (1 << 30); };
+    const size_t other = plan.total_bytes() - plan.activation_bytes() - plan.workspace_bytes() - plan.held_bytes();
+    say("  memory plan: activations and their gradients %.2f GiB | workspace %.2f GiB | weights, gradients and "
+        "optimizer state %.2f GiB%s\n",
+        gib(plan.activation_bytes()), gib(plan.workspace_bytes()), gib(other),
+        plan.held_bytes() ? fmt::format(" | batch-norm reserves {:.2f} GiB", gib(plan.held_bytes())).c_str() : "");
+  }
   say("  data %s: %lld samples of %lldx%lldx%lld%s | batch %lld per device%s | %s\n", config.data.c_str(),
       static_cast<long long>(s.train_data->size()), static_cast<long long>(images.c()),
       static_cast<long long>(images.h()), static_cast<long long>(images.w()),
@@ -425,22 +435,26 @@ nlohmann::json bench_rank(const RunConfig& given, dist::Launch& launch, int slot
   const bool graph = config.cuda_graph && *config.warmup_steps > 0 && trainer.record_step();
   say("step as one graph: %s\n", graph ? "yes" : config.cuda_graph ? "no (not supported here)" : "no (off)");
 
+  // The host never waits inside the window, except to read a logged loss: it enqueues step after step
+  // while the device runs, as training does. A marker (a CUDA event on a GPU) after each step times it on
+  // the device; the markers are read after the window. Waiting after every step would add the launch of
+  // the next step (a whole CUDA graph's, over a thousand kernels) to every step's time.
   MeasuredWindow window;
   std::vector<double> losses;
   s.backend->synchronize();
   const double seconds_to_first_timed_step = process_clock.seconds();
   WallTimer window_timer;
+  std::vector<int64_t> markers = {s.backend->mark()};
   for (int64_t step = 0; step < *config.steps; ++step) {
     s.comm->set_step(*config.warmup_steps + step + 1);
     tracer.before(*config.warmup_steps + step + 1);
-    WallTimer timer;
     bool read_loss = (step + 1) % *config.log_every == 0 || step + 1 == *config.steps;
     loss = trainer.step(feed, schedule.at(*config.warmup_steps + step), read_loss);
-    s.backend->synchronize();
-    double ms = timer.milliseconds();
+    markers.push_back(s.backend->mark());
     tracer.after(*config.warmup_steps + step + 1);
-    window.add_step(ms, images_per_step);
     if (read_loss) {
+      s.backend->synchronize();  // the loss was read: the device has (almost) nothing left to do
+      const double ms = s.backend->marker_ms(markers.back()) - s.backend->marker_ms(markers[markers.size() - 2]);
       losses.push_back(loss);
       double eta = ms * static_cast<double>(*config.steps - step - 1) / 1e3;
       say("step %lld/%lld  loss %.4f  %.1f ms  %.1f img/s  ETA %s\n", static_cast<long long>(step + 1),
@@ -449,6 +463,9 @@ nlohmann::json bench_rank(const RunConfig& given, dist::Launch& launch, int slot
       std::fflush(stdout);
     }
   }
+  s.backend->synchronize();
+  for (size_t i = 1; i < markers.size(); ++i)
+    window.add_step(s.backend->marker_ms(markers[i]) - s.backend->marker_ms(markers[i - 1]), images_per_step);
   window.set_wall_seconds(window_timer.seconds());
   tracer.write();
   Distribution d = window.step_distribution();

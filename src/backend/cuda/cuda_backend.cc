@@ -130,7 +130,8 @@ constexpr size_t kCublasWorkspaceBytes = size_t{32} << 20;
 
 }  // namespace
 
-CudaBackend::CudaBackend(int device, bool allow_tf32) : device_(device), allow_tf32_(allow_tf32) {
+CudaBackend::CudaBackend(int device, bool allow_tf32, size_t conv_workspace_limit)
+    : device_(device), allow_tf32_(allow_tf32), conv_workspace_limit_(conv_workspace_limit) {
   const int count = cuda_device_count();
   DLB_REQUIRE(device >= 0 && device < count, "--device cuda:{}: this machine has {} CUDA GPU(s)", device,
               count);
@@ -370,8 +371,8 @@ int cuda_device_count() {
   return count;
 }
 
-std::unique_ptr<Backend> make_cuda_backend(int device, bool allow_tf32) {
-  return std::make_unique<cuda::CudaBackend>(device, allow_tf32);
+std::unique_ptr<Backend> make_cuda_backend(int device, bool allow_tf32, size_t conv_workspace_limit) {
+  return std::make_unique<cuda::CudaBackend>(device, allow_tf32, conv_workspace_limit);
 }
 
 namespace cuda {

@@ -137,7 +137,7 @@ class WorkspaceLayout {
 
 class CudaBackend final : public Backend {
  public:
-  CudaBackend(int device, bool allow_tf32);
+  CudaBackend(int device, bool allow_tf32, size_t conv_workspace_limit);
   ~CudaBackend() override;
   CudaBackend(const CudaBackend&) = delete;
   CudaBackend& operator=(const CudaBackend&) = delete;
@@ -145,6 +145,8 @@ class CudaBackend final : public Backend {
   std::string name() const override { return "cuda"; }
   Device device() const override { return Device{DeviceKind::cuda, device_}; }
   bool allow_tf32() const { return allow_tf32_; }
+  // The largest workspace one convolution direction may take (--conv-workspace-mb).
+  size_t conv_workspace_limit() const { return conv_workspace_limit_; }
   cudaStream_t stream() const { return stream_; }
   cudnnHandle_t cudnn() const { return cudnn_; }
   cublasHandle_t cublas() const { return cublas_; }
@@ -223,6 +225,7 @@ class CudaBackend final : public Backend {
  private:
   int device_;
   bool allow_tf32_;
+  size_t conv_workspace_limit_;
   cudaStream_t stream_ = nullptr;
   cudnnHandle_t cudnn_ = nullptr;
   cublasHandle_t cublas_ = nullptr;

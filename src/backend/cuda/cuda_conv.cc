@@ -5,10 +5,11 @@
 // costs tens of milliseconds, and a ResNet repeats a handful of shapes dozens of times, so its result is
 // kept in a process-wide cache keyed by everything that decides it (geometry, dtype, layout, the TF32
 // switch, the GPU): each distinct shape is searched once. The fastest algorithm whose workspace fits
-// kWorkspaceCap wins; workspace_bytes() is the largest of the three chosen workspaces.
+// the backend's conv_workspace_limit() (--conv-workspace-mb) wins; workspace_bytes() is the largest of the
+// three chosen workspaces.
 //
 // An estimate plan (estimate_conv) builds the same descriptors but searches nothing: a shape already
-// searched states its cached choice's workspace, any other one kWorkspaceCap, which no search result can
+// searched states its cached choice's workspace, any other one the limit, which no search result can
 // exceed. The cap is the honest bound that costs nothing; cuDNN's heuristic (Get*_v7) would be cheap too,
 // but the timed search is free to pick a different algorithm with a larger workspace.
 //
@@ -27,9 +28,6 @@ namespace dlbench {
 namespace cuda {
 namespace {
 
-// The most workspace one convolution direction may take.
-constexpr size_t kWorkspaceCap = size_t{1} << 30;
-
 struct AlgoChoice {
   int algo = 0;
   cudnnMathType_t math = CUDNN_DEFAULT_MATH;
@@ -41,10 +39,11 @@ struct ConvChoice {
   AlgoChoice forward, backward_data, backward_filter;
 };
 
-// Everything the search result depends on: the geometry, dtype, layout, the TF32 switch and the GPU.
-using ConvKey = std::array<int64_t, 15>;
+// Everything the search result depends on: the geometry, dtype, layout, the TF32 switch, the workspace
+// limit and the GPU.
+using ConvKey = std::array<int64_t, 16>;
 
-ConvKey make_key(const ConvGeometry& g, bool allow_tf32, int device) {
+ConvKey make_key(const ConvGeometry& g, const CudaBackend& backend) {
   return {g.batch,
           g.in_channels,
           g.in_h,
@@ -58,8 +57,9 @@ ConvKey make_key(const ConvGeometry& g, bool allow_tf32, int device) {
           g.pad_w,
           static_cast<int64_t>(g.dtype),
           static_cast<int64_t>(g.layout),
-          allow_tf32 ? 1 : 0,
-          device};
+          backend.allow_tf32() ? 1 : 0,
+          static_cast<int64_t>(backend.conv_workspace_limit()),
+          backend.device().index};
 }
 
 std::mutex& cache_mutex() {
@@ -166,17 +166,18 @@ size_t tensor_bytes(const std::vector<int64_t>& dims, DType dtype) {
   return n * dtype_size(dtype);
 }
 
-// Picks the first (fastest: cuDNN sorts by time) result that ran and fits the cap.
+// Picks the first (fastest: cuDNN sorts by time) result that ran and fits the workspace limit.
 template <typename Perf>
-AlgoChoice pick(const Perf* results, int count, const char* direction, const ConvGeometry& g) {
+AlgoChoice pick(const Perf* results, int count, const char* direction, const ConvGeometry& g, size_t limit) {
   for (int i = 0; i < count; ++i) {
-    if (results[i].status == CUDNN_STATUS_SUCCESS && results[i].memory <= kWorkspaceCap) {
+    if (results[i].status == CUDNN_STATUS_SUCCESS && results[i].memory <= limit) {
       return {static_cast<int>(results[i].algo), results[i].mathType, results[i].memory, results[i].time};
     }
   }
   DLB_CHECK(false,
-            "conv: cuDNN found no {} algorithm for {}x{}x{}x{} -> {} ({}x{} stride {}x{} pad {}x{}, {} {})",
-            direction, g.batch, g.in_channels, g.in_h, g.in_w, g.out_channels, g.kernel_h, g.kernel_w,
+            "conv: cuDNN found no {} algorithm within {} bytes of workspace for {}x{}x{}x{} -> {} ({}x{} "
+            "stride {}x{} pad {}x{}, {} {})",
+            direction, limit, g.batch, g.in_channels, g.in_h, g.in_w, g.out_channels, g.kernel_h, g.kernel_w,
             g.stride_h, g.stride_w, g.pad_h, g.pad_w, dtype_name(g.dtype), layout_name(g.layout));
   return {};
 }
@@ -193,11 +194,12 @@ ConvChoice search(const CudaBackend& backend, const CudaConvPlan& plan) {
   CUDA_CHECK(cudaMemsetAsync(w.get(), 0, w_bytes, backend.stream()));
   CUDA_CHECK(cudaMemsetAsync(y.get(), 0, y_bytes, backend.stream()));
 
-  // As much search workspace as the cap allows and the GPU has free (halving on failure).
+  // As much search workspace as the limit allows and the GPU has free (halving on failure).
+  const size_t limit = backend.conv_workspace_limit();
   size_t free_bytes = 0, total_bytes = 0;
   CUDA_CHECK(cudaMemGetInfo(&free_bytes, &total_bytes));
   size_t ws_bytes =
-      std::min(kWorkspaceCap, free_bytes > (size_t{256} << 20) ? free_bytes - (size_t{256} << 20) : 0);
+      std::min(limit, free_bytes > (size_t{256} << 20) ? free_bytes - (size_t{256} << 20) : 0);
   DeviceBuffer ws;
   while (ws_bytes >= (size_t{1} << 20) && !ws.get()) {
     ws = DeviceBuffer::try_allocate(ws_bytes);
@@ -213,21 +215,21 @@ ConvChoice search(const CudaBackend& backend, const CudaConvPlan& plan) {
     CUDNN_CHECK(cudnnFindConvolutionForwardAlgorithmEx(handle, plan.x_desc, x.get(), plan.w_desc, w.get(),
                                                        plan.forward_desc, plan.y_desc, y.get(), kMaxResults,
                                                        &returned, results, ws.get(), ws_bytes));
-    choice.forward = pick(results, returned, "forward", g);
+    choice.forward = pick(results, returned, "forward", g, limit);
   }
   {
     cudnnConvolutionBwdDataAlgoPerf_t results[kMaxResults];
     CUDNN_CHECK(cudnnFindConvolutionBackwardDataAlgorithmEx(
         handle, plan.w_desc, w.get(), plan.y_desc, y.get(), plan.backward_data_desc, plan.x_desc, x.get(),
         kMaxResults, &returned, results, ws.get(), ws_bytes));
-    choice.backward_data = pick(results, returned, "backward-data", g);
+    choice.backward_data = pick(results, returned, "backward-data", g, limit);
   }
   {
     cudnnConvolutionBwdFilterAlgoPerf_t results[kMaxResults];
     CUDNN_CHECK(cudnnFindConvolutionBackwardFilterAlgorithmEx(
         handle, plan.x_desc, x.get(), plan.y_desc, y.get(), plan.backward_filter_desc, plan.w_desc, w.get(),
         kMaxResults, &returned, results, ws.get(), ws_bytes));
-    choice.backward_filter = pick(results, returned, "backward-filter", g);
+    choice.backward_filter = pick(results, returned, "backward-filter", g, limit);
   }
   CUDA_CHECK(cudaStreamSynchronize(backend.stream()));  // plan time: the scratch buffers are freed next
   return choice;
@@ -307,7 +309,7 @@ void finish(const CudaBackend& backend, CudaConvPlan& plan) {
 
 std::unique_ptr<ConvPlan> CudaBackend::estimate_conv(const ConvGeometry& g) {
   auto plan = new_plan(*this, g);
-  const ConvKey key = make_key(g, allow_tf32_, device_);
+  const ConvKey key = make_key(g, *this);
   std::lock_guard<std::mutex> lock(cache_mutex());
   auto it = choice_cache().find(key);
   if (it != choice_cache().end()) {
@@ -317,14 +319,14 @@ std::unique_ptr<ConvPlan> CudaBackend::estimate_conv(const ConvGeometry& g) {
     finish(*this, *plan);
   } else {
     plan->choice.forward.workspace = plan->choice.backward_data.workspace =
-        plan->choice.backward_filter.workspace = kWorkspaceCap;
+        plan->choice.backward_filter.workspace = conv_workspace_limit_;
   }
   return plan;
 }
 
 std::unique_ptr<ConvPlan> CudaBackend::plan_conv(const ConvGeometry& g) {
   auto plan = new_plan(*this, g);
-  const ConvKey key = make_key(g, allow_tf32_, device_);
+  const ConvKey key = make_key(g, *this);
   bool cached = false;
   {
     std::lock_guard<std::mutex> lock(cache_mutex());
