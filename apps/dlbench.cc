@@ -81,8 +81,9 @@ void add_run_flags(CLI::App& cmd, RunConfig& c, std::string& lr_schedule) {
   cmd.add_option("--trace-steps", c.trace_steps,
                  "A:B, the steps to trace (1-based; traced steps run op by op)")
       ->capture_default_str();
-  cmd.add_option("--cuda-graph", c.cuda_graph,
-                 "record the whole step once and replay it as one CUDA graph (true|false)")
+  cmd.add_option("--cuda-graph", c.cuda_graph_text,
+                 "auto | true | false: record the whole step once and replay it as one CUDA graph (auto: "
+                 "where it measured no slower than op by op: fp32 and tf32)")
       ->capture_default_str();
   cmd.add_option("--conv-workspace-mb", c.conv_workspace_mb,
                  "GPU: the most workspace one convolution may take; the fastest algorithm within it wins")

@@ -76,7 +76,8 @@ struct RunConfig {
   // Output.
   std::optional<int64_t> log_every;
   bool per_layer = false;  // bench: time every layer's forward and backward
-  bool cuda_graph = true;  // replay the whole step as one CUDA graph where the backend can
+  std::string cuda_graph_text = "auto";  // auto | true | false
+  bool cuda_graph = true;  // replay the whole step as one CUDA graph where the backend can (resolved)
   double conv_workspace_mb = kDefaultConvWorkspaceLimit >> 20;  // GPU: the most workspace one convolution direction may take
   std::string json_path;
   std::string trace_path;           // --trace: a Chrome trace of steps trace_first..trace_last

@@ -25,6 +25,8 @@
 // of the last training forward, which is the same parameter tensor the backward of that step belongs to.
 #include <algorithm>
 #include <array>
+#include <cstdlib>
+#include <string>
 
 #include "backend/cuda/cuda_common.h"
 #include "backend/cuda/kernels.h"
@@ -280,7 +282,13 @@ std::unique_ptr<CudaBatchNormPlan> new_plan(const CudaBackend& backend, const Ba
   backend.activate();
   auto plan = std::make_unique<CudaBatchNormPlan>(g);
   CudaBatchNormPlan& p = *plan;
-  p.mode = g.layout == Layout::nhwc ? CUDNN_BATCHNORM_SPATIAL_PERSISTENT : CUDNN_BATCHNORM_SPATIAL;
+  // DLBENCH_CUDNN_BN_PERSISTENT=0 turns the semi-persistent NHWC kernels off: a diagnostic switch, to
+  // measure what they cost or buy inside a CUDA graph (docs/PERFORMANCE.md).
+  static const bool persistent = [] {
+    const char* value = std::getenv("DLBENCH_CUDNN_BN_PERSISTENT");
+    return !(value && std::string(value) == "0");
+  }();
+  p.mode = g.layout == Layout::nhwc && persistent ? CUDNN_BATCHNORM_SPATIAL_PERSISTENT : CUDNN_BATCHNORM_SPATIAL;
   p.param_dtype = g.dtype == DType::f64 ? DType::f64 : DType::f32;
   set_tensor_4d(p.x_desc, g.dtype, g.layout, g.batch, g.channels, g.h, g.w);
   CUDNN_CHECK(cudnnDeriveBNTensorDescriptor(p.param_desc, p.x_desc, p.mode));
