@@ -19,13 +19,13 @@
 //   activations everything per-step: layer outputs and their gradients, saved state, labels, the loss
 //   workspace   one scratch area shared by all ops (they run one after another): the largest request
 //
-// The activation arena is placed by liveness. Most per-step tensors (layer outputs, saved state) are
-// written in the forward pass and read in the backward pass or after the step, so they keep memory of
-// their own. An activation's gradient only holds data from the first write of the backward pass to the
-// backward of the layer that produced the activation; such transient tensors are declared with their live
-// range on the step's timeline and share memory with every transient tensor whose range is disjoint from
-// theirs (greedy interval placement: largest first, each in the tightest gap that no overlapping tensor
-// uses). ResNet-50 needs about one tenth of its gradients' total this way. Every placement is checked
+// The activation arena is placed by liveness. A layer output holds data from its producer's forward to
+// the last step that reads it (Network::plan), an activation's gradient from the first write of the
+// backward pass to the backward of the layer that produced the activation; such transient tensors are
+// declared with their live range on the step's timeline and share memory with every transient tensor whose
+// range is disjoint from theirs (greedy interval placement: largest first, each in the tightest gap that no
+// overlapping tensor uses). Saved state and tensors read from outside the step hold memory all step. In
+// ResNet-50 the gradients fit into what the saved values leave behind. Every placement is checked
 // (check_placements) before anything is allocated.
 //
 // Memory outside the arenas that a backend plan holds (cuDNN's batch-norm reserve space) is declared with
