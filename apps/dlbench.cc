@@ -4,11 +4,13 @@
 #include <CLI/CLI.hpp>
 #include <clocale>
 #include <cstdio>
+#include <functional>
 #include <string>
 
 #include "backend/backend_factory.h"
 #include "core/file_io.h"
 #include "core/status.h"
+#include "data/data_commands.h"
 #include "dist/comm_bench.h"
 #include "dist/mpi_runtime.h"
 #include "models/resnet.h"
@@ -52,8 +54,16 @@ void add_run_flags(CLI::App& cmd, RunConfig& c, std::string& lr_schedule) {
                  "dynamic loss scaling: good steps before the scale doubles")
       ->capture_default_str();
   cmd.add_option("--layout", c.layout_text, "nchw | nhwc (default nhwc)");
-  cmd.add_option("--data", c.data, "synthetic | fashion-mnist | a directory of IDX files")
+  cmd.add_option("--data", c.data,
+                 "synthetic | fashion-mnist | a directory of IDX files | an image folder (CLASS/FILE.jpg) or "
+                 "shard set (dlbench pack), or ROOT with train/ and val/ ones")
       ->capture_default_str();
+  cmd.add_option("--val-data", c.val_data, "the evaluation images, when not ROOT/val");
+  cmd.add_option("--data-threads", c.data_threads, "image decoding threads (0 = all cores but one)")
+      ->capture_default_str();
+  cmd.add_option("--image-size", c.image_size,
+                 "side of the training crop (default 224; small grayscale images: their own size)");
+  cmd.add_flag("--strict", c.strict, "stop at the first bad image, naming it, instead of skipping it");
   cmd.add_option("--device", c.device_text, "auto | cpu | cuda")->capture_default_str();
   cmd.add_option("--backend", c.backend_name, "CPU backend: onednn (default) | reference");
   cmd.add_option("--threads", c.threads, "CPU threads (0 = all cores)")->capture_default_str();
@@ -95,6 +105,20 @@ dlbench::LrSchedule parse_schedule(const std::string& text) {
   if (text == "step") return dlbench::LrSchedule::step;
   if (text == "cosine") return dlbench::LrSchedule::cosine;
   dlbench::throw_user_error("--lr-schedule {}: unknown; choose constant, step or cosine", text);
+}
+
+// Runs a command that needs no ranks; returns the exit code (as run_command's).
+int guarded(const std::function<void()>& body) {
+  try {
+    body();
+    return 0;
+  } catch (const dlbench::UserError& e) {
+    std::fprintf(stderr, "dlbench: error: %s\n", e.what());
+    return 1;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "dlbench: internal error: %s\n", e.what());
+    return 3;
+  }
 }
 
 // Runs the parsed command; returns the exit code.
@@ -178,11 +202,51 @@ int main(int argc, char** argv) {
     comm_bench->add_option("--json", o.json_path, "write the result as one JSON object to FILE (rank 0)");
   }
 
+  dlbench::PackOptions pack_options;
+  CLI::App* pack = app.add_subcommand("pack", "pack an image folder (CLASS/FILE.jpg) into shards for sequential reads");
+  pack->add_option("SRC", pack_options.source, "image folder, or ROOT with train/ and val/ ones")->required();
+  pack->add_option("DST", pack_options.destination, "new or empty directory for the shard set")->required();
+  pack->add_option("--shard-mb", pack_options.shard_mb, "size of one shard file")->capture_default_str();
+  pack->add_flag("--strict", pack_options.strict, "stop at the first unreadable file instead of skipping it");
+
+  dlbench::DataBenchOptions data_bench_options;
+  CLI::App* data_bench =
+      app.add_subcommand("data-bench", "the input pipeline alone: decode and augment, no training");
+  {
+    auto& o = data_bench_options;
+    data_bench->add_option("--data", o.data, "an image folder or shard set (or ROOT with train/)")->required();
+    data_bench->add_option("--data-threads", o.threads, "decoding threads (0 = all cores but one)")
+        ->capture_default_str();
+    data_bench->add_option("--batch-size", o.batch_size, "images per batch")->capture_default_str();
+    data_bench->add_option("--batches", o.batches, "timed batches")->capture_default_str();
+    data_bench->add_option("--warmup-batches", o.warmup_batches, "batches before the timed ones")
+        ->capture_default_str();
+    data_bench->add_option("--image-size", o.image_size, "side of the crop (default 224)");
+    data_bench->add_option("--precision", o.precision, "the dtype written: fp32 | tf32 | fp16 | bf16")
+        ->capture_default_str();
+    data_bench->add_option("--layout", o.layout, "nhwc | nchw")->capture_default_str();
+    data_bench->add_flag("!--eval", o.train, "the evaluation transform (resize + centre crop) instead");
+    data_bench->add_flag("--strict", o.strict, "stop at the first bad image");
+    data_bench->add_option("--seed", o.seed, "seed of the augmentation")->capture_default_str();
+    data_bench->add_option("--json", o.json_path, "write the result as one JSON object to FILE");
+  }
+
+  dlbench::ExportOptions export_options;
+  CLI::App* export_images = app.add_subcommand(
+      "export-images", "write an IDX data set (Fashion-MNIST) as JPEG image folders DST/train and DST/val");
+  export_images->add_option("DST", export_options.destination, "new or empty directory")->required();
+  export_images->add_option("--data", export_options.data, "fashion-mnist or a directory of IDX files")
+      ->capture_default_str();
+  export_images->add_option("--quality", export_options.quality, "JPEG quality")->capture_default_str();
+
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
     return app.exit(e);
   }
+  if (pack->parsed()) return guarded([&] { dlbench::run_pack(pack_options); });
+  if (data_bench->parsed()) return guarded([&] { dlbench::run_data_bench(data_bench_options); });
+  if (export_images->parsed()) return guarded([&] { dlbench::run_export_images(export_options); });
 
   return dlbench::dist::finish_mpi_process(run_command(train->parsed(), comm_bench->parsed(), train_config,
                                                        train_schedule, bench_config, bench_schedule,

@@ -6,7 +6,8 @@ cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
 packages=(
   build-essential cmake ninja-build git pkg-config
-  libdnnl-dev libfmt-dev nlohmann-json3-dev libcli11-dev libgtest-dev zlib1g-dev
+  libdnnl-dev libfmt-dev nlohmann-json3-dev libcli11-dev libgtest-dev zlib1g-dev libjpeg62-turbo-dev
+  clang libclang-rt-14-dev
   libopenmpi-dev openmpi-bin
   dataset-fashion-mnist
 )

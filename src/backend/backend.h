@@ -25,6 +25,7 @@
 #include <functional>
 #include <memory>
 #include <optional>
+#include <new>
 #include <span>
 #include <string>
 #include <vector>
@@ -188,6 +189,10 @@ class Backend {
   // ---- memory ----
   virtual void* allocate(size_t bytes) = 0;
   virtual void deallocate(void* ptr) = 0;
+  // Host memory the device copies from fastest (page-locked on a GPU, so a copy is one DMA at the link's
+  // rate); plain aligned memory on the CPU.
+  virtual void* allocate_host(size_t bytes) { return ::operator new(bytes, std::align_val_t{64}); }
+  virtual void deallocate_host(void* ptr) { ::operator delete(ptr, std::align_val_t{64}); }
   virtual void copy_to_device(void* dst, const void* host_src, size_t bytes) = 0;
   virtual void copy_to_host(void* host_dst, const void* src, size_t bytes) = 0;
   virtual void copy(void* dst, const void* src, size_t bytes) = 0;

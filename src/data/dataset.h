@@ -25,10 +25,13 @@ class Dataset {
   virtual int64_t size() const = 0;
   virtual SampleShape sample_shape() const = 0;
   virtual int num_classes() const = 0;
-  // Writes samples `indices` into `images` (host f32, logical [n, C, H, W] in images.layout(), NCHW or
-  // NHWC) and `labels` (host i32 [n]), n = indices.size(). Tensors of another shape, dtype or device, and
-  // indices outside [0, size()), are caller bugs (dlbench::Error).
+  // Writes samples `indices` into `images` (host, logical [n, C, H, W] in images.layout(), NCHW or NHWC,
+  // in a dtype writes_dtype() accepts) and `labels` (host i32 [n]), n = indices.size(). Tensors of another
+  // shape, dtype or device, and indices outside [0, size()), are caller bugs (dlbench::Error).
   virtual void gather(std::span<const int64_t> indices, Tensor& images, Tensor& labels) const = 0;
+  // The image dtypes gather() writes: FP32 always; a decoding dataset also FP16 and BF16, so that the
+  // batch crosses to the device in the compute dtype.
+  virtual bool writes_dtype(DType dtype) const { return dtype == DType::f32; }
 };
 
 // A dataset held in host memory as contiguous per-sample CHW float images and int32 labels; the

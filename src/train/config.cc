@@ -7,6 +7,8 @@
 #include <thread>
 
 #include "core/status.h"
+#include "data/image_source.h"
+#include "data/shard.h"
 #include "models/resnet.h"
 
 namespace dlbench {
@@ -164,12 +166,31 @@ void resolve_config(RunConfig& c, bool cuda_available) {
   if (c.lr_schedule == LrSchedule::step && c.lr_decay_epochs.empty()) c.lr_decay_epochs = {30, 60, 80};
 
   // Data.
+  DLB_REQUIRE(c.data_threads >= 0, "--data-threads {}: must be 0 (all cores but one) or more", c.data_threads);
+  if (c.data_threads == 0)
+    c.data_threads = static_cast<int>(std::max(1u, std::thread::hardware_concurrency() - 1));
+  DLB_REQUIRE(c.image_size >= 0, "--image-size {}: must be positive", c.image_size);
   if (c.data == "synthetic") {
-    // nothing to find
+    c.data_kind = "synthetic";
+  } else if (is_shard_set(c.data) || is_image_folder(c.data) ||
+             is_shard_set(c.data + "/train") || is_image_folder(c.data + "/train")) {
+    // An image set, or ROOT/train (+ ROOT/val) as ImageNet is laid out.
+    c.data_kind = "images";
+    const bool split = !is_shard_set(c.data) && !is_image_folder(c.data);
+    c.train_images = split ? c.data + "/train" : c.data;
+    if (!c.val_data.empty()) {
+      DLB_REQUIRE(is_shard_set(c.val_data) || is_image_folder(c.val_data),
+                  "--val-data {}: neither an image folder (CLASS/FILE.jpg) nor a shard set", c.val_data);
+      c.val_images = c.val_data;
+    } else if (split && (is_shard_set(c.data + "/val") || is_image_folder(c.data + "/val"))) {
+      c.val_images = c.data + "/val";
+    }
   } else {
+    c.data_kind = "idx";
     std::string dir = c.data == "fashion-mnist" ? "/usr/share/datasets/fashion-mnist" : c.data;
     DLB_REQUIRE(std::filesystem::is_directory(dir),
-                "--data {}: no such directory{}; pass synthetic, fashion-mnist or a directory of IDX files",
+                "--data {}: no such directory{}; pass synthetic, fashion-mnist, a directory of IDX files, an "
+                "image folder (CLASS/FILE.jpg) or a shard set (dlbench pack)",
                 c.data,
                 c.data == "fashion-mnist" ? " (install the Debian package dataset-fashion-mnist)" : "");
     c.data_dir = dir;
@@ -234,6 +255,10 @@ nlohmann::json config_to_json(const RunConfig& c) {
   j["threads"] = c.threads;
   j["seed"] = c.seed;
   j["data"] = c.data;
+  j["val_data"] = c.val_data;
+  j["data_threads"] = c.data_threads;
+  j["image_size"] = c.image_size;
+  j["strict"] = c.strict;
   j["log_every"] = c.log_every.value_or(0);
   j["gpus"] = c.gpus;
   j["launcher"] = c.launcher;

@@ -64,6 +64,13 @@ struct RunConfig {
   // Data.
   std::string data = "synthetic";  // synthetic | fashion-mnist | a directory of IDX files
   std::string data_dir;            // resolved directory for fashion-mnist
+  // Real images (an image folder or shards; data/image_dataset.h).
+  std::string data_kind;           // resolved: synthetic | idx | images
+  std::string train_images, val_images;  // resolved: the training and evaluation image sets ("" = none)
+  std::string val_data;            // --val-data: the evaluation images, when not PATH/val
+  int data_threads = 0;            // decoding threads (0 = all cores but one)
+  int image_size = 0;              // output size of the image transform (0 = 224, or the images' own size)
+  bool strict = false;             // stop at the first bad image instead of skipping it
 
   // Data parallelism (src/dist): ranks are GPUs of this process (--gpus, threads) or mpirun's processes.
   int gpus = 1;                              // threads: GPUs driven from this process

@@ -18,7 +18,10 @@
 #include "core/status.h"
 #include "core/timeline.h"
 #include "core/timer.h"
+#include "data/batch_prefetcher.h"
 #include "data/epoch_sampler.h"
+#include "data/image_dataset.h"
+#include "data/shard.h"
 #include "data/idx.h"
 #include "data/synthetic.h"
 #include "dist/config_check.h"
@@ -86,7 +89,7 @@ RunSetup set_up(const RunConfig& config, dist::Launch& launch, int slot) {
   rank_speaks = s.comm->rank() == 0;
   const int ranks = s.comm->size();
   // Ranks started with different flags would train different things: stop them all, naming the flag.
-  dist::check_same_config(*s.comm, config_to_json(config), {"device", "threads"});
+  dist::check_same_config(*s.comm, config_to_json(config), {"device", "threads", "data_threads"});
   // Fail on bad output paths before any work.
   if (!config.json_path.empty()) check_writable(config.json_path, "--json");
   if (!config.checkpoint_path.empty()) check_writable(config.checkpoint_path, "--checkpoint");
@@ -102,6 +105,29 @@ RunSetup set_up(const RunConfig& config, dist::Launch& launch, int slot) {
     s.train_data = std::make_unique<SyntheticDataset>(*config.batch_size * config.accumulate_steps * ranks,
                                                       SampleShape{in.channels, in.height, in.width},
                                                       static_cast<int>(options.num_classes), config.seed + 2);
+  } else if (config.data_kind == "images") {
+    auto train_source = std::shared_ptr<const EncodedImageSource>(
+        is_shard_set(config.train_images) ? open_shard_set(config.train_images) : open_image_folder(config.train_images));
+    ImageDatasetOptions image_options = default_image_options(*train_source);
+    if (config.image_size > 0) image_options.image_size = config.image_size;
+    image_options.threads = config.data_threads;
+    image_options.seed = config.seed + 3 + static_cast<uint64_t>(s.comm->rank());
+    image_options.strict = config.strict;
+    if (config.kind == RunKind::train && !config.val_images.empty()) {
+      auto val_source = std::shared_ptr<const EncodedImageSource>(
+          is_shard_set(config.val_images) ? open_shard_set(config.val_images) : open_image_folder(config.val_images));
+      DLB_REQUIRE(val_source->class_names() == train_source->class_names(),
+                  "{} and {} name different classes ({} and {}); the labels would not agree",
+                  train_source->description(), val_source->description(), train_source->class_names().size(),
+                  val_source->class_names().size());
+      ImageDatasetOptions val_options = image_options;
+      val_options.train = false;
+      s.test_data = std::make_unique<ImageDataset>(val_source, val_options);
+    }
+    s.train_data = std::make_unique<ImageDataset>(train_source, image_options);
+    SampleShape shape = s.train_data->sample_shape();
+    options.input = {shape.channels, shape.height, shape.width};
+    options.num_classes = s.train_data->num_classes();
   } else {
     s.train_data = std::make_unique<IdxDataset>(load_fashion_mnist(config.data_dir, Split::train));
     if (config.kind == RunKind::train) {
@@ -270,6 +296,40 @@ void add_throughput(nlohmann::json& j, RunSetup& s, const MeasuredWindow& window
   j["images_per_second_per_device"] = total / s.comm->size();
 }
 
+// Real images are decoded ahead of the loop (data/batch_prefetcher.h), in the network's compute dtype and
+// layout where the data set writes it, into page-locked buffers. `indices(n)` is the n-th micro-batch the
+// loop will feed.
+std::unique_ptr<BatchPrefetcher> make_prefetcher(RunSetup& s, int64_t count, BatchPrefetcher::BatchIndices indices) {
+  if (!dynamic_cast<const ImageDataset*>(s.train_data.get())) return nullptr;
+  const Tensor& images = s.trainer->model().images->value;
+  const DType dtype = s.train_data->writes_dtype(images.dtype()) ? images.dtype() : DType::f32;
+  Backend& backend = *s.backend;
+  return std::make_unique<BatchPrefetcher>(
+      *s.train_data, images.dims(), dtype, images.layout(), count, std::move(indices), 3,
+      [&backend](size_t bytes) { return backend.allocate_host(bytes); },
+      [&backend](void* p) { backend.deallocate_host(p); });
+}
+
+// The input pipeline's part of a result: how long the loop waited for data, the rate the device would
+// reach without those waits, and the bad images skipped.
+void add_data_pipeline(nlohmann::json& j, RunSetup& s, const BatchPrefetcher* prefetcher, double wait_seconds,
+                       const MeasuredWindow& window) {
+  const auto* images = dynamic_cast<const ImageDataset*>(s.train_data.get());
+  if (!prefetcher || !images) return;
+  const double steps = static_cast<double>(std::max<size_t>(1, window.step_ms().size()));
+  j["data_wait_ms_per_step"] = 1e3 * s.comm->sum(wait_seconds) / s.comm->size() / steps;
+  const double compute_seconds = window.wall_seconds() - wait_seconds;
+  j["compute_images_per_second"] =
+      s.comm->sum(compute_seconds > 0 ? static_cast<double>(window.images()) / compute_seconds : 0.0);
+  const ImageDatasetStats stats = images->stats();
+  j["data_threads"] = images->options().threads;
+  j["bad_images_skipped"] = s.comm->sum(static_cast<double>(stats.bad_files));
+  say("  input pipeline: waited %.2f ms per step for data | %.1f img/s without the waits | %lld bad images "
+      "skipped\n",
+      j["data_wait_ms_per_step"].get<double>(), j["compute_images_per_second"].get<double>(),
+      static_cast<long long>(j["bad_images_skipped"].get<double>()));
+}
+
 nlohmann::json train_rank(const RunConfig& given, dist::Launch& launch, int slot) {
   RunSetup s = set_up(given, launch, slot);
   const int rank = s.comm->rank(), ranks = s.comm->size();
@@ -297,6 +357,24 @@ nlohmann::json train_rank(const RunConfig& given, dist::Launch& launch, int slot
   print_header("train", config, s,
                fmt::format("{} steps ({} per epoch){}", total_steps, steps_per_epoch,
                            first_step > 0 ? fmt::format(", resuming at step {}", first_step) : ""));
+
+  const int64_t micro_batches = config.accumulate_steps;
+  std::unique_ptr<BatchPrefetcher> prefetcher = make_prefetcher(
+      s, (total_steps - first_step) * micro_batches,
+      // The same walk as the loop's feed below, on the prefetch thread with its own copy of the order.
+      [&, order = std::vector<int64_t>(), order_epoch = int64_t{-1}](int64_t n) mutable {
+        const int64_t step = first_step + n / micro_batches, micro = n % micro_batches;
+        if (step / steps_per_epoch != order_epoch) {
+          order_epoch = step / steps_per_epoch;
+          order = sampler.epoch_order(order_epoch);
+        }
+        const int64_t b = ((step % steps_per_epoch) * ranks + rank) * micro_batches + micro;
+        auto batch = EpochSampler::batch(order, b, *config.batch_size);
+        std::vector<int64_t> indices(batch.begin(), batch.end());
+        indices.resize(static_cast<size_t>(*config.batch_size), indices[0]);  // as load_batch pads
+        return indices;
+      });
+  double window_wait_seconds = 0;
 
   std::vector<int64_t> order;
   int64_t order_epoch = -1;
@@ -331,6 +409,11 @@ nlohmann::json train_rank(const RunConfig& given, dist::Launch& launch, int slot
     // Micro-batch k of this step is batch (batch_in_epoch * K + k) of the epoch's order.
     auto feed = [&](int64_t micro) {
       if (config.data == "synthetic" && config.accumulate_steps == 1 && step > first_step) return;
+      if (prefetcher) {
+        const BatchPrefetcher::Batch& batch = prefetcher->next();
+        trainer.load_batch(batch.images, batch.labels);
+        return;
+      }
       int64_t b = (batch_in_epoch * ranks + rank) * config.accumulate_steps + micro;
       trainer.load_batch(*s.train_data, EpochSampler::batch(order, b, *config.batch_size));
     };
@@ -339,11 +422,15 @@ nlohmann::json train_rank(const RunConfig& given, dist::Launch& launch, int slot
     if (step == first_step + 1 && config.cuda_graph) trainer.record_step();
     tracer.before(step + 1);
     WallTimer step_timer;
+    const double waited_before = prefetcher ? prefetcher->waited_seconds() : 0;
     float loss = trainer.step(feed, schedule.at(step), /*read_loss=*/true);
     tracer.after(step + 1);
     double step_ms = step_timer.milliseconds();
     train_seconds += step_ms / 1e3;
-    if (step >= first_step + *config.warmup_steps) window.add_step(step_ms, images_per_step);
+    if (step >= first_step + *config.warmup_steps) {
+      window.add_step(step_ms, images_per_step);
+      if (prefetcher) window_wait_seconds += prefetcher->waited_seconds() - waited_before;
+    }
     losses.push_back(loss);
     images_since_log += images_per_step;
     DLB_REQUIRE(std::isfinite(loss), "training diverged: loss is {} at step {}; lower --lr", loss, step + 1);
@@ -384,6 +471,7 @@ nlohmann::json train_rank(const RunConfig& given, dist::Launch& launch, int slot
   j["final_loss"] = losses.empty() ? NAN : losses.back();
   j["losses"] = losses;
   add_throughput(j, s, window);
+  add_data_pipeline(j, s, prefetcher.get(), window_wait_seconds, window);
   j["step_ms"] = to_json(d);
   j["train_seconds"] = train_seconds;
   if (s.test_data) {

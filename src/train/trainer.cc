@@ -76,17 +76,25 @@ void Trainer::load_batch(const Dataset& data, std::span<const int64_t> indices) 
   std::vector<int64_t> padded(indices.begin(), indices.end());
   padded.resize(static_cast<size_t>(batch_), indices[0]);
   data.gather(padded, staging_images_.tensor(), staging_labels_.tensor());
+  load_batch(staging_images_.tensor(), staging_labels_.tensor());
+}
+
+void Trainer::load_batch(const Tensor& host_images, const Tensor& host_labels) {
   Tensor& images = model_.images->value;
-  if (images.dtype() == DType::f32) {
-    backend_.copy_to_device(images.data(), staging_images_.tensor().data(), images.bytes());
+  DLB_CHECK(host_images.numel() == images.numel() && host_labels.numel() == model_.labels->value.numel(),
+            "load_batch: a host batch of another shape");
+  if (host_images.dtype() == images.dtype()) {
+    // Written in the compute dtype by the data pipeline (or FP32 for an FP32 network): one copy.
+    DLB_CHECK(host_images.layout() == images.layout(), "load_batch: host batch in another layout");
+    backend_.copy_to_device(images.data(), host_images.data(), images.bytes());
   } else {
+    DLB_CHECK(host_images.dtype() == DType::f32, "load_batch: host images in {}", dtype_name(host_images.dtype()));
     // Data arrives in FP32; the cast to the compute dtype runs on the device.
     Tensor staged(device_staging_, images.dims(), DType::f32, images.layout(), backend_.device());
-    backend_.copy_to_device(device_staging_, staging_images_.tensor().data(), staged.bytes());
+    backend_.copy_to_device(device_staging_, host_images.data(), staged.bytes());
     backend_.cast(staged, images);
   }
-  backend_.copy_to_device(model_.labels->value.data(), staging_labels_.tensor().data(),
-                          model_.labels->value.bytes());
+  backend_.copy_to_device(model_.labels->value.data(), host_labels.data(), model_.labels->value.bytes());
 }
 
 float Trainer::step(const std::function<void(int64_t)>& feed, double lr, bool read_loss) {

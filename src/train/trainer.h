@@ -31,6 +31,9 @@ class Trainer {
   // Copies samples `indices` (at most the batch size; fewer are padded by repeating the first) into
   // the network's inputs.
   void load_batch(const Dataset& data, std::span<const int64_t> indices);
+  // Copies a batch already in host memory (a BatchPrefetcher's): images in the network's dtype and layout
+  // (one copy) or in FP32 (copied, then cast on the device); labels i32.
+  void load_batch(const Tensor& host_images, const Tensor& host_labels);
 
   // One optimizer step over config.accumulate_steps micro-batches. `feed(k)` loads micro-batch k (or
   // does nothing when the inputs stay the same, as with synthetic data). Returns the mean loss over the

@@ -197,6 +197,22 @@ void CudaBackend::deallocate(void* ptr) {
   CUDA_CHECK(cudaFree(ptr));
 }
 
+void* CudaBackend::allocate_host(size_t bytes) {
+  activate();
+  void* ptr = nullptr;
+  const cudaError_t status = cudaHostAlloc(&ptr, std::max<size_t>(bytes, 1), cudaHostAllocPortable);
+  if (status != cudaSuccess) {
+    (void)cudaGetLastError();
+    throw_user_error("cannot allocate {} bytes of page-locked host memory: {}", bytes,
+                     cudaGetErrorString(status));
+  }
+  return ptr;
+}
+
+void CudaBackend::deallocate_host(void* ptr) {
+  if (ptr) (void)cudaFreeHost(ptr);
+}
+
 void CudaBackend::copy_to_device(void* dst, const void* host_src, size_t bytes) {
   if (!bytes) return;
   activate();

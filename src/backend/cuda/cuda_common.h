@@ -156,6 +156,8 @@ class CudaBackend final : public Backend {
   std::optional<DeviceMemory> device_memory() override;
   void* allocate(size_t bytes) override;
   void deallocate(void* ptr) override;
+  void* allocate_host(size_t bytes) override;
+  void deallocate_host(void* ptr) override;
   void copy_to_device(void* dst, const void* host_src, size_t bytes) override;
   void copy_to_host(void* host_dst, const void* src, size_t bytes) override;
   void copy(void* dst, const void* src, size_t bytes) override;

@@ -1,0 +1,239 @@
+// The image pipeline around the decoder: the image folder's listing, ImageDataset's batches (the same
+// whatever the thread count, in every dtype and layout, bad files skipped or stopping under --strict), the
+// same pixels from an image folder and from its shards, and the prefetcher's order and errors.
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <cmath>
+#include <cstring>
+#include <filesystem>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "core/status.h"
+#include "backend/reference/half_float.h"
+#include "core/tensor.h"
+#include "data/batch_prefetcher.h"
+#include "data/image_dataset.h"
+#include "data/image_source.h"
+#include "data/jpeg_image.h"
+#include "data/shard.h"
+#include "temp_dir.h"
+
+namespace dlbench {
+namespace {
+
+namespace fs = std::filesystem;
+using testing::TempDir;
+using testing::user_error_message;
+using testing::write_file;
+
+// A smooth RGB picture whose colour depends on `seed`, as JPEG bytes.
+std::string picture(int width, int height, int seed, int channels = 3) {
+  std::vector<uint8_t> pixels(static_cast<size_t>(width * height * channels));
+  for (int y = 0; y < height; ++y)
+    for (int x = 0; x < width; ++x)
+      for (int c = 0; c < channels; ++c)
+        pixels[static_cast<size_t>((y * width + x) * channels + c)] =
+            static_cast<uint8_t>((x * 255 / width + y * 128 / height + seed * 37 + c * 60) % 256);
+  std::vector<uint8_t> jpeg = encode_jpeg(pixels.data(), width, height, channels, 92);
+  return std::string(jpeg.begin(), jpeg.end());
+}
+
+// ROOT/<class>/<n>.jpg: `per_class` pictures in each of `classes` classes.
+void make_folder(const fs::path& root, int classes, int per_class, int width = 96, int height = 72) {
+  for (int c = 0; c < classes; ++c) {
+    fs::create_directories(root / ("class" + std::to_string(c)));
+    for (int i = 0; i < per_class; ++i)
+      write_file((root / ("class" + std::to_string(c)) / (std::to_string(i) + ".jpg")).string(),
+                 picture(width, height, c * 100 + i));
+  }
+}
+
+struct Batch {
+  HostBuffer images, labels;
+  Batch(int64_t n, const SampleShape& s, DType dtype, Layout layout)
+      : images({n, s.channels, s.height, s.width}, dtype, layout), labels({n}, DType::i32) {}
+  std::vector<uint8_t> bytes() const {
+    const auto* p = static_cast<const uint8_t*>(images.tensor().data());
+    return std::vector<uint8_t>(p, p + images.tensor().bytes());
+  }
+};
+
+ImageDatasetOptions small_options(int threads) {
+  ImageDatasetOptions o;
+  o.image_size = 32;
+  o.threads = threads;
+  o.seed = 7;
+  return o;
+}
+
+TEST(ImageFolder, ClassesSortedFilesSortedEmptyClassesKept) {
+  TempDir dir;
+  make_folder(dir.path(), 2, 2);
+  fs::create_directories(dir.path() / "a_empty");
+  write_file(dir.file("class1/readme.txt"), "not an image");
+  write_file(dir.file("class1/UPPER.JPEG"), picture(40, 30, 1));
+  const ImageFolderListing listing = list_image_folder(dir.path().string());
+  ASSERT_EQ(listing.class_names, (std::vector<std::string>{"a_empty", "class0", "class1"}));
+  EXPECT_EQ(listing.empty_classes, (std::vector<std::string>{"a_empty"}));
+  ASSERT_EQ(listing.paths.size(), 5u);  // the .txt is not an image
+  EXPECT_EQ(listing.labels, (std::vector<int32_t>{1, 1, 2, 2, 2}));
+  EXPECT_TRUE(std::is_sorted(listing.paths.begin(), listing.paths.end()));
+  EXPECT_TRUE(is_image_folder(dir.path().string()));
+  EXPECT_FALSE(is_image_folder(dir.file("class0")));
+}
+
+TEST(ImageFolder, NoImagesOrNoDirectoryIsOneClearError) {
+  TempDir dir;
+  fs::create_directories(dir.path() / "empty_class");
+  EXPECT_NE(user_error_message([&] { list_image_folder(dir.path().string()); }).find("no images"),
+            std::string::npos);
+  EXPECT_NE(user_error_message([&] { list_image_folder(dir.file("missing")); }).find("not a directory"),
+            std::string::npos);
+}
+
+TEST(ImageDataset, SameBatchWhateverTheThreadCountAndNewDrawsEachCall) {
+  TempDir dir;
+  make_folder(dir.path(), 3, 4);
+  auto source = std::shared_ptr<const EncodedImageSource>(open_image_folder(dir.path().string()));
+  std::vector<int64_t> indices = {0, 5, 11, 3, 3, 7};
+  std::vector<std::vector<uint8_t>> first_calls;
+  for (int threads : {1, 4}) {
+    ImageDataset data(source, small_options(threads));
+    Batch a(6, data.sample_shape(), DType::f32, Layout::nhwc), b(6, data.sample_shape(), DType::f32, Layout::nhwc);
+    data.gather(indices, a.images.tensor(), a.labels.tensor());
+    data.gather(indices, b.images.tensor(), b.labels.tensor());
+    EXPECT_NE(a.bytes(), b.bytes()) << "the second call draws new crops";
+    first_calls.push_back(a.bytes());
+    const int32_t* labels = a.labels.ptr<int32_t>();
+    for (size_t k = 0; k < indices.size(); ++k) EXPECT_EQ(labels[k], source->label(indices[k]));
+  }
+  EXPECT_EQ(first_calls[0], first_calls[1]) << "1 and 4 threads give different batches";
+}
+
+TEST(ImageDataset, HalfAndBfloatOutputsAreTheRoundedFloatOutput) {
+  TempDir dir;
+  make_folder(dir.path(), 2, 2);
+  auto source = std::shared_ptr<const EncodedImageSource>(open_image_folder(dir.path().string()));
+  std::vector<int64_t> indices = {0, 1, 2, 3};
+  for (Layout layout : {Layout::nchw, Layout::nhwc}) {
+    ImageDataset wide(source, small_options(2)), half(source, small_options(2)), brain(source, small_options(2));
+    Batch f(4, wide.sample_shape(), DType::f32, layout), h(4, wide.sample_shape(), DType::f16, layout),
+        b(4, wide.sample_shape(), DType::bf16, layout);
+    wide.gather(indices, f.images.tensor(), f.labels.tensor());
+    half.gather(indices, h.images.tensor(), h.labels.tensor());
+    brain.gather(indices, b.images.tensor(), b.labels.tensor());
+    const float* fp = f.images.ptr<float>();
+    const auto* hp = h.images.ptr<uint16_t>();
+    const auto* bp = b.images.ptr<uint16_t>();
+    double worst_h = 0, worst_b = 0;
+    for (int64_t i = 0; i < f.images.tensor().numel(); ++i) {
+      worst_h = std::max(worst_h, std::abs(f16_to_double(hp[i]) - fp[i]) / (std::abs(fp[i]) + 1e-3));
+      worst_b = std::max(worst_b, std::abs(bf16_to_double(bp[i]) - fp[i]) / (std::abs(fp[i]) + 1e-3));
+    }
+    EXPECT_LT(worst_h, 1e-3);  // half has 11 significant bits: 2^-11 relative
+    EXPECT_LT(worst_b, 8e-3);  // bfloat16 has 8: 2^-8
+  }
+}
+
+TEST(ImageDataset, BadFilesAreSkippedNamedAndCountedOrStopTheRunUnderStrict) {
+  TempDir dir;
+  make_folder(dir.path(), 2, 3);
+  write_file(dir.file("class0/1.jpg"), "");                                   // zero bytes
+  write_file(dir.file("class1/0.jpg"), std::string("\x89PNG\r\n\x1a\n", 8) + std::string(64, 'x'));  // a PNG
+  const std::string good = picture(96, 72, 5);
+  write_file(dir.file("class1/2.jpg"), good.substr(0, good.size() / 2));       // truncated
+  auto source = std::shared_ptr<const EncodedImageSource>(open_image_folder(dir.path().string()));
+  ImageDataset data(source, small_options(3));
+  std::vector<int64_t> all = {0, 1, 2, 3, 4, 5};
+  Batch batch(6, data.sample_shape(), DType::f32, Layout::nchw);
+  data.gather(all, batch.images.tensor(), batch.labels.tensor());
+  EXPECT_EQ(data.stats().bad_files, 3);
+  EXPECT_EQ(data.stats().decoded, 6);  // every slot was filled by a good image
+  for (int64_t i = 0; i < batch.images.tensor().numel(); ++i) ASSERT_TRUE(std::isfinite(batch.images.ptr<float>()[i]));
+
+  ImageDatasetOptions strict = small_options(2);
+  strict.strict = true;
+  ImageDataset strict_data(source, strict);
+  std::vector<int64_t> bad = {3};  // class1/0.jpg, the PNG
+  Batch one(1, strict_data.sample_shape(), DType::f32, Layout::nchw);
+  const std::string message =
+      user_error_message([&] { strict_data.gather(bad, one.images.tensor(), one.labels.tensor()); });
+  EXPECT_NE(message.find("class1/0.jpg"), std::string::npos) << message;
+  EXPECT_NE(message.find("PNG"), std::string::npos) << message;
+}
+
+TEST(ImageDataset, TheFolderAndItsShardsGiveTheSameBatches) {
+  TempDir dir;
+  make_folder(dir.path() / "images", 3, 5);
+  const ImageFolderListing listing = list_image_folder((dir.path() / "images").string());
+  std::vector<ShardInput> files;
+  for (size_t i = 0; i < listing.paths.size(); ++i) files.push_back({listing.paths[i], listing.paths[i], listing.labels[i]});
+  pack_shards(files, listing.class_names, dir.file("shards"), 20000, /*strict=*/true);
+  ASSERT_TRUE(is_shard_set(dir.file("shards")));
+  auto folder = std::shared_ptr<const EncodedImageSource>(open_image_folder(dir.file("images")));
+  auto shards = std::shared_ptr<const EncodedImageSource>(open_shard_set(dir.file("shards")));
+  ASSERT_EQ(folder->size(), shards->size());
+  EXPECT_EQ(folder->class_names(), shards->class_names());
+  ImageDataset a(folder, small_options(2)), b(shards, small_options(3));
+  std::vector<int64_t> indices = {14, 0, 7, 7, 2};
+  Batch x(5, a.sample_shape(), DType::f16, Layout::nhwc), y(5, b.sample_shape(), DType::f16, Layout::nhwc);
+  a.gather(indices, x.images.tensor(), x.labels.tensor());
+  b.gather(indices, y.images.tensor(), y.labels.tensor());
+  EXPECT_EQ(x.bytes(), y.bytes());
+  EXPECT_EQ(0, std::memcmp(x.labels.ptr<int32_t>(), y.labels.ptr<int32_t>(), 5 * sizeof(int32_t)));
+}
+
+TEST(ImageDataset, SmallGrayscaleImagesKeepTheirSizeAndOneChannel) {
+  TempDir dir;
+  for (int c = 0; c < 2; ++c) {
+    fs::create_directories(dir.path() / std::to_string(c));
+    write_file((dir.path() / std::to_string(c) / "a.jpg").string(), picture(28, 28, c, 1));
+  }
+  auto source = std::shared_ptr<const EncodedImageSource>(open_image_folder(dir.path().string()));
+  ImageDatasetOptions options = default_image_options(*source);
+  EXPECT_EQ(options.channels, 1);
+  EXPECT_EQ(options.image_size, 28);
+  EXPECT_FALSE(options.augment);
+}
+
+// A dataset that records which batches it was asked for and can fail on one.
+class RecordingDataset final : public Dataset {
+ public:
+  std::string name() const override { return "recording"; }
+  int64_t size() const override { return 1000; }
+  SampleShape sample_shape() const override { return {1, 2, 2}; }
+  int num_classes() const override { return 10; }
+  void gather(std::span<const int64_t> indices, Tensor& images, Tensor& labels) const override {
+    if (indices[0] == fail_at) throw_user_error("bad batch starting at {}", fail_at);
+    for (size_t k = 0; k < indices.size(); ++k) {
+      labels.ptr<int32_t>()[k] = static_cast<int32_t>(indices[k]);
+      for (int p = 0; p < 4; ++p) images.ptr<float>()[k * 4 + p] = static_cast<float>(indices[k]);
+    }
+    ++calls;
+  }
+  int64_t fail_at = -1;
+  mutable std::atomic<int> calls{0};
+};
+
+TEST(BatchPrefetcher, HandsOutEveryBatchInOrderAndRethrowsAFailure) {
+  RecordingDataset data;
+  data.fail_at = 60;
+  auto plain = [](size_t bytes) { return ::operator new(bytes); };
+  auto release = [](void* p) { ::operator delete(p); };
+  BatchPrefetcher prefetcher(data, {3, 1, 2, 2}, DType::f32, Layout::nchw, 25,
+                             [](int64_t n) { return std::vector<int64_t>{3 * n, 3 * n + 1, 3 * n + 2}; }, 3, plain,
+                             release);
+  for (int64_t n = 0; n < 20; ++n) {
+    const BatchPrefetcher::Batch& batch = prefetcher.next();
+    for (int k = 0; k < 3; ++k) ASSERT_EQ(batch.labels.ptr<int32_t>()[k], 3 * n + k);
+    ASSERT_EQ(batch.images.ptr<float>()[4 * 2], static_cast<float>(3 * n + 2));
+  }
+  // Batch 20 starts at sample 60: its failure reaches the caller of next(), with its message.
+  EXPECT_NE(user_error_message([&] { prefetcher.next(); }).find("starting at 60"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace dlbench
