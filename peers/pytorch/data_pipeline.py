@@ -39,13 +39,15 @@ def main():
         transforms.Normalize([0.485, 0.456, 0.406], [0.229, 0.224, 0.225]),
     ])
     data = datasets.ImageFolder(a.data, transform=transform)
-    sampler = torch.utils.data.RandomSampler(data, replacement=True,
-                                             num_samples=a.batch_size * (a.batches + a.warmup_batches))
+    # Each worker has prefetch_factor (2) batches in flight from the start: until that backlog (made while
+    # the warm-up waited) is consumed, batches arrive faster than the steady state, so the warm-up covers it.
+    warmup = max(a.warmup_batches, 2 * a.workers + 1)
+    sampler = torch.utils.data.RandomSampler(data, replacement=True, num_samples=a.batch_size * (a.batches + warmup))
     loader = torch.utils.data.DataLoader(data, batch_size=a.batch_size, sampler=sampler, num_workers=a.workers,
                                          pin_memory=False, drop_last=True, persistent_workers=False,
                                          prefetch_factor=2 if a.workers > 0 else None)
     it = iter(loader)
-    for _ in range(a.warmup_batches):
+    for _ in range(warmup):
         next(it)
     start = time.perf_counter()
     for _ in range(a.batches):
