@@ -10,6 +10,7 @@
 #include "backend/backend_factory.h"
 #include "core/file_io.h"
 #include "core/status.h"
+#include "bench/system_info.h"
 #include "data/data_commands.h"
 #include "dist/comm_bench.h"
 #include "dist/mpi_runtime.h"
@@ -169,6 +170,8 @@ int main(int argc, char** argv) {
   train->add_option("--checkpoint", train_config.checkpoint_path, "save weights and optimizer state to FILE");
   train->add_option("--save-every", train_config.save_every, "also save every N steps");
   train->add_option("--resume", train_config.resume_path, "continue from a checkpoint FILE");
+  train->add_option("--mlperf-log", train_config.mlperf_log_path,
+                    "write the run's events as MLPerf Training :::MLLOG lines to FILE");
 
   RunConfig bench_config;
   bench_config.kind = dlbench::RunKind::bench;
@@ -201,6 +204,10 @@ int main(int argc, char** argv) {
         ->capture_default_str();
     comm_bench->add_option("--json", o.json_path, "write the result as one JSON object to FILE (rank 0)");
   }
+
+  std::string info_json;
+  CLI::App* info = app.add_subcommand("info", "the system table: CPU, memory, GPUs and their links, software versions");
+  info->add_option("--json", info_json, "also write it as one JSON object to FILE");
 
   dlbench::PackOptions pack_options;
   CLI::App* pack = app.add_subcommand("pack", "pack an image folder (CLASS/FILE.jpg) into shards for sequential reads");
@@ -244,6 +251,7 @@ int main(int argc, char** argv) {
   } catch (const CLI::ParseError& e) {
     return app.exit(e);
   }
+  if (info->parsed()) return guarded([&] { dlbench::run_info(info_json); });
   if (pack->parsed()) return guarded([&] { dlbench::run_pack(pack_options); });
   if (data_bench->parsed()) return guarded([&] { dlbench::run_data_bench(data_bench_options); });
   if (export_images->parsed()) return guarded([&] { dlbench::run_export_images(export_options); });

@@ -71,6 +71,7 @@ struct RunConfig {
   int data_threads = 0;            // decoding threads (0 = all cores but one)
   int image_size = 0;              // output size of the image transform (0 = 224, or the images' own size)
   bool strict = false;             // stop at the first bad image instead of skipping it
+  std::string mlperf_log_path;     // train: MLPerf-style :::MLLOG lines to FILE
 
   // Data parallelism (src/dist): ranks are GPUs of this process (--gpus, threads) or mpirun's processes.
   int gpus = 1;                              // threads: GPUs driven from this process

@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include <chrono>
 #include <cmath>
 #include <cstdarg>
 #include <cstdio>
@@ -30,6 +31,7 @@
 #include "train/checkpoint.h"
 #include "train/lr_schedule.h"
 #include "train/memory_fit.h"
+#include "train/mlperf_log.h"
 #include "train/trainer.h"
 
 namespace dlbench {
@@ -94,6 +96,7 @@ RunSetup set_up(const RunConfig& config, dist::Launch& launch, int slot) {
   if (!config.json_path.empty()) check_writable(config.json_path, "--json");
   if (!config.checkpoint_path.empty()) check_writable(config.checkpoint_path, "--checkpoint");
   if (!config.trace_path.empty()) check_writable(config.trace_path, "--trace");
+  if (!config.mlperf_log_path.empty()) check_writable(config.mlperf_log_path, "--mlperf-log");
 
   ModelOptions options;
   options.label_smoothing = static_cast<float>(config.label_smoothing);
@@ -331,8 +334,13 @@ void add_data_pipeline(nlohmann::json& j, RunSetup& s, const BatchPrefetcher* pr
 }
 
 nlohmann::json train_rank(const RunConfig& given, dist::Launch& launch, int slot) {
+  // Only rank 0 logs (every rank could not open the same file in threads mode); the rank is known after
+  // set-up, so init_start is stamped with the time before it.
+  const auto init_start_ms = std::chrono::duration_cast<std::chrono::milliseconds>(
+                                 std::chrono::system_clock::now().time_since_epoch()).count();
   RunSetup s = set_up(given, launch, slot);
   const int rank = s.comm->rank(), ranks = s.comm->size();
+  MlperfLog mllog(rank == 0 ? given.mlperf_log_path : std::string());
   const RunConfig config = with_scaled_lr(given, ranks);
   Trainer& trainer = *s.trainer;
   const int64_t images_per_step = trainer.images_per_step();
@@ -375,6 +383,25 @@ nlohmann::json train_rank(const RunConfig& given, dist::Launch& launch, int slot
         return indices;
       });
   double window_wait_seconds = 0;
+  if (mllog.enabled()) {
+    mllog.start("init_start", nullptr, {{"time_at_process_start_ms", init_start_ms}});
+    mllog.point("submission_benchmark", config.model);
+    mllog.point("submission_platform", s.memory_fit.device ? s.memory_fit.device->name : device_name(config.device));
+    mllog.point("global_batch_size", images_per_step * ranks);
+    mllog.point("gradient_accumulation_steps", config.accumulate_steps);
+    mllog.point("train_samples", s.train_data->size());
+    if (s.test_data) mllog.point("eval_samples", s.test_data->size());
+    mllog.point("opt_name", config.nesterov ? "sgd_nesterov" : "sgd");
+    mllog.point("opt_base_learning_rate", config.lr);
+    mllog.point("opt_momentum", config.momentum);
+    mllog.point("opt_weight_decay", config.weight_decay);
+    mllog.point("opt_learning_rate_warmup_epochs", config.lr_warmup_epochs);
+    mllog.point("opt_learning_rate_schedule", lr_schedule_name(config.lr_schedule));
+    mllog.point("precision", precision_name(config.precision));
+    mllog.point("seed", config.seed);
+    mllog.end("init_stop");
+    mllog.start("run_start");
+  }
 
   std::vector<int64_t> order;
   int64_t order_epoch = -1;
@@ -391,7 +418,10 @@ nlohmann::json train_rank(const RunConfig& given, dist::Launch& launch, int slot
   auto evaluate = [&](int64_t epoch, int64_t step) {
     if (!s.test_data || rank != 0) return;
     WallTimer timer;
+    mllog.start("eval_start", nullptr, {{"epoch_num", epoch + 1}});
     last_accuracy = trainer.evaluate(*s.test_data);
+    mllog.point("eval_accuracy", last_accuracy, {{"epoch_num", epoch + 1}});
+    mllog.end("eval_stop", nullptr, {{"epoch_num", epoch + 1}});
     evaluations.push_back({{"epoch", epoch}, {"step", step}, {"test_accuracy", last_accuracy}});
     say("epoch %lld  test accuracy %.2f%% (%lld images, %.1f s)\n", static_cast<long long>(epoch + 1),
         100.0 * last_accuracy, static_cast<long long>(s.test_data->size()), timer.seconds());
@@ -402,6 +432,7 @@ nlohmann::json train_rank(const RunConfig& given, dist::Launch& launch, int slot
     s.comm->set_step(step + 1);
     const int64_t epoch = step / steps_per_epoch;
     const int64_t batch_in_epoch = step % steps_per_epoch;
+    if (batch_in_epoch == 0 || step == first_step) mllog.start("epoch_start", nullptr, {{"epoch_num", epoch + 1}});
     if (epoch != order_epoch) {
       order = sampler.epoch_order(epoch);
       order_epoch = epoch;
@@ -446,6 +477,7 @@ nlohmann::json train_rank(const RunConfig& given, dist::Launch& launch, int slot
       images_since_log = 0;
     }
     const bool epoch_done = batch_in_epoch + 1 == steps_per_epoch;
+    if (epoch_done || step + 1 == total_steps) mllog.end("epoch_stop", nullptr, {{"epoch_num", epoch + 1}});
     if (epoch_done) evaluate(epoch, step + 1);
     if (!config.checkpoint_path.empty() &&
         (epoch_done || (config.save_every > 0 && (step + 1) % config.save_every == 0) ||
@@ -472,6 +504,7 @@ nlohmann::json train_rank(const RunConfig& given, dist::Launch& launch, int slot
   j["losses"] = losses;
   add_throughput(j, s, window);
   add_data_pipeline(j, s, prefetcher.get(), window_wait_seconds, window);
+  mllog.run_succeeded();
   j["step_ms"] = to_json(d);
   j["train_seconds"] = train_seconds;
   if (s.test_data) {

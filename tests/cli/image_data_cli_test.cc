@@ -6,6 +6,8 @@
 
 #include <filesystem>
 #include <nlohmann/json.hpp>
+#include <algorithm>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -109,10 +111,51 @@ TEST(ImageDataCli, ACorruptImageIsSkippedWithAWarningOrStopsUnderStrict) {
   CommandResult lenient = run_dlbench(train);
   EXPECT_EQ(lenient.exit_code, 0) << lenient.err;
   EXPECT_NE(lenient.err.find("00001.jpg"), std::string::npos) << lenient.err;
-  CommandResult strict = run_dlbench(train + " --strict");
+  CommandResult strict = run_dlbench(train + " --strict --mlperf-log " + (dir / "aborted.log").string());
   EXPECT_EQ(strict.exit_code, 1);
+  // The run stopped inside its first step: the MLPerf log ends with run_stop, status aborted.
+  const std::string mllog = read_text((dir / "aborted.log").string());
+  EXPECT_NE(mllog.find("\"key\":\"run_start\""), std::string::npos) << mllog;
+  EXPECT_NE(mllog.find("\"status\":\"aborted\""), std::string::npos) << mllog;
   EXPECT_EQ(count_lines(strict.err), 1) << strict.err;
   EXPECT_NE(strict.err.find("00001.jpg"), std::string::npos) << strict.err;
+  fs::remove_all(dir);
+}
+
+TEST(MlperfLogCli, ATrainingRunWritesTheMlperfEventsInOrder) {
+  const fs::path dir = temp_dir("mlperf_log");
+  fs::create_directories(dir / "idx");
+  write_idx_set(dir / "idx", "train", 40);
+  write_idx_set(dir / "idx", "t10k", 20);
+  const fs::path log = dir / "mllog.txt";
+  CommandResult r = run_dlbench("train --device cpu --model resnet20 --batch-size 20 --epochs 2 --data " +
+                                (dir / "idx").string() + " --mlperf-log " + log.string());
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  std::vector<std::string> keys;
+  std::vector<nlohmann::json> events;
+  std::istringstream in(read_text(log.string()));
+  for (std::string line; std::getline(in, line);) {
+    ASSERT_EQ(line.rfind(":::MLLOG ", 0), 0u) << line;
+    nlohmann::json e = nlohmann::json::parse(line.substr(9));
+    for (const char* field : {"namespace", "time_ms", "event_type", "key", "value", "metadata"})
+      ASSERT_TRUE(e.contains(field)) << field << " missing: " << line;
+    keys.push_back(e["key"]);
+    events.push_back(e);
+  }
+  auto position = [&](const std::string& key, size_t from = 0) {
+    return std::find(keys.begin() + static_cast<std::ptrdiff_t>(from), keys.end(), key) - keys.begin();
+  };
+  ASSERT_EQ(keys.front(), "init_start");
+  EXPECT_LT(position("global_batch_size"), position("init_stop"));
+  EXPECT_LT(position("init_stop"), position("run_start"));
+  const size_t eval1 = position("eval_accuracy");
+  EXPECT_LT(position("epoch_stop"), eval1);
+  EXPECT_LT(eval1, position("eval_accuracy", eval1 + 1));  // one evaluation per epoch
+  EXPECT_EQ(keys.back(), "run_stop");
+  EXPECT_EQ(events.back()["metadata"]["status"], "success");
+  EXPECT_EQ(events[position("global_batch_size")]["value"], 20);
+  EXPECT_EQ(events[eval1]["metadata"]["epoch_num"], 1);
+  for (size_t i = 1; i < events.size(); ++i) EXPECT_GE(events[i]["time_ms"], events[i - 1]["time_ms"]);
   fs::remove_all(dir);
 }
 

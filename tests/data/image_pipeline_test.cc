@@ -165,6 +165,56 @@ TEST(ImageDataset, BadFilesAreSkippedNamedAndCountedOrStopTheRunUnderStrict) {
   EXPECT_NE(message.find("PNG"), std::string::npos) << message;
 }
 
+TEST(ImageDataset, FlatImagesNormaliseToTheirKnownValues) {
+  // Each image one flat colour: every output pixel is (v / 255 - mean) / std of its channel, within JPEG's
+  // error on flat content (2 levels) — the per-sample statistics of the output are known exactly.
+  TempDir dir;
+  const int levels[4][3] = {{0, 0, 0}, {255, 255, 255}, {200, 30, 90}, {60, 160, 120}};
+  for (int i = 0; i < 4; ++i) {
+    fs::create_directories(dir.path() / ("c" + std::to_string(i)));
+    std::vector<uint8_t> pixels(80 * 60 * 3);
+    for (size_t p = 0; p < pixels.size(); ++p) pixels[p] = static_cast<uint8_t>(levels[i][p % 3]);
+    std::vector<uint8_t> jpeg = encode_jpeg(pixels.data(), 80, 60, 3, 100);
+    write_file((dir.path() / ("c" + std::to_string(i)) / "a.jpg").string(), std::string(jpeg.begin(), jpeg.end()));
+  }
+  auto source = std::shared_ptr<const EncodedImageSource>(open_image_folder(dir.path().string()));
+  ImageDataset data(source, small_options(2));
+  std::vector<int64_t> indices = {0, 1, 2, 3};
+  Batch batch(4, data.sample_shape(), DType::f32, Layout::nchw);
+  data.gather(indices, batch.images.tensor(), batch.labels.tensor());
+  const Normalization& n = kImageNetNormalization;
+  const int64_t plane = 32 * 32;
+  for (int i = 0; i < 4; ++i) {
+    for (int c = 0; c < 3; ++c) {
+      const float* values = batch.images.ptr<float>() + (i * 3 + c) * plane;
+      double sum = 0, lo = 1e9, hi = -1e9;
+      for (int64_t p = 0; p < plane; ++p) {
+        sum += values[p];
+        lo = std::min<double>(lo, values[p]);
+        hi = std::max<double>(hi, values[p]);
+      }
+      const double expected = (levels[i][c] / 255.0 - n.mean[c]) / n.std[c];
+      const double tolerance = 2.0 / 255.0 / n.std[c];
+      EXPECT_NEAR(sum / plane, expected, tolerance) << "image " << i << " channel " << c;
+      EXPECT_NEAR(lo, expected, tolerance);
+      EXPECT_NEAR(hi, expected, tolerance);
+    }
+  }
+}
+
+TEST(ImageDataset, AFileThatDisappearedIsSkippedLikeACorruptOne) {
+  TempDir dir;
+  make_folder(dir.path(), 2, 2);
+  auto source = std::shared_ptr<const EncodedImageSource>(open_image_folder(dir.path().string()));
+  fs::remove(dir.path() / "class0" / "1.jpg");  // listed, then gone: the read fails
+  ImageDataset data(source, small_options(1));
+  std::vector<int64_t> indices = {1};
+  Batch batch(1, data.sample_shape(), DType::f32, Layout::nchw);
+  data.gather(indices, batch.images.tensor(), batch.labels.tensor());
+  EXPECT_EQ(data.stats().bad_files, 1);
+  EXPECT_EQ(batch.labels.ptr<int32_t>()[0], source->label(2));  // the next sample took its place
+}
+
 TEST(ImageDataset, TheFolderAndItsShardsGiveTheSameBatches) {
   TempDir dir;
   make_folder(dir.path() / "images", 3, 5);

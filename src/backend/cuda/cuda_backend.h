@@ -6,6 +6,7 @@
 #pragma once
 
 #include <functional>
+#include <nlohmann/json.hpp>
 #include <memory>
 #include <string>
 
@@ -23,6 +24,9 @@ std::unique_ptr<Backend> make_cuda_backend(int device, bool allow_tf32,
 
 // GPUs the CUDA runtime sees; 0 when there is no driver or no GPU. Never throws.
 int cuda_device_count();
+
+// The CUDA runtime and driver, cuDNN, cuBLAS and NCCL versions: {"cuda_runtime": "13.0", ...}.
+nlohmann::json cuda_software_info();
 
 // "fwd: IMPLICIT_PRECOMP_GEMM (tensor op, 0 B) | bwd_data: ... | bwd_filter: ...": the algorithms the plan
 // (a cuda backend's) chose, their math type and workspace.
