@@ -10,6 +10,7 @@
 #include "backend/backend_factory.h"
 #include "core/file_io.h"
 #include "core/status.h"
+#include "bench/sweep.h"
 #include "bench/system_info.h"
 #include "data/data_commands.h"
 #include "dist/comm_bench.h"
@@ -209,6 +210,29 @@ int main(int argc, char** argv) {
   CLI::App* info = app.add_subcommand("info", "the system table: CPU, memory, GPUs and their links, software versions");
   info->add_option("--json", info_json, "also write it as one JSON object to FILE");
 
+  dlbench::SweepOptions sweep_options;
+  CLI::App* sweep = app.add_subcommand(
+      "sweep", "a grid of bench points, each its own process, appended to a JSON Lines file (resumable)");
+  {
+    auto& o = sweep_options;
+    sweep->add_option("--results", o.results, "the JSON Lines file the points are appended to")->required();
+    sweep->add_option("--models", o.models, "models, comma-separated")->delimiter(',')->capture_default_str();
+    sweep->add_option("--precisions", o.precisions, "fp32,tf32,fp16,bf16")->delimiter(',')->capture_default_str();
+    sweep->add_option("--gpus", o.gpus, "GPU counts, comma-separated")->delimiter(',')->capture_default_str();
+    sweep->add_option("--batch-sizes", o.batch_sizes, "batch sizes per GPU, comma-separated")
+        ->delimiter(',')
+        ->capture_default_str();
+    sweep->add_option("--launcher", o.launcher, "threads | mpi (mpirun -np GPUS)")->capture_default_str();
+    sweep->add_option("--device", o.device, "auto | cpu | cuda")->capture_default_str();
+    sweep->add_option("--steps", o.steps, "timed steps per point")->capture_default_str();
+    sweep->add_option("--warmup-steps", o.warmup_steps, "warm-up steps per point")->capture_default_str();
+    sweep->add_flag("--retry-failed", o.retry_failed, "also run the points recorded as failed");
+    sweep->add_option("--point-timeout", o.point_timeout_seconds, "seconds before a point is stopped")
+        ->capture_default_str();
+    sweep->add_option("--mpirun", o.mpirun, "the MPI launcher")->capture_default_str();
+    sweep->add_option("--mpirun-args", o.mpirun_args, "extra launcher arguments, comma-separated")->delimiter(',');
+  }
+
   dlbench::PackOptions pack_options;
   CLI::App* pack = app.add_subcommand("pack", "pack an image folder (CLASS/FILE.jpg) into shards for sequential reads");
   pack->add_option("SRC", pack_options.source, "image folder, or ROOT with train/ and val/ ones")->required();
@@ -251,6 +275,7 @@ int main(int argc, char** argv) {
   } catch (const CLI::ParseError& e) {
     return app.exit(e);
   }
+  if (sweep->parsed()) return guarded([&] { dlbench::run_sweep(sweep_options); });
   if (info->parsed()) return guarded([&] { dlbench::run_info(info_json); });
   if (pack->parsed()) return guarded([&] { dlbench::run_pack(pack_options); });
   if (data_bench->parsed()) return guarded([&] { dlbench::run_data_bench(data_bench_options); });
