@@ -109,7 +109,7 @@ dlbench::LrSchedule parse_schedule(const std::string& text) {
   dlbench::throw_user_error("--lr-schedule {}: unknown; choose constant, step or cosine", text);
 }
 
-// Runs a command that needs no ranks; returns the exit code (as run_command's).
+// Runs a command; returns the exit code: 0, 1 for a UserError (one line on stderr), 3 for an internal error.
 int guarded(const std::function<void()>& body) {
   try {
     body();
@@ -127,10 +127,10 @@ int guarded(const std::function<void()>& body) {
 int run_command(bool is_train, bool is_comm_bench, RunConfig& train_config, const std::string& train_schedule,
                 RunConfig& bench_config, const std::string& bench_schedule,
                 const dlbench::dist::CommBenchOptions& comm_bench_options) {
-  try {
+  return guarded([&] {
     if (is_comm_bench) {
       dlbench::dist::run_comm_bench(comm_bench_options);
-      return 0;
+      return;
     }
     RunConfig& config = is_train ? train_config : bench_config;
     config.lr_schedule = parse_schedule(is_train ? train_schedule : bench_schedule);
@@ -141,14 +141,7 @@ int run_command(bool is_train, bool is_comm_bench, RunConfig& train_config, cons
       dlbench::write_file_atomically(config.json_path, result.dump(2) + "\n");
       std::printf("result written to %s\n", config.json_path.c_str());
     }
-    return 0;
-  } catch (const dlbench::UserError& e) {
-    std::fprintf(stderr, "dlbench: error: %s\n", e.what());
-    return 1;
-  } catch (const std::exception& e) {
-    std::fprintf(stderr, "dlbench: internal error: %s\n", e.what());
-    return 3;
-  }
+  });
 }
 
 }  // namespace
