@@ -10,6 +10,7 @@
 #include "backend/backend_factory.h"
 #include "core/file_io.h"
 #include "core/status.h"
+#include "bench/report.h"
 #include "bench/sweep.h"
 #include "bench/system_info.h"
 #include "data/data_commands.h"
@@ -226,6 +227,12 @@ int main(int argc, char** argv) {
     sweep->add_option("--mpirun-args", o.mpirun_args, "extra launcher arguments, comma-separated")->delimiter(',');
   }
 
+  std::vector<std::string> report_inputs;
+  std::string report_dir = "report";
+  CLI::App* report = app.add_subcommand("report", "the study's tables from result files, as Markdown");
+  report->add_option("RESULTS", report_inputs, "result files: JSON Lines or --json objects")->required();
+  report->add_option("-o,--output", report_dir, "directory for report.md")->capture_default_str();
+
   dlbench::PackOptions pack_options;
   CLI::App* pack = app.add_subcommand("pack", "pack an image folder (CLASS/FILE.jpg) into shards for sequential reads");
   pack->add_option("SRC", pack_options.source, "image folder, or ROOT with train/ and val/ ones")->required();
@@ -268,6 +275,7 @@ int main(int argc, char** argv) {
   } catch (const CLI::ParseError& e) {
     return app.exit(e);
   }
+  if (report->parsed()) return guarded([&] { dlbench::run_report(report_inputs, report_dir); });
   if (sweep->parsed()) return guarded([&] { dlbench::run_sweep(sweep_options); });
   if (info->parsed()) return guarded([&] { dlbench::run_info(info_json); });
   if (pack->parsed()) return guarded([&] { dlbench::run_pack(pack_options); });

@@ -117,8 +117,11 @@ std::string system_table(const nlohmann::json& s) {
   std::string out;
   out += fmt::format("{:<10} {} (commit {})\n", "dlbench", text("dlbench_version"), text("git_commit"));
   out += fmt::format("{:<10} {}, {}\n", "host", text("hostname"), text("os"));
-  out += fmt::format("{:<10} {}: {} socket(s), {} cores, {} threads\n", "cpu", text("cpu"), s.value("sockets", 0),
-                     s.value("physical_cores", 0), s.value("logical_cores", 0));
+  // Results written before sockets and cores were recorded have only the thread count.
+  out += s.value("sockets", 0) > 0
+             ? fmt::format("{:<10} {}: {} socket(s), {} cores, {} threads\n", "cpu", text("cpu"), s.value("sockets", 0),
+                           s.value("physical_cores", 0), s.value("logical_cores", 0))
+             : fmt::format("{:<10} {}: {} threads\n", "cpu", text("cpu"), s.value("logical_cores", 0));
   out += fmt::format("{:<10} {:.1f} GiB\n", "memory", s.value("memory_bytes", int64_t{0}) / double(1 << 30));
   for (const auto& g : s.value("gpus", nlohmann::json::array())) {
     out += fmt::format("{:<10} {}, {:.0f} GiB, SM up to {} MHz, memory {} MHz, power limit {:.0f} W, {} NVLinks\n",

@@ -50,6 +50,25 @@ TEST(SweepCli, RunsEveryPointOnceAndResumesWhereItStopped) {
   ASSERT_EQ(r.exit_code, 0) << r.err;
   EXPECT_NE(r.out.find("0 points to run, 2 already"), std::string::npos) << r.out;
   EXPECT_EQ(read_lines(results).size(), 2u);
+
+  // The report of that file: the measured point in the tables, the malformed line named.
+  r = run_dlbench("report " + results + " -o " + (dir / "report").string());
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.err.find("line 2: not a JSON object"), std::string::npos) << r.err;
+  const std::string markdown = read_text((dir / "report" / "report.md").string());
+  EXPECT_NE(markdown.find("## resnet20: throughput"), std::string::npos) << markdown;
+  EXPECT_NE(markdown.find("| dlbench | resnet20 | fp32 | 1 | 16 |"), std::string::npos) << markdown;
+  std::filesystem::remove_all(dir);
+}
+
+TEST(ReportCli, NoResultsIsOneLine) {
+  const auto dir = temp_dir("report_empty");
+  { std::ofstream((dir / "empty.jsonl").string()) << "\n"; }
+  CommandResult r = run_dlbench("report " + (dir / "empty.jsonl").string() + " -o " + (dir / "out").string());
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_EQ(count_lines(r.err), 1) << r.err;
+  EXPECT_NE(r.err.find("no result in"), std::string::npos) << r.err;
+  EXPECT_FALSE(std::filesystem::exists(dir / "out" / "report.md"));
   std::filesystem::remove_all(dir);
 }
 
