@@ -12,6 +12,10 @@
 
 #include "core/status.h"
 
+// Fails the test, showing the whole text, when `haystack` does not contain `needle` (a message's key part).
+#define EXPECT_CONTAINS(haystack, needle) \
+  EXPECT_NE(std::string(haystack).find(needle), std::string::npos) << "message: " << (haystack)
+
 namespace dlbench::testing {
 
 class TempDir {

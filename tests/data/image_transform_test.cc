@@ -14,21 +14,12 @@
 #include "core/status.h"
 #include "core/tensor.h"
 #include "data/jpeg_image.h"
+#include "image_test_util.h"
 
 namespace dlbench {
 namespace {
 
-RgbImage make_image(int width, int height, int channels,
-                    const std::function<int(int x, int y, int c)>& value) {
-  RgbImage image{width, height, channels, {}};
-  image.pixels.resize(static_cast<size_t>(width) * height * channels);
-  for (int y = 0; y < height; ++y)
-    for (int x = 0; x < width; ++x)
-      for (int c = 0; c < channels; ++c)
-        image.pixels[(static_cast<size_t>(y) * width + x) * channels + c] =
-            static_cast<uint8_t>(std::clamp(value(x, y, c), 0, 255));
-  return image;
-}
+using testing::make_image;
 
 RgbImage random_image(int width, int height, int channels, uint64_t seed) {
   std::mt19937_64 rng(seed);

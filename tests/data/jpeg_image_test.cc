@@ -1,4 +1,5 @@
 #include "data/jpeg_image.h"
+#include "image_test_util.h"
 
 #include <gtest/gtest.h>
 
@@ -27,9 +28,6 @@ using testing::read_file;
 using testing::TempDir;
 using testing::write_file;
 
-#define EXPECT_CONTAINS(haystack, needle) \
-  EXPECT_NE(std::string(haystack).find(needle), std::string::npos) << "message: " << (haystack)
-
 // JPEG tolerances, at quality 95 unless said otherwise: a decoded pixel may differ from what was encoded
 // by the quantisation of its DCT coefficients and the colour conversions' rounding. Flat areas aligned to
 // blocks keep only their DC coefficient (quantised with step 2 at quality 95): max abs error <= 2 (1
@@ -37,17 +35,7 @@ using testing::write_file;
 // libjpeg-turbo 2.1.5: max 4, mean <= 0.65). Decodes are deterministic: libjpeg-turbo's ISLOW IDCT gives
 // the same bits with or without SIMD.
 
-RgbImage make_image(int width, int height, int channels,
-                    const std::function<int(int x, int y, int c)>& value) {
-  RgbImage image{width, height, channels, {}};
-  image.pixels.resize(static_cast<size_t>(width) * height * channels);
-  for (int y = 0; y < height; ++y)
-    for (int x = 0; x < width; ++x)
-      for (int c = 0; c < channels; ++c)
-        image.pixels[(static_cast<size_t>(y) * width + x) * channels + c] =
-            static_cast<uint8_t>(std::clamp(value(x, y, c), 0, 255));
-  return image;
-}
+using testing::make_image;
 
 std::vector<uint8_t> encode(const RgbImage& image, int quality = 95, JpegEncodeOptions options = {}) {
   return encode_jpeg(image.pixels.data(), image.width, image.height, image.channels, quality, options);

@@ -26,9 +26,6 @@ using testing::TempDir;
 using testing::user_error_message;
 using testing::write_file;
 
-#define EXPECT_CONTAINS(haystack, needle) \
-  EXPECT_NE(std::string(haystack).find(needle), std::string::npos) << "message: " << (haystack)
-
 uint64_t get_u64(const std::string& s, size_t at) {
   uint64_t v = 0;
   for (int i = 7; i >= 0; --i) v = v << 8 | static_cast<uint8_t>(s[at + static_cast<size_t>(i)]);

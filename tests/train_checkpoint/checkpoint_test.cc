@@ -19,9 +19,6 @@ using testing::TempDir;
 using testing::user_error_message;
 using testing::write_file;
 
-#define EXPECT_CONTAINS(haystack, needle) \
-  EXPECT_NE(std::string(haystack).find(needle), std::string::npos) << "message: " << (haystack)
-
 std::vector<float> sequence(size_t n, float scale) {
   std::vector<float> v(n);
   for (size_t i = 0; i < n; ++i) v[i] = scale * std::sin(static_cast<float>(i) + 0.5f);
