@@ -8,11 +8,11 @@
 #include <string>
 
 #include "backend/backend_factory.h"
-#include "core/file_io.h"
-#include "core/status.h"
 #include "bench/report.h"
 #include "bench/sweep.h"
 #include "bench/system_info.h"
+#include "core/file_io.h"
+#include "core/status.h"
 #include "data/data_commands.h"
 #include "dist/comm_bench.h"
 #include "dist/mpi_runtime.h"
@@ -201,7 +201,8 @@ int main(int argc, char** argv) {
   }
 
   std::string info_json;
-  CLI::App* info = app.add_subcommand("info", "the system table: CPU, memory, GPUs and their links, software versions");
+  CLI::App* info =
+      app.add_subcommand("info", "the system table: CPU, memory, GPUs and their links, software versions");
   info->add_option("--json", info_json, "also write it as one JSON object to FILE");
 
   dlbench::SweepOptions sweep_options;
@@ -211,7 +212,9 @@ int main(int argc, char** argv) {
     auto& o = sweep_options;
     sweep->add_option("--results", o.results, "the JSON Lines file the points are appended to")->required();
     sweep->add_option("--models", o.models, "models, comma-separated")->delimiter(',')->capture_default_str();
-    sweep->add_option("--precisions", o.precisions, "fp32,tf32,fp16,bf16")->delimiter(',')->capture_default_str();
+    sweep->add_option("--precisions", o.precisions, "fp32,tf32,fp16,bf16")
+        ->delimiter(',')
+        ->capture_default_str();
     sweep->add_option("--gpus", o.gpus, "GPU counts, comma-separated")->delimiter(',')->capture_default_str();
     sweep->add_option("--batch-sizes", o.batch_sizes, "batch sizes per GPU, comma-separated")
         ->delimiter(',')
@@ -224,7 +227,8 @@ int main(int argc, char** argv) {
     sweep->add_option("--point-timeout", o.point_timeout_seconds, "seconds before a point is stopped")
         ->capture_default_str();
     sweep->add_option("--mpirun", o.mpirun, "the MPI launcher")->capture_default_str();
-    sweep->add_option("--mpirun-args", o.mpirun_args, "extra launcher arguments, comma-separated")->delimiter(',');
+    sweep->add_option("--mpirun-args", o.mpirun_args, "extra launcher arguments, comma-separated")
+        ->delimiter(',');
   }
 
   std::vector<std::string> report_inputs;
@@ -234,7 +238,8 @@ int main(int argc, char** argv) {
   report->add_option("-o,--output", report_dir, "directory for report.md")->capture_default_str();
 
   dlbench::PackOptions pack_options;
-  CLI::App* pack = app.add_subcommand("pack", "pack an image folder (CLASS/FILE.jpg) into shards for sequential reads");
+  CLI::App* pack =
+      app.add_subcommand("pack", "pack an image folder (CLASS/FILE.jpg) into shards for sequential reads");
   pack->add_option("SRC", pack_options.source, "image folder, or ROOT with train/ and val/ ones")->required();
   pack->add_option("DST", pack_options.destination, "new or empty directory for the shard set")->required();
   pack->add_option("--shard-mb", pack_options.shard_mb, "size of one shard file")->capture_default_str();
@@ -245,7 +250,8 @@ int main(int argc, char** argv) {
       app.add_subcommand("data-bench", "the input pipeline alone: decode and augment, no training");
   {
     auto& o = data_bench_options;
-    data_bench->add_option("--data", o.data, "an image folder or shard set (or ROOT with train/)")->required();
+    data_bench->add_option("--data", o.data, "an image folder or shard set (or ROOT with train/)")
+        ->required();
     data_bench->add_option("--data-threads", o.threads, "decoding threads (0 = all cores but one)")
         ->capture_default_str();
     data_bench->add_option("--batch-size", o.batch_size, "images per batch")->capture_default_str();

@@ -95,12 +95,17 @@ int main(int argc, char** argv) {
       }
       return argv[++i];
     };
-    if (!std::strcmp(argv[i], "--size")) size = std::atoi(value("--size"));
-    else if (!std::strcmp(argv[i], "--gib")) gib = std::atof(value("--gib"));
-    else if (!std::strcmp(argv[i], "--reps")) reps = std::atoi(value("--reps"));
-    else if (!std::strcmp(argv[i], "--json")) json_path = value("--json");
+    if (!std::strcmp(argv[i], "--size"))
+      size = std::atoi(value("--size"));
+    else if (!std::strcmp(argv[i], "--gib"))
+      gib = std::atof(value("--gib"));
+    else if (!std::strcmp(argv[i], "--reps"))
+      reps = std::atoi(value("--reps"));
+    else if (!std::strcmp(argv[i], "--json"))
+      json_path = value("--json");
     else {
-      std::fprintf(stderr, "gpu_ceilings: unknown argument %s (--size N --gib G --reps R --json FILE)\n", argv[i]);
+      std::fprintf(stderr, "gpu_ceilings: unknown argument %s (--size N --gib G --reps R --json FILE)\n",
+                   argv[i]);
       return 2;
     }
   }
@@ -142,8 +147,8 @@ int main(int argc, char** argv) {
   const float alpha = 1.f, beta = 0.f;
   for (const GemmCase& g : cases) {
     const double ms = median_ms(stream, reps, [&] {
-      check(cublasGemmEx(handle, CUBLAS_OP_N, CUBLAS_OP_N, size, size, size, &alpha, a, g.type, size, b, g.type,
-                         size, &beta, c, g.type, size, g.compute, CUBLAS_GEMM_DEFAULT),
+      check(cublasGemmEx(handle, CUBLAS_OP_N, CUBLAS_OP_N, size, size, size, &alpha, a, g.type, size, b,
+                         g.type, size, &beta, c, g.type, size, g.compute, CUBLAS_GEMM_DEFAULT),
             g.name);
     });
     const double tflops = 2.0 * n * n * n / (ms * 1e-3) / 1e12;
@@ -199,7 +204,9 @@ int main(int argc, char** argv) {
       return 1;
     }
     for (const Ceiling& c : ceilings)
-      std::fprintf(f, "{\"device\": \"cuda:%s\", \"ceiling\": \"%s\", \"value\": %.2f, \"unit\": \"%s\", \"how\": \"%s\"}\n",
+      std::fprintf(f,
+                   "{\"device\": \"cuda:%s\", \"ceiling\": \"%s\", \"value\": %.2f, \"unit\": \"%s\", "
+                   "\"how\": \"%s\"}\n",
                    prop.name, c.name.c_str(), c.value, c.unit.c_str(), c.detail.c_str());
     std::fclose(f);
   }

@@ -24,8 +24,8 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
-#include <optional>
 #include <new>
+#include <optional>
 #include <span>
 #include <string>
 #include <vector>
@@ -191,8 +191,8 @@ class Backend {
   virtual void deallocate(void* ptr) = 0;
   // Host memory the device copies from fastest (page-locked on a GPU, so a copy is one DMA at the link's
   // rate); plain aligned memory on the CPU.
-  virtual void* allocate_host(size_t bytes) { return ::operator new(bytes, std::align_val_t{64}); }
-  virtual void deallocate_host(void* ptr) { ::operator delete(ptr, std::align_val_t{64}); }
+  virtual void* allocate_host(size_t bytes) { return ::operator new (bytes, std::align_val_t{64}); }
+  virtual void deallocate_host(void* ptr) { ::operator delete (ptr, std::align_val_t{64}); }
   virtual void copy_to_device(void* dst, const void* host_src, size_t bytes) = 0;
   virtual void copy_to_host(void* host_dst, const void* src, size_t bytes) = 0;
   virtual void copy(void* dst, const void* src, size_t bytes) = 0;

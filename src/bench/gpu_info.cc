@@ -31,12 +31,12 @@ struct Nvml {
   nvmlReturn (*handle)(unsigned, nvmlDevice*) = nullptr;
   nvmlReturn (*name)(nvmlDevice, char*, unsigned) = nullptr;
   nvmlReturn (*memory)(nvmlDevice, nvmlMemory*) = nullptr;
-  nvmlReturn (*max_clock)(nvmlDevice, int, unsigned*) = nullptr;      // 1: SM, 2: memory
-  nvmlReturn (*power_limit)(nvmlDevice, unsigned*) = nullptr;         // milliwatts
-  nvmlReturn (*nvlink_state)(nvmlDevice, unsigned, int*) = nullptr;   // link, 1: active
+  nvmlReturn (*max_clock)(nvmlDevice, int, unsigned*) = nullptr;          // 1: SM, 2: memory
+  nvmlReturn (*power_limit)(nvmlDevice, unsigned*) = nullptr;             // milliwatts
+  nvmlReturn (*nvlink_state)(nvmlDevice, unsigned, int*) = nullptr;       // link, 1: active
   nvmlReturn (*p2p_status)(nvmlDevice, nvmlDevice, int, int*) = nullptr;  // index 2: NVLink; status 0: OK
   nvmlReturn (*common_ancestor)(nvmlDevice, nvmlDevice, int*) = nullptr;
-  nvmlReturn (*energy)(nvmlDevice, unsigned long long*) = nullptr;   // millijoules since driver load
+  nvmlReturn (*energy)(nvmlDevice, unsigned long long*) = nullptr;  // millijoules since driver load
   bool ok = false;
 };
 
@@ -52,9 +52,10 @@ const Nvml& nvml() {
       return fn != nullptr;
     };
     bool all = load(n.init, "nvmlInit_v2") && load(n.shutdown, "nvmlShutdown") &&
-               load(n.driver_version, "nvmlSystemGetDriverVersion") && load(n.count, "nvmlDeviceGetCount_v2") &&
-               load(n.handle, "nvmlDeviceGetHandleByIndex_v2") && load(n.name, "nvmlDeviceGetName") &&
-               load(n.memory, "nvmlDeviceGetMemoryInfo") && load(n.max_clock, "nvmlDeviceGetMaxClockInfo") &&
+               load(n.driver_version, "nvmlSystemGetDriverVersion") &&
+               load(n.count, "nvmlDeviceGetCount_v2") && load(n.handle, "nvmlDeviceGetHandleByIndex_v2") &&
+               load(n.name, "nvmlDeviceGetName") && load(n.memory, "nvmlDeviceGetMemoryInfo") &&
+               load(n.max_clock, "nvmlDeviceGetMaxClockInfo") &&
                load(n.power_limit, "nvmlDeviceGetPowerManagementLimit");
     // Optional: older drivers may lack them.
     load(n.nvlink_state, "nvmlDeviceGetNvLinkState");
@@ -81,13 +82,20 @@ std::vector<nvmlDevice> devices() {
 // nvidia-smi topo's names for the PCIe path between two GPUs.
 const char* path_name(int level) {
   switch (level) {
-    case 0: return "X";
-    case 10: return "PIX";   // one PCIe switch
-    case 20: return "PXB";   // several PCIe switches
-    case 30: return "PHB";   // a PCIe host bridge
-    case 40: return "NODE";  // host bridges within a NUMA node
-    case 50: return "SYS";   // across NUMA nodes (SMP interconnect)
-    default: return "?";
+    case 0:
+      return "X";
+    case 10:
+      return "PIX";  // one PCIe switch
+    case 20:
+      return "PXB";  // several PCIe switches
+    case 30:
+      return "PHB";  // a PCIe host bridge
+    case 40:
+      return "NODE";  // host bridges within a NUMA node
+    case 50:
+      return "SYS";  // across NUMA nodes (SMP interconnect)
+    default:
+      return "?";
   }
 }
 

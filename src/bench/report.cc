@@ -69,10 +69,12 @@ void take(const nlohmann::json& j, const std::string& file, int line, ReportInpu
       const auto& k = j["sweep_point"];
       in.failed.push_back(fmt::format("{} {} {} GPU(s) batch {} ({}): {}", k.value("model", "?"),
                                       k.value("precision", "?"), k.value("gpus", 0), k.value("batch_size", 0),
-                                      k.value("launcher", "?"), j.value("error", std::string("no error recorded"))));
+                                      k.value("launcher", "?"),
+                                      j.value("error", std::string("no error recorded"))));
     }
   } else if (j.contains("dlbench_result") || j.contains("peer_result")) {  // bench/gpu_*.sh lines
-    if (j.contains("dlbench_result") && j["dlbench_result"].is_object()) add(j["dlbench_result"], "dlbench_result");
+    if (j.contains("dlbench_result") && j["dlbench_result"].is_object())
+      add(j["dlbench_result"], "dlbench_result");
     if (j.contains("peer_result") && j["peer_result"].is_object()) add(j["peer_result"], "peer_result");
   } else {
     add(j, "");
@@ -153,12 +155,15 @@ std::string report_markdown(const ReportInput& in) {
       with_system = &p;
       break;
     }
-  md += with_system ? "```\n" + system_table(with_system->system) + "```\n\n" : "No result carries a system description.\n\n";
+  md += with_system ? "```\n" + system_table(with_system->system) + "```\n\n"
+                    : "No result carries a system description.\n\n";
 
   for (const std::string& model : models) {
     md += fmt::format("## {}: throughput (images/s, all GPUs together)\n\n", model);
-    md += "Each cell is the best point of that framework, precision and GPU count among the inputs (all of them "
-          "are listed under Per-point statistics); compare cells measured in the same run.\n\n";
+    md +=
+        "Each cell is the best point of that framework, precision and GPU count among the inputs (all of "
+        "them "
+        "are listed under Per-point statistics); compare cells measured in the same run.\n\n";
     md += "| framework | precision |";
     for (int g : gpu_counts) md += fmt::format(" {} GPU{} |", g, g > 1 ? "s" : "");
     md += "\n| --- | --- |";
@@ -201,10 +206,11 @@ std::string report_markdown(const ReportInput& in) {
         if (base == best.end()) continue;
         auto gain = [&](const char* p) {
           auto it = best.find({f, model, p, g});
-          return it == best.end() ? std::string("-")
-                                  : fmt::format("{:+.0f}%", 100.0 * (it->second->images_per_second /
-                                                                         base->second->images_per_second -
-                                                                     1.0));
+          return it == best.end()
+                     ? std::string("-")
+                     : fmt::format(
+                           "{:+.0f}%",
+                           100.0 * (it->second->images_per_second / base->second->images_per_second - 1.0));
         };
         md += fmt::format("| {} | {} | {} | {} |\n", f, g, gain("fp16"), gain("bf16"));
       }
@@ -212,25 +218,30 @@ std::string report_markdown(const ReportInput& in) {
   }
 
   md += "## Per-point statistics\n\n";
-  md += "Step times of each point's timed window; jitter = standard deviation / mean. Points whose jitter "
-        "exceeds 5% are flagged: their throughput moved during the window.\n\n";
-  md += "| framework | model | precision | GPUs | batch/GPU | img/s | median ms | mean +- 95% CI ms | p5 ms | p95 ms "
-        "| jitter | peak GiB | |\n| --- | --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: "
-        "| --- |\n";
+  md +=
+      "Step times of each point's timed window; jitter = standard deviation / mean. Points whose jitter "
+      "exceeds 5% are flagged: their throughput moved during the window.\n\n";
+  md +=
+      "| framework | model | precision | GPUs | batch/GPU | img/s | median ms | mean +- 95% CI ms | p5 ms | "
+      "p95 ms "
+      "| jitter | peak GiB | |\n| --- | --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | "
+      "---: "
+      "| --- |\n";
   std::vector<const ReportPoint*> sorted;
   for (const ReportPoint& p : in.points) sorted.push_back(&p);
   std::stable_sort(sorted.begin(), sorted.end(), [](const ReportPoint* a, const ReportPoint* b) {
-    return std::tie(a->model, a->framework, a->precision, a->gpus) < std::tie(b->model, b->framework, b->precision, b->gpus);
+    return std::tie(a->model, a->framework, a->precision, a->gpus) <
+           std::tie(b->model, b->framework, b->precision, b->gpus);
   });
   auto ms = [](const std::optional<double>& v) { return v ? fmt::format("{:.2f}", *v) : std::string("-"); };
   for (const ReportPoint* p : sorted) {
     const bool flagged = p->jitter && *p->jitter > 0.05;
-    md += fmt::format("| {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} |\n", p->framework, p->model,
-                      p->precision, p->gpus, p->batch_size, rate(p->images_per_second), ms(p->step_median_ms),
-                      p->step_mean_ms ? fmt::format("{:.2f} +- {}", *p->step_mean_ms, ms(p->step_ci95_ms)) : "-",
-                      ms(p->step_p5_ms), ms(p->step_p95_ms),
-                      p->jitter ? fmt::format("{:.1f}%", 100.0 * *p->jitter) : "-",
-                      p->peak_memory_bytes ? gib(*p->peak_memory_bytes) : "-", flagged ? "**large spread**" : "");
+    md += fmt::format(
+        "| {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} |\n", p->framework, p->model,
+        p->precision, p->gpus, p->batch_size, rate(p->images_per_second), ms(p->step_median_ms),
+        p->step_mean_ms ? fmt::format("{:.2f} +- {}", *p->step_mean_ms, ms(p->step_ci95_ms)) : "-",
+        ms(p->step_p5_ms), ms(p->step_p95_ms), p->jitter ? fmt::format("{:.1f}%", 100.0 * *p->jitter) : "-",
+        p->peak_memory_bytes ? gib(*p->peak_memory_bytes) : "-", flagged ? "**large spread**" : "");
   }
   md += "\n";
   if (!in.failed.empty()) {
@@ -258,15 +269,16 @@ std::string report_markdown(const ReportInput& in) {
           }
         }
       if (best_efficiency > 0)
-        conclusions.push_back(fmt::format("{} on {} GPUs: {} scales best, at {:.1f}% efficiency.", model, most,
-                                          best_framework, 100.0 * best_efficiency));
+        conclusions.push_back(fmt::format("{} on {} GPUs: {} scales best, at {:.1f}% efficiency.", model,
+                                          most, best_framework, 100.0 * best_efficiency));
     }
     for (const std::string& f : frameworks) {
       auto base = best.find({f, model, "fp32", 1}), half = best.find({f, model, "fp16", 1});
       if (base != best.end() && half != best.end())
-        conclusions.push_back(fmt::format("{} {} on one GPU: FP16 trains {:.1f}x as fast as FP32 ({:+.0f}%).", f,
-                                          model, half->second->images_per_second / base->second->images_per_second,
-                                          100.0 * (half->second->images_per_second / base->second->images_per_second - 1)));
+        conclusions.push_back(
+            fmt::format("{} {} on one GPU: FP16 trains {:.1f}x as fast as FP32 ({:+.0f}%).", f, model,
+                        half->second->images_per_second / base->second->images_per_second,
+                        100.0 * (half->second->images_per_second / base->second->images_per_second - 1)));
     }
     // The fastest framework at each precision on the largest GPU count both ran.
     for (const std::string& p : order)
@@ -284,22 +296,26 @@ std::string report_markdown(const ReportInput& in) {
   }
   if (conclusions.empty()) conclusions.push_back("Too few points for a comparison.");
   for (const std::string& c : conclusions) md += "- " + c + "\n";
-  if (in.skipped_lines > 0) md += fmt::format("\n{} malformed input line(s) were skipped (named on stderr).\n", in.skipped_lines);
+  if (in.skipped_lines > 0)
+    md += fmt::format("\n{} malformed input line(s) were skipped (named on stderr).\n", in.skipped_lines);
   return md;
 }
 
 void run_report(const std::vector<std::string>& paths, const std::string& out_dir) {
   DLB_REQUIRE(!paths.empty(), "report: give one or more result files");
   const ReportInput input = read_report_input(paths);
-  DLB_REQUIRE(!input.points.empty(), "report: no result in {} (expected lines of dlbench bench/train --json, "
-              "dlbench sweep or bench/*.sh)", fmt::join(paths, ", "));
+  DLB_REQUIRE(!input.points.empty(),
+              "report: no result in {} (expected lines of dlbench bench/train --json, "
+              "dlbench sweep or bench/*.sh)",
+              fmt::join(paths, ", "));
   std::error_code ec;
   std::filesystem::create_directories(out_dir, ec);
   DLB_REQUIRE(!ec, "report: cannot create {}: {}", out_dir, ec.message());
   const std::string path = out_dir + "/report.md";
   write_file_atomically(path, report_markdown(input));
   std::printf("report: %zu points%s -> %s\n", input.points.size(),
-              input.skipped_lines ? fmt::format(" ({} lines skipped)", input.skipped_lines).c_str() : "", path.c_str());
+              input.skipped_lines ? fmt::format(" ({} lines skipped)", input.skipped_lines).c_str() : "",
+              path.c_str());
 }
 
 }  // namespace dlbench

@@ -13,27 +13,26 @@
 #pragma once
 
 #include <cstdint>
+#include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
 #include <vector>
-
-#include <nlohmann/json.hpp>
 
 namespace dlbench {
 
 struct ReportPoint {
   std::string framework = "dlbench", model, precision, launcher, source;  // source: "file:line"
   int gpus = 1;
-  int64_t batch_size = 0;                  // per GPU
+  int64_t batch_size = 0;  // per GPU
   double images_per_second = 0;
   std::optional<double> step_median_ms, step_mean_ms, step_ci95_ms, step_p5_ms, step_p95_ms, jitter;
   std::optional<double> peak_memory_bytes;
-  nlohmann::json system;                   // null when the result has none
+  nlohmann::json system;  // null when the result has none
 };
 
 struct ReportInput {
   std::vector<ReportPoint> points;
-  std::vector<std::string> failed;         // "resnet50 fp16 8 GPUs: <error>" from sweep lines
+  std::vector<std::string> failed;  // "resnet50 fp16 8 GPUs: <error>" from sweep lines
   int skipped_lines = 0;
 };
 

@@ -45,7 +45,8 @@ struct Outcome {
 
 // Runs `argv` with stdout and stderr to `log_path`, in its own process group so that a time-out stops
 // mpirun and its ranks too.
-Outcome run_process(const std::vector<std::string>& argv, const std::string& log_path, double timeout_seconds) {
+Outcome run_process(const std::vector<std::string>& argv, const std::string& log_path,
+                    double timeout_seconds) {
   const int log = ::open(log_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
   DLB_REQUIRE(log >= 0, "sweep: cannot write {}: {}", log_path, std::strerror(errno));
   std::vector<char*> args;
@@ -112,7 +113,10 @@ void append_line(const std::string& path, const nlohmann::json& line) {
 
 nlohmann::json sweep_point_key(const std::string& model, const std::string& precision, int gpus,
                                int64_t batch_size, const std::string& launcher) {
-  return {{"model", model}, {"precision", precision}, {"gpus", gpus}, {"batch_size", batch_size},
+  return {{"model", model},
+          {"precision", precision},
+          {"gpus", gpus},
+          {"batch_size", batch_size},
           {"launcher", launcher}};
 }
 
@@ -140,8 +144,10 @@ std::vector<std::pair<nlohmann::json, std::string>> read_sweep_points(const std:
 
 void run_sweep(const SweepOptions& o) {
   DLB_REQUIRE(!o.results.empty(), "sweep: give --results FILE");
-  DLB_REQUIRE(o.launcher == "threads" || o.launcher == "mpi", "--launcher {}: choose threads or mpi", o.launcher);
-  DLB_REQUIRE(o.steps >= 1 && o.warmup_steps >= 0, "sweep: --steps must be positive, --warmup-steps 0 or more");
+  DLB_REQUIRE(o.launcher == "threads" || o.launcher == "mpi", "--launcher {}: choose threads or mpi",
+              o.launcher);
+  DLB_REQUIRE(o.steps >= 1 && o.warmup_steps >= 0,
+              "sweep: --steps must be positive, --warmup-steps 0 or more");
   DLB_REQUIRE(o.point_timeout_seconds > 0, "--point-timeout {}: must be positive", o.point_timeout_seconds);
   for (const std::string& m : o.models) DLB_REQUIRE(is_model_name(m), "--models {}: unknown model", m);
   for (const std::string& p : o.precisions)
@@ -187,7 +193,8 @@ void run_sweep(const SweepOptions& o) {
   double spent = 0;
   for (size_t i = 0; i < todo.size(); ++i) {
     const Point& p = todo[i];
-    const std::string name = fmt::format("{}-{}-{}gpu-b{}-{}", p.model, p.precision, p.gpus, p.batch, o.launcher);
+    const std::string name =
+        fmt::format("{}-{}-{}gpu-b{}-{}", p.model, p.precision, p.gpus, p.batch, o.launcher);
     const std::string json_path = logs + "/" + name + ".json", log_path = logs + "/" + name + ".log";
     fs::remove(json_path, ec);
     std::vector<std::string> argv;
@@ -198,21 +205,24 @@ void run_sweep(const SweepOptions& o) {
     argv.insert(argv.end(), {self, "bench", "--model", p.model, "--precision", p.precision, "--batch-size",
                              std::to_string(p.batch), "--steps", std::to_string(o.steps), "--warmup-steps",
                              std::to_string(o.warmup_steps), "--device", o.device, "--json", json_path});
-    if (o.launcher == "threads") argv.insert(argv.end(), {"--gpus", std::to_string(p.gpus), "--launcher", "threads"});
-    else argv.insert(argv.end(), {"--launcher", "mpi"});
+    if (o.launcher == "threads")
+      argv.insert(argv.end(), {"--gpus", std::to_string(p.gpus), "--launcher", "threads"});
+    else
+      argv.insert(argv.end(), {"--launcher", "mpi"});
 
     const double eta = i > 0 ? spent / static_cast<double>(i) * static_cast<double>(todo.size() - i) : 0;
     std::printf("sweep: point %zu of %zu: %s %s, %d GPU(s), batch %lld, %s%s\n", i + 1, todo.size(),
-                p.model.c_str(), p.precision.c_str(), p.gpus, static_cast<long long>(p.batch), o.launcher.c_str(),
-                i > 0 ? fmt::format(" | about {} left", duration_text(eta)).c_str() : "");
+                p.model.c_str(), p.precision.c_str(), p.gpus, static_cast<long long>(p.batch),
+                o.launcher.c_str(), i > 0 ? fmt::format(" | about {} left", duration_text(eta)).c_str() : "");
     std::fflush(stdout);
     const Outcome outcome = run_process(argv, log_path, o.point_timeout_seconds);
     spent += outcome.seconds;
 
-    nlohmann::json line = {{"date", iso_date_utc()},
-                           {"sweep_point", sweep_point_key(p.model, p.precision, p.gpus, p.batch, o.launcher)},
-                           {"seconds", outcome.seconds},
-                           {"log", log_path}};
+    nlohmann::json line = {
+        {"date", iso_date_utc()},
+        {"sweep_point", sweep_point_key(p.model, p.precision, p.gpus, p.batch, o.launcher)},
+        {"seconds", outcome.seconds},
+        {"log", log_path}};
     nlohmann::json result;
     if (outcome.exit_code == 0) {
       std::ifstream in(json_path);
@@ -234,8 +244,8 @@ void run_sweep(const SweepOptions& o) {
   }
   std::printf("sweep: done: %zu run, %d failed, %d skipped; results in %s\n", todo.size(), failed, skipped,
               o.results.c_str());
-  DLB_REQUIRE(failed == 0, "sweep: {} of {} points failed (recorded in {}; --retry-failed runs them again)", failed,
-              todo.size(), o.results);
+  DLB_REQUIRE(failed == 0, "sweep: {} of {} points failed (recorded in {}; --retry-failed runs them again)",
+              failed, todo.size(), o.results);
 }
 
 }  // namespace dlbench

@@ -23,10 +23,10 @@ struct SweepOptions {
   std::string launcher = "threads";  // threads (--gpus N in one process) | mpi (mpirun -np N)
   std::string device = "auto";
   int64_t steps = 60, warmup_steps = 20;
-  std::string results;               // the JSON Lines file (appended to)
+  std::string results;  // the JSON Lines file (appended to)
   bool retry_failed = false;
   double point_timeout_seconds = 1800;
-  std::string mpirun = "mpirun";     // the launcher command for --launcher mpi
+  std::string mpirun = "mpirun";         // the launcher command for --launcher mpi
   std::vector<std::string> mpirun_args;  // extra arguments for it (e.g. --allow-run-as-root)
 };
 

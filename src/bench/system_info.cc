@@ -8,8 +8,8 @@
 #include <ctime>
 #include <fstream>
 #include <oneapi/dnnl/dnnl.hpp>
-#include <string>
 #include <set>
+#include <string>
 #include <thread>
 #include <utility>
 
@@ -119,16 +119,16 @@ std::string system_table(const nlohmann::json& s) {
   out += fmt::format("{:<10} {}, {}\n", "host", text("hostname"), text("os"));
   // Results written before sockets and cores were recorded have only the thread count.
   out += s.value("sockets", 0) > 0
-             ? fmt::format("{:<10} {}: {} socket(s), {} cores, {} threads\n", "cpu", text("cpu"), s.value("sockets", 0),
-                           s.value("physical_cores", 0), s.value("logical_cores", 0))
+             ? fmt::format("{:<10} {}: {} socket(s), {} cores, {} threads\n", "cpu", text("cpu"),
+                           s.value("sockets", 0), s.value("physical_cores", 0), s.value("logical_cores", 0))
              : fmt::format("{:<10} {}: {} threads\n", "cpu", text("cpu"), s.value("logical_cores", 0));
   out += fmt::format("{:<10} {:.1f} GiB\n", "memory", s.value("memory_bytes", int64_t{0}) / double(1 << 30));
   for (const auto& g : s.value("gpus", nlohmann::json::array())) {
-    out += fmt::format("{:<10} {}, {:.0f} GiB, SM up to {} MHz, memory {} MHz, power limit {:.0f} W, {} NVLinks\n",
-                       fmt::format("gpu {}", g.value("index", 0)), g.value("name", "?"),
-                       g.value("memory_bytes", 0ull) / double(1 << 30), g.value("max_sm_clock_mhz", 0u),
-                       g.value("max_memory_clock_mhz", 0u), g.value("power_limit_watts", 0.0),
-                       g.value("nvlinks_active", 0));
+    out += fmt::format(
+        "{:<10} {}, {:.0f} GiB, SM up to {} MHz, memory {} MHz, power limit {:.0f} W, {} NVLinks\n",
+        fmt::format("gpu {}", g.value("index", 0)), g.value("name", "?"),
+        g.value("memory_bytes", 0ull) / double(1 << 30), g.value("max_sm_clock_mhz", 0u),
+        g.value("max_memory_clock_mhz", 0u), g.value("power_limit_watts", 0.0), g.value("nvlinks_active", 0));
   }
   if (s.contains("gpu_topology")) {
     const auto& m = s["gpu_topology"];
@@ -145,9 +145,9 @@ std::string system_table(const nlohmann::json& s) {
   if (s.contains("driver")) software += ", driver " + text("driver");
   if (s.contains("cuda")) {
     const auto& c = s["cuda"];
-    software += fmt::format(", CUDA runtime {} (driver API {}), cuDNN {}, cuBLAS {}, NCCL {}", c.value("cuda_runtime", "?"),
-                            c.value("cuda_driver", "?"), c.value("cudnn", "?"), c.value("cublas", "?"),
-                            c.value("nccl", "?"));
+    software += fmt::format(", CUDA runtime {} (driver API {}), cuDNN {}, cuBLAS {}, NCCL {}",
+                            c.value("cuda_runtime", "?"), c.value("cuda_driver", "?"), c.value("cudnn", "?"),
+                            c.value("cublas", "?"), c.value("nccl", "?"));
   }
   if (s.contains("mpi")) software += ", " + text("mpi");
   out += fmt::format("{:<10} {}\n", "software", software);

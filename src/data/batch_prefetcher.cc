@@ -6,10 +6,12 @@
 
 namespace dlbench {
 
-BatchPrefetcher::BatchPrefetcher(const Dataset& data, std::vector<int64_t> image_dims, DType dtype, Layout layout,
-                                 int64_t count, BatchIndices indices, int depth, Allocate allocate, Release release)
+BatchPrefetcher::BatchPrefetcher(const Dataset& data, std::vector<int64_t> image_dims, DType dtype,
+                                 Layout layout, int64_t count, BatchIndices indices, int depth,
+                                 Allocate allocate, Release release)
     : data_(data), count_(count), indices_(std::move(indices)), release_(std::move(release)) {
-  DLB_CHECK(depth >= 2 && image_dims.size() == 4, "prefetcher: depth {} and {}-d images", depth, image_dims.size());
+  DLB_CHECK(depth >= 2 && image_dims.size() == 4, "prefetcher: depth {} and {}-d images", depth,
+            image_dims.size());
   DLB_CHECK(data.writes_dtype(dtype), "prefetcher: {} does not write {}", data.name(), dtype_name(dtype));
   const int64_t batch = image_dims[0];
   for (int i = 0; i < depth; ++i) {

@@ -26,8 +26,8 @@ class BatchPrefetcher {
 
   // `image_dims` [batch, C, H, W] in `dtype` and `layout`; `depth` buffers, so up to depth - 1 batches
   // wait ready while the caller holds one.
-  BatchPrefetcher(const Dataset& data, std::vector<int64_t> image_dims, DType dtype, Layout layout, int64_t count,
-                  BatchIndices indices, int depth, Allocate allocate, Release release);
+  BatchPrefetcher(const Dataset& data, std::vector<int64_t> image_dims, DType dtype, Layout layout,
+                  int64_t count, BatchIndices indices, int depth, Allocate allocate, Release release);
   ~BatchPrefetcher();
   BatchPrefetcher(const BatchPrefetcher&) = delete;
   BatchPrefetcher& operator=(const BatchPrefetcher&) = delete;

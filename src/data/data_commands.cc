@@ -33,7 +33,8 @@ std::shared_ptr<const EncodedImageSource> open_images(const std::string& path) {
 void pack_one(const std::string& source, const std::string& destination, const PackOptions& options) {
   const ImageFolderListing listing = list_image_folder(source);
   for (const std::string& empty : listing.empty_classes)
-    std::printf("pack: class folder %s/%s holds no image (its label is kept)\n", source.c_str(), empty.c_str());
+    std::printf("pack: class folder %s/%s holds no image (its label is kept)\n", source.c_str(),
+                empty.c_str());
   std::vector<ShardInput> files;
   files.reserve(listing.paths.size());
   for (size_t i = 0; i < listing.paths.size(); ++i) {
@@ -41,16 +42,16 @@ void pack_one(const std::string& source, const std::string& destination, const P
   }
   const auto shard_bytes = static_cast<size_t>(options.shard_mb * (1 << 20));
   int64_t last_percent = -1;
-  PackResult result = pack_shards(files, listing.class_names, destination, shard_bytes, options.strict,
-                                  [&](int64_t done, int64_t total) {
-                                    const int64_t percent = total ? done * 100 / total : 100;
-                                    if (percent / 10 != last_percent / 10) {
-                                      std::printf("pack: %s %lld/%lld\n", source.c_str(),
-                                                  static_cast<long long>(done), static_cast<long long>(total));
-                                      std::fflush(stdout);
-                                      last_percent = percent;
-                                    }
-                                  });
+  PackResult result = pack_shards(
+      files, listing.class_names, destination, shard_bytes, options.strict, [&](int64_t done, int64_t total) {
+        const int64_t percent = total ? done * 100 / total : 100;
+        if (percent / 10 != last_percent / 10) {
+          std::printf("pack: %s %lld/%lld\n", source.c_str(), static_cast<long long>(done),
+                      static_cast<long long>(total));
+          std::fflush(stdout);
+          last_percent = percent;
+        }
+      });
   std::printf("pack: %s -> %s: %lld images of %zu classes in %lld shards, %.1f MiB%s\n", source.c_str(),
               destination.c_str(), static_cast<long long>(result.records), listing.class_names.size(),
               static_cast<long long>(result.shards), static_cast<double>(result.bytes) / (1 << 20),
@@ -82,12 +83,14 @@ void run_pack(const PackOptions& options) {
 void run_data_bench(const DataBenchOptions& o) {
   std::string path = o.data;
   if (!is_image_set(path) && is_image_set(path + "/train")) path += "/train";
-  DLB_REQUIRE(is_image_set(path), "--data {}: neither an image folder (CLASS/FILE.jpg) nor a shard set", o.data);
+  DLB_REQUIRE(is_image_set(path), "--data {}: neither an image folder (CLASS/FILE.jpg) nor a shard set",
+              o.data);
   DLB_REQUIRE(o.batch_size >= 1 && o.batches >= 1 && o.warmup_batches >= 0,
               "data-bench: --batch-size and --batches must be positive");
   auto source = open_images(path);
   ImageDatasetOptions options = default_image_options(*source);
-  options.threads = o.threads > 0 ? o.threads : static_cast<int>(std::max(1u, std::thread::hardware_concurrency() - 1));
+  options.threads =
+      o.threads > 0 ? o.threads : static_cast<int>(std::max(1u, std::thread::hardware_concurrency() - 1));
   if (o.image_size > 0) options.image_size = o.image_size;
   options.train = o.train;
   options.seed = o.seed;
@@ -99,21 +102,23 @@ void run_data_bench(const DataBenchOptions& o) {
   const SampleShape shape = data.sample_shape();
   const int64_t total = o.warmup_batches + o.batches;
   const int64_t n = data.size();
-  std::printf("data-bench | %s: %lld images, %d classes | %s transform -> %lldx%lldx%lld %s %s | batch %lld | "
-              "%d decoding threads\n",
-              data.name().c_str(), static_cast<long long>(n), data.num_classes(), o.train ? "training" : "evaluation",
-              static_cast<long long>(shape.channels), static_cast<long long>(shape.height),
-              static_cast<long long>(shape.width), dtype_name(dtype), o.layout.c_str(),
-              static_cast<long long>(o.batch_size), options.threads);
+  std::printf(
+      "data-bench | %s: %lld images, %d classes | %s transform -> %lldx%lldx%lld %s %s | batch %lld | "
+      "%d decoding threads\n",
+      data.name().c_str(), static_cast<long long>(n), data.num_classes(), o.train ? "training" : "evaluation",
+      static_cast<long long>(shape.channels), static_cast<long long>(shape.height),
+      static_cast<long long>(shape.width), dtype_name(dtype), o.layout.c_str(),
+      static_cast<long long>(o.batch_size), options.threads);
   BatchPrefetcher prefetcher(
       data, {o.batch_size, shape.channels, shape.height, shape.width}, dtype, layout, total,
       [&](int64_t b) {
         std::vector<int64_t> indices(static_cast<size_t>(o.batch_size));
-        for (int64_t i = 0; i < o.batch_size; ++i) indices[static_cast<size_t>(i)] = (b * o.batch_size + i) % n;
+        for (int64_t i = 0; i < o.batch_size; ++i)
+          indices[static_cast<size_t>(i)] = (b * o.batch_size + i) % n;
         return indices;
       },
-      3, [](size_t bytes) { return ::operator new(bytes, std::align_val_t{64}); },
-      [](void* p) { ::operator delete(p, std::align_val_t{64}); });
+      3, [](size_t bytes) { return ::operator new (bytes, std::align_val_t{64}); },
+      [](void* p) { ::operator delete (p, std::align_val_t{64}); });
   for (int64_t b = 0; b < o.warmup_batches; ++b) prefetcher.next();
   const ImageDatasetStats before = data.stats();
   const auto start = std::chrono::steady_clock::now();
@@ -123,10 +128,11 @@ void run_data_bench(const DataBenchOptions& o) {
   const double images = static_cast<double>(o.batches * o.batch_size);
   const double rate = images / seconds;
   const double busy = after.decode_seconds - before.decode_seconds;
-  std::printf("data-bench: %.1f img/s with %d threads = %.1f img/s per thread | %.2f ms of one thread per image | "
-              "%lld bad files skipped\n",
-              rate, options.threads, rate / options.threads, 1e3 * busy / images,
-              static_cast<long long>(after.bad_files));
+  std::printf(
+      "data-bench: %.1f img/s with %d threads = %.1f img/s per thread | %.2f ms of one thread per image | "
+      "%lld bad files skipped\n",
+      rate, options.threads, rate / options.threads, 1e3 * busy / images,
+      static_cast<long long>(after.bad_files));
   if (!o.json_path.empty()) {
     nlohmann::json j = {{"command", "data-bench"},
                         {"data", o.data},
@@ -162,8 +168,8 @@ void run_export_images(const ExportOptions& o) {
     };
     const IdxImages images = read_idx_images(file("images-idx3"));
     const std::vector<uint8_t> labels = read_idx_labels(file("labels-idx1"));
-    DLB_REQUIRE(static_cast<int64_t>(labels.size()) == images.count, "export-images: {} images but {} labels in {}",
-                images.count, labels.size(), dir);
+    DLB_REQUIRE(static_cast<int64_t>(labels.size()) == images.count,
+                "export-images: {} images but {} labels in {}", images.count, labels.size(), dir);
     const int classes = labels.empty() ? 0 : *std::max_element(labels.begin(), labels.end()) + 1;
     const std::string root = o.destination + "/" + name;
     for (int c = 0; c < classes; ++c) {
@@ -172,11 +178,12 @@ void run_export_images(const ExportOptions& o) {
     }
     const size_t per_image = static_cast<size_t>(images.rows * images.cols);
     for (int64_t i = 0; i < images.count; ++i) {
-      const std::vector<uint8_t> jpeg = encode_jpeg(images.pixels.data() + static_cast<size_t>(i) * per_image,
-                                                    static_cast<int>(images.cols), static_cast<int>(images.rows), 1,
-                                                    o.quality);
-      write_file_atomically(fmt::format("{}/class-{:02d}/{:05d}.jpg", root, labels[static_cast<size_t>(i)], i),
-                            std::string(jpeg.begin(), jpeg.end()));
+      const std::vector<uint8_t> jpeg =
+          encode_jpeg(images.pixels.data() + static_cast<size_t>(i) * per_image,
+                      static_cast<int>(images.cols), static_cast<int>(images.rows), 1, o.quality);
+      write_file_atomically(
+          fmt::format("{}/class-{:02d}/{:05d}.jpg", root, labels[static_cast<size_t>(i)], i),
+          std::string(jpeg.begin(), jpeg.end()));
     }
     std::printf("export-images: %lld images -> %s\n", static_cast<long long>(images.count), root.c_str());
   }

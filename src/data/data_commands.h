@@ -16,15 +16,15 @@ struct PackOptions {
 void run_pack(const PackOptions& options);
 
 struct DataBenchOptions {
-  std::string data;            // an image folder or shard set (or ROOT/train)
-  int threads = 0;             // decoding threads (0 = all cores but one)
+  std::string data;  // an image folder or shard set (or ROOT/train)
+  int threads = 0;   // decoding threads (0 = all cores but one)
   int64_t batch_size = 256;
-  int64_t batches = 50;        // timed batches
+  int64_t batches = 50;  // timed batches
   int64_t warmup_batches = 5;
-  int image_size = 0;          // 0: 224 (small grayscale images: their own size)
+  int image_size = 0;              // 0: 224 (small grayscale images: their own size)
   std::string precision = "fp16";  // the dtype written: fp32 | tf32 (FP32) | fp16 | bf16
   std::string layout = "nhwc";
-  bool train = true;           // the training transform (else the evaluation one)
+  bool train = true;  // the training transform (else the evaluation one)
   bool strict = false;
   uint64_t seed = 42;
   std::string json_path;

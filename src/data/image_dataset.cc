@@ -168,8 +168,8 @@ void ImageDataset::gather(std::span<const int64_t> indices, Tensor& images, Tens
     std::string error;
     for (uint64_t attempt = 0;; ++attempt) {
       const uint64_t draw = (call << 24) + static_cast<uint64_t>(k) + (attempt << 48);
-      if (decode_one(index, draw, images.dtype(), images.layout(), out + static_cast<size_t>(k) * sample_bytes,
-                     error)) {
+      if (decode_one(index, draw, images.dtype(), images.layout(),
+                     out + static_cast<size_t>(k) * sample_bytes, error)) {
         label_out[k] = source_->label(index);
         break;
       }
@@ -181,7 +181,8 @@ void ImageDataset::gather(std::span<const int64_t> indices, Tensor& images, Tens
     }
     decoded_.fetch_add(1);
     decode_nanoseconds_.fetch_add(
-        std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - start).count());
+        std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - start)
+            .count());
   });
 }
 

@@ -28,22 +28,22 @@
 namespace dlbench {
 
 struct ImageDatasetOptions {
-  int image_size = 224;      // output height and width
-  int channels = 3;          // 3 (RGB; grayscale converted) or 1 (luminance; colour converted)
-  bool train = true;         // training transform (else evaluation)
-  bool augment = true;       // random crop and flip in training; false: the whole image, resized
+  int image_size = 224;  // output height and width
+  int channels = 3;      // 3 (RGB; grayscale converted) or 1 (luminance; colour converted)
+  bool train = true;     // training transform (else evaluation)
+  bool augment = true;   // random crop and flip in training; false: the whole image, resized
   Normalization normalization = kImageNetNormalization;
-  int threads = 1;           // decoding threads
+  int threads = 1;  // decoding threads
   uint64_t seed = 42;
-  bool strict = false;       // stop at the first bad file instead of skipping it
+  bool strict = false;  // stop at the first bad file instead of skipping it
 };
 
 // What the decoding threads did so far.
 struct ImageDatasetStats {
-  int64_t decoded = 0;          // samples written
-  int64_t skipped = 0;          // bad files met (each time one was drawn)
-  int64_t bad_files = 0;        // distinct bad files
-  double decode_seconds = 0;    // summed over threads: read + decode + transform
+  int64_t decoded = 0;        // samples written
+  int64_t skipped = 0;        // bad files met (each time one was drawn)
+  int64_t bad_files = 0;      // distinct bad files
+  double decode_seconds = 0;  // summed over threads: read + decode + transform
 };
 
 class ImageDataset final : public Dataset {
@@ -67,7 +67,8 @@ class ImageDataset final : public Dataset {
 
  private:
   // Decodes sample `index` into `out`; false (with the error) when the file is bad.
-  bool decode_one(int64_t index, uint64_t draw, DType dtype, Layout layout, void* out, std::string& error) const;
+  bool decode_one(int64_t index, uint64_t draw, DType dtype, Layout layout, void* out,
+                  std::string& error) const;
   void note_bad(int64_t index, const std::string& error) const;
 
   std::shared_ptr<const EncodedImageSource> source_;

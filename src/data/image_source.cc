@@ -114,7 +114,8 @@ ImageFolderListing list_image_folder(const std::string& root) {
     }
   }
   DLB_REQUIRE(!listing.paths.empty(),
-              "{}: no images (expected ROOT/<class>/<file>.jpg, .jpeg or .JPEG, as ImageNet is laid out)", root);
+              "{}: no images (expected ROOT/<class>/<file>.jpg, .jpeg or .JPEG, as ImageNet is laid out)",
+              root);
   return listing;
 }
 

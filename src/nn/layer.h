@@ -24,9 +24,9 @@ enum class GradMode : uint8_t { none, overwrite, accumulate };
 
 struct Activation {
   std::string name;
-  Tensor value;            // written by the producing layer's forward
-  Tensor grad;             // dLoss/dvalue, written by the consumers' backward
-  bool needs_grad = true;  // false for the network's inputs (images, labels)
+  Tensor value;                  // written by the producing layer's forward
+  Tensor grad;                   // dLoss/dvalue, written by the consumers' backward
+  bool needs_grad = true;        // false for the network's inputs (images, labels)
   bool kept_after_step = false;  // read from outside after a training step (Network::keep_after_step)
 };
 

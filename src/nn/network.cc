@@ -68,7 +68,7 @@ void Network::plan() {
 
   // Which layers read each value: its producer's and consumers' forward and backward steps.
   struct Readers {
-    int last_forward = -1;        // the forward step of the last consumer
+    int last_forward = -1;           // the forward step of the last consumer
     int first_backward_reader = -1;  // the lowest index of a layer whose backward reads it (-1: none)
   };
   std::unordered_map<const Activation*, Readers> readers;

@@ -166,14 +166,15 @@ void resolve_config(RunConfig& c, bool cuda_available) {
   if (c.lr_schedule == LrSchedule::step && c.lr_decay_epochs.empty()) c.lr_decay_epochs = {30, 60, 80};
 
   // Data.
-  DLB_REQUIRE(c.data_threads >= 0, "--data-threads {}: must be 0 (all cores but one) or more", c.data_threads);
+  DLB_REQUIRE(c.data_threads >= 0, "--data-threads {}: must be 0 (all cores but one) or more",
+              c.data_threads);
   if (c.data_threads == 0)
     c.data_threads = static_cast<int>(std::max(1u, std::thread::hardware_concurrency() - 1));
   DLB_REQUIRE(c.image_size >= 0, "--image-size {}: must be positive", c.image_size);
   if (c.data == "synthetic") {
     c.data_kind = "synthetic";
-  } else if (is_shard_set(c.data) || is_image_folder(c.data) ||
-             is_shard_set(c.data + "/train") || is_image_folder(c.data + "/train")) {
+  } else if (is_shard_set(c.data) || is_image_folder(c.data) || is_shard_set(c.data + "/train") ||
+             is_image_folder(c.data + "/train")) {
     // An image set, or ROOT/train (+ ROOT/val) as ImageNet is laid out.
     c.data_kind = "images";
     const bool split = !is_shard_set(c.data) && !is_image_folder(c.data);

@@ -8,8 +8,8 @@
 #include <string>
 #include <vector>
 
-#include "core/tensor.h"
 #include "backend/backend_factory.h"
+#include "core/tensor.h"
 
 namespace dlbench {
 
@@ -65,13 +65,13 @@ struct RunConfig {
   std::string data = "synthetic";  // synthetic | fashion-mnist | a directory of IDX files
   std::string data_dir;            // resolved directory for fashion-mnist
   // Real images (an image folder or shards; data/image_dataset.h).
-  std::string data_kind;           // resolved: synthetic | idx | images
+  std::string data_kind;                 // resolved: synthetic | idx | images
   std::string train_images, val_images;  // resolved: the training and evaluation image sets ("" = none)
-  std::string val_data;            // --val-data: the evaluation images, when not PATH/val
-  int data_threads = 0;            // decoding threads (0 = all cores but one)
-  int image_size = 0;              // output size of the image transform (0 = 224, or the images' own size)
-  bool strict = false;             // stop at the first bad image instead of skipping it
-  std::string mlperf_log_path;     // train: MLPerf-style :::MLLOG lines to FILE
+  std::string val_data;                  // --val-data: the evaluation images, when not PATH/val
+  int data_threads = 0;                  // decoding threads (0 = all cores but one)
+  int image_size = 0;           // output size of the image transform (0 = 224, or the images' own size)
+  bool strict = false;          // stop at the first bad image instead of skipping it
+  std::string mlperf_log_path;  // train: MLPerf-style :::MLLOG lines to FILE
 
   // Data parallelism (src/dist): ranks are GPUs of this process (--gpus, threads) or mpirun's processes.
   int gpus = 1;                              // threads: GPUs driven from this process
@@ -83,10 +83,11 @@ struct RunConfig {
 
   // Output.
   std::optional<int64_t> log_every;
-  bool per_layer = false;  // bench: time every layer's forward and backward
+  bool per_layer = false;                // bench: time every layer's forward and backward
   std::string cuda_graph_text = "auto";  // auto | true | false
   bool cuda_graph = true;  // replay the whole step as one CUDA graph where the backend can (resolved)
-  double conv_workspace_mb = kDefaultConvWorkspaceLimit >> 20;  // GPU: the most workspace one convolution direction may take
+  double conv_workspace_mb =
+      kDefaultConvWorkspaceLimit >> 20;  // GPU: the most workspace one convolution direction may take
   std::string json_path;
   std::string trace_path;           // --trace: a Chrome trace of steps trace_first..trace_last
   std::string trace_steps = "3:4";  // "A:B", 1-based step numbers (warm-up steps count)

@@ -21,9 +21,9 @@
 #include "core/timer.h"
 #include "data/batch_prefetcher.h"
 #include "data/epoch_sampler.h"
+#include "data/idx.h"
 #include "data/image_dataset.h"
 #include "data/shard.h"
-#include "data/idx.h"
 #include "data/synthetic.h"
 #include "dist/config_check.h"
 #include "dist/launch.h"
@@ -110,15 +110,17 @@ RunSetup set_up(const RunConfig& config, dist::Launch& launch, int slot) {
                                                       static_cast<int>(options.num_classes), config.seed + 2);
   } else if (config.data_kind == "images") {
     auto train_source = std::shared_ptr<const EncodedImageSource>(
-        is_shard_set(config.train_images) ? open_shard_set(config.train_images) : open_image_folder(config.train_images));
+        is_shard_set(config.train_images) ? open_shard_set(config.train_images)
+                                          : open_image_folder(config.train_images));
     ImageDatasetOptions image_options = default_image_options(*train_source);
     if (config.image_size > 0) image_options.image_size = config.image_size;
     image_options.threads = config.data_threads;
     image_options.seed = config.seed + 3 + static_cast<uint64_t>(s.comm->rank());
     image_options.strict = config.strict;
     if (config.kind == RunKind::train && !config.val_images.empty()) {
-      auto val_source = std::shared_ptr<const EncodedImageSource>(
-          is_shard_set(config.val_images) ? open_shard_set(config.val_images) : open_image_folder(config.val_images));
+      auto val_source = std::shared_ptr<const EncodedImageSource>(is_shard_set(config.val_images)
+                                                                      ? open_shard_set(config.val_images)
+                                                                      : open_image_folder(config.val_images));
       DLB_REQUIRE(val_source->class_names() == train_source->class_names(),
                   "{} and {} name different classes ({} and {}); the labels would not agree",
                   train_source->description(), val_source->description(), train_source->class_names().size(),
@@ -170,11 +172,14 @@ void print_header(const char* command, const RunConfig& config, RunSetup& s, con
   {
     const MemoryPlan& plan = net.memory();
     auto gib = [](size_t bytes) { return static_cast<double>(bytes) / (1 << 30); };
-    const size_t other = plan.total_bytes() - plan.activation_bytes() - plan.workspace_bytes() - plan.held_bytes();
-    say("  memory plan: activations and their gradients %.2f GiB | workspace %.2f GiB | weights, gradients and "
+    const size_t other =
+        plan.total_bytes() - plan.activation_bytes() - plan.workspace_bytes() - plan.held_bytes();
+    say("  memory plan: activations and their gradients %.2f GiB | workspace %.2f GiB | weights, gradients "
+        "and "
         "optimizer state %.2f GiB%s\n",
         gib(plan.activation_bytes()), gib(plan.workspace_bytes()), gib(other),
-        plan.held_bytes() ? fmt::format(" | batch-norm reserves {:.2f} GiB", gib(plan.held_bytes())).c_str() : "");
+        plan.held_bytes() ? fmt::format(" | batch-norm reserves {:.2f} GiB", gib(plan.held_bytes())).c_str()
+                          : "");
   }
   say("  data %s: %lld samples of %lldx%lldx%lld%s | batch %lld per device%s | %s\n", config.data.c_str(),
       static_cast<long long>(s.train_data->size()), static_cast<long long>(images.c()),
@@ -302,7 +307,8 @@ void add_throughput(nlohmann::json& j, RunSetup& s, const MeasuredWindow& window
 // Real images are decoded ahead of the loop (data/batch_prefetcher.h), in the network's compute dtype and
 // layout where the data set writes it, into page-locked buffers. `indices(n)` is the n-th micro-batch the
 // loop will feed.
-std::unique_ptr<BatchPrefetcher> make_prefetcher(RunSetup& s, int64_t count, BatchPrefetcher::BatchIndices indices) {
+std::unique_ptr<BatchPrefetcher> make_prefetcher(RunSetup& s, int64_t count,
+                                                 BatchPrefetcher::BatchIndices indices) {
   if (!dynamic_cast<const ImageDataset*>(s.train_data.get())) return nullptr;
   const Tensor& images = s.trainer->model().images->value;
   const DType dtype = s.train_data->writes_dtype(images.dtype()) ? images.dtype() : DType::f32;
@@ -337,7 +343,8 @@ nlohmann::json train_rank(const RunConfig& given, dist::Launch& launch, int slot
   // Only rank 0 logs (every rank could not open the same file in threads mode); the rank is known after
   // set-up, so init_start is stamped with the time before it.
   const auto init_start_ms = std::chrono::duration_cast<std::chrono::milliseconds>(
-                                 std::chrono::system_clock::now().time_since_epoch()).count();
+                                 std::chrono::system_clock::now().time_since_epoch())
+                                 .count();
   RunSetup s = set_up(given, launch, slot);
   const int rank = s.comm->rank(), ranks = s.comm->size();
   MlperfLog mllog(rank == 0 ? given.mlperf_log_path : std::string());
@@ -386,7 +393,8 @@ nlohmann::json train_rank(const RunConfig& given, dist::Launch& launch, int slot
   if (mllog.enabled()) {
     mllog.start("init_start", nullptr, {{"time_at_process_start_ms", init_start_ms}});
     mllog.point("submission_benchmark", config.model);
-    mllog.point("submission_platform", s.memory_fit.device ? s.memory_fit.device->name : device_name(config.device));
+    mllog.point("submission_platform",
+                s.memory_fit.device ? s.memory_fit.device->name : device_name(config.device));
     mllog.point("global_batch_size", images_per_step * ranks);
     mllog.point("gradient_accumulation_steps", config.accumulate_steps);
     mllog.point("train_samples", s.train_data->size());
@@ -432,7 +440,8 @@ nlohmann::json train_rank(const RunConfig& given, dist::Launch& launch, int slot
     s.comm->set_step(step + 1);
     const int64_t epoch = step / steps_per_epoch;
     const int64_t batch_in_epoch = step % steps_per_epoch;
-    if (batch_in_epoch == 0 || step == first_step) mllog.start("epoch_start", nullptr, {{"epoch_num", epoch + 1}});
+    if (batch_in_epoch == 0 || step == first_step)
+      mllog.start("epoch_start", nullptr, {{"epoch_num", epoch + 1}});
     if (epoch != order_epoch) {
       order = sampler.epoch_order(epoch);
       order_epoch = epoch;
@@ -575,7 +584,8 @@ nlohmann::json bench_rank(const RunConfig& given, dist::Launch& launch, int slot
     tracer.after(*config.warmup_steps + step + 1);
     if (read_loss) {
       s.backend->synchronize();  // the loss was read: the device has (almost) nothing left to do
-      const double ms = s.backend->marker_ms(markers.back()) - s.backend->marker_ms(markers[markers.size() - 2]);
+      const double ms =
+          s.backend->marker_ms(markers.back()) - s.backend->marker_ms(markers[markers.size() - 2]);
       losses.push_back(loss);
       double eta = ms * static_cast<double>(*config.steps - step - 1) / 1e3;
       say("step %lld/%lld  loss %.4f  %.1f ms  %.1f img/s  ETA %s\n", static_cast<long long>(step + 1),

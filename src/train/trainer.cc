@@ -88,7 +88,8 @@ void Trainer::load_batch(const Tensor& host_images, const Tensor& host_labels) {
     DLB_CHECK(host_images.layout() == images.layout(), "load_batch: host batch in another layout");
     backend_.copy_to_device(images.data(), host_images.data(), images.bytes());
   } else {
-    DLB_CHECK(host_images.dtype() == DType::f32, "load_batch: host images in {}", dtype_name(host_images.dtype()));
+    DLB_CHECK(host_images.dtype() == DType::f32, "load_batch: host images in {}",
+              dtype_name(host_images.dtype()));
     // Data arrives in FP32; the cast to the compute dtype runs on the device.
     Tensor staged(device_staging_, images.dims(), DType::f32, images.layout(), backend_.device());
     backend_.copy_to_device(device_staging_, host_images.data(), staged.bytes());

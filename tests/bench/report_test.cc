@@ -46,7 +46,7 @@ TEST(Report, TablesHoldTheNumbersOfThePoints) {
   EXPECT_NE(markdown.find("| dlbench | fp32 | 2 | 1.98x | 99.0% |"), std::string::npos) << markdown;
   EXPECT_NE(markdown.find("| dlbench | fp16 | 2 | 1.97x | 98.6% |"), std::string::npos);
   EXPECT_NE(markdown.find("| pytorch | fp16 | 2 | 1.82x | 90.9% |"), std::string::npos);
-  EXPECT_NE(markdown.find("| dlbench | 1 | +600% | - |"), std::string::npos);  // 7,000 / 1,000
+  EXPECT_NE(markdown.find("| dlbench | 1 | +600% | - |"), std::string::npos);   // 7,000 / 1,000
   EXPECT_NE(markdown.find("**large spread**"), std::string::npos);              // the 8.1% jitter point
   EXPECT_NE(markdown.find("NCCL: unhandled system error"), std::string::npos);  // the failed sweep point
   EXPECT_NE(markdown.find("dlbench (fp32) scales best, at 99.0% efficiency"), std::string::npos);

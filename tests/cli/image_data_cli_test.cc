@@ -4,9 +4,9 @@
 #include <gtest/gtest.h>
 #include <zlib.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <nlohmann/json.hpp>
-#include <algorithm>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -56,20 +56,23 @@ TEST(ImageDataCli, ExportPackBenchAndTrainFromFolderAndShardsAlike) {
   write_idx_set(dir / "idx", "train", 60);
   write_idx_set(dir / "idx", "t10k", 20);
 
-  CommandResult exported = run_dlbench("export-images " + (dir / "jpeg").string() + " --data " + (dir / "idx").string());
+  CommandResult exported =
+      run_dlbench("export-images " + (dir / "jpeg").string() + " --data " + (dir / "idx").string());
   ASSERT_EQ(exported.exit_code, 0) << exported.err;
   int files = 0;
-  for (const auto& entry : fs::recursive_directory_iterator(dir / "jpeg" / "train")) files += entry.is_regular_file();
+  for (const auto& entry : fs::recursive_directory_iterator(dir / "jpeg" / "train"))
+    files += entry.is_regular_file();
   EXPECT_EQ(files, 60);
   EXPECT_TRUE(fs::exists(dir / "jpeg" / "val" / "class-03"));
 
-  CommandResult packed = run_dlbench("pack " + (dir / "jpeg").string() + " " + (dir / "shards").string() +
-                                     " --shard-mb 0.01");
+  CommandResult packed =
+      run_dlbench("pack " + (dir / "jpeg").string() + " " + (dir / "shards").string() + " --shard-mb 0.01");
   ASSERT_EQ(packed.exit_code, 0) << packed.err;
   EXPECT_NE(packed.out.find("60 images of 10 classes"), std::string::npos) << packed.out;
 
-  CommandResult bench = run_dlbench("data-bench --data " + (dir / "shards").string() +
-                                    " --batch-size 16 --batches 4 --data-threads 2 --json " + (dir / "db.json").string());
+  CommandResult bench =
+      run_dlbench("data-bench --data " + (dir / "shards").string() +
+                  " --batch-size 16 --batches 4 --data-threads 2 --json " + (dir / "db.json").string());
   ASSERT_EQ(bench.exit_code, 0) << bench.err;
   const nlohmann::json db = read_json(dir / "db.json");
   EXPECT_GT(db["images_per_second"].get<double>(), 0);
@@ -99,15 +102,17 @@ TEST(ImageDataCli, ACorruptImageIsSkippedWithAWarningOrStopsUnderStrict) {
   fs::create_directories(dir / "idx");
   write_idx_set(dir / "idx", "train", 20);
   write_idx_set(dir / "idx", "t10k", 10);
-  ASSERT_EQ(run_dlbench("export-images " + (dir / "jpeg").string() + " --data " + (dir / "idx").string()).exit_code, 0);
+  ASSERT_EQ(
+      run_dlbench("export-images " + (dir / "jpeg").string() + " --data " + (dir / "idx").string()).exit_code,
+      0);
   const fs::path bad = dir / "jpeg" / "train" / "class-01" / "00001.jpg";
   ASSERT_TRUE(fs::exists(bad));
   {
     std::ofstream out(bad, std::ios::binary | std::ios::trunc);
     out << "this is not a JPEG";
   }
-  const std::string train = "train --device cpu --model resnet20 --batch-size 20 --steps 1 --data " +
-                            (dir / "jpeg").string();
+  const std::string train =
+      "train --device cpu --model resnet20 --batch-size 20 --steps 1 --data " + (dir / "jpeg").string();
   CommandResult lenient = run_dlbench(train);
   EXPECT_EQ(lenient.exit_code, 0) << lenient.err;
   EXPECT_NE(lenient.err.find("00001.jpg"), std::string::npos) << lenient.err;
@@ -162,9 +167,7 @@ TEST(MlperfLogCli, ATrainingRunWritesTheMlperfEventsInOrder) {
 TEST(ImageDataCli, BadArgumentsGiveOneLineAndExitOne) {
   const fs::path dir = temp_dir("image_cli_args");
   fs::create_directories(dir / "full");
-  {
-    std::ofstream(dir / "full" / "x") << "x";
-  }
+  { std::ofstream(dir / "full" / "x") << "x"; }
   for (const std::string& args :
        {"pack " + (dir / "missing").string() + " " + (dir / "out").string(),
         "pack " + dir.string() + " " + (dir / "full").string(),

@@ -11,8 +11,8 @@
 #include <string>
 #include <vector>
 
-#include "core/status.h"
 #include "backend/reference/half_float.h"
+#include "core/status.h"
 #include "core/tensor.h"
 #include "data/batch_prefetcher.h"
 #include "data/image_dataset.h"
@@ -102,7 +102,8 @@ TEST(ImageDataset, SameBatchWhateverTheThreadCountAndNewDrawsEachCall) {
   std::vector<std::vector<uint8_t>> first_calls;
   for (int threads : {1, 4}) {
     ImageDataset data(source, small_options(threads));
-    Batch a(6, data.sample_shape(), DType::f32, Layout::nhwc), b(6, data.sample_shape(), DType::f32, Layout::nhwc);
+    Batch a(6, data.sample_shape(), DType::f32, Layout::nhwc),
+        b(6, data.sample_shape(), DType::f32, Layout::nhwc);
     data.gather(indices, a.images.tensor(), a.labels.tensor());
     data.gather(indices, b.images.tensor(), b.labels.tensor());
     EXPECT_NE(a.bytes(), b.bytes()) << "the second call draws new crops";
@@ -119,7 +120,8 @@ TEST(ImageDataset, HalfAndBfloatOutputsAreTheRoundedFloatOutput) {
   auto source = std::shared_ptr<const EncodedImageSource>(open_image_folder(dir.path().string()));
   std::vector<int64_t> indices = {0, 1, 2, 3};
   for (Layout layout : {Layout::nchw, Layout::nhwc}) {
-    ImageDataset wide(source, small_options(2)), half(source, small_options(2)), brain(source, small_options(2));
+    ImageDataset wide(source, small_options(2)), half(source, small_options(2)),
+        brain(source, small_options(2));
     Batch f(4, wide.sample_shape(), DType::f32, layout), h(4, wide.sample_shape(), DType::f16, layout),
         b(4, wide.sample_shape(), DType::bf16, layout);
     wide.gather(indices, f.images.tensor(), f.labels.tensor());
@@ -141,10 +143,10 @@ TEST(ImageDataset, HalfAndBfloatOutputsAreTheRoundedFloatOutput) {
 TEST(ImageDataset, BadFilesAreSkippedNamedAndCountedOrStopTheRunUnderStrict) {
   TempDir dir;
   make_folder(dir.path(), 2, 3);
-  write_file(dir.file("class0/1.jpg"), "");                                   // zero bytes
+  write_file(dir.file("class0/1.jpg"), "");  // zero bytes
   write_file(dir.file("class1/0.jpg"), std::string("\x89PNG\r\n\x1a\n", 8) + std::string(64, 'x'));  // a PNG
   const std::string good = picture(96, 72, 5);
-  write_file(dir.file("class1/2.jpg"), good.substr(0, good.size() / 2));       // truncated
+  write_file(dir.file("class1/2.jpg"), good.substr(0, good.size() / 2));  // truncated
   auto source = std::shared_ptr<const EncodedImageSource>(open_image_folder(dir.path().string()));
   ImageDataset data(source, small_options(3));
   std::vector<int64_t> all = {0, 1, 2, 3, 4, 5};
@@ -152,7 +154,8 @@ TEST(ImageDataset, BadFilesAreSkippedNamedAndCountedOrStopTheRunUnderStrict) {
   data.gather(all, batch.images.tensor(), batch.labels.tensor());
   EXPECT_EQ(data.stats().bad_files, 3);
   EXPECT_EQ(data.stats().decoded, 6);  // every slot was filled by a good image
-  for (int64_t i = 0; i < batch.images.tensor().numel(); ++i) ASSERT_TRUE(std::isfinite(batch.images.ptr<float>()[i]));
+  for (int64_t i = 0; i < batch.images.tensor().numel(); ++i)
+    ASSERT_TRUE(std::isfinite(batch.images.ptr<float>()[i]));
 
   ImageDatasetOptions strict = small_options(2);
   strict.strict = true;
@@ -175,7 +178,8 @@ TEST(ImageDataset, FlatImagesNormaliseToTheirKnownValues) {
     std::vector<uint8_t> pixels(80 * 60 * 3);
     for (size_t p = 0; p < pixels.size(); ++p) pixels[p] = static_cast<uint8_t>(levels[i][p % 3]);
     std::vector<uint8_t> jpeg = encode_jpeg(pixels.data(), 80, 60, 3, 100);
-    write_file((dir.path() / ("c" + std::to_string(i)) / "a.jpg").string(), std::string(jpeg.begin(), jpeg.end()));
+    write_file((dir.path() / ("c" + std::to_string(i)) / "a.jpg").string(),
+               std::string(jpeg.begin(), jpeg.end()));
   }
   auto source = std::shared_ptr<const EncodedImageSource>(open_image_folder(dir.path().string()));
   ImageDataset data(source, small_options(2));
@@ -220,7 +224,8 @@ TEST(ImageDataset, TheFolderAndItsShardsGiveTheSameBatches) {
   make_folder(dir.path() / "images", 3, 5);
   const ImageFolderListing listing = list_image_folder((dir.path() / "images").string());
   std::vector<ShardInput> files;
-  for (size_t i = 0; i < listing.paths.size(); ++i) files.push_back({listing.paths[i], listing.paths[i], listing.labels[i]});
+  for (size_t i = 0; i < listing.paths.size(); ++i)
+    files.push_back({listing.paths[i], listing.paths[i], listing.labels[i]});
   pack_shards(files, listing.class_names, dir.file("shards"), 20000, /*strict=*/true);
   ASSERT_TRUE(is_shard_set(dir.file("shards")));
   auto folder = std::shared_ptr<const EncodedImageSource>(open_image_folder(dir.file("images")));
@@ -273,9 +278,12 @@ TEST(BatchPrefetcher, HandsOutEveryBatchInOrderAndRethrowsAFailure) {
   data.fail_at = 60;
   auto plain = [](size_t bytes) { return ::operator new(bytes); };
   auto release = [](void* p) { ::operator delete(p); };
-  BatchPrefetcher prefetcher(data, {3, 1, 2, 2}, DType::f32, Layout::nchw, 25,
-                             [](int64_t n) { return std::vector<int64_t>{3 * n, 3 * n + 1, 3 * n + 2}; }, 3, plain,
-                             release);
+  BatchPrefetcher prefetcher(
+      data, {3, 1, 2, 2}, DType::f32, Layout::nchw, 25,
+      [](int64_t n) {
+        return std::vector<int64_t>{3 * n, 3 * n + 1, 3 * n + 2};
+      },
+      3, plain, release);
   for (int64_t n = 0; n < 20; ++n) {
     const BatchPrefetcher::Batch& batch = prefetcher.next();
     for (int k = 0; k < 3; ++k) ASSERT_EQ(batch.labels.ptr<int32_t>()[k], 3 * n + k);

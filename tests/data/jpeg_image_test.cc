@@ -1,7 +1,8 @@
 #include "data/jpeg_image.h"
-#include "image_test_util.h"
 
 #include <gtest/gtest.h>
+
+#include "image_test_util.h"
 
 // clang-format off
 #include <cstddef>  // libjpeg's headers need size_t and FILE declared first

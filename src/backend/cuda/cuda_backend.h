@@ -6,8 +6,8 @@
 #pragma once
 
 #include <functional>
-#include <nlohmann/json.hpp>
 #include <memory>
+#include <nlohmann/json.hpp>
 #include <string>
 
 #include "backend/backend.h"

@@ -288,7 +288,8 @@ std::unique_ptr<CudaBatchNormPlan> new_plan(const CudaBackend& backend, const Ba
     const char* value = std::getenv("DLBENCH_CUDNN_BN_PERSISTENT");
     return !(value && std::string(value) == "0");
   }();
-  p.mode = g.layout == Layout::nhwc && persistent ? CUDNN_BATCHNORM_SPATIAL_PERSISTENT : CUDNN_BATCHNORM_SPATIAL;
+  p.mode =
+      g.layout == Layout::nhwc && persistent ? CUDNN_BATCHNORM_SPATIAL_PERSISTENT : CUDNN_BATCHNORM_SPATIAL;
   p.param_dtype = g.dtype == DType::f64 ? DType::f64 : DType::f32;
   set_tensor_4d(p.x_desc, g.dtype, g.layout, g.batch, g.channels, g.h, g.w);
   CUDNN_CHECK(cudnnDeriveBNTensorDescriptor(p.param_desc, p.x_desc, p.mode));

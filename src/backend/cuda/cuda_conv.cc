@@ -198,8 +198,7 @@ ConvChoice search(const CudaBackend& backend, const CudaConvPlan& plan) {
   const size_t limit = backend.conv_workspace_limit();
   size_t free_bytes = 0, total_bytes = 0;
   CUDA_CHECK(cudaMemGetInfo(&free_bytes, &total_bytes));
-  size_t ws_bytes =
-      std::min(limit, free_bytes > (size_t{256} << 20) ? free_bytes - (size_t{256} << 20) : 0);
+  size_t ws_bytes = std::min(limit, free_bytes > (size_t{256} << 20) ? free_bytes - (size_t{256} << 20) : 0);
   DeviceBuffer ws;
   while (ws_bytes >= (size_t{1} << 20) && !ws.get()) {
     ws = DeviceBuffer::try_allocate(ws_bytes);

@@ -14,7 +14,8 @@ nlohmann::json cuda_software_info() {
   auto cuda_version = [](int v) { return fmt::format("{}.{}", v / 1000, (v % 1000) / 10); };
   int version = 0;
   j["cuda_runtime"] = cudaRuntimeGetVersion(&version) == cudaSuccess ? cuda_version(version) : "?";
-  j["cuda_driver"] = cudaDriverGetVersion(&version) == cudaSuccess && version > 0 ? cuda_version(version) : "none";
+  j["cuda_driver"] =
+      cudaDriverGetVersion(&version) == cudaSuccess && version > 0 ? cuda_version(version) : "none";
   (void)cudaGetLastError();
   const size_t cudnn = cudnnGetVersion();  // 91900 for 9.19.0
   j["cudnn"] = fmt::format("{}.{}.{}", cudnn / 10000, (cudnn % 10000) / 100, cudnn % 100);
