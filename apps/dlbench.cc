@@ -28,9 +28,10 @@ using dlbench::RunConfig;
 void add_run_flags(CLI::App& cmd, RunConfig& c, std::string& lr_schedule) {
   cmd.add_option("--model", c.model, "resnet18 | resnet34 | resnet50 | resnet101 | resnet152 | resnet20")
       ->capture_default_str();
-  cmd.add_option("--batch-size", c.batch_size,
-                 "images per device per step (the global batch is this x devices x --accumulate-steps); "
-                 "default: 16 (resnet20: 128) on the CPU, 256 (512) on a GPU");
+  cmd.add_option("--batch-size", c.batch_size_text,
+                 "images per device per step (the global batch is this x devices x --accumulate-steps), "
+                 "or max: the largest that fits every GPU; default: 16 (resnet20: 128) on the CPU, 256 "
+                 "(512) on a GPU");
   cmd.add_option("--steps", c.steps, "train: total optimizer steps; bench: timed steps");
   cmd.add_option("--warmup-steps", c.warmup_steps, "steps run before the timed window and left out of it");
   cmd.add_option("--accumulate-steps", c.accumulate_steps, "micro-batches whose gradients make one step")
@@ -205,31 +206,56 @@ int main(int argc, char** argv) {
       app.add_subcommand("info", "the system table: CPU, memory, GPUs and their links, software versions");
   info->add_option("--json", info_json, "also write it as one JSON object to FILE");
 
+  // sweep, compare and study share the grid's flags.
+  auto add_grid_flags = [](CLI::App* cmd, dlbench::SweepOptions& o, bool results_required) {
+    auto* results = cmd->add_option("--results", o.results, "the JSON Lines file the points are appended to");
+    if (results_required) results->required();
+    cmd->add_option("--models", o.models, "models, comma-separated")->delimiter(',')->capture_default_str();
+    cmd->add_option("--precisions", o.precisions, "fp32,tf32,fp16,bf16")->delimiter(',')->capture_default_str();
+    cmd->add_option("--gpus", o.gpus, "GPU counts, comma-separated")->delimiter(',')->capture_default_str();
+    cmd->add_option("--batch-sizes", o.batch_sizes,
+                    "batch sizes per GPU, comma-separated; max: the largest that fits, per precision")
+        ->delimiter(',')
+        ->capture_default_str();
+    cmd->add_option("--device", o.device, "auto | cpu | cuda")->capture_default_str();
+    cmd->add_option("--steps", o.steps, "timed steps per point")->capture_default_str();
+    cmd->add_option("--warmup-steps", o.warmup_steps, "warm-up steps per point")->capture_default_str();
+    cmd->add_flag("--retry-failed", o.retry_failed, "also run the points recorded as failed or unavailable");
+    cmd->add_option("--point-timeout", o.point_timeout_seconds, "seconds before a point is stopped")
+        ->capture_default_str();
+    cmd->add_option("--mpirun", o.mpirun, "the MPI launcher")->capture_default_str();
+    cmd->add_option("--mpirun-args", o.mpirun_args, "extra launcher arguments, comma-separated")
+        ->delimiter(',');
+    cmd->add_option("--python", o.python, "the peers' Python interpreter")->capture_default_str();
+    cmd->add_option("--peers", o.peers_dir, "the peers/ folder (default: found beside the binary)");
+  };
   dlbench::SweepOptions sweep_options;
   CLI::App* sweep = app.add_subcommand(
       "sweep", "a grid of bench points, each its own process, appended to a JSON Lines file (resumable)");
-  {
-    auto& o = sweep_options;
-    sweep->add_option("--results", o.results, "the JSON Lines file the points are appended to")->required();
-    sweep->add_option("--models", o.models, "models, comma-separated")->delimiter(',')->capture_default_str();
-    sweep->add_option("--precisions", o.precisions, "fp32,tf32,fp16,bf16")
-        ->delimiter(',')
-        ->capture_default_str();
-    sweep->add_option("--gpus", o.gpus, "GPU counts, comma-separated")->delimiter(',')->capture_default_str();
-    sweep->add_option("--batch-sizes", o.batch_sizes, "batch sizes per GPU, comma-separated")
-        ->delimiter(',')
-        ->capture_default_str();
-    sweep->add_option("--launcher", o.launcher, "threads | mpi (mpirun -np GPUS)")->capture_default_str();
-    sweep->add_option("--device", o.device, "auto | cpu | cuda")->capture_default_str();
-    sweep->add_option("--steps", o.steps, "timed steps per point")->capture_default_str();
-    sweep->add_option("--warmup-steps", o.warmup_steps, "warm-up steps per point")->capture_default_str();
-    sweep->add_flag("--retry-failed", o.retry_failed, "also run the points recorded as failed");
-    sweep->add_option("--point-timeout", o.point_timeout_seconds, "seconds before a point is stopped")
-        ->capture_default_str();
-    sweep->add_option("--mpirun", o.mpirun, "the MPI launcher")->capture_default_str();
-    sweep->add_option("--mpirun-args", o.mpirun_args, "extra launcher arguments, comma-separated")
-        ->delimiter(',');
-  }
+  add_grid_flags(sweep, sweep_options, true);
+  sweep->add_option("--launcher", sweep_options.launcher, "threads | mpi (mpirun -np GPUS)")
+      ->capture_default_str();
+
+  dlbench::SweepOptions compare_options;
+  compare_options.launcher = "torchrun";
+  std::vector<std::string> compare_frameworks = dlbench::peer_frameworks();
+  CLI::App* compare = app.add_subcommand(
+      "compare", "the same grid run by the peers (PyTorch eager/compiled, DDP; JAX), into the same file");
+  add_grid_flags(compare, compare_options, true);
+  compare->add_option("--frameworks", compare_frameworks, "pytorch, pytorch-compiled, jax")
+      ->delimiter(',')
+      ->capture_default_str();
+  compare->add_option("--launcher", compare_options.launcher, "for several GPUs: torchrun | mpi")
+      ->capture_default_str();
+
+  dlbench::StudyOptions study_options;
+  study_options.grid.precisions = {"fp32", "tf32", "fp16", "bf16"};
+  CLI::App* study = app.add_subcommand(
+      "study", "the whole study: system table, dlbench's sweep, the peers' points and the report");
+  add_grid_flags(study, study_options.grid, true);
+  study->add_option("--frameworks", study_options.frameworks, "peers (default: pytorch, pytorch-compiled, jax)")
+      ->delimiter(',');
+  study->add_option("-o,--output", study_options.report_dir, "directory for the report")->capture_default_str();
 
   std::vector<std::string> report_inputs;
   std::string report_dir = "report";
@@ -283,6 +309,9 @@ int main(int argc, char** argv) {
   }
   if (report->parsed()) return guarded([&] { dlbench::run_report(report_inputs, report_dir); });
   if (sweep->parsed()) return guarded([&] { dlbench::run_sweep(sweep_options); });
+  if (compare->parsed())
+    return guarded([&] { dlbench::run_compare(compare_options, compare_frameworks); });
+  if (study->parsed()) return guarded([&] { dlbench::run_study(study_options); });
   if (info->parsed()) return guarded([&] { dlbench::run_info(info_json); });
   if (pack->parsed()) return guarded([&] { dlbench::run_pack(pack_options); });
   if (data_bench->parsed()) return guarded([&] { dlbench::run_data_bench(data_bench_options); });

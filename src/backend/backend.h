@@ -174,6 +174,7 @@ struct DeviceMemory {
   size_t total_bytes = 0;
   std::string description;  // for messages: "cuda:0 (NVIDIA H200)"
   std::string name;         // the device's model: "NVIDIA H200"
+  std::string pci_bus_id;   // "0000:19:00.0": how the driver's NVML names the same device
 };
 
 class Backend {

@@ -37,6 +37,7 @@ struct Nvml {
   nvmlReturn (*p2p_status)(nvmlDevice, nvmlDevice, int, int*) = nullptr;  // index 2: NVLink; status 0: OK
   nvmlReturn (*common_ancestor)(nvmlDevice, nvmlDevice, int*) = nullptr;
   nvmlReturn (*energy)(nvmlDevice, unsigned long long*) = nullptr;  // millijoules since driver load
+  nvmlReturn (*handle_by_bus_id)(const char*, nvmlDevice*) = nullptr;
   bool ok = false;
 };
 
@@ -62,6 +63,7 @@ const Nvml& nvml() {
     load(n.p2p_status, "nvmlDeviceGetP2PStatus");
     load(n.common_ancestor, "nvmlDeviceGetTopologyCommonAncestor");
     load(n.energy, "nvmlDeviceGetTotalEnergyConsumption");
+    load(n.handle_by_bus_id, "nvmlDeviceGetHandleByPciBusId_v2");
     n.ok = all && n.init() == 0;
   });
   return n;
@@ -160,13 +162,13 @@ nlohmann::json gpu_info() {
   return j;
 }
 
-std::optional<double> gpu_energy_joules(int index) {
+std::optional<double> gpu_energy_joules(const std::string& pci_bus_id) {
   const Nvml& n = nvml();
-  if (!n.ok || !n.energy) return std::nullopt;
-  const std::vector<nvmlDevice> list = devices();
-  if (index < 0 || index >= static_cast<int>(list.size())) return std::nullopt;
+  if (!n.ok || !n.energy || !n.handle_by_bus_id || pci_bus_id.empty()) return std::nullopt;
+  nvmlDevice device = nullptr;
+  if (n.handle_by_bus_id(pci_bus_id.c_str(), &device) != 0) return std::nullopt;
   unsigned long long millijoules = 0;
-  if (n.energy(list[static_cast<size_t>(index)], &millijoules) != 0) return std::nullopt;
+  if (n.energy(device, &millijoules) != 0) return std::nullopt;
   return static_cast<double>(millijoules) / 1e3;
 }
 

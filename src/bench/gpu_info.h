@@ -12,7 +12,9 @@ namespace dlbench {
 // Never throws; without the driver: {"nvml": "not available ...", "gpus": []}.
 nlohmann::json gpu_info();
 
-// The energy GPU `index` has used since the driver loaded (NVML's counter), where the driver has it.
-std::optional<double> gpu_energy_joules(int index);
+// The energy the GPU at `pci_bus_id` ("0000:19:00.0", as CUDA names it) has used since the driver loaded,
+// in joules (NVML's counter, Volta and later), where the driver has it. The bus id, not an index: CUDA's
+// and NVML's device orders differ under CUDA_VISIBLE_DEVICES.
+std::optional<double> gpu_energy_joules(const std::string& pci_bus_id);
 
 }  // namespace dlbench

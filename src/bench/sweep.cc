@@ -5,7 +5,10 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <cctype>
 #include <cerrno>
+#include <cstdlib>
 #include <chrono>
 #include <cstdio>
 #include <cstring>
@@ -13,6 +16,8 @@
 #include <fstream>
 #include <thread>
 
+#include "backend/backend_factory.h"
+#include "bench/report.h"
 #include "bench/system_info.h"
 #include "core/status.h"
 #include "models/resnet.h"
@@ -109,14 +114,221 @@ void append_line(const std::string& path, const nlohmann::json& line) {
   DLB_REQUIRE(ok, "sweep: writing {} failed: {}", path, std::strerror(errno));
 }
 
+// Where the peers' scripts are: --peers, $DLBENCH_PEERS, peers/ beside the binary or one or two folders up
+// (a build folder inside the repository), else the source tree this binary was built from.
+std::string find_peers_dir(const std::string& given) {
+  if (!given.empty()) return given;
+  if (const char* env = std::getenv("DLBENCH_PEERS")) return env;
+  const fs::path exe_dir = fs::path(self_executable()).parent_path();
+  for (const fs::path& candidate : {exe_dir / "peers", exe_dir / ".." / "peers", exe_dir / ".." / ".." / "peers"})
+    if (fs::exists(candidate / "pytorch" / "train.py")) return fs::weakly_canonical(candidate).string();
+#ifdef DLBENCH_PEERS_DIR
+  return DLBENCH_PEERS_DIR;
+#else
+  return "peers";
+#endif
+}
+
+bool is_peer(const std::string& framework) {
+  const auto& peers = peer_frameworks();
+  return std::find(peers.begin(), peers.end(), framework) != peers.end();
+}
+
+struct Point {
+  std::string model, precision;
+  int gpus;
+  std::string batch;  // a number or "max"
+};
+
+// The command line of one point.
+std::vector<std::string> point_command(const SweepOptions& o, const Point& p, const std::string& json_path,
+                                       const std::string& peers_dir, const std::string& device) {
+  std::vector<std::string> argv;
+  const bool mpi = o.launcher == "mpi" && (o.framework == "dlbench" || p.gpus > 1);
+  if (mpi) {
+    argv = {o.mpirun, "-np", std::to_string(p.gpus)};
+    argv.insert(argv.end(), o.mpirun_args.begin(), o.mpirun_args.end());
+  }
+  const std::vector<std::string> common = {"--model",        p.model,
+                                           "--precision",    p.precision,
+                                           "--batch-size",   p.batch,
+                                           "--steps",        std::to_string(o.steps),
+                                           "--warmup-steps", std::to_string(o.warmup_steps),
+                                           "--device",       device,
+                                           "--json",         json_path};
+  if (o.framework == "dlbench") {
+    argv.insert(argv.end(), {self_executable(), "bench"});
+    argv.insert(argv.end(), common.begin(), common.end());
+    if (o.launcher == "threads")
+      argv.insert(argv.end(), {"--gpus", std::to_string(p.gpus), "--launcher", "threads"});
+    else
+      argv.insert(argv.end(), {"--launcher", "mpi"});
+    return argv;
+  }
+  const bool jax = o.framework == "jax";
+  const std::string script = peers_dir + (jax ? "/jax/train.py" : "/pytorch/train.py");
+  argv.push_back(o.python);
+  if (p.gpus > 1 && !mpi)
+    argv.insert(argv.end(), {"-m", "torch.distributed.run", "--standalone", "--nproc_per_node",
+                             std::to_string(p.gpus)});
+  argv.push_back(script);
+  argv.insert(argv.end(), common.begin(), common.end());
+  // The PyTorch peer at its best on a GPU: channels-last (the tensor cores' layout), compiled if asked.
+  if (!jax) argv.push_back("--channels-last");
+  if (o.framework == "pytorch-compiled") argv.push_back("--compile");
+  return argv;
+}
+
+// How many points of `o` failed (recorded in the results file); unavailable peers are not failures.
+struct SweepTally {
+  size_t run = 0;
+  int failed = 0, skipped = 0, unavailable = 0;
+  std::string unavailable_reason;
+};
+
+SweepTally sweep_points(const SweepOptions& o) {
+  DLB_REQUIRE(!o.results.empty(), "{}: give --results FILE", o.framework == "dlbench" ? "sweep" : "compare");
+  DLB_REQUIRE(o.framework == "dlbench" || is_peer(o.framework),
+              "--frameworks {}: unknown; choose among pytorch, pytorch-compiled, jax", o.framework);
+  if (o.framework == "dlbench")
+    DLB_REQUIRE(o.launcher == "threads" || o.launcher == "mpi", "--launcher {}: choose threads or mpi",
+                o.launcher);
+  else
+    DLB_REQUIRE(o.launcher == "torchrun" || o.launcher == "mpi", "--launcher {}: choose torchrun or mpi",
+                o.launcher);
+  DLB_REQUIRE(o.steps >= 1 && o.warmup_steps >= 0,
+              "sweep: --steps must be positive, --warmup-steps 0 or more");
+  DLB_REQUIRE(o.point_timeout_seconds > 0, "--point-timeout {}: must be positive", o.point_timeout_seconds);
+  for (const std::string& m : o.models) DLB_REQUIRE(is_model_name(m), "--models {}: unknown model", m);
+  for (const std::string& p : o.precisions)
+    DLB_REQUIRE(p == "fp32" || p == "tf32" || p == "fp16" || p == "bf16",
+                "--precisions {}: choose among fp32, tf32, fp16, bf16", p);
+  for (int g : o.gpus) DLB_REQUIRE(g >= 1, "--gpus {}: must be 1 or more", g);
+  for (const std::string& b : o.batch_sizes) {
+    const bool number = !b.empty() && b.size() < 10 && std::all_of(b.begin(), b.end(), ::isdigit);
+    DLB_REQUIRE(b == "max" || (number && std::stoll(b) >= 1),
+                "--batch-sizes {}: give numbers of images per GPU, or max", b);
+  }
+
+  const std::string logs = o.results + ".logs";
+  std::error_code ec;
+  fs::create_directories(logs, ec);
+  DLB_REQUIRE(!ec, "sweep: cannot create {}: {}", logs, ec.message());
+  const auto recorded = read_sweep_points(o.results);
+  auto already = [&](const nlohmann::json& key) {
+    for (const auto& [point, status] : recorded)
+      if (point == key && (status == "ok" || !o.retry_failed)) return true;
+    return false;
+  };
+
+  std::vector<Point> todo;
+  SweepTally tally;
+  for (const auto& m : o.models)
+    for (const auto& p : o.precisions)
+      for (int g : o.gpus)
+        for (const std::string& b : o.batch_sizes) {
+          if (already(sweep_point_key(o.framework, m, p, g, b, o.launcher))) {
+            ++tally.skipped;
+          } else {
+            todo.push_back({m, p, g, b});
+          }
+        }
+  const char* who = o.framework == "dlbench" ? "sweep" : "compare";
+  std::printf("%s: %s: %zu points to run, %d already in %s\n", who, o.framework.c_str(), todo.size(),
+              tally.skipped, o.results.c_str());
+  std::fflush(stdout);
+
+  const bool peer = o.framework != "dlbench";
+  const std::string peers_dir = peer ? find_peers_dir(o.peers_dir) : std::string();
+  const std::string device =
+      o.device != "auto" || !peer ? o.device : (cuda_backend_available() ? "cuda" : "cpu");
+  const nlohmann::json system = system_info();
+  double spent = 0;
+  for (size_t i = 0; i < todo.size(); ++i) {
+    const Point& p = todo[i];
+    const std::string name =
+        fmt::format("{}-{}-{}-{}gpu-b{}-{}", o.framework, p.model, p.precision, p.gpus, p.batch, o.launcher);
+    const std::string json_path = logs + "/" + name + ".json", log_path = logs + "/" + name + ".log";
+    nlohmann::json line = {{"date", iso_date_utc()},
+                           {"sweep_point", sweep_point_key(o.framework, p.model, p.precision, p.gpus, p.batch,
+                                                           o.launcher)}};
+    // A peer found missing, or a point it cannot run, is recorded without starting anything.
+    std::string not_run = tally.unavailable_reason;
+    if (not_run.empty() && o.framework == "jax" && p.gpus > 1)
+      not_run = "the JAX peer trains on one GPU only";
+    if (!not_run.empty()) {
+      line["status"] = "unavailable";
+      line["error"] = not_run;
+      line["system"] = system;
+      ++tally.unavailable;
+      append_line(o.results, line);
+      continue;
+    }
+    fs::remove(json_path, ec);
+    const std::vector<std::string> argv = point_command(o, p, json_path, peers_dir, device);
+
+    const double eta = i > 0 ? spent / static_cast<double>(i) * static_cast<double>(todo.size() - i) : 0;
+    std::printf("%s: point %zu of %zu: %s %s %s, %d GPU(s), batch %s, %s%s\n", who, i + 1, todo.size(),
+                o.framework.c_str(), p.model.c_str(), p.precision.c_str(), p.gpus, p.batch.c_str(),
+                o.launcher.c_str(), i > 0 ? fmt::format(" | about {} left", duration_text(eta)).c_str() : "");
+    std::fflush(stdout);
+    const Outcome outcome = run_process(argv, log_path, o.point_timeout_seconds);
+    spent += outcome.seconds;
+    ++tally.run;
+    line["seconds"] = outcome.seconds;
+    line["log"] = log_path;
+
+    nlohmann::json result;
+    if (outcome.exit_code == 0) {
+      std::ifstream in(json_path);
+      result = nlohmann::json::parse(in, nullptr, /*allow_exceptions=*/false);
+    }
+    if (outcome.exit_code == 0 && result.is_object()) {
+      line["status"] = "ok";
+      line["result"] = result;
+      std::printf("%s:   %.1f img/s\n", who, result.value("images_per_second", 0.0));
+    } else if (peer && (outcome.exit_code == 3 || outcome.exit_code == 127)) {
+      // The peer says its framework is not installed (3), or its interpreter could not be started (127).
+      tally.unavailable_reason = error_of(log_path, outcome);
+      line["status"] = "unavailable";
+      line["error"] = tally.unavailable_reason;
+      line["system"] = system;
+      ++tally.unavailable;
+      std::printf("%s:   %s is not available here: %s\n", who, o.framework.c_str(),
+                  tally.unavailable_reason.c_str());
+    } else {
+      line["status"] = "failed";
+      line["error"] = outcome.exit_code == 0 ? "no result written" : error_of(log_path, outcome);
+      line["system"] = system;
+      ++tally.failed;
+      std::printf("%s:   failed: %s\n", who, line["error"].get<std::string>().c_str());
+    }
+    std::fflush(stdout);
+    append_line(o.results, line);
+  }
+  std::printf("%s: %s done: %zu run, %d failed, %d not available, %d skipped; results in %s\n", who,
+              o.framework.c_str(), tally.run, tally.failed, tally.unavailable, tally.skipped,
+              o.results.c_str());
+  std::fflush(stdout);
+  return tally;
+}
+
 }  // namespace
 
-nlohmann::json sweep_point_key(const std::string& model, const std::string& precision, int gpus,
-                               int64_t batch_size, const std::string& launcher) {
-  return {{"model", model},
+const std::vector<std::string>& peer_frameworks() {
+  static const std::vector<std::string> peers = {"pytorch", "pytorch-compiled", "jax"};
+  return peers;
+}
+
+nlohmann::json sweep_point_key(const std::string& framework, const std::string& model,
+                               const std::string& precision, int gpus, const std::string& batch_size,
+                               const std::string& launcher) {
+  const bool number = !batch_size.empty() && std::all_of(batch_size.begin(), batch_size.end(), ::isdigit);
+  return {{"framework", framework},
+          {"model", model},
           {"precision", precision},
           {"gpus", gpus},
-          {"batch_size", batch_size},
+          {"batch_size", number ? nlohmann::json(std::stoll(batch_size)) : nlohmann::json(batch_size)},
           {"launcher", launcher}};
 }
 
@@ -137,115 +349,72 @@ std::vector<std::pair<nlohmann::json, std::string>> read_sweep_points(const std:
                    j.contains("sweep_point") ? "\"status\"" : "\"sweep_point\"");
       continue;
     }
-    points.emplace_back(j["sweep_point"], j["status"].get<std::string>());
+    nlohmann::json key = j["sweep_point"];
+    if (!key.contains("framework")) key["framework"] = "dlbench";
+    points.emplace_back(key, j["status"].get<std::string>());
   }
   return points;
 }
 
 void run_sweep(const SweepOptions& o) {
-  DLB_REQUIRE(!o.results.empty(), "sweep: give --results FILE");
-  DLB_REQUIRE(o.launcher == "threads" || o.launcher == "mpi", "--launcher {}: choose threads or mpi",
-              o.launcher);
-  DLB_REQUIRE(o.steps >= 1 && o.warmup_steps >= 0,
-              "sweep: --steps must be positive, --warmup-steps 0 or more");
-  DLB_REQUIRE(o.point_timeout_seconds > 0, "--point-timeout {}: must be positive", o.point_timeout_seconds);
-  for (const std::string& m : o.models) DLB_REQUIRE(is_model_name(m), "--models {}: unknown model", m);
-  for (const std::string& p : o.precisions)
-    DLB_REQUIRE(p == "fp32" || p == "tf32" || p == "fp16" || p == "bf16",
-                "--precisions {}: choose among fp32, tf32, fp16, bf16", p);
-  for (int g : o.gpus) DLB_REQUIRE(g >= 1, "--gpus {}: must be 1 or more", g);
-  for (int64_t b : o.batch_sizes) DLB_REQUIRE(b >= 1, "--batch-sizes {}: must be 1 or more", b);
+  const SweepTally tally = sweep_points(o);
+  DLB_REQUIRE(tally.failed == 0,
+              "sweep: {} of {} points failed (recorded in {}; --retry-failed runs them again)", tally.failed,
+              tally.run, o.results);
+}
 
-  const std::string logs = o.results + ".logs";
-  std::error_code ec;
-  fs::create_directories(logs, ec);
-  DLB_REQUIRE(!ec, "sweep: cannot create {}: {}", logs, ec.message());
-  const auto recorded = read_sweep_points(o.results);
-  auto already = [&](const nlohmann::json& key) {
-    for (const auto& [point, status] : recorded)
-      if (point == key && (status == "ok" || !o.retry_failed)) return true;
-    return false;
-  };
-
-  struct Point {
-    std::string model, precision;
-    int gpus;
-    int64_t batch;
-  };
-  std::vector<Point> todo;
-  int skipped = 0;
-  for (const auto& m : o.models)
-    for (const auto& p : o.precisions)
-      for (int g : o.gpus)
-        for (int64_t b : o.batch_sizes) {
-          if (already(sweep_point_key(m, p, g, b, o.launcher))) {
-            ++skipped;
-          } else {
-            todo.push_back({m, p, g, b});
-          }
-        }
-  std::printf("sweep: %zu points to run, %d already in %s\n", todo.size(), skipped, o.results.c_str());
-  std::fflush(stdout);
-
-  const std::string self = self_executable();
-  const nlohmann::json system = system_info();
+void run_compare(const SweepOptions& o, const std::vector<std::string>& frameworks) {
+  DLB_REQUIRE(!frameworks.empty(), "compare: give --frameworks (pytorch, pytorch-compiled, jax)");
+  for (const std::string& f : frameworks)
+    DLB_REQUIRE(is_peer(f), "--frameworks {}: unknown; choose among pytorch, pytorch-compiled, jax", f);
   int failed = 0;
-  double spent = 0;
-  for (size_t i = 0; i < todo.size(); ++i) {
-    const Point& p = todo[i];
-    const std::string name =
-        fmt::format("{}-{}-{}gpu-b{}-{}", p.model, p.precision, p.gpus, p.batch, o.launcher);
-    const std::string json_path = logs + "/" + name + ".json", log_path = logs + "/" + name + ".log";
-    fs::remove(json_path, ec);
-    std::vector<std::string> argv;
-    if (o.launcher == "mpi") {
-      argv = {o.mpirun, "-np", std::to_string(p.gpus)};
-      argv.insert(argv.end(), o.mpirun_args.begin(), o.mpirun_args.end());
-    }
-    argv.insert(argv.end(), {self, "bench", "--model", p.model, "--precision", p.precision, "--batch-size",
-                             std::to_string(p.batch), "--steps", std::to_string(o.steps), "--warmup-steps",
-                             std::to_string(o.warmup_steps), "--device", o.device, "--json", json_path});
-    if (o.launcher == "threads")
-      argv.insert(argv.end(), {"--gpus", std::to_string(p.gpus), "--launcher", "threads"});
-    else
-      argv.insert(argv.end(), {"--launcher", "mpi"});
-
-    const double eta = i > 0 ? spent / static_cast<double>(i) * static_cast<double>(todo.size() - i) : 0;
-    std::printf("sweep: point %zu of %zu: %s %s, %d GPU(s), batch %lld, %s%s\n", i + 1, todo.size(),
-                p.model.c_str(), p.precision.c_str(), p.gpus, static_cast<long long>(p.batch),
-                o.launcher.c_str(), i > 0 ? fmt::format(" | about {} left", duration_text(eta)).c_str() : "");
-    std::fflush(stdout);
-    const Outcome outcome = run_process(argv, log_path, o.point_timeout_seconds);
-    spent += outcome.seconds;
-
-    nlohmann::json line = {
-        {"date", iso_date_utc()},
-        {"sweep_point", sweep_point_key(p.model, p.precision, p.gpus, p.batch, o.launcher)},
-        {"seconds", outcome.seconds},
-        {"log", log_path}};
-    nlohmann::json result;
-    if (outcome.exit_code == 0) {
-      std::ifstream in(json_path);
-      result = nlohmann::json::parse(in, nullptr, /*allow_exceptions=*/false);
-    }
-    if (outcome.exit_code == 0 && result.is_object()) {
-      line["status"] = "ok";
-      line["result"] = result;
-      std::printf("sweep:   %.1f img/s\n", result.value("images_per_second", 0.0));
-    } else {
-      line["status"] = "failed";
-      line["error"] = outcome.exit_code == 0 ? "no result written" : error_of(log_path, outcome);
-      line["system"] = system;
-      ++failed;
-      std::printf("sweep:   failed: %s\n", line["error"].get<std::string>().c_str());
-    }
-    std::fflush(stdout);
-    append_line(o.results, line);
+  size_t run = 0;
+  std::vector<std::string> missing;
+  for (const std::string& f : frameworks) {
+    SweepOptions peer = o;
+    peer.framework = f;
+    const SweepTally tally = sweep_points(peer);
+    failed += tally.failed;
+    run += tally.run;
+    if (!tally.unavailable_reason.empty()) missing.push_back(f + " (" + tally.unavailable_reason + ")");
   }
-  std::printf("sweep: done: %zu run, %d failed, %d skipped; results in %s\n", todo.size(), failed, skipped,
-              o.results.c_str());
-  DLB_REQUIRE(failed == 0, "sweep: {} of {} points failed (recorded in {}; --retry-failed runs them again)",
-              failed, todo.size(), o.results);
+  for (const std::string& m : missing) std::printf("compare: not installed here: %s\n", m.c_str());
+  DLB_REQUIRE(failed == 0, "compare: {} of {} points failed (recorded in {}; --retry-failed runs them again)",
+              failed, run, o.results);
+}
+
+void run_study(const StudyOptions& s) {
+  const nlohmann::json system = system_info();
+  std::printf("%s\n", system_table(system).c_str());
+  std::fflush(stdout);
+  int failed = 0;
+  SweepOptions threads = s.grid;
+  threads.framework = "dlbench";
+  threads.launcher = "threads";
+  failed += sweep_points(threads).failed;
+  // One process per GPU as well, where several GPUs are asked for and an MPI launcher is found.
+  const bool several = std::any_of(s.grid.gpus.begin(), s.grid.gpus.end(), [](int g) { return g > 1; });
+  const bool have_mpirun = std::system(fmt::format("command -v {} >/dev/null 2>&1", s.grid.mpirun).c_str()) == 0;
+  if (several && have_mpirun) {
+    SweepOptions mpi = threads;
+    mpi.launcher = "mpi";
+    // One GPU under mpirun is the one-GPU run again: the threads point is the baseline of both.
+    mpi.gpus.clear();
+    for (int g : s.grid.gpus)
+      if (g > 1) mpi.gpus.push_back(g);
+    failed += sweep_points(mpi).failed;
+  } else if (several) {
+    std::printf("study: no %s found; the one-process-per-GPU points are not run\n", s.grid.mpirun.c_str());
+  }
+  for (const std::string& f : s.frameworks.empty() ? peer_frameworks() : s.frameworks) {
+    SweepOptions peer = s.grid;
+    peer.framework = f;
+    peer.launcher = "torchrun";
+    failed += sweep_points(peer).failed;
+  }
+  run_report({s.grid.results}, s.report_dir);
+  DLB_REQUIRE(failed == 0, "study: {} points failed (recorded in {} and listed in the report)", failed,
+              s.grid.results);
 }
 
 }  // namespace dlbench

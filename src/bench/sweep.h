@@ -1,5 +1,11 @@
 // `dlbench sweep`: a grid of benchmark points (model x precision x GPU count x batch size), each run as its
 // own `dlbench bench` process (under mpirun for --launcher mpi), its result appended to a JSON Lines file.
+// `dlbench compare`: the same grid run by the peers of peers/ (PyTorch eager and compiled, single-GPU and
+// DistributedDataParallel under torchrun or mpirun; JAX on one GPU), into the same kind of file. A peer
+// that is not installed (its script exits with status 3, or the interpreter is missing) has its points
+// recorded as "unavailable" with the reason, so that the report names it rather than dropping it.
+// `dlbench study`: the system table, the sweep (threads, and mpirun where there are several GPUs), the
+// comparison and the report, from one command.
 //
 // Resumable: a point already in the results file (same model, precision, GPUs, batch size, launcher) is
 // skipped, so an interrupted sweep started again runs only the missing points (--retry-failed also runs
@@ -16,11 +22,14 @@
 namespace dlbench {
 
 struct SweepOptions {
+  // Who trains: dlbench, or a peer: pytorch | pytorch-compiled | jax.
+  std::string framework = "dlbench";
   std::vector<std::string> models = {"resnet50"};
   std::vector<std::string> precisions = {"fp32"};
   std::vector<int> gpus = {1};
-  std::vector<int64_t> batch_sizes = {256};
-  std::string launcher = "threads";  // threads (--gpus N in one process) | mpi (mpirun -np N)
+  std::vector<std::string> batch_sizes = {"256"};  // numbers, or "max": the largest that fits
+  // dlbench: threads (--gpus N in one process) | mpi (mpirun -np N); peers: torchrun | mpi.
+  std::string launcher = "threads";
   std::string device = "auto";
   int64_t steps = 60, warmup_steps = 20;
   std::string results;  // the JSON Lines file (appended to)
@@ -28,16 +37,40 @@ struct SweepOptions {
   double point_timeout_seconds = 1800;
   std::string mpirun = "mpirun";         // the launcher command for --launcher mpi
   std::vector<std::string> mpirun_args;  // extra arguments for it (e.g. --allow-run-as-root)
+  std::string python = "python3";        // the peers' interpreter
+  std::string peers_dir;                 // default: the peers/ folder beside the binary or the sources
 };
 
-// The identity of a point in a results file.
-nlohmann::json sweep_point_key(const std::string& model, const std::string& precision, int gpus,
-                               int64_t batch_size, const std::string& launcher);
+// The peers a comparison runs by default.
+const std::vector<std::string>& peer_frameworks();
 
-// The points of `path` by key: status "ok" or "failed". Malformed lines are named (file and line) on
-// stderr and skipped. A missing file has none.
+// The identity of a point in a results file.
+// "batch_size" is a number, or the string "max". Lines written before points named their framework are
+// dlbench's.
+nlohmann::json sweep_point_key(const std::string& framework, const std::string& model,
+                               const std::string& precision, int gpus, const std::string& batch_size,
+                               const std::string& launcher);
+
+// The points of `path` by key: status "ok", "failed" or "unavailable". Malformed lines are named (file and
+// line) on stderr and skipped. A missing file has none.
 std::vector<std::pair<nlohmann::json, std::string>> read_sweep_points(const std::string& path);
 
+// Runs the grid of `options.framework`; UserError at the end when a point failed.
 void run_sweep(const SweepOptions& options);
+
+// Runs the grid for each of `frameworks` (peers), then says which were not installed; UserError at the
+// end when a point of an installed peer failed.
+void run_compare(const SweepOptions& options, const std::vector<std::string>& frameworks);
+
+struct StudyOptions {
+  SweepOptions grid;                     // results, models, precisions, GPU counts, batch sizes, steps
+  std::vector<std::string> frameworks;   // peers; default peer_frameworks()
+  std::string report_dir = "study";
+};
+
+// The whole study: dlbench's points (threads; also mpirun when more than one GPU count is asked for and
+// mpirun is found), the peers', then the report of the results file. Failed points are recorded and the
+// study goes on; the report says which.
+void run_study(const StudyOptions& options);
 
 }  // namespace dlbench

@@ -129,6 +129,24 @@ void resolve_config(RunConfig& c, bool cuda_available) {
 
   // Batch, length of the run. Flags that were given are checked; flags that were not get defaults.
   const bool imagenet_model = c.model != "resnet20";
+  if (!c.batch_size_text.empty()) {
+    if (c.batch_size_text == "max") {
+      c.batch_size_max = true;
+    } else {
+      size_t used = 0;
+      int64_t value = 0;
+      try {
+        value = std::stoll(c.batch_size_text, &used);
+      } catch (const std::exception&) {
+        used = 0;
+      }
+      DLB_REQUIRE(used == c.batch_size_text.size() && used > 0,
+                  "--batch-size {}: give a number of images per device or max", c.batch_size_text);
+      c.batch_size = value;
+    }
+  }
+  DLB_REQUIRE(!c.batch_size_max || !on_cpu,
+              "--batch-size max needs a GPU (the CPU backend states no memory limit to fit); give a number");
   if (!c.batch_size) c.batch_size = on_cpu ? (imagenet_model ? 16 : 128) : (imagenet_model ? 256 : 512);
   DLB_REQUIRE(*c.batch_size > 0, "--batch-size {}: must be a positive number of images per device",
               *c.batch_size);
@@ -234,6 +252,7 @@ nlohmann::json config_to_json(const RunConfig& c) {
   j["command"] = c.kind == RunKind::train ? "train" : "bench";
   j["model"] = c.model;
   j["batch_size"] = c.batch_size.value_or(0);
+  if (c.batch_size_max) j["batch_size_max"] = true;
   j["epochs"] = c.epochs.value_or(0);
   j["steps"] = c.steps.value_or(0);
   j["warmup_steps"] = c.warmup_steps.value_or(0);

@@ -14,6 +14,7 @@
 #include "backend/backend_factory.h"
 #include "bench/layer_profile.h"
 #include "bench/measure.h"
+#include "bench/gpu_info.h"
 #include "bench/system_info.h"
 #include "core/file_io.h"
 #include "core/status.h"
@@ -79,10 +80,30 @@ struct RunSetup {
   Model model;
   std::unique_ptr<Trainer> trainer;
   MemoryFit memory_fit;
+  RunConfig config;  // as given, with --batch-size max resolved
 };
 
-RunSetup set_up(const RunConfig& config, dist::Launch& launch, int slot) {
+// --batch-size max: the largest batch whose plan fits this rank's device, agreed on by all ranks (the
+// smallest of theirs), rounded down to a multiple of 8 (the tensor cores' granule for FP16/BF16 GEMMs).
+int64_t resolve_largest_batch(const RunConfig& config, Backend& backend, const ModelOptions& options,
+                              dist::Communicator& comm) {
+  RunConfig anchor = config;
+  anchor.batch_size = 32;  // only the search's starting point
+  const MemoryFit fit = largest_batch_that_fits(anchor, backend, options);
+  DLB_REQUIRE(fit.device.has_value(),
+              "--batch-size max needs a device that states its free memory (a GPU); give a number");
+  const double mine = static_cast<double>(fit.largest_batch.value_or(0));
+  auto batch = static_cast<int64_t>(-comm.max(-mine));
+  if (batch >= 8) batch -= batch % 8;
+  DLB_REQUIRE(batch >= 1, "--batch-size max: not even a batch of 1 fits on {} ({:.1f} GiB free)",
+              fit.device->description, static_cast<double>(fit.device->free_bytes) / (1 << 30));
+  return batch;
+}
+
+RunSetup set_up(const RunConfig& given, dist::Launch& launch, int slot) {
   RunSetup s;
+  s.config = given;
+  RunConfig& config = s.config;
   Device device = config.device;
   if (device.kind == DeviceKind::cuda) device.index = launch.gpu(slot);
   s.backend = make_backend(config.backend_name, device, config.threads, config.precision == Precision::tf32,
@@ -104,10 +125,6 @@ RunSetup set_up(const RunConfig& config, dist::Launch& launch, int slot) {
     ImageShape in = default_input_shape(config.model);
     options.input = in;
     options.num_classes = default_num_classes(config.model);
-    // Generated once, as the classic benchmarks do: one step's worth of distinct samples.
-    s.train_data = std::make_unique<SyntheticDataset>(*config.batch_size * config.accumulate_steps * ranks,
-                                                      SampleShape{in.channels, in.height, in.width},
-                                                      static_cast<int>(options.num_classes), config.seed + 2);
   } else if (config.data_kind == "images") {
     auto train_source = std::shared_ptr<const EncodedImageSource>(
         is_shard_set(config.train_images) ? open_shard_set(config.train_images)
@@ -143,6 +160,17 @@ RunSetup set_up(const RunConfig& config, dist::Launch& launch, int slot) {
     options.num_classes = s.train_data->num_classes();
   }
 
+  if (config.batch_size_max) {
+    config.batch_size = resolve_largest_batch(config, *s.backend, options, *s.comm);
+    say("--batch-size max: %lld images per device\n", static_cast<long long>(*config.batch_size));
+  }
+  if (config.data == "synthetic") {
+    const ImageShape in = options.input;
+    // Generated once, as the classic benchmarks do: one step's worth of distinct samples.
+    s.train_data = std::make_unique<SyntheticDataset>(*config.batch_size * config.accumulate_steps * ranks,
+                                                      SampleShape{in.channels, in.height, in.width},
+                                                      static_cast<int>(options.num_classes), config.seed + 2);
+  }
   // Before the model takes any memory or searches an algorithm: a batch that does not fit stops here.
   s.memory_fit = largest_batch_that_fits(config, *s.backend, options);
   require_fit(s.memory_fit);
@@ -339,6 +367,26 @@ void add_data_pipeline(nlohmann::json& j, RunSetup& s, const BatchPrefetcher* pr
       static_cast<long long>(j["bad_images_skipped"].get<double>()));
 }
 
+// The energy every rank's GPU used over the window (NVML's counters), where every rank's driver has it:
+// energy_joules, energy_joules_per_image and average_power_watts (all ranks together), else null.
+void add_energy(nlohmann::json& j, RunSetup& s, std::optional<double> before, std::optional<double> after,
+                double images_per_rank, double window_seconds) {
+  const bool measured = before && after && *after >= *before;
+  // Collectives, so every rank calls them whatever it measured.
+  const bool everywhere = s.comm->max(measured ? 0.0 : 1.0) == 0.0;
+  const double joules = s.comm->sum(measured ? *after - *before : 0.0);
+  const double images = images_per_rank * s.comm->size();
+  if (!everywhere || joules <= 0) {
+    j["energy_joules"] = j["energy_joules_per_image"] = j["average_power_watts"] = nullptr;
+    return;
+  }
+  j["energy_joules"] = joules;
+  j["energy_joules_per_image"] = joules / images;
+  j["average_power_watts"] = joules / window_seconds;
+  say("energy: %.1f J in the window, %.3f J per image, %.0f W on average (%d GPU%s)\n", joules,
+      joules / images, joules / window_seconds, s.comm->size(), s.comm->size() > 1 ? "s" : "");
+}
+
 nlohmann::json train_rank(const RunConfig& given, dist::Launch& launch, int slot) {
   // Only rank 0 logs (every rank could not open the same file in threads mode); the rank is known after
   // set-up, so init_start is stamped with the time before it.
@@ -348,7 +396,7 @@ nlohmann::json train_rank(const RunConfig& given, dist::Launch& launch, int slot
   RunSetup s = set_up(given, launch, slot);
   const int rank = s.comm->rank(), ranks = s.comm->size();
   MlperfLog mllog(rank == 0 ? given.mlperf_log_path : std::string());
-  const RunConfig config = with_scaled_lr(given, ranks);
+  const RunConfig config = with_scaled_lr(s.config, ranks);
   Trainer& trainer = *s.trainer;
   const int64_t images_per_step = trainer.images_per_step();
   // Every rank draws the same global order of the epoch; a step of the whole run takes ranks x
@@ -530,7 +578,7 @@ nlohmann::json train_rank(const RunConfig& given, dist::Launch& launch, int slot
 
 nlohmann::json bench_rank(const RunConfig& given, dist::Launch& launch, int slot) {
   RunSetup s = set_up(given, launch, slot);
-  const RunConfig config = with_scaled_lr(given, s.comm->size());
+  const RunConfig config = with_scaled_lr(s.config, s.comm->size());
   Trainer& trainer = *s.trainer;
   const int64_t images_per_step = trainer.images_per_step();
   print_header("bench", config, s,
@@ -572,6 +620,8 @@ nlohmann::json bench_rank(const RunConfig& given, dist::Launch& launch, int slot
   MeasuredWindow window;
   std::vector<double> losses;
   s.backend->synchronize();
+  const std::string bus_id = s.memory_fit.device ? s.memory_fit.device->pci_bus_id : std::string();
+  const std::optional<double> energy_before = gpu_energy_joules(bus_id);
   const double seconds_to_first_timed_step = process_clock.seconds();
   WallTimer window_timer;
   std::vector<int64_t> markers = {s.backend->mark()};
@@ -595,6 +645,7 @@ nlohmann::json bench_rank(const RunConfig& given, dist::Launch& launch, int slot
     }
   }
   s.backend->synchronize();
+  const std::optional<double> energy_after = gpu_energy_joules(bus_id);
   for (size_t i = 1; i < markers.size(); ++i)
     window.add_step(s.backend->marker_ms(markers[i]) - s.backend->marker_ms(markers[i - 1]), images_per_step);
   window.set_wall_seconds(window_timer.seconds());
@@ -607,7 +658,10 @@ nlohmann::json bench_rank(const RunConfig& given, dist::Launch& launch, int slot
   j["final_loss"] = loss;
   add_throughput(j, s, window);
   j["step_ms"] = to_json(d);
+  j["step_times_ms"] = window.step_ms();
   j["window_seconds"] = window.wall_seconds();
+  add_energy(j, s, energy_before, energy_after, static_cast<double>(*config.steps * images_per_step),
+             window.wall_seconds());
   j["seconds_to_first_timed_step"] = seconds_to_first_timed_step;
   j["cuda_graph"] = graph;
   j["flops_per_image"] =

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "cli_util.h"
+#include "temp_dir.h"
 
 namespace dlbench::testing {
 namespace {
@@ -96,6 +97,103 @@ TEST(SweepCli, BadGridsAreOneLine) {
     EXPECT_EQ(r.exit_code, 1) << args;
     EXPECT_EQ(count_lines(r.err), 1) << r.err;
   }
+}
+
+
+TEST(SweepCli, BatchSizeMaxOnTheCpuIsAFailedPointWithItsReason) {
+  const auto dir = temp_dir("sweep_max");
+  const std::string results = (dir / "points.jsonl").string();
+  CommandResult r = run_dlbench(kSweep + results + " --batch-sizes max");
+  EXPECT_EQ(r.exit_code, 1) << r.out;
+  std::vector<nlohmann::json> lines = read_lines(results);
+  ASSERT_EQ(lines.size(), 1u);
+  EXPECT_EQ(lines[0]["sweep_point"]["batch_size"], "max");
+  EXPECT_EQ(lines[0]["status"], "failed");
+  EXPECT_CONTAINS(lines[0]["error"].get<std::string>(), "--batch-size max needs a GPU");
+  std::filesystem::remove_all(dir);
+}
+
+// A stand-in for the peers' interpreter: records its command line, and either writes a result where
+// --json asks (as a peer does) or, for the JAX script, says JAX is missing with exit status 3.
+std::string fake_python(const std::filesystem::path& dir) {
+  const std::string path = (dir / "fake-python").string();
+  write_file(path, "#!/bin/sh\n"
+                   "echo \"$*\" >> " + (dir / "argv.txt").string() + "\n"
+                   "case \"$*\" in *jax/train.py*) echo 'jax peer: JAX is not installed (no module jax)' >&2; "
+                   "exit 3;; esac\n"
+                   "json=''; model=''; precision=''; prev=''\n"
+                   "for a in \"$@\"; do case \"$prev\" in --json) json=$a;; --model) model=$a;; "
+                   "--precision) precision=$a;; esac; prev=$a; done\n"
+                   "printf '{\"framework\": \"pytorch\", \"model\": \"%s\", \"precision\": \"%s\", "
+                   "\"images_per_second\": 100.0, \"ranks\": 1, \"batch_size\": 8}' \"$model\" \"$precision\" "
+                   "> \"$json\"\n");
+  std::filesystem::permissions(path, std::filesystem::perms::owner_all);
+  return path;
+}
+
+TEST(CompareCli, RunsEachPeerWithItsBestFlagsAndRecordsAMissingOne) {
+  const auto dir = temp_dir("compare");
+  const std::string results = (dir / "points.jsonl").string();
+  const std::string python = fake_python(dir);
+  const std::string args = "compare --device cuda --models resnet50 --precisions fp16 --gpus 1,2 --batch-sizes 8 "
+                           "--steps 3 --warmup-steps 1 --frameworks pytorch,pytorch-compiled,jax --python " +
+                           python + " --peers " + DLBENCH_SOURCE_DIR + "/peers --results " + results;
+  CommandResult r = run_dlbench(args);
+  ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
+  EXPECT_CONTAINS(r.out, "not installed here: jax (jax peer: JAX is not installed (no module jax))");
+
+  const std::string argv = read_text((dir / "argv.txt").string());
+  // One GPU: the script itself; two: under torchrun. Channels-last always, --compile for the compiled peer.
+  EXPECT_CONTAINS(argv, "/peers/pytorch/train.py --model resnet50 --precision fp16 --batch-size 8 --steps 3 "
+                        "--warmup-steps 1 --device cuda --json");
+  EXPECT_CONTAINS(argv, "-m torch.distributed.run --standalone --nproc_per_node 2 ");
+  EXPECT_CONTAINS(argv, "--channels-last --compile");
+  std::vector<nlohmann::json> lines = read_lines(results);
+  ASSERT_EQ(lines.size(), 6u);
+  int ok = 0, unavailable = 0;
+  for (const auto& line : lines) {
+    ok += line["status"] == "ok";
+    unavailable += line["status"] == "unavailable";
+  }
+  EXPECT_EQ(ok, 4);
+  EXPECT_EQ(unavailable, 2);  // JAX: missing at one GPU, and one GPU only anyway at two
+  // JAX ran once: after it said it is missing, its other points were recorded without starting it.
+  EXPECT_EQ(count_lines(argv), 5) << argv;
+
+  // Started again: every point is in the file, nothing runs.
+  r = run_dlbench(args);
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(count_lines(read_text((dir / "argv.txt").string())), 5);
+  std::filesystem::remove_all(dir);
+}
+
+TEST(CompareCli, BadFrameworkIsOneLine) {
+  CommandResult r = run_dlbench("compare --results /tmp/x.jsonl --frameworks tensorflow");
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_EQ(count_lines(r.err), 1) << r.err;
+  EXPECT_CONTAINS(r.err, "--frameworks tensorflow: unknown");
+}
+
+TEST(StudyCli, RunsDlbenchAndThePeersThenWritesTheReport) {
+  const auto dir = temp_dir("study");
+  const std::string results = (dir / "study.jsonl").string();
+  CommandResult r = run_dlbench(
+      "study --device cpu --models resnet20 --precisions fp32 --gpus 1 --batch-sizes 8 --steps 2 "
+      "--warmup-steps 1 --frameworks pytorch,jax --python " + fake_python(dir) + " --peers " +
+      DLBENCH_SOURCE_DIR + "/peers --results " + results + " -o " + (dir / "report").string());
+  ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
+  EXPECT_CONTAINS(r.out, "socket(s)");  // the system table first
+  std::vector<nlohmann::json> lines = read_lines(results);
+  ASSERT_EQ(lines.size(), 3u);
+  EXPECT_EQ(lines[0]["sweep_point"]["framework"], "dlbench");
+  EXPECT_EQ(lines[0]["status"], "ok");
+  EXPECT_EQ(lines[1]["sweep_point"]["framework"], "pytorch");
+  EXPECT_EQ(lines[2]["status"], "unavailable");
+  const std::string markdown = read_text((dir / "report" / "report.md").string());
+  EXPECT_CONTAINS(markdown, "| dlbench | resnet20 | fp32 | 1 | 8 |");
+  EXPECT_CONTAINS(markdown, "| pytorch | resnet20 | fp32 | 1 | 8 |");
+  EXPECT_CONTAINS(markdown, "JAX is not installed");
+  std::filesystem::remove_all(dir);
 }
 
 }  // namespace

@@ -174,6 +174,8 @@ std::optional<DeviceMemory> CudaBackend::device_memory() {
   CUDA_CHECK(cudaGetDeviceProperties(&properties, device_));
   memory.description = fmt::format("cuda:{} ({})", device_, properties.name);
   memory.name = properties.name;
+  char bus_id[32] = {};
+  if (cudaDeviceGetPCIBusId(bus_id, sizeof bus_id, device_) == cudaSuccess) memory.pci_bus_id = bus_id;
   return memory;
 }
 
