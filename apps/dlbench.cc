@@ -259,9 +259,9 @@ int main(int argc, char** argv) {
 
   std::vector<std::string> report_inputs;
   std::string report_dir = "report";
-  CLI::App* report = app.add_subcommand("report", "the study's tables from result files, as Markdown");
+  CLI::App* report = app.add_subcommand("report", "the study's report from result files: Markdown, a self-contained HTML page, gnuplot figures");
   report->add_option("RESULTS", report_inputs, "result files: JSON Lines or --json objects")->required();
-  report->add_option("-o,--output", report_dir, "directory for report.md")->capture_default_str();
+  report->add_option("-o,--output", report_dir, "directory for report.md, report.html and figures/")->capture_default_str();
 
   dlbench::PackOptions pack_options;
   CLI::App* pack =

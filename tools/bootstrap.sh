@@ -10,6 +10,7 @@ packages=(
   clang libclang-rt-14-dev
   libopenmpi-dev openmpi-bin
   dataset-fashion-mnist
+  gnuplot-nox chromium libxml2-utils  # `dlbench report`'s figures; its tests render the page and check the SVGs
 )
 missing=()
 for p in "${packages[@]}"; do

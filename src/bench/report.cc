@@ -3,6 +3,8 @@
 #include <fmt/ranges.h>
 
 #include <algorithm>
+#include <cctype>
+#include <cmath>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -10,6 +12,8 @@
 #include <set>
 #include <sstream>
 
+#include "bench/report_figures.h"
+#include "bench/report_html.h"
 #include "bench/system_info.h"
 #include "core/file_io.h"
 #include "core/status.h"
@@ -21,6 +25,27 @@ namespace {
 std::optional<double> number_at(const nlohmann::json& j, const char* key) {
   if (j.is_object() && j.contains(key) && j[key].is_number()) return j[key].get<double>();
   return std::nullopt;
+}
+
+// The numbers of an array field; an entry that is not a number (JSON has no NaN: a diverged loss is
+// written as null) is kept as NaN when `keep_positions`, so that the loss of step i stays at i.
+std::vector<double> numbers_at(const nlohmann::json& j, const char* key, bool keep_positions) {
+  std::vector<double> values;
+  if (!j.contains(key) || !j[key].is_array()) return values;
+  for (const nlohmann::json& v : j[key]) {
+    if (v.is_number()) {
+      values.push_back(v.get<double>());
+    } else if (keep_positions) {
+      values.push_back(NAN);
+    }
+  }
+  return values;
+}
+
+// A field of a sweep line as text, whether it was written as a string or a number ("auto" or 256).
+std::string text_at(const nlohmann::json& j, const char* key, const std::string& absent) {
+  if (!j.is_object() || !j.contains(key) || j[key].is_null()) return absent;
+  return j[key].is_string() ? j[key].get<std::string>() : j[key].dump();
 }
 
 // One result object as a point; the name of the missing field when it is not one.
@@ -45,7 +70,13 @@ std::optional<std::string> to_point(const nlohmann::json& r, const std::string& 
     p.step_p95_ms = number_at(d, "p95");
     p.jitter = number_at(d, "jitter");
   }
+  p.step_times_ms = numbers_at(r, "step_times_ms", /*keep_positions=*/false);
+  p.losses = numbers_at(r, "losses", /*keep_positions=*/true);
   p.peak_memory_bytes = number_at(r, "peak_memory_bytes");
+  p.energy_joules_per_image = number_at(r, "energy_joules_per_image");
+  // A compiled peer is another program than the same peer run eagerly: never one cell of the tables.
+  p.compiled = r.contains("compiled") && r["compiled"].is_boolean() && r["compiled"].get<bool>();
+  if (p.compiled && p.framework != "dlbench") p.framework += " (compiled)";
   p.system = r.contains("system") ? r["system"] : nlohmann::json();
   return std::nullopt;
 }
@@ -62,15 +93,20 @@ void take(const nlohmann::json& j, const std::string& file, int line, ReportInpu
     }
     in.points.push_back(std::move(p));
   };
-  if (j.contains("sweep_point")) {  // a dlbench sweep line
-    if (j.value("status", std::string()) == "ok" && j.contains("result")) {
+  if (j.contains("sweep_point")) {  // a dlbench sweep (or compare) line
+    const std::string status = text_at(j, "status", "");
+    if (status == "ok" && j.contains("result")) {
       add(j["result"], "the result");
     } else {
       const auto& k = j["sweep_point"];
-      in.failed.push_back(fmt::format("{} {} {} GPU(s) batch {} ({}): {}", k.value("model", "?"),
-                                      k.value("precision", "?"), k.value("gpus", 0), k.value("batch_size", 0),
-                                      k.value("launcher", "?"),
-                                      j.value("error", std::string("no error recorded"))));
+      const std::string framework = text_at(k, "framework", "dlbench");
+      const std::string point =
+          fmt::format("{}{} {} {} GPU(s) batch {} ({})", framework == "dlbench" ? "" : framework + " ",
+                      text_at(k, "model", "?"), text_at(k, "precision", "?"), text_at(k, "gpus", "0"),
+                      text_at(k, "batch_size", "0"), text_at(k, "launcher", "?"));
+      const std::string error = text_at(j, "error", "no error recorded");
+      in.failed.push_back(status == "unavailable" ? fmt::format("{}: not available: {}", point, error)
+                                                  : fmt::format("{}: {}", point, error));
     }
   } else if (j.contains("dlbench_result") || j.contains("peer_result")) {  // bench/gpu_*.sh lines
     if (j.contains("dlbench_result") && j["dlbench_result"].is_object())
@@ -91,10 +127,271 @@ std::string rate(double v) {
   }
   return out;
 }
+std::string ms(const std::optional<double>& v) { return v ? fmt::format("{:.2f}", *v) : std::string("-"); }
 
 // The point of (framework, model, precision, gpus) with the highest rate: a file may hold repeats (two
 // launchers, two runs); the table shows the best and the statistics section lists them all.
 using Key = std::tuple<std::string, std::string, std::string, int>;
+using Best = std::map<Key, const ReportPoint*>;
+
+const ReportPoint* find(const Best& best, const std::string& f, const std::string& model,
+                        const std::string& p, int gpus) {
+  auto it = best.find({f, model, p, gpus});
+  return it == best.end() ? nullptr : it->second;
+}
+
+ReportSection section(const std::string& id, std::string title) {
+  ReportSection s;
+  s.id = id;
+  s.title = std::move(title);
+  return s;
+}
+
+ReportTable table(std::vector<std::string> columns, std::vector<bool> numeric) {
+  ReportTable t;
+  t.columns = std::move(columns);
+  t.numeric = std::move(numeric);
+  return t;
+}
+
+ReportSection system_section(const ReportInput& in) {
+  ReportSection s = section(report_section_id("system"), "System");
+  for (const ReportPoint& p : in.points)
+    if (p.system.is_object() && p.framework == "dlbench") {
+      s.preformatted = system_table(p.system);
+      return s;
+    }
+  s.paragraphs.push_back("No result carries a system description.");
+  return s;
+}
+
+ReportSection throughput_section(const std::string& model, const ReportAxes& axes, const Best& best) {
+  ReportSection s = section(report_section_id("throughput", model),
+                            fmt::format("{}: throughput (images/s, all GPUs together)", model));
+  s.paragraphs.push_back(
+      "Each cell is the best point of that framework, precision and GPU count among the inputs (all of them "
+      "are listed under Per-point statistics); compare cells measured in the same run.");
+  ReportTable t = table({"framework", "precision"}, {false, false});
+  for (int g : axes.gpu_counts) {
+    t.columns.push_back(fmt::format("{} GPU{}", g, g > 1 ? "s" : ""));
+    t.numeric.push_back(true);
+  }
+  for (const std::string& f : axes.frameworks)
+    for (const std::string& p : axes.precisions) {
+      std::vector<ReportCell> row = {f, p};
+      bool any = false;
+      for (int g : axes.gpu_counts) {
+        const ReportPoint* point = find(best, f, model, p, g);
+        any |= point != nullptr;
+        row.push_back(point ? rate(point->images_per_second) : "-");
+      }
+      if (any) t.rows.push_back(std::move(row));
+    }
+  s.table = std::move(t);
+  return s;
+}
+
+ReportSection speedup_section(const std::string& model, const ReportAxes& axes, const Best& best) {
+  ReportSection s = section(report_section_id("speedup", model),
+                            fmt::format("{}: speedup over one GPU and scaling efficiency", model));
+  ReportTable t =
+      table({"framework", "precision", "GPUs", "speedup", "efficiency"}, {false, false, true, true, true});
+  for (const std::string& f : axes.frameworks)
+    for (const std::string& p : axes.precisions) {
+      const ReportPoint* one = find(best, f, model, p, 1);
+      if (!one) continue;
+      for (int g : axes.gpu_counts) {
+        const ReportPoint* many = g > 1 ? find(best, f, model, p, g) : nullptr;
+        if (!many) continue;
+        const double speedup = many->images_per_second / one->images_per_second;
+        t.rows.push_back({f, p, std::to_string(g), fmt::format("{:.2f}x", speedup),
+                          fmt::format("{:.1f}%", 100.0 * speedup / g)});
+      }
+    }
+  if (t.rows.empty()) {
+    s.paragraphs.push_back("No framework ran this model both on one GPU and on more.");
+  } else {
+    s.table = std::move(t);
+  }
+  return s;
+}
+
+ReportSection gain_section(const std::string& model, const ReportAxes& axes, const Best& best) {
+  ReportSection s =
+      section(report_section_id("gain", model), fmt::format("{}: what FP16 and BF16 gain over FP32", model));
+  ReportTable t = table({"framework", "GPUs", "fp16 over fp32", "bf16 over fp32"}, {false, true, true, true});
+  for (const std::string& f : axes.frameworks)
+    for (int g : axes.gpu_counts) {
+      const ReportPoint* base = find(best, f, model, "fp32", g);
+      if (!base) continue;
+      auto gain = [&](const char* p) {
+        const ReportPoint* half = find(best, f, model, p, g);
+        return half ? fmt::format("{:+.0f}%",
+                                  100.0 * (half->images_per_second / base->images_per_second - 1.0))
+                    : std::string("-");
+      };
+      if (find(best, f, model, "fp16", g) || find(best, f, model, "bf16", g))
+        t.rows.push_back({f, std::to_string(g), gain("fp16"), gain("bf16")});
+    }
+  if (t.rows.empty()) {
+    s.paragraphs.push_back("No framework ran this model in FP32 and in FP16 or BF16 on the same GPU count.");
+  } else {
+    s.table = std::move(t);
+  }
+  return s;
+}
+
+// The first cells of every per-point table: which point it is.
+std::vector<ReportCell> point_cells(const ReportPoint& p) {
+  return {p.framework, p.model, p.precision, std::to_string(p.gpus), std::to_string(p.batch_size)};
+}
+ReportTable point_table(std::vector<std::string> columns, std::vector<bool> numeric) {
+  ReportTable t =
+      table({"framework", "model", "precision", "GPUs", "batch/GPU"}, {false, false, false, true, true});
+  t.columns.insert(t.columns.end(), columns.begin(), columns.end());
+  t.numeric.insert(t.numeric.end(), numeric.begin(), numeric.end());
+  return t;
+}
+
+ReportSection statistics_section(const std::vector<const ReportPoint*>& sorted) {
+  ReportSection s = section(report_section_id("statistics"), "Per-point statistics");
+  s.paragraphs.push_back(
+      "Step times of each point's timed window; jitter = standard deviation / mean. Points whose jitter "
+      "exceeds 5% are flagged: their throughput moved during the window.");
+  ReportTable t = point_table({"img/s", "median ms", "mean +- 95% CI ms", "p5 ms", "p95 ms", "jitter", ""},
+                              {true, true, true, true, true, true, false});
+  for (const ReportPoint* p : sorted) {
+    std::vector<ReportCell> row = point_cells(*p);
+    const bool flagged = p->jitter && *p->jitter > 0.05;
+    row.insert(
+        row.end(),
+        {rate(p->images_per_second), ms(p->step_median_ms),
+         p->step_mean_ms ? fmt::format("{:.2f} +- {}", *p->step_mean_ms, ms(p->step_ci95_ms)) : "-",
+         ms(p->step_p5_ms), ms(p->step_p95_ms), p->jitter ? fmt::format("{:.1f}%", 100.0 * *p->jitter) : "-",
+         ReportCell(flagged ? "large spread" : "", flagged)});
+    t.rows.push_back(std::move(row));
+  }
+  s.table = std::move(t);
+  return s;
+}
+
+ReportSection memory_energy_section(const std::vector<const ReportPoint*>& sorted) {
+  ReportSection s = section(report_section_id("memory-energy"), "Peak memory and energy per image");
+  ReportTable t = point_table({"img/s", "peak memory GiB", "energy J/img"}, {true, true, true});
+  for (const ReportPoint* p : sorted) {
+    if (!p->peak_memory_bytes && !p->energy_joules_per_image) continue;
+    std::vector<ReportCell> row = point_cells(*p);
+    row.push_back(rate(p->images_per_second));
+    row.push_back(p->peak_memory_bytes ? gib(*p->peak_memory_bytes) : "—");
+    row.push_back(p->energy_joules_per_image ? fmt::format("{:.3f}", *p->energy_joules_per_image) : "—");
+    t.rows.push_back(std::move(row));
+  }
+  if (t.rows.empty()) {
+    s.paragraphs.push_back("No result records its peak memory or energy.");
+    return s;
+  }
+  s.paragraphs.push_back(
+      "Peak memory: the most device memory one rank held (GiB = 2^30 bytes). Energy: what the GPUs drew "
+      "during the timed window (their energy counters, all GPUs together) per image trained; — where the "
+      "result has no such figure (CPU runs, peers that do not read the counters).");
+  s.table = std::move(t);
+  return s;
+}
+
+ReportSection loss_section(const std::vector<const ReportPoint*>& sorted) {
+  ReportSection s = section(report_section_id("loss"), "Training runs: loss");
+  s.paragraphs.push_back(
+      "The loss of every step of the training runs (steps whose loss was not finite are left out).");
+  ReportTable t = point_table({"steps", "first loss", "last loss", "lowest loss"}, {true, true, true, true});
+  for (const ReportPoint* p : sorted) {
+    std::vector<double> finite;
+    for (double l : p->losses)
+      if (std::isfinite(l)) finite.push_back(l);
+    if (finite.empty()) continue;
+    std::vector<ReportCell> row = point_cells(*p);
+    row.push_back(std::to_string(p->losses.size()));
+    row.push_back(fmt::format("{:.4f}", finite.front()));
+    row.push_back(fmt::format("{:.4f}", finite.back()));
+    row.push_back(fmt::format("{:.4f}", *std::min_element(finite.begin(), finite.end())));
+    t.rows.push_back(std::move(row));
+  }
+  s.table = std::move(t);
+  return s;
+}
+
+// Conclusions, each computed from the tables.
+ReportSection conclusions_section(const ReportInput& in, const ReportAxes& axes, const Best& best) {
+  ReportSection s = section(report_section_id("conclusions"), "Conclusions");
+  for (const std::string& model : axes.models) {
+    const int most = axes.gpu_counts.back();
+    if (most > 1) {
+      std::string best_framework;
+      double best_efficiency = -1;
+      for (const std::string& f : axes.frameworks)
+        for (const std::string& p : axes.precisions) {
+          const ReportPoint *one = find(best, f, model, p, 1), *many = find(best, f, model, p, most);
+          if (!one || !many) continue;
+          const double e = many->images_per_second / one->images_per_second / most;
+          if (e > best_efficiency) {
+            best_efficiency = e;
+            best_framework = fmt::format("{} ({})", f, p);
+          }
+        }
+      if (best_efficiency > 0)
+        s.items.push_back(fmt::format("{} on {} GPUs: {} scales best, at {:.1f}% efficiency.", model, most,
+                                      best_framework, 100.0 * best_efficiency));
+    }
+    for (const std::string& f : axes.frameworks) {
+      const ReportPoint *base = find(best, f, model, "fp32", 1), *half = find(best, f, model, "fp16", 1);
+      if (base && half) {
+        const double ratio = half->images_per_second / base->images_per_second;
+        s.items.push_back(fmt::format("{} {} on one GPU: FP16 trains {:.1f}x as fast as FP32 ({:+.0f}%).", f,
+                                      model, ratio, 100.0 * (ratio - 1)));
+      }
+    }
+    // The fastest framework at each precision and GPU count that two or more of them ran.
+    for (const std::string& p : axes.precisions)
+      for (int g : axes.gpu_counts) {
+        std::vector<std::pair<double, std::string>> rates;
+        for (const std::string& f : axes.frameworks)
+          if (const ReportPoint* point = find(best, f, model, p, g))
+            rates.emplace_back(point->images_per_second, f);
+        if (rates.size() < 2) continue;
+        std::sort(rates.rbegin(), rates.rend());
+        s.items.push_back(fmt::format("{} {} on {} GPU(s): {} is {:.2f}x as fast as {}.", model, p, g,
+                                      rates[0].second, rates[0].first / rates[1].first, rates[1].second));
+      }
+  }
+  if (s.items.empty()) s.items.push_back("Too few points for a comparison.");
+  if (in.skipped_lines > 0)
+    s.closing.push_back(
+        fmt::format("{} malformed input line(s) were skipped (named on stderr).", in.skipped_lines));
+  return s;
+}
+
+// A Markdown table cell: a '|' would end the cell.
+std::string markdown_cell(const ReportCell& cell) {
+  std::string text;
+  for (char c : cell.text) {
+    if (c == '|') text += '\\';
+    text += c;
+  }
+  return cell.strong && !text.empty() ? fmt::format("**{}**", text) : text;
+}
+
+std::string markdown_table(const ReportTable& t) {
+  std::string md = "|";
+  for (const std::string& c : t.columns) md += fmt::format(" {} |", c);
+  md += "\n|";
+  for (bool numeric : t.numeric) md += numeric ? " ---: |" : " --- |";
+  md += "\n";
+  for (const auto& row : t.rows) {
+    md += "|";
+    for (const ReportCell& cell : row) md += fmt::format(" {} |", markdown_cell(cell));
+    md += "\n";
+  }
+  return md;
+}
 
 }  // namespace
 
@@ -128,178 +425,102 @@ ReportInput read_report_input(const std::vector<std::string>& paths) {
   return in;
 }
 
-std::string report_markdown(const ReportInput& in) {
-  std::string md = "# dlbench report\n\n";
-  std::map<Key, const ReportPoint*> best;
+ReportAxes report_axes(const ReportInput& in) {
   std::set<std::string> frameworks, models, precisions;
   std::set<int> gpu_counts;
   for (const ReportPoint& p : in.points) {
-    Key k{p.framework, p.model, p.precision, p.gpus};
-    if (!best.count(k) || best[k]->images_per_second < p.images_per_second) best[k] = &p;
     frameworks.insert(p.framework);
     models.insert(p.model);
     precisions.insert(p.precision);
     gpu_counts.insert(p.gpus);
   }
+  ReportAxes axes;
+  axes.frameworks.assign(frameworks.begin(), frameworks.end());
+  axes.models.assign(models.begin(), models.end());
+  axes.gpu_counts.assign(gpu_counts.begin(), gpu_counts.end());
   // Precisions in the order of the study: fp32 first.
-  std::vector<std::string> order;
   for (const char* p : {"fp32", "tf32", "fp16", "bf16"})
-    if (precisions.count(p)) order.push_back(p);
-  for (const auto& p : precisions)
-    if (std::find(order.begin(), order.end(), p) == order.end()) order.push_back(p);
+    if (precisions.count(p)) axes.precisions.push_back(p);
+  for (const std::string& p : precisions)
+    if (std::find(axes.precisions.begin(), axes.precisions.end(), p) == axes.precisions.end())
+      axes.precisions.push_back(p);
+  return axes;
+}
 
-  md += "## System\n\n";
-  const ReportPoint* with_system = nullptr;
-  for (const ReportPoint& p : in.points)
-    if (p.system.is_object() && p.framework == "dlbench") {
-      with_system = &p;
-      break;
-    }
-  md += with_system ? "```\n" + system_table(with_system->system) + "```\n\n"
-                    : "No result carries a system description.\n\n";
-
-  for (const std::string& model : models) {
-    md += fmt::format("## {}: throughput (images/s, all GPUs together)\n\n", model);
-    md +=
-        "Each cell is the best point of that framework, precision and GPU count among the inputs (all of "
-        "them "
-        "are listed under Per-point statistics); compare cells measured in the same run.\n\n";
-    md += "| framework | precision |";
-    for (int g : gpu_counts) md += fmt::format(" {} GPU{} |", g, g > 1 ? "s" : "");
-    md += "\n| --- | --- |";
-    for (size_t i = 0; i < gpu_counts.size(); ++i) md += " ---: |";
-    md += "\n";
-    for (const std::string& f : frameworks)
-      for (const std::string& p : order) {
-        bool any = false;
-        std::string row = fmt::format("| {} | {} |", f, p);
-        for (int g : gpu_counts) {
-          auto it = best.find({f, model, p, g});
-          any |= it != best.end();
-          row += it != best.end() ? fmt::format(" {} |", rate(it->second->images_per_second)) : " - |";
-        }
-        if (any) md += row + "\n";
-      }
-    md += "\n";
-
-    md += fmt::format("## {}: speedup over one GPU and scaling efficiency\n\n", model);
-    md += "| framework | precision | GPUs | speedup | efficiency |\n| --- | --- | ---: | ---: | ---: |\n";
-    for (const std::string& f : frameworks)
-      for (const std::string& p : order) {
-        auto one = best.find({f, model, p, 1});
-        if (one == best.end()) continue;
-        for (int g : gpu_counts) {
-          if (g == 1) continue;
-          auto it = best.find({f, model, p, g});
-          if (it == best.end()) continue;
-          const double speedup = it->second->images_per_second / one->second->images_per_second;
-          md += fmt::format("| {} | {} | {} | {:.2f}x | {:.1f}% |\n", f, p, g, speedup, 100.0 * speedup / g);
-        }
-      }
-    md += "\n";
-
-    md += fmt::format("## {}: what FP16 and BF16 gain over FP32\n\n", model);
-    md += "| framework | GPUs | fp16 over fp32 | bf16 over fp32 |\n| --- | ---: | ---: | ---: |\n";
-    for (const std::string& f : frameworks)
-      for (int g : gpu_counts) {
-        auto base = best.find({f, model, "fp32", g});
-        if (base == best.end()) continue;
-        auto gain = [&](const char* p) {
-          auto it = best.find({f, model, p, g});
-          return it == best.end()
-                     ? std::string("-")
-                     : fmt::format(
-                           "{:+.0f}%",
-                           100.0 * (it->second->images_per_second / base->second->images_per_second - 1.0));
-        };
-        md += fmt::format("| {} | {} | {} | {} |\n", f, g, gain("fp16"), gain("bf16"));
-      }
-    md += "\n";
-  }
-
-  md += "## Per-point statistics\n\n";
-  md +=
-      "Step times of each point's timed window; jitter = standard deviation / mean. Points whose jitter "
-      "exceeds 5% are flagged: their throughput moved during the window.\n\n";
-  md +=
-      "| framework | model | precision | GPUs | batch/GPU | img/s | median ms | mean +- 95% CI ms | p5 ms | "
-      "p95 ms "
-      "| jitter | peak GiB | |\n| --- | --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | "
-      "---: "
-      "| --- |\n";
+std::vector<const ReportPoint*> report_points_sorted(const ReportInput& in) {
   std::vector<const ReportPoint*> sorted;
   for (const ReportPoint& p : in.points) sorted.push_back(&p);
   std::stable_sort(sorted.begin(), sorted.end(), [](const ReportPoint* a, const ReportPoint* b) {
     return std::tie(a->model, a->framework, a->precision, a->gpus) <
            std::tie(b->model, b->framework, b->precision, b->gpus);
   });
-  auto ms = [](const std::optional<double>& v) { return v ? fmt::format("{:.2f}", *v) : std::string("-"); };
-  for (const ReportPoint* p : sorted) {
-    const bool flagged = p->jitter && *p->jitter > 0.05;
-    md += fmt::format(
-        "| {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} |\n", p->framework, p->model,
-        p->precision, p->gpus, p->batch_size, rate(p->images_per_second), ms(p->step_median_ms),
-        p->step_mean_ms ? fmt::format("{:.2f} +- {}", *p->step_mean_ms, ms(p->step_ci95_ms)) : "-",
-        ms(p->step_p5_ms), ms(p->step_p95_ms), p->jitter ? fmt::format("{:.1f}%", 100.0 * *p->jitter) : "-",
-        p->peak_memory_bytes ? gib(*p->peak_memory_bytes) : "-", flagged ? "**large spread**" : "");
-  }
-  md += "\n";
-  if (!in.failed.empty()) {
-    md += "## Points that failed\n\n";
-    for (const std::string& f : in.failed) md += "- " + f + "\n";
-    md += "\n";
-  }
+  return sorted;
+}
 
-  // Conclusions, each computed from the tables above.
-  md += "## Conclusions\n\n";
-  std::vector<std::string> conclusions;
-  for (const std::string& model : models) {
-    const int most = *gpu_counts.rbegin();
-    if (most > 1) {
-      std::string best_framework;
-      double best_efficiency = -1;
-      for (const std::string& f : frameworks)
-        for (const std::string& p : order) {
-          auto one = best.find({f, model, p, 1}), many = best.find({f, model, p, most});
-          if (one == best.end() || many == best.end()) continue;
-          const double e = many->second->images_per_second / one->second->images_per_second / most;
-          if (e > best_efficiency) {
-            best_efficiency = e;
-            best_framework = fmt::format("{} ({})", f, p);
-          }
-        }
-      if (best_efficiency > 0)
-        conclusions.push_back(fmt::format("{} on {} GPUs: {} scales best, at {:.1f}% efficiency.", model,
-                                          most, best_framework, 100.0 * best_efficiency));
-    }
-    for (const std::string& f : frameworks) {
-      auto base = best.find({f, model, "fp32", 1}), half = best.find({f, model, "fp16", 1});
-      if (base != best.end() && half != best.end())
-        conclusions.push_back(
-            fmt::format("{} {} on one GPU: FP16 trains {:.1f}x as fast as FP32 ({:+.0f}%).", f, model,
-                        half->second->images_per_second / base->second->images_per_second,
-                        100.0 * (half->second->images_per_second / base->second->images_per_second - 1)));
-    }
-    // The fastest framework at each precision on the largest GPU count both ran.
-    for (const std::string& p : order)
-      for (int g : gpu_counts) {
-        std::vector<std::pair<double, std::string>> rates;
-        for (const std::string& f : frameworks) {
-          auto it = best.find({f, model, p, g});
-          if (it != best.end()) rates.emplace_back(it->second->images_per_second, f);
-        }
-        if (rates.size() < 2) continue;
-        std::sort(rates.rbegin(), rates.rend());
-        conclusions.push_back(fmt::format("{} {} on {} GPU(s): {} is {:.2f}x as fast as {}.", model, p, g,
-                                          rates[0].second, rates[0].first / rates[1].first, rates[1].second));
-      }
+std::string report_point_label(const ReportPoint& p, bool with_model) {
+  return fmt::format("{}{} {} {} GPU{}", with_model ? p.model + " " : "", p.framework, p.precision, p.gpus,
+                     p.gpus > 1 ? "s" : "");
+}
+
+std::string report_section_id(const std::string& kind, const std::string& model) {
+  std::string id = model.empty() ? kind : kind + "-" + model;
+  for (char& c : id)
+    if (!std::isalnum(static_cast<unsigned char>(c))) c = '-';
+  return id;
+}
+
+ReportDocument report_document(const ReportInput& in) {
+  ReportDocument doc;
+  doc.title = "dlbench report";
+  const ReportAxes axes = report_axes(in);
+  Best best;
+  for (const ReportPoint& p : in.points) {
+    const ReportPoint*& cell = best[{p.framework, p.model, p.precision, p.gpus}];
+    if (!cell || cell->images_per_second < p.images_per_second) cell = &p;
   }
-  if (conclusions.empty()) conclusions.push_back("Too few points for a comparison.");
-  for (const std::string& c : conclusions) md += "- " + c + "\n";
-  if (in.skipped_lines > 0)
-    md += fmt::format("\n{} malformed input line(s) were skipped (named on stderr).\n", in.skipped_lines);
+  const std::vector<const ReportPoint*> sorted = report_points_sorted(in);
+
+  doc.sections.push_back(system_section(in));
+  for (const std::string& model : axes.models) {
+    doc.sections.push_back(throughput_section(model, axes, best));
+    doc.sections.push_back(speedup_section(model, axes, best));
+    doc.sections.push_back(gain_section(model, axes, best));
+  }
+  doc.sections.push_back(statistics_section(sorted));
+  doc.sections.push_back(memory_energy_section(sorted));
+  if (std::any_of(sorted.begin(), sorted.end(), [](const ReportPoint* p) { return !p->losses.empty(); }))
+    doc.sections.push_back(loss_section(sorted));
+  if (!in.failed.empty()) {
+    ReportSection failed = section(report_section_id("failed"), "Points that failed or did not run");
+    failed.items = in.failed;
+    doc.sections.push_back(std::move(failed));
+  }
+  doc.sections.push_back(conclusions_section(in, axes, best));
+  return doc;
+}
+
+std::string report_markdown(const ReportDocument& doc) {
+  std::string md = "# " + doc.title + "\n\n";
+  for (const ReportSection& s : doc.sections) {
+    md += "## " + s.title + "\n\n";
+    for (const std::string& p : s.paragraphs) md += p + "\n\n";
+    if (!s.preformatted.empty()) {
+      md += "```\n" + s.preformatted;
+      if (s.preformatted.back() != '\n') md += '\n';
+      md += "```\n\n";
+    }
+    if (s.table) md += markdown_table(*s.table) + "\n";
+    for (const std::string& item : s.items) md += "- " + item + "\n";
+    if (!s.items.empty()) md += "\n";
+    for (const std::string& p : s.closing) md += p + "\n\n";
+    for (const ReportFigureRef& f : s.figures)
+      md += fmt::format("![{0}](figures/{0}.png)\n\n*{1}*\n\n", f.name, f.title);
+  }
+  md.pop_back();  // one newline at the end, not a blank line
   return md;
 }
+
+std::string report_markdown(const ReportInput& input) { return report_markdown(report_document(input)); }
 
 void run_report(const std::vector<std::string>& paths, const std::string& out_dir) {
   DLB_REQUIRE(!paths.empty(), "report: give one or more result files");
@@ -311,11 +532,45 @@ void run_report(const std::vector<std::string>& paths, const std::string& out_di
   std::error_code ec;
   std::filesystem::create_directories(out_dir, ec);
   DLB_REQUIRE(!ec, "report: cannot create {}: {}", out_dir, ec.message());
-  const std::string path = out_dir + "/report.md";
-  write_file_atomically(path, report_markdown(input));
-  std::printf("report: %zu points%s -> %s\n", input.points.size(),
-              input.skipped_lines ? fmt::format(" ({} lines skipped)", input.skipped_lines).c_str() : "",
-              path.c_str());
+  std::printf("report: %zu points%s\n", input.points.size(),
+              input.skipped_lines ? fmt::format(" ({} lines skipped)", input.skipped_lines).c_str() : "");
+
+  ReportDocument doc = report_document(input);
+  // The figures first: the HTML embeds the SVGs gnuplot drew.
+  std::map<std::string, std::string> svg_of;
+  std::string first_failure;
+  int failures = 0;
+  const std::vector<ReportFigure> figures = plan_figures(input);
+  const std::optional<std::string> gnuplot = figures.empty() ? std::nullopt : find_program("gnuplot");
+  if (!figures.empty() && !gnuplot) {
+    std::fprintf(stderr, "report: gnuplot not found (apt-get install gnuplot-nox); figures skipped\n");
+  } else if (!figures.empty()) {
+    const std::string figures_dir = out_dir + "/figures";
+    std::filesystem::create_directories(figures_dir, ec);
+    DLB_REQUIRE(!ec, "report: cannot create {}: {}", figures_dir, ec.message());
+    for (const ReportFigure& f : figures) {
+      try {
+        svg_of[f.name] = draw_figure(f, figures_dir, *gnuplot);
+      } catch (const UserError& e) {
+        if (failures++ == 0) first_failure = e.what();
+        continue;
+      }
+      auto target = std::find_if(doc.sections.begin(), doc.sections.end(),
+                                 [&](const ReportSection& s) { return s.id == f.section; });
+      DLB_CHECK(target != doc.sections.end(), "figure {} illustrates no section ({})", f.name, f.section);
+      target->figures.push_back({f.name, f.title});
+      std::printf("report: wrote %s/%s.{dat,gp,svg,png}\n", figures_dir.c_str(), f.name.c_str());
+    }
+  }
+  for (const auto& [name, text] :
+       {std::pair{"report.md", report_markdown(doc)}, std::pair{"report.html", report_html(doc, svg_of)}}) {
+    const std::string path = out_dir + "/" + name;
+    write_file_atomically(path, text);
+    std::printf("report: wrote %s\n", path.c_str());
+  }
+  DLB_REQUIRE(failures == 0, "{}{}; report.md and report.html are written without {}", first_failure,
+              failures > 1 ? fmt::format(" (and {} more figures)", failures - 1) : "",
+              failures > 1 ? "them" : "it");
 }
 
 }  // namespace dlbench

@@ -1,21 +1,32 @@
-// `dlbench report RESULTS... -o DIR`: the study's tables from result files, as Markdown (report.md).
+// `dlbench report RESULTS... -o DIR`: the study's tables and figures from result files.
 //
 // Input: JSON Lines or JSON files holding result objects of `dlbench bench`/`train` (--json), lines of
-// `dlbench sweep` (the result under "result"; failed points listed as such), lines of bench/gpu_*.sh (the
-// dlbench and peer results under "dlbench_result" and "peer_result"), and the peers' own result objects
-// (with "framework"). Each becomes one point: framework, model, precision, GPUs, batch per GPU, img/s, the
-// per-step statistics and peak memory. A line that is not JSON or lacks a needed field is named (file,
-// line, field) on stderr and skipped; the rest is reported.
+// `dlbench sweep`/`compare` (the result under "result"; failed points and peers not installed here
+// ("status": "unavailable") listed as such), lines of bench/gpu_*.sh (the dlbench and peer results under
+// "dlbench_result" and "peer_result"), and the peers' own result objects (with "framework"; a PyTorch run
+// with "compiled": true is its own framework, "pytorch (compiled)"). Each becomes one point: framework,
+// model, precision, GPUs, batch per GPU, img/s, the per-step statistics and, where the result has them,
+// each timed step's time, the loss per step (train runs), peak memory and energy per image. A line that is
+// not JSON or lacks a needed field is named (file, line, field) on stderr and skipped; the rest is reported.
 //
 // The report: the system table; throughput per framework x precision x GPU count; speedup over one GPU and
 // scaling efficiency; what FP16 and BF16 gain over FP32; the per-point statistics (median step, mean +- 95%
-// CI, p5/p95, jitter), with points whose jitter exceeds 5% flagged; and conclusions stated from the numbers.
+// CI, p5/p95, jitter), with points whose jitter exceeds 5% flagged; peak memory and energy per image; the
+// training runs' losses; the points that failed or did not run; and conclusions stated from the numbers.
+// The tables are computed once (report_document) and rendered twice:
+//   DIR/report.md     Markdown, linking the PNG figures;
+//   DIR/report.html   one self-contained page (inline CSS and SVG figures, no script, no external URL);
+//   DIR/figures/      NAME.dat and NAME.gp of each figure (report_figures.h), drawn by gnuplot into
+//                     NAME.svg and NAME.png: throughput bars per precision, speedup against the ideal
+//                     line, the spread of the step times, the loss curves.
+// Without gnuplot the two reports are written without figures, and stderr says so once.
 #pragma once
 
 #include <cstdint>
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace dlbench {
@@ -26,23 +37,78 @@ struct ReportPoint {
   int64_t batch_size = 0;  // per GPU
   double images_per_second = 0;
   std::optional<double> step_median_ms, step_mean_ms, step_ci95_ms, step_p5_ms, step_p95_ms, jitter;
-  std::optional<double> peak_memory_bytes;
-  nlohmann::json system;  // null when the result has none
+  std::optional<double> peak_memory_bytes, energy_joules_per_image;
+  std::vector<double> step_times_ms;  // each timed step, where the result lists them
+  std::vector<double> losses;         // the loss of each step (train runs)
+  bool compiled = false;              // a peer run through its compiler (torch.compile)
+  nlohmann::json system;              // null when the result has none
 };
 
 struct ReportInput {
   std::vector<ReportPoint> points;
-  std::vector<std::string> failed;  // "resnet50 fp16 8 GPUs: <error>" from sweep lines
+  // "resnet50 fp16 2 GPU(s) batch 256 (threads): <error>" for sweep lines that failed, and
+  // "pytorch resnet50 ...: not available: <error>" for the points of a peer not installed.
+  std::vector<std::string> failed;
   int skipped_lines = 0;
 };
 
 // Reads every file; malformed lines are named on stderr and counted. UserError for an unreadable file.
 ReportInput read_report_input(const std::vector<std::string>& paths);
 
-// The Markdown report of `input` (deterministic: the same input gives the same text).
+// What every table and figure is laid out by: frameworks and models (sorted), precisions in the study's
+// order (fp32, tf32, fp16, bf16, then any other), GPU counts (ascending).
+struct ReportAxes {
+  std::vector<std::string> frameworks, models, precisions;
+  std::vector<int> gpu_counts;
+};
+ReportAxes report_axes(const ReportInput& input);
+// The points in the statistics table's order: model, framework, precision, GPUs, then input order.
+std::vector<const ReportPoint*> report_points_sorted(const ReportInput& input);
+// "pytorch fp16 2 GPUs" (with the model in front when `with_model`): how tables and figures name a point.
+std::string report_point_label(const ReportPoint& p, bool with_model);
+// The anchor of a section: "throughput-resnet50"; figures name the section they illustrate by it.
+std::string report_section_id(const std::string& kind, const std::string& model = "");
+
+// The report as data, so that the Markdown and the HTML show the same tables.
+struct ReportCell {
+  std::string text;
+  bool strong = false;  // a flag the reader must not miss (bold)
+  ReportCell(std::string t, bool s = false) : text(std::move(t)), strong(s) {}
+  ReportCell(const char* t) : text(t) {}
+};
+struct ReportTable {
+  std::vector<std::string> columns;
+  std::vector<bool> numeric;  // right-aligned columns
+  std::vector<std::vector<ReportCell>> rows;
+};
+struct ReportFigureRef {
+  std::string name;   // figures/NAME.svg and figures/NAME.png
+  std::string title;  // the caption
+};
+struct ReportSection {
+  std::string id, title;
+  std::vector<std::string> paragraphs;  // before the rest
+  std::string preformatted;             // shown as is, in a monospaced block
+  std::optional<ReportTable> table;
+  std::vector<std::string> items;    // a bulleted list
+  std::vector<std::string> closing;  // paragraphs after the list
+  std::vector<ReportFigureRef> figures;
+};
+struct ReportDocument {
+  std::string title;
+  std::vector<ReportSection> sections;
+};
+
+// Every table of the report (no figures yet; run_report adds those drawn). Deterministic.
+ReportDocument report_document(const ReportInput& input);
+// The Markdown of a document; figures are linked as figures/NAME.png.
+std::string report_markdown(const ReportDocument& document);
+// report_markdown(report_document(input)): what a golden file pins.
 std::string report_markdown(const ReportInput& input);
 
-// Reads RESULTS, writes DIR/report.md; UserError when no point could be read.
+// Reads RESULTS and writes DIR/report.md, DIR/report.html and DIR/figures/, each file atomically, naming
+// what it wrote on stdout. UserError when no point could be read, or (after writing the rest) when gnuplot
+// failed on a figure.
 void run_report(const std::vector<std::string>& paths, const std::string& out_dir);
 
 }  // namespace dlbench

@@ -1,5 +1,6 @@
 // The report from fixture results: the expected Markdown (a golden file), malformed lines named and
-// skipped, empty input refused with one clear message.
+// skipped, a compiled peer apart from the eager one, memory, energy and losses in their tables, peers not
+// installed listed with the failed points, empty input refused with one clear message.
 #include "bench/report.h"
 
 #include <gtest/gtest.h>
@@ -27,8 +28,8 @@ TEST(Report, FixtureGivesTheGoldenMarkdown) {
   ::testing::internal::CaptureStderr();
   const ReportInput input = read_report_input({kFixtures + "fixtures/study_small.jsonl"});
   const std::string err = ::testing::internal::GetCapturedStderr();
-  EXPECT_EQ(input.points.size(), 7u);
-  EXPECT_EQ(input.failed.size(), 1u);
+  EXPECT_EQ(input.points.size(), 9u);
+  EXPECT_EQ(input.failed.size(), 2u);  // one failed, one unavailable
   EXPECT_EQ(input.skipped_lines, 2);
   EXPECT_NE(err.find("study_small.jsonl line 9: not a JSON object"), std::string::npos) << err;
   EXPECT_NE(err.find("line 10: has no \"images_per_second\""), std::string::npos) << err;
@@ -50,6 +51,34 @@ TEST(Report, TablesHoldTheNumbersOfThePoints) {
   EXPECT_NE(markdown.find("**large spread**"), std::string::npos);              // the 8.1% jitter point
   EXPECT_NE(markdown.find("NCCL: unhandled system error"), std::string::npos);  // the failed sweep point
   EXPECT_NE(markdown.find("dlbench (fp32) scales best, at 99.0% efficiency"), std::string::npos);
+  // torch.compile is its own row, never the best of eager and compiled.
+  EXPECT_NE(markdown.find("| pytorch (compiled) | fp16 | 6,900 | - |"), std::string::npos);
+  EXPECT_NE(markdown.find("| pytorch | fp16 | 6,600 | 12,000 |"), std::string::npos);
+  // Peak memory and energy: "—" where the result has no energy figure.
+  EXPECT_NE(markdown.find("| dlbench | resnet50 | fp16 | 1 | 256 | 7,000 | 11.2 | 0.086 |"),
+            std::string::npos);
+  EXPECT_NE(markdown.find("| dlbench | resnet50 | fp32 | 1 | 256 | 1,000 | 21.5 | — |"), std::string::npos);
+  // The training run's losses, and the peer that is not installed.
+  EXPECT_NE(markdown.find("| dlbench | resnet20 | fp32 | 1 | 128 | 30 | 2.3412 | 0.7260 | 0.7260 |"),
+            std::string::npos);
+  EXPECT_NE(markdown.find(
+                "- jax resnet50 fp16 1 GPU(s) batch 256 (local): not available: the JAX peer cannot start"),
+            std::string::npos);
+}
+
+TEST(Report, StepTimesLossesAndEnergyAreRead) {
+  const ReportInput input = read_report_input({kFixtures + "fixtures/study_small.jsonl"});
+  size_t with_steps = 0, with_losses = 0, with_energy = 0, compiled = 0;
+  for (const ReportPoint& p : input.points) {
+    with_steps += !p.step_times_ms.empty();
+    with_losses += !p.losses.empty();
+    with_energy += p.energy_joules_per_image.has_value();
+    compiled += p.compiled;
+  }
+  EXPECT_EQ(with_steps, 2u);
+  EXPECT_EQ(with_losses, 1u);
+  EXPECT_EQ(with_energy, 1u);
+  EXPECT_EQ(compiled, 1u);
 }
 
 TEST(Report, EmptyInputIsOneClearError) {
