@@ -11,14 +11,22 @@ Trains a ResNet on synthetic data under the same measuring protocol as
   * each of the `--steps` timed steps is timed on the host with
     time.perf_counter(), with a device synchronize at the end of every step on CUDA;
   * throughput = images in the timed window / wall time of the window
-    (not a mean of per-step rates).
+    (not a mean of per-step rates);
+  * on CUDA, the GPU energy of the window is read from NVML's counter
+    (peers/common/nvml_energy.py), where the driver has it.
+
+`--batch-size max` searches (on CUDA) for the largest batch per device that
+trains, by real training steps at doubling then bisected batch sizes, before
+the measured run.
 
 Started by torchrun (or `python -m torch.distributed.run`) or by mpirun, it trains
 data parallel: one process per device, DistributedDataParallel, NCCL on CUDA and
 gloo on the CPU, and reports the sum over ranks of each rank's own rate.
 
 Works with PyTorch 1.13 (CPU) and PyTorch 2.x (CPU or CUDA). Standard library
-plus torch and torchvision only.
+plus torch and torchvision only. Exits with status 3 when PyTorch or torchvision
+cannot be imported (dlbench compare reports the peer as not installed), 2 on a
+bad flag.
 
     python3 peers/pytorch/train.py --model resnet20 --batch-size 32 --steps 3
     python3 peers/pytorch/train.py --model resnet50 --device cuda --precision bf16 \
@@ -30,6 +38,7 @@ plus torch and torchvision only.
 import argparse
 import contextlib
 import datetime
+import gc
 import json
 import os
 import platform
@@ -39,14 +48,32 @@ import sys
 import tempfile
 import time
 
-import torch
-import torch.distributed as dist
-import torch.nn as nn
-import torchvision
+try:
+    import torch
+    import torch.distributed as dist
+    import torch.nn as nn
+    import torchvision
+except ImportError as error:
+    print(f"pytorch peer: PyTorch is not installed ({error})", file=sys.stderr)
+    sys.exit(3)
+
+# GPU energy through NVML, shared with the other peers (peers/common/nvml_energy.py).
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), os.pardir, "common"))
+try:
+    import nvml_energy
+except ImportError as error:  # the script was copied without peers/common: energy is not measured
+    nvml_energy = None
+    NVML_IMPORT_ERROR = f"peers/common/nvml_energy.py cannot be imported ({error})"
 
 TORCHVISION_MODELS = ["resnet18", "resnet34", "resnet50", "resnet101", "resnet152"]
 MODELS = ["resnet20"] + TORCHVISION_MODELS
 PRECISIONS = ["fp32", "tf32", "fp16", "bf16"]
+MAX_BATCH_START, MAX_BATCH_CAP, MAX_BATCH_MULTIPLE = 64, 65536, 8  # --batch-size max
+# Held back during the search, for what its eager single-GPU steps lack and the run has: allocator
+# fragmentation in another order of allocations, torch.compile's buffers; under DDP also its gradient
+# buckets. The larger of 1 GiB (dlbench's own margin) and 2% of the GPU's memory, plus twice the
+# parameters' bytes under DDP. (A 2-GPU ResNet-18 run found its edge without it, then ran out of memory.)
+MAX_BATCH_RESERVE_MIN, MAX_BATCH_RESERVE_FRACTION = 2**30, 0.02
 
 
 # ---------------------------------------------------------------------------
@@ -156,12 +183,25 @@ def non_negative_int(text):
     return value
 
 
+def batch_size_arg(text):
+    if text == "max":
+        return "max"
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"give a number of images or max, not {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be >= 1, got {value}")
+    return value
+
+
 def parse_args(argv=None):
     p = OneLineErrorParser(
         description="PyTorch peer of `dlbench bench`: ResNet training throughput on synthetic data."
     )
     p.add_argument("--model", choices=MODELS, default="resnet50")
-    p.add_argument("--batch-size", type=positive_int, default=32, help="images per step, per device")
+    p.add_argument("--batch-size", type=batch_size_arg, default=32,
+                   help="images per step, per device; max: the largest that trains (CUDA only)")
     p.add_argument("--steps", type=positive_int, default=20, help="timed steps")
     p.add_argument("--warmup-steps", type=non_negative_int, default=5, help="untimed steps run first")
     p.add_argument("--lr", type=float, default=0.1)
@@ -187,6 +227,9 @@ def parse_args(argv=None):
         p.error(f"--precision {args.precision} is CUDA-only; use fp32 or bf16 on the CPU")
     if args.compile and not hasattr(torch, "compile"):
         p.error(f"--compile needs PyTorch >= 2.0 (this is {torch.__version__})")
+    if args.batch_size == "max" and args.device != "cuda":
+        p.error("--batch-size max needs --device cuda: on the CPU there is no memory limit to search against "
+                "(the operating system swaps or kills the process first)")
     return args
 
 
@@ -317,6 +360,139 @@ def gather_floats(values, device):
 
 
 # ---------------------------------------------------------------------------
+# One training step, and the search for the largest batch that trains (--batch-size max)
+# ---------------------------------------------------------------------------
+
+
+def train_step(model, optimizer, scaler, loss_fn, autocast, images, labels):
+    """zero grads, forward, loss, backward, SGD update (through the gradient scaler for fp16)."""
+    optimizer.zero_grad(set_to_none=True)
+    with autocast():
+        loss = loss_fn(model(images), labels)
+    if scaler is not None:
+        scaler.scale(loss).backward()
+        scaler.step(optimizer)
+        scaler.update()
+    else:
+        loss.backward()
+        optimizer.step()
+    return loss
+
+
+def is_out_of_memory(error):
+    oom = getattr(torch.cuda, "OutOfMemoryError", None)  # PyTorch >= 1.13; a RuntimeError before
+    if oom is not None and isinstance(error, oom):
+        return True
+    return isinstance(error, RuntimeError) and "out of memory" in str(error)
+
+
+def largest_batch(fits, start=MAX_BATCH_START, cap=MAX_BATCH_CAP, multiple=MAX_BATCH_MULTIPLE):
+    """The largest batch b (a multiple of `multiple`, at most `cap`) with fits(b), assuming that whatever
+    fits, less fits too: doubling from `start` to the first failure, then bisecting between the last batch
+    that fitted and the first that did not. 0 when not even `multiple` fits."""
+    good, bad, batch = 0, None, start
+    while batch <= cap:
+        if not fits(batch):
+            bad = batch
+            break
+        good = batch
+        if batch == cap:
+            return good
+        batch = min(batch * 2, cap)
+    if bad is None:
+        return good
+    while bad - good > multiple:
+        middle = (good + bad) // 2 // multiple * multiple
+        if fits(middle):
+            good = middle
+        else:
+            bad = middle
+    return good
+
+
+def search_max_batch(model, args, device, in_channels, num_classes, memory_format, autocast, say,
+                     reserve_bytes):
+    """--batch-size max on this rank's GPU: real training steps (eager, the run's precision and memory
+    format, SGD with its momentum buffers, the gradient scaler for fp16) at each batch tried, memory freed
+    between tries, `reserve_bytes` held back throughout. The model's weights and BN statistics are put back
+    afterwards, and the optimizer and scaler used here are dropped, so the measured run starts as it would
+    have. Returns (batch, tries)."""
+    initial_state = {k: v.detach().to("cpu", copy=True) for k, v in model.state_dict().items()}
+    reserve = torch.empty(reserve_bytes, dtype=torch.uint8, device=device)
+    optimizer = torch.optim.SGD(model.parameters(), lr=args.lr, momentum=args.momentum,
+                                weight_decay=args.weight_decay)
+    for p in model.parameters():  # the momentum buffers take their memory from the first try, as in training
+        optimizer.state[p]["momentum_buffer"] = torch.zeros_like(p)
+    scaler = make_grad_scaler() if args.precision == "fp16" else None
+    loss_fn = nn.CrossEntropyLoss()
+    tries = []
+
+    def free():
+        model.zero_grad(set_to_none=True)
+        gc.collect()
+        torch.cuda.empty_cache()
+
+    def fits(batch):
+        images = labels = loss = None
+        ok = True
+        try:
+            images = torch.randn(batch, in_channels, args.image_size, args.image_size, device=device)
+            images = images.contiguous(memory_format=memory_format)
+            labels = torch.randint(0, num_classes, (batch,), device=device)
+            for _ in range(2):  # the second step runs with every buffer of the first still cached
+                loss = train_step(model, optimizer, scaler, loss_fn, autocast, images, labels)
+            torch.cuda.synchronize(device)
+        except RuntimeError as error:
+            if not is_out_of_memory(error):
+                raise
+            ok = False
+        # Out of the except block: the traceback, and the activations its frames held, are gone.
+        del images, labels, loss
+        free()
+        tries.append({"batch": batch, "fits": ok})
+        say(f"  batch-size max: batch {batch}: {'ok' if ok else 'out of memory'}")
+        return ok
+
+    say(f"batch-size max: searching from {MAX_BATCH_START} (doubling, then bisecting on multiples of "
+        f"{MAX_BATCH_MULTIPLE}, at most {MAX_BATCH_CAP}), {reserve_bytes / 2**30:.2f} GiB held back")
+    batch = largest_batch(fits)
+    model.load_state_dict(initial_state)
+    del optimizer, scaler, initial_state, reserve
+    free()
+    torch.cuda.reset_peak_memory_stats(device)
+    return batch, tries
+
+
+# ---------------------------------------------------------------------------
+# GPU energy over the timed window (NVML)
+# ---------------------------------------------------------------------------
+
+
+def open_energy_counter(device):
+    """(counter, None) or (None, why the energy is not measured)."""
+    if device.type != "cuda":
+        return None, "not measured on the CPU (NVML reads GPU energy)"
+    if nvml_energy is None:
+        return None, NVML_IMPORT_ERROR
+    props = torch.cuda.get_device_properties(device)
+    bus = getattr(props, "pci_bus_id", None)  # PyTorch >= 2.x: domain, bus and device numbers
+    if isinstance(bus, int):
+        bus_id = f"{getattr(props, 'pci_domain_id', 0):04x}:{bus:02x}:{getattr(props, 'pci_device_id', 0):02x}.0"
+        return nvml_energy.open_counter(pci_bus_id=bus_id)
+    return nvml_energy.open_counter(cuda_ordinal=device.index)
+
+
+def read_energy(counter):
+    """Joules since the driver loaded, or None (an error after the first reading counts as unavailable)."""
+    if counter is None:
+        return None
+    try:
+        return counter.read_joules()
+    except OSError:
+        return None
+
+
+# ---------------------------------------------------------------------------
 # Main
 # ---------------------------------------------------------------------------
 
@@ -344,6 +520,18 @@ def main(argv=None):
         device_name = "cpu"
     memory_format = torch.channels_last if args.channels_last else torch.contiguous_format
 
+    def sync():
+        if device.type == "cuda":
+            torch.cuda.synchronize(device)
+
+    def barrier():
+        if ranks.distributed:
+            if device.type == "cuda":
+                dist.barrier(device_ids=[device.index])  # names the GPU so NCCL need not guess it
+            else:
+                dist.barrier()
+            sync()
+
     if ranks.distributed:
         # NVLink multicast (NVLS) stays off unless asked for: it needs fabric resources a shared machine may
         # not grant, and dlbench's runs leave it off too.
@@ -357,12 +545,50 @@ def main(argv=None):
     say(f"{args.model}: {parameters:,} parameters, input {in_channels}x{args.image_size}x{args.image_size}, "
         f"{num_classes} classes")
 
+    amp_dtype = {"fp16": torch.float16, "bf16": torch.bfloat16}.get(args.precision)
+
+    def autocast():
+        if amp_dtype is None:
+            return contextlib.nullcontext()
+        return torch.autocast(device_type=device.type, dtype=amp_dtype)
+
+    batch_search = None
+    if args.batch_size == "max":
+        # Before DDP and compilation, each rank on its own GPU; under DDP, NCCL's communicator (and the
+        # memory it takes) is set up first by a barrier, so the search leaves room for it.
+        barrier()
+        reserve = max(MAX_BATCH_RESERVE_MIN,
+                      int(MAX_BATCH_RESERVE_FRACTION * torch.cuda.get_device_properties(device).total_memory))
+        if ranks.distributed:
+            reserve += 2 * sum(p.numel() * p.element_size() for p in model.parameters())
+        found, tries = search_max_batch(model, args, device, in_channels, num_classes, memory_format,
+                                        autocast, say, reserve)
+        batch_search = {"tries": tries, "largest": found, "reserve_bytes": reserve}
+        if ranks.distributed:
+            by_rank = [int(r[0]) for r in gather_floats([found], device)]
+            batch_search["largest_by_rank"] = by_rank
+            batch_size = min(by_rank)  # every rank trains the same batch: the smallest of the largest
+        else:
+            batch_size = found
+        if batch_size < MAX_BATCH_MULTIPLE:
+            if ranks.rank == 0:
+                print(f"train.py: --batch-size max: not even {MAX_BATCH_MULTIPLE} images per step train on "
+                      f"{device_name}", file=sys.stderr)
+            if ranks.distributed:
+                dist.destroy_process_group()
+            return 1
+        say(f"batch-size max: {batch_size} images per device"
+            + (f" (the smallest of the ranks' {batch_search['largest_by_rank']})" if ranks.distributed else ""))
+        torch.manual_seed(args.seed + ranks.rank)  # the run's data does not depend on the search
+    else:
+        batch_size = args.batch_size
+
     # Synthetic data, made once on the device and reused by every step; each rank draws its own batch.
     if ranks.distributed:
         torch.manual_seed(args.seed + ranks.rank)
-    images = torch.randn(args.batch_size, in_channels, args.image_size, args.image_size, device=device)
+    images = torch.randn(batch_size, in_channels, args.image_size, args.image_size, device=device)
     images = images.contiguous(memory_format=memory_format)
-    labels = torch.randint(0, num_classes, (args.batch_size,), device=device)
+    labels = torch.randint(0, num_classes, (batch_size,), device=device)
 
     optimizer = torch.optim.SGD(model.parameters(), lr=args.lr, momentum=args.momentum,
                                 weight_decay=args.weight_decay)
@@ -382,57 +608,35 @@ def main(argv=None):
     # DDP first, then compile: dynamo splits the graph at DDP's bucket boundaries so that the all-reduce
     # still overlaps backward.
     step_model = torch.compile(wrapped) if args.compile else wrapped
-
-    amp_dtype = {"fp16": torch.float16, "bf16": torch.bfloat16}.get(args.precision)
     scaler = make_grad_scaler() if args.precision == "fp16" else None
-
-    def autocast():
-        if amp_dtype is None:
-            return contextlib.nullcontext()
-        return torch.autocast(device_type=device.type, dtype=amp_dtype)
-
-    def train_step():
-        optimizer.zero_grad(set_to_none=True)
-        with autocast():
-            loss = loss_fn(step_model(images), labels)
-        if scaler is not None:
-            scaler.scale(loss).backward()
-            scaler.step(optimizer)
-            scaler.update()
-        else:
-            loss.backward()
-            optimizer.step()
-        return loss
-
-    def sync():
-        if device.type == "cuda":
-            torch.cuda.synchronize(device)
-
-    def barrier():
-        if ranks.distributed:
-            if device.type == "cuda":
-                dist.barrier(device_ids=[device.index])  # names the GPU so NCCL need not guess it
-            else:
-                dist.barrier()
-            sync()
+    energy_counter, energy_reason = open_energy_counter(device)
 
     for _ in range(args.warmup_steps):
-        train_step()
+        train_step(step_model, optimizer, scaler, loss_fn, autocast, images, labels)
     sync()
     barrier()  # every rank starts its window at the same moment
 
     step_seconds = []
+    energy_before = read_energy(energy_counter)
     window_start = time.perf_counter()
     for _ in range(args.steps):
         t0 = time.perf_counter()
-        loss = train_step()
+        loss = train_step(step_model, optimizer, scaler, loss_fn, autocast, images, labels)
         sync()
         step_seconds.append(time.perf_counter() - t0)
     window_seconds = time.perf_counter() - window_start
+    energy_after = read_energy(energy_counter)  # this rank's GPU over this rank's window
     barrier()  # after this rank's clock stopped: its rate is its own, and no rank leaves early
 
+    if energy_before is not None and energy_after is not None and energy_after >= energy_before:
+        energy = energy_after - energy_before
+    else:
+        energy = None
+        if energy_counter is not None:
+            energy_reason = "the energy counter could not be read at both ends of the window"
+
     final_loss = float(loss.detach().float().item())
-    images_per_second = args.batch_size * args.steps / window_seconds
+    images_per_second = batch_size * args.steps / window_seconds
     peak_memory = peak_memory_bytes(device)  # before the collectives below allocate anything
     ms = sorted(s * 1e3 for s in step_seconds)
     step_ms = {
@@ -444,12 +648,25 @@ def main(argv=None):
 
     if ranks.distributed:
         # Every rank's own measured rate, summed: never rank 0's times the ranks.
-        by_rank = gather_floats([images_per_second, peak_memory, window_seconds], device)
+        nan = float("nan")
+        by_rank = gather_floats([images_per_second, peak_memory, window_seconds,
+                                 nan if energy is None else energy], device)
         total_images_per_second = sum(r[0] for r in by_rank)
         peak_memory = int(max(r[1] for r in by_rank))
+        energy_by_rank = [None if r[3] != r[3] else r[3] for r in by_rank]  # NaN: not measured there
+        # Reasons are printed where they are known: rank 0's, else those of the ranks that lacked it.
+        if energy_reason and (energy is None) and (ranks.rank == 0 or energy_by_rank[0] is not None):
+            print(f"train.py: rank {ranks.rank}: energy_joules is null: {energy_reason}", file=sys.stderr)
+        energy_total = None if any(e is None for e in energy_by_rank) else sum(energy_by_rank)
+        power = None if energy_total is None else sum(r[3] / r[2] for r in by_rank)
     else:
         by_rank = None
         total_images_per_second = images_per_second
+        if energy is None:
+            print(f"train.py: energy_joules is null: {energy_reason}", file=sys.stderr)
+        energy_total = energy
+        power = None if energy is None else energy / window_seconds
+    images_in_window = batch_size * args.steps * ranks.size
 
     result = {
         "framework": "pytorch",
@@ -458,8 +675,9 @@ def main(argv=None):
         "parameters": parameters,
         "device": device_name,
         "precision": args.precision,
-        "batch_size": args.batch_size,
-        "global_batch_size": args.batch_size * ranks.size,
+        "batch_size": batch_size,
+        "batch_size_requested": args.batch_size,
+        "global_batch_size": batch_size * ranks.size,
         "ranks": ranks.size,
         "launcher": ranks.launcher,
         "steps": args.steps,
@@ -471,7 +689,12 @@ def main(argv=None):
         "images_per_second": total_images_per_second,
         "images_per_second_per_device": total_images_per_second / ranks.size,
         "step_ms": step_ms,
+        "step_times_ms": [round(s * 1e3, 4) for s in step_seconds],
+        "window_seconds": window_seconds,
         "peak_memory_bytes": peak_memory,
+        "energy_joules": energy_total,
+        "energy_joules_per_image": None if energy_total is None else energy_total / images_in_window,
+        "average_power_watts": power,
         "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
         "system": {
             "hostname": socket.gethostname(),
@@ -480,13 +703,16 @@ def main(argv=None):
             "python": platform.python_version(),
         },
     }
+    if batch_search is not None:
+        result["batch_size_search"] = batch_search
     if ranks.distributed:
         result["ddp"] = ddp
         result["images_per_second_by_rank"] = [r[0] for r in by_rank]
         result["peak_memory_bytes_by_rank"] = [int(r[1]) for r in by_rank]
         result["window_seconds_by_rank"] = [r[2] for r in by_rank]
+        result["energy_joules_by_rank"] = energy_by_rank
 
-    say(f"pytorch {torch.__version__} on {device_name}, {args.precision}, batch {args.batch_size}, "
+    say(f"pytorch {torch.__version__} on {device_name}, {args.precision}, batch {batch_size}, "
         f"threads {result['threads']}, channels_last {args.channels_last}, compiled {args.compile}")
     who = "rank 0: " if ranks.distributed else ""
     say(f"{who}{args.steps} timed steps after {args.warmup_steps} warm-up: {images_per_second:.2f} img/s, "
@@ -496,6 +722,9 @@ def main(argv=None):
     if ranks.distributed:
         say(f"{ranks.size} ranks ({ranks.launcher}, {ddp['backend']}): {total_images_per_second:.2f} img/s "
             f"in total, {total_images_per_second / ranks.size:.2f} per device")
+    if energy_total is not None:
+        say(f"energy: {energy_total:.1f} J in the window, {result['energy_joules_per_image']:.4f} J per image, "
+            f"{power:.0f} W on average" + (f" ({ranks.size} GPUs)" if ranks.distributed else ""))
     if args.json and ranks.rank == 0:
         write_json_atomically(args.json, result)
         say(f"wrote {args.json}")
