@@ -522,6 +522,45 @@ std::string report_markdown(const ReportDocument& doc) {
 
 std::string report_markdown(const ReportInput& input) { return report_markdown(report_document(input)); }
 
+std::string report_points_jsonl(const ReportInput& in) {
+  Best best;
+  for (const ReportPoint& p : in.points) {
+    const ReportPoint*& cell = best[{p.framework, p.model, p.precision, p.gpus}];
+    if (!cell || cell->images_per_second < p.images_per_second) cell = &p;
+  }
+  const ReportAxes axes = report_axes(in);
+  std::string out;
+  for (const ReportPoint* p : report_points_sorted(in)) {
+    nlohmann::json j = {{"framework", p->framework},
+                        {"model", p->model},
+                        {"precision", p->precision},
+                        {"ranks", p->gpus},
+                        {"launcher", p->launcher},
+                        {"batch_size", p->batch_size},
+                        {"images_per_second", p->images_per_second},
+                        {"source", p->source}};
+    // Against the framework's best one-GPU point (one GPU under mpirun is the same run as in one process).
+    const ReportPoint* one = find(best, p->framework, p->model, p->precision, 1);
+    j["speedup"] = one ? nlohmann::json(p->images_per_second / one->images_per_second) : nullptr;
+    j["scaling_efficiency"] =
+        one ? nlohmann::json(p->images_per_second / one->images_per_second / p->gpus) : nullptr;
+    j["peak_memory_bytes"] = p->peak_memory_bytes ? nlohmann::json(*p->peak_memory_bytes) : nullptr;
+    j["energy_joules_per_image"] =
+        p->energy_joules_per_image ? nlohmann::json(*p->energy_joules_per_image) : nullptr;
+    // The other frameworks' best at the same model, precision and GPU count, and this point's ratio to each.
+    nlohmann::json peers = nlohmann::json::object();
+    for (const std::string& f : axes.frameworks) {
+      if (f == p->framework) continue;
+      if (const ReportPoint* other = find(best, f, p->model, p->precision, p->gpus))
+        peers[f] = {{"images_per_second", other->images_per_second},
+                    {"ratio", p->images_per_second / other->images_per_second}};
+    }
+    j["peers"] = peers;
+    out += j.dump() + "\n";
+  }
+  return out;
+}
+
 void run_report(const std::vector<std::string>& paths, const std::string& out_dir) {
   DLB_REQUIRE(!paths.empty(), "report: give one or more result files");
   const ReportInput input = read_report_input(paths);
@@ -563,7 +602,8 @@ void run_report(const std::vector<std::string>& paths, const std::string& out_di
     }
   }
   for (const auto& [name, text] :
-       {std::pair{"report.md", report_markdown(doc)}, std::pair{"report.html", report_html(doc, svg_of)}}) {
+       {std::pair{"report.md", report_markdown(doc)}, std::pair{"report.html", report_html(doc, svg_of)},
+        std::pair{"points.jsonl", report_points_jsonl(input)}}) {
     const std::string path = out_dir + "/" + name;
     write_file_atomically(path, text);
     std::printf("report: wrote %s\n", path.c_str());

@@ -106,9 +106,15 @@ std::string report_markdown(const ReportDocument& document);
 // report_markdown(report_document(input)): what a golden file pins.
 std::string report_markdown(const ReportInput& input);
 
-// Reads RESULTS and writes DIR/report.md, DIR/report.html and DIR/figures/, each file atomically, naming
-// what it wrote on stdout. UserError when no point could be read, or (after writing the rest) when gnuplot
-// failed on a figure.
+// One JSON line per point: framework, model, precision, ranks, launcher, batch_size, images_per_second,
+// speedup and scaling_efficiency (against the framework's best one-GPU point), peak memory, energy per
+// image, and "peers": each other framework's best at the same model, precision and GPU count with this
+// point's ratio to it. Written as DIR/points.jsonl beside the report.
+std::string report_points_jsonl(const ReportInput& input);
+
+// Reads RESULTS and writes DIR/report.md, DIR/report.html, DIR/points.jsonl and DIR/figures/, each file
+// atomically, naming what it wrote on stdout. UserError when no point could be read, or (after writing the
+// rest) when gnuplot failed on a figure.
 void run_report(const std::vector<std::string>& paths, const std::string& out_dir);
 
 }  // namespace dlbench

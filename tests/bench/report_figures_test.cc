@@ -301,7 +301,8 @@ TEST_F(ReportPage, TheSameInputGivesTheSameFiles) {
     EXPECT_EQ(read_file(entry.path().string()), read_file(again.file("report/" + relative))) << relative;
     ++compared;
   }
-  EXPECT_EQ(compared, 2 + 4 * static_cast<int>(kFigures.size()));  // report.md, report.html, the figures
+  // report.md, report.html, points.jsonl, the figures
+  EXPECT_EQ(compared, 3 + 4 * static_cast<int>(kFigures.size()));
 }
 
 TEST_F(ReportPage, HtmlEmbedsEveryFigureAndNothingExternal) {

@@ -66,6 +66,33 @@ TEST(Report, TablesHoldTheNumbersOfThePoints) {
             std::string::npos);
 }
 
+TEST(Report, PointsJsonlHasSpeedupEfficiencyAndThePeersBeside) {
+  const std::string jsonl =
+      report_points_jsonl(read_report_input({kFixtures + "fixtures/study_small.jsonl"}));
+  std::istringstream lines(jsonl);
+  int found = 0;
+  for (std::string line; std::getline(lines, line);) {
+    const nlohmann::json j = nlohmann::json::parse(line);
+    for (const char* key : {"model", "precision", "ranks", "launcher", "images_per_second", "speedup",
+                            "scaling_efficiency", "peers"})
+      EXPECT_TRUE(j.contains(key)) << key << " in " << line;
+    if (j["framework"] == "dlbench" && j["precision"] == "fp16" && j["ranks"] == 2) {
+      ++found;
+      // 13,800 / 7,000 on 2 GPUs; PyTorch DDP 12,000 beside it.
+      EXPECT_NEAR(j["speedup"].get<double>(), 13800.0 / 7000.0, 1e-9);
+      EXPECT_NEAR(j["scaling_efficiency"].get<double>(), 13800.0 / 7000.0 / 2, 1e-9);
+      EXPECT_EQ(j["peers"]["pytorch"]["images_per_second"], 12000.0);
+      EXPECT_NEAR(j["peers"]["pytorch"]["ratio"].get<double>(), 13800.0 / 12000.0, 1e-9);
+      EXPECT_FALSE(j["peers"].contains("pytorch (compiled)"));  // it has no 2-GPU point
+    }
+    if (j["framework"] == "pytorch (compiled)") {
+      ++found;
+      EXPECT_NEAR(j["peers"]["dlbench"]["ratio"].get<double>(), 6900.0 / 7000.0, 1e-9);
+    }
+  }
+  EXPECT_EQ(found, 2) << jsonl;
+}
+
 TEST(Report, StepTimesLossesAndEnergyAreRead) {
   const ReportInput input = read_report_input({kFixtures + "fixtures/study_small.jsonl"});
   size_t with_steps = 0, with_losses = 0, with_energy = 0, compiled = 0;
