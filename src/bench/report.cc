@@ -81,7 +81,19 @@ std::optional<std::string> to_point(const nlohmann::json& r, const std::string& 
   return std::nullopt;
 }
 
-void take(const nlohmann::json& j, const std::string& file, int line, ReportInput& in) {
+// Sweep points by their key (framework named, as sweep_point_key writes it): the failures, and those that
+// succeeded, so that a failure later run again successfully is not reported as a failure.
+struct SweepOutcomes {
+  std::vector<std::pair<std::string, std::string>> failed;  // key, the failure's line in the report
+  std::set<std::string> ok;
+};
+
+std::string sweep_key_text(nlohmann::json key) {
+  if (!key.contains("framework")) key["framework"] = "dlbench";
+  return key.dump();
+}
+
+void take(const nlohmann::json& j, const std::string& file, int line, ReportInput& in, SweepOutcomes& sweeps) {
   const std::string source = fmt::format("{}:{}", file, line);
   auto add = [&](const nlohmann::json& r, const char* where) {
     ReportPoint p;
@@ -97,6 +109,7 @@ void take(const nlohmann::json& j, const std::string& file, int line, ReportInpu
     const std::string status = text_at(j, "status", "");
     if (status == "ok" && j.contains("result")) {
       add(j["result"], "the result");
+      if (j["sweep_point"].is_object()) sweeps.ok.insert(sweep_key_text(j["sweep_point"]));
     } else {
       const auto& k = j["sweep_point"];
       const std::string framework = text_at(k, "framework", "dlbench");
@@ -105,8 +118,9 @@ void take(const nlohmann::json& j, const std::string& file, int line, ReportInpu
                       text_at(k, "model", "?"), text_at(k, "precision", "?"), text_at(k, "gpus", "0"),
                       text_at(k, "batch_size", "0"), text_at(k, "launcher", "?"));
       const std::string error = text_at(j, "error", "no error recorded");
-      in.failed.push_back(status == "unavailable" ? fmt::format("{}: not available: {}", point, error)
-                                                  : fmt::format("{}: {}", point, error));
+      sweeps.failed.emplace_back(k.is_object() ? sweep_key_text(k) : std::string(),
+                                 status == "unavailable" ? fmt::format("{}: not available: {}", point, error)
+                                                         : fmt::format("{}: {}", point, error));
     }
   } else if (j.contains("dlbench_result") || j.contains("peer_result")) {  // bench/gpu_*.sh lines
     if (j.contains("dlbench_result") && j["dlbench_result"].is_object())
@@ -242,8 +256,12 @@ ReportSection gain_section(const std::string& model, const ReportAxes& axes, con
 }
 
 // The first cells of every per-point table: which point it is.
+// With several GPUs the launcher is named: one process (nccl-threads) and one per GPU (mpi-nccl, DDP) are
+// different runs of the same point.
 std::vector<ReportCell> point_cells(const ReportPoint& p) {
-  return {p.framework, p.model, p.precision, std::to_string(p.gpus), std::to_string(p.batch_size)};
+  const std::string who = p.gpus > 1 && !p.launcher.empty() ? fmt::format("{} ({})", p.framework, p.launcher)
+                                                            : p.framework;
+  return {who, p.model, p.precision, std::to_string(p.gpus), std::to_string(p.batch_size)};
 }
 ReportTable point_table(std::vector<std::string> columns, std::vector<bool> numeric) {
   ReportTable t =
@@ -397,6 +415,7 @@ std::string markdown_table(const ReportTable& t) {
 
 ReportInput read_report_input(const std::vector<std::string>& paths) {
   ReportInput in;
+  SweepOutcomes sweeps;
   for (const std::string& path : paths) {
     std::ifstream file(path);
     DLB_REQUIRE(file.good(), "report: cannot read {}", path);
@@ -406,7 +425,7 @@ ReportInput read_report_input(const std::vector<std::string>& paths) {
     // A whole-file JSON object (a --json result), else JSON Lines.
     nlohmann::json single = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
     if (!single.is_discarded() && single.is_object()) {
-      take(single, path, 1, in);
+      take(single, path, 1, in, sweeps);
       continue;
     }
     std::istringstream lines(text);
@@ -419,7 +438,14 @@ ReportInput read_report_input(const std::vector<std::string>& paths) {
         ++in.skipped_lines;
         continue;
       }
-      take(j, path, number, in);
+      take(j, path, number, in, sweeps);
+    }
+  }
+  for (const auto& [key, text] : sweeps.failed) {
+    if (!key.empty() && sweeps.ok.count(key)) {
+      ++in.failed_then_ok;
+    } else {
+      in.failed.push_back(text);
     }
   }
   return in;
@@ -490,9 +516,13 @@ ReportDocument report_document(const ReportInput& in) {
   doc.sections.push_back(memory_energy_section(sorted));
   if (std::any_of(sorted.begin(), sorted.end(), [](const ReportPoint* p) { return !p->losses.empty(); }))
     doc.sections.push_back(loss_section(sorted));
-  if (!in.failed.empty()) {
+  if (!in.failed.empty() || in.failed_then_ok > 0) {
     ReportSection failed = section(report_section_id("failed"), "Points that failed or did not run");
     failed.items = in.failed;
+    if (in.failed_then_ok > 0)
+      failed.closing.push_back(fmt::format("{} more point(s) failed once and succeeded when run again; the "
+                                           "successful run is the one reported.",
+                                           in.failed_then_ok));
     doc.sections.push_back(std::move(failed));
   }
   doc.sections.push_back(conclusions_section(in, axes, best));

@@ -48,7 +48,10 @@ struct ReportInput {
   std::vector<ReportPoint> points;
   // "resnet50 fp16 2 GPU(s) batch 256 (threads): <error>" for sweep lines that failed, and
   // "pytorch resnet50 ...: not available: <error>" for the points of a peer not installed.
+  // A failed point that succeeded when run again (the same sweep point "ok" in any input) is not listed;
+  // it is counted here.
   std::vector<std::string> failed;
+  int failed_then_ok = 0;
   int skipped_lines = 0;
 };
 

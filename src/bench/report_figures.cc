@@ -117,18 +117,24 @@ struct Series {
   explicit Series(std::string n) : name(std::move(n)) {}
   std::string name;
   std::map<int, const ReportPoint*> by_gpus;
+  // The one-GPU point speedups are taken against when the series has none of its own (a launcher that
+  // ran only multi-GPU points: one GPU under mpirun is the one-GPU run again).
+  const ReportPoint* base = nullptr;
+  const ReportPoint* one_gpu() const {
+    auto one = by_gpus.find(1);
+    return one != by_gpus.end() ? one->second : base;
+  }
   double speedup(int gpus) const {
-    auto one = by_gpus.find(1), many = by_gpus.find(gpus);
-    return one == by_gpus.end() || many == by_gpus.end()
-               ? NAN
-               : many->second->images_per_second / one->second->images_per_second;
+    const ReportPoint* one = one_gpu();
+    auto many = by_gpus.find(gpus);
+    return !one || many == by_gpus.end() ? NAN : many->second->images_per_second / one->images_per_second;
   }
 };
 
 // The series of one model and precision: one per framework, but dlbench's multi-GPU points one per
 // launcher where they ran under several ("dlbench threads", "dlbench mpi"): the two ways of starting
 // ranks are what such a study compares. Each launcher keeps its own 1-GPU point as the base of its
-// speedups, else the best 1-GPU point of no multi-GPU launcher (a plain local run).
+// speedups, else the framework's best 1-GPU point (drawn once, under the launcher that ran it).
 std::vector<Series> series_of(const ReportInput& in, const ReportAxes& axes, const std::string& model,
                               const std::string& precision) {
   std::vector<Series> all;
@@ -147,14 +153,24 @@ std::vector<Series> series_of(const ReportInput& in, const ReportAxes& axes, con
       all.push_back(std::move(s));
       continue;
     }
-    std::map<int, const ReportPoint*> local_base;
+    std::map<int, const ReportPoint*> one_gpu;
     for (const ReportPoint* p : points)
-      if (p->gpus == 1 && !launchers.count(p->launcher)) keep_best(local_base, *p);
+      if (p->gpus == 1) keep_best(one_gpu, *p);
+    // A 1-GPU point of a launcher with no multi-GPU point (a plain local run) is drawn with the first.
+    bool local_drawn = false;
     for (const std::string& launcher : launchers) {
       Series s(fmt::format("{} {}", f, launcher.empty() ? "(no launcher)" : launcher));
       for (const ReportPoint* p : points)
         if (p->launcher == launcher) keep_best(s.by_gpus, *p);
-      if (!s.by_gpus.count(1) && !local_base.empty()) s.by_gpus[1] = local_base.begin()->second;
+      if (!s.by_gpus.count(1) && !one_gpu.empty()) {
+        const ReportPoint* best = one_gpu.begin()->second;
+        if (!launchers.count(best->launcher) && !local_drawn) {
+          s.by_gpus[1] = best;
+          local_drawn = true;
+        } else {
+          s.base = best;
+        }
+      }
       all.push_back(std::move(s));
     }
   }
@@ -256,9 +272,11 @@ std::optional<ReportFigure> speedup_figure(const std::string& model, const Repor
   double highest = 1;
   for (const std::string& precision : axes.precisions)
     for (const Series& s : series_of(in, axes, model, precision)) {
-      if (s.by_gpus.size() < 2 || !s.by_gpus.count(1)) continue;
+      const bool own_base = s.by_gpus.count(1) > 0;
+      if (!s.one_gpu() || s.by_gpus.size() < (own_base ? 2u : 1u)) continue;
       const std::string name = s.name + " " + precision;
       blocks += comment(name);
+      if (!own_base) blocks += "1 1\n";  // its base, another launcher's one-GPU point
       for (const auto& [g, p] : s.by_gpus) {
         blocks += fmt::format("{} {}\n", g, number(s.speedup(g)));
         most = std::max(most, g);

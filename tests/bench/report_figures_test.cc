@@ -474,6 +474,33 @@ TEST(ReportFigurePlan, DlbenchLaunchersAreSeparateBarsWithTheirSpeedups) {
   EXPECT_EQ(figures.size(), 2u);
 }
 
+// As dlbench writes them: `--gpus 1 --launcher threads` runs as nccl-threads, and a sweep under mpirun
+// runs only the multi-GPU points, so the mpi bars take their speedup from the threads' one-GPU point.
+TEST(ReportFigurePlan, ALauncherWithoutItsOwnOneGpuPointUsesTheFrameworksBest) {
+  ReportInput in;
+  auto point = [&](int gpus, const char* launcher, double rate) {
+    ReportPoint p;
+    p.model = "resnet50";
+    p.precision = "fp32";
+    p.gpus = gpus;
+    p.launcher = launcher;
+    p.images_per_second = rate;
+    in.points.push_back(p);
+  };
+  point(1, "nccl-threads", 1000);
+  point(2, "nccl-threads", 2000);
+  point(2, "mpi-nccl", 1990);
+  const std::vector<ReportFigure> figures = plan_figures(in);
+  ASSERT_GE(figures.size(), 2u);
+  const std::string& bars = figures[0].data;
+  EXPECT_CONTAINS(bars, "\"2.00x\"");
+  EXPECT_CONTAINS(bars, "\"1.99x\"");
+  // The one-GPU bar is drawn once, under the launcher that ran it.
+  EXPECT_EQ(bars.find(" 1000 "), bars.rfind(" 1000 ")) << bars;
+  EXPECT_CONTAINS(figures[1].script, "title \"dlbench mpi-nccl fp32\"");
+  EXPECT_CONTAINS(figures[1].data, "1 1\n2 1.99");
+}
+
 TEST_F(ReportPage, ChromiumRendersThePageWithItsFigures) {
   const std::optional<std::string> chromium = program("chromium");
   if (!chromium)

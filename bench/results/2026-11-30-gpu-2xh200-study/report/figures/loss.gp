@@ -1,0 +1,31 @@
+# loss: drawn by `dlbench report` from loss.dat. To draw it again, in this folder:
+#   gnuplot loss.gp > loss.svg
+#   gnuplot -e "output_format='png'" loss.gp > loss.png
+if (!exists("output_format")) output_format = 'svg'
+if (output_format eq 'png') {
+  set terminal pngcairo size 900,540
+} else {
+  set terminal svg size 900,540 dynamic enhanced font 'sans,12'
+}
+set encoding utf8
+set title "Training loss" noenhanced
+set border 3
+set tics nomirror
+set grid ytics lt 1 lc rgb '#dddddd'
+set key noenhanced
+set linetype 1 lc rgb '#4e79a7' lw 2 pt 7 ps 1.2
+set linetype 2 lc rgb '#f28e2b' lw 2 pt 7 ps 1.2
+set linetype 3 lc rgb '#e15759' lw 2 pt 7 ps 1.2
+set linetype 4 lc rgb '#76b7b2' lw 2 pt 7 ps 1.2
+set linetype 5 lc rgb '#59a14f' lw 2 pt 7 ps 1.2
+set linetype 6 lc rgb '#edc948' lw 2 pt 7 ps 1.2
+set linetype 7 lc rgb '#b07aa1' lw 2 pt 7 ps 1.2
+set linetype 8 lc rgb '#ff9da7' lw 2 pt 7 ps 1.2
+set linetype 9 lc rgb '#9c755f' lw 2 pt 7 ps 1.2
+set linetype 10 lc rgb '#bab0ac' lw 2 pt 7 ps 1.2
+set datafile missing '?'
+set key top right
+set xlabel 'step'
+set ylabel 'loss'
+set yrange [0:*]
+plot 'loss.dat' index 0 using 1:2 with lines lt 1 title "resnet20 dlbench fp16 1 GPU" noenhanced
