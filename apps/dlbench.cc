@@ -211,7 +211,9 @@ int main(int argc, char** argv) {
     auto* results = cmd->add_option("--results", o.results, "the JSON Lines file the points are appended to");
     if (results_required) results->required();
     cmd->add_option("--models", o.models, "models, comma-separated")->delimiter(',')->capture_default_str();
-    cmd->add_option("--precisions", o.precisions, "fp32,tf32,fp16,bf16")->delimiter(',')->capture_default_str();
+    cmd->add_option("--precisions", o.precisions, "fp32,tf32,fp16,bf16")
+        ->delimiter(',')
+        ->capture_default_str();
     cmd->add_option("--gpus", o.gpus, "GPU counts, comma-separated")->delimiter(',')->capture_default_str();
     cmd->add_option("--batch-sizes", o.batch_sizes,
                     "batch sizes per GPU, comma-separated; max: the largest that fits, per precision")
@@ -253,15 +255,21 @@ int main(int argc, char** argv) {
   CLI::App* study = app.add_subcommand(
       "study", "the whole study: system table, dlbench's sweep, the peers' points and the report");
   add_grid_flags(study, study_options.grid, true);
-  study->add_option("--frameworks", study_options.frameworks, "peers (default: pytorch, pytorch-compiled, jax)")
+  study
+      ->add_option("--frameworks", study_options.frameworks,
+                   "peers (default: pytorch, pytorch-compiled, jax)")
       ->delimiter(',');
-  study->add_option("-o,--output", study_options.report_dir, "directory for the report")->capture_default_str();
+  study->add_option("-o,--output", study_options.report_dir, "directory for the report")
+      ->capture_default_str();
 
   std::vector<std::string> report_inputs;
   std::string report_dir = "report";
-  CLI::App* report = app.add_subcommand("report", "the study's report from result files: Markdown, a self-contained HTML page, gnuplot figures");
+  CLI::App* report = app.add_subcommand(
+      "report",
+      "the study's report from result files: Markdown, a self-contained HTML page, gnuplot figures");
   report->add_option("RESULTS", report_inputs, "result files: JSON Lines or --json objects")->required();
-  report->add_option("-o,--output", report_dir, "directory for report.md, report.html and figures/")->capture_default_str();
+  report->add_option("-o,--output", report_dir, "directory for report.md, report.html and figures/")
+      ->capture_default_str();
 
   dlbench::PackOptions pack_options;
   CLI::App* pack =
@@ -309,8 +317,7 @@ int main(int argc, char** argv) {
   }
   if (report->parsed()) return guarded([&] { dlbench::run_report(report_inputs, report_dir); });
   if (sweep->parsed()) return guarded([&] { dlbench::run_sweep(sweep_options); });
-  if (compare->parsed())
-    return guarded([&] { dlbench::run_compare(compare_options, compare_frameworks); });
+  if (compare->parsed()) return guarded([&] { dlbench::run_compare(compare_options, compare_frameworks); });
   if (study->parsed()) return guarded([&] { dlbench::run_study(study_options); });
   if (info->parsed()) return guarded([&] { dlbench::run_info(info_json); });
   if (pack->parsed()) return guarded([&] { dlbench::run_pack(pack_options); });

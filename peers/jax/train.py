@@ -22,15 +22,9 @@ One device only. Exits with status 3 when JAX cannot be imported, 2 on a bad fla
         --steps 50 --warmup-steps 10 --json out.json
 """
 
-import argparse
 import contextlib
-import datetime
-import json
 import os
-import platform
-import socket
 import sys
-import tempfile
 import time
 import warnings
 
@@ -42,13 +36,10 @@ except ImportError as error:
     print(f"jax peer: JAX is not installed ({error})", file=sys.stderr)
     sys.exit(3)
 
-# GPU energy through NVML, shared with the other peers (peers/common/nvml_energy.py).
+# The measuring protocol's pieces shared with the other peers: flags, step times, GPU energy through NVML
+# (peers/common/protocol.py and nvml_energy.py).
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), os.pardir, "common"))
-try:
-    import nvml_energy
-except ImportError as error:  # the script was copied without peers/common: energy is not measured
-    nvml_energy = None
-    NVML_IMPORT_ERROR = f"peers/common/nvml_energy.py cannot be imported ({error})"
+import protocol  # noqa: E402
 
 # name: (block, blocks per stage), as torchvision builds them
 ARCHITECTURES = {
@@ -66,6 +57,7 @@ PRECISIONS = ["fp32", "tf32", "fp16", "bf16"]
 NUM_CLASSES = 1000
 BN_MOMENTUM, BN_EPS = 0.9, 1e-5  # running = 0.9 * running + 0.1 * batch (PyTorch's momentum 0.1)
 LOSS_SCALE_INIT, LOSS_SCALE_GROWTH_INTERVAL = 2.0**15, 2000  # fp16 dynamic loss scaling
+MAX_REFUSED = "max is not supported by the JAX peer; give a number of images"  # --batch-size max
 
 
 # ---------------------------------------------------------------------------
@@ -274,47 +266,14 @@ def make_train_step(model, precision, lr, momentum, weight_decay):
 # ---------------------------------------------------------------------------
 
 
-class OneLineErrorParser(argparse.ArgumentParser):
-    """Bad flags: one line on stderr (no usage dump), exit status 2."""
-
-    def error(self, message):
-        self.exit(2, f"{self.prog}: error: {message} (see --help)\n")
-
-
-def parse_int(text):
-    try:
-        return int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not an integer: {text!r}") from None
-
-
-def positive_int(text):
-    value = parse_int(text)
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be >= 1, got {value}")
-    return value
-
-
-def non_negative_int(text):
-    value = parse_int(text)
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"must be >= 0, got {value}")
-    return value
-
-
-def batch_size_arg(text):
-    if text == "max":
-        raise argparse.ArgumentTypeError("max is not supported by the JAX peer; give a number of images")
-    return positive_int(text)
-
-
 def parse_args(argv=None):
-    p = OneLineErrorParser(
+    p = protocol.OneLineErrorParser(
         description="JAX peer of `dlbench bench`: ResNet training throughput on synthetic data, one device.")
     p.add_argument("--model", choices=MODELS, default="resnet50")
-    p.add_argument("--batch-size", type=batch_size_arg, default=32, help="images per step (one device)")
-    p.add_argument("--steps", type=positive_int, default=20, help="timed steps")
-    p.add_argument("--warmup-steps", type=non_negative_int, default=5,
+    p.add_argument("--batch-size", type=protocol.batch_size_type(MAX_REFUSED), default=32,
+                   help="images per step (one device)")
+    p.add_argument("--steps", type=protocol.positive_int, default=20, help="timed steps")
+    p.add_argument("--warmup-steps", type=protocol.non_negative_int, default=5,
                    help="untimed steps run first (the first compiles the step); at least 1")
     p.add_argument("--lr", type=float, default=0.1)
     p.add_argument("--momentum", type=float, default=0.9)
@@ -323,9 +282,9 @@ def parse_args(argv=None):
     p.add_argument("--device", choices=["cpu", "cuda"], default="cpu")
     p.add_argument("--channels-last", action="store_true",
                    help="accepted for the PyTorch peer's command lines; no effect (XLA chooses layouts)")
-    p.add_argument("--image-size", type=positive_int, default=224, help="square input size")
+    p.add_argument("--image-size", type=protocol.positive_int, default=224, help="square input size")
     p.add_argument("--json", metavar="FILE", default=None, help="write the result as one JSON object")
-    p.add_argument("--seed", type=parse_int, default=0)
+    p.add_argument("--seed", type=protocol.parse_int, default=0)
     args = p.parse_args(argv)
 
     if args.warmup_steps < 1:
@@ -338,46 +297,8 @@ def parse_args(argv=None):
 
 
 # ---------------------------------------------------------------------------
-# Statistics and system description (as the PyTorch peer's)
+# Peak memory and GPU energy
 # ---------------------------------------------------------------------------
-
-
-def percentile(sorted_values, q):
-    """Linear interpolation between closest ranks (NumPy's default)."""
-    if len(sorted_values) == 1:
-        return sorted_values[0]
-    pos = (len(sorted_values) - 1) * q / 100.0
-    lo = int(pos)
-    hi = min(lo + 1, len(sorted_values) - 1)
-    return sorted_values[lo] + (sorted_values[hi] - sorted_values[lo]) * (pos - lo)
-
-
-def cpu_model():
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
-
-
-def write_json_atomically(path, obj):
-    directory = os.path.dirname(os.path.abspath(path))
-    os.makedirs(directory, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=".tmp-", suffix=".json", dir=directory)
-    try:
-        with os.fdopen(fd, "w") as f:
-            json.dump(obj, f, indent=2)
-            f.write("\n")
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
-        raise
 
 
 def peak_memory_bytes(device):
@@ -391,22 +312,11 @@ def peak_memory_bytes(device):
 
 
 def open_energy_counter(device):
-    """(counter, None) or (None, why the energy is not measured)."""
+    """protocol.open_energy_counter for a JAX device: on a GPU, by its CUDA ordinal."""
     if device.platform == "cpu":
-        return None, "not measured on the CPU (NVML reads GPU energy)"
-    if nvml_energy is None:
-        return None, NVML_IMPORT_ERROR
+        return protocol.open_energy_counter(False)
     ordinal = getattr(device, "local_hardware_id", None)  # the CUDA device ordinal in this process
-    return nvml_energy.open_counter(cuda_ordinal=device.id if ordinal is None else ordinal)
-
-
-def read_energy(counter):
-    if counter is None:
-        return None
-    try:
-        return counter.read_joules()
-    except OSError:
-        return None
+    return protocol.open_energy_counter(True, cuda_ordinal=device.id if ordinal is None else ordinal)
 
 
 # ---------------------------------------------------------------------------
@@ -470,7 +380,7 @@ def main(argv=None):
     jax.block_until_ready((params, stats, buffers, scaler, loss))
 
     step_seconds = []
-    energy_before = read_energy(energy_counter)
+    energy_before = protocol.read_energy(energy_counter)
     window_start = time.perf_counter()
     for _ in range(args.steps):
         t0 = time.perf_counter()
@@ -478,27 +388,17 @@ def main(argv=None):
         jax.block_until_ready((params, stats, buffers, scaler, loss))
         step_seconds.append(time.perf_counter() - t0)
     window_seconds = time.perf_counter() - window_start
-    energy_after = read_energy(energy_counter)
+    energy_after = protocol.read_energy(energy_counter)
 
-    if energy_before is not None and energy_after is not None and energy_after >= energy_before:
-        energy = energy_after - energy_before
-    else:
-        energy = None
-        if energy_counter is not None:
-            energy_reason = "the energy counter could not be read at both ends of the window"
+    energy, energy_reason = protocol.window_energy(energy_counter, energy_reason, energy_before, energy_after)
+    if energy is None:
         print(f"train.py: energy_joules is null: {energy_reason}", file=sys.stderr)
     if len(traces) > 1:
         print(f"train.py: warning: the step was traced {len(traces)} times (compiled again)", file=sys.stderr)
 
     final_loss = float(loss)
     images_per_second = args.batch_size * args.steps / window_seconds
-    ms = sorted(s * 1e3 for s in step_seconds)
-    step_ms = {
-        "median": percentile(ms, 50),
-        "p5": percentile(ms, 5),
-        "p95": percentile(ms, 95),
-        "mean": sum(ms) / len(ms),
-    }
+    step_ms = protocol.step_ms(step_seconds)
     try:
         import jaxlib
         jaxlib_version = jaxlib.__version__
@@ -531,19 +431,14 @@ def main(argv=None):
         "images_per_second": images_per_second,
         "images_per_second_per_device": images_per_second,
         "step_ms": step_ms,
-        "step_times_ms": [round(s * 1e3, 4) for s in step_seconds],
+        "step_times_ms": protocol.step_times_ms(step_seconds),
         "window_seconds": window_seconds,
         "peak_memory_bytes": peak_memory_bytes(device),
         "energy_joules": energy,
         "energy_joules_per_image": None if energy is None else energy / (args.batch_size * args.steps),
         "average_power_watts": None if energy is None else energy / window_seconds,
-        "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
-        "system": {
-            "hostname": socket.gethostname(),
-            "cpu": cpu_model(),
-            "cores": os.cpu_count(),
-            "python": platform.python_version(),
-        },
+        "date": protocol.utc_date(),
+        "system": protocol.system_info(),
     }
     if args.precision == "fp16":
         result["loss_scale"] = {"final": float(scaler["scale"]), "skipped_steps": int(scaler["skipped"])}
@@ -562,7 +457,7 @@ def main(argv=None):
     if args.precision == "fp16":
         print(f"loss scale {result['loss_scale']['final']:g}, {result['loss_scale']['skipped_steps']} steps skipped")
     if args.json:
-        write_json_atomically(args.json, result)
+        protocol.write_json_atomically(args.json, result)
         print(f"wrote {args.json}")
     return 0
 

@@ -35,17 +35,11 @@ bad flag.
         --model resnet50 --device cuda --precision bf16 --batch-size 256 --channels-last
 """
 
-import argparse
 import contextlib
-import datetime
 import gc
-import json
 import os
-import platform
 import resource
-import socket
 import sys
-import tempfile
 import time
 
 try:
@@ -57,13 +51,10 @@ except ImportError as error:
     print(f"pytorch peer: PyTorch is not installed ({error})", file=sys.stderr)
     sys.exit(3)
 
-# GPU energy through NVML, shared with the other peers (peers/common/nvml_energy.py).
+# The measuring protocol's pieces shared with the other peers: flags, step times, GPU energy through NVML
+# (peers/common/protocol.py and nvml_energy.py).
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), os.pardir, "common"))
-try:
-    import nvml_energy
-except ImportError as error:  # the script was copied without peers/common: energy is not measured
-    nvml_energy = None
-    NVML_IMPORT_ERROR = f"peers/common/nvml_energy.py cannot be imported ({error})"
+import protocol  # noqa: E402
 
 TORCHVISION_MODELS = ["resnet18", "resnet34", "resnet50", "resnet101", "resnet152"]
 MODELS = ["resnet20"] + TORCHVISION_MODELS
@@ -155,68 +146,28 @@ def build_model(name, image_size):
 # ---------------------------------------------------------------------------
 
 
-class OneLineErrorParser(argparse.ArgumentParser):
-    """Bad flags: one line on stderr (no usage dump), exit status 2."""
-
-    def error(self, message):
-        self.exit(2, f"{self.prog}: error: {message} (see --help)\n")
-
-
-def parse_int(text):
-    try:
-        return int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not an integer: {text!r}") from None
-
-
-def positive_int(text):
-    value = parse_int(text)
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be >= 1, got {value}")
-    return value
-
-
-def non_negative_int(text):
-    value = parse_int(text)
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"must be >= 0, got {value}")
-    return value
-
-
-def batch_size_arg(text):
-    if text == "max":
-        return "max"
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"give a number of images or max, not {text!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be >= 1, got {value}")
-    return value
-
-
 def parse_args(argv=None):
-    p = OneLineErrorParser(
+    p = protocol.OneLineErrorParser(
         description="PyTorch peer of `dlbench bench`: ResNet training throughput on synthetic data."
     )
     p.add_argument("--model", choices=MODELS, default="resnet50")
-    p.add_argument("--batch-size", type=batch_size_arg, default=32,
+    p.add_argument("--batch-size", type=protocol.batch_size_type(), default=32,
                    help="images per step, per device; max: the largest that trains (CUDA only)")
-    p.add_argument("--steps", type=positive_int, default=20, help="timed steps")
-    p.add_argument("--warmup-steps", type=non_negative_int, default=5, help="untimed steps run first")
+    p.add_argument("--steps", type=protocol.positive_int, default=20, help="timed steps")
+    p.add_argument("--warmup-steps", type=protocol.non_negative_int, default=5, help="untimed steps run first")
     p.add_argument("--lr", type=float, default=0.1)
     p.add_argument("--momentum", type=float, default=0.9)
     p.add_argument("--weight-decay", type=float, default=5e-5)
     p.add_argument("--precision", choices=PRECISIONS, default="fp32")
     p.add_argument("--device", choices=["cpu", "cuda"], default="cpu")
-    p.add_argument("--threads", type=positive_int, default=None,
+    p.add_argument("--threads", type=protocol.positive_int, default=None,
                    help="intra-op CPU threads (torch.set_num_threads); default: PyTorch's choice")
     p.add_argument("--channels-last", action="store_true", help="NHWC memory format for model and data")
     p.add_argument("--compile", action="store_true", help="torch.compile the model (PyTorch >= 2.0)")
-    p.add_argument("--image-size", type=positive_int, default=None,
+    p.add_argument("--image-size", type=protocol.positive_int, default=None,
                    help="square input size; default 28 for resnet20, 224 otherwise")
     p.add_argument("--json", metavar="FILE", default=None, help="write the result as one JSON object")
-    p.add_argument("--seed", type=parse_int, default=0)
+    p.add_argument("--seed", type=protocol.parse_int, default=0)
     args = p.parse_args(argv)
 
     if args.image_size is None:
@@ -269,29 +220,8 @@ def make_grad_scaler():
 
 
 # ---------------------------------------------------------------------------
-# Statistics and system description
+# Peak memory
 # ---------------------------------------------------------------------------
-
-
-def percentile(sorted_values, q):
-    """Linear interpolation between closest ranks (NumPy's default)."""
-    if len(sorted_values) == 1:
-        return sorted_values[0]
-    pos = (len(sorted_values) - 1) * q / 100.0
-    lo = int(pos)
-    hi = min(lo + 1, len(sorted_values) - 1)
-    return sorted_values[lo] + (sorted_values[hi] - sorted_values[lo]) * (pos - lo)
-
-
-def cpu_model():
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
 
 
 def peak_memory_bytes(device):
@@ -299,23 +229,6 @@ def peak_memory_bytes(device):
         return int(torch.cuda.max_memory_allocated(device))
     rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     return int(rss if sys.platform == "darwin" else rss * 1024)  # bytes on macOS, KiB on Linux
-
-
-def write_json_atomically(path, obj):
-    directory = os.path.dirname(os.path.abspath(path))
-    os.makedirs(directory, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=".tmp-", suffix=".json", dir=directory)
-    try:
-        with os.fdopen(fd, "w") as f:
-            json.dump(obj, f, indent=2)
-            f.write("\n")
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
-        raise
 
 
 # ---------------------------------------------------------------------------
@@ -469,27 +382,15 @@ def search_max_batch(model, args, device, in_channels, num_classes, memory_forma
 
 
 def open_energy_counter(device):
-    """(counter, None) or (None, why the energy is not measured)."""
+    """protocol.open_energy_counter for a torch device: on CUDA, the GPU named by the PCI bus id PyTorch gives."""
     if device.type != "cuda":
-        return None, "not measured on the CPU (NVML reads GPU energy)"
-    if nvml_energy is None:
-        return None, NVML_IMPORT_ERROR
+        return protocol.open_energy_counter(False)
     props = torch.cuda.get_device_properties(device)
     bus = getattr(props, "pci_bus_id", None)  # PyTorch >= 2.x: domain, bus and device numbers
     if isinstance(bus, int):
         bus_id = f"{getattr(props, 'pci_domain_id', 0):04x}:{bus:02x}:{getattr(props, 'pci_device_id', 0):02x}.0"
-        return nvml_energy.open_counter(pci_bus_id=bus_id)
-    return nvml_energy.open_counter(cuda_ordinal=device.index)
-
-
-def read_energy(counter):
-    """Joules since the driver loaded, or None (an error after the first reading counts as unavailable)."""
-    if counter is None:
-        return None
-    try:
-        return counter.read_joules()
-    except OSError:
-        return None
+        return protocol.open_energy_counter(True, pci_bus_id=bus_id)
+    return protocol.open_energy_counter(True, cuda_ordinal=device.index)
 
 
 # ---------------------------------------------------------------------------
@@ -617,7 +518,7 @@ def main(argv=None):
     barrier()  # every rank starts its window at the same moment
 
     step_seconds = []
-    energy_before = read_energy(energy_counter)
+    energy_before = protocol.read_energy(energy_counter)
     window_start = time.perf_counter()
     for _ in range(args.steps):
         t0 = time.perf_counter()
@@ -625,26 +526,15 @@ def main(argv=None):
         sync()
         step_seconds.append(time.perf_counter() - t0)
     window_seconds = time.perf_counter() - window_start
-    energy_after = read_energy(energy_counter)  # this rank's GPU over this rank's window
+    energy_after = protocol.read_energy(energy_counter)  # this rank's GPU over this rank's window
     barrier()  # after this rank's clock stopped: its rate is its own, and no rank leaves early
 
-    if energy_before is not None and energy_after is not None and energy_after >= energy_before:
-        energy = energy_after - energy_before
-    else:
-        energy = None
-        if energy_counter is not None:
-            energy_reason = "the energy counter could not be read at both ends of the window"
+    energy, energy_reason = protocol.window_energy(energy_counter, energy_reason, energy_before, energy_after)
 
     final_loss = float(loss.detach().float().item())
     images_per_second = batch_size * args.steps / window_seconds
     peak_memory = peak_memory_bytes(device)  # before the collectives below allocate anything
-    ms = sorted(s * 1e3 for s in step_seconds)
-    step_ms = {
-        "median": percentile(ms, 50),
-        "p5": percentile(ms, 5),
-        "p95": percentile(ms, 95),
-        "mean": sum(ms) / len(ms),
-    }
+    step_ms = protocol.step_ms(step_seconds)
 
     if ranks.distributed:
         # Every rank's own measured rate, summed: never rank 0's times the ranks.
@@ -689,19 +579,14 @@ def main(argv=None):
         "images_per_second": total_images_per_second,
         "images_per_second_per_device": total_images_per_second / ranks.size,
         "step_ms": step_ms,
-        "step_times_ms": [round(s * 1e3, 4) for s in step_seconds],
+        "step_times_ms": protocol.step_times_ms(step_seconds),
         "window_seconds": window_seconds,
         "peak_memory_bytes": peak_memory,
         "energy_joules": energy_total,
         "energy_joules_per_image": None if energy_total is None else energy_total / images_in_window,
         "average_power_watts": power,
-        "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
-        "system": {
-            "hostname": socket.gethostname(),
-            "cpu": cpu_model(),
-            "cores": os.cpu_count(),
-            "python": platform.python_version(),
-        },
+        "date": protocol.utc_date(),
+        "system": protocol.system_info(),
     }
     if batch_search is not None:
         result["batch_size_search"] = batch_search
@@ -726,7 +611,7 @@ def main(argv=None):
         say(f"energy: {energy_total:.1f} J in the window, {result['energy_joules_per_image']:.4f} J per image, "
             f"{power:.0f} W on average" + (f" ({ranks.size} GPUs)" if ranks.distributed else ""))
     if args.json and ranks.rank == 0:
-        write_json_atomically(args.json, result)
+        protocol.write_json_atomically(args.json, result)
         say(f"wrote {args.json}")
     if ranks.distributed:
         dist.destroy_process_group()

@@ -16,6 +16,7 @@
 #include "bench/report_html.h"
 #include "bench/system_info.h"
 #include "core/file_io.h"
+#include "core/process.h"
 #include "core/status.h"
 
 namespace dlbench {
@@ -93,7 +94,8 @@ std::string sweep_key_text(nlohmann::json key) {
   return key.dump();
 }
 
-void take(const nlohmann::json& j, const std::string& file, int line, ReportInput& in, SweepOutcomes& sweeps) {
+void take(const nlohmann::json& j, const std::string& file, int line, ReportInput& in,
+          SweepOutcomes& sweeps) {
   const std::string source = fmt::format("{}:{}", file, line);
   auto add = [&](const nlohmann::json& r, const char* where) {
     ReportPoint p;
@@ -259,8 +261,8 @@ ReportSection gain_section(const std::string& model, const ReportAxes& axes, con
 // With several GPUs the launcher is named: one process (nccl-threads) and one per GPU (mpi-nccl, DDP) are
 // different runs of the same point.
 std::vector<ReportCell> point_cells(const ReportPoint& p) {
-  const std::string who = p.gpus > 1 && !p.launcher.empty() ? fmt::format("{} ({})", p.framework, p.launcher)
-                                                            : p.framework;
+  const std::string who =
+      p.gpus > 1 && !p.launcher.empty() ? fmt::format("{} ({})", p.framework, p.launcher) : p.framework;
   return {who, p.model, p.precision, std::to_string(p.gpus), std::to_string(p.batch_size)};
 }
 ReportTable point_table(std::vector<std::string> columns, std::vector<bool> numeric) {
@@ -520,9 +522,10 @@ ReportDocument report_document(const ReportInput& in) {
     ReportSection failed = section(report_section_id("failed"), "Points that failed or did not run");
     failed.items = in.failed;
     if (in.failed_then_ok > 0)
-      failed.closing.push_back(fmt::format("{} more point(s) failed once and succeeded when run again; the "
-                                           "successful run is the one reported.",
-                                           in.failed_then_ok));
+      failed.closing.push_back(
+          fmt::format("{} more point(s) failed once and succeeded when run again; the "
+                      "successful run is the one reported.",
+                      in.failed_then_ok));
     doc.sections.push_back(std::move(failed));
   }
   doc.sections.push_back(conclusions_section(in, axes, best));

@@ -1,12 +1,6 @@
 #include "bench/report_figures.h"
 
-#include <fcntl.h>
 #include <fmt/format.h>
-#include <poll.h>
-#include <signal.h>
-#include <sys/stat.h>
-#include <sys/wait.h>
-#include <unistd.h>
 
 #include <algorithm>
 #include <cctype>
@@ -20,6 +14,7 @@
 
 #include "bench/measure.h"
 #include "core/file_io.h"
+#include "core/process.h"
 #include "core/status.h"
 
 namespace dlbench {
@@ -478,8 +473,11 @@ std::string draw_figure(const ReportFigure& figure, const std::string& dir, cons
   write_file_atomically(dir + "/" + figure.name + ".gp", figure.script);
   std::string svg;
   for (const std::string format : {"svg", "png"}) {
-    const ProgramRun run = run_program(
-        {gnuplot, "-e", fmt::format("output_format='{}'", format), figure.name + ".gp"}, dir, 120);
+    ProcessOptions options;
+    options.cwd = dir;
+    options.timeout_seconds = 120;
+    const ProcessResult run =
+        run_process({gnuplot, "-e", fmt::format("output_format='{}'", format), figure.name + ".gp"}, options);
     if (run.exit_code != 0 || run.out.empty()) {
       const std::string why = !last_line(run.err).empty() ? last_line(run.err)
                               : run.timed_out             ? std::string("timed out")
@@ -491,99 +489,6 @@ std::string draw_figure(const ReportFigure& figure, const std::string& dir, cons
     if (format == "svg") svg = run.out;
   }
   return svg;
-}
-
-std::optional<std::string> find_program(const std::string& program) {
-  auto runnable = [](const std::string& path) {
-    struct stat st;
-    return ::stat(path.c_str(), &st) == 0 && S_ISREG(st.st_mode) && ::access(path.c_str(), X_OK) == 0;
-  };
-  if (program.find('/') != std::string::npos)
-    return runnable(program) ? std::optional<std::string>(program) : std::nullopt;
-  const char* path = std::getenv("PATH");
-  std::string dirs = path ? path : "";
-  for (size_t begin = 0; begin <= dirs.size();) {
-    size_t end = dirs.find(':', begin);
-    if (end == std::string::npos) end = dirs.size();
-    const std::string dir = end > begin ? dirs.substr(begin, end - begin) : ".";  // an empty entry is "."
-    if (!dirs.empty() && runnable(dir + "/" + program)) return dir + "/" + program;
-    begin = end + 1;
-  }
-  return std::nullopt;
-}
-
-ProgramRun run_program(const std::vector<std::string>& argv, const std::string& cwd, double timeout_seconds) {
-  DLB_CHECK(!argv.empty(), "run_program: no program given");
-  int out_pipe[2], err_pipe[2];
-  DLB_REQUIRE(::pipe2(out_pipe, O_CLOEXEC) == 0, "cannot create a pipe: {}", std::strerror(errno));
-  DLB_REQUIRE(::pipe2(err_pipe, O_CLOEXEC) == 0, "cannot create a pipe: {}", std::strerror(errno));
-  std::vector<char*> args;
-  for (const std::string& a : argv) args.push_back(const_cast<char*>(a.c_str()));
-  args.push_back(nullptr);
-  const pid_t pid = ::fork();
-  if (pid == 0) {  // only async-signal-safe calls from here to exec
-    ::setpgid(0, 0);
-    ::dup2(out_pipe[1], STDOUT_FILENO);
-    ::dup2(err_pipe[1], STDERR_FILENO);
-    const int null = ::open("/dev/null", O_RDONLY);
-    if (null >= 0) ::dup2(null, STDIN_FILENO);
-    if (cwd.empty() || ::chdir(cwd.c_str()) == 0) ::execv(args[0], args.data());
-    const char message[] = "cannot start the program (or enter its folder)\n";
-    [[maybe_unused]] ssize_t ignored = ::write(STDERR_FILENO, message, sizeof(message) - 1);
-    ::_exit(127);
-  }
-  ::close(out_pipe[1]);
-  ::close(err_pipe[1]);
-  if (pid < 0) {
-    ::close(out_pipe[0]);
-    ::close(err_pipe[0]);
-    throw_user_error("cannot start {}: {}", argv[0], std::strerror(errno));
-  }
-  ::setpgid(pid, pid);  // also here, so that a kill right after fork reaches the group
-
-  using Clock = std::chrono::steady_clock;
-  const auto deadline = Clock::now() + std::chrono::duration<double>(timeout_seconds);
-  std::optional<Clock::time_point> exited_at;
-  ProgramRun run;
-  pollfd fds[2] = {{out_pipe[0], POLLIN, 0}, {err_pipe[0], POLLIN, 0}};
-  std::string* sinks[2] = {&run.out, &run.err};
-  char buffer[65536];
-  for (;;) {
-    const int open_pipes = (fds[0].fd >= 0) + (fds[1].fd >= 0);
-    if (!exited_at) {
-      // Exited, but left unreaped (WNOWAIT) so that its process group id cannot be reused yet.
-      siginfo_t info{};
-      if (::waitid(P_PID, static_cast<id_t>(pid), &info, WEXITED | WNOHANG | WNOWAIT) == 0 &&
-          info.si_pid == pid)
-        exited_at = Clock::now();
-    }
-    // A helper the program left behind may hold the pipes open: stop reading shortly after it exits.
-    if (exited_at && (open_pipes == 0 || Clock::now() - *exited_at > std::chrono::milliseconds(500))) break;
-    if (!exited_at && !run.timed_out && Clock::now() > deadline) {
-      run.timed_out = true;
-      ::kill(-pid, SIGKILL);
-    }
-    if (::poll(fds, 2, 50) <= 0) continue;
-    for (int i = 0; i < 2; ++i) {
-      if (fds[i].fd < 0 || !(fds[i].revents & (POLLIN | POLLHUP | POLLERR))) continue;
-      const ssize_t n = ::read(fds[i].fd, buffer, sizeof(buffer));
-      if (n > 0) {
-        sinks[i]->append(buffer, static_cast<size_t>(n));
-      } else if (n == 0 || (errno != EINTR && errno != EAGAIN)) {
-        ::close(fds[i].fd);
-        fds[i].fd = -1;
-      }
-    }
-  }
-  for (pollfd& p : fds)
-    if (p.fd >= 0) {
-      ::kill(-pid, SIGKILL);  // the helpers still holding the pipes were started by this run
-      ::close(p.fd);
-    }
-  int status = 0;
-  ::waitpid(pid, &status, 0);
-  run.exit_code = WIFEXITED(status) && !run.timed_out ? WEXITSTATUS(status) : -1;
-  return run;
 }
 
 }  // namespace dlbench

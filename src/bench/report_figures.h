@@ -37,16 +37,4 @@ std::vector<ReportFigure> plan_figures(const ReportInput& input);
 // the figure and gnuplot's own message, when gnuplot fails.
 std::string draw_figure(const ReportFigure& figure, const std::string& dir, const std::string& gnuplot);
 
-// The path of `program` as the shell would find it on $PATH; nullopt when it is not there.
-std::optional<std::string> find_program(const std::string& program);
-
-struct ProgramRun {
-  int exit_code = -1;  // -1: killed by a signal or the time-out
-  bool timed_out = false;
-  std::string out, err;
-};
-// Runs `argv` (argv[0] a path) in `cwd` with stdin from /dev/null, capturing stdout and stderr, in its own
-// process group: past `timeout_seconds` the whole group (a browser's helpers too) is killed.
-ProgramRun run_program(const std::vector<std::string>& argv, const std::string& cwd, double timeout_seconds);
-
 }  // namespace dlbench

@@ -1,24 +1,22 @@
 #include "bench/sweep.h"
 
 #include <fcntl.h>
-#include <signal.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <cctype>
 #include <cerrno>
-#include <cstdlib>
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
-#include <thread>
 
 #include "backend/backend_factory.h"
 #include "bench/report.h"
 #include "bench/system_info.h"
+#include "core/process.h"
 #include "core/status.h"
 #include "models/resnet.h"
 
@@ -42,54 +40,8 @@ std::string duration_text(double seconds) {
   return fmt::format("{}s", s);
 }
 
-struct Outcome {
-  int exit_code = -1;  // -1: killed by a signal or the time-out
-  bool timed_out = false;
-  double seconds = 0;
-};
-
-// Runs `argv` with stdout and stderr to `log_path`, in its own process group so that a time-out stops
-// mpirun and its ranks too.
-Outcome run_process(const std::vector<std::string>& argv, const std::string& log_path,
-                    double timeout_seconds) {
-  const int log = ::open(log_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  DLB_REQUIRE(log >= 0, "sweep: cannot write {}: {}", log_path, std::strerror(errno));
-  std::vector<char*> args;
-  for (const std::string& a : argv) args.push_back(const_cast<char*>(a.c_str()));
-  args.push_back(nullptr);
-  const auto start = std::chrono::steady_clock::now();
-  const pid_t pid = ::fork();
-  if (pid == 0) {
-    ::setpgid(0, 0);
-    ::dup2(log, STDOUT_FILENO);
-    ::dup2(log, STDERR_FILENO);
-    const int null = ::open("/dev/null", O_RDONLY);
-    if (null >= 0) ::dup2(null, STDIN_FILENO);
-    ::execvp(args[0], args.data());
-    std::fprintf(stderr, "dlbench: error: cannot run %s: %s\n", args[0], std::strerror(errno));
-    ::_exit(127);
-  }
-  ::close(log);
-  DLB_REQUIRE(pid > 0, "sweep: cannot start a process: {}", std::strerror(errno));
-  Outcome outcome;
-  int status = 0;
-  for (;;) {
-    const pid_t done = ::waitpid(pid, &status, WNOHANG);
-    if (done == pid) break;
-    outcome.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-    if (outcome.seconds > timeout_seconds && !outcome.timed_out) {
-      outcome.timed_out = true;
-      ::kill(-pid, SIGKILL);
-    }
-    std::this_thread::sleep_for(std::chrono::milliseconds(50));
-  }
-  outcome.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-  outcome.exit_code = WIFEXITED(status) && !outcome.timed_out ? WEXITSTATUS(status) : -1;
-  return outcome;
-}
-
 // The last line a failed point wrote that says what went wrong (an "error" line if there is one).
-std::string error_of(const std::string& log_path, const Outcome& outcome) {
+std::string error_of(const std::string& log_path, const ProcessResult& outcome) {
   if (outcome.timed_out) return fmt::format("timed out after {:.0f} s", outcome.seconds);
   std::ifstream in(log_path);
   std::string line, last, error;
@@ -120,7 +72,8 @@ std::string find_peers_dir(const std::string& given) {
   if (!given.empty()) return given;
   if (const char* env = std::getenv("DLBENCH_PEERS")) return env;
   const fs::path exe_dir = fs::path(self_executable()).parent_path();
-  for (const fs::path& candidate : {exe_dir / "peers", exe_dir / ".." / "peers", exe_dir / ".." / ".." / "peers"})
+  for (const fs::path& candidate :
+       {exe_dir / "peers", exe_dir / ".." / "peers", exe_dir / ".." / ".." / "peers"})
     if (fs::exists(candidate / "pytorch" / "train.py")) return fs::weakly_canonical(candidate).string();
 #ifdef DLBENCH_PEERS_DIR
   return DLBENCH_PEERS_DIR;
@@ -169,8 +122,8 @@ std::vector<std::string> point_command(const SweepOptions& o, const Point& p, co
   const std::string script = peers_dir + (jax ? "/jax/train.py" : "/pytorch/train.py");
   argv.push_back(o.python);
   if (p.gpus > 1 && !mpi)
-    argv.insert(argv.end(), {"-m", "torch.distributed.run", "--standalone", "--nproc_per_node",
-                             std::to_string(p.gpus)});
+    argv.insert(argv.end(),
+                {"-m", "torch.distributed.run", "--standalone", "--nproc_per_node", std::to_string(p.gpus)});
   argv.push_back(script);
   argv.insert(argv.end(), common.begin(), common.end());
   // The PyTorch peer at its best on a GPU: channels-last (the tensor cores' layout), compiled if asked.
@@ -249,9 +202,9 @@ SweepTally sweep_points(const SweepOptions& o) {
     const std::string name =
         fmt::format("{}-{}-{}-{}gpu-b{}-{}", o.framework, p.model, p.precision, p.gpus, p.batch, o.launcher);
     const std::string json_path = logs + "/" + name + ".json", log_path = logs + "/" + name + ".log";
-    nlohmann::json line = {{"date", iso_date_utc()},
-                           {"sweep_point", sweep_point_key(o.framework, p.model, p.precision, p.gpus, p.batch,
-                                                           o.launcher)}};
+    nlohmann::json line = {
+        {"date", iso_date_utc()},
+        {"sweep_point", sweep_point_key(o.framework, p.model, p.precision, p.gpus, p.batch, o.launcher)}};
     // A peer found missing, or a point it cannot run, is recorded without starting anything.
     std::string not_run = tally.unavailable_reason;
     if (not_run.empty() && o.framework == "jax" && p.gpus > 1)
@@ -272,7 +225,10 @@ SweepTally sweep_points(const SweepOptions& o) {
                 o.framework.c_str(), p.model.c_str(), p.precision.c_str(), p.gpus, p.batch.c_str(),
                 o.launcher.c_str(), i > 0 ? fmt::format(" | about {} left", duration_text(eta)).c_str() : "");
     std::fflush(stdout);
-    const Outcome outcome = run_process(argv, log_path, o.point_timeout_seconds);
+    ProcessOptions run;
+    run.log_path = log_path;
+    run.timeout_seconds = o.point_timeout_seconds;
+    const ProcessResult outcome = run_process(argv, run);
     spent += outcome.seconds;
     ++tally.run;
     line["seconds"] = outcome.seconds;
@@ -394,7 +350,8 @@ void run_study(const StudyOptions& s) {
   failed += sweep_points(threads).failed;
   // One process per GPU as well, where several GPUs are asked for and an MPI launcher is found.
   const bool several = std::any_of(s.grid.gpus.begin(), s.grid.gpus.end(), [](int g) { return g > 1; });
-  const bool have_mpirun = std::system(fmt::format("command -v {} >/dev/null 2>&1", s.grid.mpirun).c_str()) == 0;
+  const bool have_mpirun =
+      std::system(fmt::format("command -v {} >/dev/null 2>&1", s.grid.mpirun).c_str()) == 0;
   if (several && have_mpirun) {
     SweepOptions mpi = threads;
     mpi.launcher = "mpi";

@@ -12,9 +12,9 @@
 #include <optional>
 
 #include "backend/backend_factory.h"
+#include "bench/gpu_info.h"
 #include "bench/layer_profile.h"
 #include "bench/measure.h"
-#include "bench/gpu_info.h"
 #include "bench/system_info.h"
 #include "core/file_io.h"
 #include "core/status.h"

@@ -22,6 +22,7 @@
 
 #include "bench/report.h"
 #include "bench/report_html.h"
+#include "core/process.h"
 #include "temp_dir.h"
 
 namespace dlbench {
@@ -217,7 +218,9 @@ void expect_xmllint_accepts(const std::string& path) {
         "[   INFO   ] xmllint not on PATH (apt-get install libxml2-utils); tag balance checked only\n");
     return;
   }
-  const ProgramRun run = run_program({*xmllint, "--noout", path}, "", 60);
+  ProcessOptions options;
+  options.timeout_seconds = 60;
+  const ProcessResult run = run_process({*xmllint, "--noout", path}, options);
   EXPECT_EQ(run.exit_code, 0) << path << ": " << run.err;
   EXPECT_EQ(run.err, "") << path;
 }
@@ -442,16 +445,21 @@ TEST(ReportWithoutGnuplot, AFailingGnuplotIsOneLineNamingTheFigure) {
   EXPECT_TRUE(fs::exists(dir.file("out/report.html")));
 }
 
+// A dlbench ResNet-50 point of `precision` on `gpus` GPUs, started by `launcher`, at `rate` img/s.
+void add_point(ReportInput& in, const char* precision, int gpus, const char* launcher, double rate) {
+  ReportPoint p;
+  p.model = "resnet50";
+  p.precision = precision;
+  p.gpus = gpus;
+  p.launcher = launcher;
+  p.images_per_second = rate;
+  in.points.push_back(p);
+}
+
 TEST(ReportFigurePlan, DlbenchLaunchersAreSeparateBarsWithTheirSpeedups) {
   ReportInput in;
   auto point = [&](int gpus, const char* launcher, double rate) {
-    ReportPoint p;
-    p.model = "resnet50";
-    p.precision = "fp16";
-    p.gpus = gpus;
-    p.launcher = launcher;
-    p.images_per_second = rate;
-    in.points.push_back(p);
+    add_point(in, "fp16", gpus, launcher, rate);
   };
   point(1, "local", 1000);
   point(2, "threads", 1950);
@@ -479,13 +487,7 @@ TEST(ReportFigurePlan, DlbenchLaunchersAreSeparateBarsWithTheirSpeedups) {
 TEST(ReportFigurePlan, ALauncherWithoutItsOwnOneGpuPointUsesTheFrameworksBest) {
   ReportInput in;
   auto point = [&](int gpus, const char* launcher, double rate) {
-    ReportPoint p;
-    p.model = "resnet50";
-    p.precision = "fp32";
-    p.gpus = gpus;
-    p.launcher = launcher;
-    p.images_per_second = rate;
-    in.points.push_back(p);
+    add_point(in, "fp32", gpus, launcher, rate);
   };
   point(1, "nccl-threads", 1000);
   point(2, "nccl-threads", 2000);
@@ -506,11 +508,14 @@ TEST_F(ReportPage, ChromiumRendersThePageWithItsFigures) {
   if (!chromium)
     GTEST_SKIP() << "chromium is not on PATH (apt-get install chromium): the page is not rendered";
   const std::string shot = dir_->file("screenshot.png");
-  const ProgramRun run = run_program(
+  ProcessOptions options;
+  options.cwd = dir_->path().string();
+  options.timeout_seconds = 60;
+  const ProcessResult run = run_process(
       {*chromium, "--headless", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
        "--hide-scrollbars", "--window-size=1200,3000", "--user-data-dir=" + dir_->file("chromium-profile"),
        "--screenshot=" + shot, "file://" + fs::absolute(out() + "/report.html").string()},
-      dir_->path().string(), 60);
+      options);
   ASSERT_FALSE(run.timed_out) << "chromium did not finish in 60 s";
   ASSERT_EQ(run.exit_code, 0) << run.err;
   // DLBENCH_KEEP_SCREENSHOT=FILE keeps the screenshot, to look at the page after a change to its style.

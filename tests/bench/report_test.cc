@@ -99,17 +99,18 @@ TEST(Report, AFailureRunAgainSuccessfullyIsNotListed) {
   using testing::write_file;
   TempDir dir;
   const std::string path = dir.file("retried.jsonl");
-  write_file(path,
-             R"({"sweep_point": {"framework": "pytorch", "model": "resnet50", "precision": "fp32", "gpus": 1, )"
-             R"("batch_size": 256, "launcher": "torchrun"}, "status": "failed", "error": "timed out after 60 s"})"
-             "\n"
-             R"({"sweep_point": {"model": "resnet50", "precision": "fp16", "gpus": 1, "batch_size": 256, )"
-             R"("launcher": "threads"}, "status": "failed", "error": "still broken"})"
-             "\n"
-             R"({"sweep_point": {"framework": "pytorch", "model": "resnet50", "precision": "fp32", "gpus": 1, )"
-             R"("batch_size": 256, "launcher": "torchrun"}, "status": "ok", "result": {"framework": "pytorch", )"
-             R"("model": "resnet50", "precision": "fp32", "images_per_second": 1000.0}})"
-             "\n");
+  write_file(
+      path,
+      R"({"sweep_point": {"framework": "pytorch", "model": "resnet50", "precision": "fp32", "gpus": 1, )"
+      R"("batch_size": 256, "launcher": "torchrun"}, "status": "failed", "error": "timed out after 60 s"})"
+      "\n"
+      R"({"sweep_point": {"model": "resnet50", "precision": "fp16", "gpus": 1, "batch_size": 256, )"
+      R"("launcher": "threads"}, "status": "failed", "error": "still broken"})"
+      "\n"
+      R"({"sweep_point": {"framework": "pytorch", "model": "resnet50", "precision": "fp32", "gpus": 1, )"
+      R"("batch_size": 256, "launcher": "torchrun"}, "status": "ok", "result": {"framework": "pytorch", )"
+      R"("model": "resnet50", "precision": "fp32", "images_per_second": 1000.0}})"
+      "\n");
   const ReportInput input = read_report_input({path});
   ASSERT_EQ(input.failed.size(), 1u);
   EXPECT_CONTAINS(input.failed[0], "still broken");

@@ -99,7 +99,6 @@ TEST(SweepCli, BadGridsAreOneLine) {
   }
 }
 
-
 TEST(SweepCli, BatchSizeMaxOnTheCpuIsAFailedPointWithItsReason) {
   const auto dir = temp_dir("sweep_max");
   const std::string results = (dir / "points.jsonl").string();
@@ -117,16 +116,19 @@ TEST(SweepCli, BatchSizeMaxOnTheCpuIsAFailedPointWithItsReason) {
 // --json asks (as a peer does) or, for the JAX script, says JAX is missing with exit status 3.
 std::string fake_python(const std::filesystem::path& dir) {
   const std::string path = (dir / "fake-python").string();
-  write_file(path, "#!/bin/sh\n"
-                   "echo \"$*\" >> " + (dir / "argv.txt").string() + "\n"
-                   "case \"$*\" in *jax/train.py*) echo 'jax peer: JAX is not installed (no module jax)' >&2; "
-                   "exit 3;; esac\n"
-                   "json=''; model=''; precision=''; prev=''\n"
-                   "for a in \"$@\"; do case \"$prev\" in --json) json=$a;; --model) model=$a;; "
-                   "--precision) precision=$a;; esac; prev=$a; done\n"
-                   "printf '{\"framework\": \"pytorch\", \"model\": \"%s\", \"precision\": \"%s\", "
-                   "\"images_per_second\": 100.0, \"ranks\": 1, \"batch_size\": 8}' \"$model\" \"$precision\" "
-                   "> \"$json\"\n");
+  write_file(path,
+             "#!/bin/sh\n"
+             "echo \"$*\" >> " +
+                 (dir / "argv.txt").string() +
+                 "\n"
+                 "case \"$*\" in *jax/train.py*) echo 'jax peer: JAX is not installed (no module jax)' >&2; "
+                 "exit 3;; esac\n"
+                 "json=''; model=''; precision=''; prev=''\n"
+                 "for a in \"$@\"; do case \"$prev\" in --json) json=$a;; --model) model=$a;; "
+                 "--precision) precision=$a;; esac; prev=$a; done\n"
+                 "printf '{\"framework\": \"pytorch\", \"model\": \"%s\", \"precision\": \"%s\", "
+                 "\"images_per_second\": 100.0, \"ranks\": 1, \"batch_size\": 8}' \"$model\" \"$precision\" "
+                 "> \"$json\"\n");
   std::filesystem::permissions(path, std::filesystem::perms::owner_all);
   return path;
 }
@@ -135,17 +137,19 @@ TEST(CompareCli, RunsEachPeerWithItsBestFlagsAndRecordsAMissingOne) {
   const auto dir = temp_dir("compare");
   const std::string results = (dir / "points.jsonl").string();
   const std::string python = fake_python(dir);
-  const std::string args = "compare --device cuda --models resnet50 --precisions fp16 --gpus 1,2 --batch-sizes 8 "
-                           "--steps 3 --warmup-steps 1 --frameworks pytorch,pytorch-compiled,jax --python " +
-                           python + " --peers " + DLBENCH_SOURCE_DIR + "/peers --results " + results;
+  const std::string args =
+      "compare --device cuda --models resnet50 --precisions fp16 --gpus 1,2 --batch-sizes 8 "
+      "--steps 3 --warmup-steps 1 --frameworks pytorch,pytorch-compiled,jax --python " +
+      python + " --peers " + DLBENCH_SOURCE_DIR + "/peers --results " + results;
   CommandResult r = run_dlbench(args);
   ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
   EXPECT_CONTAINS(r.out, "not installed here: jax (jax peer: JAX is not installed (no module jax))");
 
   const std::string argv = read_text((dir / "argv.txt").string());
   // One GPU: the script itself; two: under torchrun. Channels-last always, --compile for the compiled peer.
-  EXPECT_CONTAINS(argv, "/peers/pytorch/train.py --model resnet50 --precision fp16 --batch-size 8 --steps 3 "
-                        "--warmup-steps 1 --device cuda --json");
+  EXPECT_CONTAINS(argv,
+                  "/peers/pytorch/train.py --model resnet50 --precision fp16 --batch-size 8 --steps 3 "
+                  "--warmup-steps 1 --device cuda --json");
   EXPECT_CONTAINS(argv, "-m torch.distributed.run --standalone --nproc_per_node 2 ");
   EXPECT_CONTAINS(argv, "--channels-last --compile");
   std::vector<nlohmann::json> lines = read_lines(results);
@@ -179,8 +183,9 @@ TEST(StudyCli, RunsDlbenchAndThePeersThenWritesTheReport) {
   const std::string results = (dir / "study.jsonl").string();
   CommandResult r = run_dlbench(
       "study --device cpu --models resnet20 --precisions fp32 --gpus 1 --batch-sizes 8 --steps 2 "
-      "--warmup-steps 1 --frameworks pytorch,jax --python " + fake_python(dir) + " --peers " +
-      DLBENCH_SOURCE_DIR + "/peers --results " + results + " -o " + (dir / "report").string());
+      "--warmup-steps 1 --frameworks pytorch,jax --python " +
+      fake_python(dir) + " --peers " + DLBENCH_SOURCE_DIR + "/peers --results " + results + " -o " +
+      (dir / "report").string());
   ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
   EXPECT_CONTAINS(r.out, "socket(s)");  // the system table first
   std::vector<nlohmann::json> lines = read_lines(results);
