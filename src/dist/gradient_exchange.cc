@@ -23,7 +23,6 @@ std::vector<GradientBucket> plan_gradient_buckets(const MemoryPlan& memory, size
                                ? dtype_size(memory.compute_dtype())
                                : dtype_size(memory.master_dtype());
     // Backward writes the last parameters first: walk from the end, cutting whenever a bucket is full.
-    GradientBucket bucket{compute_region, 0, 0, 0};
     int64_t bucket_end = end;
     int min_layer = INT32_MAX;
     for (auto it = params.rbegin(); it != params.rend(); ++it) {
