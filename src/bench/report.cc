@@ -12,6 +12,7 @@
 #include <set>
 #include <sstream>
 
+#include "bench/measure.h"
 #include "bench/report_figures.h"
 #include "bench/report_html.h"
 #include "bench/system_info.h"
@@ -72,6 +73,20 @@ std::optional<std::string> to_point(const nlohmann::json& r, const std::string& 
     p.jitter = number_at(d, "jitter");
   }
   p.step_times_ms = numbers_at(r, "step_times_ms", /*keep_positions=*/false);
+  // Statistics a result does not state (the peers give no confidence interval or jitter) come from its
+  // step times, with the same functions dlbench's own results use.
+  if (p.step_times_ms.size() >= 2) {
+    const Distribution d = summarize(p.step_times_ms);
+    auto fill = [](std::optional<double>& field, double value) {
+      if (!field) field = value;
+    };
+    fill(p.step_median_ms, d.median);
+    fill(p.step_mean_ms, d.mean);
+    fill(p.step_ci95_ms, d.ci95);
+    fill(p.step_p5_ms, d.p5);
+    fill(p.step_p95_ms, d.p95);
+    fill(p.jitter, d.jitter);
+  }
   p.losses = numbers_at(r, "losses", /*keep_positions=*/true);
   p.peak_memory_bytes = number_at(r, "peak_memory_bytes");
   p.energy_joules_per_image = number_at(r, "energy_joules_per_image");

@@ -118,6 +118,25 @@ TEST(Report, AFailureRunAgainSuccessfullyIsNotListed) {
   EXPECT_CONTAINS(report_markdown(input), "1 more point(s) failed once and succeeded when run again");
 }
 
+TEST(Report, StatisticsAResultDoesNotStateComeFromItsStepTimes) {
+  testing::TempDir dir;
+  const std::string path = dir.file("peer.json");
+  // A peer's result: median, p5 and p95 given, no confidence interval and no jitter.
+  testing::write_file(path,
+                      R"({"framework": "pytorch", "model": "resnet50", "precision": "fp16", )"
+                      R"("images_per_second": 5000.0, "step_ms": {"median": 13.5, "p5": 10.3, "p95": 15.7}, )"
+                      R"("step_times_ms": [10, 12, 14, 16]})");
+  const ReportInput input = read_report_input({path});
+  ASSERT_EQ(input.points.size(), 1u);
+  const ReportPoint& p = input.points[0];
+  EXPECT_EQ(*p.step_median_ms, 13.5);  // stated: kept
+  // Mean 13, sample standard deviation sqrt(20/3) = 2.582; the 95% CI half-width t(0.975, 3) = 3.182 x
+  // 2.582 / sqrt(4) = 4.108; jitter 2.582 / 13 = 0.1986.
+  EXPECT_NEAR(*p.step_mean_ms, 13.0, 1e-9);
+  EXPECT_NEAR(*p.step_ci95_ms, 4.108, 2e-3);
+  EXPECT_NEAR(*p.jitter, 0.1986, 1e-4);
+}
+
 TEST(Report, StepTimesLossesAndEnergyAreRead) {
   const ReportInput input = read_report_input({kFixtures + "fixtures/study_small.jsonl"});
   size_t with_steps = 0, with_losses = 0, with_energy = 0, compiled = 0;
