@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The GPU half of the test suite, for a machine with a GPU (CI has none): the CUDA backend's op tests,
 # the kernels' tests, one ResNet-50 step against oneDNN, compute-sanitizer on a short ResNet-50 run, and
-# resnet20 on Fashion-MNIST to >= 90% test accuracy in fp32 and fp16. Runs binaries built elsewhere.
+# resnet20 on Fashion-MNIST to >= 90% test accuracy in fp32 and fp16, `--batch-size max` resolving to a
+# batch that runs, and the energy of the timed window read from NVML. Runs binaries built elsewhere.
 #
 # Environment: BIN (folder with dlbench and the test binaries; default build), DATA (Fashion-MNIST
 # folder; default /usr/share/datasets/fashion-mnist), LOGS (where logs go; default a temporary folder).
@@ -32,5 +33,16 @@ for p in fp32 fp16; do
     "import json,sys; a=json.load(open('$LOGS/fmnist_$p.json'))['test_accuracy']; print(a); sys.exit(a < 0.90)"
   echo "  $p: $(tail -1 "$LOGS/fmnist_resnet20_$p.log")"
 done
+# --batch-size max: a multiple of 8 at most the largest batch the plan fits, and the run at it succeeds;
+# the result carries the window's energy where the driver has NVML's counter.
+check batch_max_resnet50_fp16 "$BIN/dlbench" bench --device cuda --model resnet50 --precision fp16 \
+  --batch-size max --steps 3 --warmup-steps 2 --json "$LOGS/batch_max.json"
+check batch_max_is_resolved_and_energy_read python3 -c "
+import json, sys
+r = json.load(open('$LOGS/batch_max.json'))
+b, largest = r['batch_size'], r['largest_batch']
+print('batch', b, 'largest', largest, 'J/img', r.get('energy_joules_per_image'))
+sys.exit(not (r['config'].get('batch_size_max') and b % 8 == 0 and 0 < b <= largest
+              and (r.get('energy_joules_per_image') or 0) > 0))"
 echo "$failures failed"
 exit $((failures > 0))
