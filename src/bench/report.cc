@@ -512,6 +512,35 @@ std::string report_section_id(const std::string& kind, const std::string& model)
   return id;
 }
 
+// The points one framework measured and another, which ran the same model, did not: a peer stopped by a
+// time limit leaves no line, and a reader comparing the tables should know what is absent rather than
+// infer it from a dash.
+std::vector<std::string> unmeasured_points(const ReportAxes& axes, const Best& best) {
+  std::vector<std::string> items;
+  for (const std::string& model : axes.models) {
+    std::set<std::pair<std::string, int>> measured;  // (precision, GPUs) by any framework
+    std::set<std::string> ran_model;
+    for (const auto& [key, point] : best)
+      if (std::get<1>(key) == model) {
+        measured.insert({std::get<2>(key), std::get<3>(key)});
+        ran_model.insert(std::get<0>(key));
+      }
+    for (const std::string& f : axes.frameworks) {
+      if (!ran_model.count(f)) continue;
+      for (const std::string& precision : axes.precisions) {
+        std::vector<std::string> gpus;
+        for (int g : axes.gpu_counts)
+          if (measured.count({precision, g}) && !find(best, f, model, precision, g))
+            gpus.push_back(std::to_string(g));
+        if (!gpus.empty())
+          items.push_back(fmt::format("{} {} {} on {} GPU(s): not measured (another framework was)", f,
+                                      model, precision, fmt::join(gpus, ", ")));
+      }
+    }
+  }
+  return items;
+}
+
 ReportDocument report_document(const ReportInput& in) {
   ReportDocument doc;
   doc.title = "dlbench report";
@@ -533,9 +562,11 @@ ReportDocument report_document(const ReportInput& in) {
   doc.sections.push_back(memory_energy_section(sorted));
   if (std::any_of(sorted.begin(), sorted.end(), [](const ReportPoint* p) { return !p->losses.empty(); }))
     doc.sections.push_back(loss_section(sorted));
-  if (!in.failed.empty() || in.failed_then_ok > 0) {
+  const std::vector<std::string> unmeasured = unmeasured_points(axes, best);
+  if (!in.failed.empty() || in.failed_then_ok > 0 || !unmeasured.empty()) {
     ReportSection failed = section(report_section_id("failed"), "Points that failed or did not run");
     failed.items = in.failed;
+    failed.items.insert(failed.items.end(), unmeasured.begin(), unmeasured.end());
     if (in.failed_then_ok > 0)
       failed.closing.push_back(
           fmt::format("{} more point(s) failed once and succeeded when run again; the "

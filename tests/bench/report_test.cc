@@ -59,6 +59,9 @@ TEST(Report, TablesHoldTheNumbersOfThePoints) {
   EXPECT_NE(markdown.find("| dlbench | resnet50 | fp16 | 1 | 256 | 7,000 | 11.2 | 0.086 |"),
             std::string::npos);
   EXPECT_NE(markdown.find("| dlbench | resnet50 | fp32 | 1 | 256 | 1,000 | 21.5 | — |"), std::string::npos);
+  // A point another framework measured and this one did not is named.
+  EXPECT_NE(markdown.find("- pytorch resnet50 fp32 on 2 GPU(s): not measured (another framework was)"),
+            std::string::npos);
   // The training run's losses, and the peer that is not installed.
   EXPECT_NE(markdown.find("| dlbench | resnet20 | fp32 | 1 | 128 | 30 | 2.3412 | 0.7260 | 0.7260 |"),
             std::string::npos);
