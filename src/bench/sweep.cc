@@ -134,6 +134,7 @@ std::vector<std::string> point_command(const SweepOptions& o, const Point& p, co
 
 // How many points of `o` failed (recorded in the results file); unavailable peers are not failures.
 struct SweepTally {
+  bool interrupted = false;  // stopped by a signal: points were left
   size_t run = 0;
   int failed = 0, skipped = 0, unavailable = 0;
   std::string unavailable_reason;
@@ -170,7 +171,8 @@ SweepTally sweep_points(const SweepOptions& o) {
   const auto recorded = read_sweep_points(o.results);
   auto already = [&](const nlohmann::json& key) {
     for (const auto& [point, status] : recorded)
-      if (point == key && (status == "ok" || !o.retry_failed)) return true;
+      // An interrupted point always runs again; a failed one only when asked.
+      if (point == key && (status == "ok" || (status != "interrupted" && !o.retry_failed))) return true;
     return false;
   };
 
@@ -196,8 +198,11 @@ SweepTally sweep_points(const SweepOptions& o) {
   const std::string device =
       o.device != "auto" || !peer ? o.device : (cuda_backend_available() ? "cuda" : "cpu");
   const nlohmann::json system = system_info();
+  // Stopped by `timeout` or Ctrl-C: the running point's processes are killed and the point recorded as
+  // interrupted (run again on the next start), instead of vanishing with the sweep.
+  stop_on_termination_signals();
   double spent = 0;
-  for (size_t i = 0; i < todo.size(); ++i) {
+  for (size_t i = 0; i < todo.size() && !stop_requested(); ++i) {
     const Point& p = todo[i];
     const std::string name =
         fmt::format("{}-{}-{}-{}gpu-b{}-{}", o.framework, p.model, p.precision, p.gpus, p.batch, o.launcher);
@@ -239,7 +244,13 @@ SweepTally sweep_points(const SweepOptions& o) {
       std::ifstream in(json_path);
       result = nlohmann::json::parse(in, nullptr, /*allow_exceptions=*/false);
     }
-    if (outcome.exit_code == 0 && result.is_object()) {
+    if (outcome.stopped) {
+      line["status"] = "interrupted";
+      line["error"] = fmt::format("the sweep was stopped {:.0f} s into this point", outcome.seconds);
+      line["system"] = system;
+      tally.interrupted = true;
+      std::printf("%s:   interrupted: the sweep was asked to stop\n", who);
+    } else if (outcome.exit_code == 0 && result.is_object()) {
       line["status"] = "ok";
       line["result"] = result;
       std::printf("%s:   %.1f img/s\n", who, result.value("images_per_second", 0.0));
@@ -312,8 +323,17 @@ std::vector<std::pair<nlohmann::json, std::string>> read_sweep_points(const std:
   return points;
 }
 
+// After a signal asked the sweep to stop: one line, exit status 1, the rest left for the next start.
+void require_not_stopped(const std::string& results) {
+  DLB_REQUIRE(!stop_requested(),
+              "stopped by a signal; the points not run (and the one interrupted) run when the same command "
+              "is started again with {}",
+              results);
+}
+
 void run_sweep(const SweepOptions& o) {
   const SweepTally tally = sweep_points(o);
+  require_not_stopped(o.results);
   DLB_REQUIRE(tally.failed == 0,
               "sweep: {} of {} points failed (recorded in {}; --retry-failed runs them again)", tally.failed,
               tally.run, o.results);
@@ -327,6 +347,7 @@ void run_compare(const SweepOptions& o, const std::vector<std::string>& framewor
   size_t run = 0;
   std::vector<std::string> missing;
   for (const std::string& f : frameworks) {
+    require_not_stopped(o.results);
     SweepOptions peer = o;
     peer.framework = f;
     const SweepTally tally = sweep_points(peer);
@@ -334,6 +355,7 @@ void run_compare(const SweepOptions& o, const std::vector<std::string>& framewor
     run += tally.run;
     if (!tally.unavailable_reason.empty()) missing.push_back(f + " (" + tally.unavailable_reason + ")");
   }
+  require_not_stopped(o.results);
   for (const std::string& m : missing) std::printf("compare: not installed here: %s\n", m.c_str());
   DLB_REQUIRE(failed == 0, "compare: {} of {} points failed (recorded in {}; --retry-failed runs them again)",
               failed, run, o.results);
@@ -344,10 +366,14 @@ void run_study(const StudyOptions& s) {
   std::printf("%s\n", system_table(system).c_str());
   std::fflush(stdout);
   int failed = 0;
+  // Each part runs unless a signal asked the study to stop; the report is written of what was measured.
+  auto part = [&](const SweepOptions& grid) {
+    if (!stop_requested()) failed += sweep_points(grid).failed;
+  };
   SweepOptions threads = s.grid;
   threads.framework = "dlbench";
   threads.launcher = "threads";
-  failed += sweep_points(threads).failed;
+  part(threads);
   // One process per GPU as well, where several GPUs are asked for and an MPI launcher is found.
   const bool several = std::any_of(s.grid.gpus.begin(), s.grid.gpus.end(), [](int g) { return g > 1; });
   const bool have_mpirun =
@@ -359,7 +385,7 @@ void run_study(const StudyOptions& s) {
     mpi.gpus.clear();
     for (int g : s.grid.gpus)
       if (g > 1) mpi.gpus.push_back(g);
-    failed += sweep_points(mpi).failed;
+    part(mpi);
   } else if (several) {
     std::printf("study: no %s found; the one-process-per-GPU points are not run\n", s.grid.mpirun.c_str());
   }
@@ -367,9 +393,10 @@ void run_study(const StudyOptions& s) {
     SweepOptions peer = s.grid;
     peer.framework = f;
     peer.launcher = "torchrun";
-    failed += sweep_points(peer).failed;
+    part(peer);
   }
   run_report({s.grid.results}, s.report_dir);
+  require_not_stopped(s.grid.results);
   DLB_REQUIRE(failed == 0, "study: {} points failed (recorded in {} and listed in the report)", failed,
               s.grid.results);
 }

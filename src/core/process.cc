@@ -9,12 +9,29 @@
 
 #include <cerrno>
 #include <chrono>
+#include <csignal>
 #include <cstdlib>
 #include <cstring>
 
 #include "core/status.h"
 
 namespace dlbench {
+
+namespace {
+volatile std::sig_atomic_t stop_flag = 0;
+void on_termination_signal(int) { stop_flag = 1; }
+}  // namespace
+
+void request_stop() { stop_flag = 1; }
+bool stop_requested() { return stop_flag != 0; }
+
+void stop_on_termination_signals() {
+  struct sigaction action {};
+  action.sa_handler = on_termination_signal;
+  sigemptyset(&action.sa_mask);
+  ::sigaction(SIGTERM, &action, nullptr);
+  ::sigaction(SIGINT, &action, nullptr);
+}
 
 std::optional<std::string> find_program(const std::string& program) {
   auto runnable = [](const std::string& path) {
@@ -95,8 +112,12 @@ ProcessResult run_process(const std::vector<std::string>& argv, const ProcessOpt
     }
     // A helper the program left behind may hold the pipes open: stop reading shortly after it exits.
     if (exited_at && (open_pipes == 0 || Clock::now() - *exited_at > std::chrono::milliseconds(500))) break;
-    if (!exited_at && !result.timed_out && Clock::now() > deadline) {
+    if (!exited_at && !result.timed_out && !result.stopped && Clock::now() > deadline) {
       result.timed_out = true;
+      ::kill(-pid, SIGKILL);
+    }
+    if (!exited_at && !result.timed_out && !result.stopped && stop_requested()) {
+      result.stopped = true;
       ::kill(-pid, SIGKILL);
     }
     // poll() with no open descriptor just waits: the log-file case checks the child every 50 ms.
@@ -120,7 +141,7 @@ ProcessResult run_process(const std::vector<std::string>& argv, const ProcessOpt
   int status = 0;
   ::waitpid(pid, &status, 0);
   result.seconds = std::chrono::duration<double>(Clock::now() - start).count();
-  result.exit_code = WIFEXITED(status) && !result.timed_out ? WEXITSTATUS(status) : -1;
+  result.exit_code = WIFEXITED(status) && !result.timed_out && !result.stopped ? WEXITSTATUS(status) : -1;
   return result;
 }
 

@@ -1,6 +1,8 @@
 // `dlbench sweep`: points appended as JSON lines, a restarted sweep runs only the missing points, a failed
 // point is recorded with its error while the others go on, malformed lines are named and skipped.
 #include <gtest/gtest.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include <filesystem>
 #include <fstream>
@@ -168,6 +170,44 @@ TEST(CompareCli, RunsEachPeerWithItsBestFlagsAndRecordsAMissingOne) {
   r = run_dlbench(args);
   ASSERT_EQ(r.exit_code, 0) << r.err;
   EXPECT_EQ(count_lines(read_text((dir / "argv.txt").string())), 5);
+  std::filesystem::remove_all(dir);
+}
+
+TEST(CompareCli, AStoppedSweepRecordsThePointItWasRunningAndRunsItOnTheNextStart) {
+  const auto dir = temp_dir("compare_stopped");
+  const std::string results = (dir / "points.jsonl").string();
+  const std::string marker = (dir / "finished").string();
+  // A peer that takes 5 s, then leaves a mark: the stop must kill it before that.
+  const std::string slow = (dir / "slow-python").string();
+  write_file(slow, "#!/bin/sh\nsleep 5\ntouch " + marker + "\n");
+  std::filesystem::permissions(slow, std::filesystem::perms::owner_all);
+  const std::string grid =
+      " --device cuda --models resnet50 --precisions fp16,bf16 --batch-sizes 8 --steps 3 "
+      "--warmup-steps 1 --frameworks pytorch --peers " +
+      std::string(DLBENCH_SOURCE_DIR) + "/peers --results " + results;
+  // `timeout` sends SIGTERM after 2 s; --preserve-status gives dlbench's own exit status.
+  const std::string command = "timeout -s TERM --preserve-status 2 " + std::string(DLBENCH_BINARY) +
+                              " compare --python " + slow + grid + " >/dev/null 2>" + (dir / "err").string();
+  const int status = std::system(command.c_str());
+  ASSERT_TRUE(WIFEXITED(status));
+  EXPECT_EQ(WEXITSTATUS(status), 1);
+  const std::string err = read_text((dir / "err").string());
+  EXPECT_EQ(count_lines(err), 1) << err;
+  EXPECT_CONTAINS(err, "stopped by a signal");
+  std::vector<nlohmann::json> lines = read_lines(results);
+  ASSERT_EQ(lines.size(), 1u);  // the point that ran; the second never started
+  EXPECT_EQ(lines[0]["status"], "interrupted");
+  ::sleep(5);
+  EXPECT_FALSE(std::filesystem::exists(marker)) << "the stopped point's process was left running";
+
+  // Started again (with a peer that works): the interrupted point and the one not reached both run.
+  CommandResult r = run_dlbench("compare --python " + fake_python(dir) + grid);
+  ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
+  EXPECT_CONTAINS(r.out, "2 points to run, 0 already");
+  lines = read_lines(results);
+  ASSERT_EQ(lines.size(), 3u);
+  EXPECT_EQ(lines[1]["status"], "ok");
+  EXPECT_EQ(lines[2]["status"], "ok");
   std::filesystem::remove_all(dir);
 }
 
