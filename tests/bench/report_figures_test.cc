@@ -458,13 +458,10 @@ void add_point(ReportInput& in, const char* precision, int gpus, const char* lau
 
 TEST(ReportFigurePlan, DlbenchLaunchersAreSeparateBarsWithTheirSpeedups) {
   ReportInput in;
-  auto point = [&](int gpus, const char* launcher, double rate) {
-    add_point(in, "fp16", gpus, launcher, rate);
-  };
-  point(1, "local", 1000);
-  point(2, "threads", 1950);
-  point(2, "mpi", 1900);
-  point(4, "mpi", 3600);
+  add_point(in, "fp16", 1, "local", 1000);
+  add_point(in, "fp16", 2, "threads", 1950);
+  add_point(in, "fp16", 2, "mpi", 1900);
+  add_point(in, "fp16", 4, "mpi", 3600);
   const std::vector<ReportFigure> figures = plan_figures(in);
   ASSERT_GE(figures.size(), 2u);
   EXPECT_EQ(figures[0].name, "throughput_resnet50_fp16");
@@ -486,12 +483,9 @@ TEST(ReportFigurePlan, DlbenchLaunchersAreSeparateBarsWithTheirSpeedups) {
 // runs only the multi-GPU points, so the mpi bars take their speedup from the threads' one-GPU point.
 TEST(ReportFigurePlan, ALauncherWithoutItsOwnOneGpuPointUsesTheFrameworksBest) {
   ReportInput in;
-  auto point = [&](int gpus, const char* launcher, double rate) {
-    add_point(in, "fp32", gpus, launcher, rate);
-  };
-  point(1, "nccl-threads", 1000);
-  point(2, "nccl-threads", 2000);
-  point(2, "mpi-nccl", 1990);
+  add_point(in, "fp32", 1, "nccl-threads", 1000);
+  add_point(in, "fp32", 2, "nccl-threads", 2000);
+  add_point(in, "fp32", 2, "mpi-nccl", 1990);
   const std::vector<ReportFigure> figures = plan_figures(in);
   ASSERT_GE(figures.size(), 2u);
   const std::string& bars = figures[0].data;
