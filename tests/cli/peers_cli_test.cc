@@ -1,0 +1,107 @@
+// The peers under dlbench's protocol, where their framework is installed (PyTorch on the CPU here; the
+// tests skip, saying why, where it is not): the result's fields, one line and exit 2 for a bad flag,
+// exit 3 when the framework is missing, and `dlbench compare` running the real PyTorch peer.
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <string>
+
+#include "cli_util.h"
+#include "temp_dir.h"
+
+namespace dlbench::testing {
+namespace {
+
+const std::string kPeers = std::string(DLBENCH_SOURCE_DIR) + "/peers";
+
+// Runs a shell command with a time limit; exit status, stdout, stderr.
+CommandResult shell(const std::string& command, const std::filesystem::path& dir) {
+  const std::string out = (dir / "out").string(), err = (dir / "err").string();
+  const int status = std::system(("timeout 300 " + command + " </dev/null >" + out + " 2>" + err).c_str());
+  CommandResult r;
+  r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  r.out = read_text(out);
+  r.err = read_text(err);
+  return r;
+}
+
+// The first interpreter that imports `modules`: python3 on PATH, then Debian's.
+std::optional<std::string> python_with(const std::string& modules) {
+  for (const std::string python : {"python3", "/usr/bin/python3"})
+    if (std::system((python + " -c 'import " + modules + "' >/dev/null 2>&1").c_str()) == 0) return python;
+  return std::nullopt;
+}
+
+TEST(PyTorchPeer, WritesTheProtocolsFieldsOnTheCpu) {
+  const auto python = python_with("torch, torchvision");
+  if (!python) GTEST_SKIP() << "no python3 with torch and torchvision: the PyTorch peer is not run";
+  const auto dir = temp_dir("peer_pytorch");
+  const std::string json = (dir / "r.json").string();
+  CommandResult r = shell(*python + " " + kPeers + "/pytorch/train.py --model resnet20 --batch-size 16 " +
+                              "--steps 3 --warmup-steps 1 --threads 2 --json " + json,
+                          dir);
+  ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
+  const nlohmann::json j = nlohmann::json::parse(read_text(json));
+  EXPECT_EQ(j["framework"], "pytorch");
+  EXPECT_EQ(j["model"], "resnet20");
+  EXPECT_EQ(j["batch_size"], 16);
+  EXPECT_EQ(j["step_times_ms"].size(), 3u);
+  EXPECT_GT(j["images_per_second"].get<double>(), 0);
+  EXPECT_GT(j["step_ms"]["median"].get<double>(), 0);
+  EXPECT_TRUE(j["energy_joules_per_image"].is_null());  // no GPU counter on the CPU
+  std::filesystem::remove_all(dir);
+}
+
+TEST(PyTorchPeer, BadFlagsAreOneLineAndExitTwo) {
+  const auto python = python_with("torch, torchvision");
+  if (!python) GTEST_SKIP() << "no python3 with torch and torchvision: the PyTorch peer is not run";
+  const auto dir = temp_dir("peer_pytorch_bad");
+  for (const std::string flags : {"--batch-size 0", "--batch-size max", "--model resnet9", "--steps -1"}) {
+    CommandResult r = shell(*python + " " + kPeers + "/pytorch/train.py " + flags, dir);
+    EXPECT_EQ(r.exit_code, 2) << flags << ": " << r.err;
+    EXPECT_EQ(count_lines(r.err), 1) << flags << ": " << r.err;
+  }
+  std::filesystem::remove_all(dir);
+}
+
+TEST(JaxPeer, WithoutJaxItSaysSoAndExitsThree) {
+  const auto python = python_with("sys");
+  if (!python) GTEST_SKIP() << "no python3 here: the JAX peer cannot be started";
+  if (python_with("jax")) GTEST_SKIP() << "JAX is installed here: the missing-JAX path is not taken";
+  const auto dir = temp_dir("peer_jax");
+  CommandResult r = shell(*python + " " + kPeers + "/jax/train.py --model resnet50", dir);
+  EXPECT_EQ(r.exit_code, 3) << r.err;
+  EXPECT_EQ(count_lines(r.err), 1) << r.err;
+  EXPECT_CONTAINS(r.err, "JAX is not installed");
+  std::filesystem::remove_all(dir);
+}
+
+TEST(CompareCli, RunsTheRealPyTorchPeerBesideDlbench) {
+  const auto python = python_with("torch, torchvision");
+  if (!python) GTEST_SKIP() << "no python3 with torch and torchvision: the PyTorch peer is not run";
+  const auto dir = temp_dir("compare_real");
+  const std::string results = (dir / "points.jsonl").string();
+  const std::string grid =
+      " --device cpu --models resnet20 --precisions fp32 --batch-sizes 16 --steps 2 "
+      "--warmup-steps 1 --results " +
+      results;
+  CommandResult r = run_dlbench("sweep" + grid);
+  ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
+  r = run_dlbench("compare --frameworks pytorch --python " + *python + " --peers " + kPeers + grid);
+  ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
+  r = run_dlbench("report " + results + " -o " + (dir / "report").string());
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const std::string markdown = read_text((dir / "report" / "report.md").string());
+  EXPECT_CONTAINS(markdown, "| dlbench | fp32 |");
+  EXPECT_CONTAINS(markdown, "| pytorch | fp32 |");
+  // The conclusion sets the two side by side, whichever is faster.
+  EXPECT_CONTAINS(markdown, "resnet20 fp32 on 1 GPU(s): ");
+  EXPECT_CONTAINS(markdown, "x as fast as ");
+  std::filesystem::remove_all(dir);
+}
+
+}  // namespace
+}  // namespace dlbench::testing
