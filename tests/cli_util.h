@@ -25,15 +25,15 @@ inline std::string read_text(const std::string& path) {
   return ss.str();
 }
 
-// Runs `dlbench ARGS` (args already shell-quoted) with stdin closed and a time limit.
-inline CommandResult run_dlbench(const std::string& args, int timeout_seconds = 600) {
+// Runs a shell command (already quoted) with stdin closed and a time limit.
+inline CommandResult run_shell(const std::string& command, int timeout_seconds = 600) {
   static int counter = 0;
   auto dir = std::filesystem::temp_directory_path() /
              ("dlbench_cli_" + std::to_string(::getpid()) + "_" + std::to_string(counter++));
   std::filesystem::create_directories(dir);
   std::string out = (dir / "out").string(), err = (dir / "err").string();
-  std::string cmd = "timeout " + std::to_string(timeout_seconds) + " " + DLBENCH_BINARY + " " + args +
-                    " </dev/null >" + out + " 2>" + err;
+  std::string cmd =
+      "timeout " + std::to_string(timeout_seconds) + " " + command + " </dev/null >" + out + " 2>" + err;
   int status = std::system(cmd.c_str());
   CommandResult r;
   r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
@@ -41,6 +41,11 @@ inline CommandResult run_dlbench(const std::string& args, int timeout_seconds = 
   r.err = read_text(err);
   std::filesystem::remove_all(dir);
   return r;
+}
+
+// Runs `dlbench ARGS` (args already shell-quoted).
+inline CommandResult run_dlbench(const std::string& args, int timeout_seconds = 600) {
+  return run_shell(std::string(DLBENCH_BINARY) + " " + args, timeout_seconds);
 }
 
 // A fresh temporary directory for a test's files.

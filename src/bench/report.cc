@@ -165,6 +165,15 @@ std::string ms(const std::optional<double>& v) { return v ? fmt::format("{:.2f}"
 using Key = std::tuple<std::string, std::string, std::string, int>;
 using Best = std::map<Key, const ReportPoint*>;
 
+Best best_points(const ReportInput& in) {
+  Best best;
+  for (const ReportPoint& p : in.points) {
+    const ReportPoint*& cell = best[{p.framework, p.model, p.precision, p.gpus}];
+    if (!cell || cell->images_per_second < p.images_per_second) cell = &p;
+  }
+  return best;
+}
+
 const ReportPoint* find(const Best& best, const std::string& f, const std::string& model,
                         const std::string& p, int gpus) {
   auto it = best.find({f, model, p, gpus});
@@ -533,8 +542,8 @@ std::vector<std::string> unmeasured_points(const ReportAxes& axes, const Best& b
           if (measured.count({precision, g}) && !find(best, f, model, precision, g))
             gpus.push_back(std::to_string(g));
         if (!gpus.empty())
-          items.push_back(fmt::format("{} {} {} on {} GPU(s): not measured (another framework was)", f,
-                                      model, precision, fmt::join(gpus, ", ")));
+          items.push_back(fmt::format("{} {} {} on {} GPU(s): not measured (another framework was)", f, model,
+                                      precision, fmt::join(gpus, ", ")));
       }
     }
   }
@@ -545,11 +554,7 @@ ReportDocument report_document(const ReportInput& in) {
   ReportDocument doc;
   doc.title = "dlbench report";
   const ReportAxes axes = report_axes(in);
-  Best best;
-  for (const ReportPoint& p : in.points) {
-    const ReportPoint*& cell = best[{p.framework, p.model, p.precision, p.gpus}];
-    if (!cell || cell->images_per_second < p.images_per_second) cell = &p;
-  }
+  const Best best = best_points(in);
   const std::vector<const ReportPoint*> sorted = report_points_sorted(in);
 
   doc.sections.push_back(system_section(in));
@@ -602,11 +607,7 @@ std::string report_markdown(const ReportDocument& doc) {
 std::string report_markdown(const ReportInput& input) { return report_markdown(report_document(input)); }
 
 std::string report_points_jsonl(const ReportInput& in) {
-  Best best;
-  for (const ReportPoint& p : in.points) {
-    const ReportPoint*& cell = best[{p.framework, p.model, p.precision, p.gpus}];
-    if (!cell || cell->images_per_second < p.images_per_second) cell = &p;
-  }
+  const Best best = best_points(in);
   const ReportAxes axes = report_axes(in);
   std::string out;
   for (const ReportPoint* p : report_points_sorted(in)) {

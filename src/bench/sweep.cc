@@ -82,6 +82,11 @@ std::string find_peers_dir(const std::string& given) {
 #endif
 }
 
+// A --batch-sizes entry that is a number of images (not "max"), short enough for stoll.
+bool is_batch_number(const std::string& text) {
+  return !text.empty() && text.size() < 10 && std::all_of(text.begin(), text.end(), ::isdigit);
+}
+
 bool is_peer(const std::string& framework) {
   const auto& peers = peer_frameworks();
   return std::find(peers.begin(), peers.end(), framework) != peers.end();
@@ -159,8 +164,7 @@ SweepTally sweep_points(const SweepOptions& o) {
                 "--precisions {}: choose among fp32, tf32, fp16, bf16", p);
   for (int g : o.gpus) DLB_REQUIRE(g >= 1, "--gpus {}: must be 1 or more", g);
   for (const std::string& b : o.batch_sizes) {
-    const bool number = !b.empty() && b.size() < 10 && std::all_of(b.begin(), b.end(), ::isdigit);
-    DLB_REQUIRE(b == "max" || (number && std::stoll(b) >= 1),
+    DLB_REQUIRE(b == "max" || (is_batch_number(b) && std::stoll(b) >= 1),
                 "--batch-sizes {}: give numbers of images per GPU, or max", b);
   }
 
@@ -290,7 +294,7 @@ const std::vector<std::string>& peer_frameworks() {
 nlohmann::json sweep_point_key(const std::string& framework, const std::string& model,
                                const std::string& precision, int gpus, const std::string& batch_size,
                                const std::string& launcher) {
-  const bool number = !batch_size.empty() && std::all_of(batch_size.begin(), batch_size.end(), ::isdigit);
+  const bool number = is_batch_number(batch_size);
   return {{"framework", framework},
           {"model", model},
           {"precision", precision},
@@ -376,8 +380,7 @@ void run_study(const StudyOptions& s) {
   part(threads);
   // One process per GPU as well, where several GPUs are asked for and an MPI launcher is found.
   const bool several = std::any_of(s.grid.gpus.begin(), s.grid.gpus.end(), [](int g) { return g > 1; });
-  const bool have_mpirun =
-      std::system(fmt::format("command -v {} >/dev/null 2>&1", s.grid.mpirun).c_str()) == 0;
+  const bool have_mpirun = find_program(s.grid.mpirun).has_value();
   if (several && have_mpirun) {
     SweepOptions mpi = threads;
     mpi.launcher = "mpi";

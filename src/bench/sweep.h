@@ -63,8 +63,8 @@ void run_sweep(const SweepOptions& options);
 void run_compare(const SweepOptions& options, const std::vector<std::string>& frameworks);
 
 struct StudyOptions {
-  SweepOptions grid;                     // results, models, precisions, GPU counts, batch sizes, steps
-  std::vector<std::string> frameworks;   // peers; default peer_frameworks()
+  SweepOptions grid;                    // results, models, precisions, GPU counts, batch sizes, steps
+  std::vector<std::string> frameworks;  // peers; default peer_frameworks()
   std::string report_dir = "study";
 };
 

@@ -26,11 +26,11 @@ struct RunConfig {
   RunKind kind = RunKind::bench;
   std::string model = "resnet50";
   // Unset (nullopt) fields take the device's default in resolve_config.
-  std::optional<int64_t> batch_size;    // per device
+  std::optional<int64_t> batch_size;  // per device
   // --batch-size max: the largest batch whose memory plan fits every rank's device, found before the
   // model is built (the original study's method). batch_size then holds only an anchor for the search.
   bool batch_size_max = false;
-  std::string batch_size_text;  // the flag as given: "" (device default), a number, or "max"
+  std::string batch_size_text;          // the flag as given: "" (device default), a number, or "max"
   std::optional<int64_t> epochs;        // train: passes over the training set (exclusive with steps)
   std::optional<int64_t> steps;         // train: total optimizer steps; bench: timed steps
   std::optional<int64_t> warmup_steps;  // steps run before the timed window

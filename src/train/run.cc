@@ -645,10 +645,11 @@ nlohmann::json bench_rank(const RunConfig& given, dist::Launch& launch, int slot
     }
   }
   s.backend->synchronize();
+  // The window ends when the device is done: reading the energy counter and the markers stays out of it.
+  window.set_wall_seconds(window_timer.seconds());
   const std::optional<double> energy_after = gpu_energy_joules(bus_id);
   for (size_t i = 1; i < markers.size(); ++i)
     window.add_step(s.backend->marker_ms(markers[i]) - s.backend->marker_ms(markers[i - 1]), images_per_step);
-  window.set_wall_seconds(window_timer.seconds());
   tracer.write();
   Distribution d = window.step_distribution();
 

@@ -17,17 +17,6 @@ namespace {
 
 const std::string kPeers = std::string(DLBENCH_SOURCE_DIR) + "/peers";
 
-// Runs a shell command with a time limit; exit status, stdout, stderr.
-CommandResult shell(const std::string& command, const std::filesystem::path& dir) {
-  const std::string out = (dir / "out").string(), err = (dir / "err").string();
-  const int status = std::system(("timeout 300 " + command + " </dev/null >" + out + " 2>" + err).c_str());
-  CommandResult r;
-  r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-  r.out = read_text(out);
-  r.err = read_text(err);
-  return r;
-}
-
 // The first interpreter that imports `modules`: python3 on PATH, then Debian's.
 std::optional<std::string> python_with(const std::string& modules) {
   for (const std::string python : {"python3", "/usr/bin/python3"})
@@ -40,9 +29,8 @@ TEST(PyTorchPeer, WritesTheProtocolsFieldsOnTheCpu) {
   if (!python) GTEST_SKIP() << "no python3 with torch and torchvision: the PyTorch peer is not run";
   const auto dir = temp_dir("peer_pytorch");
   const std::string json = (dir / "r.json").string();
-  CommandResult r = shell(*python + " " + kPeers + "/pytorch/train.py --model resnet20 --batch-size 16 " +
-                              "--steps 3 --warmup-steps 1 --threads 2 --json " + json,
-                          dir);
+  CommandResult r = run_shell(*python + " " + kPeers + "/pytorch/train.py --model resnet20 --batch-size 16 " +
+                              "--steps 3 --warmup-steps 1 --threads 2 --json " + json);
   ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
   const nlohmann::json j = nlohmann::json::parse(read_text(json));
   EXPECT_EQ(j["framework"], "pytorch");
@@ -58,25 +46,21 @@ TEST(PyTorchPeer, WritesTheProtocolsFieldsOnTheCpu) {
 TEST(PyTorchPeer, BadFlagsAreOneLineAndExitTwo) {
   const auto python = python_with("torch, torchvision");
   if (!python) GTEST_SKIP() << "no python3 with torch and torchvision: the PyTorch peer is not run";
-  const auto dir = temp_dir("peer_pytorch_bad");
   for (const std::string flags : {"--batch-size 0", "--batch-size max", "--model resnet9", "--steps -1"}) {
-    CommandResult r = shell(*python + " " + kPeers + "/pytorch/train.py " + flags, dir);
+    CommandResult r = run_shell(*python + " " + kPeers + "/pytorch/train.py " + flags);
     EXPECT_EQ(r.exit_code, 2) << flags << ": " << r.err;
     EXPECT_EQ(count_lines(r.err), 1) << flags << ": " << r.err;
   }
-  std::filesystem::remove_all(dir);
 }
 
 TEST(JaxPeer, WithoutJaxItSaysSoAndExitsThree) {
   const auto python = python_with("sys");
   if (!python) GTEST_SKIP() << "no python3 here: the JAX peer cannot be started";
   if (python_with("jax")) GTEST_SKIP() << "JAX is installed here: the missing-JAX path is not taken";
-  const auto dir = temp_dir("peer_jax");
-  CommandResult r = shell(*python + " " + kPeers + "/jax/train.py --model resnet50", dir);
+  CommandResult r = run_shell(*python + " " + kPeers + "/jax/train.py --model resnet50");
   EXPECT_EQ(r.exit_code, 3) << r.err;
   EXPECT_EQ(count_lines(r.err), 1) << r.err;
   EXPECT_CONTAINS(r.err, "JAX is not installed");
-  std::filesystem::remove_all(dir);
 }
 
 TEST(CompareCli, RunsTheRealPyTorchPeerBesideDlbench) {

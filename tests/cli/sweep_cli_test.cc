@@ -1,7 +1,6 @@
 // `dlbench sweep`: points appended as JSON lines, a restarted sweep runs only the missing points, a failed
 // point is recorded with its error while the others go on, malformed lines are named and skipped.
 #include <gtest/gtest.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <filesystem>
@@ -186,14 +185,11 @@ TEST(CompareCli, AStoppedSweepRecordsThePointItWasRunningAndRunsItOnTheNextStart
       "--warmup-steps 1 --frameworks pytorch --peers " +
       std::string(DLBENCH_SOURCE_DIR) + "/peers --results " + results;
   // `timeout` sends SIGTERM after 2 s; --preserve-status gives dlbench's own exit status.
-  const std::string command = "timeout -s TERM --preserve-status 2 " + std::string(DLBENCH_BINARY) +
-                              " compare --python " + slow + grid + " >/dev/null 2>" + (dir / "err").string();
-  const int status = std::system(command.c_str());
-  ASSERT_TRUE(WIFEXITED(status));
-  EXPECT_EQ(WEXITSTATUS(status), 1);
-  const std::string err = read_text((dir / "err").string());
-  EXPECT_EQ(count_lines(err), 1) << err;
-  EXPECT_CONTAINS(err, "stopped by a signal");
+  CommandResult stopped = run_shell("timeout -s TERM --preserve-status 2 " + std::string(DLBENCH_BINARY) +
+                                    " compare --python " + slow + grid);
+  EXPECT_EQ(stopped.exit_code, 1);
+  EXPECT_EQ(count_lines(stopped.err), 1) << stopped.err;
+  EXPECT_CONTAINS(stopped.err, "stopped by a signal");
   std::vector<nlohmann::json> lines = read_lines(results);
   ASSERT_EQ(lines.size(), 1u);  // the point that ran; the second never started
   EXPECT_EQ(lines[0]["status"], "interrupted");
