@@ -2,7 +2,8 @@
 # The GPU half of the test suite, for a machine with a GPU (CI has none): the CUDA backend's op tests,
 # the kernels' tests, one ResNet-50 step against oneDNN, compute-sanitizer on a short ResNet-50 run, and
 # resnet20 on Fashion-MNIST to >= 90% test accuracy in fp32 and fp16, `--batch-size max` resolving to a
-# batch that runs, and the energy of the timed window read from NVML. Runs binaries built elsewhere.
+# batch that runs, the energy of the timed window read from NVML, and two processes choosing the same
+# convolution algorithms. Runs binaries built elsewhere.
 #
 # Environment: BIN (folder with dlbench and the test binaries; default build), DATA (Fashion-MNIST
 # folder; default /usr/share/datasets/fashion-mnist), LOGS (where logs go; default a temporary folder).
@@ -44,5 +45,16 @@ b, largest = r['batch_size'], r['largest_batch']
 print('batch', b, 'largest', largest, 'J/img', r.get('energy_joules_per_image'))
 sys.exit(not (r['config'].get('batch_size_max') and b % 8 == 0 and 0 < b <= largest
               and (r.get('energy_joules_per_image') or 0) > 0))"
+# The algorithm search is repeatable: two processes of the same ResNet-50 fp16 run choose the same
+# algorithms (one algorithm_digest), so their speed does not depend on which one ran.
+for run in a b; do
+  check "digest_resnet50_fp16_$run" "$BIN/dlbench" bench --device cuda --model resnet50 --precision fp16 \
+    --steps 2 --warmup-steps 1 --json "$LOGS/digest_$run.json"
+done
+check same_algorithms_in_two_processes python3 -c "
+import json, sys
+a, b = (json.load(open('$LOGS/digest_%s.json' % r))['algorithm_digest'] for r in 'ab')
+print('digests', a, b)
+sys.exit(not (a and a == b))"
 echo "$failures failed"
 exit $((failures > 0))

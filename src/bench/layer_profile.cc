@@ -2,6 +2,9 @@
 
 #include <fmt/format.h>
 
+#include <cstdint>
+#include <regex>
+
 #include "core/timer.h"
 
 namespace dlbench {
@@ -65,6 +68,22 @@ nlohmann::json to_json(const std::vector<LayerTime>& times) {
                  {"plan", t.plan}});
   }
   return j;
+}
+
+std::string algorithm_digest(const Network& net) {
+  // The plans state their search times ("1.234 ms") and whether they came from the cache: neither is part
+  // of the choice.
+  static const std::regex timing(R"(, [0-9.]+ ms\))"), cached(R"( \[cached search\])");
+  uint64_t hash = 1469598103934665603ull;  // FNV-1a
+  bool any = false;
+  for (const auto& layer : net.layers()) {
+    const std::string plan =
+        std::regex_replace(std::regex_replace(layer->plan_summary(), timing, ")"), cached, "");
+    if (plan.empty()) continue;
+    any = true;
+    for (unsigned char c : plan + "\n") hash = (hash ^ c) * 1099511628211ull;
+  }
+  return any ? fmt::format("{:016x}", hash) : std::string();
 }
 
 }  // namespace dlbench

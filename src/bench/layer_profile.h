@@ -23,4 +23,9 @@ std::vector<LayerTime> profile_layers(Network& net, int iterations);
 std::string format_layer_profile(const std::vector<LayerTime>& times);
 nlohmann::json to_json(const std::vector<LayerTime>& times);
 
+// A short hex fingerprint of every layer's plan (the algorithms the backend chose, their timings left
+// out): two runs with the same fingerprint ran the same kernels, so a difference in their speed is not
+// the algorithm search's doing. Empty where no layer says how it runs (the CPU backends).
+std::string algorithm_digest(const Network& net);
+
 }  // namespace dlbench

@@ -15,6 +15,7 @@
 
 #include "bench/gpu_info.h"
 #include "core/file_io.h"
+#include "git_commit.h"  // generated at build time: DLBENCH_GIT_COMMIT
 #ifdef DLBENCH_WITH_CUDA
 #include "backend/cuda/cuda_backend.h"
 #endif

@@ -177,6 +177,7 @@ nlohmann::json run_comm_bench(const CommBenchOptions& o) {
   launch_options.device = device;
   launch_options.gpus = o.gpus;
   launch_options.timeout_seconds = o.timeout_seconds;
+  launch_options.nccl.max_ctas = o.nccl_max_ctas;
   auto launch = make_launch(launch_options);
 
   std::mutex mutex;
@@ -232,6 +233,7 @@ nlohmann::json run_comm_bench(const CommBenchOptions& o) {
                            {"iters", o.iters},
                            {"warmup", o.warmup},
                            {"timeout_seconds", o.timeout_seconds},
+                           {"nccl_max_ctas", o.nccl_max_ctas},
                            {"correct", wrong_rows == 0},
                            {"rows", json_rows},
                            {"date", iso_date_utc()},

@@ -27,6 +27,7 @@ struct CommBenchOptions {
   std::string launcher = "auto";    // auto | threads | mpi
   int gpus = 1;
   double timeout_seconds = 300;
+  int nccl_max_ctas = 0;  // 0: NCCL's choice
   std::string json_path;
 };
 

@@ -5,6 +5,7 @@
 
 #include "backend/backend.h"
 #include "dist/communicator.h"
+#include "dist/launch.h"
 
 namespace dlbench::dist {
 
@@ -19,7 +20,8 @@ std::unique_ptr<Communicator> make_mpi_communicator(double timeout_seconds);
 #if DLBENCH_WITH_MPI && DLBENCH_WITH_CUDA
 // One GPU per process under mpirun: NCCL (bootstrapped over MPI) for tensors on `backend`'s GPU, MPI for
 // the control plane. Collective.
-std::unique_ptr<Communicator> make_mpi_nccl_communicator(Backend& backend, double timeout_seconds);
+std::unique_ptr<Communicator> make_mpi_nccl_communicator(Backend& backend, double timeout_seconds,
+                                                         const NcclTuning& nccl);
 #endif
 
 }  // namespace dlbench::dist

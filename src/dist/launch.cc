@@ -37,7 +37,8 @@ class SingleLaunch final : public Launch {
 #if DLBENCH_WITH_MPI
 class MpiLaunch final : public Launch {
  public:
-  MpiLaunch(DeviceKind device, double timeout_seconds) : device_(device), timeout_seconds_(timeout_seconds) {
+  MpiLaunch(DeviceKind device, double timeout_seconds, const NcclTuning& nccl)
+      : device_(device), timeout_seconds_(timeout_seconds), nccl_(nccl) {
     if (device == DeviceKind::cuda) {
 #if DLBENCH_WITH_CUDA
       const int gpus = cuda_device_count();
@@ -57,7 +58,7 @@ class MpiLaunch final : public Launch {
   std::unique_ptr<Communicator> join(int slot, Backend& backend) override {
     DLB_CHECK(slot == 0, "local rank {} of 1", slot);
 #if DLBENCH_WITH_CUDA
-    if (device_ == DeviceKind::cuda) return make_mpi_nccl_communicator(backend, timeout_seconds_);
+    if (device_ == DeviceKind::cuda) return make_mpi_nccl_communicator(backend, timeout_seconds_, nccl_);
 #endif
     return make_mpi_communicator(timeout_seconds_);
   }
@@ -65,6 +66,7 @@ class MpiLaunch final : public Launch {
  private:
   DeviceKind device_;
   double timeout_seconds_;
+  NcclTuning nccl_;
   int gpu_ = 0;
 };
 #endif
@@ -72,7 +74,8 @@ class MpiLaunch final : public Launch {
 #if DLBENCH_WITH_CUDA
 class ThreadsLaunch final : public Launch {
  public:
-  ThreadsLaunch(int gpus, double timeout_seconds) : group_(gpus, timeout_seconds) {}
+  ThreadsLaunch(int gpus, double timeout_seconds, const NcclTuning& nccl)
+      : group_(gpus, timeout_seconds, nccl) {}
   std::string launcher() const override { return "threads"; }
   std::string communicator() const override { return "nccl-threads"; }
   int local_ranks() const override { return group_.size(); }
@@ -96,6 +99,8 @@ std::unique_ptr<Launch> make_launch(const LaunchOptions& options) {
   DLB_REQUIRE(options.timeout_seconds > 0, "--timeout {}: must be a positive number of seconds",
               options.timeout_seconds);
   DLB_REQUIRE(options.gpus >= 1, "--gpus {}: must be at least 1", options.gpus);
+  DLB_REQUIRE(options.nccl.max_ctas >= 0 && options.nccl.max_ctas <= 64,
+              "--nccl-max-ctas {}: must be 0 (NCCL's choice) to 64", options.nccl.max_ctas);
   const bool cuda = options.device == DeviceKind::cuda;
   const bool under_mpi = launched_by_mpi();
 #if !DLBENCH_WITH_CUDA
@@ -115,7 +120,7 @@ std::unique_ptr<Launch> make_launch(const LaunchOptions& options) {
         "--gpus {} under mpirun: ranks are processes there, one GPU each (mpirun -np {} ...); leave out "
         "--gpus or use --launcher threads without mpirun",
         options.gpus, options.gpus);
-    return std::make_unique<MpiLaunch>(options.device, options.timeout_seconds);
+    return std::make_unique<MpiLaunch>(options.device, options.timeout_seconds, options.nccl);
 #else
     throw_user_error("{}: this build has no MPI; rebuild with OpenMPI installed (-DDLBENCH_WITH_MPI=ON){}",
                      launcher == "mpi" ? "--launcher mpi" : "started by mpirun",
@@ -129,7 +134,7 @@ std::unique_ptr<Launch> make_launch(const LaunchOptions& options) {
   // --launcher threads with one GPU still runs NCCL (a one-rank group): the path of --gpus N, checkable on
   // a machine with one GPU.
   if (cuda && (options.gpus > 1 || launcher == "threads"))
-    return std::make_unique<ThreadsLaunch>(options.gpus, options.timeout_seconds);
+    return std::make_unique<ThreadsLaunch>(options.gpus, options.timeout_seconds, options.nccl);
 #endif
   return std::make_unique<SingleLaunch>(options.device);
 }

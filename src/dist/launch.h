@@ -28,11 +28,22 @@
 
 namespace dlbench::dist {
 
+// How the GPU communicators' collectives share the GPU with training (nccl-threads and mpi-nccl).
+struct NcclTuning {
+  // Thread blocks (NCCL channels) one collective may occupy; 0 = NCCL's choice. A collective running beside
+  // backward takes these SMs from it, and a rank that is ahead holds them while it waits for the others.
+  int max_ctas = 0;
+  // The collectives' stream outranks the compute stream: their blocks are scheduled before compute's, so a
+  // bucket's sum does not queue behind a large backward kernel.
+  bool high_priority = false;
+};
+
 struct LaunchOptions {
   std::string launcher = "auto";  // auto | threads | mpi
   DeviceKind device = DeviceKind::cpu;
   int gpus = 1;                  // threads: ranks (GPUs) this process runs
   double timeout_seconds = 300;  // a collective unfinished after this stops every rank
+  NcclTuning nccl;
 };
 
 class Launch {

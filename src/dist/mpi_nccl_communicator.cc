@@ -19,18 +19,18 @@ namespace {
 
 class MpiNcclCommunicator final : public Communicator {
  public:
-  MpiNcclCommunicator(Backend& backend, std::shared_ptr<ProgressTracker> progress)
+  MpiNcclCommunicator(Backend& backend, std::shared_ptr<ProgressTracker> progress, const NcclTuning& nccl)
       : Communicator(progress), control_(MPI_COMM_WORLD, progress) {
     ncclUniqueId id{};
     if (control_.rank() == 0) NCCL_CHECK(ncclGetUniqueId(&id));
     control_.broadcast_bytes(&id, sizeof id, 0);
-    ncclConfig_t config = nonblocking_nccl_config();
+    ncclConfig_t config = nonblocking_nccl_config(nccl);
     CUDA_CHECK(cudaSetDevice(backend.device().index));
     ncclComm_t comm = nullptr;
     const ncclResult_t init = ncclCommInitRankConfig(&comm, control_.size(), id, control_.rank(), &config);
     NCCL_CHECK(init);
     settle(comm, init, "ncclCommInitRankConfig");
-    data_ = std::make_shared<NcclDataPlane>(comm, backend, progress);
+    data_ = std::make_shared<NcclDataPlane>(comm, backend, progress, nccl.high_priority);
     std::weak_ptr<NcclDataPlane> weak = data_;
     watchdog_ = std::make_unique<MpiWatchdog>(MPI_COMM_WORLD, progress,
                                               std::vector<Probe>{[weak]() -> std::optional<std::string> {
@@ -68,13 +68,14 @@ class MpiNcclCommunicator final : public Communicator {
 
 }  // namespace
 
-std::unique_ptr<Communicator> make_mpi_nccl_communicator(Backend& backend, double timeout_seconds) {
+std::unique_ptr<Communicator> make_mpi_nccl_communicator(Backend& backend, double timeout_seconds,
+                                                         const NcclTuning& nccl) {
   DLB_CHECK(timeout_seconds > 0, "timeout {} s", timeout_seconds);
   ensure_mpi_initialized();
   int rank = 0;
   MPI_CHECK(MPI_Comm_rank(MPI_COMM_WORLD, &rank));
-  return std::make_unique<MpiNcclCommunicator>(backend,
-                                               std::make_shared<ProgressTracker>(rank, timeout_seconds));
+  return std::make_unique<MpiNcclCommunicator>(
+      backend, std::make_shared<ProgressTracker>(rank, timeout_seconds), nccl);
 }
 
 }  // namespace dlbench::dist

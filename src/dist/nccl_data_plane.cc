@@ -41,10 +41,14 @@ bool capturing(cudaStream_t stream) {
 
 }  // namespace
 
-ncclConfig_t nonblocking_nccl_config() {
+ncclConfig_t nonblocking_nccl_config(const NcclTuning& nccl) {
   setenv("NCCL_NVLS_ENABLE", "0", 0);
   ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
   config.blocking = 0;
+  if (nccl.max_ctas > 0) {
+    config.maxCTAs = nccl.max_ctas;
+    config.minCTAs = 1;  // NCCL refuses a minimum above the maximum
+  }
   return config;
 }
 
@@ -56,7 +60,8 @@ void settle(ncclComm_t comm, ncclResult_t result, const char* what) {
   if (result != ncclSuccess) throw_nccl_failure(__FILE__, __LINE__, what, result);
 }
 
-NcclDataPlane::NcclDataPlane(ncclComm_t comm, Backend& backend, std::shared_ptr<ProgressTracker> progress)
+NcclDataPlane::NcclDataPlane(ncclComm_t comm, Backend& backend, std::shared_ptr<ProgressTracker> progress,
+                             bool high_priority)
     : comm_(comm),
       backend_(backend),
       device_(backend.device().index),
@@ -65,7 +70,10 @@ NcclDataPlane::NcclDataPlane(ncclComm_t comm, Backend& backend, std::shared_ptr<
   DLB_CHECK(backend.device().kind == DeviceKind::cuda && compute_ != nullptr,
             "an NCCL communicator needs a GPU backend, not '{}'", backend.name());
   activate();
-  CUDA_CHECK(cudaStreamCreateWithFlags(&comm_stream_, cudaStreamNonBlocking));
+  int lowest_priority = 0, greatest_priority = 0;  // CUDA: the lower the number, the higher the priority
+  CUDA_CHECK(cudaDeviceGetStreamPriorityRange(&lowest_priority, &greatest_priority));
+  CUDA_CHECK(cudaStreamCreateWithPriority(&comm_stream_, cudaStreamNonBlocking,
+                                          high_priority ? greatest_priority : lowest_priority));
   CUDA_CHECK(cudaEventCreateWithFlags(&fork_, cudaEventDisableTiming));
   CUDA_CHECK(cudaEventCreateWithFlags(&joined_, cudaEventDisableTiming));
   CUDA_CHECK(cudaEventCreateWithFlags(&track_comm_, cudaEventDisableTiming));

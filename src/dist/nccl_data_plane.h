@@ -25,13 +25,14 @@
 #include <string>
 
 #include "backend/backend.h"
+#include "dist/launch.h"
 #include "dist/progress.h"
 
 namespace dlbench::dist {
 
 // Sets NCCL_NVLS_ENABLE=0 unless the user set it (NVLink multicast stays off), and returns the config of
-// a non-blocking communicator.
-ncclConfig_t nonblocking_nccl_config();
+// a non-blocking communicator with `nccl.max_ctas` (0: NCCL's own).
+ncclConfig_t nonblocking_nccl_config(const NcclTuning& nccl);
 // Waits while a non-blocking communicator reports ncclInProgress after a call returned `result`; throws on
 // an error (NCCL_CHECK's message). No deadline: the watchdog watches the collective meanwhile.
 void settle(ncclComm_t comm, ncclResult_t result, const char* what);
@@ -39,8 +40,10 @@ void settle(ncclComm_t comm, ncclResult_t result, const char* what);
 class NcclDataPlane {
  public:
   // Takes ownership of `comm` (initialised on `backend`'s GPU). `backend` must be a GPU backend
-  // (native_stream() not null) and outlive this object.
-  NcclDataPlane(ncclComm_t comm, Backend& backend, std::shared_ptr<ProgressTracker> progress);
+  // (native_stream() not null) and outlive this object. `high_priority`: the communication stream gets the
+  // device's greatest stream priority.
+  NcclDataPlane(ncclComm_t comm, Backend& backend, std::shared_ptr<ProgressTracker> progress,
+                bool high_priority = false);
   ~NcclDataPlane();
   NcclDataPlane(const NcclDataPlane&) = delete;
   NcclDataPlane& operator=(const NcclDataPlane&) = delete;

@@ -17,11 +17,12 @@ namespace {
 
 class NcclThreadsCommunicator final : public Communicator {
  public:
-  NcclThreadsCommunicator(int rank, std::shared_ptr<ThreadGroup> group, ncclComm_t comm, Backend& backend)
+  NcclThreadsCommunicator(int rank, std::shared_ptr<ThreadGroup> group, ncclComm_t comm, Backend& backend,
+                          bool high_priority)
       : Communicator(group->tracker(rank)),
         rank_(rank),
         group_(std::move(group)),
-        data_(std::make_shared<NcclDataPlane>(comm, backend, group_->tracker(rank))) {
+        data_(std::make_shared<NcclDataPlane>(comm, backend, group_->tracker(rank), high_priority)) {
     std::weak_ptr<NcclDataPlane> weak = data_;
     group_->add_probe([weak]() -> std::optional<std::string> {
       if (auto d = weak.lock()) return d->probe();
@@ -57,11 +58,11 @@ class NcclThreadsCommunicator final : public Communicator {
 
 }  // namespace
 
-NcclThreadsGroup::NcclThreadsGroup(int gpus, double timeout_seconds) {
+NcclThreadsGroup::NcclThreadsGroup(int gpus, double timeout_seconds, const NcclTuning& nccl) : nccl_(nccl) {
   const int available = cuda_device_count();
   DLB_REQUIRE(gpus >= 1 && gpus <= available, "--gpus {}: this machine has {} CUDA GPU(s)", gpus, available);
   group_ = std::make_shared<ThreadGroup>(gpus, timeout_seconds);
-  ncclConfig_t config = nonblocking_nccl_config();
+  ncclConfig_t config = nonblocking_nccl_config(nccl);
   ncclUniqueId id;
   NCCL_CHECK(ncclGetUniqueId(&id));
   comms_.assign(static_cast<size_t>(gpus), nullptr);
@@ -92,7 +93,7 @@ std::unique_ptr<Communicator> NcclThreadsGroup::join(int rank, Backend& backend)
   DLB_CHECK(backend.device() == (Device{DeviceKind::cuda, rank}),
             "rank {} runs on {}, its NCCL communicator on cuda:{}", rank, device_name(backend.device()),
             rank);
-  return std::make_unique<NcclThreadsCommunicator>(rank, group_, comm, backend);
+  return std::make_unique<NcclThreadsCommunicator>(rank, group_, comm, backend, nccl_.high_priority);
 }
 
 void NcclThreadsGroup::abort(const std::string& reason) {

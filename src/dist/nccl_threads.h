@@ -15,6 +15,7 @@
 
 #include "backend/backend.h"
 #include "dist/communicator.h"
+#include "dist/launch.h"
 #include "dist/thread_group.h"
 
 struct ncclComm;
@@ -24,7 +25,7 @@ namespace dlbench::dist {
 class NcclThreadsGroup {
  public:
   // Throws UserError when the machine has fewer than `gpus` GPUs.
-  NcclThreadsGroup(int gpus, double timeout_seconds);
+  NcclThreadsGroup(int gpus, double timeout_seconds, const NcclTuning& nccl = {});
   ~NcclThreadsGroup();
   NcclThreadsGroup(const NcclThreadsGroup&) = delete;
   NcclThreadsGroup& operator=(const NcclThreadsGroup&) = delete;
@@ -39,6 +40,7 @@ class NcclThreadsGroup {
  private:
   std::shared_ptr<ThreadGroup> group_;
   std::mutex mutex_;
+  NcclTuning nccl_;
   std::vector<ncclComm*> comms_;  // handed to the ranks' data planes at join (nullptr afterwards)
 };
 

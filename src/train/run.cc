@@ -246,6 +246,8 @@ nlohmann::json run_ranks(const RunConfig& config,
   options.device = config.device.kind;
   options.gpus = config.gpus;
   options.timeout_seconds = config.timeout_seconds;
+  options.nccl.max_ctas = config.nccl_max_ctas;
+  options.nccl.high_priority = config.comm_priority == "high";
   auto launch = dist::make_launch(options);
   nlohmann::json result;
   std::mutex result_mutex;
@@ -272,6 +274,7 @@ nlohmann::json result_skeleton(const RunConfig& config, RunSetup& s) {
   j["launcher"] = s.comm->name() != "local" ? s.comm->name() : "single";
   j["threads"] = config.threads;
   j["peak_memory_bytes"] = s.trainer->net().memory().total_bytes();
+  j["algorithm_digest"] = algorithm_digest(s.trainer->net());
   j["largest_batch"] = s.memory_fit.largest_batch ? nlohmann::json(*s.memory_fit.largest_batch) : nullptr;
   j["loss_scale"] = s.trainer->loss_scale();
   j["skipped_steps"] = s.trainer->skipped_steps();
@@ -612,6 +615,8 @@ nlohmann::json bench_rank(const RunConfig& given, dist::Launch& launch, int slot
   // After warm-up the step is recorded once and replayed (on backends that can: CUDA graphs).
   const bool graph = config.cuda_graph && *config.warmup_steps > 0 && trainer.record_step();
   say("step as one graph: %s\n", graph ? "yes" : config.cuda_graph ? "no (not supported here)" : "no (off)");
+  if (const std::string digest = algorithm_digest(trainer.net()); !digest.empty())
+    say("algorithms chosen: digest %s\n", digest.c_str());
 
   // The host never waits inside the window, except to read a logged loss: it enqueues step after step
   // while the device runs, as training does. A marker (a CUDA event on a GPU) after each step times it on

@@ -126,6 +126,12 @@ TEST(BadInput, BatchSizeZeroOrNegative) {
   expect_one_line_error(run_dlbench("bench --model resnet20 --batch-size -4"), "--batch-size");
 }
 
+TEST(BadInput, CollectiveTuningOutOfRange) {
+  expect_one_line_error(run_dlbench("bench --model resnet20 --nccl-max-ctas 65"), "--nccl-max-ctas 65");
+  expect_one_line_error(run_dlbench("bench --model resnet20 --comm-priority urgent"),
+                        "--comm-priority urgent");
+}
+
 TEST(BadInput, ConflictingEpochsAndSteps) {
   expect_one_line_error(run_dlbench("train --model resnet20 --epochs 1 --steps 10"), "conflict");
 }

@@ -39,13 +39,22 @@ void exercise(Communicator& comm, Backend& backend) {
   expect_control_plane(comm);
 }
 
-TEST(NcclThreads, AllReduceBroadcastAndControlPlaneOnEveryGpu) {
+// Every tuning of the collectives (NCCL's own, one thread block on a high-priority stream) sums exactly.
+class NcclThreads : public ::testing::TestWithParam<NcclTuning> {};
+
+INSTANTIATE_TEST_SUITE_P(Tunings, NcclThreads,
+                         ::testing::Values(NcclTuning{}, NcclTuning{/*max_ctas=*/1, /*high_priority=*/true}),
+                         [](const auto& info) {
+                           return info.param.max_ctas == 0 ? "Default" : "OneCtaHigh";
+                         });
+
+TEST_P(NcclThreads, AllReduceBroadcastAndControlPlaneOnEveryGpu) {
   const int gpus = gpus_here();
   if (gpus == 0) GTEST_SKIP() << "no CUDA GPU (or no CUDA in this build): nccl-threads needs one";
   if (launched_by_mpi()) GTEST_SKIP() << "under mpirun: the threads launcher runs alone";
 #if DLBENCH_WITH_CUDA
   const int n = std::min(gpus, 4);
-  NcclThreadsGroup group(n, 60.0);
+  NcclThreadsGroup group(n, 60.0, GetParam());
   std::vector<std::thread> threads;
   for (int r = 0; r < n; ++r) {
     threads.emplace_back([&, r] {

@@ -110,9 +110,11 @@ void expect_exchange_sums_exactly(Communicator& comm, Backend& backend, MemoryPl
   EXPECT_EQ(covered, memory.parameter_count());
   // Every parameter is in a bucket that is launched no earlier than its own layer's backward.
   for (const ParameterInfo& p : memory.parameters()) {
-    for (const GradientBucket& bucket : buckets)
-      if (p.offset >= bucket.offset && p.offset < bucket.offset + bucket.count)
+    for (const GradientBucket& bucket : buckets) {
+      if (p.offset >= bucket.offset && p.offset < bucket.offset + bucket.count) {
         EXPECT_LE(bucket.ready_after_layer, p.layer) << p.name;
+      }
+    }
   }
 
   Tensor& grads = memory.flat_gradients();

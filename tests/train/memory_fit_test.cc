@@ -30,7 +30,11 @@ ModelOptions options_for(const std::string& model) {
 }
 
 DeviceMemory device_with_free(size_t free_bytes) {
-  return DeviceMemory{free_bytes, free_bytes + (size_t{1} << 30), "cuda:0 (test device)"};
+  DeviceMemory memory;
+  memory.free_bytes = free_bytes;
+  memory.total_bytes = free_bytes + (size_t{1} << 30);
+  memory.description = "cuda:0 (test device)";
+  return memory;
 }
 
 TEST(MemoryFit, BatchThatFitsPassesAndOneMoreIsRefused) {

@@ -1,10 +1,10 @@
 // Convolution on cuDNN's legacy API: cudnnConvolutionForward / BackwardData / BackwardFilter.
 //
 // plan_conv builds the descriptors and picks one algorithm per direction with cuDNN's timed search
-// (cudnnFind*AlgorithmEx), run on scratch buffers allocated for the search and freed after it. A search
-// costs tens of milliseconds, and a ResNet repeats a handful of shapes dozens of times, so its result is
-// kept in a process-wide cache keyed by everything that decides it (geometry, dtype, layout, the TF32
-// switch, the GPU): each distinct shape is searched once. The fastest algorithm whose workspace fits
+// (cudnnFind*AlgorithmEx, repeated: see pick), run on scratch buffers allocated for the search and freed
+// after it. A search costs tens of milliseconds, and a ResNet repeats a handful of shapes dozens of times,
+// so its result is kept in a process-wide cache keyed by everything that decides it (geometry, dtype, layout,
+// the TF32 switch, the GPU): each distinct shape is searched once. The fastest algorithm whose workspace fits
 // the backend's conv_workspace_limit() (--conv-workspace-mb) wins; workspace_bytes() is the largest of the
 // three chosen workspaces.
 //
@@ -21,7 +21,10 @@
 #include <algorithm>
 #include <array>
 #include <cstdio>
+#include <optional>
+#include <vector>
 
+#include "backend/cuda/algorithm_search.h"
 #include "backend/cuda/cuda_common.h"
 
 namespace dlbench {
@@ -166,20 +169,34 @@ size_t tensor_bytes(const std::vector<int64_t>& dims, DType dtype) {
   return n * dtype_size(dtype);
 }
 
-// Picks the first (fastest: cuDNN sorts by time) result that ran and fits the workspace limit.
+// Every direction is searched kSearchRounds times (algorithm_search.h says why).
+constexpr int kSearchRounds = 3;
+
 template <typename Perf>
-AlgoChoice pick(const Perf* results, int count, const char* direction, const ConvGeometry& g, size_t limit) {
-  for (int i = 0; i < count; ++i) {
-    if (results[i].status == CUDNN_STATUS_SUCCESS && results[i].memory <= limit) {
-      return {static_cast<int>(results[i].algo), results[i].mathType, results[i].memory, results[i].time};
-    }
-  }
-  DLB_CHECK(false,
+AlgoChoice pick(const std::vector<std::vector<Perf>>& rounds, const char* direction, const ConvGeometry& g,
+                size_t limit) {
+  const std::optional<TimedChoice> best = pick_by_median(
+      rounds, [&](const Perf& r) { return r.status == CUDNN_STATUS_SUCCESS && r.memory <= limit; });
+  DLB_CHECK(best.has_value(),
             "conv: cuDNN found no {} algorithm within {} bytes of workspace for {}x{}x{}x{} -> {} ({}x{} "
             "stride {}x{} pad {}x{}, {} {})",
             direction, limit, g.batch, g.in_channels, g.in_h, g.in_w, g.out_channels, g.kernel_h, g.kernel_w,
             g.stride_h, g.stride_w, g.pad_h, g.pad_w, dtype_name(g.dtype), layout_name(g.layout));
-  return {};
+  return {best->algo, static_cast<cudnnMathType_t>(best->math), best->memory, best->median_ms};
+}
+
+// Runs one cuDNN search (`find(results, &returned)`) kSearchRounds times and picks from all rounds.
+template <typename Perf, typename Find>
+AlgoChoice search_direction(const Find& find, const char* direction, const ConvGeometry& g, size_t limit) {
+  constexpr int kMaxResults = 16;
+  std::vector<std::vector<Perf>> rounds;
+  for (int round = 0; round < kSearchRounds; ++round) {
+    Perf results[kMaxResults];
+    int returned = 0;
+    find(kMaxResults, &returned, results);
+    rounds.emplace_back(results, results + returned);
+  }
+  return pick(rounds, direction, g, limit);
 }
 
 // The timed search of all three directions on scratch buffers.
@@ -206,30 +223,28 @@ ConvChoice search(const CudaBackend& backend, const CudaConvPlan& plan) {
   }
   if (!ws.get()) ws_bytes = 0;
 
-  constexpr int kMaxResults = 16;
   ConvChoice choice;
-  int returned = 0;
-  {
-    cudnnConvolutionFwdAlgoPerf_t results[kMaxResults];
-    CUDNN_CHECK(cudnnFindConvolutionForwardAlgorithmEx(handle, plan.x_desc, x.get(), plan.w_desc, w.get(),
-                                                       plan.forward_desc, plan.y_desc, y.get(), kMaxResults,
-                                                       &returned, results, ws.get(), ws_bytes));
-    choice.forward = pick(results, returned, "forward", g, limit);
-  }
-  {
-    cudnnConvolutionBwdDataAlgoPerf_t results[kMaxResults];
-    CUDNN_CHECK(cudnnFindConvolutionBackwardDataAlgorithmEx(
-        handle, plan.w_desc, w.get(), plan.y_desc, y.get(), plan.backward_data_desc, plan.x_desc, x.get(),
-        kMaxResults, &returned, results, ws.get(), ws_bytes));
-    choice.backward_data = pick(results, returned, "backward-data", g, limit);
-  }
-  {
-    cudnnConvolutionBwdFilterAlgoPerf_t results[kMaxResults];
-    CUDNN_CHECK(cudnnFindConvolutionBackwardFilterAlgorithmEx(
-        handle, plan.x_desc, x.get(), plan.y_desc, y.get(), plan.backward_filter_desc, plan.w_desc, w.get(),
-        kMaxResults, &returned, results, ws.get(), ws_bytes));
-    choice.backward_filter = pick(results, returned, "backward-filter", g, limit);
-  }
+  choice.forward = search_direction<cudnnConvolutionFwdAlgoPerf_t>(
+      [&](int n, int* returned, cudnnConvolutionFwdAlgoPerf_t* results) {
+        CUDNN_CHECK(cudnnFindConvolutionForwardAlgorithmEx(handle, plan.x_desc, x.get(), plan.w_desc, w.get(),
+                                                           plan.forward_desc, plan.y_desc, y.get(), n,
+                                                           returned, results, ws.get(), ws_bytes));
+      },
+      "forward", g, limit);
+  choice.backward_data = search_direction<cudnnConvolutionBwdDataAlgoPerf_t>(
+      [&](int n, int* returned, cudnnConvolutionBwdDataAlgoPerf_t* results) {
+        CUDNN_CHECK(cudnnFindConvolutionBackwardDataAlgorithmEx(
+            handle, plan.w_desc, w.get(), plan.y_desc, y.get(), plan.backward_data_desc, plan.x_desc, x.get(),
+            n, returned, results, ws.get(), ws_bytes));
+      },
+      "backward-data", g, limit);
+  choice.backward_filter = search_direction<cudnnConvolutionBwdFilterAlgoPerf_t>(
+      [&](int n, int* returned, cudnnConvolutionBwdFilterAlgoPerf_t* results) {
+        CUDNN_CHECK(cudnnFindConvolutionBackwardFilterAlgorithmEx(
+            handle, plan.x_desc, x.get(), plan.y_desc, y.get(), plan.backward_filter_desc, plan.w_desc,
+            w.get(), n, returned, results, ws.get(), ws_bytes));
+      },
+      "backward-filter", g, limit);
   CUDA_CHECK(cudaStreamSynchronize(backend.stream()));  // plan time: the scratch buffers are freed next
   return choice;
 }

@@ -9,6 +9,7 @@
 #include <unordered_map>
 
 #include "backend/backend.h"
+#include "backend/onednn/onednn_backend.h"
 #include "core/status.h"
 
 namespace dlbench::onednn {
@@ -86,6 +87,9 @@ class OneDnnBackend final : public Backend {
   void synchronize() override;
 
   std::unique_ptr<ConvPlan> plan_conv(const ConvGeometry& geometry) override;
+  std::string describe(const ConvPlan& plan) const override {
+    return dlbench::describe_onednn_conv_plan(plan);
+  }
   void conv_forward(const ConvPlan& plan, const Tensor& x, const Tensor& w, Tensor& y,
                     void* workspace) override;
   void conv_backward_data(const ConvPlan& plan, const Tensor& dy, const Tensor& w, Tensor& dx,
