@@ -106,6 +106,9 @@ void add_run_flags(CLI::App& cmd, RunConfig& c, std::string& lr_schedule) {
                  "auto | true | false: record the whole step once and replay it as one CUDA graph (auto: "
                  "true; it measured faster at 2 GPUs and no slower on one)")
       ->capture_default_str();
+  cmd.add_option("--algorithm-cache", c.algorithm_cache,
+                 "GPU: FILE of convolution algorithm choices: read before searching, new choices added; "
+                 "runs given the same file run the same kernels");
   cmd.add_option("--conv-workspace-mb", c.conv_workspace_mb,
                  "GPU: the most workspace one convolution may take; the fastest algorithm within it wins")
       ->capture_default_str();
@@ -248,6 +251,8 @@ int main(int argc, char** argv) {
   add_grid_flags(sweep, sweep_options, true);
   sweep->add_option("--launcher", sweep_options.launcher, "threads | mpi (mpirun -np GPUS)")
       ->capture_default_str();
+  sweep->add_option("--algorithm-cache", sweep_options.algorithm_cache,
+                    "FILE given to every point: the first point's algorithm choices are every later one's");
 
   dlbench::SweepOptions compare_options;
   compare_options.launcher = "torchrun";
@@ -272,6 +277,9 @@ int main(int argc, char** argv) {
       ->delimiter(',');
   study->add_option("-o,--output", study_options.report_dir, "directory for the report")
       ->capture_default_str();
+  study->add_option(
+      "--algorithm-cache", study_options.grid.algorithm_cache,
+      "FILE given to every dlbench point: the first point's algorithm choices are every later one's");
 
   std::vector<std::string> report_inputs;
   std::string report_dir = "report";

@@ -3,7 +3,7 @@
 # the kernels' tests, one ResNet-50 step against oneDNN, compute-sanitizer on a short ResNet-50 run, and
 # resnet20 on Fashion-MNIST to >= 90% test accuracy in fp32 and fp16, `--batch-size max` resolving to a
 # batch that runs, the energy of the timed window read from NVML, and two processes choosing the same
-# convolution algorithms. Runs binaries built elsewhere.
+# convolution algorithms, and --algorithm-cache reused by a second process. Runs binaries built elsewhere.
 #
 # Environment: BIN (folder with dlbench and the test binaries; default build), DATA (Fashion-MNIST
 # folder; default /usr/share/datasets/fashion-mnist), LOGS (where logs go; default a temporary folder).
@@ -56,5 +56,18 @@ import json, sys
 a, b = (json.load(open('$LOGS/digest_%s.json' % r))['algorithm_digest'] for r in 'ab')
 print('digests', a, b)
 sys.exit(not (a and a == b))"
+# --algorithm-cache: the first run records its choices, the second reads them (the same digest) and skips
+# the searches (an earlier first timed step).
+rm -f "$LOGS/algorithms.json"
+for run in first second; do
+  check "algorithm_cache_$run" "$BIN/dlbench" bench --device cuda --model resnet50 --precision fp16 \
+    --steps 2 --warmup-steps 1 --algorithm-cache "$LOGS/algorithms.json" --json "$LOGS/cache_$run.json"
+done
+check algorithm_cache_reused python3 -c "
+import json, sys
+a, b = (json.load(open('$LOGS/cache_%s.json' % r)) for r in ('first', 'second'))
+ta, tb = a['seconds_to_first_timed_step'], b['seconds_to_first_timed_step']
+print('digests', a['algorithm_digest'], b['algorithm_digest'], 'first step after', ta, tb, 's')
+sys.exit(not (a['algorithm_digest'] == b['algorithm_digest'] and tb < ta))"
 echo "$failures failed"
 exit $((failures > 0))

@@ -121,6 +121,7 @@ std::vector<std::string> point_command(const SweepOptions& o, const Point& p, co
       argv.insert(argv.end(), {"--gpus", std::to_string(p.gpus), "--launcher", "threads"});
     else
       argv.insert(argv.end(), {"--launcher", "mpi"});
+    if (!o.algorithm_cache.empty()) argv.insert(argv.end(), {"--algorithm-cache", o.algorithm_cache});
     return argv;
   }
   const bool jax = o.framework == "jax";

@@ -39,6 +39,7 @@ struct SweepOptions {
   std::vector<std::string> mpirun_args;  // extra arguments for it (e.g. --allow-run-as-root)
   std::string python = "python3";        // the peers' interpreter
   std::string peers_dir;                 // default: the peers/ folder beside the binary or the sources
+  std::string algorithm_cache;  // dlbench: --algorithm-cache for every point (one file: the same kernels)
 };
 
 // The peers a comparison runs by default.

@@ -290,6 +290,7 @@ nlohmann::json config_to_json(const RunConfig& c) {
   j["launcher"] = c.launcher;
   j["bucket_mb"] = c.bucket_mb;
   j["allreduce_precision"] = c.allreduce_precision;
+  j["algorithm_cache"] = c.algorithm_cache;
   j["nccl_max_ctas"] = c.nccl_max_ctas;
   j["comm_priority"] = c.comm_priority;
   j["lr_scaling"] = c.lr_scaling;

@@ -82,10 +82,11 @@ struct RunConfig {
   std::string launcher = "auto";             // auto | threads | mpi
   double bucket_mb = 25;                     // gradient bucket (fusion buffer) size in MiB; 0 = one bucket
   std::string allreduce_precision = "fp32";  // fp32 | compute (FP16/BF16 under mixed precision)
-  int nccl_max_ctas = 0;                     // thread blocks one NCCL collective may use (0 = NCCL's choice)
-  std::string comm_priority = "normal";      // normal | high: priority of the collectives' stream
-  std::string lr_scaling = "none";           // none | linear (lr x ranks)
-  double timeout_seconds = 300;              // a collective unfinished after this stops every rank
+  std::string algorithm_cache;           // GPU: FILE of algorithm choices kept between processes ("" = none)
+  int nccl_max_ctas = 0;                 // thread blocks one NCCL collective may use (0 = NCCL's choice)
+  std::string comm_priority = "normal";  // normal | high: priority of the collectives' stream
+  std::string lr_scaling = "none";       // none | linear (lr x ranks)
+  double timeout_seconds = 300;          // a collective unfinished after this stops every rank
 
   // Output.
   std::optional<int64_t> log_every;

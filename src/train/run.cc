@@ -11,6 +11,7 @@
 #include <mutex>
 #include <optional>
 
+#include "backend/algorithm_store.h"
 #include "backend/backend_factory.h"
 #include "bench/gpu_info.h"
 #include "bench/layer_profile.h"
@@ -106,6 +107,7 @@ RunSetup set_up(const RunConfig& given, dist::Launch& launch, int slot) {
   RunConfig& config = s.config;
   Device device = config.device;
   if (device.kind == DeviceKind::cuda) device.index = launch.gpu(slot);
+  if (!config.algorithm_cache.empty()) use_algorithm_store(config.algorithm_cache);
   s.backend = make_backend(config.backend_name, device, config.threads, config.precision == Precision::tf32,
                            static_cast<size_t>(config.conv_workspace_mb * (1 << 20)));
   s.comm = launch.join(slot, *s.backend);
@@ -180,6 +182,11 @@ RunSetup set_up(const RunConfig& given, dist::Launch& launch, int slot) {
   net_options.dtype = compute_dtype(config.precision);
   s.model = build_model(config.model, *s.backend, net_options, options);
   s.trainer = std::make_unique<Trainer>(*s.backend, s.model, config, s.comm.get());
+  if (auto store = algorithm_store()) {
+    // Every rank has planned (searched) by the barrier; one process writes the file.
+    s.comm->barrier();
+    if (s.comm->rank() == 0) store->save();
+  }
   return s;
 }
 

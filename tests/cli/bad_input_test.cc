@@ -132,6 +132,16 @@ TEST(BadInput, CollectiveTuningOutOfRange) {
                         "--comm-priority urgent");
 }
 
+TEST(BadInput, AlgorithmCacheThatIsNotOneOrCannotBeWritten) {
+  expect_one_line_error(
+      run_dlbench("bench --model resnet20 --algorithm-cache /nonexistent/dir/algorithms.json"),
+      "/nonexistent/dir/algorithms.json");
+  const std::string path = (temp_dir("algorithm_cache") / "algorithms.json").string();
+  std::ofstream(path) << "[1, 2, 3]\n";
+  expect_one_line_error(run_dlbench("bench --model resnet20 --algorithm-cache " + path),
+                        "not a dlbench algorithm cache");
+}
+
 TEST(BadInput, ConflictingEpochsAndSteps) {
   expect_one_line_error(run_dlbench("train --model resnet20 --epochs 1 --steps 10"), "conflict");
 }

@@ -63,6 +63,18 @@ TEST(SweepCli, RunsEveryPointOnceAndResumesWhereItStopped) {
   std::filesystem::remove_all(dir);
 }
 
+TEST(SweepCli, TheAlgorithmCacheIsGivenToEveryPoint) {
+  const auto dir = temp_dir("sweep_algorithms");
+  const std::string results = (dir / "points.jsonl").string();
+  const std::string cache = (dir / "algorithms.json").string();
+  CommandResult r = run_dlbench(kSweep + results + " --batch-sizes 8,16 --algorithm-cache " + cache);
+  ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
+  std::vector<nlohmann::json> lines = read_lines(results);
+  ASSERT_EQ(lines.size(), 2u);
+  for (const auto& line : lines) EXPECT_EQ(line["result"]["config"]["algorithm_cache"], cache) << line.dump();
+  std::filesystem::remove_all(dir);
+}
+
 TEST(ReportCli, NoResultsIsOneLine) {
   const auto dir = temp_dir("report_empty");
   { std::ofstream((dir / "empty.jsonl").string()) << "\n"; }

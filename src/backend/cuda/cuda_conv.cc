@@ -24,6 +24,7 @@
 #include <optional>
 #include <vector>
 
+#include "backend/algorithm_store.h"
 #include "backend/cuda/algorithm_search.h"
 #include "backend/cuda/cuda_common.h"
 
@@ -72,6 +73,40 @@ std::mutex& cache_mutex() {
 std::map<ConvKey, ConvChoice>& choice_cache() {
   static std::map<ConvKey, ConvChoice> cache;
   return cache;
+}
+
+// The key of a choice in --algorithm-cache: what make_key holds, with the GPU's model and cuDNN's version
+// in place of the device index, so that a file serves every GPU of one model and no other library.
+std::string stored_choice_key(const ConvGeometry& g, CudaBackend& backend) {
+  const std::optional<DeviceMemory> device = backend.device_memory();
+  return fmt::format("cudnn-conv {} cudnn{} n{} c{} {}x{} k{} {}x{} s{}x{} p{}x{} {} {} tf32:{} ws:{}",
+                     device ? device->name : "?", cudnnGetVersion(), g.batch, g.in_channels, g.in_h, g.in_w,
+                     g.out_channels, g.kernel_h, g.kernel_w, g.stride_h, g.stride_w, g.pad_h, g.pad_w,
+                     dtype_name(g.dtype), layout_name(g.layout), backend.allow_tf32() ? 1 : 0,
+                     backend.conv_workspace_limit());
+}
+
+// A stored choice: algorithm, math type and median time (microseconds) of each direction. Workspaces are
+// not stored: finish() asks cuDNN for them.
+std::vector<int64_t> choice_to_integers(const ConvChoice& c) {
+  std::vector<int64_t> v;
+  for (const AlgoChoice* a : {&c.forward, &c.backward_data, &c.backward_filter}) {
+    v.insert(v.end(), {a->algo, static_cast<int64_t>(a->math), static_cast<int64_t>(a->time_ms * 1000.0f)});
+  }
+  return v;
+}
+
+ConvChoice choice_from_integers(const std::vector<int64_t>& v, const std::string& path,
+                                const std::string& key) {
+  DLB_REQUIRE(v.size() == 9, "--algorithm-cache {}: entry '{}' has {} numbers, not 9", path, key, v.size());
+  ConvChoice c;
+  AlgoChoice* directions[] = {&c.forward, &c.backward_data, &c.backward_filter};
+  for (size_t i = 0; i < 3; ++i) {
+    directions[i]->algo = static_cast<int>(v[3 * i]);
+    directions[i]->math = static_cast<cudnnMathType_t>(v[3 * i + 1]);
+    directions[i]->time_ms = static_cast<float>(v[3 * i + 2]) / 1000.0f;
+  }
+  return c;
 }
 
 // The math type a plan starts the search with (and keeps for FP32 without TF32).
@@ -351,8 +386,17 @@ std::unique_ptr<ConvPlan> CudaBackend::plan_conv(const ConvGeometry& g) {
     }
   }
   if (!cached) {
-    // Searched outside the lock (it takes a while); two threads racing on one shape both search, harmlessly.
-    ConvChoice choice = search(*this, *plan);
+    // From --algorithm-cache if it has this shape, else searched (outside the lock: it takes a while; two
+    // threads racing on one shape both search, harmlessly) and recorded there.
+    const std::shared_ptr<AlgorithmStore> store = algorithm_store();
+    const std::string store_key = store ? stored_choice_key(g, *this) : std::string();
+    std::optional<ConvChoice> stored;
+    if (store) {
+      if (auto entry = store->find(store_key))
+        stored = choice_from_integers(*entry, store->path(), store_key);
+    }
+    const ConvChoice choice = stored ? *stored : search(*this, *plan);
+    if (store && !stored) store->put(store_key, choice_to_integers(choice));
     std::lock_guard<std::mutex> lock(cache_mutex());
     plan->choice = choice_cache().emplace(key, choice).first->second;
   }
