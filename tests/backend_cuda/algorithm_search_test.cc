@@ -58,6 +58,17 @@ TEST(AlgorithmSearch, ACandidateRefusedInAnyRoundIsOut) {
   EXPECT_EQ(best->memory, 300u);
 }
 
+TEST(AlgorithmSearch, ACandidateListedTwiceInOneRoundCountsOnce) {
+  // Algorithm 9 appears twice in round 0 and not at all in round 1: it was not timed in every round.
+  const std::vector<std::vector<FakePerf>> rounds = {
+      {{9, 0, 0, 0.5f}, {9, 0, 0, 0.6f}, {1, 0, 0, 1.0f}},
+      {{1, 0, 0, 1.0f}},
+  };
+  const auto best = pick_by_median(rounds, kAcceptAll);
+  ASSERT_TRUE(best.has_value());
+  EXPECT_EQ(best->algo, 1);
+}
+
 TEST(AlgorithmSearch, TheAcceptRuleIsApplied) {
   // A workspace limit of 150 bytes leaves only algorithm 6.
   const std::vector<std::vector<FakePerf>> rounds = {

@@ -34,9 +34,11 @@ std::optional<TimedChoice> pick_by_median(const std::vector<std::vector<Perf>>& 
   std::map<std::pair<int, int>, std::vector<float>> times;  // (algo, math) -> its time in every round
   std::map<std::pair<int, int>, size_t> memory;
   for (const auto& results : rounds) {
+    std::map<std::pair<int, int>, bool> seen;  // a candidate listed twice in one round counts once
     for (const Perf& r : results) {
       if (!accept(r)) continue;
       const std::pair<int, int> id{static_cast<int>(r.algo), static_cast<int>(r.mathType)};
+      if (std::exchange(seen[id], true)) continue;
       times[id].push_back(r.time);
       memory[id] = std::max(memory[id], static_cast<size_t>(r.memory));
     }
