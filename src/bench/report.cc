@@ -94,6 +94,8 @@ std::optional<std::string> to_point(const nlohmann::json& r, const std::string& 
   p.compiled = r.contains("compiled") && r["compiled"].is_boolean() && r["compiled"].get<bool>();
   if (p.compiled && p.framework != "dlbench") p.framework += " (compiled)";
   p.system = r.contains("system") ? r["system"] : nlohmann::json();
+  if (r.contains("algorithm_digest") && r["algorithm_digest"].is_string())
+    p.algorithm_digest = r["algorithm_digest"].get<std::string>();
   return std::nullopt;
 }
 
@@ -246,6 +248,15 @@ ReportSection speedup_section(const std::string& model, const ReportAxes& axes, 
         const double speedup = many->images_per_second / one->images_per_second;
         t.rows.push_back({f, p, std::to_string(g), fmt::format("{:.2f}x", speedup),
                           fmt::format("{:.1f}%", 100.0 * speedup / g)});
+        // A speedup between runs of different kernels is partly the kernels' difference: say so.
+        if (!one->algorithm_digest.empty() && !many->algorithm_digest.empty() &&
+            one->algorithm_digest != many->algorithm_digest)
+          s.closing.push_back(fmt::format(
+              "{} {} on {} GPUs ran other convolution algorithms than on one GPU (algorithm digest {} "
+              "against "
+              "{}): part of that speedup is the algorithms'. One --algorithm-cache file for the whole "
+              "sweep makes every point run the same ones.",
+              f, p, g, many->algorithm_digest, one->algorithm_digest));
       }
     }
   if (t.rows.empty()) {
@@ -625,6 +636,7 @@ std::string report_points_jsonl(const ReportInput& in) {
     j["scaling_efficiency"] =
         one ? nlohmann::json(p->images_per_second / one->images_per_second / p->gpus) : nullptr;
     j["peak_memory_bytes"] = p->peak_memory_bytes ? nlohmann::json(*p->peak_memory_bytes) : nullptr;
+    if (!p->algorithm_digest.empty()) j["algorithm_digest"] = p->algorithm_digest;
     j["energy_joules_per_image"] =
         p->energy_joules_per_image ? nlohmann::json(*p->energy_joules_per_image) : nullptr;
     // The other frameworks' best at the same model, precision and GPU count, and this point's ratio to each.

@@ -41,6 +41,7 @@ struct ReportPoint {
   std::vector<double> step_times_ms;  // each timed step, where the result lists them
   std::vector<double> losses;         // the loss of each step (train runs)
   bool compiled = false;              // a peer run through its compiler (torch.compile)
+  std::string algorithm_digest;       // dlbench: the fingerprint of the kernels it chose ("" if not stated)
   nlohmann::json system;              // null when the result has none
 };
 

@@ -3,6 +3,7 @@
 // installed listed with the failed points, empty input refused with one clear message.
 #include "bench/report.h"
 
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 
 #include <cstdlib>
@@ -138,6 +139,28 @@ TEST(Report, StatisticsAResultDoesNotStateComeFromItsStepTimes) {
   EXPECT_NEAR(*p.step_mean_ms, 13.0, 1e-9);
   EXPECT_NEAR(*p.step_ci95_ms, 4.108, 2e-3);
   EXPECT_NEAR(*p.jitter, 0.1986, 1e-4);
+}
+
+TEST(Report, ASpeedupBetweenRunsOfOtherAlgorithmsIsNamed) {
+  testing::TempDir dir;
+  const std::string path = dir.file("points.jsonl");
+  auto line = [](int gpus, double rate, const std::string& precision, const std::string& digest) {
+    return fmt::format(R"({{"model": "resnet50", "precision": "{}", "ranks": {}, "images_per_second": {}, )"
+                       R"("algorithm_digest": "{}"}})",
+                       precision, gpus, rate, digest) +
+           "\n";
+  };
+  testing::write_file(path, line(1, 1000, "fp32", "aaaa") + line(2, 2000, "fp32", "bbbb") +
+                                line(1, 7000, "fp16", "cccc") + line(2, 13900, "fp16", "cccc"));
+  const ReportInput input = read_report_input({path});
+  const std::string md = report_markdown(input);
+  EXPECT_NE(
+      md.find("dlbench fp32 on 2 GPUs ran other convolution algorithms than on one GPU (algorithm digest "
+              "bbbb against aaaa)"),
+      std::string::npos)
+      << md;
+  EXPECT_EQ(md.find("dlbench fp16 on 2 GPUs ran other"), std::string::npos) << md;
+  EXPECT_NE(report_points_jsonl(input).find(R"("algorithm_digest":"bbbb")"), std::string::npos);
 }
 
 TEST(Report, StepTimesLossesAndEnergyAreRead) {
