@@ -167,6 +167,21 @@ TEST_F(CudaConvTest, SearchIsCachedPerShape) {
       << "fp32 without TF32 must not use tensor cores: " << describe_cuda_conv_plan(*p32);
 }
 
+TEST_F(CudaConvTest, GpusOfOneModelShareTheSearch) {
+  if (cuda_device_count() < 2) GTEST_SKIP() << "one GPU: nothing to share";
+  auto gpu0 = make_backend("cuda", Device{DeviceKind::cuda, 0}, 0, false);
+  auto gpu1 = make_backend("cuda", Device{DeviceKind::cuda, 1}, 0, false);
+  if (gpu0->device_memory()->name != gpu1->device_memory()->name) GTEST_SKIP() << "GPUs of two models";
+  ConvGeometry g;
+  g.batch = 5, g.in_channels = 16, g.in_h = g.in_w = 7, g.out_channels = 24, g.kernel_h = g.kernel_w = 3;
+  g.pad_h = g.pad_w = 1, g.layout = Layout::nhwc, g.dtype = DType::f16;
+  auto on0 = gpu0->plan_conv(g);
+  auto on1 = gpu1->plan_conv(g);  // the search made for GPU 0
+  const std::string a = describe_cuda_conv_plan(*on0), b = describe_cuda_conv_plan(*on1);
+  EXPECT_NE(b.find("[cached search]"), std::string::npos) << b;
+  EXPECT_EQ(a.substr(0, a.find(" [")), b.substr(0, b.find(" [")));
+}
+
 TEST_F(CudaConvTest, RejectsMismatchedTensors) {
   Backend* gpu = &shared_gpu(false);
   ConvGeometry g;

@@ -4,7 +4,8 @@
 // (cudnnFind*AlgorithmEx, repeated: see pick), run on scratch buffers allocated for the search and freed
 // after it. A search costs tens of milliseconds, and a ResNet repeats a handful of shapes dozens of times,
 // so its result is kept in a process-wide cache keyed by everything that decides it (geometry, dtype, layout,
-// the TF32 switch, the GPU): each distinct shape is searched once. The fastest algorithm whose workspace fits
+// the TF32 switch, the GPU's model): each distinct shape is searched once, and the ranks of one process
+// (--gpus N) run the same choice. The fastest algorithm whose workspace fits
 // the backend's conv_workspace_limit() (--conv-workspace-mb) wins; workspace_bytes() is the largest of the
 // three chosen workspaces.
 //
@@ -43,8 +44,24 @@ struct ConvChoice {
   AlgoChoice forward, backward_data, backward_filter;
 };
 
+// One number per GPU model (by name): the GPUs of one model share their searches' results.
+int64_t gpu_model_id(int device_index) {
+  static std::mutex mutex;
+  static std::map<int, int64_t> by_device;
+  static std::map<std::string, int64_t> by_name;
+  std::lock_guard<std::mutex> lock(mutex);
+  if (auto it = by_device.find(device_index); it != by_device.end()) return it->second;
+  cudaDeviceProp properties{};
+  CUDA_CHECK(cudaGetDeviceProperties(&properties, device_index));
+  const int64_t id = by_name.emplace(properties.name, static_cast<int64_t>(by_name.size())).first->second;
+  by_device[device_index] = id;
+  return id;
+}
+
 // Everything the search result depends on: the geometry, dtype, layout, the TF32 switch, the workspace
-// limit and the GPU.
+// limit and the GPU's model. Not the GPU itself: with --gpus N, the ranks' threads search the same shapes
+// at the same time, and the first result stored is the one every rank runs (plan_conv), so all ranks run
+// the same kernels instead of each its own near-equal pick.
 using ConvKey = std::array<int64_t, 16>;
 
 ConvKey make_key(const ConvGeometry& g, const CudaBackend& backend) {
@@ -63,7 +80,7 @@ ConvKey make_key(const ConvGeometry& g, const CudaBackend& backend) {
           static_cast<int64_t>(g.layout),
           backend.allow_tf32() ? 1 : 0,
           static_cast<int64_t>(backend.conv_workspace_limit()),
-          backend.device().index};
+          gpu_model_id(backend.device().index)};
 }
 
 std::mutex& cache_mutex() {
