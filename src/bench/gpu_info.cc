@@ -142,7 +142,8 @@ nlohmann::json gpu_info() {
     for (size_t a = 0; a < list.size(); ++a) {
       nlohmann::json row = nlohmann::json::array();
       for (size_t b = 0; b < list.size(); ++b) {
-        const char* cell = "X";  // a C string: GCC 12 warns falsely (-Wrestrict) on std::string assignment here
+        // A C string: GCC 12 warns falsely (-Wrestrict) on the std::string assignment this was.
+        const char* cell = "X";
         if (a != b) {
           int status = -1, level = -1;
           if (n.p2p_status && n.p2p_status(list[a], list[b], 2, &status) == 0 && status == 0) {
