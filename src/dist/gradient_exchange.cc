@@ -23,14 +23,20 @@ std::vector<GradientBucket> plan_gradient_buckets(const MemoryPlan& memory, size
                                ? dtype_size(memory.compute_dtype())
                                : dtype_size(memory.master_dtype());
     // Backward writes the last parameters first: walk from the end, cutting whenever a bucket is full.
+    // What is left once fewer than two full buckets remain is cut in halves (half of what is left, then
+    // half of the rest, down to kTailBucketBytes): the earliest layers' gradients are complete only when
+    // backward ends, and the bucket holding them is the communication nothing hides. Halving keeps that
+    // last bucket small while the ones before it still go out under the backward of the layers below.
     int64_t bucket_end = end;
     int min_layer = INT32_MAX;
     for (auto it = params.rbegin(); it != params.rend(); ++it) {
       const ParameterInfo& p = **it;
       min_layer = std::min(min_layer, p.layer);
-      const int64_t count = bucket_end - p.offset;
-      if (bucket_bytes > 0 && static_cast<size_t>(count) * element >= bucket_bytes) {
-        buckets.push_back({compute_region, p.offset, count, min_layer});
+      const size_t bytes = static_cast<size_t>(bucket_end - p.offset) * element;
+      const size_t left = static_cast<size_t>(bucket_end - begin) * element;  // this bucket and all below
+      const size_t cap = std::min(bucket_bytes, std::max(left / 2, std::min(bucket_bytes, kTailBucketBytes)));
+      if (bucket_bytes > 0 && bytes >= cap) {
+        buckets.push_back({compute_region, p.offset, bucket_end - p.offset, min_layer});
         bucket_end = p.offset;
         min_layer = INT32_MAX;
       }

@@ -29,9 +29,15 @@ struct GradientBucket {
   int ready_after_layer = 0;      // its gradients are complete once this layer's backward has run
 };
 
+// The smallest bucket the tail of a region is cut into (see plan_gradient_buckets).
+inline constexpr size_t kTailBucketBytes = size_t{1} << 20;
+
 // Buckets in launch order. Bucket sizes count the bytes that travel (FP32, or the compute dtype when
 // reduce_in_compute_dtype). A parameter larger than a bucket is a bucket of its own; neighbouring small
-// ones share one. bucket_bytes = 0: one bucket per region.
+// ones share one. A bucket is cut once it holds bucket_bytes; the last two buckets' worth of a region (its
+// earliest layers) is cut in halves down to kTailBucketBytes, so that little is left to send once backward
+// ends.
+// bucket_bytes = 0: one bucket per region.
 std::vector<GradientBucket> plan_gradient_buckets(const MemoryPlan& memory, size_t bucket_bytes,
                                                   bool reduce_in_compute_dtype);
 
