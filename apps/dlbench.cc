@@ -92,10 +92,6 @@ void add_run_flags(CLI::App& cmd, RunConfig& c, std::string& lr_schedule) {
   cmd.add_option("--comm-priority", c.comm_priority,
                  "normal | high: priority of the stream the gradient sums run on, against the compute stream")
       ->capture_default_str();
-  cmd.add_option("--allreduce-engine", c.allreduce_engine,
-                 "nccl | copy: sum gradients with NCCL kernels, or (--gpus N in one process) with the GPUs' "
-                 "copy engines, leaving every SM to training")
-      ->capture_default_str();
   cmd.add_option("--lr-scaling", c.lr_scaling, "none | linear: multiply --lr by the number of ranks")
       ->capture_default_str();
   cmd.add_option("--timeout", c.timeout_seconds, "seconds a collective may take before every rank stops")

@@ -15,7 +15,6 @@
 //   nccl-threads  one process, one thread per GPU: NCCL for tensors, shared memory for the control plane
 #pragma once
 
-#include <cstddef>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -46,11 +45,6 @@ class Communicator {
   // is an event wait on the stream (no host synchronisation, so it can be captured in a CUDA graph); on the
   // CPU it blocks until the sums are there.
   virtual void wait_all_reduces() = 0;
-  // Collective, setup only: all_reduce_sum will be given tensors of up to `bytes`; an engine that needs
-  // room for them (nccl-threads with copy engines, dist/peer_copy.h) makes it now.
-  virtual void reserve_all_reduce(size_t /*bytes*/) {}
-  // What sums the tensors: "nccl", "copy engines", "mpi", "none" (local).
-  virtual std::string all_reduce_engine() const { return "nccl"; }
   // Copies root's `x` to every rank, in place; complete on return (setup only: initial weights).
   virtual void broadcast(Tensor& x, int root) = 0;
   // GPU: after replaying captured work that holds collectives (a CUDA graph of a whole step), lets the

@@ -55,17 +55,7 @@ GradientExchange::GradientExchange(Backend& backend, MemoryPlan& memory, Communi
       memory_(memory),
       comm_(comm),
       in_compute_dtype_(reduce_in_compute_dtype && memory.has_compute_copies()),
-      buckets_(plan_gradient_buckets(memory, bucket_bytes, reduce_in_compute_dtype)) {
-  size_t largest = 0;
-  for (const GradientBucket& bucket : buckets_) largest = std::max(largest, slice(bucket, travels_in_master(bucket)).bytes());
-  comm_.reserve_all_reduce(largest);  // collective: every rank plans the same buckets
-}
-
-bool GradientExchange::travels_in_master(const GradientBucket& bucket) const {
-  // FP32 regions, and compute-dtype gradients cast to FP32 before they travel, travel in the master
-  // buffer; the compute region under reduce_in_compute_dtype travels as it is.
-  return !(bucket.compute_region && memory_.has_compute_copies() && in_compute_dtype_);
-}
+      buckets_(plan_gradient_buckets(memory, bucket_bytes, reduce_in_compute_dtype)) {}
 
 Tensor GradientExchange::slice(const GradientBucket& bucket, bool master) const {
   Tensor& flat = master ? memory_.flat_gradients() : memory_.compute_gradients();
@@ -81,10 +71,15 @@ void GradientExchange::arm() {
 
 void GradientExchange::launch(const GradientBucket& bucket) {
   const bool cast = bucket.compute_region && memory_.has_compute_copies();
-  Tensor travelling = slice(bucket, travels_in_master(bucket));
-  // FP16/BF16 gradients summed in FP32: this bucket's gradients into their FP32 master slice first.
-  if (cast && !in_compute_dtype_) backend_.cast(slice(bucket, /*master=*/false), travelling);
-  comm_.all_reduce_sum(travelling);
+  if (cast && !in_compute_dtype_) {
+    // FP16/BF16 gradients of this bucket into their FP32 master slice, which is what travels.
+    Tensor master = slice(bucket, /*master=*/true);
+    backend_.cast(slice(bucket, /*master=*/false), master);
+    comm_.all_reduce_sum(master);
+  } else {
+    Tensor t = slice(bucket, /*master=*/!cast);
+    comm_.all_reduce_sum(t);
+  }
 }
 
 void GradientExchange::layer_done(int layer) {

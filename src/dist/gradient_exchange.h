@@ -57,7 +57,6 @@ class GradientExchange {
 
  private:
   void launch(const GradientBucket& bucket);
-  bool travels_in_master(const GradientBucket& bucket) const;
   Tensor slice(const GradientBucket& bucket, bool master) const;
 
   Backend& backend_;

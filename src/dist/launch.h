@@ -36,9 +36,6 @@ struct NcclTuning {
   // The collectives' stream outranks the compute stream: their blocks are scheduled before compute's, so a
   // bucket's sum does not queue behind a large backward kernel.
   bool high_priority = false;
-  // One process (--gpus N): sum with the GPUs' copy engines instead of NCCL kernels (dist/peer_copy.h),
-  // where every pair of GPUs has peer access; NCCL elsewhere.
-  bool copy_engine = false;
 };
 
 struct LaunchOptions {

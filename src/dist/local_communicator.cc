@@ -10,7 +10,6 @@ class LocalCommunicator final : public Communicator {
  public:
   LocalCommunicator() : Communicator(std::make_shared<ProgressTracker>(0, 1e9)) {}
   std::string name() const override { return "local"; }
-  std::string all_reduce_engine() const override { return "none"; }
   int rank() const override { return 0; }
   int size() const override { return 1; }
   void all_reduce_sum(Tensor& x) override { check_reducible("local all_reduce_sum", x); }

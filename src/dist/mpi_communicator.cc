@@ -37,7 +37,6 @@ class MpiCommunicator final : public Communicator {
   }
 
   std::string name() const override { return "mpi"; }
-  std::string all_reduce_engine() const override { return "mpi"; }
   int rank() const override { return control_.rank(); }
   int size() const override { return control_.size(); }
 

@@ -116,31 +116,16 @@ void NcclDataPlane::all_reduce_sum(Tensor& x) {
   CUDA_CHECK(cudaStreamWaitEvent(comm_stream_, fork_, 0));
   TimelineSpan span(fmt::format("all-reduce {:.2f} MB", static_cast<double>(x.bytes()) / 1e6),
                     "communication", comm_stream_);
-  if (peer_ && x.bytes() <= peer_->reserved()) {
-    peer_->all_reduce_sum(peer_rank_, x, comm_stream_);
-  } else {
-    settle(comm_,
-           ncclAllReduce(x.data(), x.data(), static_cast<size_t>(x.numel()), nccl_dtype(x.dtype()), ncclSum,
-                         comm_, comm_stream_),
-           "ncclAllReduce");
-  }
+  settle(comm_,
+         ncclAllReduce(x.data(), x.data(), static_cast<size_t>(x.numel()), nccl_dtype(x.dtype()), ncclSum,
+                       comm_, comm_stream_),
+         "ncclAllReduce");
   CUDA_CHECK(cudaEventRecord(joined_, comm_stream_));
   if (!captured) {
     std::lock_guard lock(track_mutex_);
     CUDA_CHECK(cudaEventRecord(track_comm_, comm_stream_));
     comm_sequence_ = sequence;
   }
-}
-
-void NcclDataPlane::use_peer_copy(std::shared_ptr<PeerCopyGroup> group, int rank) {
-  peer_ = std::move(group);
-  peer_rank_ = rank;
-}
-
-void NcclDataPlane::reserve_all_reduce(size_t bytes, ThreadGroup& group) {
-  if (!peer_) return;
-  peer_->reserve(peer_rank_, bytes, group);
-  activate();  // reserve may have left another device current
 }
 
 void NcclDataPlane::wait_all_reduces() {

@@ -26,7 +26,6 @@
 
 #include "backend/backend.h"
 #include "dist/launch.h"
-#include "dist/peer_copy.h"
 #include "dist/progress.h"
 
 namespace dlbench::dist {
@@ -49,11 +48,6 @@ class NcclDataPlane {
   NcclDataPlane(const NcclDataPlane&) = delete;
   NcclDataPlane& operator=(const NcclDataPlane&) = delete;
 
-  // From now on, tensors of up to group->reserved() bytes are summed by `group`'s copy engines (as rank
-  // `rank`), larger ones by NCCL.
-  void use_peer_copy(std::shared_ptr<PeerCopyGroup> group, int rank);
-  bool peer_copy() const { return peer_ != nullptr; }
-  void reserve_all_reduce(size_t bytes, ThreadGroup& group);
   void all_reduce_sum(Tensor& x);
   void wait_all_reduces();
   void broadcast(Tensor& x, int root);  // complete on return
@@ -74,8 +68,6 @@ class NcclDataPlane {
   cudaStream_t comm_stream_ = nullptr;
   cudaEvent_t fork_ = nullptr, joined_ = nullptr;
   std::shared_ptr<ProgressTracker> progress_;
-  std::shared_ptr<PeerCopyGroup> peer_;
-  int peer_rank_ = 0;
 
   // Watched work: the tracking events and the last sequence number each covers (0: none outstanding).
   std::mutex track_mutex_;

@@ -4,7 +4,6 @@
 
 #include <nccl.h>
 
-#include <cstdio>
 #include <utility>
 
 #include "backend/cuda/cuda_backend.h"
@@ -19,12 +18,11 @@ namespace {
 class NcclThreadsCommunicator final : public Communicator {
  public:
   NcclThreadsCommunicator(int rank, std::shared_ptr<ThreadGroup> group, ncclComm_t comm, Backend& backend,
-                          bool high_priority, std::shared_ptr<PeerCopyGroup> peer)
+                          bool high_priority)
       : Communicator(group->tracker(rank)),
         rank_(rank),
         group_(std::move(group)),
         data_(std::make_shared<NcclDataPlane>(comm, backend, group_->tracker(rank), high_priority)) {
-    if (peer) data_->use_peer_copy(std::move(peer), rank);
     std::weak_ptr<NcclDataPlane> weak = data_;
     group_->add_probe([weak]() -> std::optional<std::string> {
       if (auto d = weak.lock()) return d->probe();
@@ -38,8 +36,6 @@ class NcclThreadsCommunicator final : public Communicator {
   std::string name() const override { return "nccl-threads"; }
   int rank() const override { return rank_; }
   int size() const override { return group_->size(); }
-  void reserve_all_reduce(size_t bytes) override { data_->reserve_all_reduce(bytes, *group_); }
-  std::string all_reduce_engine() const override { return data_->peer_copy() ? "copy engines" : "nccl"; }
   void all_reduce_sum(Tensor& x) override { data_->all_reduce_sum(x); }
   void wait_all_reduces() override { data_->wait_all_reduces(); }
   void broadcast(Tensor& x, int root) override {
@@ -78,11 +74,6 @@ NcclThreadsGroup::NcclThreadsGroup(int gpus, double timeout_seconds, const NcclT
   const ncclResult_t end = ncclGroupEnd();
   NCCL_CHECK(end);
   for (ncclComm_t comm : comms_) settle(comm, ncclInProgress, "ncclCommInitRankConfig");
-  if (nccl.copy_engine) {
-    std::string why_not;
-    peer_ = PeerCopyGroup::create(gpus, &why_not);
-    if (!peer_) std::printf("--allreduce-engine copy: %s; NCCL sums instead\n", why_not.c_str());
-  }
 }
 
 NcclThreadsGroup::~NcclThreadsGroup() {
@@ -102,7 +93,7 @@ std::unique_ptr<Communicator> NcclThreadsGroup::join(int rank, Backend& backend)
   DLB_CHECK(backend.device() == (Device{DeviceKind::cuda, rank}),
             "rank {} runs on {}, its NCCL communicator on cuda:{}", rank, device_name(backend.device()),
             rank);
-  return std::make_unique<NcclThreadsCommunicator>(rank, group_, comm, backend, nccl_.high_priority, peer_);
+  return std::make_unique<NcclThreadsCommunicator>(rank, group_, comm, backend, nccl_.high_priority);
 }
 
 void NcclThreadsGroup::abort(const std::string& reason) {

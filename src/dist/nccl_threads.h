@@ -16,7 +16,6 @@
 #include "backend/backend.h"
 #include "dist/communicator.h"
 #include "dist/launch.h"
-#include "dist/peer_copy.h"
 #include "dist/thread_group.h"
 
 struct ncclComm;
@@ -43,7 +42,6 @@ class NcclThreadsGroup {
   std::mutex mutex_;
   NcclTuning nccl_;
   std::vector<ncclComm*> comms_;  // handed to the ranks' data planes at join (nullptr afterwards)
-  std::shared_ptr<PeerCopyGroup> peer_;  // --allreduce-engine copy, where the GPUs allow it
 };
 
 }  // namespace dlbench::dist

@@ -242,8 +242,6 @@ void resolve_config(RunConfig& c, bool cuda_available) {
               "--nccl-max-ctas {}: must be 0 (NCCL's choice) to 64", c.nccl_max_ctas);
   DLB_REQUIRE(c.comm_priority == "normal" || c.comm_priority == "high",
               "--comm-priority {}: choose normal or high", c.comm_priority);
-  DLB_REQUIRE(c.allreduce_engine == "nccl" || c.allreduce_engine == "copy",
-              "--allreduce-engine {}: choose nccl or copy", c.allreduce_engine);
   DLB_REQUIRE(c.lr_scaling == "none" || c.lr_scaling == "linear", "--lr-scaling {}: choose none or linear",
               c.lr_scaling);
   DLB_REQUIRE(c.conv_workspace_mb >= 0, "--conv-workspace-mb {}: must be 0 or more", c.conv_workspace_mb);
@@ -295,7 +293,6 @@ nlohmann::json config_to_json(const RunConfig& c) {
   j["algorithm_cache"] = c.algorithm_cache;
   j["nccl_max_ctas"] = c.nccl_max_ctas;
   j["comm_priority"] = c.comm_priority;
-  j["allreduce_engine"] = c.allreduce_engine;
   j["lr_scaling"] = c.lr_scaling;
   j["timeout_seconds"] = c.timeout_seconds;
   j["cuda_graph"] = c.cuda_graph;

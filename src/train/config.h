@@ -85,7 +85,6 @@ struct RunConfig {
   std::string algorithm_cache;           // GPU: FILE of algorithm choices kept between processes ("" = none)
   int nccl_max_ctas = 0;                 // thread blocks one NCCL collective may use (0 = NCCL's choice)
   std::string comm_priority = "normal";  // normal | high: priority of the collectives' stream
-  std::string allreduce_engine = "nccl";  // nccl | copy: NCCL kernels, or the copy engines (--gpus N)
   std::string lr_scaling = "none";       // none | linear (lr x ranks)
   double timeout_seconds = 300;          // a collective unfinished after this stops every rank
 

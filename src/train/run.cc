@@ -229,10 +229,9 @@ void print_header(const char* command, const RunConfig& config, RunSetup& s, con
       config.weight_decay, config.decay_norm_and_bias ? "" : " (not on BN/bias)",
       static_cast<unsigned long long>(config.seed));
   if (s.comm->name() != "local") {
-    say("  data parallel: %d ranks (%s), gradient buckets of %g MiB summed in %s by %s while backward runs%s\n",
+    say("  data parallel: %d ranks (%s), gradient buckets of %g MiB summed in %s while backward runs%s\n",
         s.comm->size(), s.comm->name().c_str(), config.bucket_mb,
         config.allreduce_precision == "fp32" ? "fp32" : precision_name(config.precision),
-        s.comm->all_reduce_engine().c_str(),
         config.lr_scaling == "linear" ? ", lr scaled linearly" : "");
   }
   std::fflush(stdout);
@@ -256,7 +255,6 @@ nlohmann::json run_ranks(const RunConfig& config,
   options.timeout_seconds = config.timeout_seconds;
   options.nccl.max_ctas = config.nccl_max_ctas;
   options.nccl.high_priority = config.comm_priority == "high";
-  options.nccl.copy_engine = config.allreduce_engine == "copy";
   auto launch = dist::make_launch(options);
   nlohmann::json result;
   std::mutex result_mutex;
@@ -684,7 +682,6 @@ nlohmann::json bench_rank(const RunConfig& given, dist::Launch& launch, int slot
   if (s.comm->name() != "local") {
     // What one exchange of all gradients costs alone (the overlap hides part of it inside a step).
     j["communication_ms"] = trainer.time_gradient_exchange(5);
-    j["allreduce_engine"] = s.comm->all_reduce_engine();
     say("gradient exchange alone: %.2f ms per step (%d ranks, %s)\n", j["communication_ms"].get<double>(),
         s.comm->size(), s.comm->name().c_str());
   }

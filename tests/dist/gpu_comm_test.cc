@@ -39,15 +39,12 @@ void exercise(Communicator& comm, Backend& backend) {
   expect_control_plane(comm);
 }
 
-// Every tuning of the collectives (NCCL's own, one thread block on a high-priority stream, the copy
-// engines instead of NCCL) sums exactly.
+// Every tuning of the collectives (NCCL's own, one thread block on a high-priority stream) sums exactly.
 class NcclThreads : public ::testing::TestWithParam<NcclTuning> {};
 
 INSTANTIATE_TEST_SUITE_P(Tunings, NcclThreads,
-                         ::testing::Values(NcclTuning{}, NcclTuning{/*max_ctas=*/1, /*high_priority=*/true},
-                                           NcclTuning{0, false, /*copy_engine=*/true}),
+                         ::testing::Values(NcclTuning{}, NcclTuning{/*max_ctas=*/1, /*high_priority=*/true}),
                          [](const auto& info) {
-                           if (info.param.copy_engine) return "CopyEngines";
                            return info.param.max_ctas == 0 ? "Default" : "OneCtaHigh";
                          });
 
@@ -66,11 +63,6 @@ TEST_P(NcclThreads, AllReduceBroadcastAndControlPlaneOnEveryGpu) {
       EXPECT_EQ(comm->name(), "nccl-threads");
       EXPECT_EQ(comm->rank(), r);
       EXPECT_EQ(comm->size(), n);
-      if (GetParam().copy_engine && n > 1) {
-        // Room for every tensor exercise() sums (12 MiB of f32 at most): all go through the copy engines.
-        comm->reserve_all_reduce(size_t{16} << 20);
-        EXPECT_EQ(comm->all_reduce_engine(), "copy engines");
-      }
       exercise(*comm, *backend);
     });
   }

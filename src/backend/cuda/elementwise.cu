@@ -65,31 +65,6 @@ struct AddOp {
   }
 };
 
-// dst[e] += sum over j of src[j * stride + e], accumulated in the arithmetic type and rounded once.
-template <typename T>
-struct SumIntoOp {
-  T* dst;
-  const T* src;
-  int64_t stride;
-  int sources;
-  template <int W>
-  __device__ void apply(int64_t e) const {
-    const Vec<T, W> d = load_vec<W>(dst + e);
-    Acc<T> acc[W];
-#pragma unroll
-    for (int j = 0; j < W; ++j) acc[j] = widen(d.v[j]);
-    for (int s = 0; s < sources; ++s) {
-      const Vec<T, W> v = load_vec<W>(src + s * stride + e);
-#pragma unroll
-      for (int j = 0; j < W; ++j) acc[j] += widen(v.v[j]);
-    }
-    Vec<T, W> out;
-#pragma unroll
-    for (int j = 0; j < W; ++j) out.v[j] = narrow<T>(acc[j]);
-    store_vec<W>(dst + e, out);
-  }
-};
-
 template <typename T>
 struct ScaleOp {
   T* x;
@@ -297,18 +272,6 @@ void add(const void* a, const void* b, void* y, DType dtype, int64_t n, cudaStre
     using T = decltype(tag);
     launch_16<T>(n, vector_ok,
                  AddOp<T>{static_cast<const T*>(a), static_cast<const T*>(b), static_cast<T*>(y)}, stream);
-  });
-}
-
-void sum_into(void* dst, const void* src, int64_t stride, int sources, DType dtype, int64_t n,
-              cudaStream_t stream) {
-  require_n("sum_into", n);
-  DLB_KERNEL_REQUIRE(sources >= 0 && stride >= n, "sum_into", "sources overlap");
-  dispatch_float(dtype, "sum_into", [&](auto tag) {
-    using T = decltype(tag);
-    const bool vector_ok = aligned(dst, 16) && aligned(src, 16) && (stride * sizeof(T)) % 16 == 0;
-    launch_16<T>(n, vector_ok, SumIntoOp<T>{static_cast<T*>(dst), static_cast<const T*>(src), stride, sources},
-                 stream);
   });
 }
 

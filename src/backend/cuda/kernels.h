@@ -16,10 +16,6 @@ namespace dlbench::cuda {
 void fill(void* x, DType dtype, int64_t n, double value, cudaStream_t stream);
 void add(const void* a, const void* b, void* y, DType dtype, int64_t n, cudaStream_t stream);  // y = a + b
 void scale(void* x, DType dtype, int64_t n, double alpha, cudaStream_t stream);                // x *= alpha
-// dst[i] += src[j * stride + i] for j in [0, sources), i in [0, n): the sum in f32 (f64 for f64), rounded
-// once into dst. The sources are `sources` arrays of n elements, `stride` elements apart (stride >= n).
-void sum_into(void* dst, const void* src, int64_t stride, int sources, DType dtype, int64_t n,
-              cudaStream_t stream);
 // dst = src converted (round to nearest even); any pair of f32/f16/bf16/f64.
 void cast(const void* src, DType src_dtype, void* dst, DType dst_dtype, int64_t n, cudaStream_t stream);
 
