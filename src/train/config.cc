@@ -4,7 +4,9 @@
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
+#include <iterator>
 #include <thread>
+#include <utility>
 
 #include "core/status.h"
 #include "data/image_source.h"
@@ -227,6 +229,25 @@ void resolve_config(RunConfig& c, bool cuda_available) {
                 c.trace_steps);
     c.trace_first = first;
     c.trace_last = last;
+  }
+
+  // Files the run writes: one each, or one would overwrite another (a trace written over by the result).
+  {
+    const std::pair<const char*, const std::string*> outputs[] = {{"--json", &c.json_path},
+                                                                  {"--trace", &c.trace_path},
+                                                                  {"--checkpoint", &c.checkpoint_path},
+                                                                  {"--algorithm-cache", &c.algorithm_cache}};
+    auto same_file = [](const std::string& a, const std::string& b) {
+      namespace fs = std::filesystem;
+      return fs::absolute(fs::path(a)).lexically_normal() == fs::absolute(fs::path(b)).lexically_normal();
+    };
+    for (size_t i = 0; i < std::size(outputs); ++i) {
+      for (size_t j = i + 1; j < std::size(outputs); ++j) {
+        const std::string &a = *outputs[i].second, &b = *outputs[j].second;
+        DLB_REQUIRE(a.empty() || b.empty() || !same_file(a, b), "{} and {} name the same file ({}): give two",
+                    outputs[i].first, outputs[j].first, a);
+      }
+    }
   }
 
   // Data parallelism.

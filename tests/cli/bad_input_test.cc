@@ -132,6 +132,16 @@ TEST(BadInput, CollectiveTuningOutOfRange) {
                         "--comm-priority urgent");
 }
 
+// Two outputs on one path: the later write would destroy the earlier (a trace overwritten by the result).
+TEST(BadInput, TwoOutputsOnOneFile) {
+  const std::string path = (temp_dir("two_outputs") / "out.json").string();
+  const auto r = run_dlbench("bench --model resnet20 --steps 2 --trace " + path + " --json " + path);
+  expect_one_line_error(r, "--json and --trace name the same file");
+  EXPECT_FALSE(std::filesystem::exists(path)) << "nothing is written";
+  expect_one_line_error(run_dlbench("train --model resnet20 --checkpoint ./a.ckpt --json a.ckpt"),
+                        "--json and --checkpoint name the same file");
+}
+
 TEST(BadInput, AlgorithmCacheThatIsNotOneOrCannotBeWritten) {
   expect_one_line_error(
       run_dlbench("bench --model resnet20 --algorithm-cache /nonexistent/dir/algorithms.json"),

@@ -26,7 +26,8 @@ TEST(GradientBuckets, TheTailIsCutInHalves) {
   values.reserve(kLayers);
   grads.reserve(kLayers);
   for (int layer = 0; layer < kLayers; ++layer) {
-    values.emplace_back(nullptr, std::vector<int64_t>{kElements}, DType::f32, Layout::nchw, backend->device());
+    values.emplace_back(nullptr, std::vector<int64_t>{kElements}, DType::f32, Layout::nchw,
+                        backend->device());
     grads.emplace_back(nullptr, std::vector<int64_t>{kElements}, DType::f32, Layout::nchw, backend->device());
     memory.set_current_layer(layer);
     memory.add_parameter("w" + std::to_string(layer), values.back(), grads.back(), ParamInit::zeros, 1, false,
