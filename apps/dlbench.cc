@@ -251,8 +251,11 @@ int main(int argc, char** argv) {
   add_grid_flags(sweep, sweep_options, true);
   sweep->add_option("--launcher", sweep_options.launcher, "threads | mpi (mpirun -np GPUS)")
       ->capture_default_str();
-  sweep->add_option("--algorithm-cache", sweep_options.algorithm_cache,
-                    "FILE given to every point: the first point's algorithm choices are every later one's");
+  sweep
+      ->add_option("--algorithm-cache", sweep_options.algorithm_cache,
+                   "GPU points: auto (RESULTS.algorithms.json) | none | FILE: the first point's algorithm "
+                   "choices are every later one's")
+      ->capture_default_str();
 
   dlbench::SweepOptions compare_options;
   compare_options.launcher = "torchrun";
@@ -277,9 +280,11 @@ int main(int argc, char** argv) {
       ->delimiter(',');
   study->add_option("-o,--output", study_options.report_dir, "directory for the report")
       ->capture_default_str();
-  study->add_option(
-      "--algorithm-cache", study_options.grid.algorithm_cache,
-      "FILE given to every dlbench point: the first point's algorithm choices are every later one's");
+  study
+      ->add_option("--algorithm-cache", study_options.grid.algorithm_cache,
+                   "dlbench's GPU points: auto (RESULTS.algorithms.json) | none | FILE: the first point's "
+                   "algorithm choices are every later one's")
+      ->capture_default_str();
 
   std::vector<std::string> report_inputs;
   std::string report_dir = "report";

@@ -98,6 +98,21 @@ struct Point {
   std::string batch;  // a number or "max"
 };
 
+}  // namespace
+
+std::string sweep_algorithm_cache(const SweepOptions& o, bool on_gpu) {
+  if (o.algorithm_cache == "none") return {};
+  if (o.algorithm_cache == "auto") return on_gpu ? o.results + ".algorithms.json" : std::string();
+  return o.algorithm_cache;
+}
+
+namespace {
+
+// Whether dlbench's points given --device `device` train on a GPU ("auto" picks one when there is one).
+bool runs_on_gpu(const std::string& device) {
+  return device.rfind("cuda", 0) == 0 || (device == "auto" && cuda_backend_available());
+}
+
 // The command line of one point.
 std::vector<std::string> point_command(const SweepOptions& o, const Point& p, const std::string& json_path,
                                        const std::string& peers_dir, const std::string& device) {
@@ -121,7 +136,8 @@ std::vector<std::string> point_command(const SweepOptions& o, const Point& p, co
       argv.insert(argv.end(), {"--gpus", std::to_string(p.gpus), "--launcher", "threads"});
     else
       argv.insert(argv.end(), {"--launcher", "mpi"});
-    if (!o.algorithm_cache.empty()) argv.insert(argv.end(), {"--algorithm-cache", o.algorithm_cache});
+    if (const std::string cache = sweep_algorithm_cache(o, runs_on_gpu(device)); !cache.empty())
+      argv.insert(argv.end(), {"--algorithm-cache", cache});
     return argv;
   }
   const bool jax = o.framework == "jax";
@@ -196,6 +212,11 @@ SweepTally sweep_points(const SweepOptions& o) {
   const char* who = o.framework == "dlbench" ? "sweep" : "compare";
   std::printf("%s: %s: %zu points to run, %d already in %s\n", who, o.framework.c_str(), todo.size(),
               tally.skipped, o.results.c_str());
+  if (o.framework == "dlbench") {
+    if (const std::string cache = sweep_algorithm_cache(o, runs_on_gpu(o.device)); !cache.empty())
+      std::printf("%s: algorithm choices kept in %s: every point runs the first one's kernels\n", who,
+                  cache.c_str());
+  }
   std::fflush(stdout);
 
   const bool peer = o.framework != "dlbench";

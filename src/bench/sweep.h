@@ -39,8 +39,15 @@ struct SweepOptions {
   std::vector<std::string> mpirun_args;  // extra arguments for it (e.g. --allow-run-as-root)
   std::string python = "python3";        // the peers' interpreter
   std::string peers_dir;                 // default: the peers/ folder beside the binary or the sources
-  std::string algorithm_cache;  // dlbench: --algorithm-cache for every point (one file: the same kernels)
+  // dlbench: --algorithm-cache for every GPU point: "auto" (RESULTS.algorithms.json), "none", or a FILE.
+  // One file for the whole grid: the first point searches, every later one (other GPU counts, launchers,
+  // later sweeps) runs the same kernels, so a speedup compares like with like.
+  std::string algorithm_cache = "auto";
 };
+
+// The file every dlbench point of `o` is given as --algorithm-cache ("" for none): RESULTS.algorithms.json
+// for "auto" when the points run on a GPU (`on_gpu`), nothing on the CPU (it has no choices to keep).
+std::string sweep_algorithm_cache(const SweepOptions& o, bool on_gpu);
 
 // The peers a comparison runs by default.
 const std::vector<std::string>& peer_frameworks();

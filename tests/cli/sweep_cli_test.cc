@@ -75,6 +75,19 @@ TEST(SweepCli, TheAlgorithmCacheIsGivenToEveryPoint) {
   std::filesystem::remove_all(dir);
 }
 
+// On the CPU, "auto" gives the points no cache (nothing to keep) and writes no file beside the results.
+TEST(SweepCli, NoAlgorithmCacheOnTheCpuByDefault) {
+  const auto dir = temp_dir("sweep_algorithms_cpu");
+  const std::string results = (dir / "points.jsonl").string();
+  CommandResult r = run_dlbench(kSweep + results + " --batch-sizes 8");
+  ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
+  std::vector<nlohmann::json> lines = read_lines(results);
+  ASSERT_EQ(lines.size(), 1u);
+  EXPECT_EQ(lines[0]["result"]["config"]["algorithm_cache"], "") << lines[0].dump();
+  EXPECT_FALSE(std::filesystem::exists(results + ".algorithms.json"));
+  std::filesystem::remove_all(dir);
+}
+
 TEST(ReportCli, NoResultsIsOneLine) {
   const auto dir = temp_dir("report_empty");
   { std::ofstream((dir / "empty.jsonl").string()) << "\n"; }
