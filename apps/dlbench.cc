@@ -11,6 +11,7 @@
 #include "bench/report.h"
 #include "bench/sweep.h"
 #include "bench/system_info.h"
+#include "bench/trace_summary.h"
 #include "core/file_io.h"
 #include "core/status.h"
 #include "data/data_commands.h"
@@ -295,6 +296,16 @@ int main(int argc, char** argv) {
   report->add_option("-o,--output", report_dir, "directory for report.md, report.html and figures/")
       ->capture_default_str();
 
+  std::string trace_path, trace_against;
+  CLI::App* trace_summary = app.add_subcommand(
+      "trace-summary",
+      "a --trace file in numbers: forward, backward, communication beside backward per step");
+  trace_summary->add_option("TRACE", trace_path, "a Chrome trace written by --trace")->required();
+  trace_summary->add_option(
+      "--against", trace_against,
+      "a base trace (e.g. one GPU): how much slower each layer ran, beside a collective "
+      "or not");
+
   dlbench::PackOptions pack_options;
   CLI::App* pack =
       app.add_subcommand("pack", "pack an image folder (CLASS/FILE.jpg) into shards for sequential reads");
@@ -340,6 +351,7 @@ int main(int argc, char** argv) {
     return app.exit(e);
   }
   if (report->parsed()) return guarded([&] { dlbench::run_report(report_inputs, report_dir); });
+  if (trace_summary->parsed()) return guarded([&] { dlbench::run_trace_summary(trace_path, trace_against); });
   if (sweep->parsed()) return guarded([&] { dlbench::run_sweep(sweep_options); });
   if (compare->parsed()) return guarded([&] { dlbench::run_compare(compare_options, compare_frameworks); });
   if (study->parsed()) return guarded([&] { dlbench::run_study(study_options); });

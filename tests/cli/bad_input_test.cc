@@ -142,6 +142,10 @@ TEST(BadInput, TwoOutputsOnOneFile) {
                         "--json and --checkpoint name the same file");
 }
 
+TEST(BadInput, TraceSummaryOfNoTrace) {
+  expect_one_line_error(run_dlbench("trace-summary /nonexistent/trace.json"), "/nonexistent/trace.json");
+}
+
 TEST(BadInput, AlgorithmCacheThatIsNotOneOrCannotBeWritten) {
   expect_one_line_error(
       run_dlbench("bench --model resnet20 --algorithm-cache /nonexistent/dir/algorithms.json"),
