@@ -91,7 +91,8 @@ void add_run_flags(CLI::App& cmd, RunConfig& c, std::string& lr_schedule) {
                  "GPU ranks: thread blocks one gradient sum may take from training (0 = NCCL's choice)")
       ->capture_default_str();
   cmd.add_option("--comm-priority", c.comm_priority,
-                 "normal | high: priority of the stream the gradient sums run on, against the compute stream")
+                 "normal | high | low: the stream the gradient sums run on against training's: alike, above "
+                 "it, below it")
       ->capture_default_str();
   cmd.add_option("--lr-scaling", c.lr_scaling, "none | linear: multiply --lr by the number of ranks")
       ->capture_default_str();

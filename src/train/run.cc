@@ -108,8 +108,10 @@ RunSetup set_up(const RunConfig& given, dist::Launch& launch, int slot) {
   Device device = config.device;
   if (device.kind == DeviceKind::cuda) device.index = launch.gpu(slot);
   if (!config.algorithm_cache.empty()) use_algorithm_store(config.algorithm_cache);
+  // --comm-priority low: training's stream above the gradient sums' (they take SMs only when it leaves some).
   s.backend = make_backend(config.backend_name, device, config.threads, config.precision == Precision::tf32,
-                           static_cast<size_t>(config.conv_workspace_mb * (1 << 20)));
+                           static_cast<size_t>(config.conv_workspace_mb * (1 << 20)),
+                           /*priority_stream=*/config.comm_priority == "low");
   s.comm = launch.join(slot, *s.backend);
   rank_speaks = s.comm->rank() == 0;
   const int ranks = s.comm->size();

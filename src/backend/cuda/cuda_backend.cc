@@ -130,13 +130,16 @@ constexpr size_t kCublasWorkspaceBytes = size_t{32} << 20;
 
 }  // namespace
 
-CudaBackend::CudaBackend(int device, bool allow_tf32, size_t conv_workspace_limit)
+CudaBackend::CudaBackend(int device, bool allow_tf32, size_t conv_workspace_limit, bool priority_stream)
     : device_(device), allow_tf32_(allow_tf32), conv_workspace_limit_(conv_workspace_limit) {
   const int count = cuda_device_count();
   DLB_REQUIRE(device >= 0 && device < count, "--device cuda:{}: this machine has {} CUDA GPU(s)", device,
               count);
   CUDA_CHECK(cudaSetDevice(device_));
-  CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
+  int lowest_priority = 0, greatest_priority = 0;  // the lower the number, the higher the priority
+  CUDA_CHECK(cudaDeviceGetStreamPriorityRange(&lowest_priority, &greatest_priority));
+  CUDA_CHECK(cudaStreamCreateWithPriority(&stream_, cudaStreamNonBlocking,
+                                          priority_stream ? greatest_priority : lowest_priority));
   CUDNN_CHECK(cudnnCreate(&cudnn_));
   CUDNN_CHECK(cudnnSetStream(cudnn_, stream_));
   CUBLAS_CHECK(cublasCreate(&cublas_));
@@ -389,8 +392,9 @@ int cuda_device_count() {
   return count;
 }
 
-std::unique_ptr<Backend> make_cuda_backend(int device, bool allow_tf32, size_t conv_workspace_limit) {
-  return std::make_unique<cuda::CudaBackend>(device, allow_tf32, conv_workspace_limit);
+std::unique_ptr<Backend> make_cuda_backend(int device, bool allow_tf32, size_t conv_workspace_limit,
+                                           bool priority_stream) {
+  return std::make_unique<cuda::CudaBackend>(device, allow_tf32, conv_workspace_limit, priority_stream);
 }
 
 namespace cuda {

@@ -137,7 +137,7 @@ class WorkspaceLayout {
 
 class CudaBackend final : public Backend {
  public:
-  CudaBackend(int device, bool allow_tf32, size_t conv_workspace_limit);
+  CudaBackend(int device, bool allow_tf32, size_t conv_workspace_limit, bool priority_stream = false);
   ~CudaBackend() override;
   CudaBackend(const CudaBackend&) = delete;
   CudaBackend& operator=(const CudaBackend&) = delete;
