@@ -2,6 +2,7 @@
 // softmax cross-entropy, elementwise utilities, casts, check_finite and the SGD update (our kernels), in
 // f32/f16/bf16; memory and the factory; and a CUDA-graph capture of a training-like sequence of ops, which
 // fails if any op synchronises with the host or allocates.
+#include <cuda_runtime_api.h>
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 
@@ -454,6 +455,20 @@ TEST_F(CudaOpsTest, StepCapturesInCudaGraph) {
   // The stream is still usable after the graph.
   gpu.fill(flag.tensor(), 1.0);
   EXPECT_EQ(flag.download().ptr<int32_t>()[0], 1);
+}
+
+// --comm-priority low gives training's stream the device's greatest priority; otherwise its lowest (the
+// default priority, as before streams had one).
+TEST_F(CudaOpsTest, StreamPriority) {
+  int lowest = 0, greatest = 0;
+  ASSERT_EQ(cudaDeviceGetStreamPriorityRange(&lowest, &greatest), cudaSuccess);
+  for (bool priority_stream : {false, true}) {
+    auto backend = make_cuda_backend(0, false, kDefaultConvWorkspaceLimit, priority_stream);
+    int priority = 1;
+    ASSERT_EQ(cudaStreamGetPriority(static_cast<cudaStream_t>(backend->native_stream()), &priority),
+              cudaSuccess);
+    EXPECT_EQ(priority, priority_stream ? greatest : lowest);
+  }
 }
 
 }  // namespace
