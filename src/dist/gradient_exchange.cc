@@ -27,6 +27,7 @@ std::vector<GradientBucket> plan_gradient_buckets(const MemoryPlan& memory, size
     // half of the rest, down to kTailBucketBytes): the earliest layers' gradients are complete only when
     // backward ends, and the bucket holding them is the communication nothing hides. Halving keeps that
     // last bucket small while the ones before it still go out under the backward of the layers below.
+    const size_t smallest = std::min(bucket_bytes, kTailBucketBytes);
     int64_t bucket_end = end;
     int min_layer = INT32_MAX;
     for (auto it = params.rbegin(); it != params.rend(); ++it) {
@@ -34,8 +35,7 @@ std::vector<GradientBucket> plan_gradient_buckets(const MemoryPlan& memory, size
       min_layer = std::min(min_layer, p.layer);
       const size_t bytes = static_cast<size_t>(bucket_end - p.offset) * element;
       const size_t left = static_cast<size_t>(bucket_end - begin) * element;  // this bucket and all below
-      const size_t cap = std::min(bucket_bytes, std::max(left / 2, std::min(bucket_bytes, kTailBucketBytes)));
-      if (bucket_bytes > 0 && bytes >= cap) {
+      if (bucket_bytes > 0 && bytes >= std::clamp(left / 2, smallest, bucket_bytes)) {
         buckets.push_back({compute_region, p.offset, bucket_end - p.offset, min_layer});
         bucket_end = p.offset;
         min_layer = INT32_MAX;

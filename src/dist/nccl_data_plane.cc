@@ -11,6 +11,7 @@
 #include <thread>
 
 #include "backend/cuda/cuda_check.h"
+#include "backend/cuda/cuda_stream.h"
 #include "dist/communicator.h"
 #include "dist/nccl_check.h"
 
@@ -70,10 +71,7 @@ NcclDataPlane::NcclDataPlane(ncclComm_t comm, Backend& backend, std::shared_ptr<
   DLB_CHECK(backend.device().kind == DeviceKind::cuda && compute_ != nullptr,
             "an NCCL communicator needs a GPU backend, not '{}'", backend.name());
   activate();
-  int lowest_priority = 0, greatest_priority = 0;  // CUDA: the lower the number, the higher the priority
-  CUDA_CHECK(cudaDeviceGetStreamPriorityRange(&lowest_priority, &greatest_priority));
-  CUDA_CHECK(cudaStreamCreateWithPriority(&comm_stream_, cudaStreamNonBlocking,
-                                          high_priority ? greatest_priority : lowest_priority));
+  comm_stream_ = cuda::new_stream(high_priority);
   CUDA_CHECK(cudaEventCreateWithFlags(&fork_, cudaEventDisableTiming));
   CUDA_CHECK(cudaEventCreateWithFlags(&joined_, cudaEventDisableTiming));
   CUDA_CHECK(cudaEventCreateWithFlags(&track_comm_, cudaEventDisableTiming));

@@ -259,8 +259,6 @@ void resolve_config(RunConfig& c, bool cuda_available) {
   DLB_REQUIRE(c.bucket_mb >= 0, "--bucket-mb {}: must be 0 (one bucket) or more", c.bucket_mb);
   DLB_REQUIRE(c.allreduce_precision == "fp32" || c.allreduce_precision == "compute",
               "--allreduce-precision {}: choose fp32 or compute", c.allreduce_precision);
-  DLB_REQUIRE(c.nccl_max_ctas >= 0 && c.nccl_max_ctas <= 64,
-              "--nccl-max-ctas {}: must be 0 (NCCL's choice) to 64", c.nccl_max_ctas);
   DLB_REQUIRE(c.comm_priority == "normal" || c.comm_priority == "high" || c.comm_priority == "low",
               "--comm-priority {}: choose normal, high or low", c.comm_priority);
   DLB_REQUIRE(c.lr_scaling == "none" || c.lr_scaling == "linear", "--lr-scaling {}: choose none or linear",

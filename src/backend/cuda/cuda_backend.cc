@@ -8,6 +8,7 @@
 #include <cstring>
 
 #include "backend/cuda/cuda_common.h"
+#include "backend/cuda/cuda_stream.h"
 #include "backend/cuda/kernels.h"
 
 namespace dlbench {
@@ -136,10 +137,7 @@ CudaBackend::CudaBackend(int device, bool allow_tf32, size_t conv_workspace_limi
   DLB_REQUIRE(device >= 0 && device < count, "--device cuda:{}: this machine has {} CUDA GPU(s)", device,
               count);
   CUDA_CHECK(cudaSetDevice(device_));
-  int lowest_priority = 0, greatest_priority = 0;  // the lower the number, the higher the priority
-  CUDA_CHECK(cudaDeviceGetStreamPriorityRange(&lowest_priority, &greatest_priority));
-  CUDA_CHECK(cudaStreamCreateWithPriority(&stream_, cudaStreamNonBlocking,
-                                          priority_stream ? greatest_priority : lowest_priority));
+  stream_ = new_stream(priority_stream);
   CUDNN_CHECK(cudnnCreate(&cudnn_));
   CUDNN_CHECK(cudnnSetStream(cudnn_, stream_));
   CUBLAS_CHECK(cublasCreate(&cublas_));
