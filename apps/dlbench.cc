@@ -90,6 +90,8 @@ void add_run_flags(CLI::App& cmd, RunConfig& c, std::string& lr_schedule) {
   cmd.add_option("--nccl-max-ctas", c.nccl_max_ctas,
                  "GPU ranks: thread blocks one gradient sum may take from training (0 = NCCL's choice)")
       ->capture_default_str();
+  cmd.add_flag("--nccl-symmetric", c.nccl_symmetric,
+               "GPU ranks: gradients in NCCL symmetric windows (their sums run NCCL's symmetric-memory kernels)");
   cmd.add_option("--comm-priority", c.comm_priority,
                  "normal | high | low: the stream the gradient sums run on against training's: alike, above "
                  "it, below it")
@@ -214,6 +216,8 @@ int main(int argc, char** argv) {
         ->add_option("--nccl-max-ctas", o.nccl_max_ctas,
                      "thread blocks one all-reduce may use (0 = NCCL's choice)")
         ->capture_default_str();
+    comm_bench->add_flag("--nccl-symmetric", o.nccl_symmetric,
+                         "the buffer in an NCCL symmetric window (NCCL's symmetric-memory kernels)");
     comm_bench->add_option("--json", o.json_path, "write the result as one JSON object to FILE (rank 0)");
   }
 

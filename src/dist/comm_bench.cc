@@ -68,7 +68,8 @@ double median(std::vector<double> v) {
 
 struct Row {
   int64_t bytes = 0, elements = 0;
-  double seconds = 0;
+  double seconds = 0;         // one all-reduce, launched and waited for alone (median)
+  double stream_seconds = 0;  // one of `iters` all-reduces enqueued back to back (as in a step's graph)
   int64_t wrong = 0;  // elements that differed from the expected sum, over all ranks
   std::string first_wrong;
 };
@@ -79,12 +80,19 @@ std::vector<Row> bench_rank(const CommBenchOptions& o, DType dtype, Backend& bac
   const int n = comm.size(), rank = comm.rank();
   const size_t esize = dtype_size(dtype);
   const int64_t max_elements = std::max<int64_t>(1, o.max_bytes / static_cast<int64_t>(esize));
-  void* buffer = backend.allocate(static_cast<size_t>(max_elements) * esize);
+  const size_t buffer_bytes = static_cast<size_t>(max_elements) * esize;
+  // --nccl-symmetric: the communicator's memory (it frees it); otherwise the backend's.
+  void* window = o.nccl_symmetric ? comm.allocate_window(buffer_bytes) : nullptr;
+  DLB_REQUIRE(window != nullptr || !o.nccl_symmetric, "--nccl-symmetric: the {} communicator has no windows",
+              comm.name());
+  void* buffer = window ? window : backend.allocate(buffer_bytes);
   struct Free {
     Backend& b;
     void* p;
-    ~Free() { b.deallocate(p); }
-  } free_buffer{backend, buffer};
+    ~Free() {
+      if (p) b.deallocate(p);
+    }
+  } free_buffer{backend, window ? nullptr : buffer};
 
   std::vector<Row> rows;
   int64_t step = 0;
@@ -137,6 +145,14 @@ std::vector<Row> bench_rank(const CommBenchOptions& o, DType dtype, Backend& bac
     // An iteration lasts as long as its slowest rank.
     for (double& t : times) t = comm.max(t);
     row.seconds = median(times);
+    // Back to back: what the collective costs once launch and wake-up latencies overlap, as in a graph.
+    comm.set_step(step++);
+    comm.barrier();
+    const auto start = Clock::now();
+    for (int it = 0; it < o.iters; ++it) comm.all_reduce_sum(x);
+    comm.wait_all_reduces();
+    backend.synchronize();
+    row.stream_seconds = comm.max(std::chrono::duration<double>(Clock::now() - start).count()) / o.iters;
     rows.push_back(row);
   }
   return rows;
@@ -178,6 +194,7 @@ nlohmann::json run_comm_bench(const CommBenchOptions& o) {
   launch_options.gpus = o.gpus;
   launch_options.timeout_seconds = o.timeout_seconds;
   launch_options.nccl.max_ctas = o.nccl_max_ctas;
+  launch_options.nccl.symmetric = o.nccl_symmetric;
   auto launch = make_launch(launch_options);
 
   std::mutex mutex;
@@ -202,16 +219,19 @@ nlohmann::json run_comm_bench(const CommBenchOptions& o) {
       "comm-bench: all_reduce_sum, %d rank(s), %s on %s (%s), %s, %d iterations (median), %d warm-up\n",
       ranks, launch->communicator().c_str(), o.device_text.c_str(), launch->launcher().c_str(),
       o.dtype_text.c_str(), o.iters, o.warmup);
-  std::printf("%12s %12s %12s %12s %12s  %s\n", "size", "elements", "time (us)", "algbw (GB/s)",
-              "busbw (GB/s)", "check");
+  std::printf("%12s %12s %12s %12s %12s %14s %14s  %s\n", "size", "elements", "time (us)", "algbw (GB/s)",
+              "busbw (GB/s)", "b2b time (us)", "b2b busbw", "check");
   nlohmann::json json_rows = nlohmann::json::array();
   int64_t wrong_rows = 0;
   std::string first_wrong;
   for (const Row& r : rows) {
     const double algbw = r.seconds > 0 ? static_cast<double>(r.bytes) / r.seconds / 1e9 : 0.0;
     const double busbw = all_reduce_bus_bandwidth(algbw, ranks);
-    std::printf("%12s %12lld %12.2f %12.3f %12.3f  %s\n", format_bytes(r.bytes).c_str(),
-                static_cast<long long>(r.elements), r.seconds * 1e6, algbw, busbw,
+    const double stream_busbw = all_reduce_bus_bandwidth(
+        r.stream_seconds > 0 ? static_cast<double>(r.bytes) / r.stream_seconds / 1e9 : 0.0, ranks);
+    std::printf("%12s %12lld %12.2f %12.3f %12.3f %14.2f %14.3f  %s\n", format_bytes(r.bytes).c_str(),
+                static_cast<long long>(r.elements), r.seconds * 1e6, algbw, busbw, r.stream_seconds * 1e6,
+                stream_busbw,
                 r.wrong == 0 ? "ok" : fmt::format("WRONG ({} elements)", r.wrong).c_str());
     if (r.wrong != 0 && wrong_rows++ == 0) first_wrong = r.first_wrong;
     json_rows.push_back({{"bytes", r.bytes},
@@ -219,6 +239,8 @@ nlohmann::json run_comm_bench(const CommBenchOptions& o) {
                          {"time_us", r.seconds * 1e6},
                          {"algbw_gbps", algbw},
                          {"busbw_gbps", busbw},
+                         {"stream_time_us", r.stream_seconds * 1e6},
+                         {"stream_busbw_gbps", stream_busbw},
                          {"wrong_elements", r.wrong},
                          {"correct", r.wrong == 0}});
   }
@@ -234,6 +256,7 @@ nlohmann::json run_comm_bench(const CommBenchOptions& o) {
                            {"warmup", o.warmup},
                            {"timeout_seconds", o.timeout_seconds},
                            {"nccl_max_ctas", o.nccl_max_ctas},
+                           {"nccl_symmetric", o.nccl_symmetric},
                            {"correct", wrong_rows == 0},
                            {"rows", json_rows},
                            {"date", iso_date_utc()},

@@ -15,6 +15,7 @@
 //   nccl-threads  one process, one thread per GPU: NCCL for tensors, shared memory for the control plane
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -51,6 +52,14 @@ class Communicator {
   // watchdog watch it too: everything issued so far on the compute stream must finish within the timeout.
   // Counts as a collective (every rank calls it in the same order). Nothing to do on the CPU.
   virtual void watch_compute_stream() {}
+  // Device memory for tensors summed every step (the gradient buffers) that makes their sums faster, or
+  // nullptr when this communicator has none to give (then the caller allocates as usual). GPU ranks with
+  // NcclTuning::symmetric: an NCCL symmetric window. Collective (every rank, same order, same size); the
+  // memory belongs to the communicator and lives as long as it does.
+  virtual void* allocate_window(size_t bytes) {
+    (void)bytes;
+    return nullptr;
+  }
 
   // ---- control plane: small host values, blocking ----
   virtual void barrier() = 0;

@@ -36,6 +36,10 @@ struct NcclTuning {
   // The collectives' stream outranks the compute stream: their blocks are scheduled before compute's, so a
   // bucket's sum does not queue behind a large backward kernel.
   bool high_priority = false;
+  // The gradient buffers live in NCCL symmetric windows (ncclMemAlloc, registered with
+  // NCCL_WIN_COLL_SYMMETRIC): all-reduces on them run NCCL's symmetric-memory kernels, which read and write
+  // the peers' buffers directly over NVLink instead of staging through NCCL's own FIFOs.
+  bool symmetric = false;
 };
 
 struct LaunchOptions {

@@ -30,7 +30,7 @@ class MpiNcclCommunicator final : public Communicator {
     const ncclResult_t init = ncclCommInitRankConfig(&comm, control_.size(), id, control_.rank(), &config);
     NCCL_CHECK(init);
     settle(comm, init, "ncclCommInitRankConfig");
-    data_ = std::make_shared<NcclDataPlane>(comm, backend, progress, nccl.high_priority);
+    data_ = std::make_shared<NcclDataPlane>(comm, backend, progress, nccl);
     std::weak_ptr<NcclDataPlane> weak = data_;
     watchdog_ = std::make_unique<MpiWatchdog>(MPI_COMM_WORLD, progress,
                                               std::vector<Probe>{[weak]() -> std::optional<std::string> {
@@ -53,6 +53,7 @@ class MpiNcclCommunicator final : public Communicator {
     data_->broadcast(x, root);
   }
   void watch_compute_stream() override { data_->watch_compute_stream(); }
+  void* allocate_window(size_t bytes) override { return data_->allocate_window(bytes); }
   void barrier() override { control_.barrier(); }
   double sum(double value) override { return control_.sum(value); }
   double max(double value) override { return control_.max(value); }

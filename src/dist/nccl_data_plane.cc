@@ -6,6 +6,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdlib>
 #include <thread>
@@ -62,16 +63,17 @@ void settle(ncclComm_t comm, ncclResult_t result, const char* what) {
 }
 
 NcclDataPlane::NcclDataPlane(ncclComm_t comm, Backend& backend, std::shared_ptr<ProgressTracker> progress,
-                             bool high_priority)
+                             const NcclTuning& nccl)
     : comm_(comm),
       backend_(backend),
       device_(backend.device().index),
       compute_(static_cast<cudaStream_t>(backend.native_stream())),
-      progress_(std::move(progress)) {
+      progress_(std::move(progress)),
+      symmetric_(nccl.symmetric) {
   DLB_CHECK(backend.device().kind == DeviceKind::cuda && compute_ != nullptr,
             "an NCCL communicator needs a GPU backend, not '{}'", backend.name());
   activate();
-  comm_stream_ = cuda::new_stream(high_priority);
+  comm_stream_ = cuda::new_stream(nccl.high_priority);
   CUDA_CHECK(cudaEventCreateWithFlags(&fork_, cudaEventDisableTiming));
   CUDA_CHECK(cudaEventCreateWithFlags(&joined_, cudaEventDisableTiming));
   CUDA_CHECK(cudaEventCreateWithFlags(&track_comm_, cudaEventDisableTiming));
@@ -99,6 +101,23 @@ NcclDataPlane::~NcclDataPlane() {
     if (e) cudaEventDestroy(e);
   }
   if (comm_stream_) cudaStreamDestroy(comm_stream_);
+  // Destroying (or aborting) the communicator released its windows; the memory goes last.
+  for (void* p : windows_) ncclMemFree(p);
+}
+
+void* NcclDataPlane::allocate_window(size_t bytes) {
+  if (!symmetric_) return nullptr;
+  activate();
+  void* memory = nullptr;
+  NCCL_CHECK(ncclMemAlloc(&memory, std::max<size_t>(bytes, NCCL_WIN_REQUIRED_ALIGNMENT)));
+  windows_.push_back(memory);
+  ncclWindow_t window = nullptr;
+  ncclResult_t result = ncclCommWindowRegister(comm_, memory, bytes, &window, NCCL_WIN_COLL_SYMMETRIC);
+  // On a non-blocking communicator the registration may go on after the call returned ncclSuccess; the
+  // communicator takes no other call until its state says it is done.
+  if (result == ncclSuccess) result = ncclInProgress;
+  settle(comm_, result, "ncclCommWindowRegister");
+  return memory;
 }
 
 void NcclDataPlane::activate() const { CUDA_CHECK(cudaSetDevice(device_)); }

@@ -23,6 +23,7 @@
 #include <mutex>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "backend/backend.h"
 #include "dist/launch.h"
@@ -40,10 +41,10 @@ void settle(ncclComm_t comm, ncclResult_t result, const char* what);
 class NcclDataPlane {
  public:
   // Takes ownership of `comm` (initialised on `backend`'s GPU). `backend` must be a GPU backend
-  // (native_stream() not null) and outlive this object. `high_priority`: the communication stream gets the
-  // device's greatest stream priority.
+  // (native_stream() not null) and outlive this object. `nccl.high_priority`: the communication stream gets
+  // the device's greatest stream priority; `nccl.symmetric`: allocate_window gives registered memory.
   NcclDataPlane(ncclComm_t comm, Backend& backend, std::shared_ptr<ProgressTracker> progress,
-                bool high_priority = false);
+                const NcclTuning& nccl = {});
   ~NcclDataPlane();
   NcclDataPlane(const NcclDataPlane&) = delete;
   NcclDataPlane& operator=(const NcclDataPlane&) = delete;
@@ -52,6 +53,10 @@ class NcclDataPlane {
   void wait_all_reduces();
   void broadcast(Tensor& x, int root);  // complete on return
   void watch_compute_stream();
+  // With nccl.symmetric: `bytes` of device memory from ncclMemAlloc, registered with the communicator as a
+  // symmetric window (collective: every rank calls it in the same order with the same size). Owned by this
+  // object, freed after the communicator is destroyed (which releases the window). Otherwise nullptr.
+  void* allocate_window(size_t bytes);
 
   // For the watchdog's thread: marks tracked collectives finished when their events have completed, and
   // returns a message if NCCL or CUDA reported an error.
@@ -74,6 +79,8 @@ class NcclDataPlane {
   cudaEvent_t track_comm_ = nullptr, track_compute_ = nullptr;
   int64_t comm_sequence_ = 0, compute_sequence_ = 0;
   bool aborted_ = false;
+  bool symmetric_ = false;
+  std::vector<void*> windows_;  // ncclMemAlloc'd memory of the registered windows
 };
 
 }  // namespace dlbench::dist

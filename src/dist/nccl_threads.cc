@@ -18,11 +18,11 @@ namespace {
 class NcclThreadsCommunicator final : public Communicator {
  public:
   NcclThreadsCommunicator(int rank, std::shared_ptr<ThreadGroup> group, ncclComm_t comm, Backend& backend,
-                          bool high_priority)
+                          const NcclTuning& nccl)
       : Communicator(group->tracker(rank)),
         rank_(rank),
         group_(std::move(group)),
-        data_(std::make_shared<NcclDataPlane>(comm, backend, group_->tracker(rank), high_priority)) {
+        data_(std::make_shared<NcclDataPlane>(comm, backend, group_->tracker(rank), nccl)) {
     std::weak_ptr<NcclDataPlane> weak = data_;
     group_->add_probe([weak]() -> std::optional<std::string> {
       if (auto d = weak.lock()) return d->probe();
@@ -43,6 +43,7 @@ class NcclThreadsCommunicator final : public Communicator {
     data_->broadcast(x, root);
   }
   void watch_compute_stream() override { data_->watch_compute_stream(); }
+  void* allocate_window(size_t bytes) override { return data_->allocate_window(bytes); }
   void barrier() override { group_->barrier(rank_); }
   double sum(double value) override { return group_->sum(rank_, value); }
   double max(double value) override { return group_->max(rank_, value); }
@@ -93,7 +94,7 @@ std::unique_ptr<Communicator> NcclThreadsGroup::join(int rank, Backend& backend)
   DLB_CHECK(backend.device() == (Device{DeviceKind::cuda, rank}),
             "rank {} runs on {}, its NCCL communicator on cuda:{}", rank, device_name(backend.device()),
             rank);
-  return std::make_unique<NcclThreadsCommunicator>(rank, group_, comm, backend, nccl_.high_priority);
+  return std::make_unique<NcclThreadsCommunicator>(rank, group_, comm, backend, nccl_);
 }
 
 void NcclThreadsGroup::abort(const std::string& reason) {

@@ -31,7 +31,9 @@ double uniform_sample(std::mt19937_64& rng, double lo, double hi) {
 }  // namespace
 
 MemoryPlan::~MemoryPlan() {
-  for (auto& [pointer, bytes] : arenas_) backend_.deallocate(pointer);
+  for (auto& [pointer, bytes] : arenas_) {
+    if (std::find(borrowed_.begin(), borrowed_.end(), pointer) == borrowed_.end()) backend_.deallocate(pointer);
+  }
 }
 
 namespace {
@@ -213,12 +215,19 @@ void MemoryPlan::allocate(uint64_t seed) {
     arenas_.emplace_back(pointer, bytes);
     return static_cast<std::byte*>(pointer);
   };
+  auto new_gradient_arena = [&](size_t bytes) {
+    void* pointer = gradient_memory_ ? gradient_memory_(std::max<size_t>(bytes, kAlignment)) : nullptr;
+    if (pointer == nullptr) return new_arena(bytes);
+    borrowed_.push_back(pointer);
+    arenas_.emplace_back(pointer, bytes);
+    return static_cast<std::byte*>(pointer);
+  };
 
   // Three buffers with identical offsets: parameters, gradients, momentum.
   const size_t element = dtype_size(master_dtype_);
   size_t flat_bytes = static_cast<size_t>(parameter_count_) * element;
   std::byte* params = new_arena(flat_bytes);
-  std::byte* grads = new_arena(flat_bytes);
+  std::byte* grads = new_gradient_arena(flat_bytes);
   std::byte* momentum = new_arena(flat_bytes);
   flat_parameters_ = Tensor(params, {parameter_count_}, master_dtype_, Layout::nchw, device);
   flat_gradients_ = Tensor(grads, {parameter_count_}, master_dtype_, Layout::nchw, device);
@@ -228,7 +237,7 @@ void MemoryPlan::allocate(uint64_t seed) {
   if (has_compute_copies()) {
     size_t compute_bytes = static_cast<size_t>(compute_count_) * dtype_size(compute_dtype_);
     compute_params = new_arena(compute_bytes);
-    compute_grads = new_arena(compute_bytes);
+    compute_grads = new_gradient_arena(compute_bytes);
     compute_parameters_ = Tensor(compute_params, {compute_count_}, compute_dtype_, Layout::nchw, device);
     compute_gradients_ = Tensor(compute_grads, {compute_count_}, compute_dtype_, Layout::nchw, device);
   }

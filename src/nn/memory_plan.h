@@ -131,6 +131,11 @@ class MemoryPlan {
   bool placed() const { return placed_; }
   // Places (unless done), allocates every arena and initialises parameters (seeded) and buffers.
   void allocate(uint64_t seed);
+  // Where allocate() takes the gradient arenas from (the FP32 flat gradients, and the compute-dtype ones
+  // under mixed precision): a data-parallel run hands memory its communicator sums fastest (an NCCL
+  // symmetric window). The source owns that memory and must outlive the plan; it may return nullptr, and
+  // the plan then allocates the arena from the backend as usual.
+  void set_gradient_memory(std::function<void*(size_t bytes)> source) { gradient_memory_ = std::move(source); }
   bool allocated() const { return !arenas_.empty(); }
 
   const std::vector<ParameterInfo>& parameters() const { return parameters_; }
@@ -190,6 +195,8 @@ class MemoryPlan {
   void* workspace_ = nullptr;
   Tensor flat_parameters_, flat_gradients_, flat_momentum_, flat_buffers_;
   std::vector<std::pair<void*, size_t>> arenas_;
+  std::function<void*(size_t)> gradient_memory_;
+  std::vector<void*> borrowed_;  // arenas from gradient_memory_: not the plan's to free
 };
 
 }  // namespace dlbench

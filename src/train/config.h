@@ -84,6 +84,7 @@ struct RunConfig {
   std::string allreduce_precision = "fp32";  // fp32 | compute (FP16/BF16 under mixed precision)
   std::string algorithm_cache;           // GPU: FILE of algorithm choices kept between processes ("" = none)
   int nccl_max_ctas = 0;                 // thread blocks one NCCL collective may use (0 = NCCL's choice)
+  bool nccl_symmetric = false;           // gradient buffers in NCCL symmetric windows (NcclTuning::symmetric)
   std::string comm_priority = "normal";  // normal | high | low: the collectives' stream against compute's
   std::string lr_scaling = "none";       // none | linear (lr x ranks)
   double timeout_seconds = 300;          // a collective unfinished after this stops every rank

@@ -257,6 +257,7 @@ nlohmann::json run_ranks(const RunConfig& config,
   options.timeout_seconds = config.timeout_seconds;
   options.nccl.max_ctas = config.nccl_max_ctas;
   options.nccl.high_priority = config.comm_priority == "high";
+  options.nccl.symmetric = config.nccl_symmetric;
   auto launch = dist::make_launch(options);
   nlohmann::json result;
   std::mutex result_mutex;

@@ -21,9 +21,12 @@ Trainer::Trainer(Backend& backend, Model& model, const RunConfig& config, dist::
       comm_(comm),
       ranks_(comm ? comm->size() : 1) {
   Network& network = *model_.net;
-  network.finalize(config.seed);
   // Any communicator but `local` exchanges, one-rank NCCL groups included (they must match `local`).
-  if (comm_ && comm_->name() != "local") {
+  const bool exchanges = comm_ && comm_->name() != "local";
+  // The gradients in memory the communicator sums fastest, where it has some (--nccl-symmetric).
+  if (exchanges) network.memory().set_gradient_memory([this](size_t bytes) { return comm_->allocate_window(bytes); });
+  network.finalize(config.seed);
+  if (exchanges) {
     // Every rank starts from rank 0's weights and statistics (the same seed gives the same ones; this
     // makes it so whatever the ranks were built with).
     MemoryPlan& memory = network.memory();

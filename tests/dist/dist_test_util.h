@@ -39,16 +39,19 @@ inline double decode(DType dtype, const std::vector<std::byte>& bytes, size_t i)
   return dtype == DType::f16 ? f16_to_double(h) : bf16_to_double(h);
 }
 
-// Backend memory of `count` elements holding `values`, freed at the end of the scope.
+// Backend memory of `count` elements holding `values`, freed at the end of the scope; or, given `memory`
+// (someone else's, e.g. a communicator's window), `values` placed there.
 class Buffer {
  public:
-  Buffer(Backend& backend, DType dtype, const std::vector<double>& values)
-      : backend_(backend), dtype_(dtype), count_(static_cast<int64_t>(values.size())) {
+  Buffer(Backend& backend, DType dtype, const std::vector<double>& values, void* memory = nullptr)
+      : backend_(backend), dtype_(dtype), count_(static_cast<int64_t>(values.size())), owned_(!memory) {
     const auto bytes = encode(dtype, values);
-    data_ = backend.allocate(bytes.size());
+    data_ = memory ? memory : backend.allocate(bytes.size());
     backend.copy_to_device(data_, bytes.data(), bytes.size());
   }
-  ~Buffer() { backend_.deallocate(data_); }
+  ~Buffer() {
+    if (owned_) backend_.deallocate(data_);
+  }
   Tensor tensor() const { return Tensor(data_, {count_}, dtype_, Layout::nchw, backend_.device()); }
   std::vector<double> values() const {
     std::vector<std::byte> bytes(static_cast<size_t>(count_) * dtype_size(dtype_));
@@ -62,19 +65,23 @@ class Buffer {
   Backend& backend_;
   DType dtype_;
   int64_t count_;
+  bool owned_;
   void* data_ = nullptr;
 };
 
 // Every rank sums small integers (comm_bench_value) whose total is exact in f32, f16 and bf16; two
 // tensors in flight at once, then one wait; every element compared exactly.
-inline void expect_exact_all_reduce(Communicator& comm, Backend& backend, DType dtype, int64_t count) {
+// `memory`: both tensors there (the second 4 KiB-aligned after the first) instead of the backend's.
+inline void expect_exact_all_reduce(Communicator& comm, Backend& backend, DType dtype, int64_t count,
+                                    std::byte* memory = nullptr) {
   const int n = comm.size(), rank = comm.rank();
   std::vector<double> a(static_cast<size_t>(count)), b(static_cast<size_t>(count));
   for (int64_t i = 0; i < count; ++i) {
     a[static_cast<size_t>(i)] = comm_bench_value(rank, i);
     b[static_cast<size_t>(i)] = comm_bench_value(rank, i + 5);
   }
-  Buffer x(backend, dtype, a), y(backend, dtype, b);
+  const size_t second = (static_cast<size_t>(count) * dtype_size(dtype) + 4095) / 4096 * 4096;
+  Buffer x(backend, dtype, a, memory), y(backend, dtype, b, memory ? memory + second : nullptr);
   Tensor tx = x.tensor(), ty = y.tensor();
   comm.all_reduce_sum(tx);
   comm.all_reduce_sum(ty);

@@ -39,12 +39,35 @@ void exercise(Communicator& comm, Backend& backend) {
   expect_control_plane(comm);
 }
 
-// Every tuning of the collectives (NCCL's own, one thread block on a high-priority stream) sums exactly.
+// With NcclTuning::symmetric: the same sums on tensors in the communicator's window (NCCL's symmetric
+// kernels), at two offsets into it; without, allocate_window gives nothing.
+void exercise_window(Communicator& comm, Backend& backend, bool symmetric) {
+  const int64_t count = (int64_t{3} << 20) + 1;
+  const size_t bytes = 2 * (static_cast<size_t>(count) * 4 + 4096) + 8192;
+  auto* window = static_cast<std::byte*>(comm.allocate_window(bytes));
+  if (!symmetric) {
+    EXPECT_EQ(window, nullptr);
+    return;
+  }
+  ASSERT_NE(window, nullptr);
+  for (DType dtype : {DType::f32, DType::f16, DType::bf16}) {
+    for (int64_t n : {int64_t{1}, int64_t{1001}, count}) {
+      expect_exact_all_reduce(comm, backend, dtype, n, window);
+      expect_exact_all_reduce(comm, backend, dtype, n, window + 4096);
+    }
+  }
+}
+
+// Every tuning of the collectives (NCCL's own, one thread block on a high-priority stream, symmetric
+// windows) sums exactly.
 class NcclThreads : public ::testing::TestWithParam<NcclTuning> {};
 
 INSTANTIATE_TEST_SUITE_P(Tunings, NcclThreads,
-                         ::testing::Values(NcclTuning{}, NcclTuning{/*max_ctas=*/1, /*high_priority=*/true}),
+                         ::testing::Values(NcclTuning{}, NcclTuning{/*max_ctas=*/1, /*high_priority=*/true},
+                                           NcclTuning{/*max_ctas=*/0, /*high_priority=*/false,
+                                                      /*symmetric=*/true}),
                          [](const auto& info) {
+                           if (info.param.symmetric) return "Symmetric";
                            return info.param.max_ctas == 0 ? "Default" : "OneCtaHigh";
                          });
 
@@ -64,6 +87,7 @@ TEST_P(NcclThreads, AllReduceBroadcastAndControlPlaneOnEveryGpu) {
       EXPECT_EQ(comm->rank(), r);
       EXPECT_EQ(comm->size(), n);
       exercise(*comm, *backend);
+      exercise_window(*comm, *backend, GetParam().symmetric);
     });
   }
   for (auto& t : threads) t.join();
