@@ -38,6 +38,9 @@ struct Nvml {
   nvmlReturn (*common_ancestor)(nvmlDevice, nvmlDevice, int*) = nullptr;
   nvmlReturn (*energy)(nvmlDevice, unsigned long long*) = nullptr;  // millijoules since driver load
   nvmlReturn (*handle_by_bus_id)(const char*, nvmlDevice*) = nullptr;
+  nvmlReturn (*clock)(nvmlDevice, int, unsigned*) = nullptr;           // current clock; 1: SM
+  nvmlReturn (*power)(nvmlDevice, unsigned*) = nullptr;                // milliwatts
+  nvmlReturn (*clock_reasons)(nvmlDevice, unsigned long long*) = nullptr;
   bool ok = false;
 };
 
@@ -64,6 +67,11 @@ const Nvml& nvml() {
     load(n.common_ancestor, "nvmlDeviceGetTopologyCommonAncestor");
     load(n.energy, "nvmlDeviceGetTotalEnergyConsumption");
     load(n.handle_by_bus_id, "nvmlDeviceGetHandleByPciBusId_v2");
+    load(n.clock, "nvmlDeviceGetClockInfo");
+    load(n.power, "nvmlDeviceGetPowerUsage");
+    // The reasons' query was renamed (throttle -> clocks event); drivers keep the old name too.
+    if (!load(n.clock_reasons, "nvmlDeviceGetCurrentClocksEventReasons"))
+      load(n.clock_reasons, "nvmlDeviceGetCurrentClocksThrottleReasons");
     n.ok = all && n.init() == 0;
   });
   return n;
@@ -171,6 +179,20 @@ std::optional<double> gpu_energy_joules(const std::string& pci_bus_id) {
   unsigned long long millijoules = 0;
   if (n.energy(device, &millijoules) != 0) return std::nullopt;
   return static_cast<double>(millijoules) / 1e3;
+}
+
+std::optional<GpuSample> gpu_sample(const std::string& pci_bus_id) {
+  const Nvml& n = nvml();
+  if (!n.ok || !n.clock || !n.power || !n.clock_reasons || !n.handle_by_bus_id || pci_bus_id.empty())
+    return std::nullopt;
+  nvmlDevice device = nullptr;
+  if (n.handle_by_bus_id(pci_bus_id.c_str(), &device) != 0) return std::nullopt;
+  unsigned mhz = 0, milliwatts = 0;
+  unsigned long long reasons = 0;
+  if (n.clock(device, /*NVML_CLOCK_SM=*/1, &mhz) != 0 || n.power(device, &milliwatts) != 0 ||
+      n.clock_reasons(device, &reasons) != 0)
+    return std::nullopt;
+  return GpuSample{static_cast<double>(mhz), milliwatts / 1e3, static_cast<uint64_t>(reasons)};
 }
 
 }  // namespace dlbench

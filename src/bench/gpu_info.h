@@ -2,7 +2,9 @@
 #pragma once
 
 #include <nlohmann/json.hpp>
+#include <cstdint>
 #include <optional>
+#include <string>
 
 namespace dlbench {
 
@@ -16,5 +18,18 @@ nlohmann::json gpu_info();
 // in joules (NVML's counter, Volta and later), where the driver has it. The bus id, not an index: CUDA's
 // and NVML's device orders differ under CUDA_VISIBLE_DEVICES.
 std::optional<double> gpu_energy_joules(const std::string& pci_bus_id);
+
+// One reading of a GPU's SM clock, power draw and the reasons its clocks are below their maximum.
+struct GpuSample {
+  double sm_clock_mhz = 0;
+  double power_watts = 0;
+  uint64_t clock_reasons = 0;  // NVML's clocks-event (throttle) reason bits, kClockReason* below
+};
+inline constexpr uint64_t kClockReasonPowerCap = 0x4;          // the software power cap (power limit)
+inline constexpr uint64_t kClockReasonThermal = 0x20 | 0x40;   // software or hardware thermal slowdown
+inline constexpr uint64_t kClockReasonHardware = 0x8 | 0x80;   // hardware slowdown, power brake
+
+// The GPU at `pci_bus_id` now, where the driver has NVML's clock, power and reason queries.
+std::optional<GpuSample> gpu_sample(const std::string& pci_bus_id);
 
 }  // namespace dlbench

@@ -90,6 +90,10 @@ std::optional<std::string> to_point(const nlohmann::json& r, const std::string& 
   p.losses = numbers_at(r, "losses", /*keep_positions=*/true);
   p.peak_memory_bytes = number_at(r, "peak_memory_bytes");
   p.energy_joules_per_image = number_at(r, "energy_joules_per_image");
+  if (r.contains("gpu_clocks") && r["gpu_clocks"].is_object()) {
+    p.sm_clock_median_mhz = number_at(r["gpu_clocks"], "sm_clock_median_mhz");
+    p.power_capped_fraction = number_at(r["gpu_clocks"], "power_capped_fraction");
+  }
   // A compiled peer is another program than the same peer run eagerly: never one cell of the tables.
   p.compiled = r.contains("compiled") && r["compiled"].is_boolean() && r["compiled"].get<bool>();
   if (p.compiled && p.framework != "dlbench") p.framework += " (compiled)";
@@ -331,14 +335,17 @@ ReportSection statistics_section(const std::vector<const ReportPoint*>& sorted) 
 }
 
 ReportSection memory_energy_section(const std::vector<const ReportPoint*>& sorted) {
-  ReportSection s = section(report_section_id("memory-energy"), "Peak memory and energy per image");
-  ReportTable t = point_table({"img/s", "peak memory GiB", "energy J/img"}, {true, true, true});
+  ReportSection s = section(report_section_id("memory-energy"), "Peak memory, energy per image and clocks");
+  ReportTable t = point_table({"img/s", "peak memory GiB", "energy J/img", "SM clock MHz", "at power cap"},
+                              {true, true, true, true, true});
   for (const ReportPoint* p : sorted) {
-    if (!p->peak_memory_bytes && !p->energy_joules_per_image) continue;
+    if (!p->peak_memory_bytes && !p->energy_joules_per_image && !p->sm_clock_median_mhz) continue;
     std::vector<ReportCell> row = point_cells(*p);
     row.push_back(rate(p->images_per_second));
     row.push_back(p->peak_memory_bytes ? gib(*p->peak_memory_bytes) : "—");
     row.push_back(p->energy_joules_per_image ? fmt::format("{:.3f}", *p->energy_joules_per_image) : "—");
+    row.push_back(p->sm_clock_median_mhz ? fmt::format("{:.0f}", *p->sm_clock_median_mhz) : "—");
+    row.push_back(p->power_capped_fraction ? fmt::format("{:.0f}%", 100 * *p->power_capped_fraction) : "—");
     t.rows.push_back(std::move(row));
   }
   if (t.rows.empty()) {
@@ -348,7 +355,10 @@ ReportSection memory_energy_section(const std::vector<const ReportPoint*>& sorte
   s.paragraphs.push_back(
       "Peak memory: the most device memory one rank held (GiB = 2^30 bytes). Energy: what the GPUs drew "
       "during the timed window (their energy counters, all GPUs together) per image trained; — where the "
-      "result has no such figure (CPU runs, peers that do not read the counters).");
+      "result has no such figure (CPU runs, peers that do not read the counters). SM clock: the median "
+      "over the window of the slowest GPU's clock, sampled through NVML every 50 ms; at power cap: the share "
+      "of samples whose clocks the board's power limit held back. A GPU at its power limit trades clock for "
+      "power, so work that draws more (a collective beside the layers) runs at lower clocks.");
   s.table = std::move(t);
   return s;
 }
@@ -639,6 +649,9 @@ std::string report_points_jsonl(const ReportInput& in) {
     if (!p->algorithm_digest.empty()) j["algorithm_digest"] = p->algorithm_digest;
     j["energy_joules_per_image"] =
         p->energy_joules_per_image ? nlohmann::json(*p->energy_joules_per_image) : nullptr;
+    j["sm_clock_median_mhz"] = p->sm_clock_median_mhz ? nlohmann::json(*p->sm_clock_median_mhz) : nullptr;
+    j["power_capped_fraction"] =
+        p->power_capped_fraction ? nlohmann::json(*p->power_capped_fraction) : nullptr;
     // The other frameworks' best at the same model, precision and GPU count, and this point's ratio to each.
     nlohmann::json peers = nlohmann::json::object();
     for (const std::string& f : axes.frameworks) {

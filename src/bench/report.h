@@ -38,6 +38,9 @@ struct ReportPoint {
   double images_per_second = 0;
   std::optional<double> step_median_ms, step_mean_ms, step_ci95_ms, step_p5_ms, step_p95_ms, jitter;
   std::optional<double> peak_memory_bytes, energy_joules_per_image;
+  // gpu_clocks: the slowest rank's median SM clock over the window, and the share of samples the power cap
+  // held the clocks back (ranks' mean).
+  std::optional<double> sm_clock_median_mhz, power_capped_fraction;
   std::vector<double> step_times_ms;  // each timed step, where the result lists them
   std::vector<double> losses;         // the loss of each step (train runs)
   bool compiled = false;              // a peer run through its compiler (torch.compile)

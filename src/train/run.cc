@@ -13,6 +13,7 @@
 
 #include "backend/algorithm_store.h"
 #include "backend/backend_factory.h"
+#include "bench/clock_sampler.h"
 #include "bench/gpu_info.h"
 #include "bench/layer_profile.h"
 #include "bench/measure.h"
@@ -230,7 +231,9 @@ void print_header(const char* command, const RunConfig& config, RunSetup& s, con
   say(") momentum %g%s weight decay %g%s | seed %llu\n", config.momentum, config.nesterov ? " nesterov" : "",
       config.weight_decay, config.decay_norm_and_bias ? "" : " (not on BN/bias)",
       static_cast<unsigned long long>(config.seed));
-  if (s.comm->name() != "local") {
+  if (s.comm->size() == 1 && s.comm->name() != "local") {
+    say("  one rank (%s): no gradients to exchange, it runs as a single device does\n", s.comm->name().c_str());
+  } else if (s.comm->size() > 1) {
     say("  data parallel: %d ranks (%s), gradient buckets of %g MiB summed in %s while backward runs%s\n",
         s.comm->size(), s.comm->name().c_str(), config.bucket_mb,
         config.allreduce_precision == "fp32" ? "fp32" : precision_name(config.precision),
@@ -398,6 +401,42 @@ void add_energy(nlohmann::json& j, RunSetup& s, std::optional<double> before, st
   j["average_power_watts"] = joules / window_seconds;
   say("energy: %.1f J in the window, %.3f J per image, %.0f W on average (%d GPU%s)\n", joules,
       joules / images, joules / window_seconds, s.comm->size(), s.comm->size() > 1 ? "s" : "");
+}
+
+// The GPUs' clocks over the window (ClockSampler), where every rank's driver reads them: "gpu_clocks" with
+// the lowest of the ranks' median SM clocks (the slowest GPU sets a data-parallel step's pace), rank 0's
+// median, and the mean over the ranks of the fractions of samples held back by the power cap, by heat and by
+// hardware slowdown; else null.
+void add_clocks(nlohmann::json& j, RunSetup& s, const std::optional<ClockSummary>& mine,
+                std::chrono::milliseconds period) {
+  // Collectives, so every rank calls them whatever it measured.
+  const bool everywhere = s.comm->max(mine ? 0.0 : 1.0) == 0.0;
+  const ClockSummary c = mine.value_or(ClockSummary{});
+  const double slowest = -s.comm->max(-c.sm_clock_median_mhz);
+  const double ranks = s.comm->size();
+  const double capped = s.comm->sum(c.power_capped) / ranks;
+  const double thermal = s.comm->sum(c.thermal) / ranks;
+  const double hardware = s.comm->sum(c.hardware_slowdown) / ranks;
+  if (!everywhere) {
+    j["gpu_clocks"] = nullptr;
+    return;
+  }
+  j["gpu_clocks"] = {{"sm_clock_median_mhz", slowest},
+                     {"sm_clock_median_mhz_rank0", c.sm_clock_median_mhz},
+                     {"sm_clock_min_mhz_rank0", c.sm_clock_min_mhz},
+                     {"sm_clock_max_mhz_rank0", c.sm_clock_max_mhz},
+                     {"power_mean_watts_rank0", c.power_mean_watts},
+                     {"power_capped_fraction", capped},
+                     {"thermal_slowdown_fraction", thermal},
+                     {"hardware_slowdown_fraction", hardware},
+                     {"samples_rank0", c.samples},
+                     {"period_ms", period.count()}};
+  say("GPU clocks in the window: SM median %.0f MHz%s, held back by the power cap in %.0f%% of samples%s\n",
+      slowest, s.comm->size() > 1 ? " (slowest GPU)" : "", 100 * capped,
+      thermal > 0 || hardware > 0
+          ? fmt::format(", by heat in {:.0f}%, by hardware slowdown in {:.0f}%", 100 * thermal, 100 * hardware)
+                .c_str()
+          : "");
 }
 
 nlohmann::json train_rank(const RunConfig& given, dist::Launch& launch, int slot) {
@@ -637,6 +676,7 @@ nlohmann::json bench_rank(const RunConfig& given, dist::Launch& launch, int slot
   s.backend->synchronize();
   const std::string bus_id = s.memory_fit.device ? s.memory_fit.device->pci_bus_id : std::string();
   const std::optional<double> energy_before = gpu_energy_joules(bus_id);
+  ClockSampler clocks(bus_id);
   const double seconds_to_first_timed_step = process_clock.seconds();
   WallTimer window_timer;
   std::vector<int64_t> markers = {s.backend->mark()};
@@ -663,6 +703,7 @@ nlohmann::json bench_rank(const RunConfig& given, dist::Launch& launch, int slot
   // The window ends when the device is done: reading the energy counter and the markers stays out of it.
   window.set_wall_seconds(window_timer.seconds());
   const std::optional<double> energy_after = gpu_energy_joules(bus_id);
+  const std::optional<ClockSummary> clock_summary = clocks.stop();
   for (size_t i = 1; i < markers.size(); ++i)
     window.add_step(s.backend->marker_ms(markers[i]) - s.backend->marker_ms(markers[i - 1]), images_per_step);
   tracer.write();
@@ -678,11 +719,12 @@ nlohmann::json bench_rank(const RunConfig& given, dist::Launch& launch, int slot
   j["window_seconds"] = window.wall_seconds();
   add_energy(j, s, energy_before, energy_after, static_cast<double>(*config.steps * images_per_step),
              window.wall_seconds());
+  add_clocks(j, s, clock_summary, clocks.period());
   j["seconds_to_first_timed_step"] = seconds_to_first_timed_step;
   j["cuda_graph"] = graph;
   j["flops_per_image"] =
       3.0 * 2.0 * static_cast<double>(trainer.net().forward_macs()) / static_cast<double>(*config.batch_size);
-  if (s.comm->name() != "local") {
+  if (s.comm->size() > 1) {
     // What one exchange of all gradients costs alone (the overlap hides part of it inside a step).
     j["communication_ms"] = trainer.time_gradient_exchange(5);
     say("gradient exchange alone: %.2f ms per step (%d ranks, %s)\n", j["communication_ms"].get<double>(),

@@ -21,10 +21,15 @@ Trainer::Trainer(Backend& backend, Model& model, const RunConfig& config, dist::
       comm_(comm),
       ranks_(comm ? comm->size() : 1) {
   Network& network = *model_.net;
-  // Any communicator but `local` exchanges, one-rank NCCL groups included (they must match `local`).
-  const bool exchanges = comm_ && comm_->name() != "local";
+  // Gradients are exchanged when there is more than one rank. A one-rank group (`--gpus 1 --launcher
+  // threads`, `mpirun -np 1`) has nothing to sum and runs as `local` does: on an H200 the buckets' fork to
+  // the communication stream and NCCL's one-rank calls inside backward cost 0.5 ms of a 34 ms ResNet-50
+  // fp16 step with nothing sent (docs/PERFORMANCE.md), which would handicap every 1-GPU baseline.
+  const bool exchanges = comm_ && comm_->size() > 1;
   // The gradients in memory the communicator sums fastest, where it has some (--nccl-symmetric).
-  if (exchanges) network.memory().set_gradient_memory([this](size_t bytes) { return comm_->allocate_window(bytes); });
+  if (exchanges) {
+    network.memory().set_gradient_memory([this](size_t bytes) { return comm_->allocate_window(bytes); });
+  }
   network.finalize(config.seed);
   if (exchanges) {
     // Every rank starts from rank 0's weights and statistics (the same seed gives the same ones; this
