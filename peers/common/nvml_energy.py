@@ -1,4 +1,5 @@
-"""A GPU's energy over a time window, from NVML's total-energy counter: shared by the peers.
+"""A GPU's energy over a time window, from NVML's total-energy counter, and its clocks over the window
+(ClockSampler): shared by the peers.
 
 NVML comes with the NVIDIA driver (libnvidia-ml.so.1), not with a framework, so it is opened through ctypes,
 as dlbench does with dlopen: no Python package is needed. nvmlDeviceGetTotalEnergyConsumption gives the
@@ -17,6 +18,8 @@ assumes CUDA numbers the boards in PCI order as NVML does.
 
 import ctypes
 import os
+import statistics
+import threading
 
 NVML_SUCCESS = 0
 _nvml = None  # (library, None) once nvmlInit_v2 succeeded, or (None, reason)
@@ -35,6 +38,92 @@ class EnergyCounter:
 
     def read_joules(self):
         return self.read_millijoules() / 1e3
+
+
+# NVML's clock-event (throttle) reason bits, as dlbench's gpu_info.h names them.
+POWER_CAP = 0x4
+THERMAL = 0x20 | 0x40
+HARDWARE = 0x8 | 0x80
+
+
+def summarize_clock_samples(samples):
+    """dlbench's ClockSummary of [(sm_clock_mhz, power_watts, reason_bits), ...] (not empty), as a dict."""
+    clocks = [s[0] for s in samples]
+    n = len(samples)
+    return {
+        "samples": n,
+        "sm_clock_median_mhz": statistics.median(clocks),
+        "sm_clock_min_mhz": min(clocks),
+        "sm_clock_max_mhz": max(clocks),
+        "power_mean_watts": sum(s[1] for s in samples) / n,
+        "power_capped_fraction": sum(1 for s in samples if s[2] & POWER_CAP) / n,
+        "thermal_slowdown_fraction": sum(1 for s in samples if s[2] & THERMAL) / n,
+        "hardware_slowdown_fraction": sum(1 for s in samples if s[2] & HARDWARE) / n,
+    }
+
+
+class ClockSampler:
+    """The GPU's SM clock, power and clock-event reasons every `period` seconds on a thread of its own, as
+    dlbench's ClockSampler does over a timed window; stop() gives summarize_clock_samples' dict."""
+
+    def __init__(self, counter, period=0.05):
+        self._lib, self._handle, self._period = counter._lib, counter._handle, period
+        self._reasons = _clock_reasons(self._lib)  # raises OSError on a driver without the query
+        self._samples = [self._read()]  # raises OSError where NVML cannot read the clocks
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread.start()
+
+    def _read(self):
+        mhz, milliwatts, reasons = ctypes.c_uint(0), ctypes.c_uint(0), ctypes.c_ulonglong(0)
+        for rc, what in ((self._lib.nvmlDeviceGetClockInfo(self._handle, 1, ctypes.byref(mhz)), "clock"),
+                         (self._lib.nvmlDeviceGetPowerUsage(self._handle, ctypes.byref(milliwatts)), "power"),
+                         (self._reasons(self._handle, ctypes.byref(reasons)), "clock reasons")):
+            if rc != NVML_SUCCESS:
+                raise OSError(f"NVML {what}: {_error_string(self._lib, rc)}")
+        return (float(mhz.value), milliwatts.value / 1e3, int(reasons.value))
+
+    def _run(self):
+        while not self._stop.wait(self._period):
+            try:
+                self._samples.append(self._read())
+            except OSError:
+                pass
+
+    def stop(self):
+        self._stop.set()
+        self._thread.join()
+        try:
+            self._samples.append(self._read())
+        except OSError:
+            pass
+        return summarize_clock_samples(self._samples)
+
+
+def _clock_reasons(lib):
+    """NVML's current clock-event reasons query (renamed from ...ThrottleReasons; drivers keep both)."""
+    for name in ("nvmlDeviceGetCurrentClocksEventReasons", "nvmlDeviceGetCurrentClocksThrottleReasons"):
+        fn = getattr(lib, name, None)
+        if fn is not None:
+            fn.restype = ctypes.c_int
+            fn.argtypes = [ctypes.c_void_p, ctypes.POINTER(ctypes.c_ulonglong)]
+            return fn
+    raise OSError("this driver's NVML has no clock-event reasons query")
+
+
+def start_clock_sampler(counter, period=0.05):
+    """(ClockSampler, None), or (None, why the clocks are not sampled) for an EnergyCounter's GPU."""
+    if counter is None:
+        return None, "no NVML device"
+    try:
+        lib = counter._lib
+        lib.nvmlDeviceGetClockInfo.restype = ctypes.c_int
+        lib.nvmlDeviceGetClockInfo.argtypes = [ctypes.c_void_p, ctypes.c_int, ctypes.POINTER(ctypes.c_uint)]
+        lib.nvmlDeviceGetPowerUsage.restype = ctypes.c_int
+        lib.nvmlDeviceGetPowerUsage.argtypes = [ctypes.c_void_p, ctypes.POINTER(ctypes.c_uint)]
+        return ClockSampler(counter, period), None
+    except (AttributeError, OSError) as error:
+        return None, f"the GPU's clocks cannot be read: {error}"
 
 
 def _error_string(lib, rc):

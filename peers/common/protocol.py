@@ -139,6 +139,40 @@ def window_energy(counter, reason, before, after):
     return None, reason
 
 
+def start_clock_sampler(counter):
+    """Samples the SM clock, power and clock-event reasons of open_energy_counter's GPU every 50 ms until
+    stop_clock_sampler; None where NVML cannot (the result's gpu_clocks is then null)."""
+    if counter is None:
+        return None
+    import nvml_energy
+    sampler, _ = nvml_energy.start_clock_sampler(counter)
+    return sampler
+
+
+def stop_clock_sampler(sampler):
+    """The window's clock summary (nvml_energy.summarize_clock_samples' dict), or None."""
+    return None if sampler is None else sampler.stop()
+
+
+CLOCK_FRACTIONS = ("power_capped_fraction", "thermal_slowdown_fraction", "hardware_slowdown_fraction")
+
+
+def gpu_clocks_result(mine, slowest_median=None, mean_fractions=None):
+    """The result's gpu_clocks, with dlbench's keys, from this rank's summary (rank 0 writes the result); with
+    several ranks, the lowest of their median clocks and the ranks' mean fractions. None without a summary."""
+    if mine is None:
+        return None
+    fractions = mean_fractions or {k: mine[k] for k in CLOCK_FRACTIONS}
+    return {"sm_clock_median_mhz": mine["sm_clock_median_mhz"] if slowest_median is None else slowest_median,
+            "sm_clock_median_mhz_rank0": mine["sm_clock_median_mhz"],
+            "sm_clock_min_mhz_rank0": mine["sm_clock_min_mhz"],
+            "sm_clock_max_mhz_rank0": mine["sm_clock_max_mhz"],
+            "power_mean_watts_rank0": mine["power_mean_watts"],
+            **fractions,
+            "samples_rank0": mine["samples"],
+            "period_ms": 50}
+
+
 # ---------------------------------------------------------------------------
 # System description and the JSON result
 # ---------------------------------------------------------------------------

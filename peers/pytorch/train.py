@@ -519,6 +519,7 @@ def main(argv=None):
 
     step_seconds = []
     energy_before = protocol.read_energy(energy_counter)
+    clock_sampler = protocol.start_clock_sampler(energy_counter)  # as dlbench's gpu_clocks, every 50 ms
     window_start = time.perf_counter()
     for _ in range(args.steps):
         t0 = time.perf_counter()
@@ -527,6 +528,7 @@ def main(argv=None):
         step_seconds.append(time.perf_counter() - t0)
     window_seconds = time.perf_counter() - window_start
     energy_after = protocol.read_energy(energy_counter)  # this rank's GPU over this rank's window
+    clocks = protocol.stop_clock_sampler(clock_sampler)
     barrier()  # after this rank's clock stopped: its rate is its own, and no rank leaves early
 
     energy, energy_reason = protocol.window_energy(energy_counter, energy_reason, energy_before, energy_after)
@@ -539,8 +541,10 @@ def main(argv=None):
     if ranks.distributed:
         # Every rank's own measured rate, summed: never rank 0's times the ranks.
         nan = float("nan")
+        clock_keys = ("sm_clock_median_mhz",) + protocol.CLOCK_FRACTIONS
         by_rank = gather_floats([images_per_second, peak_memory, window_seconds,
-                                 nan if energy is None else energy], device)
+                                 nan if energy is None else energy]
+                                + [nan if clocks is None else clocks[k] for k in clock_keys], device)
         total_images_per_second = sum(r[0] for r in by_rank)
         peak_memory = int(max(r[1] for r in by_rank))
         energy_by_rank = [None if r[3] != r[3] else r[3] for r in by_rank]  # NaN: not measured there
@@ -549,6 +553,12 @@ def main(argv=None):
             print(f"train.py: rank {ranks.rank}: energy_joules is null: {energy_reason}", file=sys.stderr)
         energy_total = None if any(e is None for e in energy_by_rank) else sum(energy_by_rank)
         power = None if energy_total is None else sum(r[3] / r[2] for r in by_rank)
+        # As dlbench: the slowest rank's median clock, the ranks' mean shares; null unless every rank read them.
+        everyone_clocked = all(r[4] == r[4] for r in by_rank)  # NaN: not read there
+        gpu_clocks = protocol.gpu_clocks_result(
+            clocks if everyone_clocked else None, slowest_median=min(r[4] for r in by_rank),
+            mean_fractions={k: sum(r[5 + i] for r in by_rank) / len(by_rank)
+                            for i, k in enumerate(protocol.CLOCK_FRACTIONS)})
     else:
         by_rank = None
         total_images_per_second = images_per_second
@@ -556,6 +566,7 @@ def main(argv=None):
             print(f"train.py: energy_joules is null: {energy_reason}", file=sys.stderr)
         energy_total = energy
         power = None if energy is None else energy / window_seconds
+        gpu_clocks = protocol.gpu_clocks_result(clocks)
     images_in_window = batch_size * args.steps * ranks.size
 
     result = {
@@ -585,6 +596,7 @@ def main(argv=None):
         "energy_joules": energy_total,
         "energy_joules_per_image": None if energy_total is None else energy_total / images_in_window,
         "average_power_watts": power,
+        "gpu_clocks": gpu_clocks,
         "date": protocol.utc_date(),
         "system": protocol.system_info(),
     }
