@@ -38,16 +38,19 @@ for p in fp32 fp16; do
   [[ -f "$LOGS/fmnist_resnet20_$p.log" ]] && echo "  $p: $(tail -1 "$LOGS/fmnist_resnet20_$p.log")"
 done
 # --batch-size max: a multiple of 8 at most the largest batch the plan fits, and the run at it succeeds;
-# the result carries the window's energy where the driver has NVML's counter.
+# the result carries the window's energy where the driver has NVML's counter, and its clocks (gpu_clocks:
+# a median SM clock within the GPU's range, shares of samples between 0 and 1).
 check batch_max_resnet50_fp16 "$BIN/dlbench" bench --device cuda --model resnet50 --precision fp16 \
   --batch-size max --steps 3 --warmup-steps 2 --json "$LOGS/batch_max.json"
-check batch_max_is_resolved_and_energy_read python3 -c "
+check batch_max_is_resolved_and_energy_and_clocks_read python3 -c "
 import json, sys
 r = json.load(open('$LOGS/batch_max.json'))
-b, largest = r['batch_size'], r['largest_batch']
-print('batch', b, 'largest', largest, 'J/img', r.get('energy_joules_per_image'))
+b, largest, c = r['batch_size'], r['largest_batch'], r.get('gpu_clocks') or {}
+print('batch', b, 'largest', largest, 'J/img', r.get('energy_joules_per_image'), 'clocks', c)
 sys.exit(not (r['config'].get('batch_size_max') and b % 8 == 0 and 0 < b <= largest
-              and (r.get('energy_joules_per_image') or 0) > 0))"
+              and (r.get('energy_joules_per_image') or 0) > 0
+              and 100 < (c.get('sm_clock_median_mhz') or 0) < 5000 and c.get('samples_rank0', 0) >= 2
+              and 0 <= c.get('power_capped_fraction', -1) <= 1))"
 # The algorithm search is repeatable: two processes of the same ResNet-50 fp16 run choose the same
 # algorithms (one algorithm_digest), so their speed does not depend on which one ran.
 for run in a b; do
