@@ -261,6 +261,19 @@ ReportSection speedup_section(const std::string& model, const ReportAxes& axes, 
               "{}): part of that speedup is the algorithms'. One --algorithm-cache file for the whole "
               "sweep makes every point run the same ones.",
               f, p, g, many->algorithm_digest, one->algorithm_digest));
+        // A GPU at its power limit runs heavier work at lower clocks: where the clocks were recorded and
+        // the N-GPU run's slowest GPU ran at least 1% below the one-GPU run, that is part of the efficiency.
+        if (one->sm_clock_median_mhz && many->sm_clock_median_mhz &&
+            *many->sm_clock_median_mhz < 0.99 * *one->sm_clock_median_mhz)
+          s.closing.push_back(fmt::format(
+              "{} {} on {} GPUs: the slowest GPU's median SM clock was {:.0f} MHz against {:.0f} MHz on one "
+              "GPU ({:.1f}% lower{}): part of the efficiency lost is the clocks'.",
+              f, p, g, *many->sm_clock_median_mhz, *one->sm_clock_median_mhz,
+              100.0 * (1.0 - *many->sm_clock_median_mhz / *one->sm_clock_median_mhz),
+              many->power_capped_fraction
+                  ? fmt::format("; the power cap held the clocks in {:.0f}% of its samples",
+                                100.0 * *many->power_capped_fraction)
+                  : std::string()));
       }
     }
   if (t.rows.empty()) {
