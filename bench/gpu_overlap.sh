@@ -35,9 +35,10 @@ run() {  # run NAME ENV FLAGS...: one bench run; prints its step and throughput
   env $env_assign timeout "$RUN_TIMEOUT" "$DLBENCH" "${COMMON[@]}" "$@" --json "$OUT_DIR/$name.json" \
     >"$OUT_DIR/$name.log" 2>&1
   local rc=$?
-  printf '%-28s rc=%d  %s  %s\n' "$name" "$rc" \
+  printf '%-28s rc=%d  %s  %s  %s\n' "$name" "$rc" \
     "$(grep -o 'step median [0-9.]* ms, p5 [0-9.]*, p95 [0-9.]*' "$OUT_DIR/$name.log" | head -1)" \
-    "$(grep -o 'alone: [0-9.]* ms' "$OUT_DIR/$name.log")"
+    "$(grep -o 'alone: [0-9.]* ms' "$OUT_DIR/$name.log")" \
+    "$(grep -o 'SM median [0-9]* MHz' "$OUT_DIR/$name.log")"
 }
 
 echo "$PRECISION, batch $BATCH per GPU, 1 and $GPUS GPUs, $REPS repetitions; results in $OUT_DIR"
