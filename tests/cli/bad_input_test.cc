@@ -130,6 +130,11 @@ TEST(BadInput, CollectiveTuningOutOfRange) {
   expect_one_line_error(run_dlbench("bench --model resnet20 --nccl-max-ctas 65"), "--nccl-max-ctas 65");
   expect_one_line_error(run_dlbench("bench --model resnet20 --comm-priority urgent"),
                         "--comm-priority urgent");
+  // Symmetric windows are NCCL's GPU memory: refused on the CPU, for training and for comm-bench alike.
+  expect_one_line_error(run_dlbench("bench --model resnet20 --device cpu --nccl-symmetric"),
+                        "--nccl-symmetric: NCCL windows are GPU memory");
+  expect_one_line_error(run_dlbench("comm-bench --nccl-symmetric --max-bytes 1024"),
+                        "--nccl-symmetric: the local communicator has no windows");
 }
 
 // Two outputs on one path: the later write would destroy the earlier (a trace overwritten by the result).
