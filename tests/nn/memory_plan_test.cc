@@ -126,6 +126,41 @@ TEST(MemoryPlan, TensorsAreWhereThePlacementSays) {
   }
 }
 
+// set_gradient_memory: the gradient arenas come from the source (and stay its own: the plan frees only what
+// it allocated); a source that gives nothing leaves the plan allocating as usual.
+TEST(MemoryPlan, GradientArenasComeFromTheGivenSource) {
+  auto backend = make_reference_backend();
+  for (bool source_gives : {true, false}) {
+    std::vector<std::vector<std::byte>> given;  // outlives the model, as a communicator's windows do
+    NetworkOptions options;
+    options.batch = 2;
+    ModelOptions model_options;
+    model_options.input = default_input_shape("resnet20");
+    model_options.num_classes = default_num_classes("resnet20");
+    Model model = build_model("resnet20", *backend, options, model_options);
+    int asked = 0;
+    model.net->memory().set_gradient_memory([&](size_t bytes) -> void* {
+      ++asked;
+      if (!source_gives) return nullptr;
+      given.emplace_back(bytes);
+      return given.back().data();
+    });
+    model.net->finalize(1);
+    MemoryPlan& plan = model.net->memory();
+    EXPECT_EQ(asked, 1) << "fp32: one gradient arena (no compute-dtype copies)";
+    const bool inside = !given.empty() && plan.flat_gradients().data() == given.front().data();
+    EXPECT_EQ(inside, source_gives);
+    EXPECT_GE(given.empty() ? plan.flat_gradients().bytes() : given.front().size(),
+              plan.flat_gradients().bytes());
+    // Every parameter's gradient points into the flat gradients, wherever they came from.
+    const auto* begin = static_cast<const std::byte*>(plan.flat_gradients().data());
+    for (const ParameterInfo& p : plan.parameters()) {
+      const auto* g = static_cast<const std::byte*>(p.grad->data());
+      EXPECT_TRUE(g >= begin && g + p.grad->bytes() <= begin + plan.flat_gradients().bytes()) << p.name;
+    }
+  }
+}
+
 // check_placements must catch a placement that puts two live tensors in the same bytes.
 TEST(MemoryPlan, CheckCatchesTwoLiveTensorsInTheSameMemory) {
   auto backend = make_reference_backend();
