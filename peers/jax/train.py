@@ -381,6 +381,7 @@ def main(argv=None):
 
     step_seconds = []
     energy_before = protocol.read_energy(energy_counter)
+    clock_sampler = protocol.start_clock_sampler(energy_counter)  # as dlbench's gpu_clocks, every 50 ms
     window_start = time.perf_counter()
     for _ in range(args.steps):
         t0 = time.perf_counter()
@@ -389,6 +390,7 @@ def main(argv=None):
         step_seconds.append(time.perf_counter() - t0)
     window_seconds = time.perf_counter() - window_start
     energy_after = protocol.read_energy(energy_counter)
+    clocks = protocol.stop_clock_sampler(clock_sampler)
 
     energy, energy_reason = protocol.window_energy(energy_counter, energy_reason, energy_before, energy_after)
     if energy is None:
@@ -437,6 +439,7 @@ def main(argv=None):
         "energy_joules": energy,
         "energy_joules_per_image": None if energy is None else energy / (args.batch_size * args.steps),
         "average_power_watts": None if energy is None else energy / window_seconds,
+        "gpu_clocks": protocol.gpu_clocks_result(clocks),
         "date": protocol.utc_date(),
         "system": protocol.system_info(),
     }
