@@ -258,6 +258,10 @@ int main(int argc, char** argv) {
   sweep->add_option("--launcher", sweep_options.launcher, "threads | mpi (mpirun -np GPUS)")
       ->capture_default_str();
   sweep
+      ->add_option("--bench-args", sweep_options.bench_args,
+                   "extra `dlbench bench` flags for every point, comma-separated (--bucket-mb,0)")
+      ->delimiter(',');
+  sweep
       ->add_option("--algorithm-cache", sweep_options.algorithm_cache,
                    "GPU points: auto (RESULTS.algorithms.json) | none | FILE: the first point's algorithm "
                    "choices are every later one's")
@@ -286,6 +290,10 @@ int main(int argc, char** argv) {
       ->delimiter(',');
   study->add_option("-o,--output", study_options.report_dir, "directory for the report")
       ->capture_default_str();
+  study
+      ->add_option("--bench-args", study_options.grid.bench_args,
+                   "extra `dlbench bench` flags for dlbench's points, comma-separated (--bucket-mb,0)")
+      ->delimiter(',');
   study
       ->add_option("--algorithm-cache", study_options.grid.algorithm_cache,
                    "dlbench's GPU points: auto (RESULTS.algorithms.json) | none | FILE: the first point's "

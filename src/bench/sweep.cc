@@ -113,6 +113,14 @@ bool runs_on_gpu(const std::string& device) {
   return device.rfind("cuda", 0) == 0 || (device == "auto" && cuda_backend_available());
 }
 
+// A point's identity in the results file: sweep_point_key, and dlbench's extra bench flags when given.
+nlohmann::json point_key(const SweepOptions& o, const std::string& model, const std::string& precision,
+                         int gpus, const std::string& batch_size) {
+  nlohmann::json key = sweep_point_key(o.framework, model, precision, gpus, batch_size, o.launcher);
+  if (o.framework == "dlbench" && !o.bench_args.empty()) key["bench_args"] = o.bench_args;
+  return key;
+}
+
 // The command line of one point.
 std::vector<std::string> point_command(const SweepOptions& o, const Point& p, const std::string& json_path,
                                        const std::string& peers_dir, const std::string& device) {
@@ -138,6 +146,7 @@ std::vector<std::string> point_command(const SweepOptions& o, const Point& p, co
       argv.insert(argv.end(), {"--launcher", "mpi"});
     if (const std::string cache = sweep_algorithm_cache(o, runs_on_gpu(device)); !cache.empty())
       argv.insert(argv.end(), {"--algorithm-cache", cache});
+    argv.insert(argv.end(), o.bench_args.begin(), o.bench_args.end());
     return argv;
   }
   const bool jax = o.framework == "jax";
@@ -203,7 +212,7 @@ SweepTally sweep_points(const SweepOptions& o) {
     for (const auto& p : o.precisions)
       for (int g : o.gpus)
         for (const std::string& b : o.batch_sizes) {
-          if (already(sweep_point_key(o.framework, m, p, g, b, o.launcher))) {
+          if (already(point_key(o, m, p, g, b))) {
             ++tally.skipped;
           } else {
             todo.push_back({m, p, g, b});
@@ -235,7 +244,7 @@ SweepTally sweep_points(const SweepOptions& o) {
     const std::string json_path = logs + "/" + name + ".json", log_path = logs + "/" + name + ".log";
     nlohmann::json line = {
         {"date", iso_date_utc()},
-        {"sweep_point", sweep_point_key(o.framework, p.model, p.precision, p.gpus, p.batch, o.launcher)}};
+        {"sweep_point", point_key(o, p.model, p.precision, p.gpus, p.batch)}};
     // A peer found missing, or a point it cannot run, is recorded without starting anything.
     std::string not_run = tally.unavailable_reason;
     if (not_run.empty() && o.framework == "jax" && p.gpus > 1)

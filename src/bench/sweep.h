@@ -43,6 +43,9 @@ struct SweepOptions {
   // One file for the whole grid: the first point searches, every later one (other GPU counts, launchers,
   // later sweeps) runs the same kernels, so a speedup compares like with like.
   std::string algorithm_cache = "auto";
+  // dlbench: extra `dlbench bench` flags for every point (e.g. {"--bucket-mb", "0"}). Part of a point's
+  // identity when given, so a sweep with other flags into the same file runs its points again.
+  std::vector<std::string> bench_args;
 };
 
 // The file every dlbench point of `o` is given as --algorithm-cache ("" for none): RESULTS.algorithms.json

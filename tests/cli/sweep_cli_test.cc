@@ -75,6 +75,27 @@ TEST(SweepCli, TheAlgorithmCacheIsGivenToEveryPoint) {
   std::filesystem::remove_all(dir);
 }
 
+// --bench-args reach every point's bench and are part of its identity: the same grid with other flags runs
+// again into the same file, the same flags again run nothing.
+TEST(SweepCli, BenchArgsReachEveryPointAndArePartOfItsIdentity) {
+  const auto dir = temp_dir("sweep_bench_args");
+  const std::string results = (dir / "points.jsonl").string();
+  CommandResult r = run_dlbench(kSweep + results + " --batch-sizes 8");
+  ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
+  r = run_dlbench(kSweep + results + " --batch-sizes 8 --bench-args=--seed,7,--lr,0.05");
+  ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
+  r = run_dlbench(kSweep + results + " --batch-sizes 8 --bench-args=--seed,7,--lr,0.05");
+  ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
+  std::vector<nlohmann::json> lines = read_lines(results);
+  ASSERT_EQ(lines.size(), 2u);
+  EXPECT_FALSE(lines[0]["sweep_point"].contains("bench_args")) << lines[0].dump();
+  EXPECT_EQ(lines[0]["result"]["config"]["seed"], 42) << lines[0].dump();
+  EXPECT_EQ(lines[1]["sweep_point"]["bench_args"], nlohmann::json({"--seed", "7", "--lr", "0.05"}));
+  EXPECT_EQ(lines[1]["result"]["config"]["seed"], 7) << lines[1].dump();
+  EXPECT_DOUBLE_EQ(lines[1]["result"]["config"]["lr"].get<double>(), 0.05);
+  std::filesystem::remove_all(dir);
+}
+
 // On the CPU, "auto" gives the points no cache (nothing to keep) and writes no file beside the results.
 TEST(SweepCli, NoAlgorithmCacheOnTheCpuByDefault) {
   const auto dir = temp_dir("sweep_algorithms_cpu");
