@@ -90,8 +90,9 @@ void add_run_flags(CLI::App& cmd, RunConfig& c, std::string& lr_schedule) {
   cmd.add_option("--nccl-max-ctas", c.nccl_max_ctas,
                  "GPU ranks: thread blocks one gradient sum may take from training (0 = NCCL's choice)")
       ->capture_default_str();
-  cmd.add_flag("--nccl-symmetric", c.nccl_symmetric,
-               "GPU ranks: gradients in NCCL symmetric windows (their sums run NCCL's symmetric-memory kernels)");
+  cmd.add_flag(
+      "--nccl-symmetric", c.nccl_symmetric,
+      "GPU ranks: gradients in NCCL symmetric windows (their sums run NCCL's symmetric-memory kernels)");
   cmd.add_option("--comm-priority", c.comm_priority,
                  "normal | high | low: the stream the gradient sums run on against training's: alike, above "
                  "it, below it")

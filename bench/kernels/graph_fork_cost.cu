@@ -85,12 +85,18 @@ Options parse(int argc, char** argv) {
       std::fprintf(stderr, "graph_fork_cost: %s %s: must be a positive number\n", flag.c_str(), value);
       std::exit(2);
     }
-    if (flag == "--layers") o.layers = static_cast<int>(v);
-    else if (flag == "--forks") o.forks = static_cast<int>(v);
-    else if (flag == "--reps") o.reps = static_cast<int>(v);
-    else if (flag == "--side-ctas") o.side_ctas = static_cast<int>(v);
-    else if (flag == "--work-us") o.work_us = v;
-    else if (flag == "--side-us") o.side_us = v;
+    if (flag == "--layers")
+      o.layers = static_cast<int>(v);
+    else if (flag == "--forks")
+      o.forks = static_cast<int>(v);
+    else if (flag == "--reps")
+      o.reps = static_cast<int>(v);
+    else if (flag == "--side-ctas")
+      o.side_ctas = static_cast<int>(v);
+    else if (flag == "--work-us")
+      o.work_us = v;
+    else if (flag == "--side-us")
+      o.side_us = v;
     else {
       std::fprintf(stderr, "graph_fork_cost: unknown flag %s\n", flag.c_str());
       std::exit(2);
@@ -106,11 +112,16 @@ Options parse(int argc, char** argv) {
 enum class Side { none, events, tiny, ctas, external };
 const char* side_name(Side s) {
   switch (s) {
-    case Side::none: return "linear";
-    case Side::events: return "events";
-    case Side::tiny: return "tiny";
-    case Side::ctas: return "ctas";
-    case Side::external: return "external";
+    case Side::none:
+      return "linear";
+    case Side::events:
+      return "events";
+    case Side::tiny:
+      return "tiny";
+    case Side::ctas:
+      return "ctas";
+    case Side::external:
+      return "external";
   }
   return "?";
 }
@@ -237,10 +248,11 @@ int main(int argc, char** argv) {
 
   cudaDeviceProp prop{};
   check(cudaGetDeviceProperties(&prop, device), "properties");
-  std::printf("graph_fork_cost on %s (%d SMs, %d persistent blocks of 256): %d layers of %.0f us, %d forks, "
-              "side work %d blocks x %.0f us, median of %d steps\n",
-              prop.name, s.sms, s.persistent_blocks, s.o.layers, s.o.work_us, s.o.forks, s.o.side_ctas,
-              s.o.side_us, s.o.reps);
+  std::printf(
+      "graph_fork_cost on %s (%d SMs, %d persistent blocks of 256): %d layers of %.0f us, %d forks, "
+      "side work %d blocks x %.0f us, median of %d steps\n",
+      prop.name, s.sms, s.persistent_blocks, s.o.layers, s.o.work_us, s.o.forks, s.o.side_ctas, s.o.side_us,
+      s.o.reps);
   std::printf("%-10s %12s %14s %16s\n", "variant", "step (ms)", "vs linear (ms)", "per fork (us)");
   double linear = 0;
   for (Side side : {Side::none, Side::events, Side::tiny, Side::ctas, Side::external}) {

@@ -1,7 +1,6 @@
 #include "bench/clock_sampler.h"
 
-#include <algorithm>
-
+#include "bench/measure.h"
 #include "core/status.h"
 
 namespace dlbench {
@@ -18,13 +17,12 @@ ClockSummary summarize_clock_samples(const std::vector<GpuSample>& samples) {
     s.thermal += (g.clock_reasons & kClockReasonThermal) ? 1 : 0;
     s.hardware_slowdown += (g.clock_reasons & kClockReasonHardware) ? 1 : 0;
   }
-  std::sort(clocks.begin(), clocks.end());
-  const size_t n = clocks.size();
-  s.sm_clock_median_mhz = n % 2 ? clocks[n / 2] : 0.5 * (clocks[n / 2 - 1] + clocks[n / 2]);
-  s.sm_clock_min_mhz = clocks.front();
-  s.sm_clock_max_mhz = clocks.back();
+  const Distribution d = summarize(clocks);
+  s.sm_clock_median_mhz = d.median;
+  s.sm_clock_min_mhz = d.min;
+  s.sm_clock_max_mhz = d.max;
   for (double* f : {&s.power_mean_watts, &s.power_capped, &s.thermal, &s.hardware_slowdown})
-    *f /= static_cast<double>(n);
+    *f /= static_cast<double>(samples.size());
   return s;
 }
 

@@ -38,8 +38,8 @@ struct Nvml {
   nvmlReturn (*common_ancestor)(nvmlDevice, nvmlDevice, int*) = nullptr;
   nvmlReturn (*energy)(nvmlDevice, unsigned long long*) = nullptr;  // millijoules since driver load
   nvmlReturn (*handle_by_bus_id)(const char*, nvmlDevice*) = nullptr;
-  nvmlReturn (*clock)(nvmlDevice, int, unsigned*) = nullptr;           // current clock; 1: SM
-  nvmlReturn (*power)(nvmlDevice, unsigned*) = nullptr;                // milliwatts
+  nvmlReturn (*clock)(nvmlDevice, int, unsigned*) = nullptr;  // current clock; 1: SM
+  nvmlReturn (*power)(nvmlDevice, unsigned*) = nullptr;       // milliwatts
   nvmlReturn (*clock_reasons)(nvmlDevice, unsigned long long*) = nullptr;
   bool ok = false;
 };

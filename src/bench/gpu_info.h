@@ -1,8 +1,8 @@
 // The GPUs and their connections as the driver's NVML reports them (loaded at run time; absent: empty).
 #pragma once
 
-#include <nlohmann/json.hpp>
 #include <cstdint>
+#include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
 
@@ -25,9 +25,9 @@ struct GpuSample {
   double power_watts = 0;
   uint64_t clock_reasons = 0;  // NVML's clocks-event (throttle) reason bits, kClockReason* below
 };
-inline constexpr uint64_t kClockReasonPowerCap = 0x4;          // the software power cap (power limit)
-inline constexpr uint64_t kClockReasonThermal = 0x20 | 0x40;   // software or hardware thermal slowdown
-inline constexpr uint64_t kClockReasonHardware = 0x8 | 0x80;   // hardware slowdown, power brake
+inline constexpr uint64_t kClockReasonPowerCap = 0x4;         // the software power cap (power limit)
+inline constexpr uint64_t kClockReasonThermal = 0x20 | 0x40;  // software or hardware thermal slowdown
+inline constexpr uint64_t kClockReasonHardware = 0x8 | 0x80;  // hardware slowdown, power brake
 
 // The GPU at `pci_bus_id` now, where the driver has NVML's clock, power and reason queries.
 std::optional<GpuSample> gpu_sample(const std::string& pci_bus_id);

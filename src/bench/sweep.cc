@@ -242,9 +242,8 @@ SweepTally sweep_points(const SweepOptions& o) {
     const std::string name =
         fmt::format("{}-{}-{}-{}gpu-b{}-{}", o.framework, p.model, p.precision, p.gpus, p.batch, o.launcher);
     const std::string json_path = logs + "/" + name + ".json", log_path = logs + "/" + name + ".log";
-    nlohmann::json line = {
-        {"date", iso_date_utc()},
-        {"sweep_point", point_key(o, p.model, p.precision, p.gpus, p.batch)}};
+    nlohmann::json line = {{"date", iso_date_utc()},
+                           {"sweep_point", point_key(o, p.model, p.precision, p.gpus, p.batch)}};
     // A peer found missing, or a point it cannot run, is recorded without starting anything.
     std::string not_run = tally.unavailable_reason;
     if (not_run.empty() && o.framework == "jax" && p.gpus > 1)

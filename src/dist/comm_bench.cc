@@ -70,7 +70,7 @@ struct Row {
   int64_t bytes = 0, elements = 0;
   double seconds = 0;         // one all-reduce, launched and waited for alone (median)
   double stream_seconds = 0;  // one of `iters` all-reduces enqueued back to back (as in a step's graph)
-  int64_t wrong = 0;  // elements that differed from the expected sum, over all ranks
+  int64_t wrong = 0;          // elements that differed from the expected sum, over all ranks
   std::string first_wrong;
 };
 
@@ -231,8 +231,7 @@ nlohmann::json run_comm_bench(const CommBenchOptions& o) {
         r.stream_seconds > 0 ? static_cast<double>(r.bytes) / r.stream_seconds / 1e9 : 0.0, ranks);
     std::printf("%12s %12lld %12.2f %12.3f %12.3f %14.2f %14.3f  %s\n", format_bytes(r.bytes).c_str(),
                 static_cast<long long>(r.elements), r.seconds * 1e6, algbw, busbw, r.stream_seconds * 1e6,
-                stream_busbw,
-                r.wrong == 0 ? "ok" : fmt::format("WRONG ({} elements)", r.wrong).c_str());
+                stream_busbw, r.wrong == 0 ? "ok" : fmt::format("WRONG ({} elements)", r.wrong).c_str());
     if (r.wrong != 0 && wrong_rows++ == 0) first_wrong = r.first_wrong;
     json_rows.push_back({{"bytes", r.bytes},
                          {"elements", r.elements},

@@ -31,8 +31,8 @@ double uniform_sample(std::mt19937_64& rng, double lo, double hi) {
 }  // namespace
 
 MemoryPlan::~MemoryPlan() {
-  for (auto& [pointer, bytes] : arenas_) {
-    if (std::find(borrowed_.begin(), borrowed_.end(), pointer) == borrowed_.end()) backend_.deallocate(pointer);
+  for (const Arena& a : arenas_) {
+    if (a.owned) backend_.deallocate(a.pointer);
   }
 }
 
@@ -212,14 +212,13 @@ void MemoryPlan::allocate(uint64_t seed) {
   Device device = backend_.device();
   auto new_arena = [&](size_t bytes) {
     void* pointer = backend_.allocate(std::max<size_t>(bytes, kAlignment));
-    arenas_.emplace_back(pointer, bytes);
+    arenas_.push_back({pointer, bytes, /*owned=*/true});
     return static_cast<std::byte*>(pointer);
   };
   auto new_gradient_arena = [&](size_t bytes) {
     void* pointer = gradient_memory_ ? gradient_memory_(std::max<size_t>(bytes, kAlignment)) : nullptr;
     if (pointer == nullptr) return new_arena(bytes);
-    borrowed_.push_back(pointer);
-    arenas_.emplace_back(pointer, bytes);
+    arenas_.push_back({pointer, bytes, /*owned=*/false});
     return static_cast<std::byte*>(pointer);
   };
 

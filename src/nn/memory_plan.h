@@ -135,7 +135,9 @@ class MemoryPlan {
   // under mixed precision): a data-parallel run hands memory its communicator sums fastest (an NCCL
   // symmetric window). The source owns that memory and must outlive the plan; it may return nullptr, and
   // the plan then allocates the arena from the backend as usual.
-  void set_gradient_memory(std::function<void*(size_t bytes)> source) { gradient_memory_ = std::move(source); }
+  void set_gradient_memory(std::function<void*(size_t bytes)> source) {
+    gradient_memory_ = std::move(source);
+  }
   bool allocated() const { return !arenas_.empty(); }
 
   const std::vector<ParameterInfo>& parameters() const { return parameters_; }
@@ -194,9 +196,13 @@ class MemoryPlan {
   bool estimate_only_ = false, placed_ = false;
   void* workspace_ = nullptr;
   Tensor flat_parameters_, flat_gradients_, flat_momentum_, flat_buffers_;
-  std::vector<std::pair<void*, size_t>> arenas_;
+  struct Arena {
+    void* pointer = nullptr;
+    size_t bytes = 0;
+    bool owned = true;  // false: from gradient_memory_, its source's to free
+  };
+  std::vector<Arena> arenas_;
   std::function<void*(size_t)> gradient_memory_;
-  std::vector<void*> borrowed_;  // arenas from gradient_memory_: not the plan's to free
 };
 
 }  // namespace dlbench

@@ -261,7 +261,8 @@ void resolve_config(RunConfig& c, bool cuda_available) {
               "--allreduce-precision {}: choose fp32 or compute", c.allreduce_precision);
   DLB_REQUIRE(c.comm_priority == "normal" || c.comm_priority == "high" || c.comm_priority == "low",
               "--comm-priority {}: choose normal, high or low", c.comm_priority);
-  DLB_REQUIRE(!c.nccl_symmetric || !on_cpu, "--nccl-symmetric: NCCL windows are GPU memory; use --device cuda");
+  DLB_REQUIRE(!c.nccl_symmetric || !on_cpu,
+              "--nccl-symmetric: NCCL windows are GPU memory; use --device cuda");
   DLB_REQUIRE(c.lr_scaling == "none" || c.lr_scaling == "linear", "--lr-scaling {}: choose none or linear",
               c.lr_scaling);
   DLB_REQUIRE(c.conv_workspace_mb >= 0, "--conv-workspace-mb {}: must be 0 or more", c.conv_workspace_mb);

@@ -232,7 +232,8 @@ void print_header(const char* command, const RunConfig& config, RunSetup& s, con
       config.weight_decay, config.decay_norm_and_bias ? "" : " (not on BN/bias)",
       static_cast<unsigned long long>(config.seed));
   if (s.comm->size() == 1 && s.comm->name() != "local") {
-    say("  one rank (%s): no gradients to exchange, it runs as a single device does\n", s.comm->name().c_str());
+    say("  one rank (%s): no gradients to exchange, it runs as a single device does\n",
+        s.comm->name().c_str());
   } else if (s.comm->size() > 1) {
     say("  data parallel: %d ranks (%s), gradient buckets of %g MiB summed in %s while backward runs%s\n",
         s.comm->size(), s.comm->name().c_str(), config.bucket_mb,
@@ -431,12 +432,12 @@ void add_clocks(nlohmann::json& j, RunSetup& s, const std::optional<ClockSummary
                      {"hardware_slowdown_fraction", hardware},
                      {"samples_rank0", c.samples},
                      {"period_ms", period.count()}};
+  const std::string other_reasons = thermal > 0 || hardware > 0
+                                        ? fmt::format(", by heat in {:.0f}%, by hardware slowdown in {:.0f}%",
+                                                      100 * thermal, 100 * hardware)
+                                        : std::string();
   say("GPU clocks in the window: SM median %.0f MHz%s, held back by the power cap in %.0f%% of samples%s\n",
-      slowest, s.comm->size() > 1 ? " (slowest GPU)" : "", 100 * capped,
-      thermal > 0 || hardware > 0
-          ? fmt::format(", by heat in {:.0f}%, by hardware slowdown in {:.0f}%", 100 * thermal, 100 * hardware)
-                .c_str()
-          : "");
+      slowest, s.comm->size() > 1 ? " (slowest GPU)" : "", 100 * capped, other_reasons.c_str());
 }
 
 nlohmann::json train_rank(const RunConfig& given, dist::Launch& launch, int slot) {
