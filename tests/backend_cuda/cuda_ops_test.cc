@@ -1,4 +1,4 @@
-// The CUDA backend's other ops against the reference backend: pooling (cuDNN), GEMM (cuBLAS), ReLU, bias,
+// The CUDA backend's other ops against the reference backend: pooling (cuDNN; NHWC max pooling our kernels), GEMM (cuBLAS), ReLU, bias,
 // softmax cross-entropy, elementwise utilities, casts, check_finite and the SGD update (our kernels), in
 // f32/f16/bf16; memory and the factory; and a CUDA-graph capture of a training-like sequence of ops, which
 // fails if any op synchronises with the host or allocates.
@@ -36,13 +36,16 @@ const DType kDtypes[] = {DType::f32, DType::f16, DType::bf16};
 struct PoolCase {
   int64_t n, c, h, w, k, stride, pad;
   PoolKind kind;
+  bool ties = false;  // x after a ReLU: windows of equal zeros, whose gradient must go to the first one
 };
 
 const PoolCase kPoolCases[] = {
-    {2, 5, 9, 11, 3, 2, 1, PoolKind::max},  // ResNet stem pool on odd sizes
+    {2, 5, 9, 11, 3, 2, 1, PoolKind::max},  // ResNet stem pool on odd sizes, one channel at a time
     {2, 16, 8, 8, 2, 2, 0, PoolKind::max},
     {3, 7, 7, 7, 7, 1, 0, PoolKind::average},  // global average
     {2, 8, 9, 9, 3, 2, 1, PoolKind::average},  // padding excluded from the divisor
+    {2, 64, 12, 13, 3, 2, 1, PoolKind::max, true},  // the stem's channels: 16-byte vectors, ties
+    {2, 8, 7, 7, 3, 1, 1, PoolKind::max, true},     // stride 1: up to 9 windows cover an input
 };
 
 class PoolTest : public CudaOpsTest,
@@ -58,22 +61,63 @@ TEST_P(PoolTest, MatchesReference) {
   PoolGeometry g_ref = g;
   g_ref.dtype = DType::f32;
   const std::vector<int64_t> in{pc.n, pc.c, pc.h, pc.w}, out{pc.n, pc.c, g.out_h(), g.out_w()};
-  HostBuffer x = random_host(*ref, in, dtype, 31, layout), dy = random_host(*ref, out, dtype, 32, layout);
+  HostBuffer drawn = random_host(*ref, in, DType::f32, 31, layout);
+  if (pc.ties) {
+    HostBuffer raw = copy_of(drawn);
+    ref->relu_forward(raw.tensor(), drawn.tensor());
+  }
+  // The reference gets exactly the values the GPU does (rounded to dtype first).
+  HostBuffer x = converted(*ref, drawn, dtype), dy = random_host(*ref, out, dtype, 32, layout);
   HostBuffer x_ref = converted(*ref, x, DType::f32), dy_ref = converted(*ref, dy, DType::f32);
   auto plan = gpu.plan_pool(g);
   auto ref_plan = ref->plan_pool(g_ref);
-  EXPECT_EQ(plan->saved_bytes(), 0u);
+  // NHWC max pooling (dlbench's kernels) keeps one argmax byte per output; cuDNN's pooling nothing.
+  const bool saves = pc.kind == PoolKind::max && layout == Layout::nhwc;
+  EXPECT_EQ(plan->saved_bytes(), saves ? static_cast<size_t>(pc.n * pc.c * g.out_h() * g.out_w()) : 0u);
+  auto saved = plan->saved_bytes() > 0 ? workspace(gpu, plan->saved_bytes()) : nullptr;
+  void* saved_ptr = saved ? saved->tensor().data() : nullptr;
   DeviceTensor xg(gpu, x), dyg(gpu, dy), yg(gpu, out, dtype, layout), dxg(gpu, in, dtype, layout);
   HostBuffer y_ref(out, DType::f32, layout), dx_ref(in, DType::f32, layout);
-  gpu.pool_forward(*plan, xg.tensor(), yg.tensor(), nullptr);
+  gpu.pool_forward(*plan, xg.tensor(), yg.tensor(), saved_ptr);
   ref->pool_forward(*ref_plan, x_ref.tensor(), y_ref.tensor(), nullptr);
   // Max is exact in any dtype; an average is one rounding.
   const double tol = pc.kind == PoolKind::max ? 0.0 : tolerance(dtype) * (dtype == DType::f32 ? 0.1 : 1.0);
   expect_close("forward", download_wide(*ref, yg).tensor(), y_ref.tensor(), tol);
-  gpu.pool_backward(*plan, xg.tensor(), yg.tensor(), dyg.tensor(), nullptr, dxg.tensor());
   ref->pool_backward(*ref_plan, x_ref.tensor(), y_ref.tensor(), dy_ref.tensor(), nullptr, dx_ref.tensor());
-  // Overlapping windows sum two gradients into one input (one rounding in f16/bf16).
+  // Overlapping windows sum gradients into one input (one rounding in f16/bf16). With saved positions,
+  // and (where there are some) without: the backward then finds each window's maximum again from x.
+  gpu.fill(dxg.tensor(), 7.0);  // the backward overwrites dx, windowless inputs included
+  gpu.pool_backward(*plan, xg.tensor(), yg.tensor(), dyg.tensor(), saved_ptr, dxg.tensor());
   expect_close("backward", download_wide(*ref, dxg).tensor(), dx_ref.tensor(), tolerance(dtype) * 0.5);
+  if (saved_ptr) {
+    gpu.fill(dxg.tensor(), 7.0);
+    gpu.pool_backward(*plan, xg.tensor(), yg.tensor(), dyg.tensor(), nullptr, dxg.tensor());
+    expect_close("backward, argmax found again", download_wide(*ref, dxg).tensor(), dx_ref.tensor(),
+                 tolerance(dtype) * 0.5);
+  }
+}
+
+// A NaN anywhere in a window is the window's maximum, so a diverged activation reaches check_finite.
+TEST_F(CudaOpsTest, MaxPoolPropagatesNaN) {
+  Backend& gpu = shared_gpu();
+  PoolGeometry g;
+  g.batch = 1, g.channels = 8, g.in_h = g.in_w = 5, g.kernel_h = g.kernel_w = 3, g.stride_h = g.stride_w = 2;
+  g.pad_h = g.pad_w = 1, g.kind = PoolKind::max, g.layout = Layout::nhwc, g.dtype = DType::f32;
+  HostBuffer x = random_host(*ref, {1, 8, 5, 5}, DType::f32, 5, Layout::nhwc);
+  // Pixel (1, 1) of channel 3: inside the four windows of outputs (0..1, 0..1), last in one's scan and
+  // first in another's.
+  x.tensor().ptr<float>()[(1 * 5 + 1) * 8 + 3] = std::numeric_limits<float>::quiet_NaN();
+  auto plan = gpu.plan_pool(g);
+  auto saved = workspace(gpu, plan->saved_bytes());
+  DeviceTensor xg(gpu, x), yg(gpu, {1, 8, 3, 3}, DType::f32, Layout::nhwc);
+  gpu.pool_forward(*plan, xg.tensor(), yg.tensor(), saved->tensor().data());
+  HostBuffer y = yg.download();
+  for (int64_t p = 0; p < 3; ++p)
+    for (int64_t q = 0; q < 3; ++q)
+      for (int64_t c = 0; c < 8; ++c) {
+        const float v = y.tensor().ptr<float>()[(p * 3 + q) * 8 + c];
+        EXPECT_EQ(std::isnan(v), c == 3 && p <= 1 && q <= 1) << "output " << p << "," << q << " channel " << c;
+      }
 }
 
 INSTANTIATE_TEST_SUITE_P(Shapes, PoolTest,

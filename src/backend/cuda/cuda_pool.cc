@@ -1,16 +1,32 @@
-// Pooling on cuDNN: cudnnPoolingForward / cudnnPoolingBackward. Max pooling is
-// CUDNN_POOLING_MAX_DETERMINISTIC, average pooling CUDNN_POOLING_AVERAGE_COUNT_EXCLUDE_PADDING (the
-// contract's divisor). The backward recomputes the argmax from x and y, so nothing is saved
-// (saved_bytes() == 0). NaN propagates, so that check_finite sees it downstream.
+// Pooling. Max pooling of NHWC tensors runs dlbench's own kernels (max_pool.cu: cuDNN's backward was
+// ten times slower than the bytes it moves), which save each output's argmax position in the window, one
+// byte per output element (saved_bytes()). The rest is cuDNN: cudnnPoolingForward / cudnnPoolingBackward,
+// max pooling CUDNN_POOLING_MAX_DETERMINISTIC (its backward recomputes the argmax from x and y, nothing
+// saved), average pooling CUDNN_POOLING_AVERAGE_COUNT_EXCLUDE_PADDING (the contract's divisor). NaN
+// propagates in both, so that check_finite sees it downstream.
 #include "backend/cuda/cuda_common.h"
+#include "backend/cuda/kernels.h"
 
 namespace dlbench {
 namespace cuda {
 namespace {
 
+MaxPoolShape max_pool_shape(const PoolGeometry& g) {
+  return {g.batch,    g.channels, g.in_h,     g.in_w,     g.out_h(), g.out_w(),
+          g.kernel_h, g.kernel_w, g.stride_h, g.stride_w, g.pad_h,   g.pad_w};
+}
+
 class CudaPoolPlan final : public PoolPlan {
  public:
-  explicit CudaPoolPlan(const PoolGeometry& g) : PoolPlan(g) {}
+  explicit CudaPoolPlan(const PoolGeometry& g)
+      : PoolPlan(g),
+        own_max(g.kind == PoolKind::max && g.layout == Layout::nhwc && max_pool_positions_fit(max_pool_shape(g))) {}
+  // One argmax byte per output element for the own kernels.
+  size_t saved_bytes() const override {
+    return own_max ? static_cast<size_t>(geometry.batch * geometry.channels * geometry.out_h() * geometry.out_w())
+                   : 0;
+  }
+  const bool own_max;  // max_pool.cu's kernels, else cuDNN
   TensorDescriptor x_desc, y_desc;
   PoolingDescriptor pool_desc;
 };
@@ -60,19 +76,23 @@ std::unique_ptr<PoolPlan> CudaBackend::plan_pool(const PoolGeometry& g) {
   return plan;
 }
 
-void CudaBackend::pool_forward(const PoolPlan& plan, const Tensor& x, Tensor& y, void*) {
+void CudaBackend::pool_forward(const PoolPlan& plan, const Tensor& x, Tensor& y, void* saved) {
   const auto& p = as_cuda_plan(plan);
   const PoolGeometry& g = p.geometry;
   check_activation("pool_forward", "x", x, x_dims(g), g.dtype, g.layout);
   check_activation("pool_forward", "y", y, y_dims(g), g.dtype, g.layout);
   activate();
+  if (p.own_max) {
+    max_pool_forward_nhwc(x.data(), y.data(), static_cast<uint8_t*>(saved), g.dtype, max_pool_shape(g), stream_);
+    return;
+  }
   const Scaling s(g.dtype, 1.0, 0.0);
   CUDNN_CHECK(
       cudnnPoolingForward(cudnn_, p.pool_desc, s.alpha(), p.x_desc, x.data(), s.beta(), p.y_desc, y.data()));
 }
 
 void CudaBackend::pool_backward(const PoolPlan& plan, const Tensor& x, const Tensor& y, const Tensor& dy,
-                                const void*, Tensor& dx) {
+                                const void* saved, Tensor& dx) {
   const auto& p = as_cuda_plan(plan);
   const PoolGeometry& g = p.geometry;
   const char* op = "pool_backward";
@@ -81,6 +101,11 @@ void CudaBackend::pool_backward(const PoolPlan& plan, const Tensor& x, const Ten
   check_activation(op, "dy", dy, y_dims(g), g.dtype, g.layout);
   check_activation(op, "dx", dx, x_dims(g), g.dtype, g.layout);
   activate();
+  if (p.own_max) {
+    max_pool_backward_nhwc(x.data(), static_cast<const uint8_t*>(saved), dy.data(), dx.data(), g.dtype,
+                           max_pool_shape(g), stream_);
+    return;
+  }
   const Scaling s(g.dtype, 1.0, 0.0);
   CUDNN_CHECK(cudnnPoolingBackward(cudnn_, p.pool_desc, s.alpha(), p.y_desc, y.data(), p.y_desc, dy.data(),
                                    p.x_desc, x.data(), s.beta(), p.x_desc, dx.data()));

@@ -50,4 +50,17 @@ void sgd_update(float* params, const float* grads, float* momentum, const ParamS
 // advance_loss_scale(*scalars) in one thread (scalars in device memory).
 void update_loss_scale(StepScalars* scalars, cudaStream_t stream);
 
+// Max pooling of NHWC tensors (max_pool.cu). x is [n, h, w, c], y and dy [n, out_h, out_w, c]. `argmax`
+// holds one byte per output element: where in its window the maximum is (r * kernel_w + s), written by the
+// forward when not null and read by the backward when not null (the backward finds it again from x
+// otherwise). The backward overwrites dx.
+struct MaxPoolShape {
+  int64_t n, c, h, w, out_h, out_w, kernel_h, kernel_w, stride_h, stride_w, pad_h, pad_w;
+};
+bool max_pool_positions_fit(const MaxPoolShape& shape);  // a window's positions fit one byte
+void max_pool_forward_nhwc(const void* x, void* y, uint8_t* argmax, DType dtype, const MaxPoolShape& shape,
+                           cudaStream_t stream);
+void max_pool_backward_nhwc(const void* x, const uint8_t* argmax, const void* dy, void* dx, DType dtype,
+                            const MaxPoolShape& shape, cudaStream_t stream);
+
 }  // namespace dlbench::cuda

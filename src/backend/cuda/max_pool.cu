@@ -1,0 +1,290 @@
+// Max pooling over NHWC tensors, forward and backward.
+//
+// Why not cuDNN's: on an H200, cudnnPoolingBackward took 1.74 ms for ResNet-50's stem pool at batch 256
+// (3x3, stride 2, 64 x 112 x 112 inputs) in FP16 and in TF32 (bench/results/2026-11-29-gpu-h200-perlayer-*,
+// and this session's TF32 profile) — 5% of an FP16 step, where the bytes it must move take ~0.15 ms at
+// HBM speed. Its forward took 0.34 ms (FP16) for ~0.13 ms of traffic.
+//
+// The forward writes, besides y, the position of each output's maximum inside its window (one byte,
+// r * kernel_w + s); the backward then gathers: every input element looks at the at most
+// ceil(k / stride)^2 windows covering it and sums the gradients of those whose maximum it is. A gather
+// writes each dx element once (no atomics, deterministic, no zero fill first). Without saved positions
+// (nullptr) the backward finds each window's maximum again from x.
+//
+// The maximum is the first one in scan order (row by row), as the reference backend takes it: after a
+// ReLU many windows hold only zeros, and the gradient must go to the same pixel on every backend. A NaN
+// wins over any number (the first NaN of the window), so it propagates to y and check_finite sees it.
+//
+// Each thread handles W consecutive channels of one pixel (16 bytes when C allows), so a warp reads and
+// writes whole cache lines along C.
+#include "backend/cuda/kernel_common.cuh"
+#include "backend/cuda/kernels.h"
+
+#include <type_traits>
+
+namespace dlbench::cuda {
+namespace {
+
+using namespace detail;
+
+// Indices in I (uint32_t when every tensor fits, else uint64_t: 64-bit division is several times slower).
+template <typename I>
+struct PoolIndex {
+  I c, h, w, out_h, out_w, kernel_h, kernel_w, stride_h, stride_w, pad_h, pad_w;
+  explicit PoolIndex(const MaxPoolShape& s)
+      : c(I(s.c)),
+        h(I(s.h)),
+        w(I(s.w)),
+        out_h(I(s.out_h)),
+        out_w(I(s.out_w)),
+        kernel_h(I(s.kernel_h)),
+        kernel_w(I(s.kernel_w)),
+        stride_h(I(s.stride_h)),
+        stride_w(I(s.stride_w)),
+        pad_h(I(s.pad_h)),
+        pad_w(I(s.pad_w)) {}
+};
+
+__device__ __forceinline__ bool takes_over(float candidate, float best) {
+  // Strictly greater keeps the first maximum; a NaN replaces anything but an earlier NaN.
+  return candidate > best || (candidate != candidate && best == best);
+}
+
+// The maximum of output pixel (n, p, q) over channels [c, c + W): its value and its position in the window.
+// K > 0: a K x K window known at compile time, whose loads are all issued before the first comparison
+// (a loop of dependent load-compare steps leaves the kernel waiting on memory latency, not bandwidth: it
+// ran at a third of HBM speed). K = 0: any window, from g.
+template <int K, int W, typename T, typename I>
+__device__ __forceinline__ void window_max(const T* x, const PoolIndex<I>& g, I n, I p, I q, I c,
+                                           Vec<T, W>& best, uint8_t (&where)[W]) {
+  // Signed: the window may start in the padding (negative rows and columns).
+  const int64_t h0 = int64_t(p) * g.stride_h - g.pad_h, w0 = int64_t(q) * g.stride_w - g.pad_w;
+  float best_value[W];
+  bool first = true;
+  auto consider = [&](const Vec<T, W>& v, uint8_t here) {
+#pragma unroll
+    for (int j = 0; j < W; ++j) {
+      const float value = widen(v.v[j]);
+      if (first || takes_over(value, best_value[j])) {
+        best_value[j] = value;
+        best.v[j] = v.v[j];
+        where[j] = here;
+      }
+    }
+    first = false;
+  };
+  if constexpr (K > 0) {
+    Vec<T, W> v[K * K];
+    bool inside[K * K];
+#pragma unroll
+    for (int r = 0; r < K; ++r) {
+#pragma unroll
+      for (int s = 0; s < K; ++s) {
+        const int64_t h = h0 + r, w = w0 + s;
+        inside[r * K + s] = h >= 0 && h < int64_t(g.h) && w >= 0 && w < int64_t(g.w);
+        if (inside[r * K + s]) v[r * K + s] = load_vec<W>(x + ((I(n) * g.h + I(h)) * g.w + I(w)) * g.c + c);
+      }
+    }
+#pragma unroll
+    for (int k = 0; k < K * K; ++k) {
+      if (inside[k]) consider(v[k], static_cast<uint8_t>(k));
+    }
+  } else {
+    const int64_t h_begin = h0 < 0 ? 0 : h0, w_begin = w0 < 0 ? 0 : w0;
+    const int64_t h_end = min(h0 + int64_t(g.kernel_h), int64_t(g.h));
+    const int64_t w_end = min(w0 + int64_t(g.kernel_w), int64_t(g.w));
+    for (int64_t h = h_begin; h < h_end; ++h) {
+      for (int64_t w = w_begin; w < w_end; ++w) {
+        consider(load_vec<W>(x + ((I(n) * g.h + I(h)) * g.w + I(w)) * g.c + c),
+                 static_cast<uint8_t>((h - h0) * g.kernel_w + (w - w0)));
+      }
+    }
+  }
+}
+
+template <int K, typename T, typename I>
+struct MaxPoolForwardOp {
+  const T* x;
+  T* y;
+  uint8_t* argmax;  // may be null
+  PoolIndex<I> g;
+  template <int W>
+  __device__ void apply(int64_t e) const {
+    const I i = I(e);
+    const I c = i % g.c;
+    I pixel = i / g.c;
+    const I q = pixel % g.out_w;
+    pixel /= g.out_w;
+    const I p = pixel % g.out_h, n = pixel / g.out_h;
+    Vec<T, W> best;
+    uint8_t where[W];
+    window_max<K, W>(x, g, n, p, q, c, best, where);
+    store_vec<W>(y + e, best);
+    if (argmax) {
+      Vec<uint8_t, W> packed;
+#pragma unroll
+      for (int j = 0; j < W; ++j) packed.v[j] = where[j];
+      store_vec<W>(argmax + e, packed);
+    }
+  }
+};
+
+// K, S > 0: a K x K window of stride S known at compile time; at most ceil(K / S) windows cover an input
+// along each axis, and all their loads are issued before the sums. K = S = 0: any window, from g.
+template <int K, int S, typename T, typename I>
+struct MaxPoolBackwardOp {
+  const T* x;             // read only without argmax
+  const uint8_t* argmax;  // may be null
+  const T* dy;
+  T* dx;
+  PoolIndex<I> g;
+  template <int W>
+  __device__ void apply(int64_t e) const {
+    const I i = I(e);
+    const I c = i % g.c;
+    I pixel = i / g.c;
+    const I w = pixel % g.w;
+    pixel /= g.w;
+    const I h = pixel % g.h, n = pixel / g.h;
+    // Windows p covering row h: p * stride - pad <= h < p * stride - pad + kernel.
+    const I hp = h + g.pad_h, wp = w + g.pad_w;
+    const I p_begin = hp < g.kernel_h ? 0 : (hp - g.kernel_h) / g.stride_h + 1;
+    const I q_begin = wp < g.kernel_w ? 0 : (wp - g.kernel_w) / g.stride_w + 1;
+    const I p_end = min(hp / g.stride_h + 1, g.out_h), q_end = min(wp / g.stride_w + 1, g.out_w);
+    float sum[W];
+#pragma unroll
+    for (int j = 0; j < W; ++j) sum[j] = 0.f;
+    // Adds the gradient of window (p, q) where this input is its maximum. (Values, not pointers, into the
+    // arrays below: a pointer to a local array puts it in local memory, which tripled this kernel's time.)
+    auto gather = [&](I p, I q, const Vec<uint8_t, W> saved_where, const Vec<T, W> grad) {
+      const uint8_t mine = static_cast<uint8_t>((hp - p * g.stride_h) * g.kernel_w + (wp - q * g.stride_w));
+      uint8_t where[W];
+      if (argmax) {
+#pragma unroll
+        for (int j = 0; j < W; ++j) where[j] = saved_where.v[j];
+      } else {
+        Vec<T, W> unused;
+        window_max<K, W>(x, g, n, p, q, c, unused, where);
+      }
+#pragma unroll
+      for (int j = 0; j < W; ++j) {
+        if (where[j] == mine) sum[j] += widen(grad.v[j]);
+      }
+    };
+    auto out_index = [&](I p, I q) { return ((n * g.out_h + p) * g.out_w + q) * g.c + c; };
+    if constexpr (K > 0) {
+      constexpr int kCover = (K + S - 1) / S;
+      Vec<T, W> grad[kCover * kCover];
+      Vec<uint8_t, W> saved_where[kCover * kCover] = {};
+      bool inside[kCover * kCover];
+#pragma unroll
+      for (int a = 0; a < kCover; ++a) {
+#pragma unroll
+        for (int b = 0; b < kCover; ++b) {
+          const I p = p_begin + I(a), q = q_begin + I(b);
+          const int k = a * kCover + b;
+          inside[k] = p < p_end && q < q_end;
+          if (inside[k]) {
+            grad[k] = load_vec<W>(dy + out_index(p, q));
+            if (argmax) saved_where[k] = load_vec<W>(argmax + out_index(p, q));
+          }
+        }
+      }
+#pragma unroll
+      for (int k = 0; k < kCover * kCover; ++k) {
+        if (inside[k]) {
+          gather(p_begin + I(k / kCover), q_begin + I(k % kCover), saved_where[k], grad[k]);
+        }
+      }
+    } else {
+      for (I p = p_begin; p < p_end; ++p) {
+        for (I q = q_begin; q < q_end; ++q) {
+          Vec<uint8_t, W> saved_where{};
+          if (argmax) saved_where = load_vec<W>(argmax + out_index(p, q));
+          gather(p, q, saved_where, load_vec<W>(dy + out_index(p, q)));
+        }
+      }
+    }
+    Vec<T, W> result;
+#pragma unroll
+    for (int j = 0; j < W; ++j) result.v[j] = narrow<T>(sum[j]);
+    store_vec<W>(dx + e, result);
+  }
+};
+
+void require_shape(const char* op, const MaxPoolShape& s) {
+  DLB_KERNEL_REQUIRE(s.n > 0 && s.c > 0 && s.h > 0 && s.w > 0 && s.out_h > 0 && s.out_w > 0, op,
+                     "sizes must be positive");
+  DLB_KERNEL_REQUIRE(s.kernel_h > 0 && s.kernel_w > 0 && s.stride_h > 0 && s.stride_w > 0, op,
+                     "kernel and stride must be positive");
+  DLB_KERNEL_REQUIRE(s.pad_h >= 0 && s.pad_w >= 0 && s.pad_h < s.kernel_h && s.pad_w < s.kernel_w, op,
+                     "padding must be in [0, kernel)");
+  DLB_KERNEL_REQUIRE(max_pool_positions_fit(s), op, "a window of more than 256 pixels");
+}
+
+template <int N>
+using Constant = std::integral_constant<int, N>;
+
+// Runs `launch(I{}, K{}, S{})`: 32-bit indices I when every element index and padded coordinate fits them;
+// the window size K and stride S as constants for the 3 x 3 stride-2 pool of ResNet's stem, else 0 (read
+// from the shape at run time).
+template <typename Fn>
+void dispatch_shape(const MaxPoolShape& s, Fn&& launch) {
+  const int64_t largest = std::max(s.n * s.h * s.w * s.c, s.n * s.out_h * s.out_w * s.c) +
+                          std::max(s.h + s.pad_h, s.w + s.pad_w);
+  const bool stem = s.kernel_h == 3 && s.kernel_w == 3 && s.stride_h == 2 && s.stride_w == 2;
+  auto with_window = [&](auto index_tag) {
+    if (stem) {
+      launch(index_tag, Constant<3>{}, Constant<2>{});
+    } else {
+      launch(index_tag, Constant<0>{}, Constant<0>{});
+    }
+  };
+  if (largest < int64_t(UINT32_MAX)) {
+    with_window(uint32_t{});
+  } else {
+    with_window(uint64_t{});
+  }
+}
+
+}  // namespace
+
+bool max_pool_positions_fit(const MaxPoolShape& s) { return s.kernel_h * s.kernel_w <= 256; }
+
+void max_pool_forward_nhwc(const void* x, void* y, uint8_t* argmax, DType dtype, const MaxPoolShape& s,
+                           cudaStream_t stream) {
+  require_shape("max_pool_forward_nhwc", s);
+  dispatch_float(dtype, "max_pool_forward_nhwc", [&](auto tag) {
+    using T = decltype(tag);
+    constexpr int V = kVec16<T>;
+    // Vectors of V channels: C a multiple of V and every row start aligned.
+    const bool vector_ok = s.c % V == 0 && aligned(x, 16) && aligned(y, 16) && (!argmax || aligned(argmax, V));
+    dispatch_shape(s, [&](auto index_tag, auto k, auto) {
+      using I = decltype(index_tag);
+      launch_elementwise<V>(s.n * s.out_h * s.out_w * s.c, vector_ok,
+                            MaxPoolForwardOp<decltype(k)::value, T, I>{static_cast<const T*>(x), static_cast<T*>(y), argmax,
+                                                   PoolIndex<I>(s)},
+                            stream);
+    });
+  });
+}
+
+void max_pool_backward_nhwc(const void* x, const uint8_t* argmax, const void* dy, void* dx, DType dtype,
+                            const MaxPoolShape& s, cudaStream_t stream) {
+  require_shape("max_pool_backward_nhwc", s);
+  dispatch_float(dtype, "max_pool_backward_nhwc", [&](auto tag) {
+    using T = decltype(tag);
+    constexpr int V = kVec16<T>;
+    const bool vector_ok = s.c % V == 0 && aligned(x, 16) && aligned(dy, 16) && aligned(dx, 16) &&
+                           (!argmax || aligned(argmax, V));
+    dispatch_shape(s, [&](auto index_tag, auto k, auto stride) {
+      using I = decltype(index_tag);
+      launch_elementwise<V>(s.n * s.h * s.w * s.c, vector_ok,
+                            MaxPoolBackwardOp<decltype(k)::value, decltype(stride)::value, T, I>{static_cast<const T*>(x), argmax, static_cast<const T*>(dy),
+                                                    static_cast<T*>(dx), PoolIndex<I>(s)},
+                            stream);
+    });
+  });
+}
+
+}  // namespace dlbench::cuda
