@@ -1,7 +1,7 @@
-// The CUDA backend's other ops against the reference backend: pooling (cuDNN; NHWC max pooling our kernels), GEMM (cuBLAS), ReLU, bias,
-// softmax cross-entropy, elementwise utilities, casts, check_finite and the SGD update (our kernels), in
-// f32/f16/bf16; memory and the factory; and a CUDA-graph capture of a training-like sequence of ops, which
-// fails if any op synchronises with the host or allocates.
+// The CUDA backend's other ops against the reference backend: pooling (cuDNN; NHWC max pooling our kernels),
+// GEMM (cuBLAS), ReLU, bias, softmax cross-entropy, elementwise utilities, casts, check_finite and the SGD
+// update (our kernels), in f32/f16/bf16; memory and the factory; and a CUDA-graph capture of a training-like
+// sequence of ops, which fails if any op synchronises with the host or allocates.
 #include <cuda_runtime_api.h>
 #include <fmt/format.h>
 #include <gtest/gtest.h>
@@ -42,8 +42,8 @@ struct PoolCase {
 const PoolCase kPoolCases[] = {
     {2, 5, 9, 11, 3, 2, 1, PoolKind::max},  // ResNet stem pool on odd sizes, one channel at a time
     {2, 16, 8, 8, 2, 2, 0, PoolKind::max},
-    {3, 7, 7, 7, 7, 1, 0, PoolKind::average},  // global average
-    {2, 8, 9, 9, 3, 2, 1, PoolKind::average},  // padding excluded from the divisor
+    {3, 7, 7, 7, 7, 1, 0, PoolKind::average},       // global average
+    {2, 8, 9, 9, 3, 2, 1, PoolKind::average},       // padding excluded from the divisor
     {2, 64, 12, 13, 3, 2, 1, PoolKind::max, true},  // the stem's channels: 16-byte vectors, ties
     {2, 8, 7, 7, 3, 1, 1, PoolKind::max, true},     // stride 1: up to 9 windows cover an input
 };
@@ -116,7 +116,8 @@ TEST_F(CudaOpsTest, MaxPoolPropagatesNaN) {
     for (int64_t q = 0; q < 3; ++q)
       for (int64_t c = 0; c < 8; ++c) {
         const float v = y.tensor().ptr<float>()[(p * 3 + q) * 8 + c];
-        EXPECT_EQ(std::isnan(v), c == 3 && p <= 1 && q <= 1) << "output " << p << "," << q << " channel " << c;
+        EXPECT_EQ(std::isnan(v), c == 3 && p <= 1 && q <= 1)
+            << "output " << p << "," << q << " channel " << c;
       }
 }
 

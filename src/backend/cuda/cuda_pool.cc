@@ -20,11 +20,13 @@ class CudaPoolPlan final : public PoolPlan {
  public:
   explicit CudaPoolPlan(const PoolGeometry& g)
       : PoolPlan(g),
-        own_max(g.kind == PoolKind::max && g.layout == Layout::nhwc && max_pool_positions_fit(max_pool_shape(g))) {}
+        own_max(g.kind == PoolKind::max && g.layout == Layout::nhwc &&
+                max_pool_positions_fit(max_pool_shape(g))) {}
   // One argmax byte per output element for the own kernels.
   size_t saved_bytes() const override {
-    return own_max ? static_cast<size_t>(geometry.batch * geometry.channels * geometry.out_h() * geometry.out_w())
-                   : 0;
+    return own_max
+               ? static_cast<size_t>(geometry.batch * geometry.channels * geometry.out_h() * geometry.out_w())
+               : 0;
   }
   const bool own_max;  // max_pool.cu's kernels, else cuDNN
   TensorDescriptor x_desc, y_desc;
@@ -83,7 +85,8 @@ void CudaBackend::pool_forward(const PoolPlan& plan, const Tensor& x, Tensor& y,
   check_activation("pool_forward", "y", y, y_dims(g), g.dtype, g.layout);
   activate();
   if (p.own_max) {
-    max_pool_forward_nhwc(x.data(), y.data(), static_cast<uint8_t*>(saved), g.dtype, max_pool_shape(g), stream_);
+    max_pool_forward_nhwc(x.data(), y.data(), static_cast<uint8_t*>(saved), g.dtype, max_pool_shape(g),
+                          stream_);
     return;
   }
   const Scaling s(g.dtype, 1.0, 0.0);

@@ -1,9 +1,10 @@
 // Max pooling over NHWC tensors, forward and backward.
 //
 // Why not cuDNN's: on an H200, cudnnPoolingBackward took 1.74 ms for ResNet-50's stem pool at batch 256
-// (3x3, stride 2, 64 x 112 x 112 inputs) in FP16 and in TF32 (bench/results/2026-11-29-gpu-h200-perlayer-*,
-// and this session's TF32 profile) — 5% of an FP16 step, where the bytes it must move take ~0.15 ms at
-// HBM speed. Its forward took 0.34 ms (FP16) for ~0.13 ms of traffic.
+// (3x3, stride 2, 64 x 112 x 112 inputs) in FP16 and in TF32 — 5% of an FP16 step, where the bytes it must
+// move take ~0.15 ms at HBM speed; its forward 0.34 ms (FP16) for ~0.13 ms of traffic. These kernels: 0.30
+// and 0.60 ms in FP16, a 0.34 ms forward in TF32 (bench/results/2026-11-30-gpu-2xh200-maxpool-power). Both
+// still take twice the traffic's time or more: room left.
 //
 // The forward writes, besides y, the position of each output's maximum inside its window (one byte,
 // r * kernel_w + s); the backward then gathers: every input element looks at the at most
@@ -17,10 +18,10 @@
 //
 // Each thread handles W consecutive channels of one pixel (16 bytes when C allows), so a warp reads and
 // writes whole cache lines along C.
+#include <type_traits>
+
 #include "backend/cuda/kernel_common.cuh"
 #include "backend/cuda/kernels.h"
-
-#include <type_traits>
 
 namespace dlbench::cuda {
 namespace {
@@ -52,8 +53,7 @@ __device__ __forceinline__ bool takes_over(float candidate, float best) {
 
 // The maximum of output pixel (n, p, q) over channels [c, c + W): its value and its position in the window.
 // K > 0: a K x K window known at compile time, whose loads are all issued before the first comparison
-// (a loop of dependent load-compare steps leaves the kernel waiting on memory latency, not bandwidth: it
-// ran at a third of HBM speed). K = 0: any window, from g.
+// (0.30 against 0.32 ms for the run-time loop, FP16 stem pool). K = 0: any window, from g.
 template <int K, int W, typename T, typename I>
 __device__ __forceinline__ void window_max(const T* x, const PoolIndex<I>& g, I n, I p, I q, I c,
                                            Vec<T, W>& best, uint8_t (&where)[W]) {
@@ -129,9 +129,10 @@ struct MaxPoolForwardOp {
   }
 };
 
-// K, S > 0: a K x K window of stride S known at compile time; at most ceil(K / S) windows cover an input
-// along each axis, and all their loads are issued before the sums. K = S = 0: any window, from g.
-template <int K, int S, typename T, typename I>
+// The backward keeps run-time loops over the (at most ceil(k / stride)^2) covering windows: a version with
+// the stem's 3 x 3 stride 2 fixed at compile time and all loads issued first measured slower on an H200
+// (1.09 against 0.60 ms for the stem pool's backward in FP16, batch 256).
+template <int K, typename T, typename I>
 struct MaxPoolBackwardOp {
   const T* x;             // read only without argmax
   const uint8_t* argmax;  // may be null
@@ -154,54 +155,24 @@ struct MaxPoolBackwardOp {
     float sum[W];
 #pragma unroll
     for (int j = 0; j < W; ++j) sum[j] = 0.f;
-    // Adds the gradient of window (p, q) where this input is its maximum. (Values, not pointers, into the
-    // arrays below: a pointer to a local array puts it in local memory, which tripled this kernel's time.)
-    auto gather = [&](I p, I q, const Vec<uint8_t, W> saved_where, const Vec<T, W> grad) {
-      const uint8_t mine = static_cast<uint8_t>((hp - p * g.stride_h) * g.kernel_w + (wp - q * g.stride_w));
-      uint8_t where[W];
-      if (argmax) {
+    for (I p = p_begin; p < p_end; ++p) {
+      for (I q = q_begin; q < q_end; ++q) {
+        const I out = ((n * g.out_h + p) * g.out_w + q) * g.c + c;
+        // This input's position in window (p, q), and where the window's maximum is.
+        const uint8_t mine = static_cast<uint8_t>((hp - p * g.stride_h) * g.kernel_w + (wp - q * g.stride_w));
+        uint8_t where[W];
+        if (argmax) {
+          const Vec<uint8_t, W> saved = load_vec<W>(argmax + out);
 #pragma unroll
-        for (int j = 0; j < W; ++j) where[j] = saved_where.v[j];
-      } else {
-        Vec<T, W> unused;
-        window_max<K, W>(x, g, n, p, q, c, unused, where);
-      }
-#pragma unroll
-      for (int j = 0; j < W; ++j) {
-        if (where[j] == mine) sum[j] += widen(grad.v[j]);
-      }
-    };
-    auto out_index = [&](I p, I q) { return ((n * g.out_h + p) * g.out_w + q) * g.c + c; };
-    if constexpr (K > 0) {
-      constexpr int kCover = (K + S - 1) / S;
-      Vec<T, W> grad[kCover * kCover];
-      Vec<uint8_t, W> saved_where[kCover * kCover] = {};
-      bool inside[kCover * kCover];
-#pragma unroll
-      for (int a = 0; a < kCover; ++a) {
-#pragma unroll
-        for (int b = 0; b < kCover; ++b) {
-          const I p = p_begin + I(a), q = q_begin + I(b);
-          const int k = a * kCover + b;
-          inside[k] = p < p_end && q < q_end;
-          if (inside[k]) {
-            grad[k] = load_vec<W>(dy + out_index(p, q));
-            if (argmax) saved_where[k] = load_vec<W>(argmax + out_index(p, q));
-          }
+          for (int j = 0; j < W; ++j) where[j] = saved.v[j];
+        } else {
+          Vec<T, W> unused;
+          window_max<K, W>(x, g, n, p, q, c, unused, where);
         }
-      }
+        const Vec<T, W> grad = load_vec<W>(dy + out);
 #pragma unroll
-      for (int k = 0; k < kCover * kCover; ++k) {
-        if (inside[k]) {
-          gather(p_begin + I(k / kCover), q_begin + I(k % kCover), saved_where[k], grad[k]);
-        }
-      }
-    } else {
-      for (I p = p_begin; p < p_end; ++p) {
-        for (I q = q_begin; q < q_end; ++q) {
-          Vec<uint8_t, W> saved_where{};
-          if (argmax) saved_where = load_vec<W>(argmax + out_index(p, q));
-          gather(p, q, saved_where, load_vec<W>(dy + out_index(p, q)));
+        for (int j = 0; j < W; ++j) {
+          if (where[j] == mine) sum[j] += widen(grad.v[j]);
         }
       }
     }
@@ -225,19 +196,19 @@ void require_shape(const char* op, const MaxPoolShape& s) {
 template <int N>
 using Constant = std::integral_constant<int, N>;
 
-// Runs `launch(I{}, K{}, S{})`: 32-bit indices I when every element index and padded coordinate fits them;
-// the window size K and stride S as constants for the 3 x 3 stride-2 pool of ResNet's stem, else 0 (read
-// from the shape at run time).
+// Runs `launch(I{}, K{})`: 32-bit indices I when every element index and padded coordinate fits them; the
+// window size K as a constant for the 3 x 3 stride-2 pool of ResNet's stem, else 0 (read from the shape at
+// run time).
 template <typename Fn>
 void dispatch_shape(const MaxPoolShape& s, Fn&& launch) {
-  const int64_t largest = std::max(s.n * s.h * s.w * s.c, s.n * s.out_h * s.out_w * s.c) +
-                          std::max(s.h + s.pad_h, s.w + s.pad_w);
+  const int64_t largest =
+      std::max(s.n * s.h * s.w * s.c, s.n * s.out_h * s.out_w * s.c) + std::max(s.h + s.pad_h, s.w + s.pad_w);
   const bool stem = s.kernel_h == 3 && s.kernel_w == 3 && s.stride_h == 2 && s.stride_w == 2;
   auto with_window = [&](auto index_tag) {
     if (stem) {
-      launch(index_tag, Constant<3>{}, Constant<2>{});
+      launch(index_tag, Constant<3>{});
     } else {
-      launch(index_tag, Constant<0>{}, Constant<0>{});
+      launch(index_tag, Constant<0>{});
     }
   };
   if (largest < int64_t(UINT32_MAX)) {
@@ -258,12 +229,13 @@ void max_pool_forward_nhwc(const void* x, void* y, uint8_t* argmax, DType dtype,
     using T = decltype(tag);
     constexpr int V = kVec16<T>;
     // Vectors of V channels: C a multiple of V and every row start aligned.
-    const bool vector_ok = s.c % V == 0 && aligned(x, 16) && aligned(y, 16) && (!argmax || aligned(argmax, V));
-    dispatch_shape(s, [&](auto index_tag, auto k, auto) {
+    const bool vector_ok =
+        s.c % V == 0 && aligned(x, 16) && aligned(y, 16) && (!argmax || aligned(argmax, V));
+    dispatch_shape(s, [&](auto index_tag, auto k) {
       using I = decltype(index_tag);
       launch_elementwise<V>(s.n * s.out_h * s.out_w * s.c, vector_ok,
-                            MaxPoolForwardOp<decltype(k)::value, T, I>{static_cast<const T*>(x), static_cast<T*>(y), argmax,
-                                                   PoolIndex<I>(s)},
+                            MaxPoolForwardOp<decltype(k)::value, T, I>{
+                                static_cast<const T*>(x), static_cast<T*>(y), argmax, PoolIndex<I>(s)},
                             stream);
     });
   });
@@ -277,11 +249,12 @@ void max_pool_backward_nhwc(const void* x, const uint8_t* argmax, const void* dy
     constexpr int V = kVec16<T>;
     const bool vector_ok = s.c % V == 0 && aligned(x, 16) && aligned(dy, 16) && aligned(dx, 16) &&
                            (!argmax || aligned(argmax, V));
-    dispatch_shape(s, [&](auto index_tag, auto k, auto stride) {
+    dispatch_shape(s, [&](auto index_tag, auto k) {
       using I = decltype(index_tag);
       launch_elementwise<V>(s.n * s.h * s.w * s.c, vector_ok,
-                            MaxPoolBackwardOp<decltype(k)::value, decltype(stride)::value, T, I>{static_cast<const T*>(x), argmax, static_cast<const T*>(dy),
-                                                    static_cast<T*>(dx), PoolIndex<I>(s)},
+                            MaxPoolBackwardOp<decltype(k)::value, T, I>{static_cast<const T*>(x), argmax,
+                                                                        static_cast<const T*>(dy),
+                                                                        static_cast<T*>(dx), PoolIndex<I>(s)},
                             stream);
     });
   });
