@@ -131,8 +131,17 @@ void take(const nlohmann::json& j, const std::string& file, int line, ReportInpu
   if (j.contains("sweep_point")) {  // a dlbench sweep (or compare) line
     const std::string status = text_at(j, "status", "");
     if (status == "ok" && j.contains("result")) {
+      const size_t before = in.points.size();
       add(j["result"], "the result");
-      if (j["sweep_point"].is_object()) sweeps.ok.insert(sweep_key_text(j["sweep_point"]));
+      const nlohmann::json& key = j["sweep_point"];
+      if (in.points.size() > before && key.is_object() && key.contains("bench_args") &&
+          key["bench_args"].is_array()) {
+        std::string flags;
+        for (const nlohmann::json& flag : key["bench_args"])
+          flags += (flags.empty() ? "" : " ") + (flag.is_string() ? flag.get<std::string>() : flag.dump());
+        in.points.back().bench_args = flags;
+      }
+      if (key.is_object()) sweeps.ok.insert(sweep_key_text(key));
     } else {
       const auto& k = j["sweep_point"];
       const std::string framework = text_at(k, "framework", "dlbench");
@@ -311,10 +320,12 @@ ReportSection gain_section(const std::string& model, const ReportAxes& axes, con
 
 // The first cells of every per-point table: which point it is.
 // With several GPUs the launcher is named: one process (nccl-threads) and one per GPU (mpi-nccl, DDP) are
-// different runs of the same point.
+// different runs of the same point. So are the extra bench flags a sweep ran a point with.
 std::vector<ReportCell> point_cells(const ReportPoint& p) {
-  const std::string who =
-      p.gpus > 1 && !p.launcher.empty() ? fmt::format("{} ({})", p.framework, p.launcher) : p.framework;
+  std::vector<std::string> how;
+  if (p.gpus > 1 && !p.launcher.empty()) how.push_back(p.launcher);
+  if (!p.bench_args.empty()) how.push_back(p.bench_args);
+  const std::string who = how.empty() ? p.framework : fmt::format("{} ({})", p.framework, fmt::join(how, "; "));
   return {who, p.model, p.precision, std::to_string(p.gpus), std::to_string(p.batch_size)};
 }
 ReportTable point_table(std::vector<std::string> columns, std::vector<bool> numeric) {
@@ -660,6 +671,7 @@ std::string report_points_jsonl(const ReportInput& in) {
         one ? nlohmann::json(p->images_per_second / one->images_per_second / p->gpus) : nullptr;
     j["peak_memory_bytes"] = p->peak_memory_bytes ? nlohmann::json(*p->peak_memory_bytes) : nullptr;
     if (!p->algorithm_digest.empty()) j["algorithm_digest"] = p->algorithm_digest;
+    if (!p->bench_args.empty()) j["bench_args"] = p->bench_args;
     j["energy_joules_per_image"] =
         p->energy_joules_per_image ? nlohmann::json(*p->energy_joules_per_image) : nullptr;
     j["sm_clock_median_mhz"] = p->sm_clock_median_mhz ? nlohmann::json(*p->sm_clock_median_mhz) : nullptr;

@@ -45,6 +45,9 @@ struct ReportPoint {
   std::vector<double> losses;         // the loss of each step (train runs)
   bool compiled = false;              // a peer run through its compiler (torch.compile)
   std::string algorithm_digest;       // dlbench: the fingerprint of the kernels it chose ("" if not stated)
+  // dlbench points of a sweep run with extra bench flags (sweep --bench-args), space-separated: the same
+  // point run another way ("--bucket-mb 0 --allreduce-precision compute"); "" for the defaults.
+  std::string bench_args;
   nlohmann::json system;              // null when the result has none
 };
 

@@ -122,6 +122,30 @@ TEST(Report, AFailureRunAgainSuccessfullyIsNotListed) {
   EXPECT_CONTAINS(report_markdown(input), "1 more point(s) failed once and succeeded when run again");
 }
 
+// Two runs of one sweep point, the second with extra bench flags (sweep --bench-args): the per-point
+// tables and points.jsonl tell them apart.
+TEST(Report, PointsRunWithBenchArgsAreNamed) {
+  testing::TempDir dir;
+  const std::string path = dir.file("table.jsonl");
+  auto line = [](const std::string& extra, double rate) {
+    return fmt::format(R"({{"sweep_point": {{"model": "resnet50", "precision": "fp16", "gpus": 2, )"
+                       R"("batch_size": 256, "launcher": "threads"{}}}, "status": "ok", "result": )"
+                       R"({{"model": "resnet50", "precision": "fp16", "ranks": 2, )"
+                       R"("launcher": "nccl-threads", "batch_size": 256, "images_per_second": {}}}}})",
+                       extra, rate) +
+           "\n";
+  };
+  testing::write_file(path, line("", 14800) + line(R"(, "bench_args": ["--bucket-mb", "0"])", 14880));
+  const ReportInput input = read_report_input({path});
+  ASSERT_EQ(input.points.size(), 2u);
+  EXPECT_EQ(input.points[0].bench_args, "");
+  EXPECT_EQ(input.points[1].bench_args, "--bucket-mb 0");
+  const std::string md = report_markdown(input);
+  EXPECT_CONTAINS(md, "| dlbench (nccl-threads) | resnet50 | fp16 | 2 | 256 | 14,800 |");
+  EXPECT_CONTAINS(md, "| dlbench (nccl-threads; --bucket-mb 0) | resnet50 | fp16 | 2 | 256 | 14,880 |");
+  EXPECT_CONTAINS(report_points_jsonl(input), R"("bench_args":"--bucket-mb 0")");
+}
+
 TEST(Report, StatisticsAResultDoesNotStateComeFromItsStepTimes) {
   testing::TempDir dir;
   const std::string path = dir.file("peer.json");
