@@ -325,7 +325,8 @@ std::vector<ReportCell> point_cells(const ReportPoint& p) {
   std::vector<std::string> how;
   if (p.gpus > 1 && !p.launcher.empty()) how.push_back(p.launcher);
   if (!p.bench_args.empty()) how.push_back(p.bench_args);
-  const std::string who = how.empty() ? p.framework : fmt::format("{} ({})", p.framework, fmt::join(how, "; "));
+  const std::string who =
+      how.empty() ? p.framework : fmt::format("{} ({})", p.framework, fmt::join(how, "; "));
   return {who, p.model, p.precision, std::to_string(p.gpus), std::to_string(p.batch_size)};
 }
 ReportTable point_table(std::vector<std::string> columns, std::vector<bool> numeric) {
