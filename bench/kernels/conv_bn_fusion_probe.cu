@@ -1,0 +1,576 @@
+// What fusing batch norm into ResNet-50's convolutions would buy on this GPU, measured before building it.
+//
+// dlbench runs every convolution on cuDNN's legacy API (the fastest of cudnnFind's algorithms) followed by
+// cuDNN's fused batch norm + ReLU, a separate pass that reads the convolution's output twice (statistics,
+// then normalisation) and writes it once. Batch norm is a third of the per-layer time in FP16 and TF32
+// (bench/results/2026-11-30-gpu-2xh200-maxpool-power). cuDNN's graph API has runtime-fusion engines that
+// can fold that work into the convolutions: the statistics (sum and sum of squares per channel) in the
+// convolution's epilogue, and the normalisation + ReLU of the input in its prologue:
+//
+//   x --(* scale, + bias, relu)--> conv(w) --> y --> genstats --> sum(y), sum(y^2)
+//
+// For each convolution shape of ResNet-50 at one batch size, this program times:
+//   legacy      cudnnConvolutionForward with cudnnFind's fastest algorithm (what dlbench runs now)
+//   graph       the same convolution as a one-operation graph, the fastest engine the heuristics offer
+//   fused       the pattern above as one graph (its fastest engine), or "unsupported"
+//   bn          cuDNN's batch norm + ReLU training forward on y (NHWC, persistent), what fusion removes
+// and prints, per shape and weighted by how often ResNet-50 has it, legacy + bn against fused: the
+// forward time fusion would save. The backward has patterns of its own (dgrad with the ReLU and batch-norm
+// gradients); this probe measures the forward only.
+//
+//   conv_bn_fusion_probe [--dtype fp16|bf16|fp32] [--batch N] [--reps R] [--max-engines E]
+//
+// fp32 lets engines use TF32 tensor cores (CUDNN_DEFAULT_MATH for the legacy API): the tf32 precision of
+// dlbench. Engines whose plan does not build are skipped; the count tried is printed.
+#include <cuda_runtime.h>
+#include <cudnn.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+namespace {
+
+void check_cuda(cudaError_t e, const char* what) {
+  if (e != cudaSuccess) {
+    std::fprintf(stderr, "conv_bn_fusion_probe: %s: %s\n", what, cudaGetErrorString(e));
+    std::exit(1);
+  }
+}
+// Throws: a graph cuDNN refuses is an answer (that fusion is unsupported), not the end of the run.
+void check_cudnn(cudnnStatus_t s, const char* what) {
+  if (s != CUDNN_STATUS_SUCCESS) throw std::runtime_error(std::string(what) + ": " + cudnnGetErrorString(s));
+}
+
+// ---- a backend descriptor, destroyed with its owner ----
+class Desc {
+ public:
+  explicit Desc(cudnnBackendDescriptorType_t type) {
+    check_cudnn(cudnnBackendCreateDescriptor(type, &d_), "create");
+  }
+  ~Desc() {
+    if (d_) cudnnBackendDestroyDescriptor(d_);
+  }
+  Desc(const Desc&) = delete;
+  Desc& operator=(const Desc&) = delete;
+  Desc(Desc&& o) noexcept : d_(o.d_) { o.d_ = nullptr; }
+  cudnnBackendDescriptor_t get() const { return d_; }
+
+  template <typename T>
+  Desc& set(cudnnBackendAttributeName_t name, cudnnBackendAttributeType_t type, const T* values,
+            int64_t count) {
+    check_cudnn(cudnnBackendSetAttribute(d_, name, type, count, values), "set attribute");
+    return *this;
+  }
+  template <typename T>
+  Desc& set1(cudnnBackendAttributeName_t name, cudnnBackendAttributeType_t type, T value) {
+    return set(name, type, &value, 1);
+  }
+  Desc& set_desc(cudnnBackendAttributeName_t name, const Desc& other) {
+    cudnnBackendDescriptor_t d = other.get();
+    return set(name, CUDNN_TYPE_BACKEND_DESCRIPTOR, &d, 1);
+  }
+  // Finalize, reporting failure instead of exiting (an engine that cannot run this graph).
+  cudnnStatus_t try_finalize() { return cudnnBackendFinalize(d_); }
+  Desc& finalize(const char* what) {
+    check_cudnn(cudnnBackendFinalize(d_), what);
+    return *this;
+  }
+
+ private:
+  cudnnBackendDescriptor_t d_ = nullptr;
+};
+
+// A tensor [n, c, h, w] stored NHWC (channels innermost), or a virtual one (an intermediate of a graph).
+Desc tensor(int64_t uid, cudnnDataType_t dtype, int64_t n, int64_t c, int64_t h, int64_t w,
+            bool is_virtual = false) {
+  Desc t(CUDNN_BACKEND_TENSOR_DESCRIPTOR);
+  const int64_t dims[4] = {n, c, h, w};
+  const int64_t strides[4] = {h * w * c, 1, w * c, c};
+  const int64_t alignment = 16;
+  const bool virt = is_virtual;
+  t.set1(CUDNN_ATTR_TENSOR_DATA_TYPE, CUDNN_TYPE_DATA_TYPE, dtype)
+      .set(CUDNN_ATTR_TENSOR_DIMENSIONS, CUDNN_TYPE_INT64, dims, 4)
+      .set(CUDNN_ATTR_TENSOR_STRIDES, CUDNN_TYPE_INT64, strides, 4)
+      .set1(CUDNN_ATTR_TENSOR_UNIQUE_ID, CUDNN_TYPE_INT64, uid)
+      .set1(CUDNN_ATTR_TENSOR_BYTE_ALIGNMENT, CUDNN_TYPE_INT64, alignment)
+      .set1(CUDNN_ATTR_TENSOR_IS_VIRTUAL, CUDNN_TYPE_BOOLEAN, virt)
+      .finalize("tensor");
+  return t;
+}
+
+Desc pointwise(cudnnPointwiseMode_t mode) {
+  Desc p(CUDNN_BACKEND_POINTWISE_DESCRIPTOR);
+  p.set1(CUDNN_ATTR_POINTWISE_MODE, CUDNN_TYPE_POINTWISE_MODE, mode)
+      .set1(CUDNN_ATTR_POINTWISE_MATH_PREC, CUDNN_TYPE_DATA_TYPE, CUDNN_DATA_FLOAT)
+      .finalize("pointwise");
+  return p;
+}
+
+// y = op(x[, b]) as a graph node.
+Desc pointwise_op(const Desc& mode, const Desc& x, const Desc* b, const Desc& y) {
+  Desc op(CUDNN_BACKEND_OPERATION_POINTWISE_DESCRIPTOR);
+  op.set_desc(CUDNN_ATTR_OPERATION_POINTWISE_PW_DESCRIPTOR, mode)
+      .set_desc(CUDNN_ATTR_OPERATION_POINTWISE_XDESC, x);
+  if (b) op.set_desc(CUDNN_ATTR_OPERATION_POINTWISE_BDESC, *b);
+  op.set_desc(CUDNN_ATTR_OPERATION_POINTWISE_YDESC, y).finalize("pointwise op");
+  return op;
+}
+
+struct Shape {
+  const char* name;
+  int count;  // how many ResNet-50 (v1.5) has
+  int64_t c, h, w, k, r, stride, pad;
+  int64_t out_h() const { return (h + 2 * pad - r) / stride + 1; }
+  int64_t out_w() const { return (w + 2 * pad - r) / stride + 1; }
+};
+
+// Every convolution of ResNet-50 but the 7x7 stem (its input is the image: no batch norm before it).
+const Shape kShapes[] = {
+    {"l1 1x1 64->64", 1, 64, 56, 56, 64, 1, 1, 0},
+    {"l1 3x3 64", 3, 64, 56, 56, 64, 3, 1, 1},
+    {"l1 1x1 64->256", 4, 64, 56, 56, 256, 1, 1, 0},
+    {"l1 1x1 256->64", 2, 256, 56, 56, 64, 1, 1, 0},
+    {"l2 1x1 256->128", 1, 256, 56, 56, 128, 1, 1, 0},
+    {"l2 3x3 128 s2", 1, 128, 56, 56, 128, 3, 2, 1},
+    {"l2 1x1 256->512 s2", 1, 256, 56, 56, 512, 1, 2, 0},
+    {"l2 1x1 128->512", 4, 128, 28, 28, 512, 1, 1, 0},
+    {"l2 1x1 512->128", 3, 512, 28, 28, 128, 1, 1, 0},
+    {"l2 3x3 128", 3, 128, 28, 28, 128, 3, 1, 1},
+    {"l3 1x1 512->256", 1, 512, 28, 28, 256, 1, 1, 0},
+    {"l3 3x3 256 s2", 1, 256, 28, 28, 256, 3, 2, 1},
+    {"l3 1x1 512->1024 s2", 1, 512, 28, 28, 1024, 1, 2, 0},
+    {"l3 1x1 256->1024", 6, 256, 14, 14, 1024, 1, 1, 0},
+    {"l3 1x1 1024->256", 5, 1024, 14, 14, 256, 1, 1, 0},
+    {"l3 3x3 256", 5, 256, 14, 14, 256, 3, 1, 1},
+    {"l4 1x1 1024->512", 1, 1024, 14, 14, 512, 1, 1, 0},
+    {"l4 3x3 512 s2", 1, 512, 14, 14, 512, 3, 2, 1},
+    {"l4 1x1 1024->2048 s2", 1, 1024, 14, 14, 2048, 1, 2, 0},
+    {"l4 1x1 512->2048", 3, 512, 7, 7, 2048, 1, 1, 0},
+    {"l4 1x1 2048->512", 2, 2048, 7, 7, 512, 1, 1, 0},
+    {"l4 3x3 512", 2, 512, 7, 7, 512, 3, 1, 1},
+};
+
+struct Options {
+  std::string dtype = "fp16";
+  int64_t batch = 256;
+  int reps = 20;
+  int max_engines = 8;
+};
+
+Options parse(int argc, char** argv) {
+  Options o;
+  for (int i = 1; i < argc; ++i) {
+    const std::string flag = argv[i];
+    if (i + 1 >= argc) {
+      std::fprintf(stderr, "conv_bn_fusion_probe: %s needs a value\n", flag.c_str());
+      std::exit(2);
+    }
+    const std::string value = argv[++i];
+    if (flag == "--dtype") {
+      o.dtype = value;
+      if (o.dtype != "fp16" && o.dtype != "bf16" && o.dtype != "fp32") {
+        std::fprintf(stderr, "conv_bn_fusion_probe: --dtype %s: choose fp16, bf16 or fp32\n", value.c_str());
+        std::exit(2);
+      }
+      continue;
+    }
+    char* end = nullptr;
+    const long v = std::strtol(value.c_str(), &end, 10);
+    if (end == value.c_str() || *end != '\0' || v <= 0) {
+      std::fprintf(stderr, "conv_bn_fusion_probe: %s wants a positive integer, got '%s'\n", flag.c_str(),
+                   value.c_str());
+      std::exit(2);
+    }
+    if (flag == "--batch")
+      o.batch = v;
+    else if (flag == "--reps")
+      o.reps = static_cast<int>(v);
+    else if (flag == "--max-engines")
+      o.max_engines = static_cast<int>(v);
+    else {
+      std::fprintf(stderr, "conv_bn_fusion_probe: unknown flag %s\n", flag.c_str());
+      std::exit(2);
+    }
+  }
+  return o;
+}
+
+__global__ void fill_kernel(uint16_t* p, size_t n16, uint32_t seed) {
+  // Small values of either 16-bit format (exponent bits well inside range), or the halves of FP32 words.
+  for (size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x; i < n16;
+       i += size_t(gridDim.x) * blockDim.x) {
+    const uint32_t h = (uint32_t(i) * 2654435761u) ^ seed;
+    p[i] = uint16_t(0x3000 | (h & 0x0fff));
+  }
+}
+
+void fill(void* p, size_t bytes, uint32_t seed) {
+  fill_kernel<<<1024, 256>>>(static_cast<uint16_t*>(p), bytes / 2, seed);
+  check_cuda(cudaGetLastError(), "fill");
+}
+
+// Mean milliseconds per call of `body` over `reps` calls back to back, best of three trials.
+template <typename Body>
+double time_ms(int reps, Body&& body) {
+  cudaEvent_t start, stop;
+  check_cuda(cudaEventCreate(&start), "event");
+  check_cuda(cudaEventCreate(&stop), "event");
+  body();  // warm-up (and a runtime-compiled kernel's first load)
+  check_cuda(cudaDeviceSynchronize(), "warm-up");
+  double best = 1e30;
+  for (int trial = 0; trial < 3; ++trial) {
+    check_cuda(cudaEventRecord(start), "record");
+    for (int i = 0; i < reps; ++i) body();
+    check_cuda(cudaEventRecord(stop), "record");
+    check_cuda(cudaEventSynchronize(stop), "synchronize");
+    float ms = 0;
+    check_cuda(cudaEventElapsedTime(&ms, start, stop), "elapsed");
+    best = std::min(best, double(ms) / reps);
+  }
+  cudaEventDestroy(start);
+  cudaEventDestroy(stop);
+  return best;
+}
+
+struct Timed {
+  double ms = -1;  // < 0: nothing ran
+  int tried = 0, built = 0;
+  bool runtime_compiled = false;  // the winner compiles its kernel at plan time
+};
+
+// The fastest engine the heuristics (mode A, then the fallback list) offer for `graph`, timed with `pack`.
+Timed fastest_engine(cudnnHandle_t handle, const Desc& graph, const std::vector<int64_t>& uids,
+                     const std::vector<void*>& pointers, void* workspace, size_t workspace_bytes,
+                     const Options& o) {
+  Timed result;
+  for (cudnnBackendHeurMode_t mode : {CUDNN_HEUR_MODE_A, CUDNN_HEUR_MODE_FALLBACK}) {
+    Desc heur(CUDNN_BACKEND_ENGINEHEUR_DESCRIPTOR);
+    heur.set_desc(CUDNN_ATTR_ENGINEHEUR_OPERATION_GRAPH, graph)
+        .set1(CUDNN_ATTR_ENGINEHEUR_MODE, CUDNN_TYPE_HEUR_MODE, mode);
+    if (heur.try_finalize() != CUDNN_STATUS_SUCCESS) continue;
+    int64_t count = 0;
+    if (cudnnBackendGetAttribute(heur.get(), CUDNN_ATTR_ENGINEHEUR_RESULTS, CUDNN_TYPE_BACKEND_DESCRIPTOR, 0,
+                                 &count, nullptr) != CUDNN_STATUS_SUCCESS ||
+        count == 0)
+      continue;
+    std::vector<Desc> configs;
+    std::vector<cudnnBackendDescriptor_t> raw;
+    for (int64_t i = 0; i < count; ++i) {
+      configs.emplace_back(CUDNN_BACKEND_ENGINECFG_DESCRIPTOR);
+      raw.push_back(configs.back().get());
+    }
+    int64_t returned = 0;
+    check_cudnn(cudnnBackendGetAttribute(heur.get(), CUDNN_ATTR_ENGINEHEUR_RESULTS,
+                                         CUDNN_TYPE_BACKEND_DESCRIPTOR, count, &returned, raw.data()),
+                "heuristic results");
+    for (int64_t i = 0; i < returned && result.tried < o.max_engines; ++i) {
+      ++result.tried;
+      Desc plan(CUDNN_BACKEND_EXECUTION_PLAN_DESCRIPTOR);
+      plan.set1(CUDNN_ATTR_EXECUTION_PLAN_HANDLE, CUDNN_TYPE_HANDLE, handle);
+      cudnnBackendDescriptor_t cfg = raw[size_t(i)];
+      plan.set(CUDNN_ATTR_EXECUTION_PLAN_ENGINE_CONFIG, CUDNN_TYPE_BACKEND_DESCRIPTOR, &cfg, 1);
+      if (plan.try_finalize() != CUDNN_STATUS_SUCCESS) continue;
+      int64_t needed = 0;
+      cudnnBackendGetAttribute(plan.get(), CUDNN_ATTR_EXECUTION_PLAN_WORKSPACE_SIZE, CUDNN_TYPE_INT64, 1,
+                               nullptr, &needed);
+      if (size_t(needed) > workspace_bytes) continue;
+      Desc pack(CUDNN_BACKEND_VARIANT_PACK_DESCRIPTOR);
+      pack.set(CUDNN_ATTR_VARIANT_PACK_UNIQUE_IDS, CUDNN_TYPE_INT64, uids.data(), int64_t(uids.size()))
+          .set(CUDNN_ATTR_VARIANT_PACK_DATA_POINTERS, CUDNN_TYPE_VOID_PTR, pointers.data(),
+               int64_t(pointers.size()))
+          .set1(CUDNN_ATTR_VARIANT_PACK_WORKSPACE, CUDNN_TYPE_VOID_PTR, workspace)
+          .finalize("variant pack");
+      if (cudnnBackendExecute(handle, plan.get(), pack.get()) != CUDNN_STATUS_SUCCESS) continue;
+      check_cuda(cudaDeviceSynchronize(), "engine run");
+      ++result.built;
+      const double ms = time_ms(o.reps, [&] { cudnnBackendExecute(handle, plan.get(), pack.get()); });
+      if (result.ms < 0 || ms < result.ms) {
+        result.ms = ms;
+        // Whether this engine compiles at plan time: its behaviour notes.
+        Desc engine(CUDNN_BACKEND_ENGINE_DESCRIPTOR);
+        cudnnBackendDescriptor_t e = engine.get();
+        int64_t got = 0;
+        cudnnBackendBehaviorNote_t notes[8];
+        int64_t note_count = 0;
+        result.runtime_compiled = false;
+        if (cudnnBackendGetAttribute(cfg, CUDNN_ATTR_ENGINECFG_ENGINE, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &got,
+                                     &e) == CUDNN_STATUS_SUCCESS &&
+            cudnnBackendGetAttribute(e, CUDNN_ATTR_ENGINE_BEHAVIOR_NOTE, CUDNN_TYPE_BEHAVIOR_NOTE, 8,
+                                     &note_count, notes) == CUDNN_STATUS_SUCCESS) {
+          for (int64_t n = 0; n < note_count; ++n)
+            if (notes[n] == CUDNN_BEHAVIOR_NOTE_RUNTIME_COMPILATION) result.runtime_compiled = true;
+        }
+      }
+    }
+    if (result.ms >= 0) break;  // mode A found one; the fallback list is for graphs it cannot place
+  }
+  return result;
+}
+
+Desc operation_graph(cudnnHandle_t handle, const std::vector<const Desc*>& ops) {
+  std::vector<cudnnBackendDescriptor_t> raw;
+  for (const Desc* op : ops) raw.push_back(op->get());
+  Desc graph(CUDNN_BACKEND_OPERATIONGRAPH_DESCRIPTOR);
+  graph.set(CUDNN_ATTR_OPERATIONGRAPH_OPS, CUDNN_TYPE_BACKEND_DESCRIPTOR, raw.data(), int64_t(raw.size()))
+      .set1(CUDNN_ATTR_OPERATIONGRAPH_HANDLE, CUDNN_TYPE_HANDLE, handle)
+      .finalize("operation graph");
+  return graph;
+}
+
+}  // namespace
+
+int run(const Options& o);
+
+int main(int argc, char** argv) {
+  const Options o = parse(argc, argv);
+  try {
+    return run(o);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "conv_bn_fusion_probe: %s\n", e.what());
+    return 1;
+  }
+}
+
+int run(const Options& o) {
+  const cudnnDataType_t io = o.dtype == "fp16"   ? CUDNN_DATA_HALF
+                             : o.dtype == "bf16" ? CUDNN_DATA_BFLOAT16
+                                                 : CUDNN_DATA_FLOAT;
+  const size_t element = o.dtype == "fp32" ? 4 : 2;
+  cudnnHandle_t handle;
+  check_cudnn(cudnnCreate(&handle), "cudnnCreate");
+  cudaDeviceProp prop{};
+  check_cuda(cudaGetDeviceProperties(&prop, 0), "device properties");
+  std::printf(
+      "conv_bn_fusion_probe on %s, cuDNN %zu: %s, batch %lld, forward only, ms per call (best of 3 x %d)\n",
+      prop.name, cudnnGetVersion(), o.dtype.c_str(), static_cast<long long>(o.batch), o.reps);
+
+  // Buffers for the largest shape, reused by all.
+  size_t max_x = 0, max_y = 0, max_w = 0;
+  for (const Shape& s : kShapes) {
+    max_x = std::max(max_x, size_t(o.batch * s.c * s.h * s.w) * element);
+    max_y = std::max(max_y, size_t(o.batch * s.k * s.out_h() * s.out_w()) * element);
+    max_w = std::max(max_w, size_t(s.k * s.c * s.r * s.r) * element);
+  }
+  const size_t workspace_bytes = size_t(1) << 30;
+  void *x, *y, *y2, *w, *workspace, *channel_params, *sums;
+  check_cuda(cudaMalloc(&x, max_x), "malloc");
+  check_cuda(cudaMalloc(&y, max_y), "malloc");
+  check_cuda(cudaMalloc(&y2, max_y), "malloc");
+  check_cuda(cudaMalloc(&w, max_w), "malloc");
+  check_cuda(cudaMalloc(&workspace, workspace_bytes), "malloc");
+  check_cuda(cudaMalloc(&channel_params, 8 * 2048 * sizeof(float)), "malloc");  // scale, bias, means, ...
+  check_cuda(cudaMalloc(&sums, 2 * 2048 * sizeof(float)), "malloc");
+  fill(x, max_x, 1);
+  fill(w, max_w, 2);
+  fill(channel_params, 8 * 2048 * sizeof(float), 3);
+  float* params = static_cast<float*>(channel_params);
+
+  std::printf("%-22s %5s %9s %9s %9s %9s %9s  %s\n", "shape", "count", "legacy", "graph", "fused", "bn+relu",
+              "saved", "fused engine");
+  double total_now = 0, total_fused = 0, total_legacy = 0, total_graph = 0;
+  bool all_fused = true;
+  for (const Shape& s : kShapes) {
+    const int64_t n = o.batch, p = s.out_h(), q = s.out_w();
+    // ---- legacy: cudnnFind's fastest forward algorithm ----
+    cudnnTensorDescriptor_t xd, yd, bnd;
+    cudnnFilterDescriptor_t wd;
+    cudnnConvolutionDescriptor_t cd;
+    check_cudnn(cudnnCreateTensorDescriptor(&xd), "tensor");
+    check_cudnn(cudnnCreateTensorDescriptor(&yd), "tensor");
+    check_cudnn(cudnnCreateTensorDescriptor(&bnd), "tensor");
+    check_cudnn(cudnnCreateFilterDescriptor(&wd), "filter");
+    check_cudnn(cudnnCreateConvolutionDescriptor(&cd), "conv");
+    check_cudnn(cudnnSetTensor4dDescriptor(xd, CUDNN_TENSOR_NHWC, io, int(n), int(s.c), int(s.h), int(s.w)),
+                "x");
+    check_cudnn(cudnnSetTensor4dDescriptor(yd, CUDNN_TENSOR_NHWC, io, int(n), int(s.k), int(p), int(q)), "y");
+    check_cudnn(cudnnSetFilter4dDescriptor(wd, io, CUDNN_TENSOR_NHWC, int(s.k), int(s.c), int(s.r), int(s.r)),
+                "w");
+    check_cudnn(cudnnSetConvolution2dDescriptor(cd, int(s.pad), int(s.pad), int(s.stride), int(s.stride), 1,
+                                                1, CUDNN_CROSS_CORRELATION, CUDNN_DATA_FLOAT),
+                "conv");
+    check_cudnn(
+        cudnnSetConvolutionMathType(cd, o.dtype == "fp32" ? CUDNN_DEFAULT_MATH : CUDNN_TENSOR_OP_MATH),
+        "math");
+    cudnnConvolutionFwdAlgoPerf_t perf[16];
+    int found = 0;
+    check_cudnn(cudnnFindConvolutionForwardAlgorithmEx(handle, xd, x, wd, w, cd, yd, y, 16, &found, perf,
+                                                       workspace, workspace_bytes),
+                "find");
+    cudnnConvolutionFwdAlgo_t algo = perf[0].algo;
+    for (int i = 0; i < found; ++i)
+      if (perf[i].status == CUDNN_STATUS_SUCCESS) {
+        algo = perf[i].algo;
+        break;
+      }
+    const float one = 1.f, zero = 0.f;
+    const double legacy_ms = time_ms(o.reps, [&] {
+      cudnnConvolutionForward(handle, &one, xd, x, wd, w, cd, algo, workspace, workspace_bytes, &zero, yd, y);
+    });
+
+    // ---- bn: cuDNN's batch norm + ReLU training forward on y, as dlbench runs it after each convolution
+    // ----
+    check_cudnn(cudnnDeriveBNTensorDescriptor(bnd, yd, CUDNN_BATCHNORM_SPATIAL_PERSISTENT), "bn descriptor");
+    cudnnActivationDescriptor_t relu;
+    check_cudnn(cudnnCreateActivationDescriptor(&relu), "activation");
+    check_cudnn(cudnnSetActivationDescriptor(relu, CUDNN_ACTIVATION_RELU, CUDNN_PROPAGATE_NAN, 0.0), "relu");
+    size_t bn_workspace = 0, bn_reserve = 0;
+    check_cudnn(cudnnGetBatchNormalizationForwardTrainingExWorkspaceSize(
+                    handle, CUDNN_BATCHNORM_SPATIAL_PERSISTENT, CUDNN_BATCHNORM_OPS_BN_ACTIVATION, yd,
+                    nullptr, yd, bnd, relu, &bn_workspace),
+                "bn workspace");
+    check_cudnn(cudnnGetBatchNormalizationTrainingExReserveSpaceSize(
+                    handle, CUDNN_BATCHNORM_SPATIAL_PERSISTENT, CUDNN_BATCHNORM_OPS_BN_ACTIVATION, relu, yd,
+                    &bn_reserve),
+                "bn reserve");
+    void* reserve = nullptr;
+    if (bn_reserve) check_cuda(cudaMalloc(&reserve, bn_reserve), "malloc");
+    const double bn_ms = time_ms(o.reps, [&] {
+      cudnnBatchNormalizationForwardTrainingEx(
+          handle, CUDNN_BATCHNORM_SPATIAL_PERSISTENT, CUDNN_BATCHNORM_OPS_BN_ACTIVATION, &one, &zero, yd, y,
+          nullptr, nullptr, yd, y2, bnd, params, params + 2048, 0.1, params + 4096, params + 6144, 1e-5, sums,
+          static_cast<float*>(sums) + 2048, relu, workspace, std::min(bn_workspace, workspace_bytes), reserve,
+          bn_reserve);
+    });
+    if (reserve) cudaFree(reserve);
+
+    // ---- graph: the convolution alone through the graph API ----
+    enum : int64_t { kX = 1, kW, kY, kScale, kBias, kSum, kSqSum, kScaled, kBiased, kRelu };
+    Desc conv(CUDNN_BACKEND_CONVOLUTION_DESCRIPTOR);
+    {
+      const int64_t spatial = 2, dil[2] = {1, 1}, str[2] = {s.stride, s.stride}, pad[2] = {s.pad, s.pad};
+      conv.set1(CUDNN_ATTR_CONVOLUTION_COMP_TYPE, CUDNN_TYPE_DATA_TYPE, CUDNN_DATA_FLOAT)
+          .set1(CUDNN_ATTR_CONVOLUTION_CONV_MODE, CUDNN_TYPE_CONVOLUTION_MODE, CUDNN_CROSS_CORRELATION)
+          .set1(CUDNN_ATTR_CONVOLUTION_SPATIAL_DIMS, CUDNN_TYPE_INT64, spatial)
+          .set(CUDNN_ATTR_CONVOLUTION_DILATIONS, CUDNN_TYPE_INT64, dil, 2)
+          .set(CUDNN_ATTR_CONVOLUTION_FILTER_STRIDES, CUDNN_TYPE_INT64, str, 2)
+          .set(CUDNN_ATTR_CONVOLUTION_PRE_PADDINGS, CUDNN_TYPE_INT64, pad, 2)
+          .set(CUDNN_ATTR_CONVOLUTION_POST_PADDINGS, CUDNN_TYPE_INT64, pad, 2)
+          .finalize("convolution");
+    }
+    auto conv_op = [&](const Desc& in, const Desc& filter, const Desc& out) {
+      Desc op(CUDNN_BACKEND_OPERATION_CONVOLUTION_FORWARD_DESCRIPTOR);
+      const float alpha = 1.f, beta = 0.f;
+      op.set_desc(CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_X, in)
+          .set_desc(CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_W, filter)
+          .set_desc(CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_Y, out)
+          .set_desc(CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_CONV_DESC, conv)
+          .set1(CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_ALPHA, CUDNN_TYPE_FLOAT, alpha)
+          .set1(CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_BETA, CUDNN_TYPE_FLOAT, beta)
+          .finalize("convolution op");
+      return op;
+    };
+    Desc tx = tensor(kX, io, n, s.c, s.h, s.w), ty = tensor(kY, io, n, s.k, p, q);
+    Desc tw(CUDNN_BACKEND_TENSOR_DESCRIPTOR);
+    {
+      // KRSC: the filter's input channels innermost, as NHWC activations want.
+      const int64_t dims[4] = {s.k, s.c, s.r, s.r}, strides[4] = {s.c * s.r * s.r, 1, s.r * s.c, s.c};
+      tw.set1(CUDNN_ATTR_TENSOR_DATA_TYPE, CUDNN_TYPE_DATA_TYPE, io)
+          .set(CUDNN_ATTR_TENSOR_DIMENSIONS, CUDNN_TYPE_INT64, dims, 4)
+          .set(CUDNN_ATTR_TENSOR_STRIDES, CUDNN_TYPE_INT64, strides, 4)
+          .set1(CUDNN_ATTR_TENSOR_UNIQUE_ID, CUDNN_TYPE_INT64, int64_t(kW))
+          .set1(CUDNN_ATTR_TENSOR_BYTE_ALIGNMENT, CUDNN_TYPE_INT64, int64_t(16))
+          .finalize("filter tensor");
+    }
+    Timed graph_conv;
+    try {
+      Desc op = conv_op(tx, tw, ty);
+      Desc g = operation_graph(handle, {&op});
+      graph_conv = fastest_engine(handle, g, {kX, kW, kY}, {x, w, y}, workspace, workspace_bytes, o);
+    } catch (const std::exception& e) {
+      std::fprintf(stderr, "%s: the convolution alone as a graph: %s\n", s.name, e.what());
+    }
+
+    // ---- fused: scale, bias, ReLU on x, the convolution, statistics of y ----
+    // Which dtypes an engine wants for the prologue's output (the convolution's input) and for the
+    // per-channel scale and bias is not stated per engine: each combination is tried, the first that
+    // builds is timed.
+    Timed fused;
+    std::string fused_how, fused_error;
+    for (cudnnDataType_t conv_in : {io, CUDNN_DATA_FLOAT}) {
+      for (cudnnDataType_t param : {CUDNN_DATA_FLOAT, io}) {
+        if (fused.ms >= 0 || (o.dtype == "fp32" && (conv_in != io || param != io))) continue;
+        try {
+          Desc tscale = tensor(kScale, param, 1, s.c, 1, 1), tbias = tensor(kBias, param, 1, s.c, 1, 1);
+          Desc tsum = tensor(kSum, CUDNN_DATA_FLOAT, 1, s.k, 1, 1),
+               tsq = tensor(kSqSum, CUDNN_DATA_FLOAT, 1, s.k, 1, 1);
+          Desc scaled = tensor(kScaled, CUDNN_DATA_FLOAT, n, s.c, s.h, s.w, true);
+          Desc biased = tensor(kBiased, CUDNN_DATA_FLOAT, n, s.c, s.h, s.w, true);
+          Desc relued = tensor(kRelu, conv_in, n, s.c, s.h, s.w, true);
+          Desc mul = pointwise(CUDNN_POINTWISE_MUL), add = pointwise(CUDNN_POINTWISE_ADD),
+               act = pointwise(CUDNN_POINTWISE_RELU_FWD);
+          Desc op_scale = pointwise_op(mul, tx, &tscale, scaled);
+          Desc op_bias = pointwise_op(add, scaled, &tbias, biased);
+          Desc op_relu = pointwise_op(act, biased, nullptr, relued);
+          Desc op_conv = conv_op(relued, tw, ty);
+          Desc op_stats(CUDNN_BACKEND_OPERATION_GEN_STATS_DESCRIPTOR);
+          op_stats
+              .set1(CUDNN_ATTR_OPERATION_GENSTATS_MODE, CUDNN_TYPE_GENSTATS_MODE, CUDNN_GENSTATS_SUM_SQSUM)
+              .set1(CUDNN_ATTR_OPERATION_GENSTATS_MATH_PREC, CUDNN_TYPE_DATA_TYPE, CUDNN_DATA_FLOAT)
+              .set_desc(CUDNN_ATTR_OPERATION_GENSTATS_XDESC, ty)
+              .set_desc(CUDNN_ATTR_OPERATION_GENSTATS_SUMDESC, tsum)
+              .set_desc(CUDNN_ATTR_OPERATION_GENSTATS_SQSUMDESC, tsq)
+              .finalize("genstats op");
+          Desc g = operation_graph(handle, {&op_scale, &op_bias, &op_relu, &op_conv, &op_stats});
+          fused = fastest_engine(handle, g, {kX, kW, kY, kScale, kBias, kSum, kSqSum},
+                                 {x, w, y, params, params + 2048, sums, static_cast<float*>(sums) + 2048},
+                                 workspace, workspace_bytes, o);
+          fused_how = std::string("conv input ") + (conv_in == CUDNN_DATA_FLOAT ? "f32" : o.dtype) +
+                      ", scale " + (param == CUDNN_DATA_FLOAT ? "f32" : o.dtype);
+        } catch (const std::exception& e) {
+          fused_error = e.what();
+        }
+      }
+    }
+
+    const double now = legacy_ms + bn_ms;
+    total_now += s.count * now;
+    total_legacy += s.count * legacy_ms;
+    if (graph_conv.ms >= 0) total_graph += s.count * graph_conv.ms;
+    if (fused.ms >= 0) {
+      total_fused += s.count * fused.ms;
+    } else {
+      all_fused = false;
+    }
+    auto cell = [](double ms) { return ms >= 0 ? std::to_string(ms).substr(0, 6) : std::string("n/a"); };
+    std::printf("%-22s %5d %9s %9s %9s %9.3f %9s  %s\n", s.name, s.count, cell(legacy_ms).c_str(),
+                cell(graph_conv.ms).c_str(), fused.ms >= 0 ? cell(fused.ms).c_str() : "unsupp.", bn_ms,
+                fused.ms >= 0 ? cell(now - fused.ms).c_str() : "-",
+                fused.ms >= 0
+                    ? (std::to_string(fused.built) + " of " + std::to_string(fused.tried) + " built, " +
+                       fused_how + (fused.runtime_compiled ? ", runtime-compiled" : ""))
+                          .c_str()
+                    : (std::to_string(fused.tried) + " tried; " + fused_error).c_str());
+    cudnnDestroyActivationDescriptor(relu);
+    cudnnDestroyTensorDescriptor(xd);
+    cudnnDestroyTensorDescriptor(yd);
+    cudnnDestroyTensorDescriptor(bnd);
+    cudnnDestroyFilterDescriptor(wd);
+    cudnnDestroyConvolutionDescriptor(cd);
+  }
+  std::printf("\nResNet-50 forward, these %zu shapes weighted by their counts (ms per step):\n",
+              sizeof kShapes / sizeof kShapes[0]);
+  std::printf("  legacy convolutions %.3f, graph-API convolutions %.3f\n", total_legacy, total_graph);
+  std::printf("  now (legacy convolution + batch norm + ReLU) %.3f\n", total_now);
+  if (all_fused) {
+    std::printf(
+        "  fused (normalise+ReLU of the input, convolution, statistics of the output) %.3f: %.3f saved\n",
+        total_fused, total_now - total_fused);
+  } else {
+    std::printf("  fused: not every shape had an engine (see the table)\n");
+  }
+  cudaFree(x);
+  cudaFree(y);
+  cudaFree(y2);
+  cudaFree(w);
+  cudaFree(workspace);
+  cudaFree(channel_params);
+  cudaFree(sums);
+  cudnnDestroy(handle);
+  return 0;
+}
