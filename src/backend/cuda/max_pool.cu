@@ -46,6 +46,20 @@ struct PoolIndex {
         pad_w(I(s.pad_w)) {}
 };
 
+// The (n, h, w, c) of flat element i of an NHWC tensor with `channels`, `height` and `width`.
+template <typename I>
+struct NhwcIndex {
+  I n, h, w, c;
+  __device__ NhwcIndex(I i, I channels, I height, I width) {
+    c = i % channels;
+    i /= channels;
+    w = i % width;
+    i /= width;
+    h = i % height;
+    n = i / height;
+  }
+};
+
 __device__ __forceinline__ bool takes_over(float candidate, float best) {
   // Strictly greater keeps the first maximum; a NaN replaces anything but an earlier NaN.
   return candidate > best || (candidate != candidate && best == best);
@@ -110,12 +124,8 @@ struct MaxPoolForwardOp {
   PoolIndex<I> g;
   template <int W>
   __device__ void apply(int64_t e) const {
-    const I i = I(e);
-    const I c = i % g.c;
-    I pixel = i / g.c;
-    const I q = pixel % g.out_w;
-    pixel /= g.out_w;
-    const I p = pixel % g.out_h, n = pixel / g.out_h;
+    const NhwcIndex<I> at(I(e), g.c, g.out_h, g.out_w);
+    const I n = at.n, p = at.h, q = at.w, c = at.c;
     Vec<T, W> best;
     uint8_t where[W];
     window_max<K, W>(x, g, n, p, q, c, best, where);
@@ -141,12 +151,8 @@ struct MaxPoolBackwardOp {
   PoolIndex<I> g;
   template <int W>
   __device__ void apply(int64_t e) const {
-    const I i = I(e);
-    const I c = i % g.c;
-    I pixel = i / g.c;
-    const I w = pixel % g.w;
-    pixel /= g.w;
-    const I h = pixel % g.h, n = pixel / g.h;
+    const NhwcIndex<I> at(I(e), g.c, g.h, g.w);
+    const I n = at.n, h = at.h, w = at.w, c = at.c;
     // Windows p covering row h: p * stride - pad <= h < p * stride - pad + kernel.
     const I hp = h + g.pad_h, wp = w + g.pad_w;
     const I p_begin = hp < g.kernel_h ? 0 : (hp - g.kernel_h) / g.stride_h + 1;
