@@ -13,15 +13,18 @@
 //   legacy      cudnnConvolutionForward with cudnnFind's fastest algorithm (what dlbench runs now)
 //   graph       the same convolution as a one-operation graph, the fastest engine the heuristics offer
 //   fused       the pattern above as one graph (its fastest engine), or "unsupported"
-//   bn          cuDNN's batch norm + ReLU training forward on y (NHWC, persistent), what fusion removes
+//   bn          cuDNN's batch norm + ReLU training forward on y (NHWC: one persistent kernel; fp32 in NCHW:
+//               batch norm, then ReLU), what fusion removes
 // and prints, per shape and weighted by how often ResNet-50 has it, legacy + bn against fused: the
 // forward time fusion would save. The backward has patterns of its own (dgrad with the ReLU and batch-norm
 // gradients); this probe measures the forward only.
 //
-//   conv_bn_fusion_probe [--dtype fp16|bf16|fp32] [--batch N] [--reps R] [--max-engines E]
+//   conv_bn_fusion_probe [--dtype fp16|bf16|tf32|fp32] [--batch N] [--reps R] [--max-engines E]
 //
-// fp32 lets engines use TF32 tensor cores (CUDNN_DEFAULT_MATH for the legacy API): the tf32 precision of
-// dlbench. Engines whose plan does not build are skipped; the count tried is printed.
+// tf32 and fp32 both keep FP32 tensors; tf32 lets the convolutions use TF32 tensor cores (the legacy API's
+// CUDNN_DEFAULT_MATH, any graph engine), fp32 does not (CUDNN_FMA_MATH; graph engines with the tensor-core
+// numerical note are skipped), as dlbench's precisions of those names. Engines whose plan does not build
+// are skipped; the counts tried and built are printed.
 #include <cuda_runtime.h>
 #include <cudnn.h>
 
@@ -86,12 +89,21 @@ class Desc {
   cudnnBackendDescriptor_t d_ = nullptr;
 };
 
-// A tensor [n, c, h, w] stored NHWC (channels innermost), or a virtual one (an intermediate of a graph).
+// The layout of every activation and filter: NHWC / KRSC (channels innermost), or NCHW / KCRS for fp32,
+// whose FMA kernels dlbench runs in NCHW (cuDNN's NHWC FP32 kernels are slow for some shapes).
+bool g_nchw = false;
+
+// A tensor [n, c, h, w] in g_nchw's layout, or a virtual one (an intermediate of a graph).
 Desc tensor(int64_t uid, cudnnDataType_t dtype, int64_t n, int64_t c, int64_t h, int64_t w,
             bool is_virtual = false) {
   Desc t(CUDNN_BACKEND_TENSOR_DESCRIPTOR);
   const int64_t dims[4] = {n, c, h, w};
-  const int64_t strides[4] = {h * w * c, 1, w * c, c};
+  int64_t strides[4] = {h * w * c, 1, w * c, c};
+  if (g_nchw) {
+    strides[1] = h * w;
+    strides[2] = w;
+    strides[3] = 1;
+  }
   const int64_t alignment = 16;
   const bool virt = is_virtual;
   t.set1(CUDNN_ATTR_TENSOR_DATA_TYPE, CUDNN_TYPE_DATA_TYPE, dtype)
@@ -174,8 +186,9 @@ Options parse(int argc, char** argv) {
     const std::string value = argv[++i];
     if (flag == "--dtype") {
       o.dtype = value;
-      if (o.dtype != "fp16" && o.dtype != "bf16" && o.dtype != "fp32") {
-        std::fprintf(stderr, "conv_bn_fusion_probe: --dtype %s: choose fp16, bf16 or fp32\n", value.c_str());
+      if (o.dtype != "fp16" && o.dtype != "bf16" && o.dtype != "tf32" && o.dtype != "fp32") {
+        std::fprintf(stderr, "conv_bn_fusion_probe: --dtype %s: choose fp16, bf16, tf32 or fp32\n",
+                     value.c_str());
         std::exit(2);
       }
       continue;
@@ -244,6 +257,35 @@ struct Timed {
   bool runtime_compiled = false;  // the winner compiles its kernel at plan time
 };
 
+// What an engine configuration's engine says of itself: whether it compiles its kernel at plan time, and
+// whether it runs on tensor cores (TF32 for FP32 tensors).
+struct EngineNotes {
+  bool runtime_compiled = false, tensor_core = false;
+};
+EngineNotes engine_notes(cudnnBackendDescriptor_t cfg) {
+  EngineNotes notes;
+  Desc engine(CUDNN_BACKEND_ENGINE_DESCRIPTOR);
+  cudnnBackendDescriptor_t e = engine.get();
+  int64_t got = 0;
+  if (cudnnBackendGetAttribute(cfg, CUDNN_ATTR_ENGINECFG_ENGINE, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &got,
+                               &e) != CUDNN_STATUS_SUCCESS)
+    return notes;
+  cudnnBackendBehaviorNote_t behaviour[16];
+  int64_t count = 0;
+  if (cudnnBackendGetAttribute(e, CUDNN_ATTR_ENGINE_BEHAVIOR_NOTE, CUDNN_TYPE_BEHAVIOR_NOTE, 16, &count,
+                               behaviour) == CUDNN_STATUS_SUCCESS) {
+    for (int64_t i = 0; i < count; ++i)
+      if (behaviour[i] == CUDNN_BEHAVIOR_NOTE_RUNTIME_COMPILATION) notes.runtime_compiled = true;
+  }
+  cudnnBackendNumericalNote_t numerical[16];
+  if (cudnnBackendGetAttribute(e, CUDNN_ATTR_ENGINE_NUMERICAL_NOTE, CUDNN_TYPE_NUMERICAL_NOTE, 16, &count,
+                               numerical) == CUDNN_STATUS_SUCCESS) {
+    for (int64_t i = 0; i < count; ++i)
+      if (numerical[i] == CUDNN_NUMERICAL_NOTE_TENSOR_CORE) notes.tensor_core = true;
+  }
+  return notes;
+}
+
 // The fastest engine the heuristics (mode A, then the fallback list) offer for `graph`, timed with `pack`.
 Timed fastest_engine(cudnnHandle_t handle, const Desc& graph, const std::vector<int64_t>& uids,
                      const std::vector<void*>& pointers, void* workspace, size_t workspace_bytes,
@@ -270,10 +312,12 @@ Timed fastest_engine(cudnnHandle_t handle, const Desc& graph, const std::vector<
                                          CUDNN_TYPE_BACKEND_DESCRIPTOR, count, &returned, raw.data()),
                 "heuristic results");
     for (int64_t i = 0; i < returned && result.tried < o.max_engines; ++i) {
+      cudnnBackendDescriptor_t cfg = raw[size_t(i)];
+      const EngineNotes notes = engine_notes(cfg);
+      if (o.dtype == "fp32" && notes.tensor_core) continue;  // TF32: not FP32's arithmetic
       ++result.tried;
       Desc plan(CUDNN_BACKEND_EXECUTION_PLAN_DESCRIPTOR);
       plan.set1(CUDNN_ATTR_EXECUTION_PLAN_HANDLE, CUDNN_TYPE_HANDLE, handle);
-      cudnnBackendDescriptor_t cfg = raw[size_t(i)];
       plan.set(CUDNN_ATTR_EXECUTION_PLAN_ENGINE_CONFIG, CUDNN_TYPE_BACKEND_DESCRIPTOR, &cfg, 1);
       if (plan.try_finalize() != CUDNN_STATUS_SUCCESS) continue;
       int64_t needed = 0;
@@ -292,20 +336,7 @@ Timed fastest_engine(cudnnHandle_t handle, const Desc& graph, const std::vector<
       const double ms = time_ms(o.reps, [&] { cudnnBackendExecute(handle, plan.get(), pack.get()); });
       if (result.ms < 0 || ms < result.ms) {
         result.ms = ms;
-        // Whether this engine compiles at plan time: its behaviour notes.
-        Desc engine(CUDNN_BACKEND_ENGINE_DESCRIPTOR);
-        cudnnBackendDescriptor_t e = engine.get();
-        int64_t got = 0;
-        cudnnBackendBehaviorNote_t notes[8];
-        int64_t note_count = 0;
-        result.runtime_compiled = false;
-        if (cudnnBackendGetAttribute(cfg, CUDNN_ATTR_ENGINECFG_ENGINE, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &got,
-                                     &e) == CUDNN_STATUS_SUCCESS &&
-            cudnnBackendGetAttribute(e, CUDNN_ATTR_ENGINE_BEHAVIOR_NOTE, CUDNN_TYPE_BEHAVIOR_NOTE, 8,
-                                     &note_count, notes) == CUDNN_STATUS_SUCCESS) {
-          for (int64_t n = 0; n < note_count; ++n)
-            if (notes[n] == CUDNN_BEHAVIOR_NOTE_RUNTIME_COMPILATION) result.runtime_compiled = true;
-        }
+        result.runtime_compiled = notes.runtime_compiled;
       }
     }
     if (result.ms >= 0) break;  // mode A found one; the fallback list is for graphs it cannot place
@@ -341,7 +372,9 @@ int run(const Options& o) {
   const cudnnDataType_t io = o.dtype == "fp16"   ? CUDNN_DATA_HALF
                              : o.dtype == "bf16" ? CUDNN_DATA_BFLOAT16
                                                  : CUDNN_DATA_FLOAT;
-  const size_t element = o.dtype == "fp32" ? 4 : 2;
+  const bool wide = o.dtype == "tf32" || o.dtype == "fp32";  // FP32 tensors
+  g_nchw = o.dtype == "fp32";
+  const size_t element = wide ? 4 : 2;
   cudnnHandle_t handle;
   check_cudnn(cudnnCreate(&handle), "cudnnCreate");
   cudaDeviceProp prop{};
@@ -386,56 +419,68 @@ int run(const Options& o) {
     check_cudnn(cudnnCreateTensorDescriptor(&bnd), "tensor");
     check_cudnn(cudnnCreateFilterDescriptor(&wd), "filter");
     check_cudnn(cudnnCreateConvolutionDescriptor(&cd), "conv");
-    check_cudnn(cudnnSetTensor4dDescriptor(xd, CUDNN_TENSOR_NHWC, io, int(n), int(s.c), int(s.h), int(s.w)),
-                "x");
-    check_cudnn(cudnnSetTensor4dDescriptor(yd, CUDNN_TENSOR_NHWC, io, int(n), int(s.k), int(p), int(q)), "y");
-    check_cudnn(cudnnSetFilter4dDescriptor(wd, io, CUDNN_TENSOR_NHWC, int(s.k), int(s.c), int(s.r), int(s.r)),
-                "w");
+    const cudnnTensorFormat_t format = g_nchw ? CUDNN_TENSOR_NCHW : CUDNN_TENSOR_NHWC;
+    check_cudnn(cudnnSetTensor4dDescriptor(xd, format, io, int(n), int(s.c), int(s.h), int(s.w)), "x");
+    check_cudnn(cudnnSetTensor4dDescriptor(yd, format, io, int(n), int(s.k), int(p), int(q)), "y");
+    check_cudnn(cudnnSetFilter4dDescriptor(wd, io, format, int(s.k), int(s.c), int(s.r), int(s.r)), "w");
     check_cudnn(cudnnSetConvolution2dDescriptor(cd, int(s.pad), int(s.pad), int(s.stride), int(s.stride), 1,
                                                 1, CUDNN_CROSS_CORRELATION, CUDNN_DATA_FLOAT),
                 "conv");
-    check_cudnn(
-        cudnnSetConvolutionMathType(cd, o.dtype == "fp32" ? CUDNN_DEFAULT_MATH : CUDNN_TENSOR_OP_MATH),
-        "math");
+    check_cudnn(cudnnSetConvolutionMathType(cd, o.dtype == "fp32"   ? CUDNN_FMA_MATH
+                                                : o.dtype == "tf32" ? CUDNN_DEFAULT_MATH
+                                                                    : CUDNN_TENSOR_OP_MATH),
+                "math");
     cudnnConvolutionFwdAlgoPerf_t perf[16];
     int found = 0;
     check_cudnn(cudnnFindConvolutionForwardAlgorithmEx(handle, xd, x, wd, w, cd, yd, y, 16, &found, perf,
                                                        workspace, workspace_bytes),
                 "find");
-    cudnnConvolutionFwdAlgo_t algo = perf[0].algo;
-    for (int i = 0; i < found; ++i)
-      if (perf[i].status == CUDNN_STATUS_SUCCESS) {
-        algo = perf[i].algo;
-        break;
-      }
+    int ok = -1;
+    for (int i = 0; i < found && ok < 0; ++i)
+      if (perf[i].status == CUDNN_STATUS_SUCCESS) ok = i;
+    if (ok < 0) throw std::runtime_error(std::string(s.name) + ": no legacy algorithm runs this convolution");
+    const cudnnConvolutionFwdAlgo_t algo = perf[ok].algo;
     const float one = 1.f, zero = 0.f;
+    check_cudnn(cudnnConvolutionForward(handle, &one, xd, x, wd, w, cd, algo, workspace, workspace_bytes,
+                                        &zero, yd, y),
+                "legacy convolution");
     const double legacy_ms = time_ms(o.reps, [&] {
       cudnnConvolutionForward(handle, &one, xd, x, wd, w, cd, algo, workspace, workspace_bytes, &zero, yd, y);
     });
 
-    // ---- bn: cuDNN's batch norm + ReLU training forward on y, as dlbench runs it after each convolution
-    // ----
-    check_cudnn(cudnnDeriveBNTensorDescriptor(bnd, yd, CUDNN_BATCHNORM_SPATIAL_PERSISTENT), "bn descriptor");
+    // ---- bn: cuDNN's batch norm + ReLU training forward on y, as dlbench runs it after each convolution:
+    // one fused persistent kernel in NHWC, batch norm then ReLU in NCHW ----
+    const cudnnBatchNormMode_t bn_mode =
+        g_nchw ? CUDNN_BATCHNORM_SPATIAL : CUDNN_BATCHNORM_SPATIAL_PERSISTENT;
+    check_cudnn(cudnnDeriveBNTensorDescriptor(bnd, yd, bn_mode), "bn descriptor");
     cudnnActivationDescriptor_t relu;
     check_cudnn(cudnnCreateActivationDescriptor(&relu), "activation");
     check_cudnn(cudnnSetActivationDescriptor(relu, CUDNN_ACTIVATION_RELU, CUDNN_PROPAGATE_NAN, 0.0), "relu");
     size_t bn_workspace = 0, bn_reserve = 0;
-    check_cudnn(cudnnGetBatchNormalizationForwardTrainingExWorkspaceSize(
-                    handle, CUDNN_BATCHNORM_SPATIAL_PERSISTENT, CUDNN_BATCHNORM_OPS_BN_ACTIVATION, yd,
-                    nullptr, yd, bnd, relu, &bn_workspace),
-                "bn workspace");
-    check_cudnn(cudnnGetBatchNormalizationTrainingExReserveSpaceSize(
-                    handle, CUDNN_BATCHNORM_SPATIAL_PERSISTENT, CUDNN_BATCHNORM_OPS_BN_ACTIVATION, relu, yd,
-                    &bn_reserve),
-                "bn reserve");
+    if (!g_nchw) {
+      check_cudnn(
+          cudnnGetBatchNormalizationForwardTrainingExWorkspaceSize(
+              handle, bn_mode, CUDNN_BATCHNORM_OPS_BN_ACTIVATION, yd, nullptr, yd, bnd, relu, &bn_workspace),
+          "bn workspace");
+      check_cudnn(cudnnGetBatchNormalizationTrainingExReserveSpaceSize(
+                      handle, bn_mode, CUDNN_BATCHNORM_OPS_BN_ACTIVATION, relu, yd, &bn_reserve),
+                  "bn reserve");
+    }
     void* reserve = nullptr;
     if (bn_reserve) check_cuda(cudaMalloc(&reserve, bn_reserve), "malloc");
+    float* save_mean = static_cast<float*>(sums);
     const double bn_ms = time_ms(o.reps, [&] {
-      cudnnBatchNormalizationForwardTrainingEx(
-          handle, CUDNN_BATCHNORM_SPATIAL_PERSISTENT, CUDNN_BATCHNORM_OPS_BN_ACTIVATION, &one, &zero, yd, y,
-          nullptr, nullptr, yd, y2, bnd, params, params + 2048, 0.1, params + 4096, params + 6144, 1e-5, sums,
-          static_cast<float*>(sums) + 2048, relu, workspace, std::min(bn_workspace, workspace_bytes), reserve,
-          bn_reserve);
+      if (g_nchw) {
+        cudnnBatchNormalizationForwardTraining(handle, bn_mode, &one, &zero, yd, y, yd, y2, bnd, params,
+                                               params + 2048, 0.1, params + 4096, params + 6144, 1e-5,
+                                               save_mean, save_mean + 2048);
+        cudnnActivationForward(handle, relu, &one, yd, y2, &zero, yd, y2);
+      } else {
+        cudnnBatchNormalizationForwardTrainingEx(
+            handle, bn_mode, CUDNN_BATCHNORM_OPS_BN_ACTIVATION, &one, &zero, yd, y, nullptr, nullptr, yd, y2,
+            bnd, params, params + 2048, 0.1, params + 4096, params + 6144, 1e-5, save_mean, save_mean + 2048,
+            relu, workspace, std::min(bn_workspace, workspace_bytes), reserve, bn_reserve);
+      }
     });
     if (reserve) cudaFree(reserve);
 
@@ -468,8 +513,11 @@ int run(const Options& o) {
     Desc tx = tensor(kX, io, n, s.c, s.h, s.w), ty = tensor(kY, io, n, s.k, p, q);
     Desc tw(CUDNN_BACKEND_TENSOR_DESCRIPTOR);
     {
-      // KRSC: the filter's input channels innermost, as NHWC activations want.
-      const int64_t dims[4] = {s.k, s.c, s.r, s.r}, strides[4] = {s.c * s.r * s.r, 1, s.r * s.c, s.c};
+      // KRSC (the filter's input channels innermost, as NHWC activations want) or KCRS.
+      const int64_t dims[4] = {s.k, s.c, s.r, s.r};
+      const int64_t krsc[4] = {s.c * s.r * s.r, 1, s.r * s.c, s.c},
+                    kcrs[4] = {s.c * s.r * s.r, s.r * s.r, s.r, 1};
+      const int64_t* strides = g_nchw ? kcrs : krsc;
       tw.set1(CUDNN_ATTR_TENSOR_DATA_TYPE, CUDNN_TYPE_DATA_TYPE, io)
           .set(CUDNN_ATTR_TENSOR_DIMENSIONS, CUDNN_TYPE_INT64, dims, 4)
           .set(CUDNN_ATTR_TENSOR_STRIDES, CUDNN_TYPE_INT64, strides, 4)
@@ -494,7 +542,7 @@ int run(const Options& o) {
     std::string fused_how, fused_error;
     for (cudnnDataType_t conv_in : {io, CUDNN_DATA_FLOAT}) {
       for (cudnnDataType_t param : {CUDNN_DATA_FLOAT, io}) {
-        if (fused.ms >= 0 || (o.dtype == "fp32" && (conv_in != io || param != io))) continue;
+        if (fused.ms >= 0 || (wide && (conv_in != io || param != io))) continue;
         try {
           Desc tscale = tensor(kScale, param, 1, s.c, 1, 1), tbias = tensor(kBias, param, 1, s.c, 1, 1);
           Desc tsum = tensor(kSum, CUDNN_DATA_FLOAT, 1, s.k, 1, 1),
