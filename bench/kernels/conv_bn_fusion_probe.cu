@@ -17,7 +17,8 @@
 //               batch norm, then ReLU), what fusion removes
 // and prints, per shape and weighted by how often ResNet-50 has it, legacy + bn against fused: the
 // forward time fusion would save. The backward has patterns of its own (dgrad with the ReLU and batch-norm
-// gradients); this probe measures the forward only.
+// gradients); this probe measures the forward only. Last, the stem convolution with its 3 input channels
+// padded to 4 and 8 (forward and filter gradient), for the NHWC precisions.
 //
 //   conv_bn_fusion_probe [--dtype fp16|bf16|tf32|fp32] [--batch N] [--reps R] [--max-engines E]
 //
@@ -356,6 +357,72 @@ Desc operation_graph(cudnnHandle_t handle, const std::vector<const Desc*>& ops) 
 
 }  // namespace
 
+// The 7x7 stem convolution reads the 3-channel image. NHWC tensor-core kernels want channel counts that
+// fill their vector loads; some pipelines pad the image to 4 channels (a zero channel, with zero weights:
+// the same result). The legacy forward and filter-gradient times with 3, 4 and 8 input channels say
+// whether that would pay here.
+void stem_channel_padding(cudnnHandle_t handle, const Options& o, cudnnDataType_t io, void* x, void* y,
+                          void* w, void* workspace, size_t workspace_bytes) {
+  std::printf("\nstem 7x7 stride 2, 64 filters, 224x224 input, legacy API (ms per call):\n");
+  std::printf("%-10s %9s %9s  %s\n", "channels", "forward", "dW", "algorithms");
+  void* dw = nullptr;
+  check_cuda(cudaMalloc(&dw, size_t(64) * 8 * 7 * 7 * 4), "malloc");
+  const cudnnMathType_t math = o.dtype == "tf32" ? CUDNN_DEFAULT_MATH : CUDNN_TENSOR_OP_MATH;
+  for (int channels : {3, 4, 8}) {
+    cudnnTensorDescriptor_t xd, yd;
+    cudnnFilterDescriptor_t wd;
+    cudnnConvolutionDescriptor_t cd;
+    check_cudnn(cudnnCreateTensorDescriptor(&xd), "tensor");
+    check_cudnn(cudnnCreateTensorDescriptor(&yd), "tensor");
+    check_cudnn(cudnnCreateFilterDescriptor(&wd), "filter");
+    check_cudnn(cudnnCreateConvolutionDescriptor(&cd), "conv");
+    const int n = int(o.batch);
+    check_cudnn(cudnnSetTensor4dDescriptor(xd, CUDNN_TENSOR_NHWC, io, n, channels, 224, 224), "x");
+    check_cudnn(cudnnSetTensor4dDescriptor(yd, CUDNN_TENSOR_NHWC, io, n, 64, 112, 112), "y");
+    check_cudnn(cudnnSetFilter4dDescriptor(wd, io, CUDNN_TENSOR_NHWC, 64, channels, 7, 7), "w");
+    check_cudnn(
+        cudnnSetConvolution2dDescriptor(cd, 3, 3, 2, 2, 1, 1, CUDNN_CROSS_CORRELATION, CUDNN_DATA_FLOAT),
+        "conv");
+    check_cudnn(cudnnSetConvolutionMathType(cd, math), "math");
+    const float one = 1.f, zero = 0.f;
+    cudnnConvolutionFwdAlgoPerf_t fwd[16];
+    cudnnConvolutionBwdFilterAlgoPerf_t bwd[16];
+    int found = 0;
+    double fwd_ms = -1, bwd_ms = -1;
+    int fwd_algo = -1, bwd_algo = -1;
+    check_cudnn(cudnnFindConvolutionForwardAlgorithmEx(handle, xd, x, wd, w, cd, yd, y, 16, &found, fwd,
+                                                       workspace, workspace_bytes),
+                "find forward");
+    for (int i = 0; i < found && fwd_algo < 0; ++i)
+      if (fwd[i].status == CUDNN_STATUS_SUCCESS) fwd_algo = fwd[i].algo;
+    if (fwd_algo >= 0) {
+      fwd_ms = time_ms(o.reps, [&] {
+        cudnnConvolutionForward(handle, &one, xd, x, wd, w, cd, cudnnConvolutionFwdAlgo_t(fwd_algo),
+                                workspace, workspace_bytes, &zero, yd, y);
+      });
+    }
+    check_cudnn(cudnnFindConvolutionBackwardFilterAlgorithmEx(handle, xd, x, yd, y, cd, wd, dw, 16, &found,
+                                                              bwd, workspace, workspace_bytes),
+                "find filter gradient");
+    for (int i = 0; i < found && bwd_algo < 0; ++i)
+      if (bwd[i].status == CUDNN_STATUS_SUCCESS) bwd_algo = bwd[i].algo;
+    if (bwd_algo >= 0) {
+      bwd_ms = time_ms(o.reps, [&] {
+        cudnnConvolutionBackwardFilter(handle, &one, xd, x, yd, y, cd,
+                                       cudnnConvolutionBwdFilterAlgo_t(bwd_algo), workspace, workspace_bytes,
+                                       &zero, wd, dw);
+      });
+    }
+    std::printf("%-10d %9.3f %9.3f  forward %d, filter gradient %d\n", channels, fwd_ms, bwd_ms, fwd_algo,
+                bwd_algo);
+    cudnnDestroyTensorDescriptor(xd);
+    cudnnDestroyTensorDescriptor(yd);
+    cudnnDestroyFilterDescriptor(wd);
+    cudnnDestroyConvolutionDescriptor(cd);
+  }
+  cudaFree(dw);
+}
+
 int run(const Options& o);
 
 int main(int argc, char** argv) {
@@ -612,6 +679,7 @@ int run(const Options& o) {
   } else {
     std::printf("  fused: not every shape had an engine (see the table)\n");
   }
+  if (!g_nchw) stem_channel_padding(handle, o, io, x, y, w, workspace, workspace_bytes);
   cudaFree(x);
   cudaFree(y);
   cudaFree(y2);
