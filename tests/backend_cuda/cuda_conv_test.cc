@@ -1,9 +1,11 @@
 // CUDA convolutions (cuDNN) against the reference backend: forward, backward data and backward filter,
 // overwriting and accumulating, in f32 (TF32 off and on), f16, bf16 and f64, NCHW and NHWC, on odd sizes,
-// strides 2, 1x1 and 7x7 kernels. Also: the per-shape algorithm search is cached.
+// strides 2, 1x1 and 7x7 kernels. Also: the per-shape algorithm search is cached, and inputs padded with
+// zero channels (DLBENCH_CONV_PAD_CHANNELS) give the same results.
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 
+#include <cstdlib>
 #include <tuple>
 
 #include "backend/cuda/cuda_backend.h"
@@ -180,6 +182,43 @@ TEST_F(CudaConvTest, GpusOfOneModelShareTheSearch) {
   const std::string a = describe_cuda_conv_plan(*on0), b = describe_cuda_conv_plan(*on1);
   EXPECT_NE(b.find("[cached search]"), std::string::npos) << b;
   EXPECT_EQ(a.substr(0, a.find(" [")), b.substr(0, b.find(" [")));
+}
+
+// DLBENCH_CONV_PAD_CHANNELS=force: convolutions on inputs of 3 channels (and 12 in FP16/BF16) run on their
+// inputs padded with zero channels (to 4 or 8, 16), and still match the reference in every direction,
+// overwriting and accumulating. "off" pads nothing; another value is one clear error.
+TEST_F(CudaConvTest, PaddedInputChannelsMatchTheReference) {
+  struct EnvGuard {
+    ~EnvGuard() { unsetenv("DLBENCH_CONV_PAD_CHANNELS"); }
+  } guard;
+  ConvGeometry g;
+  g.batch = 2, g.in_channels = 3, g.in_h = g.in_w = 9, g.out_channels = 8, g.kernel_h = g.kernel_w = 3;
+  g.pad_h = g.pad_w = 1, g.layout = Layout::nhwc, g.dtype = DType::f16;
+  setenv("DLBENCH_CONV_PAD_CHANNELS", "force", 1);
+  for (const ConvCase& cc : {kConvCases[0], kConvCases[1], kConvCases[5]}) {
+    for (Precision precision :
+         {Precision{DType::f16, false}, Precision{DType::bf16, false}, Precision{DType::f32, true}}) {
+      SCOPED_TRACE(fmt::format("{} channels, {}", cc.c, precision_name(precision)));
+      run_conv_case(*ref, cc, Layout::nhwc, precision.dtype, precision.tf32);
+      ConvGeometry h = g;
+      h.batch = cc.n, h.in_channels = cc.c, h.in_h = cc.h, h.in_w = cc.w, h.out_channels = cc.k;
+      h.kernel_h = cc.r, h.kernel_w = cc.s, h.stride_h = cc.stride_h, h.stride_w = cc.stride_w;
+      h.pad_h = cc.pad_h, h.pad_w = cc.pad_w, h.dtype = precision.dtype;
+      const std::string plan = describe_cuda_conv_plan(*shared_gpu(precision.tf32).plan_conv(h));
+      // Vectors of 8 FP16/BF16 or 4 TF32 channels: 12 channels fill TF32's already.
+      const bool pads = precision.dtype == DType::f32 ? cc.c % 4 != 0 : cc.c % 8 != 0;
+      EXPECT_EQ(plan.find(fmt::format("input channels padded {} -> ", cc.c)) != std::string::npos, pads)
+          << plan;
+    }
+  }
+  // FP32 without TF32 and NCHW run cuDNN's general kernels anyway: nothing to pad.
+  ConvGeometry nchw = g;
+  nchw.layout = Layout::nchw;
+  EXPECT_EQ(describe_cuda_conv_plan(*shared_gpu().plan_conv(nchw)).find("padded"), std::string::npos);
+  setenv("DLBENCH_CONV_PAD_CHANNELS", "off", 1);
+  EXPECT_EQ(describe_cuda_conv_plan(*shared_gpu().plan_conv(g)).find("padded"), std::string::npos);
+  setenv("DLBENCH_CONV_PAD_CHANNELS", "sometimes", 1);
+  EXPECT_THROW(shared_gpu().plan_conv(g), UserError);
 }
 
 TEST_F(CudaConvTest, RejectsMismatchedTensors) {

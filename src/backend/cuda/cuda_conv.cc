@@ -19,15 +19,28 @@
 // cuDNN pick TF32 tensor cores); FP16/BF16 use tensor cores. Weights are [K, C, R, S] logically in the
 // activations' layout, which is exactly cuDNN's filter format of that layout (NHWC: K, R, S, C).
 // Accumulate::add is cuDNN's beta = 1.
+//
+// Input channels padded (DLBENCH_CONV_PAD_CHANNELS=auto; off by default until measured on a GPU): NHWC
+// tensor-core kernels read channels in vectors of 8 (FP16/BF16) or 4 (TF32), so an input of 3 channels —
+// the image, at ResNet's stem — runs cuDNN's general kernels, which took 0.6-1.8 ms per direction for the
+// stem at batch 256 on an H200. With the input and the filter padded with zero channels the convolution is
+// the same, and may run the fast kernels. plan_conv then also plans the padded shapes (4 and 8 channels)
+// and keeps the fastest of all for the forward and filter gradient a layer runs each step, counting the
+// copies that pad the input (timed). A padded plan pads x and w into the workspace before each call and
+// takes the gradients' first channels back after it. "force" always pads where it can (tests).
 #include <algorithm>
 #include <array>
+#include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <optional>
+#include <string_view>
 #include <vector>
 
 #include "backend/algorithm_store.h"
 #include "backend/cuda/algorithm_search.h"
 #include "backend/cuda/cuda_common.h"
+#include "backend/cuda/kernels.h"
 
 namespace dlbench {
 namespace cuda {
@@ -170,12 +183,28 @@ const char* backward_filter_algo_name(int algo) {
   return algo >= 0 && algo < 7 ? names[algo] : "?";
 }
 
+// Byte offsets in a workspace are kept 256-aligned, as cuDNN's allocations are.
+size_t aligned_bytes(size_t bytes) { return (bytes + 255) / 256 * 256; }
+
 class CudaConvPlan final : public ConvPlan {
  public:
   explicit CudaConvPlan(const ConvGeometry& g) : ConvPlan(g) {}
   size_t workspace_bytes() const override {
+    if (padded) return padded_x_bytes() + padded_w_bytes() + padded->workspace_bytes();
     return std::max(
         {choice.forward.workspace, choice.backward_data.workspace, choice.backward_filter.workspace});
+  }
+  // With padded input channels, the workspace holds the padded input (or input gradient), then the padded
+  // filter (or filter gradient), then the padded plan's own workspace.
+  size_t padded_x_bytes() const {
+    const ConvGeometry& p = padded->geometry;
+    return aligned_bytes(static_cast<size_t>(p.batch * p.in_channels * p.in_h * p.in_w) *
+                         dtype_size(p.dtype));
+  }
+  size_t padded_w_bytes() const {
+    const ConvGeometry& p = padded->geometry;
+    return aligned_bytes(static_cast<size_t>(p.out_channels * p.in_channels * p.kernel_h * p.kernel_w) *
+                         dtype_size(p.dtype));
   }
 
   TensorDescriptor x_desc, y_desc;
@@ -184,6 +213,9 @@ class CudaConvPlan final : public ConvPlan {
   ConvolutionDescriptor forward_desc, backward_data_desc, backward_filter_desc;
   ConvChoice choice;
   bool from_cache = false;
+  // The plan of this convolution on its input padded with zero channels, when that runs faster (see the
+  // top of this file); the calls then go there.
+  std::unique_ptr<CudaConvPlan> padded;
 };
 
 const CudaConvPlan& as_cuda_plan(const ConvPlan& plan) {
@@ -321,6 +353,76 @@ void check_workspace(const CudaConvPlan& p, const AlgoChoice& a, const void* wor
             p.workspace_bytes());
 }
 
+enum class ChannelPadding { off, automatic, force };
+
+// DLBENCH_CONV_PAD_CHANNELS: off (the default), auto or force.
+ChannelPadding channel_padding_mode() {
+  const char* value = std::getenv("DLBENCH_CONV_PAD_CHANNELS");
+  const std::string_view v = value ? value : "";
+  if (v.empty() || v == "off") return ChannelPadding::off;
+  if (v == "auto") return ChannelPadding::automatic;
+  if (v == "force") return ChannelPadding::force;
+  throw UserError(fmt::format("DLBENCH_CONV_PAD_CHANNELS={}: choose off, auto or force", v));
+}
+
+// The channel counts worth trying for the input of `g`: none unless it runs on tensor cores in NHWC with
+// channels that do not fill a vector (8 for FP16/BF16, 4 for TF32); else the next multiples of 4 and of 8.
+std::vector<int64_t> padded_channel_counts(const ConvGeometry& g, bool allow_tf32) {
+  const bool tensor_cores =
+      g.dtype == DType::f16 || g.dtype == DType::bf16 || (g.dtype == DType::f32 && allow_tf32);
+  const int64_t vector = g.dtype == DType::f32 ? 4 : 8;
+  if (g.layout != Layout::nhwc || !tensor_cores || g.in_channels % vector == 0) return {};
+  std::vector<int64_t> counts;
+  for (int64_t multiple : {int64_t{4}, vector}) {
+    const int64_t padded = (g.in_channels + multiple - 1) / multiple * multiple;
+    if (padded > g.in_channels && std::find(counts.begin(), counts.end(), padded) == counts.end())
+      counts.push_back(padded);
+  }
+  return counts;
+}
+
+ConvGeometry with_in_channels(ConvGeometry g, int64_t channels) {
+  g.in_channels = channels;
+  return g;
+}
+
+// Milliseconds one padding of the input of `g` to `channels` channels takes (best of three, on scratch).
+double time_input_padding(const CudaBackend& backend, const ConvGeometry& g, int64_t channels) {
+  const int64_t rows = g.batch * g.in_h * g.in_w;
+  DeviceBuffer src(static_cast<size_t>(rows * g.in_channels) * dtype_size(g.dtype)),
+      dst(static_cast<size_t>(rows * channels) * dtype_size(g.dtype));
+  CUDA_CHECK(cudaMemsetAsync(src.get(), 0, static_cast<size_t>(rows * g.in_channels) * dtype_size(g.dtype),
+                             backend.stream()));
+  cudaEvent_t start, stop;
+  CUDA_CHECK(cudaEventCreate(&start));
+  CUDA_CHECK(cudaEventCreate(&stop));
+  float best = INFINITY;
+  for (int round = 0; round < 4; ++round) {  // the first is a warm-up
+    CUDA_CHECK(cudaEventRecord(start, backend.stream()));
+    copy_channels(src.get(), g.in_channels, dst.get(), channels, rows, g.dtype, false, backend.stream());
+    CUDA_CHECK(cudaEventRecord(stop, backend.stream()));
+    CUDA_CHECK(cudaEventSynchronize(stop));
+    float ms = 0;
+    CUDA_CHECK(cudaEventElapsedTime(&ms, start, stop));
+    if (round > 0) best = std::min(best, ms);
+  }
+  CUDA_CHECK(cudaEventDestroy(start));
+  CUDA_CHECK(cudaEventDestroy(stop));
+  return best;
+}
+
+// Where a padded plan's buffers sit in the workspace it is given.
+struct PaddedBuffers {
+  void* x;
+  void* w;
+  void* inner_workspace;
+};
+PaddedBuffers padded_buffers(const CudaConvPlan& p, void* workspace, const char* op) {
+  DLB_CHECK(workspace != nullptr, "{}: the plan needs a workspace of {} bytes", op, p.workspace_bytes());
+  auto* base = static_cast<std::byte*>(workspace);
+  return {base, base + p.padded_x_bytes(), base + p.padded_x_bytes() + p.padded_w_bytes()};
+}
+
 }  // namespace
 
 namespace {
@@ -387,12 +489,24 @@ std::unique_ptr<ConvPlan> CudaBackend::estimate_conv(const ConvGeometry& g) {
     plan->choice.forward.workspace = plan->choice.backward_data.workspace =
         plan->choice.backward_filter.workspace = conv_workspace_limit_;
   }
+  // A run plan may pad the input channels: then it needs the padded buffers besides its workspace.
+  if (channel_padding_mode() != ChannelPadding::off) {
+    const std::vector<int64_t> counts = padded_channel_counts(g, allow_tf32());
+    if (!counts.empty()) {
+      plan->padded = new_plan(*this, with_in_channels(g, *std::max_element(counts.begin(), counts.end())));
+      plan->padded->choice.forward.workspace = plan->padded->choice.backward_data.workspace =
+          plan->padded->choice.backward_filter.workspace = conv_workspace_limit_;
+    }
+  }
   return plan;
 }
 
-std::unique_ptr<ConvPlan> CudaBackend::plan_conv(const ConvGeometry& g) {
-  auto plan = new_plan(*this, g);
-  const ConvKey key = make_key(g, *this);
+namespace {
+
+// The plan of `g` as it is, its algorithms from the cache, the store or a search.
+std::unique_ptr<CudaConvPlan> searched_plan(CudaBackend& backend, const ConvGeometry& g) {
+  auto plan = new_plan(backend, g);
+  const ConvKey key = make_key(g, backend);
   bool cached = false;
   {
     std::lock_guard<std::mutex> lock(cache_mutex());
@@ -406,20 +520,85 @@ std::unique_ptr<ConvPlan> CudaBackend::plan_conv(const ConvGeometry& g) {
     // From --algorithm-cache if it has this shape, else searched (outside the lock: it takes a while; two
     // threads racing on one shape both search, harmlessly) and recorded there.
     const std::shared_ptr<AlgorithmStore> store = algorithm_store();
-    const std::string store_key = store ? stored_choice_key(g, *this) : std::string();
+    const std::string store_key = store ? stored_choice_key(g, backend) : std::string();
     std::optional<ConvChoice> stored;
     if (store) {
       if (auto entry = store->find(store_key))
         stored = choice_from_integers(*entry, store->path(), store_key);
     }
-    const ConvChoice choice = stored ? *stored : search(*this, *plan);
+    const ConvChoice choice = stored ? *stored : search(backend, *plan);
     if (store && !stored) store->put(store_key, choice_to_integers(choice));
     std::lock_guard<std::mutex> lock(cache_mutex());
     plan->choice = choice_cache().emplace(key, choice).first->second;
   }
   plan->from_cache = cached;
 
-  finish(*this, *plan);
+  finish(backend, *plan);
+  return plan;
+}
+
+// The input channels a convolution runs on (its own count: not padded), decided once per shape and padding
+// mode, like the algorithms: for the process (every rank of --gpus N runs the same kernels) and in
+// --algorithm-cache.
+std::map<std::pair<ConvKey, int>, int64_t>& padding_cache() {
+  static std::map<std::pair<ConvKey, int>, int64_t> cache;
+  return cache;
+}
+
+// The fastest of `g` as it is and `g` on its input padded to each of `counts` channels, for what a layer
+// runs every step: the forward and the filter gradient (a first layer's input needs no gradient), with
+// the copies that pad the input. A padded plan must beat the plain one by 3% to be worth its workspace;
+// `force` takes a padded one whatever the times.
+int64_t choose_input_channels(CudaBackend& backend, const ConvGeometry& g, const CudaConvPlan& plain,
+                              const std::vector<int64_t>& counts, bool force) {
+  auto step_ms = [](const CudaConvPlan& p) {
+    return static_cast<double>(p.choice.forward.time_ms) +
+           static_cast<double>(p.choice.backward_filter.time_ms);
+  };
+  int64_t best = g.in_channels;
+  double best_ms = force ? INFINITY : 0.97 * step_ms(plain);
+  for (int64_t channels : counts) {
+    const std::unique_ptr<CudaConvPlan> padded = searched_plan(backend, with_in_channels(g, channels));
+    // The forward and the filter gradient each pad the input once; the filter's copies are negligible.
+    const double ms = step_ms(*padded) + 2 * time_input_padding(backend, g, channels);
+    if (ms < best_ms) {
+      best_ms = ms;
+      best = channels;
+    }
+  }
+  return best;
+}
+
+}  // namespace
+
+std::unique_ptr<ConvPlan> CudaBackend::plan_conv(const ConvGeometry& g) {
+  std::unique_ptr<CudaConvPlan> plan = searched_plan(*this, g);
+  const ChannelPadding mode = channel_padding_mode();
+  const std::vector<int64_t> counts =
+      mode == ChannelPadding::off ? std::vector<int64_t>{} : padded_channel_counts(g, allow_tf32());
+  if (counts.empty()) return plan;
+  const std::pair<ConvKey, int> key{make_key(g, *this), static_cast<int>(mode)};
+  std::optional<int64_t> channels;
+  {
+    std::lock_guard<std::mutex> lock(cache_mutex());
+    if (auto it = padding_cache().find(key); it != padding_cache().end()) channels = it->second;
+  }
+  if (!channels) {
+    const std::shared_ptr<AlgorithmStore> store = algorithm_store();
+    const std::string store_key =
+        store ? stored_choice_key(g, *this) + (mode == ChannelPadding::force ? " pad:force" : " pad:auto")
+              : std::string();
+    if (store) {
+      if (auto entry = store->find(store_key); entry && entry->size() == 1) channels = (*entry)[0];
+    }
+    if (!channels) {
+      channels = choose_input_channels(*this, g, *plan, counts, mode == ChannelPadding::force);
+      if (store) store->put(store_key, {*channels});
+    }
+    std::lock_guard<std::mutex> lock(cache_mutex());
+    channels = padding_cache().emplace(key, *channels).first->second;
+  }
+  if (*channels != g.in_channels) plan->padded = searched_plan(*this, with_in_channels(g, *channels));
   return plan;
 }
 
@@ -431,6 +610,19 @@ void CudaBackend::conv_forward(const ConvPlan& plan, const Tensor& x, const Tens
   check_activation(op, "x", x, x_dims(g), g.dtype, g.layout);
   check_activation(op, "w", w, w_dims(g), g.dtype, g.layout);
   check_activation(op, "y", y, y_dims(g), g.dtype, g.layout);
+  if (p.padded) {
+    const ConvGeometry& pg = p.padded->geometry;
+    const PaddedBuffers b = padded_buffers(p, workspace, op);
+    activate();
+    copy_channels(x.data(), g.in_channels, b.x, pg.in_channels, g.batch * g.in_h * g.in_w, g.dtype, false,
+                  stream_);
+    copy_channels(w.data(), g.in_channels, b.w, pg.in_channels, g.out_channels * g.kernel_h * g.kernel_w,
+                  g.dtype, false, stream_);
+    const Tensor xp(b.x, x_dims(pg), g.dtype, g.layout, device()),
+        wp(b.w, w_dims(pg), g.dtype, g.layout, device());
+    conv_forward(*p.padded, xp, wp, y, b.inner_workspace);
+    return;
+  }
   check_workspace(p, p.choice.forward, workspace, op);
   activate();
   const Scaling s(g.dtype, 1.0, 0.0);
@@ -448,6 +640,20 @@ void CudaBackend::conv_backward_data(const ConvPlan& plan, const Tensor& dy, con
   check_activation(op, "dy", dy, y_dims(g), g.dtype, g.layout);
   check_activation(op, "w", w, w_dims(g), g.dtype, g.layout);
   check_activation(op, "dx", dx, x_dims(g), g.dtype, g.layout);
+  if (p.padded) {
+    // The padded input's gradient, then its first channels into dx.
+    const ConvGeometry& pg = p.padded->geometry;
+    const PaddedBuffers b = padded_buffers(p, workspace, op);
+    activate();
+    copy_channels(w.data(), g.in_channels, b.w, pg.in_channels, g.out_channels * g.kernel_h * g.kernel_w,
+                  g.dtype, false, stream_);
+    const Tensor wp(b.w, w_dims(pg), g.dtype, g.layout, device());
+    Tensor dxp(b.x, x_dims(pg), g.dtype, g.layout, device());
+    conv_backward_data(*p.padded, dy, wp, dxp, Accumulate::overwrite, b.inner_workspace);
+    copy_channels(b.x, pg.in_channels, dx.data(), g.in_channels, g.batch * g.in_h * g.in_w, g.dtype,
+                  accumulate == Accumulate::add, stream_);
+    return;
+  }
   check_workspace(p, p.choice.backward_data, workspace, op);
   activate();
   const Scaling s(g.dtype, 1.0, accumulate == Accumulate::add ? 1.0 : 0.0);
@@ -465,6 +671,20 @@ void CudaBackend::conv_backward_filter(const ConvPlan& plan, const Tensor& x, co
   check_activation(op, "x", x, x_dims(g), g.dtype, g.layout);
   check_activation(op, "dy", dy, y_dims(g), g.dtype, g.layout);
   check_activation(op, "dw", dw, w_dims(g), g.dtype, g.layout);
+  if (p.padded) {
+    // The padded filter's gradient from the padded input, then its first channels into dw.
+    const ConvGeometry& pg = p.padded->geometry;
+    const PaddedBuffers b = padded_buffers(p, workspace, op);
+    activate();
+    copy_channels(x.data(), g.in_channels, b.x, pg.in_channels, g.batch * g.in_h * g.in_w, g.dtype, false,
+                  stream_);
+    const Tensor xp(b.x, x_dims(pg), g.dtype, g.layout, device());
+    Tensor dwp(b.w, w_dims(pg), g.dtype, g.layout, device());
+    conv_backward_filter(*p.padded, xp, dy, dwp, Accumulate::overwrite, b.inner_workspace);
+    copy_channels(b.w, pg.in_channels, dw.data(), g.in_channels, g.out_channels * g.kernel_h * g.kernel_w,
+                  g.dtype, accumulate == Accumulate::add, stream_);
+    return;
+  }
   check_workspace(p, p.choice.backward_filter, workspace, op);
   activate();
   const Scaling s(g.dtype, 1.0, accumulate == Accumulate::add ? 1.0 : 0.0);
@@ -478,6 +698,10 @@ void CudaBackend::conv_backward_filter(const ConvPlan& plan, const Tensor& x, co
 
 std::string describe_cuda_conv_plan(const ConvPlan& plan) {
   const auto& p = cuda::as_cuda_plan(plan);
+  if (p.padded) {
+    return fmt::format("input channels padded {} -> {}: {}", p.geometry.in_channels,
+                       p.padded->geometry.in_channels, describe_cuda_conv_plan(*p.padded));
+  }
   const auto& c = p.choice;
   auto one = [](const char* name, const cuda::AlgoChoice& a) {
     return fmt::format("{} ({}, {} B, {:.3f} ms)", name, cuda::math_name(a.math), a.workspace, a.time_ms);

@@ -40,6 +40,12 @@ void softmax_cross_entropy_backward(const float* probs, const int32_t* labels, i
                                     float label_smoothing, float scale, const float* loss_scale,
                                     void* dlogits, DType dlogits_dtype, cudaStream_t stream);
 
+// dst[row, c] (=|+=) src[row, c] for c < src_channels and 0 for the channels beyond, over row-major
+// [rows, channels] buffers: pads an NHWC tensor or KRSC filter with zero channels (dst_channels >
+// src_channels) or takes its first channels back, adding to dst when `accumulate`.
+void copy_channels(const void* src, int64_t src_channels, void* dst, int64_t dst_channels, int64_t rows,
+                   DType dtype, bool accumulate, cudaStream_t stream);
+
 // Sets *flag = 1 if any of x[0..n) is Inf or NaN; never clears it.
 void check_finite(const void* x, DType dtype, int64_t n, int32_t* flag, cudaStream_t stream);
 
