@@ -10,6 +10,7 @@
 #include <oneapi/dnnl/dnnl.hpp>
 #include <set>
 #include <string>
+#include <string_view>
 #include <thread>
 #include <utility>
 
@@ -110,7 +111,21 @@ nlohmann::json system_info() {
   if (gpus.contains("topology")) j["gpu_topology"] = gpus["topology"];
   j["dlbench_version"] = DLBENCH_VERSION;
   j["git_commit"] = DLBENCH_GIT_COMMIT;
+  j["environment"] = run_environment();
   return j;
+}
+
+nlohmann::json run_environment() {
+  nlohmann::json env = nlohmann::json::object();
+  for (char** entry = environ; entry && *entry; ++entry) {
+    const std::string_view text = *entry;
+    const size_t equals = text.find('=');
+    if (equals == std::string_view::npos) continue;
+    const std::string_view name = text.substr(0, equals);
+    if (name.starts_with("DLBENCH_") || name.starts_with("NCCL_") || name == "CUDA_VISIBLE_DEVICES")
+      env[std::string(name)] = std::string(text.substr(equals + 1));
+  }
+  return env;
 }
 
 std::string system_table(const nlohmann::json& s) {
@@ -152,6 +167,13 @@ std::string system_table(const nlohmann::json& s) {
   }
   if (s.contains("mpi")) software += ", " + text("mpi");
   out += fmt::format("{:<10} {}\n", "software", software);
+  if (s.contains("environment") && s["environment"].is_object() && !s["environment"].empty()) {
+    std::string env;
+    for (const auto& [name, value] : s["environment"].items())
+      env += fmt::format("{}{}={}", env.empty() ? "" : " ", name,
+                         value.is_string() ? value.get<std::string>() : value.dump());
+    out += fmt::format("{:<10} {}\n", "environ", env);
+  }
   return out;
 }
 
