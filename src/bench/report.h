@@ -48,7 +48,7 @@ struct ReportPoint {
   // dlbench points of a sweep run with extra bench flags (sweep --bench-args), space-separated: the same
   // point run another way ("--bucket-mb 0 --allreduce-precision compute"); "" for the defaults.
   std::string bench_args;
-  nlohmann::json system;              // null when the result has none
+  nlohmann::json system;  // null when the result has none
 };
 
 struct ReportInput {

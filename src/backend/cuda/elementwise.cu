@@ -414,18 +414,18 @@ void copy_channels(const void* src, int64_t src_channels, void* dst, int64_t dst
   if (n == 0) return;
   dispatch_float(dtype, "copy_channels", [&](auto tag) {
     using T = decltype(tag);
+    auto launch = [&](auto index_tag) {
+      using I = decltype(index_tag);
+      launch_elementwise<1>(n, false,
+                            CopyChannelsOp<T, I>{static_cast<const T*>(src), static_cast<T*>(dst),
+                                                 I(src_channels), I(dst_channels), accumulate},
+                            stream);
+    };
+    // 32-bit indices when both buffers' element counts fit them (64-bit division is several times slower).
     if (std::max(n, rows * src_channels) < int64_t(UINT32_MAX)) {
-      launch_elementwise<1>(n, false,
-                            CopyChannelsOp<T, uint32_t>{static_cast<const T*>(src), static_cast<T*>(dst),
-                                                        uint32_t(src_channels), uint32_t(dst_channels),
-                                                        accumulate},
-                            stream);
+      launch(uint32_t{});
     } else {
-      launch_elementwise<1>(n, false,
-                            CopyChannelsOp<T, uint64_t>{static_cast<const T*>(src), static_cast<T*>(dst),
-                                                        uint64_t(src_channels), uint64_t(dst_channels),
-                                                        accumulate},
-                            stream);
+      launch(uint64_t{});
     }
   });
 }
