@@ -22,7 +22,7 @@
 //
 // Input channels padded (DLBENCH_CONV_PAD_CHANNELS=auto; off by default until measured on a GPU): NHWC
 // tensor-core kernels read channels in vectors of 8 (FP16/BF16) or 4 (TF32), so an input of 3 channels —
-// the image, at ResNet's stem — runs cuDNN's general kernels, which took 0.6-1.8 ms per direction for the
+// the image, at ResNet's stem — runs cuDNN's general kernels, which took 0.65-1.9 ms per direction for the
 // stem at batch 256 on an H200. With the input and the filter padded with zero channels the convolution is
 // the same, and may run the fast kernels. plan_conv then also plans the padded shapes (4 and 8 channels)
 // and keeps the fastest of all for the forward and filter gradient a layer runs each step, counting the
