@@ -33,6 +33,22 @@ TEST(AlgorithmSearch, MedianBeatsOneLuckyRound) {
   EXPECT_FLOAT_EQ(best->median_ms, 1.00f);
 }
 
+TEST(AlgorithmSearch, RanksEveryCandidateOfEveryRoundByMedian) {
+  // 5 is refused once: out. 6 and 7 tie at 2.0: (algo, math) order. 8 is fastest.
+  const std::vector<std::vector<FakePerf>> rounds = {
+      {{7, 0, 0, 2.0f}, {6, 0, 0, 2.0f}, {5, 0, 0, 0.1f}, {8, 0, 0, 1.5f}},
+      {{7, 0, 0, 2.0f}, {6, 0, 0, 2.0f}, {5, 0, 0, 0.1f, false}, {8, 0, 0, 1.0f}},
+      {{7, 0, 0, 2.0f}, {6, 0, 0, 2.0f}, {5, 0, 0, 0.1f}, {8, 0, 0, 1.0f}},
+  };
+  const std::vector<TimedChoice> ranked = rank_by_median(rounds, kAcceptAll);
+  ASSERT_EQ(ranked.size(), 3u);
+  EXPECT_EQ(ranked[0].algo, 8);
+  EXPECT_FLOAT_EQ(ranked[0].median_ms, 1.0f);
+  EXPECT_EQ(ranked[1].algo, 6);
+  EXPECT_EQ(ranked[2].algo, 7);
+  EXPECT_EQ(pick_by_median(rounds, kAcceptAll)->algo, 8);
+}
+
 TEST(AlgorithmSearch, MathTypeIsPartOfTheCandidate) {
   // The same algorithm under two math types is two candidates.
   const std::vector<std::vector<FakePerf>> rounds = {

@@ -1,7 +1,8 @@
 // CUDA convolutions (cuDNN) against the reference backend: forward, backward data and backward filter,
 // overwriting and accumulating, in f32 (TF32 off and on), f16, bf16 and f64, NCHW and NHWC, on odd sizes,
-// strides 2, 1x1 and 7x7 kernels. Also: the per-shape algorithm search is cached, and inputs padded with
-// zero channels (DLBENCH_CONV_PAD_CHANNELS) give the same results.
+// strides 2, 1x1 and 7x7 kernels. Also: the per-shape algorithm search is cached, inputs padded with zero
+// channels (DLBENCH_CONV_PAD_CHANNELS) and cuDNN's graph-API engines (DLBENCH_CONV_GRAPH) give the same
+// results.
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 
@@ -218,6 +219,49 @@ TEST_F(CudaConvTest, PaddedInputChannelsMatchTheReference) {
   setenv("DLBENCH_CONV_PAD_CHANNELS", "off", 1);
   EXPECT_EQ(describe_cuda_conv_plan(*shared_gpu().plan_conv(g)).find("padded"), std::string::npos);
   setenv("DLBENCH_CONV_PAD_CHANNELS", "sometimes", 1);
+  EXPECT_THROW(shared_gpu().plan_conv(g), UserError);
+}
+
+// DLBENCH_CONV_GRAPH=force: every direction cuDNN's graph API has an engine for runs on the fastest one,
+// whatever the legacy algorithm's time, and still matches the reference in every direction (accumulating
+// calls take the legacy algorithm: the graphs overwrite). "off" keeps the legacy API; another value is one
+// clear error.
+TEST_F(CudaConvTest, GraphEnginesMatchTheReference) {
+  struct EnvGuard {
+    ~EnvGuard() { unsetenv("DLBENCH_CONV_GRAPH"); }
+  } guard;
+  setenv("DLBENCH_CONV_GRAPH", "force", 1);
+  int graph_directions = 0;
+  for (const ConvCase& cc : kConvCases) {
+    for (Precision precision : {Precision{DType::f16, false}, Precision{DType::bf16, false},
+                                Precision{DType::f32, true}, Precision{DType::f32, false}}) {
+      for (Layout layout : {Layout::nhwc, Layout::nchw}) {
+        SCOPED_TRACE(fmt::format("{}x{}x{}x{} -> {} {}x{}, {} {}", cc.n, cc.c, cc.h, cc.w, cc.k, cc.r, cc.s,
+                                 precision_name(precision), layout_name(layout)));
+        run_conv_case(*ref, cc, layout, precision.dtype, precision.tf32);
+        ConvGeometry g;
+        g.batch = cc.n, g.in_channels = cc.c, g.in_h = cc.h, g.in_w = cc.w, g.out_channels = cc.k;
+        g.kernel_h = cc.r, g.kernel_w = cc.s, g.stride_h = cc.stride_h, g.stride_w = cc.stride_w;
+        g.pad_h = cc.pad_h, g.pad_w = cc.pad_w, g.layout = layout, g.dtype = precision.dtype;
+        const std::string plan = describe_cuda_conv_plan(*shared_gpu(precision.tf32).plan_conv(g));
+        for (size_t at = plan.find("graph engine"); at != std::string::npos;
+             at = plan.find("graph engine", at + 1))
+          ++graph_directions;
+        if (precision.dtype == DType::f32 && !precision.tf32)
+          EXPECT_EQ(plan.find("tensor op"), std::string::npos)
+              << "FP32 without TF32 on tensor cores: " << plan;
+      }
+    }
+  }
+  // 8 shapes x 4 precisions x 2 layouts x 3 directions: most have engines (a test that would pass with
+  // the graph path never taken is no test of it).
+  EXPECT_GE(graph_directions, 96) << "graph engines ran in only " << graph_directions << " directions";
+  ConvGeometry g;
+  g.batch = 2, g.in_channels = 16, g.in_h = g.in_w = 8, g.out_channels = 16, g.kernel_h = g.kernel_w = 1;
+  g.layout = Layout::nhwc, g.dtype = DType::f16;
+  setenv("DLBENCH_CONV_GRAPH", "off", 1);
+  EXPECT_EQ(describe_cuda_conv_plan(*shared_gpu().plan_conv(g)).find("graph"), std::string::npos);
+  setenv("DLBENCH_CONV_GRAPH", "sometimes", 1);
   EXPECT_THROW(shared_gpu().plan_conv(g), UserError);
 }
 

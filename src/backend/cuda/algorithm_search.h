@@ -28,9 +28,10 @@ struct TimedChoice {
   float median_ms = 0;
 };
 
+// Every candidate accepted in every round, fastest median first (ties in (algo, math) order: the same
+// inputs always give the same order).
 template <typename Perf, typename Accept>
-std::optional<TimedChoice> pick_by_median(const std::vector<std::vector<Perf>>& rounds,
-                                          const Accept& accept) {
+std::vector<TimedChoice> rank_by_median(const std::vector<std::vector<Perf>>& rounds, const Accept& accept) {
   std::map<std::pair<int, int>, std::vector<float>> times;  // (algo, math) -> its time in every round
   std::map<std::pair<int, int>, size_t> memory;
   for (const auto& results : rounds) {
@@ -43,15 +44,23 @@ std::optional<TimedChoice> pick_by_median(const std::vector<std::vector<Perf>>& 
       memory[id] = std::max(memory[id], static_cast<size_t>(r.memory));
     }
   }
-  std::optional<TimedChoice> best;
+  std::vector<TimedChoice> ranked;
   for (auto& [id, t] : times) {
     if (rounds.empty() || t.size() != rounds.size()) continue;  // missing or refused in some round
     std::sort(t.begin(), t.end());
-    const float median = t[t.size() / 2];
-    // Ties go to the first (algo, math) in order: the same inputs always give the same choice.
-    if (!best || median < best->median_ms) best = TimedChoice{id.first, id.second, memory[id], median};
+    ranked.push_back(TimedChoice{id.first, id.second, memory[id], t[t.size() / 2]});
   }
-  return best;
+  std::stable_sort(ranked.begin(), ranked.end(),
+                   [](const TimedChoice& a, const TimedChoice& b) { return a.median_ms < b.median_ms; });
+  return ranked;
+}
+
+template <typename Perf, typename Accept>
+std::optional<TimedChoice> pick_by_median(const std::vector<std::vector<Perf>>& rounds,
+                                          const Accept& accept) {
+  const std::vector<TimedChoice> ranked = rank_by_median(rounds, accept);
+  if (ranked.empty()) return std::nullopt;
+  return ranked.front();
 }
 
 }  // namespace dlbench::cuda

@@ -9,6 +9,7 @@
 
 #include "backend/cuda/cuda_common.h"
 #include "backend/cuda/cuda_stream.h"
+#include "backend/cuda/cudnn_graph.h"
 #include "backend/cuda/kernels.h"
 
 namespace dlbench {
@@ -153,11 +154,21 @@ CudaBackend::~CudaBackend() {
   cudaSetDevice(device_);
   if (stream_) cudaStreamSynchronize(stream_);
   segment_tables_.clear();
+  graph_plans_.clear();  // before the cuDNN handle they were built on
   for (cudaEvent_t event : markers_) cudaEventDestroy(event);
   if (cublas_) cublasDestroy(cublas_);
   cublas_workspace_.reset();
   if (cudnn_) cudnnDestroy(cudnn_);
   if (stream_) cudaStreamDestroy(stream_);
+}
+
+std::shared_ptr<const GraphPlan> CudaBackend::graph_plan(
+    const std::vector<int64_t>& key, const std::function<std::unique_ptr<GraphPlan>()>& build) const {
+  std::lock_guard<std::mutex> lock(graph_plans_mutex_);
+  if (auto it = graph_plans_.find(key); it != graph_plans_.end()) return it->second;
+  std::shared_ptr<const GraphPlan> plan = build();
+  graph_plans_.emplace(key, plan);
+  return plan;
 }
 
 void CudaBackend::activate() const {

@@ -9,6 +9,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -24,6 +25,8 @@
 #include "core/status.h"
 
 namespace dlbench::cuda {
+
+class GraphPlan;
 
 // Owning device memory (cudaMalloc / cudaFree); move-only.
 class DeviceBuffer {
@@ -224,6 +227,12 @@ class CudaBackend final : public Backend {
     return describe_cuda_batchnorm_plan(plan);
   }
 
+  // A graph-API execution plan (cudnn_graph.h) by `key` (shape, direction, engine), built by `build` the
+  // first time: a plan belongs to this backend's cuDNN handle, and the layers of one shape share it (an
+  // engine that compiles its kernel compiles it once). Null when `build` gave null.
+  std::shared_ptr<const GraphPlan> graph_plan(const std::vector<int64_t>& key,
+                                              const std::function<std::unique_ptr<GraphPlan>()>& build) const;
+
  private:
   int device_;
   bool allow_tf32_;
@@ -236,6 +245,8 @@ class CudaBackend final : public Backend {
   std::vector<cudaEvent_t> markers_;  // timeline events (--trace), destroyed with the backend
   std::mutex segments_mutex_;
   std::map<std::vector<std::tuple<int64_t, int64_t, bool>>, DeviceBuffer> segment_tables_;
+  mutable std::mutex graph_plans_mutex_;
+  mutable std::map<std::vector<int64_t>, std::shared_ptr<const GraphPlan>> graph_plans_;
 };
 
 const CudaBackend& as_cuda(const Backend& backend);

@@ -28,11 +28,21 @@
 // and keeps the fastest of all for the forward and filter gradient a layer runs each step, counting the
 // copies that pad the input (timed). A padded plan pads x and w into the workspace before each call and
 // takes the gradients' first channels back after it. "force" always pads where it can (tests).
+//
+// Graph-API engines (DLBENCH_CONV_GRAPH=auto, the default): after the legacy search, each direction is also
+// built as a one-operation graph (cudnn_graph.h) and the engines cuDNN's heuristics rank first for it are
+// timed, with cudnnFind's fastest legacy algorithms timed again on the same clock: back to back, as the
+// step's CUDA graph runs them (time_calls says why). An engine that beats it runs instead — except when a
+// gradient accumulates into its output (beta = 1: the legacy call does that) or a tensor is not aligned
+// as the graph declares. "off" keeps the legacy API alone; "force" takes the fastest engine whatever the
+// legacy time (tests). The mode is part of the choice's key, in the process and in --algorithm-cache.
 #include <algorithm>
 #include <array>
 #include <cmath>
+#include <cstdint>
 #include <cstdio>
 #include <cstdlib>
+#include <initializer_list>
 #include <optional>
 #include <string_view>
 #include <vector>
@@ -40,22 +50,46 @@
 #include "backend/algorithm_store.h"
 #include "backend/cuda/algorithm_search.h"
 #include "backend/cuda/cuda_common.h"
+#include "backend/cuda/cudnn_graph.h"
 #include "backend/cuda/kernels.h"
 
 namespace dlbench {
 namespace cuda {
 namespace {
 
+// One direction's choice: the legacy algorithm (cudnnFind's time), and the graph-API engine that runs
+// instead where it timed faster, with both times on dlbench's own clock.
 struct AlgoChoice {
   int algo = 0;
   cudnnMathType_t math = CUDNN_DEFAULT_MATH;
   size_t workspace = 0;
   float time_ms = 0;
+  std::optional<GraphEngine> engine;
+  float engine_ms = 0, legacy_ms = 0;
+  // What this direction costs per call: the engine's time when it runs, else the legacy algorithm's.
+  float run_ms() const { return engine ? engine_ms : (legacy_ms > 0 ? legacy_ms : time_ms); }
 };
 
 struct ConvChoice {
   AlgoChoice forward, backward_data, backward_filter;
 };
+
+enum class GraphEngines { off, automatic, force };
+
+// DLBENCH_CONV_GRAPH: auto (the default), off or force.
+GraphEngines graph_engine_mode() {
+  const char* value = std::getenv("DLBENCH_CONV_GRAPH");
+  const std::string_view v = value ? value : "";
+  if (v.empty() || v == "auto") return GraphEngines::automatic;
+  if (v == "off") return GraphEngines::off;
+  if (v == "force") return GraphEngines::force;
+  throw UserError(fmt::format("DLBENCH_CONV_GRAPH={}: choose auto, off or force", v));
+}
+
+// FP64 has no graph engines here: the legacy API alone.
+bool uses_graph_engines(const ConvGeometry& g) {
+  return g.dtype != DType::f64 && graph_engine_mode() != GraphEngines::off;
+}
 
 // One number per GPU model (by name): the GPUs of one model share their searches' results.
 int64_t gpu_model_id(int device_index) {
@@ -74,8 +108,8 @@ int64_t gpu_model_id(int device_index) {
 // Everything the search result depends on: the geometry, dtype, layout, the TF32 switch, the workspace
 // limit and the GPU's model. Not the GPU itself: with --gpus N, the ranks' threads search the same shapes
 // at the same time, and the first result stored is the one every rank runs (plan_conv), so all ranks run
-// the same kernels instead of each its own near-equal pick.
-using ConvKey = std::array<int64_t, 16>;
+// the same kernels instead of each its own near-equal pick. Also the graph-engine mode.
+using ConvKey = std::array<int64_t, 17>;
 
 ConvKey make_key(const ConvGeometry& g, const CudaBackend& backend) {
   return {g.batch,
@@ -93,7 +127,8 @@ ConvKey make_key(const ConvGeometry& g, const CudaBackend& backend) {
           static_cast<int64_t>(g.layout),
           backend.allow_tf32() ? 1 : 0,
           static_cast<int64_t>(backend.conv_workspace_limit()),
-          gpu_model_id(backend.device().index)};
+          gpu_model_id(backend.device().index),
+          g.dtype == DType::f64 ? 0 : static_cast<int64_t>(graph_engine_mode())};
 }
 
 std::mutex& cache_mutex() {
@@ -113,29 +148,60 @@ std::string stored_choice_key(const ConvGeometry& g, CudaBackend& backend) {
                      device ? device->name : "?", cudnnGetVersion(), g.batch, g.in_channels, g.in_h, g.in_w,
                      g.out_channels, g.kernel_h, g.kernel_w, g.stride_h, g.stride_w, g.pad_h, g.pad_w,
                      dtype_name(g.dtype), layout_name(g.layout), backend.allow_tf32() ? 1 : 0,
-                     backend.conv_workspace_limit());
+                     backend.conv_workspace_limit()) +
+         (!uses_graph_engines(g)                       ? ""
+          : graph_engine_mode() == GraphEngines::force ? " graph:force"
+                                                       : " graph:auto");
 }
 
-// A stored choice: algorithm, math type and median time (microseconds) of each direction. Workspaces are
-// not stored: finish() asks cuDNN for them.
-std::vector<int64_t> choice_to_integers(const ConvChoice& c) {
+// A stored choice, per direction: algorithm, math type and median time (microseconds); with graph engines
+// (a key ending " graph:..."), then the engine's global index (-1: none), its time and the legacy
+// algorithm's on the same clock (microseconds), the number of knobs and each knob's type and value.
+// Workspaces are not stored: finish() asks cuDNN for them.
+std::vector<int64_t> choice_to_integers(const ConvChoice& c, bool with_engines) {
+  auto us = [](float ms) { return static_cast<int64_t>(std::lround(ms * 1000.0f)); };
   std::vector<int64_t> v;
   for (const AlgoChoice* a : {&c.forward, &c.backward_data, &c.backward_filter}) {
-    v.insert(v.end(), {a->algo, static_cast<int64_t>(a->math), static_cast<int64_t>(a->time_ms * 1000.0f)});
+    v.insert(v.end(), {a->algo, static_cast<int64_t>(a->math), us(a->time_ms)});
+    if (!with_engines) continue;
+    v.insert(v.end(), {a->engine ? a->engine->index : -1, us(a->engine_ms), us(a->legacy_ms),
+                       a->engine ? static_cast<int64_t>(a->engine->knobs.size()) : 0});
+    if (a->engine) {
+      for (const auto& [type, value] : a->engine->knobs) v.insert(v.end(), {type, value});
+    }
   }
   return v;
 }
 
-ConvChoice choice_from_integers(const std::vector<int64_t>& v, const std::string& path,
+ConvChoice choice_from_integers(const std::vector<int64_t>& v, bool with_engines, const std::string& path,
                                 const std::string& key) {
-  DLB_REQUIRE(v.size() == 9, "--algorithm-cache {}: entry '{}' has {} numbers, not 9", path, key, v.size());
+  size_t at = 0;
+  auto next = [&]() {
+    DLB_REQUIRE(at < v.size(), "--algorithm-cache {}: entry '{}' ends early ({} numbers)", path, key,
+                v.size());
+    return v[at++];
+  };
   ConvChoice c;
-  AlgoChoice* directions[] = {&c.forward, &c.backward_data, &c.backward_filter};
-  for (size_t i = 0; i < 3; ++i) {
-    directions[i]->algo = static_cast<int>(v[3 * i]);
-    directions[i]->math = static_cast<cudnnMathType_t>(v[3 * i + 1]);
-    directions[i]->time_ms = static_cast<float>(v[3 * i + 2]) / 1000.0f;
+  for (AlgoChoice* a : {&c.forward, &c.backward_data, &c.backward_filter}) {
+    a->algo = static_cast<int>(next());
+    a->math = static_cast<cudnnMathType_t>(next());
+    a->time_ms = static_cast<float>(next()) / 1000.0f;
+    if (!with_engines) continue;
+    const int64_t index = next();
+    a->engine_ms = static_cast<float>(next()) / 1000.0f;
+    a->legacy_ms = static_cast<float>(next()) / 1000.0f;
+    const int64_t knobs = next();
+    DLB_REQUIRE(knobs >= 0 && knobs <= CUDNN_KNOB_TYPE_COUNTS,
+                "--algorithm-cache {}: entry '{}' has {} knobs", path, key, knobs);
+    if (index >= 0) a->engine = GraphEngine{index, {}};
+    for (int64_t k = 0; k < knobs; ++k) {
+      const int64_t type = next();
+      const int64_t value = next();
+      if (a->engine) a->engine->knobs.emplace_back(type, value);
+    }
   }
+  DLB_REQUIRE(at == v.size(), "--algorithm-cache {}: entry '{}' has {} numbers, not {}", path, key, v.size(),
+              at);
   return c;
 }
 
@@ -191,8 +257,15 @@ class CudaConvPlan final : public ConvPlan {
   explicit CudaConvPlan(const ConvGeometry& g) : ConvPlan(g) {}
   size_t workspace_bytes() const override {
     if (padded) return padded_x_bytes() + padded_w_bytes() + padded->workspace_bytes();
-    return std::max(
+    size_t bytes = std::max(
         {choice.forward.workspace, choice.backward_data.workspace, choice.backward_filter.workspace});
+    for (const auto& plan : graph_plans)
+      if (plan) bytes = std::max(bytes, plan->workspace_bytes());
+    return bytes;
+  }
+  // The graph-API plan `direction` runs on, or null (the legacy algorithm).
+  const GraphPlan* graph_plan(ConvDirection direction) const {
+    return graph_plans[static_cast<size_t>(direction)].get();
   }
   // With padded input channels, the workspace holds the padded input (or input gradient), then the padded
   // filter (or filter gradient), then the padded plan's own workspace.
@@ -212,6 +285,8 @@ class CudaConvPlan final : public ConvPlan {
   // One convolution descriptor per direction: each carries the math type its algorithm was timed with.
   ConvolutionDescriptor forward_desc, backward_data_desc, backward_filter_desc;
   ConvChoice choice;
+  // Per direction (ConvDirection's order): the execution plan of the chosen graph engine, if any.
+  std::array<std::shared_ptr<const GraphPlan>, 3> graph_plans;
   bool from_cache = false;
   // The plan of this convolution on its input padded with zero channels, when that runs faster (see the
   // top of this file); the calls then go there.
@@ -256,22 +331,34 @@ size_t tensor_bytes(const std::vector<int64_t>& dims, DType dtype) {
 // Every direction is searched kSearchRounds times (algorithm_search.h says why).
 constexpr int kSearchRounds = 3;
 
+// The algorithms of one direction that ran within the workspace limit in every round, fastest median
+// first; at least one.
 template <typename Perf>
-AlgoChoice pick(const std::vector<std::vector<Perf>>& rounds, const char* direction, const ConvGeometry& g,
-                size_t limit) {
-  const std::optional<TimedChoice> best = pick_by_median(
+std::vector<AlgoChoice> rank(const std::vector<std::vector<Perf>>& rounds, const char* direction,
+                             const ConvGeometry& g, size_t limit) {
+  const std::vector<TimedChoice> ranked = rank_by_median(
       rounds, [&](const Perf& r) { return r.status == CUDNN_STATUS_SUCCESS && r.memory <= limit; });
-  DLB_CHECK(best.has_value(),
+  DLB_CHECK(!ranked.empty(),
             "conv: cuDNN found no {} algorithm within {} bytes of workspace for {}x{}x{}x{} -> {} ({}x{} "
             "stride {}x{} pad {}x{}, {} {})",
             direction, limit, g.batch, g.in_channels, g.in_h, g.in_w, g.out_channels, g.kernel_h, g.kernel_w,
             g.stride_h, g.stride_w, g.pad_h, g.pad_w, dtype_name(g.dtype), layout_name(g.layout));
-  return {best->algo, static_cast<cudnnMathType_t>(best->math), best->memory, best->median_ms};
+  std::vector<AlgoChoice> choices;
+  for (const TimedChoice& t : ranked) {
+    AlgoChoice c;
+    c.algo = t.algo;
+    c.math = static_cast<cudnnMathType_t>(t.math);
+    c.workspace = t.memory;
+    c.time_ms = t.median_ms;
+    choices.push_back(c);
+  }
+  return choices;
 }
 
-// Runs one cuDNN search (`find(results, &returned)`) kSearchRounds times and picks from all rounds.
+// Runs one cuDNN search (`find(results, &returned)`) kSearchRounds times and ranks all rounds' algorithms.
 template <typename Perf, typename Find>
-AlgoChoice search_direction(const Find& find, const char* direction, const ConvGeometry& g, size_t limit) {
+std::vector<AlgoChoice> search_direction(const Find& find, const char* direction, const ConvGeometry& g,
+                                         size_t limit) {
   constexpr int kMaxResults = 16;
   std::vector<std::vector<Perf>> rounds;
   for (int round = 0; round < kSearchRounds; ++round) {
@@ -280,57 +367,72 @@ AlgoChoice search_direction(const Find& find, const char* direction, const ConvG
     find(kMaxResults, &returned, results);
     rounds.emplace_back(results, results + returned);
   }
-  return pick(rounds, direction, g, limit);
+  return rank(rounds, direction, g, limit);
 }
 
-// The timed search of all three directions on scratch buffers.
-ConvChoice search(const CudaBackend& backend, const CudaConvPlan& plan) {
-  const ConvGeometry& g = plan.geometry;
-  cudnnHandle_t handle = backend.cudnn();
+// The buffers a search runs on: x, w, y of the geometry (zeros: uninitialised memory may hold NaN or
+// denormal patterns that slow some algorithms down) and as much workspace as the limit allows and the GPU
+// has free (halving on failure).
+struct SearchScratch {
+  DeviceBuffer x, w, y, ws;
+  size_t ws_bytes = 0;
+};
+
+SearchScratch search_scratch(const CudaBackend& backend, const ConvGeometry& g) {
+  SearchScratch s;
   const size_t x_bytes = tensor_bytes(x_dims(g), g.dtype), w_bytes = tensor_bytes(w_dims(g), g.dtype),
                y_bytes = tensor_bytes(y_dims(g), g.dtype);
-  DeviceBuffer x(x_bytes), w(w_bytes), y(y_bytes);
-  // Zeros: uninitialised memory may hold NaN or denormal patterns that slow some algorithms down.
-  CUDA_CHECK(cudaMemsetAsync(x.get(), 0, x_bytes, backend.stream()));
-  CUDA_CHECK(cudaMemsetAsync(w.get(), 0, w_bytes, backend.stream()));
-  CUDA_CHECK(cudaMemsetAsync(y.get(), 0, y_bytes, backend.stream()));
-
-  // As much search workspace as the limit allows and the GPU has free (halving on failure).
+  s.x = DeviceBuffer(x_bytes), s.w = DeviceBuffer(w_bytes), s.y = DeviceBuffer(y_bytes);
+  CUDA_CHECK(cudaMemsetAsync(s.x.get(), 0, x_bytes, backend.stream()));
+  CUDA_CHECK(cudaMemsetAsync(s.w.get(), 0, w_bytes, backend.stream()));
+  CUDA_CHECK(cudaMemsetAsync(s.y.get(), 0, y_bytes, backend.stream()));
   const size_t limit = backend.conv_workspace_limit();
   size_t free_bytes = 0, total_bytes = 0;
   CUDA_CHECK(cudaMemGetInfo(&free_bytes, &total_bytes));
-  size_t ws_bytes = std::min(limit, free_bytes > (size_t{256} << 20) ? free_bytes - (size_t{256} << 20) : 0);
-  DeviceBuffer ws;
-  while (ws_bytes >= (size_t{1} << 20) && !ws.get()) {
-    ws = DeviceBuffer::try_allocate(ws_bytes);
-    if (!ws.get()) ws_bytes /= 2;
+  s.ws_bytes = std::min(limit, free_bytes > (size_t{256} << 20) ? free_bytes - (size_t{256} << 20) : 0);
+  while (s.ws_bytes >= (size_t{1} << 20) && !s.ws.get()) {
+    s.ws = DeviceBuffer::try_allocate(s.ws_bytes);
+    if (!s.ws.get()) s.ws_bytes /= 2;
   }
-  if (!ws.get()) ws_bytes = 0;
+  if (!s.ws.get()) s.ws_bytes = 0;
+  return s;
+}
 
-  ConvChoice choice;
-  choice.forward = search_direction<cudnnConvolutionFwdAlgoPerf_t>(
+// Per direction (ConvDirection's order), the legacy algorithms cudnnFind timed, fastest first.
+using LegacyRanking = std::array<std::vector<AlgoChoice>, 3>;
+
+// The timed search of the legacy algorithms of all three directions.
+LegacyRanking search(const CudaBackend& backend, const CudaConvPlan& plan, const SearchScratch& scratch) {
+  const ConvGeometry& g = plan.geometry;
+  cudnnHandle_t handle = backend.cudnn();
+  const size_t limit = backend.conv_workspace_limit();
+  void *x = scratch.x.get(), *w = scratch.w.get(), *y = scratch.y.get(), *ws = scratch.ws.get();
+  const size_t ws_bytes = scratch.ws_bytes;
+
+  LegacyRanking ranking;
+  ranking[0] = search_direction<cudnnConvolutionFwdAlgoPerf_t>(
       [&](int n, int* returned, cudnnConvolutionFwdAlgoPerf_t* results) {
-        CUDNN_CHECK(cudnnFindConvolutionForwardAlgorithmEx(handle, plan.x_desc, x.get(), plan.w_desc, w.get(),
-                                                           plan.forward_desc, plan.y_desc, y.get(), n,
-                                                           returned, results, ws.get(), ws_bytes));
+        CUDNN_CHECK(cudnnFindConvolutionForwardAlgorithmEx(handle, plan.x_desc, x, plan.w_desc, w,
+                                                           plan.forward_desc, plan.y_desc, y, n, returned,
+                                                           results, ws, ws_bytes));
       },
       "forward", g, limit);
-  choice.backward_data = search_direction<cudnnConvolutionBwdDataAlgoPerf_t>(
+  ranking[1] = search_direction<cudnnConvolutionBwdDataAlgoPerf_t>(
       [&](int n, int* returned, cudnnConvolutionBwdDataAlgoPerf_t* results) {
-        CUDNN_CHECK(cudnnFindConvolutionBackwardDataAlgorithmEx(
-            handle, plan.w_desc, w.get(), plan.y_desc, y.get(), plan.backward_data_desc, plan.x_desc, x.get(),
-            n, returned, results, ws.get(), ws_bytes));
+        CUDNN_CHECK(cudnnFindConvolutionBackwardDataAlgorithmEx(handle, plan.w_desc, w, plan.y_desc, y,
+                                                                plan.backward_data_desc, plan.x_desc, x, n,
+                                                                returned, results, ws, ws_bytes));
       },
       "backward-data", g, limit);
-  choice.backward_filter = search_direction<cudnnConvolutionBwdFilterAlgoPerf_t>(
+  ranking[2] = search_direction<cudnnConvolutionBwdFilterAlgoPerf_t>(
       [&](int n, int* returned, cudnnConvolutionBwdFilterAlgoPerf_t* results) {
-        CUDNN_CHECK(cudnnFindConvolutionBackwardFilterAlgorithmEx(
-            handle, plan.x_desc, x.get(), plan.y_desc, y.get(), plan.backward_filter_desc, plan.w_desc,
-            w.get(), n, returned, results, ws.get(), ws_bytes));
+        CUDNN_CHECK(cudnnFindConvolutionBackwardFilterAlgorithmEx(handle, plan.x_desc, x, plan.y_desc, y,
+                                                                  plan.backward_filter_desc, plan.w_desc, w,
+                                                                  n, returned, results, ws, ws_bytes));
       },
       "backward-filter", g, limit);
   CUDA_CHECK(cudaStreamSynchronize(backend.stream()));  // plan time: the scratch buffers are freed next
-  return choice;
+  return ranking;
 }
 
 void set_conv_desc(cudnnConvolutionDescriptor_t desc, const ConvGeometry& g, cudnnMathType_t math) {
@@ -346,6 +448,27 @@ void set_conv_desc(cudnnConvolutionDescriptor_t desc, const ConvGeometry& g, cud
 cudnnMathType_t execution_math(const ConvGeometry& g, bool allow_tf32, cudnnMathType_t found) {
   if (g.dtype == DType::f32 && !allow_tf32) return CUDNN_FMA_MATH;
   return found;
+}
+
+constexpr ConvDirection kDirections[] = {ConvDirection::forward, ConvDirection::backward_data,
+                                         ConvDirection::backward_filter};
+
+AlgoChoice& direction_choice(ConvChoice& c, ConvDirection d) {
+  return d == ConvDirection::forward         ? c.forward
+         : d == ConvDirection::backward_data ? c.backward_data
+                                             : c.backward_filter;
+}
+
+// Whether the graph plan of `direction` runs this call: there is one, its tensors are aligned as the
+// graph declares them, and the result overwrites its output (the graphs are built with beta = 0).
+const GraphPlan* graph_plan_for(const CudaConvPlan& p, ConvDirection direction,
+                                std::initializer_list<const void*> tensors,
+                                Accumulate accumulate = Accumulate::overwrite) {
+  const GraphPlan* plan = p.graph_plan(direction);
+  if (!plan || accumulate != Accumulate::overwrite) return nullptr;
+  for (const void* t : tensors)
+    if (reinterpret_cast<uintptr_t>(t) % GraphPlan::kAlignment != 0) return nullptr;
+  return plan;
 }
 
 void check_workspace(const CudaConvPlan& p, const AlgoChoice& a, const void* workspace, const char* op) {
@@ -471,6 +594,180 @@ void finish(const CudaBackend& backend, CudaConvPlan& plan) {
   CUDNN_CHECK(cudnnGetConvolutionBackwardFilterWorkspaceSize(
       backend.cudnn(), plan.x_desc, plan.y_desc, plan.backward_filter_desc, plan.w_desc,
       static_cast<cudnnConvolutionBwdFilterAlgo_t>(c.backward_filter.algo), &c.backward_filter.workspace));
+  // The chosen graph engines' plans, shared through the backend by the layers of this shape. An engine
+  // cuDNN no longer builds (a stored choice) leaves its direction on the legacy algorithm.
+  for (ConvDirection d : kDirections) {
+    AlgoChoice& a = direction_choice(c, d);
+    std::shared_ptr<const GraphPlan>& graph_plan = plan.graph_plans[static_cast<size_t>(d)];
+    graph_plan = nullptr;
+    if (!a.engine) continue;
+    const ConvKey shape = make_key(g, backend);
+    std::vector<int64_t> key(shape.begin(), shape.end());
+    key.insert(key.end(), {static_cast<int64_t>(d), a.engine->index});
+    for (const auto& [type, value] : a.engine->knobs) key.insert(key.end(), {type, value});
+    const GraphEngine engine = *a.engine;
+    graph_plan = backend.graph_plan(key, [&]() -> std::unique_ptr<GraphPlan> {
+      try {
+        const ConvGraph graph(backend.cudnn(), g, d);
+        return GraphPlan::build(graph, engine);
+      } catch (const Error&) {
+        return nullptr;
+      }
+    });
+    if (!graph_plan) a.engine.reset();
+  }
+}
+
+void set_legacy(const CudaBackend& backend, CudaConvPlan& plan, ConvDirection d, const AlgoChoice& c,
+                AlgoChoice& a) {
+  a = c;
+  const ConvGeometry& g = plan.geometry;
+  a.math = execution_math(g, backend.allow_tf32(), c.math);
+  switch (d) {
+    case ConvDirection::forward:
+      CUDNN_CHECK(cudnnSetConvolutionMathType(plan.forward_desc, a.math));
+      CUDNN_CHECK(cudnnGetConvolutionForwardWorkspaceSize(
+          backend.cudnn(), plan.x_desc, plan.w_desc, plan.forward_desc, plan.y_desc,
+          static_cast<cudnnConvolutionFwdAlgo_t>(a.algo), &a.workspace));
+      break;
+    case ConvDirection::backward_data:
+      CUDNN_CHECK(cudnnSetConvolutionMathType(plan.backward_data_desc, a.math));
+      CUDNN_CHECK(cudnnGetConvolutionBackwardDataWorkspaceSize(
+          backend.cudnn(), plan.w_desc, plan.y_desc, plan.backward_data_desc, plan.x_desc,
+          static_cast<cudnnConvolutionBwdDataAlgo_t>(a.algo), &a.workspace));
+      break;
+    case ConvDirection::backward_filter:
+      CUDNN_CHECK(cudnnSetConvolutionMathType(plan.backward_filter_desc, a.math));
+      CUDNN_CHECK(cudnnGetConvolutionBackwardFilterWorkspaceSize(
+          backend.cudnn(), plan.x_desc, plan.y_desc, plan.backward_filter_desc, plan.w_desc,
+          static_cast<cudnnConvolutionBwdFilterAlgo_t>(a.algo), &a.workspace));
+      break;
+  }
+}
+
+// Median over kSearchRounds rounds of the mean time of kCallsPerRound calls of `run` (a cuDNN call on the
+// backend's stream), after one warm-up call; nothing when a call fails. Each round's calls are queued
+// behind hold_stream, so they run back to back as in the step's CUDA graph: timed as calls on an idle
+// stream, a small convolution's time is mostly the API's host work while the GPU waits. cudnnFind's
+// times include that work: 0.16-0.24 ms for 1x1 FP16 convolutions at batch 256 on an H200 that run in
+// 0.04 ms back to back, whichever of the legacy algorithm or a graph engine (the same kernels there).
+constexpr int kCallsPerRound = 3;
+constexpr double kQueueAheadMicroseconds = 2000;
+
+template <typename Run>
+std::optional<float> time_calls(const CudaBackend& backend, const Run& run) {
+  cudaStream_t stream = backend.stream();
+  if (run() != CUDNN_STATUS_SUCCESS) return std::nullopt;  // warm-up: first-call costs
+  struct Events {
+    cudaEvent_t start = nullptr, stop = nullptr;
+    Events() {
+      CUDA_CHECK(cudaEventCreate(&start));
+      CUDA_CHECK(cudaEventCreate(&stop));
+    }
+    ~Events() {
+      cudaEventDestroy(start);
+      cudaEventDestroy(stop);
+    }
+  } events;
+  std::vector<float> rounds;
+  for (int round = 0; round < kSearchRounds; ++round) {
+    hold_stream(kQueueAheadMicroseconds, stream);
+    CUDA_CHECK(cudaEventRecord(events.start, stream));
+    for (int call = 0; call < kCallsPerRound; ++call)
+      if (run() != CUDNN_STATUS_SUCCESS) return std::nullopt;
+    CUDA_CHECK(cudaEventRecord(events.stop, stream));
+    CUDA_CHECK(cudaEventSynchronize(events.stop));
+    float ms = 0;
+    CUDA_CHECK(cudaEventElapsedTime(&ms, events.start, events.stop));
+    rounds.push_back(ms / kCallsPerRound);
+  }
+  std::sort(rounds.begin(), rounds.end());
+  return rounds[rounds.size() / 2];
+}
+
+// The engines the heuristics rank first are timed, and cudnnFind's fastest legacy algorithms; the rest are
+// rarely faster and each costs a plan or a capture.
+constexpr size_t kGraphCandidates = 8;
+constexpr size_t kLegacyCandidates = 3;
+
+// Sets `a` to the legacy algorithm `c` with the math type it executes with and its exact workspace under
+// it (the plan's descriptor of that direction takes the math type).
+void set_legacy(const CudaBackend& backend, CudaConvPlan& plan, ConvDirection d, const AlgoChoice& c,
+                AlgoChoice& a);
+
+// Times, back to back, cudnnFind's fastest legacy algorithms of each direction of `plan` and the graph
+// engines the heuristics offer, on the search's scratch buffers; records in `plan.choice` the fastest
+// legacy algorithm and the fastest engine, which runs instead where it beats the legacy algorithm (or
+// whatever the times with `force`).
+void search_graph_engines(const CudaBackend& backend, CudaConvPlan& plan, const LegacyRanking& ranking,
+                          const SearchScratch& scratch, bool force) {
+  const ConvGeometry& g = plan.geometry;
+  cudnnHandle_t handle = backend.cudnn();
+  void *x = scratch.x.get(), *w = scratch.w.get(), *y = scratch.y.get(), *ws = scratch.ws.get();
+  const size_t limit = std::min(backend.conv_workspace_limit(), scratch.ws_bytes);
+  const bool tensor_cores = g.dtype != DType::f32 || backend.allow_tf32();
+  const Scaling s(g.dtype, 1.0, 0.0);
+  for (ConvDirection d : kDirections) {
+    AlgoChoice& a = direction_choice(plan.choice, d);
+    auto legacy = [&]() -> cudnnStatus_t {
+      switch (d) {
+        case ConvDirection::forward:
+          return cudnnConvolutionForward(handle, s.alpha(), plan.x_desc, x, plan.w_desc, w, plan.forward_desc,
+                                         static_cast<cudnnConvolutionFwdAlgo_t>(a.algo), ws, a.workspace,
+                                         s.beta(), plan.y_desc, y);
+        case ConvDirection::backward_data:
+          return cudnnConvolutionBackwardData(
+              handle, s.alpha(), plan.w_desc, w, plan.y_desc, y, plan.backward_data_desc,
+              static_cast<cudnnConvolutionBwdDataAlgo_t>(a.algo), ws, a.workspace, s.beta(), plan.x_desc, x);
+        case ConvDirection::backward_filter:
+          return cudnnConvolutionBackwardFilter(handle, s.alpha(), plan.x_desc, x, plan.y_desc, y,
+                                                plan.backward_filter_desc,
+                                                static_cast<cudnnConvolutionBwdFilterAlgo_t>(a.algo), ws,
+                                                a.workspace, s.beta(), plan.w_desc, w);
+      }
+      return CUDNN_STATUS_BAD_PARAM;
+    };
+    // cudnnFind's fastest first; another one replaces it only when it runs faster back to back.
+    const std::vector<AlgoChoice>& legacy_candidates = ranking[static_cast<size_t>(d)];
+    std::optional<AlgoChoice> best_legacy;
+    for (size_t i = 0; i < legacy_candidates.size() && i < kLegacyCandidates; ++i) {
+      set_legacy(backend, plan, d, legacy_candidates[i], a);
+      if (a.workspace > limit) continue;
+      const std::optional<float> ms = time_calls(backend, legacy);
+      if (ms && (!best_legacy || *ms < best_legacy->legacy_ms)) {
+        best_legacy = a;
+        best_legacy->legacy_ms = *ms;
+      }
+    }
+    if (!best_legacy) {
+      best_legacy = legacy_candidates.front();
+      best_legacy->legacy_ms = best_legacy->time_ms;
+    }
+    set_legacy(backend, plan, d, *best_legacy, a);
+    a.legacy_ms = best_legacy->legacy_ms;
+    std::optional<ConvGraph> graph;
+    try {
+      graph.emplace(handle, g, d);
+    } catch (const Error&) {
+      continue;  // cuDNN has no graph of this direction for this shape: the legacy algorithm stays
+    }
+    std::optional<GraphEngine> best;
+    float best_ms = 0;
+    for (const GraphEngine& engine : graph->candidates(tensor_cores, kGraphCandidates)) {
+      const std::unique_ptr<GraphPlan> candidate = GraphPlan::build(*graph, engine);
+      if (!candidate || candidate->workspace_bytes() > limit) continue;
+      const std::optional<float> ms = time_calls(backend, [&] { return candidate->execute(x, w, y, ws); });
+      if (ms && (!best || *ms < best_ms)) {
+        best = engine;
+        best_ms = *ms;
+      }
+    }
+    if (best && (force || best_ms < a.legacy_ms)) {
+      a.engine = best;
+      a.engine_ms = best_ms;
+    }
+  }
+  CUDA_CHECK(cudaStreamSynchronize(backend.stream()));  // the scratch buffers are freed next
 }
 
 }  // namespace
@@ -522,14 +819,23 @@ std::unique_ptr<CudaConvPlan> searched_plan(CudaBackend& backend, const ConvGeom
     const std::shared_ptr<AlgorithmStore> store = algorithm_store();
     const std::string store_key = store ? stored_choice_key(g, backend) : std::string();
     std::optional<ConvChoice> stored;
+    const bool with_engines = uses_graph_engines(g);
     if (store) {
       if (auto entry = store->find(store_key))
-        stored = choice_from_integers(*entry, store->path(), store_key);
+        stored = choice_from_integers(*entry, with_engines, store->path(), store_key);
     }
-    const ConvChoice choice = stored ? *stored : search(backend, *plan);
-    if (store && !stored) store->put(store_key, choice_to_integers(choice));
+    if (stored) {
+      plan->choice = *stored;
+    } else {
+      const SearchScratch scratch = search_scratch(backend, g);
+      const LegacyRanking ranking = search(backend, *plan, scratch);
+      plan->choice = ConvChoice{ranking[0].front(), ranking[1].front(), ranking[2].front()};
+      if (with_engines)
+        search_graph_engines(backend, *plan, ranking, scratch, graph_engine_mode() == GraphEngines::force);
+      if (store) store->put(store_key, choice_to_integers(plan->choice, with_engines));
+    }
     std::lock_guard<std::mutex> lock(cache_mutex());
-    plan->choice = choice_cache().emplace(key, choice).first->second;
+    plan->choice = choice_cache().emplace(key, plan->choice).first->second;
   }
   plan->from_cache = cached;
 
@@ -552,8 +858,8 @@ std::map<std::pair<ConvKey, int>, int64_t>& padding_cache() {
 int64_t choose_input_channels(CudaBackend& backend, const ConvGeometry& g, const CudaConvPlan& plain,
                               const std::vector<int64_t>& counts, bool force) {
   auto step_ms = [](const CudaConvPlan& p) {
-    return static_cast<double>(p.choice.forward.time_ms) +
-           static_cast<double>(p.choice.backward_filter.time_ms);
+    return static_cast<double>(p.choice.forward.run_ms()) +
+           static_cast<double>(p.choice.backward_filter.run_ms());
   };
   int64_t best = g.in_channels;
   double best_ms = force ? INFINITY : 0.97 * step_ms(plain);
@@ -623,6 +929,13 @@ void CudaBackend::conv_forward(const ConvPlan& plan, const Tensor& x, const Tens
     conv_forward(*p.padded, xp, wp, y, b.inner_workspace);
     return;
   }
+  if (const GraphPlan* graph = graph_plan_for(p, ConvDirection::forward, {x.data(), w.data(), y.data()})) {
+    DLB_CHECK(graph->workspace_bytes() == 0 || workspace != nullptr,
+              "{}: the plan needs a workspace of {} bytes", op, p.workspace_bytes());
+    activate();
+    CUDNN_CHECK(graph->execute(x.data(), w.data(), y.data(), workspace));
+    return;
+  }
   check_workspace(p, p.choice.forward, workspace, op);
   activate();
   const Scaling s(g.dtype, 1.0, 0.0);
@@ -652,6 +965,14 @@ void CudaBackend::conv_backward_data(const ConvPlan& plan, const Tensor& dy, con
     conv_backward_data(*p.padded, dy, wp, dxp, Accumulate::overwrite, b.inner_workspace);
     copy_channels(b.x, pg.in_channels, dx.data(), g.in_channels, g.batch * g.in_h * g.in_w, g.dtype,
                   accumulate == Accumulate::add, stream_);
+    return;
+  }
+  if (const GraphPlan* graph =
+          graph_plan_for(p, ConvDirection::backward_data, {dx.data(), w.data(), dy.data()}, accumulate)) {
+    DLB_CHECK(graph->workspace_bytes() == 0 || workspace != nullptr,
+              "{}: the plan needs a workspace of {} bytes", op, p.workspace_bytes());
+    activate();
+    CUDNN_CHECK(graph->execute(dx.data(), w.data(), dy.data(), workspace));
     return;
   }
   check_workspace(p, p.choice.backward_data, workspace, op);
@@ -685,6 +1006,14 @@ void CudaBackend::conv_backward_filter(const ConvPlan& plan, const Tensor& x, co
                   g.dtype, accumulate == Accumulate::add, stream_);
     return;
   }
+  if (const GraphPlan* graph =
+          graph_plan_for(p, ConvDirection::backward_filter, {x.data(), dw.data(), dy.data()}, accumulate)) {
+    DLB_CHECK(graph->workspace_bytes() == 0 || workspace != nullptr,
+              "{}: the plan needs a workspace of {} bytes", op, p.workspace_bytes());
+    activate();
+    CUDNN_CHECK(graph->execute(x.data(), dw.data(), dy.data(), workspace));
+    return;
+  }
   check_workspace(p, p.choice.backward_filter, workspace, op);
   activate();
   const Scaling s(g.dtype, 1.0, accumulate == Accumulate::add ? 1.0 : 0.0);
@@ -703,13 +1032,22 @@ std::string describe_cuda_conv_plan(const ConvPlan& plan) {
                        p.padded->geometry.in_channels, describe_cuda_conv_plan(*p.padded));
   }
   const auto& c = p.choice;
-  auto one = [](const char* name, const cuda::AlgoChoice& a) {
-    return fmt::format("{} ({}, {} B, {:.3f} ms)", name, cuda::math_name(a.math), a.workspace, a.time_ms);
+  auto one = [&](cuda::ConvDirection d, const char* name, const cuda::AlgoChoice& a) {
+    if (const cuda::GraphPlan* graph = p.graph_plan(d)) {
+      return fmt::format("graph {} ({}, {} B, {:.3f} ms; legacy {} {:.3f} ms)",
+                         cuda::engine_name(graph->engine()),
+                         graph->notes().tensor_cores ? "tensor op" : "no tensor cores",
+                         graph->workspace_bytes(), a.engine_ms, name, a.legacy_ms);
+    }
+    // The time back to back where the graph engines were searched, else cudnnFind's.
+    return fmt::format("{} ({}, {} B, {:.3f} ms)", name, cuda::math_name(a.math), a.workspace, a.run_ms());
   };
   return fmt::format("fwd: {} | bwd_data: {} | bwd_filter: {}{}",
-                     one(cuda::forward_algo_name(c.forward.algo), c.forward),
-                     one(cuda::backward_data_algo_name(c.backward_data.algo), c.backward_data),
-                     one(cuda::backward_filter_algo_name(c.backward_filter.algo), c.backward_filter),
+                     one(cuda::ConvDirection::forward, cuda::forward_algo_name(c.forward.algo), c.forward),
+                     one(cuda::ConvDirection::backward_data,
+                         cuda::backward_data_algo_name(c.backward_data.algo), c.backward_data),
+                     one(cuda::ConvDirection::backward_filter,
+                         cuda::backward_filter_algo_name(c.backward_filter.algo), c.backward_filter),
                      p.from_cache ? " [cached search]" : "");
 }
 

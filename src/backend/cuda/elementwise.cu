@@ -430,6 +430,21 @@ void copy_channels(const void* src, int64_t src_channels, void* dst, int64_t dst
   });
 }
 
+namespace {
+__global__ void hold_kernel(uint64_t nanoseconds) {
+  uint64_t start = 0, now = 0;
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(start));
+  do {
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(now));
+  } while (now - start < nanoseconds);
+}
+}  // namespace
+
+void hold_stream(double microseconds, cudaStream_t stream) {
+  hold_kernel<<<1, 1, 0, stream>>>(static_cast<uint64_t>(microseconds * 1000.0));
+  DLB_KERNEL_CHECK(cudaGetLastError());
+}
+
 void check_finite(const void* x, DType dtype, int64_t n, int32_t* flag, cudaStream_t stream) {
   require_n("check_finite", n);
   dispatch_float(dtype, "check_finite", [&](auto tag) {

@@ -46,6 +46,10 @@ void softmax_cross_entropy_backward(const float* probs, const int32_t* labels, i
 void copy_channels(const void* src, int64_t src_channels, void* dst, int64_t dst_channels, int64_t rows,
                    DType dtype, bool accumulate, cudaStream_t stream);
 
+// Holds `stream` for `microseconds` (one thread polling the GPU's global timer): work queued behind it then
+// runs back to back, whatever the host's time per call (the convolution search times calls this way).
+void hold_stream(double microseconds, cudaStream_t stream);
+
 // Sets *flag = 1 if any of x[0..n) is Inf or NaN; never clears it.
 void check_finite(const void* x, DType dtype, int64_t n, int32_t* flag, cudaStream_t stream);
 
