@@ -685,10 +685,13 @@ std::optional<float> time_calls(const CudaBackend& backend, const Run& run) {
   return rounds[rounds.size() / 2];
 }
 
-// The engines the heuristics rank first are timed, and cudnnFind's fastest legacy algorithms; the rest are
-// rarely faster and each costs a plan or a capture.
+// The engines the heuristics rank first are timed (the rest are rarely faster and each costs a plan), and
+// cudnnFind's fastest legacy algorithm. Its next two, timed back to back too, changed no ResNet-50 step by
+// more than the noise on an H200 (fp16 +0.75%, bf16 +0.8%, tf32 +0.6% with them; +0.8, +0.9, +0.4% without)
+// but added 30-52 s to a process's first step, where timing only the fastest added 1.5 s
+// (bench/results/2026-11-30-gpu-2xh200-conv-graph-engines).
 constexpr size_t kGraphCandidates = 8;
-constexpr size_t kLegacyCandidates = 3;
+constexpr size_t kLegacyCandidates = 1;
 
 // Sets `a` to the legacy algorithm `c` with the math type it executes with and its exact workspace under
 // it (the plan's descriptor of that direction takes the math type).
