@@ -229,7 +229,19 @@ void fill(void* p, size_t bytes, uint32_t seed) {
   check_cuda(cudaGetLastError(), "fill");
 }
 
-// Mean milliseconds per call of `body` over `reps` calls back to back, best of three trials.
+// Holds the stream for `ns` nanoseconds (one thread polling the GPU's global timer).
+__global__ void hold_kernel(unsigned long long ns) {
+  unsigned long long start = 0, now = 0;
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(start));
+  do {
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(now));
+  } while (now - start < ns);
+}
+
+// Mean milliseconds per call of `body` over `reps` calls back to back, best of three trials. The calls
+// are queued behind a hold of 0.5 ms per call, so that they run back to back on the GPU whatever the
+// host's time per call: without it (the first runs, bench/results/2026-11-30-gpu-2xh200-conv-graph-engines)
+// a 0.04 ms 1x1 convolution timed 0.12-0.19 ms through the legacy API, its host work.
 template <typename Body>
 double time_ms(int reps, Body&& body) {
   cudaEvent_t start, stop;
@@ -239,6 +251,7 @@ double time_ms(int reps, Body&& body) {
   check_cuda(cudaDeviceSynchronize(), "warm-up");
   double best = 1e30;
   for (int trial = 0; trial < 3; ++trial) {
+    hold_kernel<<<1, 1>>>(500000ull * static_cast<unsigned long long>(reps));
     check_cuda(cudaEventRecord(start), "record");
     for (int i = 0; i < reps; ++i) body();
     check_cuda(cudaEventRecord(stop), "record");
