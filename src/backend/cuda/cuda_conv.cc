@@ -574,26 +574,38 @@ std::unique_ptr<CudaConvPlan> new_plan(const CudaBackend& backend, const ConvGeo
   return plan;
 }
 
-// Sets the chosen algorithms' execution math types and their exact workspaces under them.
+// Sets the legacy algorithm of direction `d` to execute: its math type on the plan's descriptor of that
+// direction, and its exact workspace under it.
+void set_execution(const CudaBackend& backend, CudaConvPlan& plan, ConvDirection d, AlgoChoice& a) {
+  const ConvGeometry& g = plan.geometry;
+  a.math = execution_math(g, backend.allow_tf32(), a.math);
+  switch (d) {
+    case ConvDirection::forward:
+      CUDNN_CHECK(cudnnSetConvolutionMathType(plan.forward_desc, a.math));
+      CUDNN_CHECK(cudnnGetConvolutionForwardWorkspaceSize(
+          backend.cudnn(), plan.x_desc, plan.w_desc, plan.forward_desc, plan.y_desc,
+          static_cast<cudnnConvolutionFwdAlgo_t>(a.algo), &a.workspace));
+      break;
+    case ConvDirection::backward_data:
+      CUDNN_CHECK(cudnnSetConvolutionMathType(plan.backward_data_desc, a.math));
+      CUDNN_CHECK(cudnnGetConvolutionBackwardDataWorkspaceSize(
+          backend.cudnn(), plan.w_desc, plan.y_desc, plan.backward_data_desc, plan.x_desc,
+          static_cast<cudnnConvolutionBwdDataAlgo_t>(a.algo), &a.workspace));
+      break;
+    case ConvDirection::backward_filter:
+      CUDNN_CHECK(cudnnSetConvolutionMathType(plan.backward_filter_desc, a.math));
+      CUDNN_CHECK(cudnnGetConvolutionBackwardFilterWorkspaceSize(
+          backend.cudnn(), plan.x_desc, plan.y_desc, plan.backward_filter_desc, plan.w_desc,
+          static_cast<cudnnConvolutionBwdFilterAlgo_t>(a.algo), &a.workspace));
+      break;
+  }
+}
+
+// Sets the chosen algorithms to execute (set_execution) and builds the chosen graph engines' plans.
 void finish(const CudaBackend& backend, CudaConvPlan& plan) {
   ConvChoice& c = plan.choice;
   const ConvGeometry& g = plan.geometry;
-  c.forward.math = execution_math(g, backend.allow_tf32(), c.forward.math);
-  c.backward_data.math = execution_math(g, backend.allow_tf32(), c.backward_data.math);
-  c.backward_filter.math = execution_math(g, backend.allow_tf32(), c.backward_filter.math);
-  CUDNN_CHECK(cudnnSetConvolutionMathType(plan.forward_desc, c.forward.math));
-  CUDNN_CHECK(cudnnSetConvolutionMathType(plan.backward_data_desc, c.backward_data.math));
-  CUDNN_CHECK(cudnnSetConvolutionMathType(plan.backward_filter_desc, c.backward_filter.math));
-  // The exact workspaces of the chosen algorithms under the final descriptors.
-  CUDNN_CHECK(cudnnGetConvolutionForwardWorkspaceSize(
-      backend.cudnn(), plan.x_desc, plan.w_desc, plan.forward_desc, plan.y_desc,
-      static_cast<cudnnConvolutionFwdAlgo_t>(c.forward.algo), &c.forward.workspace));
-  CUDNN_CHECK(cudnnGetConvolutionBackwardDataWorkspaceSize(
-      backend.cudnn(), plan.w_desc, plan.y_desc, plan.backward_data_desc, plan.x_desc,
-      static_cast<cudnnConvolutionBwdDataAlgo_t>(c.backward_data.algo), &c.backward_data.workspace));
-  CUDNN_CHECK(cudnnGetConvolutionBackwardFilterWorkspaceSize(
-      backend.cudnn(), plan.x_desc, plan.y_desc, plan.backward_filter_desc, plan.w_desc,
-      static_cast<cudnnConvolutionBwdFilterAlgo_t>(c.backward_filter.algo), &c.backward_filter.workspace));
+  for (ConvDirection d : kDirections) set_execution(backend, plan, d, direction_choice(c, d));
   // The chosen graph engines' plans, shared through the backend by the layers of this shape. An engine
   // cuDNN no longer builds (a stored choice) leaves its direction on the legacy algorithm.
   for (ConvDirection d : kDirections) {
@@ -615,33 +627,6 @@ void finish(const CudaBackend& backend, CudaConvPlan& plan) {
       }
     });
     if (!graph_plan) a.engine.reset();
-  }
-}
-
-void set_legacy(const CudaBackend& backend, CudaConvPlan& plan, ConvDirection d, const AlgoChoice& c,
-                AlgoChoice& a) {
-  a = c;
-  const ConvGeometry& g = plan.geometry;
-  a.math = execution_math(g, backend.allow_tf32(), c.math);
-  switch (d) {
-    case ConvDirection::forward:
-      CUDNN_CHECK(cudnnSetConvolutionMathType(plan.forward_desc, a.math));
-      CUDNN_CHECK(cudnnGetConvolutionForwardWorkspaceSize(
-          backend.cudnn(), plan.x_desc, plan.w_desc, plan.forward_desc, plan.y_desc,
-          static_cast<cudnnConvolutionFwdAlgo_t>(a.algo), &a.workspace));
-      break;
-    case ConvDirection::backward_data:
-      CUDNN_CHECK(cudnnSetConvolutionMathType(plan.backward_data_desc, a.math));
-      CUDNN_CHECK(cudnnGetConvolutionBackwardDataWorkspaceSize(
-          backend.cudnn(), plan.w_desc, plan.y_desc, plan.backward_data_desc, plan.x_desc,
-          static_cast<cudnnConvolutionBwdDataAlgo_t>(a.algo), &a.workspace));
-      break;
-    case ConvDirection::backward_filter:
-      CUDNN_CHECK(cudnnSetConvolutionMathType(plan.backward_filter_desc, a.math));
-      CUDNN_CHECK(cudnnGetConvolutionBackwardFilterWorkspaceSize(
-          backend.cudnn(), plan.x_desc, plan.y_desc, plan.backward_filter_desc, plan.w_desc,
-          static_cast<cudnnConvolutionBwdFilterAlgo_t>(a.algo), &a.workspace));
-      break;
   }
 }
 
@@ -693,11 +678,6 @@ std::optional<float> time_calls(const CudaBackend& backend, const Run& run) {
 constexpr size_t kGraphCandidates = 8;
 constexpr size_t kLegacyCandidates = 1;
 
-// Sets `a` to the legacy algorithm `c` with the math type it executes with and its exact workspace under
-// it (the plan's descriptor of that direction takes the math type).
-void set_legacy(const CudaBackend& backend, CudaConvPlan& plan, ConvDirection d, const AlgoChoice& c,
-                AlgoChoice& a);
-
 // Times, back to back, cudnnFind's fastest legacy algorithms of each direction of `plan` and the graph
 // engines the heuristics offer, on the search's scratch buffers; records in `plan.choice` the fastest
 // legacy algorithm and the fastest engine, which runs instead where it beats the legacy algorithm (or
@@ -734,7 +714,8 @@ void search_graph_engines(const CudaBackend& backend, CudaConvPlan& plan, const 
     const std::vector<AlgoChoice>& legacy_candidates = ranking[static_cast<size_t>(d)];
     std::optional<AlgoChoice> best_legacy;
     for (size_t i = 0; i < legacy_candidates.size() && i < kLegacyCandidates; ++i) {
-      set_legacy(backend, plan, d, legacy_candidates[i], a);
+      a = legacy_candidates[i];
+      set_execution(backend, plan, d, a);
       if (a.workspace > limit) continue;
       const std::optional<float> ms = time_calls(backend, legacy);
       if (ms && (!best_legacy || *ms < best_legacy->legacy_ms)) {
@@ -746,17 +727,19 @@ void search_graph_engines(const CudaBackend& backend, CudaConvPlan& plan, const 
       best_legacy = legacy_candidates.front();
       best_legacy->legacy_ms = best_legacy->time_ms;
     }
-    set_legacy(backend, plan, d, *best_legacy, a);
-    a.legacy_ms = best_legacy->legacy_ms;
+    a = *best_legacy;
+    set_execution(backend, plan, d, a);
     std::optional<ConvGraph> graph;
+    std::vector<GraphEngine> engines;
     try {
       graph.emplace(handle, g, d);
+      engines = graph->candidates(tensor_cores, kGraphCandidates);
     } catch (const Error&) {
       continue;  // cuDNN has no graph of this direction for this shape: the legacy algorithm stays
     }
     std::optional<GraphEngine> best;
     float best_ms = 0;
-    for (const GraphEngine& engine : graph->candidates(tensor_cores, kGraphCandidates)) {
+    for (const GraphEngine& engine : engines) {
       const std::unique_ptr<GraphPlan> candidate = GraphPlan::build(*graph, engine);
       if (!candidate || candidate->workspace_bytes() > limit) continue;
       const std::optional<float> ms = time_calls(backend, [&] { return candidate->execute(x, w, y, ws); });

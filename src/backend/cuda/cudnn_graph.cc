@@ -111,48 +111,63 @@ BackendDescriptor convolution(const ConvGeometry& g) {
   return conv;
 }
 
-// The direction's operation: its attribute names differ, its three tensors are always x, w, y.
+// The direction's operation: its descriptor type and attribute names differ, its three tensors are always
+// x, w, y (forward: X, W, Y; backward data: DX, W, DY; backward filter: X, DW, DY).
+struct OperationAttributes {
+  cudnnBackendDescriptorType_t type;
+  cudnnBackendAttributeName_t x, w, y, conv, alpha, beta;
+  const char* what;
+};
+
+OperationAttributes operation_attributes(ConvDirection direction) {
+  switch (direction) {
+    case ConvDirection::forward:
+      return {CUDNN_BACKEND_OPERATION_CONVOLUTION_FORWARD_DESCRIPTOR,
+              CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_X,
+              CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_W,
+              CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_Y,
+              CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_CONV_DESC,
+              CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_ALPHA,
+              CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_BETA,
+              "conv graph forward operation"};
+    case ConvDirection::backward_data:
+      return {CUDNN_BACKEND_OPERATION_CONVOLUTION_BACKWARD_DATA_DESCRIPTOR,
+              CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_DATA_DX,
+              CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_DATA_W,
+              CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_DATA_DY,
+              CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_DATA_CONV_DESC,
+              CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_DATA_ALPHA,
+              CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_DATA_BETA,
+              "conv graph backward-data operation"};
+    case ConvDirection::backward_filter:
+      return {CUDNN_BACKEND_OPERATION_CONVOLUTION_BACKWARD_FILTER_DESCRIPTOR,
+              CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_FILTER_X,
+              CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_FILTER_DW,
+              CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_FILTER_DY,
+              CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_FILTER_CONV_DESC,
+              CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_FILTER_ALPHA,
+              CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_FILTER_BETA,
+              "conv graph backward-filter operation"};
+  }
+  DLB_CHECK(false, "conv graph: unknown direction");
+  return {};
+}
+
+// The operation of `direction` with alpha 1 and beta 0: its result overwrites its output.
 BackendDescriptor conv_operation(const ConvGeometry& g, ConvDirection direction, const BackendDescriptor& x,
                                  const BackendDescriptor& w, const BackendDescriptor& y) {
   const BackendDescriptor conv = convolution(g);
+  const OperationAttributes a = operation_attributes(direction);
   const float alpha = 1.f, beta = 0.f;
-  switch (direction) {
-    case ConvDirection::forward: {
-      BackendDescriptor op(CUDNN_BACKEND_OPERATION_CONVOLUTION_FORWARD_DESCRIPTOR);
-      op.set_descriptor(CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_X, x, "x")
-          .set_descriptor(CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_W, w, "w")
-          .set_descriptor(CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_Y, y, "y")
-          .set_descriptor(CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_CONV_DESC, conv, "conv")
-          .set_one(CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_ALPHA, CUDNN_TYPE_FLOAT, alpha, "alpha")
-          .set_one(CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_BETA, CUDNN_TYPE_FLOAT, beta, "beta")
-          .finalize("conv graph forward operation");
-      return op;
-    }
-    case ConvDirection::backward_data: {
-      BackendDescriptor op(CUDNN_BACKEND_OPERATION_CONVOLUTION_BACKWARD_DATA_DESCRIPTOR);
-      op.set_descriptor(CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_DATA_DX, x, "dx")
-          .set_descriptor(CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_DATA_W, w, "w")
-          .set_descriptor(CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_DATA_DY, y, "dy")
-          .set_descriptor(CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_DATA_CONV_DESC, conv, "conv")
-          .set_one(CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_DATA_ALPHA, CUDNN_TYPE_FLOAT, alpha, "alpha")
-          .set_one(CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_DATA_BETA, CUDNN_TYPE_FLOAT, beta, "beta")
-          .finalize("conv graph backward-data operation");
-      return op;
-    }
-    case ConvDirection::backward_filter: {
-      BackendDescriptor op(CUDNN_BACKEND_OPERATION_CONVOLUTION_BACKWARD_FILTER_DESCRIPTOR);
-      op.set_descriptor(CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_FILTER_X, x, "x")
-          .set_descriptor(CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_FILTER_DW, w, "dw")
-          .set_descriptor(CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_FILTER_DY, y, "dy")
-          .set_descriptor(CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_FILTER_CONV_DESC, conv, "conv")
-          .set_one(CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_FILTER_ALPHA, CUDNN_TYPE_FLOAT, alpha, "alpha")
-          .set_one(CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_FILTER_BETA, CUDNN_TYPE_FLOAT, beta, "beta")
-          .finalize("conv graph backward-filter operation");
-      return op;
-    }
-  }
-  DLB_CHECK(false, "conv graph: unknown direction");
-  return BackendDescriptor(CUDNN_BACKEND_OPERATION_CONVOLUTION_FORWARD_DESCRIPTOR);
+  BackendDescriptor op(a.type);
+  op.set_descriptor(a.x, x, "x")
+      .set_descriptor(a.w, w, "w")
+      .set_descriptor(a.y, y, "y")
+      .set_descriptor(a.conv, conv, "conv")
+      .set_one(a.alpha, CUDNN_TYPE_FLOAT, alpha, "alpha")
+      .set_one(a.beta, CUDNN_TYPE_FLOAT, beta, "beta")
+      .finalize(a.what);
+  return op;
 }
 
 BackendDescriptor operation_graph(cudnnHandle_t handle, const ConvGeometry& g, ConvDirection direction) {
@@ -263,8 +278,10 @@ std::vector<GraphEngine> ConvGraph::candidates(bool tensor_cores_allowed, size_t
       raw.push_back(configs.back().get());
     }
     int64_t returned = 0;
-    CUDNN_CHECK(cudnnBackendGetAttribute(heuristics.get(), CUDNN_ATTR_ENGINEHEUR_RESULTS,
-                                         CUDNN_TYPE_BACKEND_DESCRIPTOR, count, &returned, raw.data()));
+    if (cudnnBackendGetAttribute(heuristics.get(), CUDNN_ATTR_ENGINEHEUR_RESULTS,
+                                 CUDNN_TYPE_BACKEND_DESCRIPTOR, count, &returned,
+                                 raw.data()) != CUDNN_STATUS_SUCCESS)
+      continue;
     for (int64_t i = 0; i < returned && engines.size() < limit; ++i) {
       const auto read = read_engine_config(raw[static_cast<size_t>(i)]);
       if (!read) continue;
@@ -278,6 +295,14 @@ std::vector<GraphEngine> ConvGraph::candidates(bool tensor_cores_allowed, size_t
 }
 
 std::unique_ptr<GraphPlan> GraphPlan::build(const ConvGraph& graph, const GraphEngine& numbers) {
+  try {
+    return build_or_throw(graph, numbers);
+  } catch (const Error&) {
+    return nullptr;  // cuDNN refused an attribute of this engine: as if it did not build
+  }
+}
+
+std::unique_ptr<GraphPlan> GraphPlan::build_or_throw(const ConvGraph& graph, const GraphEngine& numbers) {
   BackendDescriptor engine(CUDNN_BACKEND_ENGINE_DESCRIPTOR);
   engine.set_descriptor(CUDNN_ATTR_ENGINE_OPERATION_GRAPH, graph.graph(), "engine graph")
       .set_one(CUDNN_ATTR_ENGINE_GLOBAL_INDEX, CUDNN_TYPE_INT64, numbers.index, "engine index");

@@ -112,6 +112,7 @@ class GraphPlan {
   static constexpr size_t kAlignment = 16;
 
  private:
+  static std::unique_ptr<GraphPlan> build_or_throw(const ConvGraph& graph, const GraphEngine& engine);
   GraphPlan(cudnnHandle_t handle, BackendDescriptor plan, GraphEngine engine, EngineNotes notes,
             size_t workspace_bytes)
       : handle_(handle),
