@@ -27,5 +27,7 @@ nlohmann::json to_json(const std::vector<LayerTime>& times);
 // out): two runs with the same fingerprint ran the same kernels, so a difference in their speed is not
 // the algorithm search's doing. Empty where no layer says how it runs (the CPU backends).
 std::string algorithm_digest(const Network& net);
+// A plan's description without what varies between runs of the same choice (times, the cache note).
+std::string plan_without_timings(const std::string& plan);
 
 }  // namespace dlbench

@@ -32,6 +32,27 @@ TEST(AlgorithmDigest, SamePlansSameDigestOtherPlansAnother) {
   EXPECT_NE(digest_of("resnet18", *backend, 2), a);  // other layers, other plans
 }
 
+TEST(AlgorithmDigest, PlansLoseTheirTimesNotTheirChoices) {
+  // The CUDA backend's descriptions: a legacy direction, one on a graph engine (its time and the legacy
+  // algorithm's), a plan from the cache.
+  const std::string legacy =
+      "fwd: IMPLICIT_PRECOMP_GEMM (tensor op, 1024 B, 0.157 ms) | bwd_data: ALGO_1 "
+      "(tensor op, 0 B, 0.231 ms) [cached search]";
+  EXPECT_EQ(plan_without_timings(legacy),
+            "fwd: IMPLICIT_PRECOMP_GEMM (tensor op, 1024 B) | bwd_data: ALGO_1 (tensor op, 0 B)");
+  const std::string engine =
+      "fwd: graph engine 58 (knobs 25=0) (tensor op, 0 B, 0.039 ms; legacy "
+      "IMPLICIT_PRECOMP_GEMM 0.041 ms) | bwd_filter: ALGO_1 (tensor op, 12 B, 0.204 ms)";
+  EXPECT_EQ(plan_without_timings(engine),
+            "fwd: graph engine 58 (knobs 25=0) (tensor op, 0 B, legacy IMPLICIT_PRECOMP_GEMM) | bwd_filter: "
+            "ALGO_1 (tensor op, 12 B)");
+  // Another engine or another knob is another choice.
+  EXPECT_NE(
+      plan_without_timings(engine),
+      plan_without_timings("fwd: graph engine 58 (knobs 25=1) (tensor op, 0 B, 0.039 ms; legacy "
+                           "IMPLICIT_PRECOMP_GEMM 0.041 ms) | bwd_filter: ALGO_1 (tensor op, 12 B, 0.2 ms)"));
+}
+
 TEST(AlgorithmDigest, EmptyWhereTheBackendDescribesNoPlan) {
   auto backend = make_reference_backend();
   EXPECT_EQ(digest_of("resnet20", *backend, 2), "");
