@@ -205,6 +205,11 @@ class Backend {
   // work against the backend's (the communicators); nullptr where ops run synchronously on the host.
   virtual void* native_stream() const { return nullptr; }
 
+  // Holds the ops issued next on the compute stream back for about `microseconds` (a device backend), so
+  // that ops issued meanwhile then run back to back, whatever the host's time per call: how --per-layer
+  // times a layer's kernels and not its API calls. CPU backends run ops as they are called: nothing to hold.
+  virtual void hold_queue(double microseconds) { (void)microseconds; }
+
   // ---- timeline (--trace) ----
   // A timestamp taken in stream order on `stream` (a native stream of this backend; null: the compute
   // stream); marker_ms reads it, after synchronize(), in milliseconds since the first marker. The default

@@ -1,6 +1,7 @@
 // Per-layer timing (`dlbench bench --per-layer`), as `caffe time` does: each layer's forward and backward
 // run alone between two synchronisations, averaged over some iterations, so anyone can see where a step's
-// time goes. The sum is a little above a real step's time (every layer pays a synchronisation).
+// time goes. On a GPU a layer's ops are queued behind a hold of the stream and timed between two events:
+// the time of its kernels, not of the host's API calls, so the sum comes near a step's time.
 #pragma once
 
 #include <nlohmann/json.hpp>

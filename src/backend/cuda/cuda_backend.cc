@@ -428,6 +428,11 @@ class CudaGraph final : public CapturedWork {
 
 }  // namespace
 
+void CudaBackend::hold_queue(double microseconds) {
+  activate();
+  hold_stream(microseconds, stream_);
+}
+
 int64_t CudaBackend::mark(void* stream) {
   activate();
   cudaEvent_t event = nullptr;

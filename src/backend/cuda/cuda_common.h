@@ -220,6 +220,7 @@ class CudaBackend final : public Backend {
                   std::span<const ParamSegment> segments, const SgdStep& step,
                   const StepScalars* scalars = nullptr) override;
   void update_loss_scale(StepScalars* scalars) override;
+  void hold_queue(double microseconds) override;
   int64_t mark(void* stream) override;
   double marker_ms(int64_t marker) override;
   std::string describe(const ConvPlan& plan) const override { return describe_cuda_conv_plan(plan); }

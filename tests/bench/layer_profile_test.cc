@@ -1,0 +1,46 @@
+// Per-layer timing (bench/layer_profile.h) on the CPU backend: every layer is timed in both directions, the
+// convolutions take time in both, and the table and JSON list them all.
+#include "bench/layer_profile.h"
+
+#include <gtest/gtest.h>
+
+#include <string>
+
+#include "backend/backend.h"
+#include "backend/backend_factory.h"
+#include "models/resnet.h"
+
+namespace dlbench {
+namespace {
+
+TEST(LayerProfile, TimesEveryLayerInBothDirections) {
+  auto backend = make_backend("onednn", Device{}, 1, false);
+  NetworkOptions options;
+  options.batch = 4;
+  ModelOptions model_options;
+  model_options.input = default_input_shape("resnet20");
+  model_options.num_classes = default_num_classes("resnet20");
+  Model model = build_model("resnet20", *backend, options, model_options);
+  model.net->finalize(1);
+  const std::vector<LayerTime> times = profile_layers(*model.net, 2);
+  ASSERT_EQ(times.size(), model.net->layers().size());
+  double conv_forward = 0, conv_backward = 0;
+  for (const LayerTime& t : times) {
+    EXPECT_GE(t.forward_ms, 0) << t.name;
+    EXPECT_GE(t.backward_ms, 0) << t.name;
+    if (t.kind != "conv") continue;
+    EXPECT_GT(t.forward_ms, 0) << t.name;
+    EXPECT_GT(t.backward_ms, 0) << t.name;
+    conv_forward += t.forward_ms;
+    conv_backward += t.backward_ms;
+  }
+  EXPECT_GT(conv_forward, 0);
+  EXPECT_GT(conv_backward, 0);
+  const std::string table = format_layer_profile(times);
+  for (const LayerTime& t : times) EXPECT_NE(table.find(t.name), std::string::npos) << t.name;
+  EXPECT_NE(table.find("total"), std::string::npos);
+  EXPECT_EQ(to_json(times).size(), times.size());
+}
+
+}  // namespace
+}  // namespace dlbench
