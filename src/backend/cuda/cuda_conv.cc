@@ -31,11 +31,11 @@
 //
 // Graph-API engines (DLBENCH_CONV_GRAPH=auto, the default): after the legacy search, each direction is also
 // built as a one-operation graph (cudnn_graph.h) and the engines cuDNN's heuristics rank first for it are
-// timed, with cudnnFind's fastest legacy algorithms timed again on the same clock: back to back, as the
-// step's CUDA graph runs them (time_calls says why). An engine that beats it runs instead — except when a
-// gradient accumulates into its output (beta = 1: the legacy call does that) or a tensor is not aligned
-// as the graph declares. "off" keeps the legacy API alone; "force" takes the fastest engine whatever the
-// legacy time (tests). The mode is part of the choice's key, in the process and in --algorithm-cache.
+// timed, with cudnnFind's fastest legacy algorithm (kLegacyCandidates) timed again on the same clock: back to
+// back, as the step's CUDA graph runs them (time_calls says why). An engine that beats it runs instead —
+// except when a gradient accumulates into its output (beta = 1: the legacy call does that) or a tensor is not
+// aligned as the graph declares. "off" keeps the legacy API alone; "force" takes the fastest engine whatever
+// the legacy time (tests). The mode is part of the choice's key, in the process and in --algorithm-cache.
 #include <algorithm>
 #include <array>
 #include <cmath>
@@ -678,9 +678,9 @@ std::optional<float> time_calls(const CudaBackend& backend, const Run& run) {
 constexpr size_t kGraphCandidates = 8;
 constexpr size_t kLegacyCandidates = 1;
 
-// Times, back to back, cudnnFind's fastest legacy algorithms of each direction of `plan` and the graph
-// engines the heuristics offer, on the search's scratch buffers; records in `plan.choice` the fastest
-// legacy algorithm and the fastest engine, which runs instead where it beats the legacy algorithm (or
+// Times, back to back, cudnnFind's kLegacyCandidates fastest legacy algorithms of each direction of `plan`
+// and the graph engines the heuristics offer, on the search's scratch buffers; records in `plan.choice` the
+// fastest legacy algorithm and the fastest engine, which runs instead where it beats the legacy algorithm (or
 // whatever the times with `force`).
 void search_graph_engines(const CudaBackend& backend, CudaConvPlan& plan, const LegacyRanking& ranking,
                           const SearchScratch& scratch, bool force) {
