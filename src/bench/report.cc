@@ -90,6 +90,7 @@ std::optional<std::string> to_point(const nlohmann::json& r, const std::string& 
   p.losses = numbers_at(r, "losses", /*keep_positions=*/true);
   p.peak_memory_bytes = number_at(r, "peak_memory_bytes");
   p.energy_joules_per_image = number_at(r, "energy_joules_per_image");
+  p.seconds_to_first_timed_step = number_at(r, "seconds_to_first_timed_step");
   if (r.contains("gpu_clocks") && r["gpu_clocks"].is_object()) {
     p.sm_clock_median_mhz = number_at(r["gpu_clocks"], "sm_clock_median_mhz");
     p.power_capped_fraction = number_at(r["gpu_clocks"], "power_capped_fraction");
@@ -360,17 +361,23 @@ ReportSection statistics_section(const std::vector<const ReportPoint*>& sorted) 
 }
 
 ReportSection memory_energy_section(const std::vector<const ReportPoint*>& sorted) {
-  ReportSection s = section(report_section_id("memory-energy"), "Peak memory, energy per image and clocks");
-  ReportTable t = point_table({"img/s", "peak memory GiB", "energy J/img", "SM clock MHz", "at power cap"},
-                              {true, true, true, true, true});
+  ReportSection s =
+      section(report_section_id("memory-energy"), "Peak memory, energy per image, clocks and start-up");
+  ReportTable t =
+      point_table({"img/s", "peak memory GiB", "energy J/img", "SM clock MHz", "at power cap", "start-up s"},
+                  {true, true, true, true, true, true});
   for (const ReportPoint* p : sorted) {
-    if (!p->peak_memory_bytes && !p->energy_joules_per_image && !p->sm_clock_median_mhz) continue;
+    if (!p->peak_memory_bytes && !p->energy_joules_per_image && !p->sm_clock_median_mhz &&
+        !p->seconds_to_first_timed_step)
+      continue;
     std::vector<ReportCell> row = point_cells(*p);
     row.push_back(rate(p->images_per_second));
     row.push_back(p->peak_memory_bytes ? gib(*p->peak_memory_bytes) : "—");
     row.push_back(p->energy_joules_per_image ? fmt::format("{:.3f}", *p->energy_joules_per_image) : "—");
     row.push_back(p->sm_clock_median_mhz ? fmt::format("{:.0f}", *p->sm_clock_median_mhz) : "—");
     row.push_back(p->power_capped_fraction ? fmt::format("{:.0f}%", 100 * *p->power_capped_fraction) : "—");
+    row.push_back(p->seconds_to_first_timed_step ? fmt::format("{:.1f}", *p->seconds_to_first_timed_step)
+                                                 : "—");
     t.rows.push_back(std::move(row));
   }
   if (t.rows.empty()) {
@@ -383,7 +390,9 @@ ReportSection memory_energy_section(const std::vector<const ReportPoint*>& sorte
       "result has no such figure (CPU runs, peers that do not read the counters). SM clock: the median "
       "over the window of the slowest GPU's clock, sampled through NVML every 50 ms; at power cap: the share "
       "of samples whose clocks the board's power limit held back. A GPU at its power limit trades clock for "
-      "power, so work that draws more (a collective beside the layers) runs at lower clocks.");
+      "power, so work that draws more (a collective beside the layers) runs at lower clocks. Start-up: from "
+      "the process's start to its first timed step — building the network, the algorithm search (once per "
+      "shape with an --algorithm-cache file, as a sweep gives its points) and the warm-up steps.");
   s.table = std::move(t);
   return s;
 }
@@ -678,6 +687,8 @@ std::string report_points_jsonl(const ReportInput& in) {
     j["sm_clock_median_mhz"] = p->sm_clock_median_mhz ? nlohmann::json(*p->sm_clock_median_mhz) : nullptr;
     j["power_capped_fraction"] =
         p->power_capped_fraction ? nlohmann::json(*p->power_capped_fraction) : nullptr;
+    j["seconds_to_first_timed_step"] =
+        p->seconds_to_first_timed_step ? nlohmann::json(*p->seconds_to_first_timed_step) : nullptr;
     // The other frameworks' best at the same model, precision and GPU count, and this point's ratio to each.
     nlohmann::json peers = nlohmann::json::object();
     for (const std::string& f : axes.frameworks) {

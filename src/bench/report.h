@@ -41,6 +41,8 @@ struct ReportPoint {
   // gpu_clocks: the slowest rank's median SM clock over the window, and the share of samples the power cap
   // held the clocks back (ranks' mean).
   std::optional<double> sm_clock_median_mhz, power_capped_fraction;
+  // dlbench: seconds from the process's start to its first timed step (network, algorithm search, warm-up).
+  std::optional<double> seconds_to_first_timed_step;
   std::vector<double> step_times_ms;  // each timed step, where the result lists them
   std::vector<double> losses;         // the loss of each step (train runs)
   bool compiled = false;              // a peer run through its compiler (torch.compile)

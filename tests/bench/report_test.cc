@@ -56,6 +56,8 @@ TEST(Report, TablesHoldTheNumbersOfThePoints) {
   // torch.compile is its own row, never the best of eager and compiled.
   EXPECT_NE(markdown.find("| pytorch (compiled) | fp16 | 6,900 | - |"), std::string::npos);
   EXPECT_NE(markdown.find("| pytorch | fp16 | 6,600 | 12,000 |"), std::string::npos);
+  // Start-up: the result's seconds to its first timed step, "—" where it has none.
+  EXPECT_NE(markdown.find("| 1965 | 85% | 19.0 |"), std::string::npos) << markdown;
   // Peak memory and energy: "—" where the result has no energy figure.
   EXPECT_NE(markdown.find("| dlbench | resnet50 | fp16 | 1 | 256 | 7,000 | 11.2 | 0.086 |"),
             std::string::npos);
