@@ -453,10 +453,13 @@ cudnnMathType_t execution_math(const ConvGeometry& g, bool allow_tf32, cudnnMath
 constexpr ConvDirection kDirections[] = {ConvDirection::forward, ConvDirection::backward_data,
                                          ConvDirection::backward_filter};
 
-AlgoChoice& direction_choice(ConvChoice& c, ConvDirection d) {
+const AlgoChoice& direction_choice(const ConvChoice& c, ConvDirection d) {
   return d == ConvDirection::forward         ? c.forward
          : d == ConvDirection::backward_data ? c.backward_data
                                              : c.backward_filter;
+}
+AlgoChoice& direction_choice(ConvChoice& c, ConvDirection d) {
+  return const_cast<AlgoChoice&>(direction_choice(static_cast<const ConvChoice&>(c), d));
 }
 
 // Whether the graph plan of `direction` runs this call: there is one, its tensors are aligned as the
@@ -630,6 +633,46 @@ void finish(const CudaBackend& backend, CudaConvPlan& plan) {
   }
 }
 
+// One call of direction `d` of `p` on its legacy algorithm `a`. x, w, y in the graphs' order (forward: x,
+// w, y; backward data: dx, w, dy; backward filter: x, dw, dy); the output is scaled by s.beta().
+cudnnStatus_t run_legacy(cudnnHandle_t handle, const CudaConvPlan& p, ConvDirection d, const AlgoChoice& a,
+                         void* x, void* w, void* y, void* workspace, const Scaling& s) {
+  switch (d) {
+    case ConvDirection::forward:
+      return cudnnConvolutionForward(handle, s.alpha(), p.x_desc, x, p.w_desc, w, p.forward_desc,
+                                     static_cast<cudnnConvolutionFwdAlgo_t>(a.algo), workspace, a.workspace,
+                                     s.beta(), p.y_desc, y);
+    case ConvDirection::backward_data:
+      return cudnnConvolutionBackwardData(handle, s.alpha(), p.w_desc, w, p.y_desc, y, p.backward_data_desc,
+                                          static_cast<cudnnConvolutionBwdDataAlgo_t>(a.algo), workspace,
+                                          a.workspace, s.beta(), p.x_desc, x);
+    case ConvDirection::backward_filter:
+      return cudnnConvolutionBackwardFilter(handle, s.alpha(), p.x_desc, x, p.y_desc, y,
+                                            p.backward_filter_desc,
+                                            static_cast<cudnnConvolutionBwdFilterAlgo_t>(a.algo), workspace,
+                                            a.workspace, s.beta(), p.w_desc, w);
+  }
+  return CUDNN_STATUS_BAD_PARAM;
+}
+
+// Runs direction `d` of `p` (x, w, y as run_legacy takes them): on its graph engine where graph_plan_for
+// allows, else on its legacy algorithm, adding to the output when `accumulate`.
+void run_direction(const CudaBackend& backend, const CudaConvPlan& p, ConvDirection d, void* x, void* w,
+                   void* y, Accumulate accumulate, void* workspace, const char* op) {
+  if (const GraphPlan* graph = graph_plan_for(p, d, {x, w, y}, accumulate)) {
+    DLB_CHECK(graph->workspace_bytes() == 0 || workspace != nullptr,
+              "{}: the plan needs a workspace of {} bytes", op, p.workspace_bytes());
+    backend.activate();
+    CUDNN_CHECK(graph->execute(x, w, y, workspace));
+    return;
+  }
+  const AlgoChoice& a = direction_choice(p.choice, d);
+  check_workspace(p, a, workspace, op);
+  backend.activate();
+  const Scaling s(p.geometry.dtype, 1.0, accumulate == Accumulate::add ? 1.0 : 0.0);
+  CUDNN_CHECK(run_legacy(backend.cudnn(), p, d, a, x, w, y, workspace, s));
+}
+
 // Median over kSearchRounds rounds of the mean time of kCallsPerRound calls of `run` (a cuDNN call on the
 // backend's stream), after one warm-up call; nothing when a call fails. Each round's calls are queued
 // behind hold_stream, so they run back to back as in the step's CUDA graph: timed as calls on an idle
@@ -692,24 +735,7 @@ void search_graph_engines(const CudaBackend& backend, CudaConvPlan& plan, const 
   const Scaling s(g.dtype, 1.0, 0.0);
   for (ConvDirection d : kDirections) {
     AlgoChoice& a = direction_choice(plan.choice, d);
-    auto legacy = [&]() -> cudnnStatus_t {
-      switch (d) {
-        case ConvDirection::forward:
-          return cudnnConvolutionForward(handle, s.alpha(), plan.x_desc, x, plan.w_desc, w, plan.forward_desc,
-                                         static_cast<cudnnConvolutionFwdAlgo_t>(a.algo), ws, a.workspace,
-                                         s.beta(), plan.y_desc, y);
-        case ConvDirection::backward_data:
-          return cudnnConvolutionBackwardData(
-              handle, s.alpha(), plan.w_desc, w, plan.y_desc, y, plan.backward_data_desc,
-              static_cast<cudnnConvolutionBwdDataAlgo_t>(a.algo), ws, a.workspace, s.beta(), plan.x_desc, x);
-        case ConvDirection::backward_filter:
-          return cudnnConvolutionBackwardFilter(handle, s.alpha(), plan.x_desc, x, plan.y_desc, y,
-                                                plan.backward_filter_desc,
-                                                static_cast<cudnnConvolutionBwdFilterAlgo_t>(a.algo), ws,
-                                                a.workspace, s.beta(), plan.w_desc, w);
-      }
-      return CUDNN_STATUS_BAD_PARAM;
-    };
+    auto legacy = [&] { return run_legacy(handle, plan, d, a, x, w, y, ws, s); };
     // cudnnFind's fastest first; another one replaces it only when it runs faster back to back.
     const std::vector<AlgoChoice>& legacy_candidates = ranking[static_cast<size_t>(d)];
     std::optional<AlgoChoice> best_legacy;
@@ -915,20 +941,8 @@ void CudaBackend::conv_forward(const ConvPlan& plan, const Tensor& x, const Tens
     conv_forward(*p.padded, xp, wp, y, b.inner_workspace);
     return;
   }
-  if (const GraphPlan* graph = graph_plan_for(p, ConvDirection::forward, {x.data(), w.data(), y.data()})) {
-    DLB_CHECK(graph->workspace_bytes() == 0 || workspace != nullptr,
-              "{}: the plan needs a workspace of {} bytes", op, p.workspace_bytes());
-    activate();
-    CUDNN_CHECK(graph->execute(x.data(), w.data(), y.data(), workspace));
-    return;
-  }
-  check_workspace(p, p.choice.forward, workspace, op);
-  activate();
-  const Scaling s(g.dtype, 1.0, 0.0);
-  CUDNN_CHECK(cudnnConvolutionForward(cudnn_, s.alpha(), p.x_desc, x.data(), p.w_desc, w.data(),
-                                      p.forward_desc,
-                                      static_cast<cudnnConvolutionFwdAlgo_t>(p.choice.forward.algo),
-                                      workspace, p.choice.forward.workspace, s.beta(), p.y_desc, y.data()));
+  run_direction(*this, p, ConvDirection::forward, x.data(), w.data(), y.data(), Accumulate::overwrite,
+                workspace, op);
 }
 
 void CudaBackend::conv_backward_data(const ConvPlan& plan, const Tensor& dy, const Tensor& w, Tensor& dx,
@@ -953,21 +967,8 @@ void CudaBackend::conv_backward_data(const ConvPlan& plan, const Tensor& dy, con
                   accumulate == Accumulate::add, stream_);
     return;
   }
-  if (const GraphPlan* graph =
-          graph_plan_for(p, ConvDirection::backward_data, {dx.data(), w.data(), dy.data()}, accumulate)) {
-    DLB_CHECK(graph->workspace_bytes() == 0 || workspace != nullptr,
-              "{}: the plan needs a workspace of {} bytes", op, p.workspace_bytes());
-    activate();
-    CUDNN_CHECK(graph->execute(dx.data(), w.data(), dy.data(), workspace));
-    return;
-  }
-  check_workspace(p, p.choice.backward_data, workspace, op);
-  activate();
-  const Scaling s(g.dtype, 1.0, accumulate == Accumulate::add ? 1.0 : 0.0);
-  CUDNN_CHECK(cudnnConvolutionBackwardData(
-      cudnn_, s.alpha(), p.w_desc, w.data(), p.y_desc, dy.data(), p.backward_data_desc,
-      static_cast<cudnnConvolutionBwdDataAlgo_t>(p.choice.backward_data.algo), workspace,
-      p.choice.backward_data.workspace, s.beta(), p.x_desc, dx.data()));
+  run_direction(*this, p, ConvDirection::backward_data, dx.data(), w.data(), dy.data(), accumulate, workspace,
+                op);
 }
 
 void CudaBackend::conv_backward_filter(const ConvPlan& plan, const Tensor& x, const Tensor& dy, Tensor& dw,
@@ -992,21 +993,8 @@ void CudaBackend::conv_backward_filter(const ConvPlan& plan, const Tensor& x, co
                   g.dtype, accumulate == Accumulate::add, stream_);
     return;
   }
-  if (const GraphPlan* graph =
-          graph_plan_for(p, ConvDirection::backward_filter, {x.data(), dw.data(), dy.data()}, accumulate)) {
-    DLB_CHECK(graph->workspace_bytes() == 0 || workspace != nullptr,
-              "{}: the plan needs a workspace of {} bytes", op, p.workspace_bytes());
-    activate();
-    CUDNN_CHECK(graph->execute(x.data(), dw.data(), dy.data(), workspace));
-    return;
-  }
-  check_workspace(p, p.choice.backward_filter, workspace, op);
-  activate();
-  const Scaling s(g.dtype, 1.0, accumulate == Accumulate::add ? 1.0 : 0.0);
-  CUDNN_CHECK(cudnnConvolutionBackwardFilter(
-      cudnn_, s.alpha(), p.x_desc, x.data(), p.y_desc, dy.data(), p.backward_filter_desc,
-      static_cast<cudnnConvolutionBwdFilterAlgo_t>(p.choice.backward_filter.algo), workspace,
-      p.choice.backward_filter.workspace, s.beta(), p.w_desc, dw.data()));
+  run_direction(*this, p, ConvDirection::backward_filter, x.data(), dw.data(), dy.data(), accumulate,
+                workspace, op);
 }
 
 }  // namespace cuda
