@@ -4,9 +4,10 @@
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
+# ocl-icd-opencl-dev: Debian's oneDNN is built with its OpenCL runtime, and its CMake config looks for OpenCL.
 packages=(
   build-essential cmake ninja-build git pkg-config
-  libdnnl-dev libfmt-dev nlohmann-json3-dev libcli11-dev libgtest-dev zlib1g-dev libjpeg62-turbo-dev
+  libdnnl-dev ocl-icd-opencl-dev libfmt-dev nlohmann-json3-dev libcli11-dev libgtest-dev zlib1g-dev libjpeg62-turbo-dev
   clang libclang-rt-14-dev
   libopenmpi-dev openmpi-bin
   dataset-fashion-mnist
