@@ -27,6 +27,7 @@ ConvLayer::ConvLayer(Network& net, std::string name, Activation& input, const Co
 }
 
 void ConvLayer::plan(MemoryPlan& plan) {
+  geometry_.accumulates_input_grad = input_grad_mode(0) == GradMode::accumulate;  // set by Network::plan
   plan_ =
       plan.estimate_only() ? net_.backend().estimate_conv(geometry_) : net_.backend().plan_conv(geometry_);
   int64_t fan_out = geometry_.out_channels * geometry_.kernel_h * geometry_.kernel_w;

@@ -1,8 +1,8 @@
 // CUDA convolutions (cuDNN) against the reference backend: forward, backward data and backward filter,
-// overwriting and accumulating, in f32 (TF32 off and on), f16, bf16 and f64, NCHW and NHWC, on odd sizes,
-// strides 2, 1x1 and 7x7 kernels. Also: the per-shape algorithm search is cached, inputs padded with zero
-// channels (DLBENCH_CONV_PAD_CHANNELS) and cuDNN's graph-API engines (DLBENCH_CONV_GRAPH) give the same
-// results.
+// overwriting and accumulating (also on plans made for an accumulating input gradient), in f32 (TF32 off
+// and on), f16, bf16 and f64, NCHW and NHWC, on odd sizes, strides 2, 1x1 and 7x7 kernels. Also: the
+// per-shape algorithm search is cached, inputs padded with zero channels (DLBENCH_CONV_PAD_CHANNELS) and
+// cuDNN's graph-API engines (DLBENCH_CONV_GRAPH) give the same results.
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 
@@ -93,6 +93,27 @@ void run_conv_case(Backend& ref, const ConvCase& cc, Layout layout, DType dtype,
     ref.conv_backward_filter(*ref_plan, x_ref.tensor(), dy_ref.tensor(), dw_ref.tensor(), acc, nullptr);
     expect_close(acc == Accumulate::add ? "backward filter (+=)" : "backward filter",
                  download_wide(ref, dwg).tensor(), dw_ref.tensor(), acc == Accumulate::add ? acc_tol : tol);
+  }
+
+  // A plan made for an input gradient that accumulates (a residual block's first convolution): its
+  // backward data adds in the engine where one was chosen; called the other way it takes the legacy
+  // algorithm. Both match the reference.
+  ConvGeometry g_add = g;
+  g_add.accumulates_input_grad = true;
+  auto plan_add = gpu->plan_conv(g_add);
+  std::printf("  [plan, dx accumulates] %s\n", describe_cuda_conv_plan(*plan_add).c_str());
+  auto ws_add_buffer = workspace(*gpu, plan_add->workspace_bytes());
+  for (Accumulate acc : {Accumulate::add, Accumulate::overwrite}) {
+    SCOPED_TRACE(acc == Accumulate::add ? "planned to accumulate, accumulating"
+                                        : "planned to accumulate, overwriting");
+    HostBuffer dx0 = random_host(ref, xd, dtype, 6, layout);
+    HostBuffer dx_ref = converted(ref, dx0, wide);
+    DeviceTensor dxg(*gpu, dx0);
+    gpu->conv_backward_data(*plan_add, dyg.tensor(), wg.tensor(), dxg.tensor(), acc,
+                            ws_add_buffer->tensor().data());
+    ref.conv_backward_data(*ref_plan, dy_ref.tensor(), w_ref.tensor(), dx_ref.tensor(), acc, nullptr);
+    expect_close(acc == Accumulate::add ? "backward data (+=)" : "backward data",
+                 download_wide(ref, dxg).tensor(), dx_ref.tensor(), acc == Accumulate::add ? acc_tol : tol);
   }
 }
 
@@ -223,15 +244,15 @@ TEST_F(CudaConvTest, PaddedInputChannelsMatchTheReference) {
 }
 
 // DLBENCH_CONV_GRAPH=force: every direction cuDNN's graph API has an engine for runs on the fastest one,
-// whatever the legacy algorithm's time, and still matches the reference in every direction (accumulating
-// calls take the legacy algorithm: the graphs overwrite). "off" keeps the legacy API; another value is one
-// clear error.
+// whatever the legacy algorithm's time, and still matches the reference in every direction, also the
+// backward data of plans made for an accumulating input gradient (graphs with beta 1). "off" keeps the
+// legacy API; another value is one clear error.
 TEST_F(CudaConvTest, GraphEnginesMatchTheReference) {
   struct EnvGuard {
     ~EnvGuard() { unsetenv("DLBENCH_CONV_GRAPH"); }
   } guard;
   setenv("DLBENCH_CONV_GRAPH", "force", 1);
-  int graph_directions = 0;
+  int graph_directions = 0, adding_graph_directions = 0;
   for (const ConvCase& cc : kConvCases) {
     for (Precision precision : {Precision{DType::f16, false}, Precision{DType::bf16, false},
                                 Precision{DType::f32, true}, Precision{DType::f32, false}}) {
@@ -250,12 +271,24 @@ TEST_F(CudaConvTest, GraphEnginesMatchTheReference) {
         if (precision.dtype == DType::f32 && !precision.tf32)
           EXPECT_EQ(plan.find("tensor op"), std::string::npos)
               << "FP32 without TF32 on tensor cores: " << plan;
+        ConvGeometry g_add = g;
+        g_add.accumulates_input_grad = true;
+        const std::string plan_add = describe_cuda_conv_plan(*shared_gpu(precision.tf32).plan_conv(g_add));
+        const size_t data = plan_add.find("bwd_data (adds to dx): "), filter = plan_add.find("| bwd_filter");
+        ASSERT_NE(data, std::string::npos) << plan_add;
+        if (plan_add.substr(data, filter - data).find("graph engine") != std::string::npos) {
+          ++adding_graph_directions;
+        }
       }
     }
   }
   // 8 shapes x 4 precisions x 2 layouts x 3 directions: most have engines (a test that would pass with
   // the graph path never taken is no test of it).
   EXPECT_GE(graph_directions, 96) << "graph engines ran in only " << graph_directions << " directions";
+  // 64 backward-data directions planned to accumulate: engines that add in their epilogue.
+  std::printf("  graph engines adding to dx: %d of 64 directions\n", adding_graph_directions);
+  EXPECT_GE(adding_graph_directions, 16) << "engines added to dx in only " << adding_graph_directions
+                                         << " directions";
   ConvGeometry g;
   g.batch = 2, g.in_channels = 16, g.in_h = g.in_w = 8, g.out_channels = 16, g.kernel_h = g.kernel_w = 1;
   g.layout = Layout::nhwc, g.dtype = DType::f16;

@@ -33,9 +33,13 @@
 // built as a one-operation graph (cudnn_graph.h) and the engines cuDNN's heuristics rank first for it are
 // timed, with cudnnFind's fastest legacy algorithm (kLegacyCandidates) timed again on the same clock: back to
 // back, as the step's CUDA graph runs them (time_calls says why). An engine that beats it runs instead —
-// except when a gradient accumulates into its output (beta = 1: the legacy call does that) or a tensor is not
-// aligned as the graph declares. "off" keeps the legacy API alone; "force" takes the fastest engine whatever
-// the legacy time (tests). The mode is part of the choice's key, in the process and in --algorithm-cache.
+// except when a tensor is not aligned as the graph declares, or a call's Accumulate is not the one the plan
+// was made for. The backward data of a convolution whose input gradient accumulates (a residual block's
+// first convolution: ConvGeometry::accumulates_input_grad) is searched with beta = 1, the legacy algorithm
+// too: engines add in their epilogue, where legacy algorithms took one more pass over dx (0.3-0.5 ms per
+// layer at batch 256, TF32, measured by --per-layer on an H200). "off" keeps the legacy API alone; "force"
+// takes the fastest engine whatever the legacy time (tests). The mode is part of the choice's key, in the
+// process and in --algorithm-cache.
 #include <algorithm>
 #include <array>
 #include <cmath>
@@ -108,8 +112,9 @@ int64_t gpu_model_id(int device_index) {
 // Everything the search result depends on: the geometry, dtype, layout, the TF32 switch, the workspace
 // limit and the GPU's model. Not the GPU itself: with --gpus N, the ranks' threads search the same shapes
 // at the same time, and the first result stored is the one every rank runs (plan_conv), so all ranks run
-// the same kernels instead of each its own near-equal pick. Also the graph-engine mode.
-using ConvKey = std::array<int64_t, 17>;
+// the same kernels instead of each its own near-equal pick. Also the graph-engine mode and whether the
+// input gradient accumulates (the backward data is searched with beta = 1 then).
+using ConvKey = std::array<int64_t, 18>;
 
 ConvKey make_key(const ConvGeometry& g, const CudaBackend& backend) {
   return {g.batch,
@@ -128,7 +133,8 @@ ConvKey make_key(const ConvGeometry& g, const CudaBackend& backend) {
           backend.allow_tf32() ? 1 : 0,
           static_cast<int64_t>(backend.conv_workspace_limit()),
           gpu_model_id(backend.device().index),
-          g.dtype == DType::f64 ? 0 : static_cast<int64_t>(graph_engine_mode())};
+          g.dtype == DType::f64 ? 0 : static_cast<int64_t>(graph_engine_mode()),
+          g.accumulates_input_grad ? 1 : 0};
 }
 
 std::mutex& cache_mutex() {
@@ -151,7 +157,8 @@ std::string stored_choice_key(const ConvGeometry& g, CudaBackend& backend) {
                      backend.conv_workspace_limit()) +
          (!uses_graph_engines(g)                       ? ""
           : graph_engine_mode() == GraphEngines::force ? " graph:force"
-                                                       : " graph:auto");
+                                                       : " graph:auto") +
+         (g.accumulates_input_grad ? " dx:add" : "");
 }
 
 // A stored choice, per direction: algorithm, math type and median time (microseconds); with graph engines
@@ -462,13 +469,17 @@ AlgoChoice& direction_choice(ConvChoice& c, ConvDirection d) {
   return const_cast<AlgoChoice&>(direction_choice(static_cast<const ConvChoice&>(c), d));
 }
 
+// The output scaling of direction `d`'s search and graph: beta 1 where the graph adds to its output.
+Scaling direction_scaling(const ConvGeometry& g, ConvDirection d) {
+  return Scaling(g.dtype, 1.0, graph_adds_to_output(g, d) ? 1.0 : 0.0);
+}
+
 // Whether the graph plan of `direction` runs this call: there is one, its tensors are aligned as the
-// graph declares them, and the result overwrites its output (the graphs are built with beta = 0).
+// graph declares them, and the call adds to its output exactly when the graph does (graph_adds_to_output).
 const GraphPlan* graph_plan_for(const CudaConvPlan& p, ConvDirection direction,
-                                std::initializer_list<const void*> tensors,
-                                Accumulate accumulate = Accumulate::overwrite) {
+                                std::initializer_list<const void*> tensors, Accumulate accumulate) {
   const GraphPlan* plan = p.graph_plan(direction);
-  if (!plan || accumulate != Accumulate::overwrite) return nullptr;
+  if (!plan || (accumulate == Accumulate::add) != graph_adds_to_output(p.geometry, direction)) return nullptr;
   for (const void* t : tensors)
     if (reinterpret_cast<uintptr_t>(t) % GraphPlan::kAlignment != 0) return nullptr;
   return plan;
@@ -507,8 +518,10 @@ std::vector<int64_t> padded_channel_counts(const ConvGeometry& g, bool allow_tf3
   return counts;
 }
 
+// A padded plan's gradients go to the workspace first (overwritten), then into the layer's.
 ConvGeometry with_in_channels(ConvGeometry g, int64_t channels) {
   g.in_channels = channels;
+  g.accumulates_input_grad = false;
   return g;
 }
 
@@ -732,8 +745,10 @@ void search_graph_engines(const CudaBackend& backend, CudaConvPlan& plan, const 
   void *x = scratch.x.get(), *w = scratch.w.get(), *y = scratch.y.get(), *ws = scratch.ws.get();
   const size_t limit = std::min(backend.conv_workspace_limit(), scratch.ws_bytes);
   const bool tensor_cores = g.dtype != DType::f32 || backend.allow_tf32();
-  const Scaling s(g.dtype, 1.0, 0.0);
   for (ConvDirection d : kDirections) {
+    // Timed as the step calls it: adding to the output where the layer's gradient accumulates (the
+    // scratch buffers hold zeros, so the sums stay zero).
+    const Scaling s = direction_scaling(g, d);
     AlgoChoice& a = direction_choice(plan.choice, d);
     auto legacy = [&] { return run_legacy(handle, plan, d, a, x, w, y, ws, s); };
     // cudnnFind's fastest first; another one replaces it only when it runs faster back to back.
@@ -1016,8 +1031,9 @@ std::string describe_cuda_conv_plan(const ConvPlan& plan) {
     // The time back to back where the graph engines were searched, else cudnnFind's.
     return fmt::format("{} ({}, {} B, {:.3f} ms)", name, cuda::math_name(a.math), a.workspace, a.run_ms());
   };
-  return fmt::format("fwd: {} | bwd_data: {} | bwd_filter: {}{}",
+  return fmt::format("fwd: {} | bwd_data{}: {} | bwd_filter: {}{}",
                      one(cuda::ConvDirection::forward, cuda::forward_algo_name(c.forward.algo), c.forward),
+                     p.geometry.accumulates_input_grad ? " (adds to dx)" : "",
                      one(cuda::ConvDirection::backward_data,
                          cuda::backward_data_algo_name(c.backward_data.algo), c.backward_data),
                      one(cuda::ConvDirection::backward_filter,

@@ -153,12 +153,14 @@ OperationAttributes operation_attributes(ConvDirection direction) {
   return {};
 }
 
-// The operation of `direction` with alpha 1 and beta 0: its result overwrites its output.
+// The operation of `direction` with alpha 1 and beta 0 (its result overwrites its output), or beta 1 for
+// the backward data of a convolution whose input gradient accumulates (added in the engine's epilogue,
+// one more read of dx, instead of a second pass over it).
 BackendDescriptor conv_operation(const ConvGeometry& g, ConvDirection direction, const BackendDescriptor& x,
                                  const BackendDescriptor& w, const BackendDescriptor& y) {
   const BackendDescriptor conv = convolution(g);
   const OperationAttributes a = operation_attributes(direction);
-  const float alpha = 1.f, beta = 0.f;
+  const float alpha = 1.f, beta = graph_adds_to_output(g, direction) ? 1.f : 0.f;
   BackendDescriptor op(a.type);
   op.set_descriptor(a.x, x, "x")
       .set_descriptor(a.w, w, "w")

@@ -75,8 +75,15 @@ struct EngineNotes {
   bool nondeterministic = false;
 };
 
+// Whether the graph of `direction` adds its result to its output (beta 1): the backward data of a
+// convolution whose input gradient accumulates (ConvGeometry::accumulates_input_grad).
+inline bool graph_adds_to_output(const ConvGeometry& g, ConvDirection direction) {
+  return direction == ConvDirection::backward_data && g.accumulates_input_grad;
+}
+
 // One direction of the convolution `g` as a graph: the tensors of the layout g.layout (filters KRSC for
-// NHWC, KCRS for NCHW), FP32 compute, alpha 1 and beta 0 (the result overwrites its output). Throws
+// NHWC, KCRS for NCHW), FP32 compute, alpha 1 and beta 0 (the result overwrites its output; beta 1 where
+// graph_adds_to_output). Throws
 // dlbench::Error when cuDNN refuses the graph. Not for FP64 (callers keep the legacy API there).
 class ConvGraph {
  public:
