@@ -1,11 +1,15 @@
 // CUDA batch norm (cuDNN) against the reference backend: training forward with running statistics,
 // backward (overwriting and accumulating dgamma/dbeta), inference, in every fusion (none, relu,
 // add_relu), NCHW and NHWC, f32/f16/bf16 (and f64 without fusion). The plan's path (cuDNN-fused or
-// unfused) is printed; both must match the reference.
+// unfused, or dlbench's own NCHW kernels with DLBENCH_BN_KERNELS=own) is printed; all must match the
+// reference.
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdlib>
+#include <optional>
+#include <string>
 #include <tuple>
 
 #include "backend/cuda/cuda_backend.h"
@@ -34,7 +38,9 @@ const char* fusion_name(BatchNormFusion f) {
   return f == BatchNormFusion::none ? "none" : f == BatchNormFusion::relu ? "relu" : "add_relu";
 }
 
-void run_bn_case(Backend& ref, const BnCase& bc, Layout layout, BatchNormFusion fusion, DType dtype) {
+// `expected_path`, when given, must appear in the plan's description (the case fails if another path ran).
+void run_bn_case(Backend& ref, const BnCase& bc, Layout layout, BatchNormFusion fusion, DType dtype,
+                 const char* expected_path = nullptr) {
   Backend& gpu = shared_gpu(false);
   BatchNormGeometry g;
   g.batch = bc.n, g.channels = bc.c, g.h = bc.h, g.w = bc.w, g.layout = layout, g.fusion = fusion;
@@ -54,7 +60,11 @@ void run_bn_case(Backend& ref, const BnCase& bc, Layout layout, BatchNormFusion 
              rvar = random_host(ref, cdims, pd, 27, Layout::nchw, 0.5, 2.0);
 
   auto plan = gpu.plan_batchnorm(g);
-  std::printf("  [plan] %s\n", describe_cuda_batchnorm_plan(*plan).c_str());
+  const std::string path = describe_cuda_batchnorm_plan(*plan);
+  std::printf("  [plan] %s\n", path.c_str());
+  if (expected_path) {
+    EXPECT_NE(path.find(expected_path), std::string::npos) << path;
+  }
   BatchNormGeometry g_ref = g;
   g_ref.dtype = wide;
   auto ref_plan = ref.plan_batchnorm(g_ref);
@@ -164,6 +174,66 @@ TEST_F(CudaBatchNormTest, LargerShape) {
     }
   }
   run_bn_case(*ref, big, Layout::nchw, BatchNormFusion::add_relu, DType::f32);
+}
+
+// Sets an environment variable for a scope and puts back what was there before.
+class ScopedEnv {
+ public:
+  ScopedEnv(const char* name, const char* value) : name_(name) {
+    if (const char* old = std::getenv(name)) old_ = old;
+    setenv(name, value, 1);
+  }
+  ~ScopedEnv() {
+    if (old_) {
+      setenv(name_, old_->c_str(), 1);
+    } else {
+      unsetenv(name_);
+    }
+  }
+  ScopedEnv(const ScopedEnv&) = delete;
+  ScopedEnv& operator=(const ScopedEnv&) = delete;
+
+ private:
+  const char* name_;
+  std::optional<std::string> old_;
+};
+
+// DLBENCH_BN_KERNELS=own: NCHW training runs dlbench's own kernels and matches the reference in every
+// dtype and fusion: channels of HW % 4 == 0 (vector loads) and not (7x7, 5x5, 1x1: element by element),
+// a tiny one, a ResNet-sized one, and few channels of many values, reduced in several splits per channel.
+// Inference (same plan) stays on cuDNN and is checked too.
+TEST_F(CudaBatchNormTest, OwnNchwKernelsMatchTheReference) {
+  ScopedEnv kernels("DLBENCH_BN_KERNELS", "own");
+  // The last two reduce each channel in several splits (4 and 7), whose ranges start inside a row.
+  const BnCase cases[] = {{2, 3, 5, 5},    {4, 16, 7, 7},   {3, 20, 1, 1},  {4, 8, 6, 6},
+                          {8, 64, 28, 28}, {13, 4, 36, 36}, {32, 2, 33, 31}};
+  for (const BnCase& bc : cases) {
+    for (DType dtype : {DType::f32, DType::f16, DType::bf16}) {
+      for (BatchNormFusion fusion :
+           {BatchNormFusion::none, BatchNormFusion::relu, BatchNormFusion::add_relu}) {
+        SCOPED_TRACE(
+            fmt::format("{}x{}x{}x{} {} {}", bc.n, bc.c, bc.h, bc.w, dtype_name(dtype), fusion_name(fusion)));
+        run_bn_case(*ref, bc, Layout::nchw, fusion, dtype, "own NCHW kernels");
+      }
+    }
+  }
+  // NHWC and FP64 keep cuDNN.
+  BatchNormGeometry g;
+  g.batch = 2, g.channels = 8, g.h = g.w = 4, g.layout = Layout::nhwc;
+  EXPECT_EQ(describe_cuda_batchnorm_plan(*shared_gpu().plan_batchnorm(g)).find("own"), std::string::npos);
+  g.layout = Layout::nchw, g.dtype = DType::f64;
+  EXPECT_EQ(describe_cuda_batchnorm_plan(*shared_gpu().plan_batchnorm(g)).find("own"), std::string::npos);
+}
+
+TEST_F(CudaBatchNormTest, UnknownKernelChoiceIsAnError) {
+  BatchNormGeometry g;
+  g.batch = 2, g.channels = 8, g.h = g.w = 4;
+  {
+    ScopedEnv kernels("DLBENCH_BN_KERNELS", "cudnn");
+    EXPECT_EQ(describe_cuda_batchnorm_plan(*shared_gpu().plan_batchnorm(g)).find("own"), std::string::npos);
+  }
+  ScopedEnv kernels("DLBENCH_BN_KERNELS", "sometimes");
+  EXPECT_THROW(shared_gpu().plan_batchnorm(g), UserError);
 }
 
 TEST_F(CudaBatchNormTest, RunningStatsFollowPyTorch) {

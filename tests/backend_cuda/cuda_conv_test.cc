@@ -48,12 +48,24 @@ struct Precision {
 class ConvTest : public CudaConvTest,
                  public ::testing::WithParamInterface<std::tuple<ConvCase, Layout, Precision>> {};
 
-void run_conv_case(Backend& ref, const ConvCase& cc, Layout layout, DType dtype, bool tf32) {
-  Backend* gpu = &shared_gpu(tf32);
+ConvGeometry geometry_of(const ConvCase& cc, Layout layout, DType dtype) {
   ConvGeometry g;
   g.batch = cc.n, g.in_channels = cc.c, g.in_h = cc.h, g.in_w = cc.w, g.out_channels = cc.k;
   g.kernel_h = cc.r, g.kernel_w = cc.s, g.stride_h = cc.stride_h, g.stride_w = cc.stride_w;
   g.pad_h = cc.pad_h, g.pad_w = cc.pad_w, g.layout = layout, g.dtype = dtype;
+  return g;
+}
+
+// How many times `what` occurs in `text`.
+int occurrences(const std::string& text, const std::string& what) {
+  int count = 0;
+  for (size_t at = text.find(what); at != std::string::npos; at = text.find(what, at + 1)) ++count;
+  return count;
+}
+
+void run_conv_case(Backend& ref, const ConvCase& cc, Layout layout, DType dtype, bool tf32) {
+  Backend* gpu = &shared_gpu(tf32);
+  const ConvGeometry g = geometry_of(cc, layout, dtype);
   const DType wide = reference_dtype(dtype);
   const std::vector<int64_t> xd{cc.n, cc.c, cc.h, cc.w}, wd{cc.k, cc.c, cc.r, cc.s},
       yd{cc.n, cc.k, g.out_h(), g.out_w()};
@@ -260,17 +272,12 @@ TEST_F(CudaConvTest, GraphEnginesMatchTheReference) {
         SCOPED_TRACE(fmt::format("{}x{}x{}x{} -> {} {}x{}, {} {}", cc.n, cc.c, cc.h, cc.w, cc.k, cc.r, cc.s,
                                  precision_name(precision), layout_name(layout)));
         run_conv_case(*ref, cc, layout, precision.dtype, precision.tf32);
-        ConvGeometry g;
-        g.batch = cc.n, g.in_channels = cc.c, g.in_h = cc.h, g.in_w = cc.w, g.out_channels = cc.k;
-        g.kernel_h = cc.r, g.kernel_w = cc.s, g.stride_h = cc.stride_h, g.stride_w = cc.stride_w;
-        g.pad_h = cc.pad_h, g.pad_w = cc.pad_w, g.layout = layout, g.dtype = precision.dtype;
+        const ConvGeometry g = geometry_of(cc, layout, precision.dtype);
         const std::string plan = describe_cuda_conv_plan(*shared_gpu(precision.tf32).plan_conv(g));
-        for (size_t at = plan.find("graph engine"); at != std::string::npos;
-             at = plan.find("graph engine", at + 1))
-          ++graph_directions;
-        if (precision.dtype == DType::f32 && !precision.tf32)
-          EXPECT_EQ(plan.find("tensor op"), std::string::npos)
-              << "FP32 without TF32 on tensor cores: " << plan;
+        graph_directions += occurrences(plan, "graph engine");
+        if (precision.dtype == DType::f32 && !precision.tf32) {
+          EXPECT_EQ(plan.find("tensor op"), std::string::npos) << "FP32 without TF32 on tensor cores: " << plan;
+        }
         ConvGeometry g_add = g;
         g_add.accumulates_input_grad = true;
         const std::string plan_add = describe_cuda_conv_plan(*shared_gpu(precision.tf32).plan_conv(g_add));
@@ -296,6 +303,41 @@ TEST_F(CudaConvTest, GraphEnginesMatchTheReference) {
   EXPECT_EQ(describe_cuda_conv_plan(*shared_gpu().plan_conv(g)).find("graph"), std::string::npos);
   setenv("DLBENCH_CONV_GRAPH", "sometimes", 1);
   EXPECT_THROW(shared_gpu().plan_conv(g), UserError);
+}
+
+// DLBENCH_CONV_GEMM=force: a 1x1 convolution without padding in NHWC (stride 1, or 2 on odd sizes: its
+// pixels gathered and its input gradient scattered) runs all three directions on cuBLAS's GEMM and matches
+// the reference, overwriting and accumulating, also planned for an accumulating input gradient; other
+// shapes and NCHW stay on cuDNN. Another value is one clear error.
+TEST_F(CudaConvTest, GemmMatchesTheReference) {
+  struct EnvGuard {
+    ~EnvGuard() { unsetenv("DLBENCH_CONV_GEMM"); }
+  } guard;
+  setenv("DLBENCH_CONV_GEMM", "force", 1);
+  const ConvCase one_by_one{3, 16, 10, 10, 24, 1, 1, 1, 1, 0, 0}, odd_sizes{2, 24, 7, 9, 40, 1, 1, 1, 1, 0, 0};
+  for (const ConvCase& cc : {one_by_one, odd_sizes, kConvCases[3]}) {
+    for (Precision precision : {Precision{DType::f32, false}, Precision{DType::f32, true},
+                                Precision{DType::f16, false}, Precision{DType::bf16, false}}) {
+      SCOPED_TRACE(fmt::format("{}x{}x{}x{} -> {}, {}", cc.n, cc.c, cc.h, cc.w, cc.k, precision_name(precision)));
+      run_conv_case(*ref, cc, Layout::nhwc, precision.dtype, precision.tf32);
+      ConvGeometry g = geometry_of(cc, Layout::nhwc, precision.dtype);
+      Backend& gpu = shared_gpu(precision.tf32);
+      const std::string plan = describe_cuda_conv_plan(*gpu.plan_conv(g));
+      EXPECT_EQ(occurrences(plan, "cuBLAS GEMM"), 3) << plan;
+      EXPECT_EQ(plan.find("tensor op") != std::string::npos, precision.dtype != DType::f32) << plan;
+      g.accumulates_input_grad = true;
+      EXPECT_EQ(occurrences(describe_cuda_conv_plan(*gpu.plan_conv(g)), "cuBLAS GEMM"), 3);
+    }
+  }
+  // A 3x3 convolution and NCHW are no matrix products of the pixels.
+  EXPECT_EQ(describe_cuda_conv_plan(*shared_gpu().plan_conv(geometry_of(kConvCases[7], Layout::nhwc, DType::f16)))
+                .find("cuBLAS"),
+            std::string::npos);
+  EXPECT_EQ(describe_cuda_conv_plan(*shared_gpu().plan_conv(geometry_of(one_by_one, Layout::nchw, DType::f32)))
+                .find("cuBLAS"),
+            std::string::npos);
+  setenv("DLBENCH_CONV_GEMM", "sometimes", 1);
+  EXPECT_THROW(shared_gpu().plan_conv(geometry_of(one_by_one, Layout::nhwc, DType::f32)), UserError);
 }
 
 TEST_F(CudaConvTest, RejectsMismatchedTensors) {

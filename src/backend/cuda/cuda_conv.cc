@@ -40,6 +40,16 @@
 // layer at batch 256, TF32, measured by --per-layer on an H200). "off" keeps the legacy API alone; "force"
 // takes the fastest engine whatever the legacy time (tests). The mode is part of the choice's key, in the
 // process and in --algorithm-cache.
+//
+// 1x1 convolutions as GEMMs (DLBENCH_CONV_GEMM=auto|force; off by default until measured on a GPU): in
+// NHWC a 1x1 convolution of stride 1 without padding is a matrix product over the M = N*H*W pixels,
+// y[M, K] = x[M, C] w[K, C]^T, dx[M, C] = dy[M, K] w[K, C], dw[K, C] = dy[M, K]^T x[M, C] (the filter is
+// KRSC = [K, C]); of stride s, the same over the pixels at the stride, gathered into the workspace first
+// (the input gradient: computed there, then scattered into dx). cuDNN's FP32 NHWC backward data (no tensor
+// cores) ran ResNet-50's 1x1 convolutions at 4-10 TFLOP/s on an H200 — 282 ms of a 478 ms step, 129 ms in
+// the one of stride 2 at 56x56 — where cuBLAS's FP32 GEMM reaches 51. cuBLAS's GEMM is then one more
+// candidate of each direction, timed back to back after the engines (with its gathers), and runs where it
+// is fastest ("force": wherever the shape allows). It adds to its output for any call (BLAS's beta).
 #include <algorithm>
 #include <array>
 #include <cmath>
@@ -70,8 +80,12 @@ struct AlgoChoice {
   float time_ms = 0;
   std::optional<GraphEngine> engine;
   float engine_ms = 0, legacy_ms = 0;
-  // What this direction costs per call: the engine's time when it runs, else the legacy algorithm's.
-  float run_ms() const { return engine ? engine_ms : (legacy_ms > 0 ? legacy_ms : time_ms); }
+  bool gemm = false;  // cuBLAS's GEMM runs this direction (a 1x1 convolution; see the top of this file)
+  float gemm_ms = 0;
+  // What this direction costs per call: what runs — the GEMM, the engine, else the legacy algorithm.
+  float run_ms() const {
+    return gemm ? gemm_ms : engine ? engine_ms : (legacy_ms > 0 ? legacy_ms : time_ms);
+  }
 };
 
 struct ConvChoice {
@@ -95,6 +109,36 @@ bool uses_graph_engines(const ConvGeometry& g) {
   return g.dtype != DType::f64 && graph_engine_mode() != GraphEngines::off;
 }
 
+enum class GemmMode { off, automatic, force };
+
+// DLBENCH_CONV_GEMM: off (the default), auto or force.
+GemmMode gemm_mode() {
+  const char* value = std::getenv("DLBENCH_CONV_GEMM");
+  const std::string_view v = value ? value : "";
+  if (v.empty() || v == "off") return GemmMode::off;
+  if (v == "auto") return GemmMode::automatic;
+  if (v == "force") return GemmMode::force;
+  throw UserError(fmt::format("DLBENCH_CONV_GEMM={}: choose off, auto or force", v));
+}
+
+// Whether `g` is a matrix product cuBLAS can run: NHWC, 1x1, one stride for both axes, no padding, not
+// FP64, and every dimension within cuBLAS's int.
+bool gemm_shape(const ConvGeometry& g) {
+  const int64_t pixels = g.batch * g.out_h() * g.out_w();
+  return g.layout == Layout::nhwc && g.kernel_h == 1 && g.kernel_w == 1 && g.stride_h == g.stride_w &&
+         g.pad_h == 0 && g.pad_w == 0 && g.dtype != DType::f64 && pixels <= INT32_MAX &&
+         g.in_channels <= INT32_MAX && g.out_channels <= INT32_MAX;
+}
+
+// The workspace a strided GEMM convolution gathers its input's (or input gradient's) pixels into.
+size_t gathered_pixels_bytes(const ConvGeometry& g) {
+  if (g.stride_h == 1) return 0;
+  return static_cast<size_t>(g.batch * g.out_h() * g.out_w() * g.in_channels) * dtype_size(g.dtype);
+}
+
+// Whether the search of `g` times cuBLAS's GEMM.
+bool uses_gemm(const ConvGeometry& g) { return gemm_mode() != GemmMode::off && gemm_shape(g); }
+
 // One number per GPU model (by name): the GPUs of one model share their searches' results.
 int64_t gpu_model_id(int device_index) {
   static std::mutex mutex;
@@ -114,7 +158,7 @@ int64_t gpu_model_id(int device_index) {
 // at the same time, and the first result stored is the one every rank runs (plan_conv), so all ranks run
 // the same kernels instead of each its own near-equal pick. Also the graph-engine mode and whether the
 // input gradient accumulates (the backward data is searched with beta = 1 then).
-using ConvKey = std::array<int64_t, 18>;
+using ConvKey = std::array<int64_t, 19>;
 
 ConvKey make_key(const ConvGeometry& g, const CudaBackend& backend) {
   return {g.batch,
@@ -134,7 +178,8 @@ ConvKey make_key(const ConvGeometry& g, const CudaBackend& backend) {
           static_cast<int64_t>(backend.conv_workspace_limit()),
           gpu_model_id(backend.device().index),
           g.dtype == DType::f64 ? 0 : static_cast<int64_t>(graph_engine_mode()),
-          g.accumulates_input_grad ? 1 : 0};
+          g.accumulates_input_grad ? 1 : 0,
+          uses_gemm(g) ? static_cast<int64_t>(gemm_mode()) : 0};
 }
 
 std::mutex& cache_mutex() {
@@ -158,14 +203,16 @@ std::string stored_choice_key(const ConvGeometry& g, CudaBackend& backend) {
          (!uses_graph_engines(g)                       ? ""
           : graph_engine_mode() == GraphEngines::force ? " graph:force"
                                                        : " graph:auto") +
-         (g.accumulates_input_grad ? " dx:add" : "");
+         (g.accumulates_input_grad ? " dx:add" : "") +
+         (!uses_gemm(g) ? "" : gemm_mode() == GemmMode::force ? " gemm:force" : " gemm:auto");
 }
 
 // A stored choice, per direction: algorithm, math type and median time (microseconds); with graph engines
 // (a key ending " graph:..."), then the engine's global index (-1: none), its time and the legacy
-// algorithm's on the same clock (microseconds), the number of knobs and each knob's type and value.
+// algorithm's on the same clock (microseconds), the number of knobs and each knob's type and value; with
+// GEMMs (a key with " gemm:..."), then whether the GEMM runs and its time (microseconds).
 // Workspaces are not stored: finish() asks cuDNN for them.
-std::vector<int64_t> choice_to_integers(const ConvChoice& c, bool with_engines) {
+std::vector<int64_t> choice_to_integers(const ConvChoice& c, bool with_engines, bool with_gemm) {
   auto us = [](float ms) { return static_cast<int64_t>(std::lround(ms * 1000.0f)); };
   std::vector<int64_t> v;
   for (const AlgoChoice* a : {&c.forward, &c.backward_data, &c.backward_filter}) {
@@ -176,12 +223,13 @@ std::vector<int64_t> choice_to_integers(const ConvChoice& c, bool with_engines) 
     if (a->engine) {
       for (const auto& [type, value] : a->engine->knobs) v.insert(v.end(), {type, value});
     }
+    if (with_gemm) v.insert(v.end(), {a->gemm ? 1 : 0, us(a->gemm_ms)});
   }
   return v;
 }
 
-ConvChoice choice_from_integers(const std::vector<int64_t>& v, bool with_engines, const std::string& path,
-                                const std::string& key) {
+ConvChoice choice_from_integers(const std::vector<int64_t>& v, bool with_engines, bool with_gemm,
+                                const std::string& path, const std::string& key) {
   size_t at = 0;
   auto next = [&]() {
     DLB_REQUIRE(at < v.size(), "--algorithm-cache {}: entry '{}' ends early ({} numbers)", path, key,
@@ -205,6 +253,10 @@ ConvChoice choice_from_integers(const std::vector<int64_t>& v, bool with_engines
       const int64_t type = next();
       const int64_t value = next();
       if (a->engine) a->engine->knobs.emplace_back(type, value);
+    }
+    if (with_gemm) {
+      a->gemm = next() != 0;
+      a->gemm_ms = static_cast<float>(next()) / 1000.0f;
     }
   }
   DLB_REQUIRE(at == v.size(), "--algorithm-cache {}: entry '{}' has {} numbers, not {}", path, key, v.size(),
@@ -266,6 +318,8 @@ class CudaConvPlan final : public ConvPlan {
     if (padded) return padded_x_bytes() + padded_w_bytes() + padded->workspace_bytes();
     size_t bytes = std::max(
         {choice.forward.workspace, choice.backward_data.workspace, choice.backward_filter.workspace});
+    if (choice.forward.gemm || choice.backward_data.gemm || choice.backward_filter.gemm)
+      bytes = std::max(bytes, gathered_pixels_bytes(geometry));
     for (const auto& plan : graph_plans)
       if (plan) bytes = std::max(bytes, plan->workspace_bytes());
     return bytes;
@@ -668,10 +722,68 @@ cudnnStatus_t run_legacy(cudnnHandle_t handle, const CudaConvPlan& p, ConvDirect
   return CUDNN_STATUS_BAD_PARAM;
 }
 
-// Runs direction `d` of `p` (x, w, y as run_legacy takes them): on its graph engine where graph_plan_for
-// allows, else on its legacy algorithm, adding to the output when `accumulate`.
+// A row-major product c[m, n] = alpha op(a)[m, k] op(b)[k, n] + beta c on cuBLAS (column-major): the
+// column-major c^T = op(b)^T op(a)^T, so the operands swap and each leading dimension is a stored row's
+// length (lda, ldb, ldc below).
+cublasStatus_t row_major_gemm(cublasHandle_t handle, const ConvGeometry& g, bool allow_tf32, bool transpose_a,
+                              bool transpose_b, int64_t m, int64_t n, int64_t k, const void* a, int64_t lda,
+                              const void* b, int64_t ldb, void* c, int64_t ldc, const Scaling& s) {
+  // FP32: plain FP32 (CUDNN_FMA_MATH's counterpart) unless TF32 is allowed; FP16/BF16 accumulate in FP32.
+  const cublasComputeType_t compute =
+      g.dtype == DType::f32 && allow_tf32 ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F;
+  const cudaDataType_t t = cuda_dtype(g.dtype);
+  auto i = [](int64_t v) { return static_cast<int>(v); };  // gemm_shape checked the range
+  return cublasGemmEx(handle, transpose_b ? CUBLAS_OP_T : CUBLAS_OP_N, transpose_a ? CUBLAS_OP_T : CUBLAS_OP_N,
+                      i(n), i(m), i(k), s.alpha(), b, t, i(ldb), a, t, i(lda), s.beta(), c, t, i(ldc), compute,
+                      CUBLAS_GEMM_DEFAULT);
+}
+
+// One call of direction `d` of the 1x1 convolution `g` as a GEMM over its M = N*out_h*out_w output pixels
+// (x, w, y as run_legacy takes them; NHWC: x [pixels, C], y [M, K], w [K, C]), adding to the output when
+// `add`. A strided one gathers x's pixels into `workspace` (gathered_pixels_bytes), or computes dx's there
+// and scatters them.
+cublasStatus_t run_gemm(const CudaBackend& backend, const ConvGeometry& g, ConvDirection d, void* x, void* w,
+                        void* y, bool add, void* workspace) {
+  const int64_t pixels = g.batch * g.out_h() * g.out_w(), c = g.in_channels, k = g.out_channels;
+  const int64_t stride = g.stride_h;
+  cublasHandle_t handle = backend.cublas();
+  cudaStream_t stream = backend.stream();
+  const bool tf32 = backend.allow_tf32();
+  const Scaling s(g.dtype, 1.0, add ? 1.0 : 0.0);
+  void* dense_x = x;  // x's pixels at the stride, [M, C]
+  if (stride > 1 && d != ConvDirection::backward_data) {
+    gather_strided_pixels(x, g.batch, g.in_h, g.in_w, c, stride, workspace, g.dtype, stream);
+    dense_x = workspace;
+  }
+  switch (d) {
+    case ConvDirection::forward:  // y[M, K] = x[M, C] w[K, C]^T
+      return row_major_gemm(handle, g, tf32, false, true, pixels, k, c, dense_x, c, w, c, y, k, s);
+    case ConvDirection::backward_data: {  // dx[M, C] = dy[M, K] w[K, C]
+      if (stride == 1) return row_major_gemm(handle, g, tf32, false, false, pixels, c, k, y, k, w, c, x, c, s);
+      const cublasStatus_t status = row_major_gemm(handle, g, tf32, false, false, pixels, c, k, y, k, w, c,
+                                                   workspace, c, Scaling(g.dtype, 1.0, 0.0));
+      if (status == CUBLAS_STATUS_SUCCESS)
+        scatter_strided_pixels(workspace, g.batch, g.in_h, g.in_w, c, stride, x, g.dtype, add, stream);
+      return status;
+    }
+    case ConvDirection::backward_filter:  // dw[K, C] = dy[M, K]^T x[M, C]
+      return row_major_gemm(handle, g, tf32, true, false, k, c, pixels, y, k, dense_x, c, w, c, s);
+  }
+  return CUBLAS_STATUS_INVALID_VALUE;
+}
+
+// Runs direction `d` of `p` (x, w, y as run_legacy takes them): on cuBLAS's GEMM where the search chose
+// it, on its graph engine where graph_plan_for allows, else on its legacy algorithm, adding to the output
+// when `accumulate`.
 void run_direction(const CudaBackend& backend, const CudaConvPlan& p, ConvDirection d, void* x, void* w,
                    void* y, Accumulate accumulate, void* workspace, const char* op) {
+  if (direction_choice(p.choice, d).gemm) {
+    DLB_CHECK(gathered_pixels_bytes(p.geometry) == 0 || workspace != nullptr,
+              "{}: the plan needs a workspace of {} bytes", op, p.workspace_bytes());
+    backend.activate();
+    CUBLAS_CHECK(run_gemm(backend, p.geometry, d, x, w, y, accumulate == Accumulate::add, workspace));
+    return;
+  }
   if (const GraphPlan* graph = graph_plan_for(p, d, {x, w, y}, accumulate)) {
     DLB_CHECK(graph->workspace_bytes() == 0 || workspace != nullptr,
               "{}: the plan needs a workspace of {} bytes", op, p.workspace_bytes());
@@ -797,6 +909,35 @@ void search_graph_engines(const CudaBackend& backend, CudaConvPlan& plan, const 
   CUDA_CHECK(cudaStreamSynchronize(backend.stream()));  // the scratch buffers are freed next
 }
 
+// Times cuBLAS's GEMM for each direction of the 1x1 convolution `plan`, back to back like the engines, and
+// chooses it where it beats what the direction runs (with `force`, always). Without graph engines the
+// legacy algorithm is timed back to back first: cudnnFind's time holds the API's host work.
+void search_gemm(const CudaBackend& backend, CudaConvPlan& plan, const SearchScratch& scratch, bool force) {
+  const ConvGeometry& g = plan.geometry;
+  void *x = scratch.x.get(), *w = scratch.w.get(), *y = scratch.y.get(), *ws = scratch.ws.get();
+  if (gathered_pixels_bytes(g) > std::min(scratch.ws_bytes, backend.conv_workspace_limit())) return;
+  for (ConvDirection d : kDirections) {
+    const Scaling s = direction_scaling(g, d);
+    AlgoChoice& a = direction_choice(plan.choice, d);
+    if (!a.engine && a.legacy_ms == 0) {
+      set_execution(backend, plan, d, a);
+      if (const std::optional<float> ms =
+              time_calls(backend, [&] { return run_legacy(backend.cudnn(), plan, d, a, x, w, y, ws, s); }))
+        a.legacy_ms = *ms;
+    }
+    const std::optional<float> ms = time_calls(backend, [&] {
+      return run_gemm(backend, g, d, x, w, y, graph_adds_to_output(g, d), ws) == CUBLAS_STATUS_SUCCESS
+                 ? CUDNN_STATUS_SUCCESS
+                 : CUDNN_STATUS_EXECUTION_FAILED;
+    });
+    if (ms && (force || *ms < a.run_ms())) {
+      a.gemm = true;
+      a.gemm_ms = *ms;
+    }
+  }
+  CUDA_CHECK(cudaStreamSynchronize(backend.stream()));  // the scratch buffers are freed next
+}
+
 }  // namespace
 
 std::unique_ptr<ConvPlan> CudaBackend::estimate_conv(const ConvGeometry& g) {
@@ -846,10 +987,10 @@ std::unique_ptr<CudaConvPlan> searched_plan(CudaBackend& backend, const ConvGeom
     const std::shared_ptr<AlgorithmStore> store = algorithm_store();
     const std::string store_key = store ? stored_choice_key(g, backend) : std::string();
     std::optional<ConvChoice> stored;
-    const bool with_engines = uses_graph_engines(g);
+    const bool with_engines = uses_graph_engines(g), with_gemm = uses_gemm(g);
     if (store) {
       if (auto entry = store->find(store_key))
-        stored = choice_from_integers(*entry, with_engines, store->path(), store_key);
+        stored = choice_from_integers(*entry, with_engines, with_gemm, store->path(), store_key);
     }
     if (stored) {
       plan->choice = *stored;
@@ -859,7 +1000,8 @@ std::unique_ptr<CudaConvPlan> searched_plan(CudaBackend& backend, const ConvGeom
       plan->choice = ConvChoice{ranking[0].front(), ranking[1].front(), ranking[2].front()};
       if (with_engines)
         search_graph_engines(backend, *plan, ranking, scratch, graph_engine_mode() == GraphEngines::force);
-      if (store) store->put(store_key, choice_to_integers(plan->choice, with_engines));
+      if (with_gemm) search_gemm(backend, *plan, scratch, gemm_mode() == GemmMode::force);
+      if (store) store->put(store_key, choice_to_integers(plan->choice, with_engines, with_gemm));
     }
     std::lock_guard<std::mutex> lock(cache_mutex());
     plan->choice = choice_cache().emplace(key, plan->choice).first->second;
@@ -1022,6 +1164,13 @@ std::string describe_cuda_conv_plan(const ConvPlan& plan) {
   }
   const auto& c = p.choice;
   auto one = [&](cuda::ConvDirection d, const char* name, const cuda::AlgoChoice& a) {
+    if (a.gemm) {
+      // FP32 without TF32 executes cuDNN on FMA (execution_math), and the GEMM in plain FP32.
+      const bool tf32 = p.geometry.dtype == DType::f32 && p.choice.forward.math != CUDNN_FMA_MATH;
+      return fmt::format("cuBLAS GEMM ({}, 0 B, {:.3f} ms; legacy {} {:.3f} ms)",
+                         p.geometry.dtype != DType::f32 ? "tensor op" : tf32 ? "tf32" : "fma", a.gemm_ms, name,
+                         a.legacy_ms);
+    }
     if (const cuda::GraphPlan* graph = p.graph_plan(d)) {
       return fmt::format("graph {} ({}, {} B, {:.3f} ms; legacy {} {:.3f} ms)",
                          cuda::engine_name(graph->engine()),

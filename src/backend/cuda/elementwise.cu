@@ -260,6 +260,39 @@ struct CopyChannelsOp {
   }
 };
 
+// The pixels of an NHWC tensor at a stride, element by element over the `dense` (gathered) tensor's or,
+// for the overwriting scatter, over the full one's elements. I is the index type.
+template <typename T, typename I>
+struct StridedPixelsOp {
+  enum class Mode { gather, scatter, scatter_add };
+  const T* src;
+  T* dst;
+  I in_h, in_w, out_h, out_w, channels, stride;
+  Mode mode;
+  // The full tensor's element of the gathered element `i`.
+  __device__ I full_index(I i) const {
+    const I c = i % channels, pixel = i / channels, w = pixel % out_w, rest = pixel / out_w, h = rest % out_h,
+            n = rest / out_h;
+    return ((n * in_h + h * stride) * in_w + w * stride) * channels + c;
+  }
+  template <int W>
+  __device__ void apply(int64_t e) const {
+    static_assert(W == 1, "strided pixels run element by element");
+    const I i = I(e);
+    if (mode == Mode::gather) {
+      dst[i] = src[full_index(i)];
+    } else if (mode == Mode::scatter_add) {
+      const I full = full_index(i);
+      dst[full] = narrow<T>(widen(dst[full]) + widen(src[i]));
+    } else {  // over the full tensor: its strided pixels take src's value, the others 0
+      const I c = i % channels, pixel = i / channels, w = pixel % in_w, rest = pixel / in_w, h = rest % in_h,
+              n = rest / in_h;
+      const bool sampled = h % stride == 0 && w % stride == 0;
+      dst[i] = sampled ? src[((n * out_h + h / stride) * out_w + w / stride) * channels + c] : narrow<T>(Acc<T>(0));
+    }
+  }
+};
+
 template <typename T, typename Op>
 void launch_16(int64_t n, bool vector_ok, const Op& op, cudaStream_t stream) {
   launch_elementwise<kVec16<T>>(n, vector_ok, op, stream);
@@ -428,6 +461,47 @@ void copy_channels(const void* src, int64_t src_channels, void* dst, int64_t dst
       launch(uint64_t{});
     }
   });
+}
+
+namespace {
+void launch_strided_pixels(const void* src, int64_t batch, int64_t in_h, int64_t in_w, int64_t channels,
+                           int64_t stride, void* dst, DType dtype, int mode, const char* op, cudaStream_t stream) {
+  DLB_KERNEL_REQUIRE(batch >= 0 && in_h > 0 && in_w > 0 && channels > 0 && stride > 0, op,
+                     "sizes and the stride must be positive");
+  const int64_t out_h = (in_h - 1) / stride + 1, out_w = (in_w - 1) / stride + 1;
+  const int64_t full = batch * in_h * in_w * channels, dense = batch * out_h * out_w * channels;
+  // The overwriting scatter writes every element of the full tensor; the others go over the dense one.
+  const int64_t n = mode == 1 ? full : dense;
+  if (n == 0) return;
+  dispatch_float(dtype, op, [&](auto tag) {
+    using T = decltype(tag);
+    auto launch = [&](auto index_tag) {
+      using I = decltype(index_tag);
+      using Op = StridedPixelsOp<T, I>;
+      launch_elementwise<1>(n, false,
+                            Op{static_cast<const T*>(src), static_cast<T*>(dst), I(in_h), I(in_w), I(out_h),
+                               I(out_w), I(channels), I(stride), static_cast<typename Op::Mode>(mode)},
+                            stream);
+    };
+    if (full < int64_t(UINT32_MAX)) {  // 32-bit indices: 64-bit division is several times slower
+      launch(uint32_t{});
+    } else {
+      launch(uint64_t{});
+    }
+  });
+}
+}  // namespace
+
+void gather_strided_pixels(const void* src, int64_t batch, int64_t in_h, int64_t in_w, int64_t channels,
+                           int64_t stride, void* dst, DType dtype, cudaStream_t stream) {
+  launch_strided_pixels(src, batch, in_h, in_w, channels, stride, dst, dtype, 0, "gather_strided_pixels",
+                        stream);
+}
+
+void scatter_strided_pixels(const void* src, int64_t batch, int64_t in_h, int64_t in_w, int64_t channels,
+                            int64_t stride, void* dst, DType dtype, bool accumulate, cudaStream_t stream) {
+  launch_strided_pixels(src, batch, in_h, in_w, channels, stride, dst, dtype, accumulate ? 2 : 1,
+                        "scatter_strided_pixels", stream);
 }
 
 namespace {

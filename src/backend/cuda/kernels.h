@@ -46,6 +46,16 @@ void softmax_cross_entropy_backward(const float* probs, const int32_t* labels, i
 void copy_channels(const void* src, int64_t src_channels, void* dst, int64_t dst_channels, int64_t rows,
                    DType dtype, bool accumulate, cudaStream_t stream);
 
+// NHWC pixels at a stride (a 1x1 convolution of stride s is the stride-1 one of those pixels).
+// gather_strided_pixels: dst[n, h, w, c] = src[n, h * stride, w * stride, c] for the out_h x out_w pixels,
+// out = (in - 1) / stride + 1. scatter_strided_pixels, its gradient: dst (in_h x in_w) gets src's value at
+// the pixels whose h and w are multiples of the stride and 0 elsewhere, or with `accumulate` adds src there
+// and leaves the others.
+void gather_strided_pixels(const void* src, int64_t batch, int64_t in_h, int64_t in_w, int64_t channels,
+                           int64_t stride, void* dst, DType dtype, cudaStream_t stream);
+void scatter_strided_pixels(const void* src, int64_t batch, int64_t in_h, int64_t in_w, int64_t channels,
+                            int64_t stride, void* dst, DType dtype, bool accumulate, cudaStream_t stream);
+
 // Holds `stream` for `microseconds` (one thread polling the GPU's global timer): work queued behind it then
 // runs back to back, whatever the host's time per call (the convolution search times calls this way).
 void hold_stream(double microseconds, cudaStream_t stream);
@@ -72,5 +82,29 @@ void max_pool_forward_nhwc(const void* x, void* y, uint8_t* argmax, DType dtype,
                            cudaStream_t stream);
 void max_pool_backward_nhwc(const void* x, const uint8_t* argmax, const void* dy, void* dx, DType dtype,
                             const MaxPoolShape& shape, cudaStream_t stream);
+
+// Batch-norm training over NCHW tensors (batchnorm_nchw.cu): the semantics of Backend's
+// batchnorm_forward_training / batchnorm_backward, fusion included, for f32/f16/bf16 data with f32
+// parameters and statistics. Each channel's N * H * W values are reduced in `splits` ranges of `chunk`
+// values (a multiple of 4), one block each; the ranges' partials and per-channel coefficients live in the
+// workspace (batchnorm_nchw_workspace_bytes), which the forward and the backward each use only during the
+// call. batchnorm_nchw_launch sizes the splits for the current device.
+struct BatchNormNchwLaunch {
+  BatchNormGeometry geometry;
+  int64_t splits = 1, chunk = 0;
+};
+BatchNormNchwLaunch batchnorm_nchw_launch(const BatchNormGeometry& geometry);
+size_t batchnorm_nchw_workspace_bytes(const BatchNormNchwLaunch& launch);
+// `residual` is read for add_relu only (else null). y may alias x.
+void batchnorm_nchw_forward_training(const BatchNormNchwLaunch& launch, const void* x, const void* residual,
+                                     const float* gamma, const float* beta, void* y, float* running_mean,
+                                     float* running_var, float* saved_mean, float* saved_inv_std,
+                                     void* workspace, cudaStream_t stream);
+// y is read with a ReLU only; dresidual (add_relu only, else null) is overwritten with the masked dy; dx is
+// overwritten; dgamma/dbeta are added to when `accumulate`.
+void batchnorm_nchw_backward(const BatchNormNchwLaunch& launch, const void* x, const void* y, const void* dy,
+                             const float* gamma, const float* saved_mean, const float* saved_inv_std,
+                             void* dx, void* dresidual, float* dgamma, float* dbeta, bool accumulate,
+                             void* workspace, cudaStream_t stream);
 
 }  // namespace dlbench::cuda
