@@ -122,11 +122,12 @@ void resolve_config(RunConfig& c, bool cuda_available) {
   }
   DLB_REQUIRE(c.loss_scale_growth_interval > 0, "--loss-scale-growth-interval {}: must be positive",
               c.loss_scale_growth_interval);
-  // NHWC, except FP32 on a GPU. oneDNN's nhwc kernels beat its NCHW path on ResNet shapes
-  // (src/backend/onednn/onednn_conv.cc); on the GPU NHWC is the tensor cores' layout (TF32, FP16, BF16),
-  // but cuDNN's FP32 kernels without tensor cores are faster in NCHW (ResNet-50 b256 on an H200: 1,023
-  // against 480 img/s, bench/results/2026-11-29-gpu-h200-resnet50.jsonl).
-  if (c.layout_text.empty()) c.layout_text = !on_cpu && c.precision == Precision::fp32 ? "nchw" : "nhwc";
+  // NHWC. oneDNN's nhwc kernels beat its NCHW path on ResNet shapes (src/backend/onednn/onednn_conv.cc);
+  // on the GPU NHWC is the tensor cores' layout (TF32, FP16, BF16), and FP32's too since its 1x1
+  // convolutions run on cuBLAS's GEMM there (cuda_conv.cc): ResNet-50 b256 on an H200 1,437 img/s in NHWC
+  // against 1,029 in NCHW, where cuDNN's own FP32 NHWC kernels had given 535
+  // (bench/results/2026-11-30-gpu-2xh200-accumulating-dgrad).
+  if (c.layout_text.empty()) c.layout_text = "nhwc";
   DLB_REQUIRE(c.layout_text == "nchw" || c.layout_text == "nhwc", "--layout {}: choose nchw or nhwc",
               c.layout_text);
   c.layout = c.layout_text == "nchw" ? Layout::nchw : Layout::nhwc;
