@@ -276,7 +276,8 @@ TEST_F(CudaConvTest, GraphEnginesMatchTheReference) {
         const std::string plan = describe_cuda_conv_plan(*shared_gpu(precision.tf32).plan_conv(g));
         graph_directions += occurrences(plan, "graph engine");
         if (precision.dtype == DType::f32 && !precision.tf32) {
-          EXPECT_EQ(plan.find("tensor op"), std::string::npos) << "FP32 without TF32 on tensor cores: " << plan;
+          EXPECT_EQ(plan.find("tensor op"), std::string::npos)
+              << "FP32 without TF32 on tensor cores: " << plan;
         }
         ConvGeometry g_add = g;
         g_add.accumulates_input_grad = true;
@@ -294,8 +295,8 @@ TEST_F(CudaConvTest, GraphEnginesMatchTheReference) {
   EXPECT_GE(graph_directions, 96) << "graph engines ran in only " << graph_directions << " directions";
   // 64 backward-data directions planned to accumulate: engines that add in their epilogue.
   std::printf("  graph engines adding to dx: %d of 64 directions\n", adding_graph_directions);
-  EXPECT_GE(adding_graph_directions, 16) << "engines added to dx in only " << adding_graph_directions
-                                         << " directions";
+  EXPECT_GE(adding_graph_directions, 16)
+      << "engines added to dx in only " << adding_graph_directions << " directions";
   ConvGeometry g;
   g.batch = 2, g.in_channels = 16, g.in_h = g.in_w = 8, g.out_channels = 16, g.kernel_h = g.kernel_w = 1;
   g.layout = Layout::nhwc, g.dtype = DType::f16;
@@ -314,11 +315,13 @@ TEST_F(CudaConvTest, GemmMatchesTheReference) {
     ~EnvGuard() { unsetenv("DLBENCH_CONV_GEMM"); }
   } guard;
   setenv("DLBENCH_CONV_GEMM", "force", 1);
-  const ConvCase one_by_one{3, 16, 10, 10, 24, 1, 1, 1, 1, 0, 0}, odd_sizes{2, 24, 7, 9, 40, 1, 1, 1, 1, 0, 0};
+  const ConvCase one_by_one{3, 16, 10, 10, 24, 1, 1, 1, 1, 0, 0},
+      odd_sizes{2, 24, 7, 9, 40, 1, 1, 1, 1, 0, 0};
   for (const ConvCase& cc : {one_by_one, odd_sizes, kConvCases[3]}) {
     for (Precision precision : {Precision{DType::f32, false}, Precision{DType::f32, true},
                                 Precision{DType::f16, false}, Precision{DType::bf16, false}}) {
-      SCOPED_TRACE(fmt::format("{}x{}x{}x{} -> {}, {}", cc.n, cc.c, cc.h, cc.w, cc.k, precision_name(precision)));
+      SCOPED_TRACE(
+          fmt::format("{}x{}x{}x{} -> {}, {}", cc.n, cc.c, cc.h, cc.w, cc.k, precision_name(precision)));
       run_conv_case(*ref, cc, Layout::nhwc, precision.dtype, precision.tf32);
       ConvGeometry g = geometry_of(cc, Layout::nhwc, precision.dtype);
       Backend& gpu = shared_gpu(precision.tf32);
@@ -330,12 +333,14 @@ TEST_F(CudaConvTest, GemmMatchesTheReference) {
     }
   }
   // A 3x3 convolution and NCHW are no matrix products of the pixels.
-  EXPECT_EQ(describe_cuda_conv_plan(*shared_gpu().plan_conv(geometry_of(kConvCases[7], Layout::nhwc, DType::f16)))
-                .find("cuBLAS"),
-            std::string::npos);
-  EXPECT_EQ(describe_cuda_conv_plan(*shared_gpu().plan_conv(geometry_of(one_by_one, Layout::nchw, DType::f32)))
-                .find("cuBLAS"),
-            std::string::npos);
+  EXPECT_EQ(
+      describe_cuda_conv_plan(*shared_gpu().plan_conv(geometry_of(kConvCases[7], Layout::nhwc, DType::f16)))
+          .find("cuBLAS"),
+      std::string::npos);
+  EXPECT_EQ(
+      describe_cuda_conv_plan(*shared_gpu().plan_conv(geometry_of(one_by_one, Layout::nchw, DType::f32)))
+          .find("cuBLAS"),
+      std::string::npos);
   setenv("DLBENCH_CONV_GEMM", "sometimes", 1);
   EXPECT_THROW(shared_gpu().plan_conv(geometry_of(one_by_one, Layout::nhwc, DType::f32)), UserError);
 }

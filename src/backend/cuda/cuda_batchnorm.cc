@@ -35,7 +35,6 @@
 #include <array>
 #include <cstdlib>
 #include <string>
-#include <string_view>
 
 #include "backend/cuda/cuda_common.h"
 #include "backend/cuda/kernels.h"
@@ -217,11 +216,8 @@ enum class BatchNormKernels { cudnn, own };
 // DLBENCH_BN_KERNELS: cudnn (the default, also when unset) or own. Read at every plan, so that a process
 // (a test) can plan both ways.
 BatchNormKernels batchnorm_kernels() {
-  const char* value = std::getenv("DLBENCH_BN_KERNELS");
-  const std::string_view v = value ? value : "";
-  if (v.empty() || v == "cudnn") return BatchNormKernels::cudnn;
-  if (v == "own") return BatchNormKernels::own;
-  throw UserError(fmt::format("DLBENCH_BN_KERNELS={}: choose cudnn or own", v));
+  return env_choice<BatchNormKernels>("DLBENCH_BN_KERNELS",
+                                      {{"cudnn", BatchNormKernels::cudnn}, {"own", BatchNormKernels::own}});
 }
 
 const char* fusion_name(BatchNormFusion fusion) {

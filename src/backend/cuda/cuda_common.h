@@ -9,12 +9,15 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <cstdlib>
 #include <functional>
+#include <initializer_list>
 #include <map>
 #include <memory>
 #include <mutex>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <tuple>
 #include <utility>
 #include <vector>
@@ -110,6 +113,23 @@ struct Scaling {
   float alpha_f, beta_f;
   double alpha_d, beta_d;
 };
+
+// The value of the environment variable `name` among `choices` (name, value), the first being the default
+// (also when the variable is unset or empty); any other value is one UserError naming the choices.
+template <typename E>
+E env_choice(const char* name, std::initializer_list<std::pair<std::string_view, E>> choices) {
+  const char* value = std::getenv(name);
+  const std::string_view v = value ? value : "";
+  if (v.empty()) return choices.begin()->second;
+  std::string names;
+  size_t index = 0;
+  for (const auto& [choice, result] : choices) {
+    if (v == choice) return result;
+    names += std::string(index == 0 ? "" : index + 1 == choices.size() ? " or " : ", ") + std::string(choice);
+    ++index;
+  }
+  throw UserError(std::string(name) + "=" + std::string(v) + ": choose " + names);
+}
 
 // ---- tensor checks (throw dlbench::Error naming the op and the argument) ----
 void check_device_tensor(const char* op, const char* name, const Tensor& t);

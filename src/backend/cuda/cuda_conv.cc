@@ -62,7 +62,6 @@
 #include <cstdlib>
 #include <initializer_list>
 #include <optional>
-#include <string_view>
 #include <vector>
 
 #include "backend/algorithm_store.h"
@@ -87,9 +86,7 @@ struct AlgoChoice {
   bool gemm = false;  // cuBLAS's GEMM runs this direction (a 1x1 convolution; see the top of this file)
   float gemm_ms = 0;
   // What this direction costs per call: what runs — the GEMM, the engine, else the legacy algorithm.
-  float run_ms() const {
-    return gemm ? gemm_ms : engine ? engine_ms : (legacy_ms > 0 ? legacy_ms : time_ms);
-  }
+  float run_ms() const { return gemm ? gemm_ms : engine ? engine_ms : (legacy_ms > 0 ? legacy_ms : time_ms); }
 };
 
 struct ConvChoice {
@@ -100,12 +97,9 @@ enum class GraphEngines { off, automatic, force };
 
 // DLBENCH_CONV_GRAPH: auto (the default), off or force.
 GraphEngines graph_engine_mode() {
-  const char* value = std::getenv("DLBENCH_CONV_GRAPH");
-  const std::string_view v = value ? value : "";
-  if (v.empty() || v == "auto") return GraphEngines::automatic;
-  if (v == "off") return GraphEngines::off;
-  if (v == "force") return GraphEngines::force;
-  throw UserError(fmt::format("DLBENCH_CONV_GRAPH={}: choose auto, off or force", v));
+  return env_choice<GraphEngines>(
+      "DLBENCH_CONV_GRAPH",
+      {{"auto", GraphEngines::automatic}, {"off", GraphEngines::off}, {"force", GraphEngines::force}});
 }
 
 // FP64 has no graph engines here: the legacy API alone.
@@ -117,12 +111,9 @@ enum class GemmMode { off, automatic, force };
 
 // DLBENCH_CONV_GEMM: auto (the default), off or force.
 GemmMode gemm_mode() {
-  const char* value = std::getenv("DLBENCH_CONV_GEMM");
-  const std::string_view v = value ? value : "";
-  if (v.empty() || v == "auto") return GemmMode::automatic;
-  if (v == "off") return GemmMode::off;
-  if (v == "force") return GemmMode::force;
-  throw UserError(fmt::format("DLBENCH_CONV_GEMM={}: choose auto, off or force", v));
+  return env_choice<GemmMode>(
+      "DLBENCH_CONV_GEMM",
+      {{"auto", GemmMode::automatic}, {"off", GemmMode::off}, {"force", GemmMode::force}});
 }
 
 // Whether `g` is a matrix product cuBLAS can run: NHWC, 1x1, one stride for both axes, no padding, not
@@ -208,7 +199,9 @@ std::string stored_choice_key(const ConvGeometry& g, CudaBackend& backend) {
           : graph_engine_mode() == GraphEngines::force ? " graph:force"
                                                        : " graph:auto") +
          (g.accumulates_input_grad ? " dx:add" : "") +
-         (!uses_gemm(g) ? "" : gemm_mode() == GemmMode::force ? " gemm:force" : " gemm:auto");
+         (!uses_gemm(g)                    ? ""
+          : gemm_mode() == GemmMode::force ? " gemm:force"
+                                           : " gemm:auto");
 }
 
 // A stored choice, per direction: algorithm, math type and median time (microseconds); with graph engines
@@ -552,12 +545,9 @@ enum class ChannelPadding { off, automatic, force };
 
 // DLBENCH_CONV_PAD_CHANNELS: off (the default), auto or force.
 ChannelPadding channel_padding_mode() {
-  const char* value = std::getenv("DLBENCH_CONV_PAD_CHANNELS");
-  const std::string_view v = value ? value : "";
-  if (v.empty() || v == "off") return ChannelPadding::off;
-  if (v == "auto") return ChannelPadding::automatic;
-  if (v == "force") return ChannelPadding::force;
-  throw UserError(fmt::format("DLBENCH_CONV_PAD_CHANNELS={}: choose off, auto or force", v));
+  return env_choice<ChannelPadding>(
+      "DLBENCH_CONV_PAD_CHANNELS",
+      {{"off", ChannelPadding::off}, {"auto", ChannelPadding::automatic}, {"force", ChannelPadding::force}});
 }
 
 // The channel counts worth trying for the input of `g`: none unless it runs on tensor cores in NHWC with
@@ -737,9 +727,9 @@ cublasStatus_t row_major_gemm(cublasHandle_t handle, const ConvGeometry& g, bool
       g.dtype == DType::f32 && allow_tf32 ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F;
   const cudaDataType_t t = cuda_dtype(g.dtype);
   auto i = [](int64_t v) { return static_cast<int>(v); };  // gemm_shape checked the range
-  return cublasGemmEx(handle, transpose_b ? CUBLAS_OP_T : CUBLAS_OP_N, transpose_a ? CUBLAS_OP_T : CUBLAS_OP_N,
-                      i(n), i(m), i(k), s.alpha(), b, t, i(ldb), a, t, i(lda), s.beta(), c, t, i(ldc), compute,
-                      CUBLAS_GEMM_DEFAULT);
+  return cublasGemmEx(handle, transpose_b ? CUBLAS_OP_T : CUBLAS_OP_N,
+                      transpose_a ? CUBLAS_OP_T : CUBLAS_OP_N, i(n), i(m), i(k), s.alpha(), b, t, i(ldb), a,
+                      t, i(lda), s.beta(), c, t, i(ldc), compute, CUBLAS_GEMM_DEFAULT);
 }
 
 // One call of direction `d` of the 1x1 convolution `g` as a GEMM over its M = N*out_h*out_w output pixels
@@ -763,7 +753,8 @@ cublasStatus_t run_gemm(const CudaBackend& backend, const ConvGeometry& g, ConvD
     case ConvDirection::forward:  // y[M, K] = x[M, C] w[K, C]^T
       return row_major_gemm(handle, g, tf32, false, true, pixels, k, c, dense_x, c, w, c, y, k, s);
     case ConvDirection::backward_data: {  // dx[M, C] = dy[M, K] w[K, C]
-      if (stride == 1) return row_major_gemm(handle, g, tf32, false, false, pixels, c, k, y, k, w, c, x, c, s);
+      if (stride == 1)
+        return row_major_gemm(handle, g, tf32, false, false, pixels, c, k, y, k, w, c, x, c, s);
       const cublasStatus_t status = row_major_gemm(handle, g, tf32, false, false, pixels, c, k, y, k, w, c,
                                                    workspace, c, Scaling(g.dtype, 1.0, 0.0));
       if (status == CUBLAS_STATUS_SUCCESS)
@@ -1172,8 +1163,10 @@ std::string describe_cuda_conv_plan(const ConvPlan& plan) {
       // FP32 without TF32 executes cuDNN on FMA (execution_math), and the GEMM in plain FP32.
       const bool tf32 = p.geometry.dtype == DType::f32 && p.choice.forward.math != CUDNN_FMA_MATH;
       return fmt::format("cuBLAS GEMM ({}, 0 B, {:.3f} ms; legacy {} {:.3f} ms)",
-                         p.geometry.dtype != DType::f32 ? "tensor op" : tf32 ? "tf32" : "fma", a.gemm_ms, name,
-                         a.legacy_ms);
+                         p.geometry.dtype != DType::f32 ? "tensor op"
+                         : tf32                         ? "tf32"
+                                                        : "fma",
+                         a.gemm_ms, name, a.legacy_ms);
     }
     if (const cuda::GraphPlan* graph = p.graph_plan(d)) {
       return fmt::format("graph {} ({}, {} B, {:.3f} ms; legacy {} {:.3f} ms)",

@@ -288,7 +288,8 @@ struct StridedPixelsOp {
       const I c = i % channels, pixel = i / channels, w = pixel % in_w, rest = pixel / in_w, h = rest % in_h,
               n = rest / in_h;
       const bool sampled = h % stride == 0 && w % stride == 0;
-      dst[i] = sampled ? src[((n * out_h + h / stride) * out_w + w / stride) * channels + c] : narrow<T>(Acc<T>(0));
+      dst[i] = sampled ? src[((n * out_h + h / stride) * out_w + w / stride) * channels + c]
+                       : narrow<T>(Acc<T>(0));
     }
   }
 };
@@ -465,7 +466,8 @@ void copy_channels(const void* src, int64_t src_channels, void* dst, int64_t dst
 
 namespace {
 void launch_strided_pixels(const void* src, int64_t batch, int64_t in_h, int64_t in_w, int64_t channels,
-                           int64_t stride, void* dst, DType dtype, int mode, const char* op, cudaStream_t stream) {
+                           int64_t stride, void* dst, DType dtype, int mode, const char* op,
+                           cudaStream_t stream) {
   DLB_KERNEL_REQUIRE(batch >= 0 && in_h > 0 && in_w > 0 && channels > 0 && stride > 0, op,
                      "sizes and the stride must be positive");
   const int64_t out_h = (in_h - 1) / stride + 1, out_w = (in_w - 1) / stride + 1;
