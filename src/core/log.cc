@@ -2,11 +2,27 @@
 
 #include <atomic>
 #include <cstdio>
+#include <cstdlib>
+#include <string>
 
 namespace dlbench {
 
 namespace {
-std::atomic<int> g_level{static_cast<int>(LogLevel::info)};
+// DLBENCH_LOG_LEVEL (debug, info, warning or error) sets the starting level; info without it. An unknown
+// value is reported once and ignored: logging must not stop a run.
+int level_from_environment() {
+  const char* value = std::getenv("DLBENCH_LOG_LEVEL");
+  if (!value || !*value) return static_cast<int>(LogLevel::info);
+  const std::string v = value;
+  if (v == "debug") return static_cast<int>(LogLevel::debug);
+  if (v == "info") return static_cast<int>(LogLevel::info);
+  if (v == "warning") return static_cast<int>(LogLevel::warning);
+  if (v == "error") return static_cast<int>(LogLevel::error);
+  std::fprintf(
+      stderr, "[dlbench warning] DLBENCH_LOG_LEVEL='%s' is not debug, info, warning or error: info\n", value);
+  return static_cast<int>(LogLevel::info);
+}
+std::atomic<int> g_level{level_from_environment()};
 const char* level_tag(LogLevel level) {
   switch (level) {
     case LogLevel::debug:

@@ -7,6 +7,7 @@
 #include <gtest/gtest.h>
 
 #include <cstdlib>
+#include <regex>
 #include <tuple>
 
 #include "backend/cuda/cuda_backend.h"
@@ -328,6 +329,14 @@ TEST_F(CudaConvTest, GemmMatchesTheReference) {
       const std::string plan = describe_cuda_conv_plan(*gpu.plan_conv(g));
       EXPECT_EQ(occurrences(plan, "cuBLAS GEMM"), 3) << plan;
       EXPECT_EQ(plan.find("tensor op") != std::string::npos, precision.dtype != DType::f32) << plan;
+      // The legacy algorithms of a GEMM shape are ranked by their own back-to-back times: each direction
+      // states a positive one.
+      const std::regex legacy_time("legacy [A-Z_0-9]+ ([0-9.]+) ms");
+      int timed = 0;
+      for (auto it = std::sregex_iterator(plan.begin(), plan.end(), legacy_time);
+           it != std::sregex_iterator(); ++it, ++timed)
+        EXPECT_GT(std::stod((*it)[1].str()), 0.0) << plan;
+      EXPECT_EQ(timed, 3) << plan;
       g.accumulates_input_grad = true;
       EXPECT_EQ(occurrences(describe_cuda_conv_plan(*gpu.plan_conv(g)), "cuBLAS GEMM"), 3);
     }

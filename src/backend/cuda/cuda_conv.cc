@@ -1,11 +1,13 @@
 // Convolution on cuDNN's legacy API: cudnnConvolutionForward / BackwardData / BackwardFilter.
 //
-// plan_conv builds the descriptors and picks one algorithm per direction with cuDNN's timed search
-// (cudnnFind*AlgorithmEx, repeated: see pick), run on scratch buffers allocated for the search and freed
-// after it. A search costs tens of milliseconds, and a ResNet repeats a handful of shapes dozens of times,
-// so its result is kept in a process-wide cache keyed by everything that decides it (geometry, dtype, layout,
-// the TF32 switch, the GPU's model): each distinct shape is searched once, and the ranks of one process
-// (--gpus N) run the same choice. The fastest algorithm whose workspace fits
+// plan_conv builds the descriptors and picks what runs each direction by timing the candidates back to back
+// (time_calls: as the step's CUDA graph runs them) on scratch buffers allocated for the search and freed
+// after it: cuBLAS's GEMM where the shape is one (below), the legacy algorithms cuDNN's heuristic lists
+// (search_legacy), then the graph-API engines (below). A candidate far slower than the fastest so far is
+// given up after one call. A search costs tens to hundreds of milliseconds, and a ResNet repeats a handful
+// of shapes dozens of times, so its result is kept in a process-wide cache keyed by everything that decides
+// it (geometry, dtype, layout, the TF32 switch, the GPU's model): each distinct shape is searched once, and
+// the ranks of one process (--gpus N) run the same choice. The fastest candidate whose workspace fits
 // the backend's conv_workspace_limit() (--conv-workspace-mb) wins; workspace_bytes() is the largest of the
 // three chosen workspaces.
 //
@@ -31,8 +33,7 @@
 //
 // Graph-API engines (DLBENCH_CONV_GRAPH=auto, the default): after the legacy search, each direction is also
 // built as a one-operation graph (cudnn_graph.h) and the engines cuDNN's heuristics rank first for it are
-// timed, with cudnnFind's fastest legacy algorithm (kLegacyCandidates) timed again on the same clock: back to
-// back, as the step's CUDA graph runs them (time_calls says why). An engine that beats it runs instead —
+// timed on the same clock. An engine that beats the fastest legacy algorithm runs instead —
 // except when a tensor is not aligned as the graph declares, or a call's Accumulate is not the one the plan
 // was made for. The backward data of a convolution whose input gradient accumulates (a residual block's
 // first convolution: ConvGeometry::accumulates_input_grad) is searched with beta = 1, the legacy algorithm
@@ -56,26 +57,29 @@
 // (bench/results/2026-11-30-gpu-2xh200-accumulating-dgrad).
 #include <algorithm>
 #include <array>
+#include <chrono>
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <initializer_list>
+#include <limits>
 #include <optional>
 #include <vector>
 
 #include "backend/algorithm_store.h"
-#include "backend/cuda/algorithm_search.h"
 #include "backend/cuda/cuda_common.h"
 #include "backend/cuda/cudnn_graph.h"
 #include "backend/cuda/kernels.h"
+#include "core/log.h"
 
 namespace dlbench {
 namespace cuda {
 namespace {
 
-// One direction's choice: the legacy algorithm (cudnnFind's time), and the graph-API engine that runs
-// instead where it timed faster, with both times on dlbench's own clock.
+// One direction's choice: the legacy algorithm, the graph-API engine or cuBLAS's GEMM that runs instead
+// where it timed faster, with their times back to back (time_ms: the legacy algorithm's; an algorithm cache
+// written before dlbench timed legacy algorithms itself holds cudnnFind's there).
 struct AlgoChoice {
   int algo = 0;
   cudnnMathType_t math = CUDNN_DEFAULT_MATH;
@@ -100,6 +104,15 @@ GraphEngines graph_engine_mode() {
   return env_choice<GraphEngines>(
       "DLBENCH_CONV_GRAPH",
       {{"auto", GraphEngines::automatic}, {"off", GraphEngines::off}, {"force", GraphEngines::force}});
+}
+
+// DLBENCH_CONV_GRAPH_CANDIDATES: how many of the engines cuDNN's heuristics rank first are timed per
+// direction: 8 (the default), 16, 32 or all. The rest are rarely faster and each costs a plan: with all of
+// them, a TF32 ResNet-50 step on an H200 took 65.3 / 65.2 ms against 65.0 / 65.4 with 8, and its first
+// start 55 s against 23 (bench/results/2026-11-30-gpu-h200-legacy-search).
+size_t graph_candidate_count() {
+  return env_choice<size_t>("DLBENCH_CONV_GRAPH_CANDIDATES",
+                            {{"8", 8}, {"16", 16}, {"32", 32}, {"all", std::numeric_limits<size_t>::max()}});
 }
 
 // FP64 has no graph engines here: the legacy API alone.
@@ -153,28 +166,30 @@ int64_t gpu_model_id(int device_index) {
 // at the same time, and the first result stored is the one every rank runs (plan_conv), so all ranks run
 // the same kernels instead of each its own near-equal pick. Also the graph-engine mode and whether the
 // input gradient accumulates (the backward data is searched with beta = 1 then).
-using ConvKey = std::array<int64_t, 19>;
+using ConvKey = std::array<int64_t, 20>;
 
 ConvKey make_key(const ConvGeometry& g, const CudaBackend& backend) {
-  return {g.batch,
-          g.in_channels,
-          g.in_h,
-          g.in_w,
-          g.out_channels,
-          g.kernel_h,
-          g.kernel_w,
-          g.stride_h,
-          g.stride_w,
-          g.pad_h,
-          g.pad_w,
-          static_cast<int64_t>(g.dtype),
-          static_cast<int64_t>(g.layout),
-          backend.allow_tf32() ? 1 : 0,
-          static_cast<int64_t>(backend.conv_workspace_limit()),
-          gpu_model_id(backend.device().index),
-          g.dtype == DType::f64 ? 0 : static_cast<int64_t>(graph_engine_mode()),
-          g.accumulates_input_grad ? 1 : 0,
-          uses_gemm(g) ? static_cast<int64_t>(gemm_mode()) : 0};
+  return {
+      g.batch,
+      g.in_channels,
+      g.in_h,
+      g.in_w,
+      g.out_channels,
+      g.kernel_h,
+      g.kernel_w,
+      g.stride_h,
+      g.stride_w,
+      g.pad_h,
+      g.pad_w,
+      static_cast<int64_t>(g.dtype),
+      static_cast<int64_t>(g.layout),
+      backend.allow_tf32() ? 1 : 0,
+      static_cast<int64_t>(backend.conv_workspace_limit()),
+      gpu_model_id(backend.device().index),
+      g.dtype == DType::f64 ? 0 : static_cast<int64_t>(graph_engine_mode()),
+      g.accumulates_input_grad ? 1 : 0,
+      uses_gemm(g) ? static_cast<int64_t>(gemm_mode()) : 0,
+      uses_graph_engines(g) ? static_cast<int64_t>(std::min<size_t>(graph_candidate_count(), INT64_MAX)) : 0};
 }
 
 std::mutex& cache_mutex() {
@@ -198,6 +213,9 @@ std::string stored_choice_key(const ConvGeometry& g, CudaBackend& backend) {
          (!uses_graph_engines(g)                       ? ""
           : graph_engine_mode() == GraphEngines::force ? " graph:force"
                                                        : " graph:auto") +
+         (uses_graph_engines(g) && graph_candidate_count() != 8
+              ? fmt::format(" engines:{}", std::min<size_t>(graph_candidate_count(), 999))
+              : "") +
          (g.accumulates_input_grad ? " dx:add" : "") +
          (!uses_gemm(g)                    ? ""
           : gemm_mode() == GemmMode::force ? " gemm:force"
@@ -386,47 +404,10 @@ size_t tensor_bytes(const std::vector<int64_t>& dims, DType dtype) {
   return n * dtype_size(dtype);
 }
 
-// Every direction is searched kSearchRounds times (algorithm_search.h says why).
+// Every candidate is timed in kSearchRounds rounds and its median counts (time_calls): one timing made two
+// algorithms within a few percent of each other a coin toss, and processes chose different mixes (a
+// ResNet-50 fp16 step took 34.5 or 36.5 ms on an H200, bench/results/2026-11-30-gpu-2xh200-scaling/).
 constexpr int kSearchRounds = 3;
-
-// The algorithms of one direction that ran within the workspace limit in every round, fastest median
-// first; at least one.
-template <typename Perf>
-std::vector<AlgoChoice> rank(const std::vector<std::vector<Perf>>& rounds, const char* direction,
-                             const ConvGeometry& g, size_t limit) {
-  const std::vector<TimedChoice> ranked = rank_by_median(
-      rounds, [&](const Perf& r) { return r.status == CUDNN_STATUS_SUCCESS && r.memory <= limit; });
-  DLB_CHECK(!ranked.empty(),
-            "conv: cuDNN found no {} algorithm within {} bytes of workspace for {}x{}x{}x{} -> {} ({}x{} "
-            "stride {}x{} pad {}x{}, {} {})",
-            direction, limit, g.batch, g.in_channels, g.in_h, g.in_w, g.out_channels, g.kernel_h, g.kernel_w,
-            g.stride_h, g.stride_w, g.pad_h, g.pad_w, dtype_name(g.dtype), layout_name(g.layout));
-  std::vector<AlgoChoice> choices;
-  for (const TimedChoice& t : ranked) {
-    AlgoChoice c;
-    c.algo = t.algo;
-    c.math = static_cast<cudnnMathType_t>(t.math);
-    c.workspace = t.memory;
-    c.time_ms = t.median_ms;
-    choices.push_back(c);
-  }
-  return choices;
-}
-
-// Runs one cuDNN search (`find(results, &returned)`) kSearchRounds times and ranks all rounds' algorithms.
-template <typename Perf, typename Find>
-std::vector<AlgoChoice> search_direction(const Find& find, const char* direction, const ConvGeometry& g,
-                                         size_t limit) {
-  constexpr int kMaxResults = 16;
-  std::vector<std::vector<Perf>> rounds;
-  for (int round = 0; round < kSearchRounds; ++round) {
-    Perf results[kMaxResults];
-    int returned = 0;
-    find(kMaxResults, &returned, results);
-    rounds.emplace_back(results, results + returned);
-  }
-  return rank(rounds, direction, g, limit);
-}
 
 // The buffers a search runs on: x, w, y of the geometry (zeros: uninitialised memory may hold NaN or
 // denormal patterns that slow some algorithms down) and as much workspace as the limit allows and the GPU
@@ -454,43 +435,6 @@ SearchScratch search_scratch(const CudaBackend& backend, const ConvGeometry& g) 
   }
   if (!s.ws.get()) s.ws_bytes = 0;
   return s;
-}
-
-// Per direction (ConvDirection's order), the legacy algorithms cudnnFind timed, fastest first.
-using LegacyRanking = std::array<std::vector<AlgoChoice>, 3>;
-
-// The timed search of the legacy algorithms of all three directions.
-LegacyRanking search(const CudaBackend& backend, const CudaConvPlan& plan, const SearchScratch& scratch) {
-  const ConvGeometry& g = plan.geometry;
-  cudnnHandle_t handle = backend.cudnn();
-  const size_t limit = backend.conv_workspace_limit();
-  void *x = scratch.x.get(), *w = scratch.w.get(), *y = scratch.y.get(), *ws = scratch.ws.get();
-  const size_t ws_bytes = scratch.ws_bytes;
-
-  LegacyRanking ranking;
-  ranking[0] = search_direction<cudnnConvolutionFwdAlgoPerf_t>(
-      [&](int n, int* returned, cudnnConvolutionFwdAlgoPerf_t* results) {
-        CUDNN_CHECK(cudnnFindConvolutionForwardAlgorithmEx(handle, plan.x_desc, x, plan.w_desc, w,
-                                                           plan.forward_desc, plan.y_desc, y, n, returned,
-                                                           results, ws, ws_bytes));
-      },
-      "forward", g, limit);
-  ranking[1] = search_direction<cudnnConvolutionBwdDataAlgoPerf_t>(
-      [&](int n, int* returned, cudnnConvolutionBwdDataAlgoPerf_t* results) {
-        CUDNN_CHECK(cudnnFindConvolutionBackwardDataAlgorithmEx(handle, plan.w_desc, w, plan.y_desc, y,
-                                                                plan.backward_data_desc, plan.x_desc, x, n,
-                                                                returned, results, ws, ws_bytes));
-      },
-      "backward-data", g, limit);
-  ranking[2] = search_direction<cudnnConvolutionBwdFilterAlgoPerf_t>(
-      [&](int n, int* returned, cudnnConvolutionBwdFilterAlgoPerf_t* results) {
-        CUDNN_CHECK(cudnnFindConvolutionBackwardFilterAlgorithmEx(handle, plan.x_desc, x, plan.y_desc, y,
-                                                                  plan.backward_filter_desc, plan.w_desc, w,
-                                                                  n, returned, results, ws, ws_bytes));
-      },
-      "backward-filter", g, limit);
-  CUDA_CHECK(cudaStreamSynchronize(backend.stream()));  // plan time: the scratch buffers are freed next
-  return ranking;
 }
 
 void set_conv_desc(cudnnConvolutionDescriptor_t desc, const ConvGeometry& g, cudnnMathType_t math) {
@@ -802,8 +746,12 @@ void run_direction(const CudaBackend& backend, const CudaConvPlan& p, ConvDirect
 constexpr int kCallsPerRound = 3;
 constexpr double kQueueAheadMicroseconds = 2000;
 
+//
+// With `give_up_ms`, a candidate whose first round (one call) takes longer is timed no further: its time is
+// that call's (it cannot win, and a slow algorithm's rounds are what make a search long).
 template <typename Run>
-std::optional<float> time_calls(const CudaBackend& backend, const Run& run) {
+std::optional<float> time_calls(const CudaBackend& backend, const Run& run,
+                                float give_up_ms = std::numeric_limits<float>::infinity()) {
   cudaStream_t stream = backend.stream();
   if (run() != CUDNN_STATUS_SUCCESS) return std::nullopt;  // warm-up: first-call costs
   struct Events {
@@ -817,84 +765,182 @@ std::optional<float> time_calls(const CudaBackend& backend, const Run& run) {
       cudaEventDestroy(stop);
     }
   } events;
+  const bool may_give_up = give_up_ms < std::numeric_limits<float>::infinity();
   std::vector<float> rounds;
   for (int round = 0; round < kSearchRounds; ++round) {
+    // The first round that may give up is one call: a slow algorithm costs two calls, warm-up included.
+    const int calls = round == 0 && may_give_up ? 1 : kCallsPerRound;
     hold_stream(kQueueAheadMicroseconds, stream);
     CUDA_CHECK(cudaEventRecord(events.start, stream));
-    for (int call = 0; call < kCallsPerRound; ++call)
+    for (int call = 0; call < calls; ++call)
       if (run() != CUDNN_STATUS_SUCCESS) return std::nullopt;
     CUDA_CHECK(cudaEventRecord(events.stop, stream));
     CUDA_CHECK(cudaEventSynchronize(events.stop));
     float ms = 0;
     CUDA_CHECK(cudaEventElapsedTime(&ms, events.start, events.stop));
-    rounds.push_back(ms / kCallsPerRound);
+    rounds.push_back(ms / calls);
+    if (rounds.back() > give_up_ms) return rounds.back();
   }
   std::sort(rounds.begin(), rounds.end());
   return rounds[rounds.size() / 2];
 }
 
-// The engines the heuristics rank first are timed (the rest are rarely faster and each costs a plan), and
-// cudnnFind's fastest legacy algorithm. Its next two, timed back to back too, changed no ResNet-50 step by
-// more than the noise on an H200 (fp16 +0.75%, bf16 +0.8%, tf32 +0.6% with them; +0.8, +0.9, +0.4% without)
-// but added 30-52 s to a process's first step, where timing only the fastest added 1.5 s
-// (bench/results/2026-11-30-gpu-2xh200-conv-graph-engines).
-constexpr size_t kGraphCandidates = 8;
-constexpr size_t kLegacyCandidates = 1;
+// A candidate whose first timed call is this many times slower than the fastest of its direction so far
+// (a legacy algorithm's, an engine's or the GEMM's) is timed no further (time_calls).
+constexpr float kGiveUpFactor = 3;
 
-// Times, back to back, cudnnFind's kLegacyCandidates fastest legacy algorithms of each direction of `plan`
-// and the graph engines the heuristics offer, on the search's scratch buffers; records in `plan.choice` the
-// fastest legacy algorithm and the fastest engine, which runs instead where it beats the legacy algorithm (or
-// whatever the times with `force`).
+float give_up_time(std::optional<float> fastest) {
+  return fastest ? kGiveUpFactor * *fastest : std::numeric_limits<float>::infinity();
+}
+
+// cuBLAS's GEMM time of each direction of the 1x1 convolution `plan`, back to back like the engines (with
+// its gathers); none where it failed or its gathered pixels do not fit the workspace.
+using GemmTimes = std::array<std::optional<float>, 3>;
+
+GemmTimes time_gemm(const CudaBackend& backend, const CudaConvPlan& plan, const SearchScratch& scratch) {
+  const ConvGeometry& g = plan.geometry;
+  void *x = scratch.x.get(), *w = scratch.w.get(), *y = scratch.y.get(), *ws = scratch.ws.get();
+  GemmTimes times;
+  if (gathered_pixels_bytes(g) > std::min(scratch.ws_bytes, backend.conv_workspace_limit())) return times;
+  for (ConvDirection d : kDirections) {
+    times[static_cast<size_t>(d)] = time_calls(backend, [&] {
+      return run_gemm(backend, g, d, x, w, y, graph_adds_to_output(g, d), ws) == CUBLAS_STATUS_SUCCESS
+                 ? CUDNN_STATUS_SUCCESS
+                 : CUDNN_STATUS_EXECUTION_FAILED;
+    });
+  }
+  CUDA_CHECK(cudaStreamSynchronize(backend.stream()));  // the scratch buffers are freed next
+  return times;
+}
+
+// Per direction (ConvDirection's order), the legacy algorithms that ran, fastest first.
+using LegacyRanking = std::array<std::vector<AlgoChoice>, 3>;
+
+// The legacy algorithms of each direction, ranked on the clock of the engines and the GEMM: cuDNN's
+// heuristic lists them (cudnnGet*Algorithm_v7, untimed) and each is timed back to back (time_calls), the
+// slow ones given up after one call (kGiveUpFactor; `gemm`, timed first where the GEMM can run the shape,
+// sets the pace). cudnnFind, which this replaces, timed every algorithm in full on an idle stream (its
+// times held the API's host work, up to 4x a small convolution's kernel) and dlbench ran it three times
+// (kSearchRounds): cuDNN's FP32 NHWC algorithms take up to 110 ms a call where the GEMM takes 1.5, and the
+// first FP32 NHWC start without an algorithm cache took 50 s.
+LegacyRanking search_legacy(const CudaBackend& backend, CudaConvPlan& plan, const SearchScratch& scratch,
+                            const GemmTimes& gemm) {
+  const ConvGeometry& g = plan.geometry;
+  cudnnHandle_t handle = backend.cudnn();
+  void *x = scratch.x.get(), *w = scratch.w.get(), *y = scratch.y.get(), *ws = scratch.ws.get();
+  const size_t limit = std::min(backend.conv_workspace_limit(), scratch.ws_bytes);
+  constexpr int kMaxResults = 16;
+  LegacyRanking ranking;
+  for (ConvDirection d : kDirections) {
+    // The heuristic's (algorithm, math type) list, in its order.
+    std::vector<std::pair<int, cudnnMathType_t>> listed;
+    // Never CUDNN_TENSOR_OP_MATH_ALLOW_CONVERSION for FP32 data: it lets cuDNN compute in FP16.
+    auto take = [&](const auto* results, int returned) {
+      for (int i = 0; i < returned; ++i)
+        if (results[i].status == CUDNN_STATUS_SUCCESS &&
+            !(g.dtype == DType::f32 && results[i].mathType == CUDNN_TENSOR_OP_MATH_ALLOW_CONVERSION))
+          listed.emplace_back(static_cast<int>(results[i].algo), results[i].mathType);
+    };
+    int returned = 0;
+    switch (d) {
+      case ConvDirection::forward: {
+        cudnnConvolutionFwdAlgoPerf_t results[kMaxResults];
+        CUDNN_CHECK(cudnnGetConvolutionForwardAlgorithm_v7(handle, plan.x_desc, plan.w_desc,
+                                                           plan.forward_desc, plan.y_desc, kMaxResults,
+                                                           &returned, results));
+        take(results, returned);
+        break;
+      }
+      case ConvDirection::backward_data: {
+        cudnnConvolutionBwdDataAlgoPerf_t results[kMaxResults];
+        CUDNN_CHECK(cudnnGetConvolutionBackwardDataAlgorithm_v7(handle, plan.w_desc, plan.y_desc,
+                                                                plan.backward_data_desc, plan.x_desc,
+                                                                kMaxResults, &returned, results));
+        take(results, returned);
+        break;
+      }
+      case ConvDirection::backward_filter: {
+        cudnnConvolutionBwdFilterAlgoPerf_t results[kMaxResults];
+        CUDNN_CHECK(cudnnGetConvolutionBackwardFilterAlgorithm_v7(handle, plan.x_desc, plan.y_desc,
+                                                                  plan.backward_filter_desc, plan.w_desc,
+                                                                  kMaxResults, &returned, results));
+        take(results, returned);
+        break;
+      }
+    }
+    const Scaling s = direction_scaling(g, d);
+    std::optional<float> fastest = gemm[static_cast<size_t>(d)];
+    std::vector<AlgoChoice>& ranked = ranking[static_cast<size_t>(d)];
+    for (const auto& [algo, math] : listed) {
+      AlgoChoice a;
+      a.algo = algo;
+      a.math = math;
+      set_execution(backend, plan, d, a);  // the math type it executes with, and its exact workspace
+      if (a.workspace > limit) continue;
+      const bool seen = std::any_of(ranked.begin(), ranked.end(), [&](const AlgoChoice& r) {
+        return r.algo == a.algo && r.math == a.math;  // FP32 without TF32 folds every math type into FMA
+      });
+      if (seen) continue;
+      const std::optional<float> ms = time_calls(
+          backend, [&] { return run_legacy(handle, plan, d, a, x, w, y, ws, s); }, give_up_time(fastest));
+      if (!ms) continue;
+      a.time_ms = a.legacy_ms = *ms;
+      // Fastest first; a tie keeps the heuristic's order.
+      ranked.insert(std::upper_bound(ranked.begin(), ranked.end(), a.time_ms,
+                                     [](float t, const AlgoChoice& r) { return t < r.time_ms; }),
+                    a);
+      if (!fastest || *ms < *fastest) fastest = *ms;
+    }
+    DLB_CHECK(!ranked.empty(),
+              "conv: no {} algorithm of cuDNN ran within {} bytes of workspace for {}x{}x{}x{} -> {} ({}x{} "
+              "stride {}x{} pad {}x{}, {} {})",
+              direction_name(d), limit, g.batch, g.in_channels, g.in_h, g.in_w, g.out_channels, g.kernel_h,
+              g.kernel_w, g.stride_h, g.stride_w, g.pad_h, g.pad_w, dtype_name(g.dtype),
+              layout_name(g.layout));
+  }
+  CUDA_CHECK(cudaStreamSynchronize(backend.stream()));  // the scratch buffers are freed next
+  return ranking;
+}
+
+// Times, back to back, the graph engines the heuristics offer for each direction of `plan`, on the search's
+// scratch buffers, after its legacy algorithms (search_legacy) and the GEMM (`gemm`); records in
+// `plan.choice` the fastest legacy algorithm and the fastest engine, which runs instead where it beats the
+// legacy algorithm (or whatever the times with `force`).
 void search_graph_engines(const CudaBackend& backend, CudaConvPlan& plan, const LegacyRanking& ranking,
-                          const SearchScratch& scratch, bool force) {
+                          const SearchScratch& scratch, const GemmTimes& gemm, bool force) {
   const ConvGeometry& g = plan.geometry;
   cudnnHandle_t handle = backend.cudnn();
   void *x = scratch.x.get(), *w = scratch.w.get(), *y = scratch.y.get(), *ws = scratch.ws.get();
   const size_t limit = std::min(backend.conv_workspace_limit(), scratch.ws_bytes);
   const bool tensor_cores = g.dtype != DType::f32 || backend.allow_tf32();
   for (ConvDirection d : kDirections) {
-    // Timed as the step calls it: adding to the output where the layer's gradient accumulates (the
-    // scratch buffers hold zeros, so the sums stay zero).
-    const Scaling s = direction_scaling(g, d);
     AlgoChoice& a = direction_choice(plan.choice, d);
-    auto legacy = [&] { return run_legacy(handle, plan, d, a, x, w, y, ws, s); };
-    // cudnnFind's fastest first; another one replaces it only when it runs faster back to back.
-    const std::vector<AlgoChoice>& legacy_candidates = ranking[static_cast<size_t>(d)];
-    std::optional<AlgoChoice> best_legacy;
-    for (size_t i = 0; i < legacy_candidates.size() && i < kLegacyCandidates; ++i) {
-      a = legacy_candidates[i];
-      set_execution(backend, plan, d, a);
-      if (a.workspace > limit) continue;
-      const std::optional<float> ms = time_calls(backend, legacy);
-      if (ms && (!best_legacy || *ms < best_legacy->legacy_ms)) {
-        best_legacy = a;
-        best_legacy->legacy_ms = *ms;
-      }
-    }
-    if (!best_legacy) {
-      best_legacy = legacy_candidates.front();
-      best_legacy->legacy_ms = best_legacy->time_ms;
-    }
-    a = *best_legacy;
+    a = ranking[static_cast<size_t>(d)].front();
     set_execution(backend, plan, d, a);
     std::optional<ConvGraph> graph;
     std::vector<GraphEngine> engines;
     try {
       graph.emplace(handle, g, d);
-      engines = graph->candidates(tensor_cores, kGraphCandidates);
+      engines = graph->candidates(tensor_cores, graph_candidate_count());
     } catch (const Error&) {
       continue;  // cuDNN has no graph of this direction for this shape: the legacy algorithm stays
     }
+    const std::optional<float>& gemm_ms = gemm[static_cast<size_t>(d)];
+    float fastest = gemm_ms ? std::min(*gemm_ms, a.legacy_ms) : a.legacy_ms;
     std::optional<GraphEngine> best;
     float best_ms = 0;
     for (const GraphEngine& engine : engines) {
       const std::unique_ptr<GraphPlan> candidate = GraphPlan::build(*graph, engine);
       if (!candidate || candidate->workspace_bytes() > limit) continue;
-      const std::optional<float> ms = time_calls(backend, [&] { return candidate->execute(x, w, y, ws); });
+      // With `force` an engine must be chosen: each is timed in full.
+      const std::optional<float> ms = time_calls(
+          backend, [&] { return candidate->execute(x, w, y, ws); },
+          force ? std::numeric_limits<float>::infinity() : give_up_time(fastest));
       if (ms && (!best || *ms < best_ms)) {
         best = engine;
         best_ms = *ms;
       }
+      if (ms) fastest = std::min(fastest, *ms);
     }
     if (best && (force || best_ms < a.legacy_ms)) {
       a.engine = best;
@@ -904,33 +950,17 @@ void search_graph_engines(const CudaBackend& backend, CudaConvPlan& plan, const 
   CUDA_CHECK(cudaStreamSynchronize(backend.stream()));  // the scratch buffers are freed next
 }
 
-// Times cuBLAS's GEMM for each direction of the 1x1 convolution `plan`, back to back like the engines, and
-// chooses it where it beats what the direction runs (with `force`, always). Without graph engines the
-// legacy algorithm is timed back to back first: cudnnFind's time holds the API's host work.
-void search_gemm(const CudaBackend& backend, CudaConvPlan& plan, const SearchScratch& scratch, bool force) {
-  const ConvGeometry& g = plan.geometry;
-  void *x = scratch.x.get(), *w = scratch.w.get(), *y = scratch.y.get(), *ws = scratch.ws.get();
-  if (gathered_pixels_bytes(g) > std::min(scratch.ws_bytes, backend.conv_workspace_limit())) return;
+// Chooses the GEMM for each direction where it beats what the direction runs (with `force`, wherever it
+// ran).
+void choose_gemm(CudaConvPlan& plan, const GemmTimes& times, bool force) {
   for (ConvDirection d : kDirections) {
-    const Scaling s = direction_scaling(g, d);
     AlgoChoice& a = direction_choice(plan.choice, d);
-    if (!a.engine && a.legacy_ms == 0) {
-      set_execution(backend, plan, d, a);
-      if (const std::optional<float> ms =
-              time_calls(backend, [&] { return run_legacy(backend.cudnn(), plan, d, a, x, w, y, ws, s); }))
-        a.legacy_ms = *ms;
-    }
-    const std::optional<float> ms = time_calls(backend, [&] {
-      return run_gemm(backend, g, d, x, w, y, graph_adds_to_output(g, d), ws) == CUBLAS_STATUS_SUCCESS
-                 ? CUDNN_STATUS_SUCCESS
-                 : CUDNN_STATUS_EXECUTION_FAILED;
-    });
+    const std::optional<float>& ms = times[static_cast<size_t>(d)];
     if (ms && (force || *ms < a.run_ms())) {
       a.gemm = true;
       a.gemm_ms = *ms;
     }
   }
-  CUDA_CHECK(cudaStreamSynchronize(backend.stream()));  // the scratch buffers are freed next
 }
 
 }  // namespace
@@ -990,12 +1020,20 @@ std::unique_ptr<CudaConvPlan> searched_plan(CudaBackend& backend, const ConvGeom
     if (stored) {
       plan->choice = *stored;
     } else {
+      const auto started = std::chrono::steady_clock::now();
       const SearchScratch scratch = search_scratch(backend, g);
-      const LegacyRanking ranking = search(backend, *plan, scratch);
+      // A shape the GEMM can run times it first: the candidates far slower than it are given up early.
+      const GemmTimes gemm = with_gemm ? time_gemm(backend, *plan, scratch) : GemmTimes{};
+      const LegacyRanking ranking = search_legacy(backend, *plan, scratch, gemm);
       plan->choice = ConvChoice{ranking[0].front(), ranking[1].front(), ranking[2].front()};
       if (with_engines)
-        search_graph_engines(backend, *plan, ranking, scratch, graph_engine_mode() == GraphEngines::force);
-      if (with_gemm) search_gemm(backend, *plan, scratch, gemm_mode() == GemmMode::force);
+        search_graph_engines(backend, *plan, ranking, scratch, gemm,
+                             graph_engine_mode() == GraphEngines::force);
+      if (with_gemm) choose_gemm(*plan, gemm, gemm_mode() == GemmMode::force);
+      log_debug("conv search {}x{}x{}x{} -> {} {}x{} stride {} {} {}: {:.2f} s", g.batch, g.in_channels,
+                g.in_h, g.in_w, g.out_channels, g.kernel_h, g.kernel_w, g.stride_h, dtype_name(g.dtype),
+                layout_name(g.layout),
+                std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count());
       if (store) store->put(store_key, choice_to_integers(plan->choice, with_engines, with_gemm));
     }
     std::lock_guard<std::mutex> lock(cache_mutex());
@@ -1174,7 +1212,7 @@ std::string describe_cuda_conv_plan(const ConvPlan& plan) {
                          graph->notes().tensor_cores ? "tensor op" : "no tensor cores",
                          graph->workspace_bytes(), a.engine_ms, name, a.legacy_ms);
     }
-    // The time back to back where the graph engines were searched, else cudnnFind's.
+    // The time back to back (an older algorithm cache's legacy-only entries: cudnnFind's).
     return fmt::format("{} ({}, {} B, {:.3f} ms)", name, cuda::math_name(a.math), a.workspace, a.run_ms());
   };
   return fmt::format("fwd: {} | bwd_data{}: {} | bwd_filter: {}{}",
