@@ -224,8 +224,12 @@ TEST_F(CudaConvTest, GpusOfOneModelShareTheSearch) {
 // overwriting and accumulating. "off" pads nothing; another value is one clear error.
 TEST_F(CudaConvTest, PaddedInputChannelsMatchTheReference) {
   struct EnvGuard {
-    ~EnvGuard() { unsetenv("DLBENCH_CONV_PAD_CHANNELS"); }
+    ~EnvGuard() {
+      unsetenv("DLBENCH_CONV_PAD_CHANNELS");
+      unsetenv("DLBENCH_CONV_SPACE_TO_DEPTH");
+    }
   } guard;
+  setenv("DLBENCH_CONV_SPACE_TO_DEPTH", "off", 1);
   ConvGeometry g;
   g.batch = 2, g.in_channels = 3, g.in_h = g.in_w = 9, g.out_channels = 8, g.kernel_h = g.kernel_w = 3;
   g.pad_h = g.pad_w = 1, g.layout = Layout::nhwc, g.dtype = DType::f16;
@@ -254,6 +258,47 @@ TEST_F(CudaConvTest, PaddedInputChannelsMatchTheReference) {
   EXPECT_EQ(describe_cuda_conv_plan(*shared_gpu().plan_conv(g)).find("padded"), std::string::npos);
   setenv("DLBENCH_CONV_PAD_CHANNELS", "sometimes", 1);
   EXPECT_THROW(shared_gpu().plan_conv(g), UserError);
+}
+
+// DLBENCH_CONV_SPACE_TO_DEPTH=force: NHWC convolutions of stride 2 whose input channels do not fill a
+// tensor-core vector run as stride-1 convolutions over 2x2 blocks of their input (odd and even padding,
+// 3x3 to 7x7 kernels, odd sizes), and still match the reference in every direction, overwriting and
+// accumulating, in every precision. "off" converts nothing; another value is one clear error.
+TEST_F(CudaConvTest, BlockInputMatchesTheReference) {
+  struct EnvGuard {
+    ~EnvGuard() { unsetenv("DLBENCH_CONV_SPACE_TO_DEPTH"); }
+  } guard;
+  setenv("DLBENCH_CONV_SPACE_TO_DEPTH", "force", 1);
+  const ConvCase stem = kConvCases[5], odd_pad{2, 3, 12, 10, 16, 3, 3, 2, 2, 1, 1},
+                 even_pad{2, 3, 11, 9, 8, 5, 5, 2, 2, 2, 2};
+  for (const ConvCase& cc : {stem, odd_pad, even_pad}) {
+    for (Precision precision : {Precision{DType::f16, false}, Precision{DType::bf16, false},
+                                Precision{DType::f32, true}, Precision{DType::f32, false}}) {
+      SCOPED_TRACE(fmt::format("{}x{}x{} kernel {} pad {}, {}", cc.c, cc.h, cc.w, cc.r, cc.pad_h,
+                               precision_name(precision)));
+      run_conv_case(*ref, cc, Layout::nhwc, precision.dtype, precision.tf32);
+      const ConvGeometry g = geometry_of(cc, Layout::nhwc, precision.dtype);
+      const std::string plan = describe_cuda_conv_plan(*shared_gpu(precision.tf32).plan_conv(g));
+      EXPECT_NE(plan.find(fmt::format("input as 2x2 blocks {}x{}x{} -> ", cc.c, cc.h, cc.w)),
+                std::string::npos)
+          << plan;
+    }
+  }
+  // Stride 1, or channels that fill a vector: no blocks.
+  EXPECT_EQ(
+      describe_cuda_conv_plan(*shared_gpu().plan_conv(geometry_of(kConvCases[0], Layout::nhwc, DType::f16)))
+          .find("blocks"),
+      std::string::npos);
+  EXPECT_EQ(
+      describe_cuda_conv_plan(*shared_gpu().plan_conv(geometry_of(kConvCases[1], Layout::nhwc, DType::f16)))
+          .find("blocks"),
+      std::string::npos);
+  setenv("DLBENCH_CONV_SPACE_TO_DEPTH", "off", 1);
+  EXPECT_EQ(describe_cuda_conv_plan(*shared_gpu().plan_conv(geometry_of(stem, Layout::nhwc, DType::f16)))
+                .find("blocks"),
+            std::string::npos);
+  setenv("DLBENCH_CONV_SPACE_TO_DEPTH", "sometimes", 1);
+  EXPECT_THROW(shared_gpu().plan_conv(geometry_of(stem, Layout::nhwc, DType::f16)), UserError);
 }
 
 // DLBENCH_CONV_GRAPH=force: every direction cuDNN's graph API has an engine for runs on the fastest one,

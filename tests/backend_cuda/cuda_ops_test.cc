@@ -8,6 +8,7 @@
 
 #include <cmath>
 #include <cstddef>
+#include <cstring>
 #include <limits>
 #include <tuple>
 
@@ -46,6 +47,8 @@ const PoolCase kPoolCases[] = {
     {2, 8, 9, 9, 3, 2, 1, PoolKind::average},       // padding excluded from the divisor
     {2, 64, 12, 13, 3, 2, 1, PoolKind::max, true},  // the stem's channels: 16-byte vectors, ties
     {2, 8, 7, 7, 3, 1, 1, PoolKind::max, true},     // stride 1: up to 9 windows cover an input
+    {2, 64, 8, 10, 3, 2, 1, PoolKind::max},         // the stem pool's 2 x 2 blocks on even sizes
+    {1, 3, 6, 5, 3, 2, 1, PoolKind::max, true},     // blocks one channel at a time, ties, odd width
 };
 
 class PoolTest : public CudaOpsTest,
@@ -90,10 +93,17 @@ TEST_P(PoolTest, MatchesReference) {
   gpu.pool_backward(*plan, xg.tensor(), yg.tensor(), dyg.tensor(), saved_ptr, dxg.tensor());
   expect_close("backward", download_wide(*ref, dxg).tensor(), dx_ref.tensor(), tolerance(dtype) * 0.5);
   if (saved_ptr) {
+    const HostBuffer with_positions = dxg.download();
     gpu.fill(dxg.tensor(), 7.0);
     gpu.pool_backward(*plan, xg.tensor(), yg.tensor(), dyg.tensor(), nullptr, dxg.tensor());
     expect_close("backward, argmax found again", download_wide(*ref, dxg).tensor(), dx_ref.tensor(),
                  tolerance(dtype) * 0.5);
+    // The same sums in the same order (the stem pool's blocks with positions, the gather without): the
+    // same bits.
+    const HostBuffer without_positions = dxg.download();
+    EXPECT_EQ(std::memcmp(with_positions.tensor().data(), without_positions.tensor().data(),
+                          with_positions.tensor().bytes()),
+              0);
   }
 }
 

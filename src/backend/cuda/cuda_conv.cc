@@ -22,14 +22,23 @@
 // activations' layout, which is exactly cuDNN's filter format of that layout (NHWC: K, R, S, C).
 // Accumulate::add is cuDNN's beta = 1.
 //
-// Input channels padded (DLBENCH_CONV_PAD_CHANNELS=auto; off by default until measured on a GPU): NHWC
-// tensor-core kernels read channels in vectors of 8 (FP16/BF16) or 4 (TF32), so an input of 3 channels —
-// the image, at ResNet's stem — runs cuDNN's general kernels, which took 0.65-1.9 ms per direction for the
-// stem at batch 256 on an H200. With the input and the filter padded with zero channels the convolution is
-// the same, and may run the fast kernels. plan_conv then also plans the padded shapes (4 and 8 channels)
-// and keeps the fastest of all for the forward and filter gradient a layer runs each step, counting the
-// copies that pad the input (timed). A padded plan pads x and w into the workspace before each call and
-// takes the gradients' first channels back after it. "force" always pads where it can (tests).
+// Input channels padded (DLBENCH_CONV_PAD_CHANNELS=auto; off by default: on an H200 its timing kept the
+// stem's 3 channels): NHWC tensor-core kernels read channels in vectors of 8 (FP16/BF16) or 4 (TF32), so
+// an input of 3 channels — the image, at ResNet's stem — runs cuDNN's general kernels, which took 0.55-1.75
+// ms per direction for the stem at batch 256 on an H200 (TF32: 39 TFLOP/s). With the input and the filter
+// padded with zero channels the convolution is the same, and may run the fast kernels.
+//
+// Input as 2x2 blocks (space-to-depth; DLBENCH_CONV_SPACE_TO_DEPTH=auto, the default; off; force): a
+// stride-2 convolution over C channels is a stride-1 convolution over the 2x2 blocks of its input seen as
+// 4C channels (padded to a vector), with a kernel of ceil((k + pad % 2) / 2) blocks (blocks_form derives
+// it): the stem's 7x7 over 3 channels becomes a 4x4 over 16 (FP16) or 12 (TF32) on 115x115 blocks, 1.7x
+// the multiply-adds on tensor-core-sized channels. The filter is converted the same way each call (K
+// images of 7x7 pixels) and the gradients go back by the transpose (space_to_depth.cu).
+//
+// plan_conv plans every allowed form of a shape's input besides the input as it is and keeps the fastest
+// for the forward and filter gradient a layer runs each step, counting the conversions of the input
+// (timed); another form must win by 3%. Such a plan converts x and w into the workspace before each call
+// and takes the gradients back after it. "force" always converts where it can (tests).
 //
 // Graph-API engines (DLBENCH_CONV_GRAPH=auto, the default): after the legacy search, each direction is also
 // built as a one-operation graph (cudnn_graph.h) and the engines cuDNN's heuristics rank first for it are
@@ -323,6 +332,17 @@ const char* backward_filter_algo_name(int algo) {
   return algo >= 0 && algo < 7 ? names[algo] : "?";
 }
 
+// The form a convolution's input (and filter) take for the convolution that runs (see the top of this file):
+// as they are, padded with zero channels, or as 2x2 blocks of pixels (space-to-depth: a stride-2
+// convolution becomes a stride-1 one over 4x the channels).
+struct InputForm {
+  enum Kind : int64_t { as_is = 0, padded_channels = 1, blocks = 2 };
+  Kind kind = as_is;
+  ConvGeometry inner;  // the convolution that runs (kind != as_is)
+  // blocks: where the input's and the filter's blocks start (space_to_depth2's offsets)
+  int64_t x_off_h = 0, x_off_w = 0, w_off_h = 0, w_off_w = 0;
+};
+
 // Byte offsets in a workspace are kept 256-aligned, as cuDNN's allocations are.
 size_t aligned_bytes(size_t bytes) { return (bytes + 255) / 256 * 256; }
 
@@ -330,7 +350,7 @@ class CudaConvPlan final : public ConvPlan {
  public:
   explicit CudaConvPlan(const ConvGeometry& g) : ConvPlan(g) {}
   size_t workspace_bytes() const override {
-    if (padded) return padded_x_bytes() + padded_w_bytes() + padded->workspace_bytes();
+    if (inner) return inner_x_bytes() + inner_w_bytes() + inner->workspace_bytes();
     size_t bytes = std::max(
         {choice.forward.workspace, choice.backward_data.workspace, choice.backward_filter.workspace});
     if (choice.forward.gemm || choice.backward_data.gemm || choice.backward_filter.gemm)
@@ -343,15 +363,15 @@ class CudaConvPlan final : public ConvPlan {
   const GraphPlan* graph_plan(ConvDirection direction) const {
     return graph_plans[static_cast<size_t>(direction)].get();
   }
-  // With padded input channels, the workspace holds the padded input (or input gradient), then the padded
-  // filter (or filter gradient), then the padded plan's own workspace.
-  size_t padded_x_bytes() const {
-    const ConvGeometry& p = padded->geometry;
+  // With an inner plan, the workspace holds its input (or input gradient), then its filter (or filter
+  // gradient), then its own workspace.
+  size_t inner_x_bytes() const {
+    const ConvGeometry& p = inner->geometry;
     return aligned_bytes(static_cast<size_t>(p.batch * p.in_channels * p.in_h * p.in_w) *
                          dtype_size(p.dtype));
   }
-  size_t padded_w_bytes() const {
-    const ConvGeometry& p = padded->geometry;
+  size_t inner_w_bytes() const {
+    const ConvGeometry& p = inner->geometry;
     return aligned_bytes(static_cast<size_t>(p.out_channels * p.in_channels * p.kernel_h * p.kernel_w) *
                          dtype_size(p.dtype));
   }
@@ -364,9 +384,10 @@ class CudaConvPlan final : public ConvPlan {
   // Per direction (ConvDirection's order): the execution plan of the chosen graph engine, if any.
   std::array<std::shared_ptr<const GraphPlan>, 3> graph_plans;
   bool from_cache = false;
-  // The plan of this convolution on its input padded with zero channels, when that runs faster (see the
-  // top of this file); the calls then go there.
-  std::unique_ptr<CudaConvPlan> padded;
+  // The plan of this convolution on its input in another form (padded channels or 2x2 blocks: `form`),
+  // when that runs faster (see the top of this file); the calls then go there.
+  std::unique_ptr<CudaConvPlan> inner;
+  InputForm form;
 };
 
 const CudaConvPlan& as_cuda_plan(const ConvPlan& plan) {
@@ -494,43 +515,145 @@ ChannelPadding channel_padding_mode() {
       {{"off", ChannelPadding::off}, {"auto", ChannelPadding::automatic}, {"force", ChannelPadding::force}});
 }
 
-// The channel counts worth trying for the input of `g`: none unless it runs on tensor cores in NHWC with
-// channels that do not fill a vector (8 for FP16/BF16, 4 for TF32); else the next multiples of 4 and of 8.
-std::vector<int64_t> padded_channel_counts(const ConvGeometry& g, bool allow_tf32) {
-  const bool tensor_cores =
-      g.dtype == DType::f16 || g.dtype == DType::bf16 || (g.dtype == DType::f32 && allow_tf32);
-  const int64_t vector = g.dtype == DType::f32 ? 4 : 8;
-  if (g.layout != Layout::nhwc || !tensor_cores || g.in_channels % vector == 0) return {};
-  std::vector<int64_t> counts;
-  for (int64_t multiple : {int64_t{4}, vector}) {
-    const int64_t padded = (g.in_channels + multiple - 1) / multiple * multiple;
-    if (padded > g.in_channels && std::find(counts.begin(), counts.end(), padded) == counts.end())
-      counts.push_back(padded);
-  }
-  return counts;
+enum class SpaceToDepth { automatic, off, force };
+
+// DLBENCH_CONV_SPACE_TO_DEPTH: auto (the default), off or force.
+SpaceToDepth space_to_depth_mode() {
+  return env_choice<SpaceToDepth>(
+      "DLBENCH_CONV_SPACE_TO_DEPTH",
+      {{"auto", SpaceToDepth::automatic}, {"off", SpaceToDepth::off}, {"force", SpaceToDepth::force}});
 }
 
-// A padded plan's gradients go to the workspace first (overwritten), then into the layer's.
+// Elements of a tensor-core vector along NHWC channels: 8 for FP16/BF16, 4 for FP32 (TF32).
+int64_t channel_vector(const ConvGeometry& g) { return g.dtype == DType::f32 ? 4 : 8; }
+
+// `g` on its input padded to `channels` channels. An inner plan's gradients go to the workspace first
+// (overwritten), then into the layer's.
 ConvGeometry with_in_channels(ConvGeometry g, int64_t channels) {
   g.in_channels = channels;
   g.accumulates_input_grad = false;
   return g;
 }
 
-// Milliseconds one padding of the input of `g` to `channels` channels takes (best of three, on scratch).
-double time_input_padding(const CudaBackend& backend, const ConvGeometry& g, int64_t channels) {
-  const int64_t rows = g.batch * g.in_h * g.in_w;
-  DeviceBuffer src(static_cast<size_t>(rows * g.in_channels) * dtype_size(g.dtype)),
-      dst(static_cast<size_t>(rows * channels) * dtype_size(g.dtype));
-  CUDA_CHECK(cudaMemsetAsync(src.get(), 0, static_cast<size_t>(rows * g.in_channels) * dtype_size(g.dtype),
-                             backend.stream()));
+// The padded forms worth trying for the input of `g`: none unless it runs on tensor cores in NHWC with
+// channels that do not fill a vector; else the next multiples of 4 and of the vector.
+std::vector<InputForm> padded_forms(const ConvGeometry& g, bool allow_tf32) {
+  const bool tensor_cores =
+      g.dtype == DType::f16 || g.dtype == DType::bf16 || (g.dtype == DType::f32 && allow_tf32);
+  const int64_t vector = channel_vector(g);
+  if (g.layout != Layout::nhwc || !tensor_cores || g.in_channels % vector == 0) return {};
+  std::vector<InputForm> forms;
+  for (int64_t multiple : {int64_t{4}, vector}) {
+    const int64_t padded = (g.in_channels + multiple - 1) / multiple * multiple;
+    const bool listed = std::any_of(forms.begin(), forms.end(),
+                                    [&](const InputForm& f) { return f.inner.in_channels == padded; });
+    if (padded > g.in_channels && !listed) {
+      InputForm f;
+      f.kind = InputForm::padded_channels;
+      f.inner = with_in_channels(g, padded);
+      forms.push_back(f);
+    }
+  }
+  return forms;
+}
+
+// The 2x2-block form of `g`, for an NHWC convolution of stride 2 whose channels do not fill a vector (the
+// stem). Output pixel p reads input rows 2p + r - pad, r < kernel. With the filter shifted down by
+// s = pad % 2 rows (row r at r + s, zeros elsewhere) and r + s = 2a + b, that is row 2(p + a) + b - (pad +
+// s): block row p + a of blocks starting pad + s rows before the input, kernel row a of a filter whose
+// blocks start s rows before it: a stride-1 convolution without padding over ceil((kernel + s) / 2) block
+// rows. Columns alike. Only where every input pixel lies in a block (the gradient reads each one's).
+std::optional<InputForm> blocks_form(const ConvGeometry& g) {
+  if (g.layout != Layout::nhwc || g.dtype == DType::f64 || g.stride_h != 2 || g.stride_w != 2 ||
+      g.kernel_h < 3 || g.kernel_w < 3 || g.in_channels >= channel_vector(g))
+    return std::nullopt;
+  InputForm f;
+  f.kind = InputForm::blocks;
+  f.w_off_h = g.pad_h % 2, f.w_off_w = g.pad_w % 2;
+  f.x_off_h = g.pad_h + f.w_off_h, f.x_off_w = g.pad_w + f.w_off_w;
+  ConvGeometry in = with_in_channels(
+      g, (4 * g.in_channels + channel_vector(g) - 1) / channel_vector(g) * channel_vector(g));
+  in.kernel_h = (g.kernel_h + f.w_off_h + 1) / 2, in.kernel_w = (g.kernel_w + f.w_off_w + 1) / 2;
+  in.in_h = g.out_h() + in.kernel_h - 1, in.in_w = g.out_w() + in.kernel_w - 1;
+  in.stride_h = in.stride_w = 1, in.pad_h = in.pad_w = 0;
+  if ((g.in_h - 1 + f.x_off_h) / 2 >= in.in_h || (g.in_w - 1 + f.x_off_w) / 2 >= in.in_w) return std::nullopt;
+  f.inner = in;
+  return f;
+}
+
+// Every form besides `g` as it is that the modes allow.
+std::vector<InputForm> input_forms(const ConvGeometry& g, bool allow_tf32) {
+  std::vector<InputForm> forms;
+  if (channel_padding_mode() != ChannelPadding::off) forms = padded_forms(g, allow_tf32);
+  if (space_to_depth_mode() != SpaceToDepth::off) {
+    if (std::optional<InputForm> f = blocks_form(g)) forms.push_back(*f);
+  }
+  return forms;
+}
+
+// x of `g` into `dst` in form `f` (the inner convolution's input).
+void to_inner_input(const ConvGeometry& g, const InputForm& f, const void* x, void* dst,
+                    cudaStream_t stream) {
+  const ConvGeometry& in = f.inner;
+  if (f.kind == InputForm::padded_channels) {
+    copy_channels(x, g.in_channels, dst, in.in_channels, g.batch * g.in_h * g.in_w, g.dtype, false, stream);
+  } else {
+    space_to_depth2(x, g.batch, g.in_h, g.in_w, g.in_channels, f.x_off_h, f.x_off_w, dst, in.in_h, in.in_w,
+                    in.in_channels, g.dtype, stream);
+  }
+}
+// w of `g` into `dst` in form `f`: [K, R, S, C] is an NHWC tensor of K images.
+void to_inner_filter(const ConvGeometry& g, const InputForm& f, const void* w, void* dst,
+                     cudaStream_t stream) {
+  const ConvGeometry& in = f.inner;
+  if (f.kind == InputForm::padded_channels) {
+    copy_channels(w, g.in_channels, dst, in.in_channels, g.out_channels * g.kernel_h * g.kernel_w, g.dtype,
+                  false, stream);
+  } else {
+    space_to_depth2(w, g.out_channels, g.kernel_h, g.kernel_w, g.in_channels, f.w_off_h, f.w_off_w, dst,
+                    in.kernel_h, in.kernel_w, in.in_channels, g.dtype, stream);
+  }
+}
+// The inner convolution's input gradient `src` into dx of `g` (adding with `accumulate`).
+void from_inner_input_grad(const ConvGeometry& g, const InputForm& f, const void* src, void* dx,
+                           bool accumulate, cudaStream_t stream) {
+  const ConvGeometry& in = f.inner;
+  if (f.kind == InputForm::padded_channels) {
+    copy_channels(src, in.in_channels, dx, g.in_channels, g.batch * g.in_h * g.in_w, g.dtype, accumulate,
+                  stream);
+  } else {
+    depth_to_space2(src, in.in_h, in.in_w, in.in_channels, g.batch, g.in_h, g.in_w, g.in_channels, f.x_off_h,
+                    f.x_off_w, dx, g.dtype, accumulate, stream);
+  }
+}
+// The inner convolution's filter gradient `src` into dw of `g` (adding with `accumulate`).
+void from_inner_filter_grad(const ConvGeometry& g, const InputForm& f, const void* src, void* dw,
+                            bool accumulate, cudaStream_t stream) {
+  const ConvGeometry& in = f.inner;
+  if (f.kind == InputForm::padded_channels) {
+    copy_channels(src, in.in_channels, dw, g.in_channels, g.out_channels * g.kernel_h * g.kernel_w, g.dtype,
+                  accumulate, stream);
+  } else {
+    depth_to_space2(src, in.kernel_h, in.kernel_w, in.in_channels, g.out_channels, g.kernel_h, g.kernel_w,
+                    g.in_channels, f.w_off_h, f.w_off_w, dw, g.dtype, accumulate, stream);
+  }
+}
+
+// Milliseconds one conversion of the input of `g` to form `f` takes (best of three, on scratch).
+double time_input_conversion(const CudaBackend& backend, const ConvGeometry& g, const InputForm& f) {
+  const size_t src_bytes =
+      static_cast<size_t>(g.batch * g.in_h * g.in_w * g.in_channels) * dtype_size(g.dtype);
+  const ConvGeometry& in = f.inner;
+  DeviceBuffer src(src_bytes),
+      dst(static_cast<size_t>(in.batch * in.in_h * in.in_w * in.in_channels) * dtype_size(g.dtype));
+  CUDA_CHECK(cudaMemsetAsync(src.get(), 0, src_bytes, backend.stream()));
   cudaEvent_t start, stop;
   CUDA_CHECK(cudaEventCreate(&start));
   CUDA_CHECK(cudaEventCreate(&stop));
   float best = INFINITY;
   for (int round = 0; round < 4; ++round) {  // the first is a warm-up
     CUDA_CHECK(cudaEventRecord(start, backend.stream()));
-    copy_channels(src.get(), g.in_channels, dst.get(), channels, rows, g.dtype, false, backend.stream());
+    to_inner_input(g, f, src.get(), dst.get(), backend.stream());
     CUDA_CHECK(cudaEventRecord(stop, backend.stream()));
     CUDA_CHECK(cudaEventSynchronize(stop));
     float ms = 0;
@@ -542,16 +665,16 @@ double time_input_padding(const CudaBackend& backend, const ConvGeometry& g, int
   return best;
 }
 
-// Where a padded plan's buffers sit in the workspace it is given.
-struct PaddedBuffers {
+// Where an inner plan's buffers sit in the workspace it is given.
+struct InnerBuffers {
   void* x;
   void* w;
   void* inner_workspace;
 };
-PaddedBuffers padded_buffers(const CudaConvPlan& p, void* workspace, const char* op) {
+InnerBuffers inner_buffers(const CudaConvPlan& p, void* workspace, const char* op) {
   DLB_CHECK(workspace != nullptr, "{}: the plan needs a workspace of {} bytes", op, p.workspace_bytes());
   auto* base = static_cast<std::byte*>(workspace);
-  return {base, base + p.padded_x_bytes(), base + p.padded_x_bytes() + p.padded_w_bytes()};
+  return {base, base + p.inner_x_bytes(), base + p.inner_x_bytes() + p.inner_w_bytes()};
 }
 
 }  // namespace
@@ -979,14 +1102,19 @@ std::unique_ptr<ConvPlan> CudaBackend::estimate_conv(const ConvGeometry& g) {
     plan->choice.forward.workspace = plan->choice.backward_data.workspace =
         plan->choice.backward_filter.workspace = conv_workspace_limit_;
   }
-  // A run plan may pad the input channels: then it needs the padded buffers besides its workspace.
-  if (channel_padding_mode() != ChannelPadding::off) {
-    const std::vector<int64_t> counts = padded_channel_counts(g, allow_tf32());
-    if (!counts.empty()) {
-      plan->padded = new_plan(*this, with_in_channels(g, *std::max_element(counts.begin(), counts.end())));
-      plan->padded->choice.forward.workspace = plan->padded->choice.backward_data.workspace =
-          plan->padded->choice.backward_filter.workspace = conv_workspace_limit_;
-    }
+  // A run plan may convert its input (padded channels, 2x2 blocks): then it needs the converted buffers
+  // besides its workspace, at most the largest form's.
+  const std::vector<InputForm> forms = input_forms(g, allow_tf32());
+  if (!forms.empty()) {
+    const auto biggest =
+        std::max_element(forms.begin(), forms.end(), [&](const InputForm& a, const InputForm& b) {
+          return tensor_bytes(x_dims(a.inner), g.dtype) + tensor_bytes(w_dims(a.inner), g.dtype) <
+                 tensor_bytes(x_dims(b.inner), g.dtype) + tensor_bytes(w_dims(b.inner), g.dtype);
+        });
+    plan->inner = new_plan(*this, biggest->inner);
+    plan->inner->choice.forward.workspace = plan->inner->choice.backward_data.workspace =
+        plan->inner->choice.backward_filter.workspace = conv_workspace_limit_;
+    plan->form = *biggest;
   }
   return plan;
 }
@@ -1045,33 +1173,35 @@ std::unique_ptr<CudaConvPlan> searched_plan(CudaBackend& backend, const ConvGeom
   return plan;
 }
 
-// The input channels a convolution runs on (its own count: not padded), decided once per shape and padding
-// mode, like the algorithms: for the process (every rank of --gpus N runs the same kernels) and in
-// --algorithm-cache.
-std::map<std::pair<ConvKey, int>, int64_t>& padding_cache() {
-  static std::map<std::pair<ConvKey, int>, int64_t> cache;
+// The form a convolution's input takes (InputForm), decided once per shape and modes, like the algorithms:
+// for the process (every rank of --gpus N runs the same kernels) and in --algorithm-cache; stored as
+// (kind, the inner input's channels).
+std::map<std::pair<ConvKey, int>, std::pair<int64_t, int64_t>>& form_cache() {
+  static std::map<std::pair<ConvKey, int>, std::pair<int64_t, int64_t>> cache;
   return cache;
 }
 
-// The fastest of `g` as it is and `g` on its input padded to each of `counts` channels, for what a layer
-// runs every step: the forward and the filter gradient (a first layer's input needs no gradient), with
-// the copies that pad the input. A padded plan must beat the plain one by 3% to be worth its workspace;
-// `force` takes a padded one whatever the times.
-int64_t choose_input_channels(CudaBackend& backend, const ConvGeometry& g, const CudaConvPlan& plain,
-                              const std::vector<int64_t>& counts, bool force) {
+// The fastest of `g` as it is and `g` in each of `forms`, for what a layer runs every step: the forward and
+// the filter gradient (a first layer's input needs no gradient), with the conversions of the input (timed;
+// the filter's are negligible). Another form must beat `g` as it is by 3% to be worth its workspace;
+// `force` takes the fastest other form whatever the times.
+InputForm choose_input_form(CudaBackend& backend, const ConvGeometry& g, const CudaConvPlan& plain,
+                            const std::vector<InputForm>& forms, bool force) {
   auto step_ms = [](const CudaConvPlan& p) {
     return static_cast<double>(p.choice.forward.run_ms()) +
            static_cast<double>(p.choice.backward_filter.run_ms());
   };
-  int64_t best = g.in_channels;
+  InputForm best;
   double best_ms = force ? INFINITY : 0.97 * step_ms(plain);
-  for (int64_t channels : counts) {
-    const std::unique_ptr<CudaConvPlan> padded = searched_plan(backend, with_in_channels(g, channels));
-    // The forward and the filter gradient each pad the input once; the filter's copies are negligible.
-    const double ms = step_ms(*padded) + 2 * time_input_padding(backend, g, channels);
+  for (const InputForm& f : forms) {
+    const std::unique_ptr<CudaConvPlan> inner = searched_plan(backend, f.inner);
+    const double ms = step_ms(*inner) + 2 * time_input_conversion(backend, g, f);
+    log_debug("conv {}x{}x{}x{} -> {} {}x{}: {} form {} channels {:.3f} ms (as it is {:.3f})", g.batch,
+              g.in_channels, g.in_h, g.in_w, g.out_channels, g.kernel_h, g.kernel_w,
+              f.kind == InputForm::blocks ? "2x2-block" : "padded", f.inner.in_channels, ms, step_ms(plain));
     if (ms < best_ms) {
       best_ms = ms;
-      best = channels;
+      best = f;
     }
   }
   return best;
@@ -1081,32 +1211,47 @@ int64_t choose_input_channels(CudaBackend& backend, const ConvGeometry& g, const
 
 std::unique_ptr<ConvPlan> CudaBackend::plan_conv(const ConvGeometry& g) {
   std::unique_ptr<CudaConvPlan> plan = searched_plan(*this, g);
-  const ChannelPadding mode = channel_padding_mode();
-  const std::vector<int64_t> counts =
-      mode == ChannelPadding::off ? std::vector<int64_t>{} : padded_channel_counts(g, allow_tf32());
-  if (counts.empty()) return plan;
-  const std::pair<ConvKey, int> key{make_key(g, *this), static_cast<int>(mode)};
-  std::optional<int64_t> channels;
+  const std::vector<InputForm> forms = input_forms(g, allow_tf32());
+  if (forms.empty()) return plan;
+  const ChannelPadding padding = channel_padding_mode();
+  const SpaceToDepth blocks = space_to_depth_mode();
+  const int modes = static_cast<int>(padding) * 3 + static_cast<int>(blocks);
+  const std::pair<ConvKey, int> key{make_key(g, *this), modes};
+  std::optional<std::pair<int64_t, int64_t>> chosen;  // (kind, inner channels)
   {
     std::lock_guard<std::mutex> lock(cache_mutex());
-    if (auto it = padding_cache().find(key); it != padding_cache().end()) channels = it->second;
+    if (auto it = form_cache().find(key); it != form_cache().end()) chosen = it->second;
   }
-  if (!channels) {
+  if (!chosen) {
     const std::shared_ptr<AlgorithmStore> store = algorithm_store();
     const std::string store_key =
-        store ? stored_choice_key(g, *this) + (mode == ChannelPadding::force ? " pad:force" : " pad:auto")
-              : std::string();
+        store ? stored_choice_key(g, *this) + fmt::format(" input:{}", modes) : std::string();
     if (store) {
-      if (auto entry = store->find(store_key); entry && entry->size() == 1) channels = (*entry)[0];
+      if (auto entry = store->find(store_key); entry && entry->size() == 2)
+        chosen = {(*entry)[0], (*entry)[1]};
     }
-    if (!channels) {
-      channels = choose_input_channels(*this, g, *plan, counts, mode == ChannelPadding::force);
-      if (store) store->put(store_key, {*channels});
+    if (!chosen) {
+      // "force" takes the fastest form of the forced kinds.
+      const bool force = padding == ChannelPadding::force || blocks == SpaceToDepth::force;
+      std::vector<InputForm> candidates;
+      for (const InputForm& f : forms) {
+        const bool forced =
+            f.kind == InputForm::blocks ? blocks == SpaceToDepth::force : padding == ChannelPadding::force;
+        if (!force || forced) candidates.push_back(f);
+      }
+      const InputForm f = choose_input_form(*this, g, *plan, candidates, force);
+      chosen = {f.kind, f.kind == InputForm::as_is ? g.in_channels : f.inner.in_channels};
+      if (store) store->put(store_key, {chosen->first, chosen->second});
     }
     std::lock_guard<std::mutex> lock(cache_mutex());
-    channels = padding_cache().emplace(key, *channels).first->second;
+    chosen = form_cache().emplace(key, *chosen).first->second;
   }
-  if (*channels != g.in_channels) plan->padded = searched_plan(*this, with_in_channels(g, *channels));
+  for (const InputForm& f : forms) {
+    if (f.kind == chosen->first && f.inner.in_channels == chosen->second) {
+      plan->inner = searched_plan(*this, f.inner);
+      plan->form = f;
+    }
+  }
   return plan;
 }
 
@@ -1118,17 +1263,15 @@ void CudaBackend::conv_forward(const ConvPlan& plan, const Tensor& x, const Tens
   check_activation(op, "x", x, x_dims(g), g.dtype, g.layout);
   check_activation(op, "w", w, w_dims(g), g.dtype, g.layout);
   check_activation(op, "y", y, y_dims(g), g.dtype, g.layout);
-  if (p.padded) {
-    const ConvGeometry& pg = p.padded->geometry;
-    const PaddedBuffers b = padded_buffers(p, workspace, op);
+  if (p.inner) {
+    const ConvGeometry& in = p.inner->geometry;
+    const InnerBuffers b = inner_buffers(p, workspace, op);
     activate();
-    copy_channels(x.data(), g.in_channels, b.x, pg.in_channels, g.batch * g.in_h * g.in_w, g.dtype, false,
-                  stream_);
-    copy_channels(w.data(), g.in_channels, b.w, pg.in_channels, g.out_channels * g.kernel_h * g.kernel_w,
-                  g.dtype, false, stream_);
-    const Tensor xp(b.x, x_dims(pg), g.dtype, g.layout, device()),
-        wp(b.w, w_dims(pg), g.dtype, g.layout, device());
-    conv_forward(*p.padded, xp, wp, y, b.inner_workspace);
+    to_inner_input(g, p.form, x.data(), b.x, stream_);
+    to_inner_filter(g, p.form, w.data(), b.w, stream_);
+    const Tensor xi(b.x, x_dims(in), g.dtype, g.layout, device()),
+        wi(b.w, w_dims(in), g.dtype, g.layout, device());
+    conv_forward(*p.inner, xi, wi, y, b.inner_workspace);
     return;
   }
   run_direction(*this, p, ConvDirection::forward, x.data(), w.data(), y.data(), Accumulate::overwrite,
@@ -1143,18 +1286,16 @@ void CudaBackend::conv_backward_data(const ConvPlan& plan, const Tensor& dy, con
   check_activation(op, "dy", dy, y_dims(g), g.dtype, g.layout);
   check_activation(op, "w", w, w_dims(g), g.dtype, g.layout);
   check_activation(op, "dx", dx, x_dims(g), g.dtype, g.layout);
-  if (p.padded) {
-    // The padded input's gradient, then its first channels into dx.
-    const ConvGeometry& pg = p.padded->geometry;
-    const PaddedBuffers b = padded_buffers(p, workspace, op);
+  if (p.inner) {
+    // The inner input's gradient, then back into dx.
+    const ConvGeometry& in = p.inner->geometry;
+    const InnerBuffers b = inner_buffers(p, workspace, op);
     activate();
-    copy_channels(w.data(), g.in_channels, b.w, pg.in_channels, g.out_channels * g.kernel_h * g.kernel_w,
-                  g.dtype, false, stream_);
-    const Tensor wp(b.w, w_dims(pg), g.dtype, g.layout, device());
-    Tensor dxp(b.x, x_dims(pg), g.dtype, g.layout, device());
-    conv_backward_data(*p.padded, dy, wp, dxp, Accumulate::overwrite, b.inner_workspace);
-    copy_channels(b.x, pg.in_channels, dx.data(), g.in_channels, g.batch * g.in_h * g.in_w, g.dtype,
-                  accumulate == Accumulate::add, stream_);
+    to_inner_filter(g, p.form, w.data(), b.w, stream_);
+    const Tensor wi(b.w, w_dims(in), g.dtype, g.layout, device());
+    Tensor dxi(b.x, x_dims(in), g.dtype, g.layout, device());
+    conv_backward_data(*p.inner, dy, wi, dxi, Accumulate::overwrite, b.inner_workspace);
+    from_inner_input_grad(g, p.form, b.x, dx.data(), accumulate == Accumulate::add, stream_);
     return;
   }
   run_direction(*this, p, ConvDirection::backward_data, dx.data(), w.data(), dy.data(), accumulate, workspace,
@@ -1169,18 +1310,16 @@ void CudaBackend::conv_backward_filter(const ConvPlan& plan, const Tensor& x, co
   check_activation(op, "x", x, x_dims(g), g.dtype, g.layout);
   check_activation(op, "dy", dy, y_dims(g), g.dtype, g.layout);
   check_activation(op, "dw", dw, w_dims(g), g.dtype, g.layout);
-  if (p.padded) {
-    // The padded filter's gradient from the padded input, then its first channels into dw.
-    const ConvGeometry& pg = p.padded->geometry;
-    const PaddedBuffers b = padded_buffers(p, workspace, op);
+  if (p.inner) {
+    // The inner filter's gradient from the inner input, then back into dw.
+    const ConvGeometry& in = p.inner->geometry;
+    const InnerBuffers b = inner_buffers(p, workspace, op);
     activate();
-    copy_channels(x.data(), g.in_channels, b.x, pg.in_channels, g.batch * g.in_h * g.in_w, g.dtype, false,
-                  stream_);
-    const Tensor xp(b.x, x_dims(pg), g.dtype, g.layout, device());
-    Tensor dwp(b.w, w_dims(pg), g.dtype, g.layout, device());
-    conv_backward_filter(*p.padded, xp, dy, dwp, Accumulate::overwrite, b.inner_workspace);
-    copy_channels(b.w, pg.in_channels, dw.data(), g.in_channels, g.out_channels * g.kernel_h * g.kernel_w,
-                  g.dtype, accumulate == Accumulate::add, stream_);
+    to_inner_input(g, p.form, x.data(), b.x, stream_);
+    const Tensor xi(b.x, x_dims(in), g.dtype, g.layout, device());
+    Tensor dwi(b.w, w_dims(in), g.dtype, g.layout, device());
+    conv_backward_filter(*p.inner, xi, dy, dwi, Accumulate::overwrite, b.inner_workspace);
+    from_inner_filter_grad(g, p.form, b.w, dw.data(), accumulate == Accumulate::add, stream_);
     return;
   }
   run_direction(*this, p, ConvDirection::backward_filter, x.data(), dw.data(), dy.data(), accumulate,
@@ -1191,9 +1330,16 @@ void CudaBackend::conv_backward_filter(const ConvPlan& plan, const Tensor& x, co
 
 std::string describe_cuda_conv_plan(const ConvPlan& plan) {
   const auto& p = cuda::as_cuda_plan(plan);
-  if (p.padded) {
-    return fmt::format("input channels padded {} -> {}: {}", p.geometry.in_channels,
-                       p.padded->geometry.in_channels, describe_cuda_conv_plan(*p.padded));
+  if (p.inner) {
+    const ConvGeometry& g = p.geometry;
+    const ConvGeometry& in = p.inner->geometry;
+    if (p.form.kind == cuda::InputForm::blocks) {
+      return fmt::format("input as 2x2 blocks {}x{}x{} -> {}x{}x{}, {}x{} stride 1: {}", g.in_channels,
+                         g.in_h, g.in_w, in.in_channels, in.in_h, in.in_w, in.kernel_h, in.kernel_w,
+                         describe_cuda_conv_plan(*p.inner));
+    }
+    return fmt::format("input channels padded {} -> {}: {}", g.in_channels, in.in_channels,
+                       describe_cuda_conv_plan(*p.inner));
   }
   const auto& c = p.choice;
   auto one = [&](cuda::ConvDirection d, const char* name, const cuda::AlgoChoice& a) {

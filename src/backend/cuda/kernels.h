@@ -46,6 +46,17 @@ void softmax_cross_entropy_backward(const float* probs, const int32_t* labels, i
 void copy_channels(const void* src, int64_t src_channels, void* dst, int64_t dst_channels, int64_t rows,
                    DType dtype, bool accumulate, cudaStream_t stream);
 
+// Space-to-depth by 2 (space_to_depth.cu): dst[n, i, j, (bh * 2 + bw) * c + k] = src[n, 2i + bh - off_h,
+// 2j + bw - off_w, k] over the blocks_h x blocks_w x block_channels result, zero outside src and past 4c
+// channels. depth_to_space2 is its transpose: each of src's pixels (the [batch, h, w, c] dst) takes (or with
+// `accumulate` adds) its element of the blocks' tensor `src`.
+void space_to_depth2(const void* src, int64_t batch, int64_t h, int64_t w, int64_t c, int64_t off_h,
+                     int64_t off_w, void* dst, int64_t blocks_h, int64_t blocks_w, int64_t block_channels,
+                     DType dtype, cudaStream_t stream);
+void depth_to_space2(const void* src, int64_t blocks_h, int64_t blocks_w, int64_t block_channels,
+                     int64_t batch, int64_t h, int64_t w, int64_t c, int64_t off_h, int64_t off_w, void* dst,
+                     DType dtype, bool accumulate, cudaStream_t stream);
+
 // NHWC pixels at a stride (a 1x1 convolution of stride s is the stride-1 one of those pixels).
 // gather_strided_pixels: dst[n, h, w, c] = src[n, h * stride, w * stride, c] for the out_h x out_w pixels,
 // out = (in - 1) / stride + 1. scatter_strided_pixels, its gradient: dst (in_h x in_w) gets src's value at

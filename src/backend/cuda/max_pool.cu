@@ -189,6 +189,73 @@ struct MaxPoolBackwardOp {
   }
 };
 
+// The backward of ResNet's stem pool (3 x 3, stride 2, padding 1) from saved positions, a 2 x 2 block of
+// input pixels per thread: input row 2p is the middle row of window p alone, row 2p + 1 the last row of
+// window p and the first of window p + 1 (columns alike), so the block (2p.., 2q..) reads the four outputs
+// (p, q), (p, q + 1), (p + 1, q), (p + 1, q + 1) once, all loads issued before any sum, where the per-pixel
+// gather (MaxPoolBackwardOp) makes nine dependent reads for the same four pixels and divides per pixel.
+// The sums go in the gather's order (window rows, then columns), so both give the same bits.
+template <typename T, typename I>
+struct StemPoolBackwardOp {
+  const uint8_t* argmax;
+  const T* dy;
+  T* dx;
+  PoolIndex<I> g;
+  template <int W>
+  __device__ void apply(int64_t e) const {
+    // e runs over [n, out_h, out_w, c]: one block of input pixels per output pixel.
+    const NhwcIndex<I> at(I(e), g.c, g.out_h, g.out_w);
+    const I n = at.n, p = at.h, q = at.w, c = at.c;
+    const bool next_row = p + 1 < g.out_h, next_col = q + 1 < g.out_w;
+    // Outputs k = 0..3: (p, q), (p, q + 1), (p + 1, q), (p + 1, q + 1).
+    Vec<uint8_t, W> where[4];
+    Vec<T, W> grad[4];
+    const bool present[4] = {true, next_col, next_row, next_row && next_col};
+#pragma unroll
+    for (int k = 0; k < 4; ++k) {
+      if (!present[k]) continue;
+      const I out = ((n * g.out_h + p + I(k / 2)) * g.out_w + q + I(k % 2)) * g.c + c;
+      where[k] = load_vec<W>(argmax + out);
+      grad[k] = load_vec<W>(dy + out);
+    }
+    // Input pixel (2p + a, 2q + b): the outputs covering it and its position in each window (r * 3 + s).
+    auto pixel = [&](int a, int b) {
+      const I h = 2 * p + I(a), w = 2 * q + I(b);
+      if (h >= g.h || w >= g.w) return;
+      float sum[W];
+#pragma unroll
+      for (int j = 0; j < W; ++j) sum[j] = 0.f;
+      auto add = [&](int k, uint8_t mine) {
+#pragma unroll
+        for (int j = 0; j < W; ++j)
+          if (where[k].v[j] == mine) sum[j] += widen(grad[k].v[j]);
+      };
+      if (a == 0 && b == 0) {
+        add(0, 4);
+      } else if (a == 0) {
+        add(0, 5);
+        if (next_col) add(1, 3);
+      } else if (b == 0) {
+        add(0, 7);
+        if (next_row) add(2, 1);
+      } else {
+        add(0, 8);
+        if (next_col) add(1, 6);
+        if (next_row) add(2, 2);
+        if (next_row && next_col) add(3, 0);
+      }
+      Vec<T, W> result;
+#pragma unroll
+      for (int j = 0; j < W; ++j) result.v[j] = narrow<T>(sum[j]);
+      store_vec<W>(dx + ((n * g.h + h) * g.w + w) * g.c + c, result);
+    };
+    pixel(0, 0);
+    pixel(0, 1);
+    pixel(1, 0);
+    pixel(1, 1);
+  }
+};
+
 void require_shape(const char* op, const MaxPoolShape& s) {
   DLB_KERNEL_REQUIRE(s.n > 0 && s.c > 0 && s.h > 0 && s.w > 0 && s.out_h > 0 && s.out_w > 0, op,
                      "sizes must be positive");
@@ -255,8 +322,19 @@ void max_pool_backward_nhwc(const void* x, const uint8_t* argmax, const void* dy
     constexpr int V = kVec16<T>;
     const bool vector_ok = s.c % V == 0 && aligned(x, 16) && aligned(dy, 16) && aligned(dx, 16) &&
                            (!argmax || aligned(argmax, V));
+    // 3 x 3, stride 2, padding 1 (so out_h = ceil(h / 2)): every input pixel lies in one 2 x 2 block.
+    const bool stem_blocks = argmax && s.kernel_h == 3 && s.kernel_w == 3 && s.stride_h == 2 &&
+                             s.stride_w == 2 && s.pad_h == 1 && s.pad_w == 1 && s.out_h == (s.h + 1) / 2 &&
+                             s.out_w == (s.w + 1) / 2;
     dispatch_shape(s, [&](auto index_tag, auto k) {
       using I = decltype(index_tag);
+      if (stem_blocks) {
+        launch_elementwise<V>(
+            s.n * s.out_h * s.out_w * s.c, vector_ok,
+            StemPoolBackwardOp<T, I>{argmax, static_cast<const T*>(dy), static_cast<T*>(dx), PoolIndex<I>(s)},
+            stream);
+        return;
+      }
       launch_elementwise<V>(s.n * s.h * s.w * s.c, vector_ok,
                             MaxPoolBackwardOp<decltype(k)::value, T, I>{static_cast<const T*>(x), argmax,
                                                                         static_cast<const T*>(dy),
