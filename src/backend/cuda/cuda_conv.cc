@@ -30,10 +30,10 @@
 //
 // Input as 2x2 blocks (space-to-depth; DLBENCH_CONV_SPACE_TO_DEPTH=auto, the default; off; force): a
 // stride-2 convolution over C channels is a stride-1 convolution over the 2x2 blocks of its input seen as
-// 4C channels (padded to a vector), with a kernel of ceil((k + pad % 2) / 2) blocks (blocks_form derives
-// it): the stem's 7x7 over 3 channels becomes a 4x4 over 16 (FP16) or 12 (TF32) on 115x115 blocks, 1.7x
-// the multiply-adds on tensor-core-sized channels. The filter is converted the same way each call (K
-// images of 7x7 pixels) and the gradients go back by the transpose (space_to_depth.cu).
+// 4C channels (padded to a vector), with a kernel of ceil((k + pad % 2) / 2) blocks (backend/conv_blocks.h
+// derives it): the stem's 7x7 over 3 channels becomes a 4x4 over 16 (FP16) or 12 (TF32) on 115x115
+// blocks, 1.7x the multiply-adds on tensor-core-sized channels. The filter is converted the same way each
+// call (K images of 7x7 pixels) and the gradients go back by the transpose (space_to_depth.cu).
 //
 // plan_conv plans every allowed form of a shape's input besides the input as it is and keeps the fastest
 // for the forward and filter gradient a layer runs each step, counting the conversions of the input
@@ -77,6 +77,7 @@
 #include <vector>
 
 #include "backend/algorithm_store.h"
+#include "backend/conv_blocks.h"
 #include "backend/cuda/cuda_common.h"
 #include "backend/cuda/cudnn_graph.h"
 #include "backend/cuda/kernels.h"
@@ -557,27 +558,17 @@ std::vector<InputForm> padded_forms(const ConvGeometry& g, bool allow_tf32) {
   return forms;
 }
 
-// The 2x2-block form of `g`, for an NHWC convolution of stride 2 whose channels do not fill a vector (the
-// stem). Output pixel p reads input rows 2p + r - pad, r < kernel. With the filter shifted down by
-// s = pad % 2 rows (row r at r + s, zeros elsewhere) and r + s = 2a + b, that is row 2(p + a) + b - (pad +
-// s): block row p + a of blocks starting pad + s rows before the input, kernel row a of a filter whose
-// blocks start s rows before it: a stride-1 convolution without padding over ceil((kernel + s) / 2) block
-// rows. Columns alike. Only where every input pixel lies in a block (the gradient reads each one's).
+// The 2x2-block form of `g` (backend/conv_blocks.h), for an NHWC convolution whose channels do not fill a
+// tensor-core vector (the stem).
 std::optional<InputForm> blocks_form(const ConvGeometry& g) {
-  if (g.layout != Layout::nhwc || g.dtype == DType::f64 || g.stride_h != 2 || g.stride_w != 2 ||
-      g.kernel_h < 3 || g.kernel_w < 3 || g.in_channels >= channel_vector(g))
+  if (g.layout != Layout::nhwc || g.dtype == DType::f64 || g.in_channels >= channel_vector(g))
     return std::nullopt;
+  const std::optional<ConvBlocks> b = conv_blocks(g, channel_vector(g));
+  if (!b) return std::nullopt;
   InputForm f;
   f.kind = InputForm::blocks;
-  f.w_off_h = g.pad_h % 2, f.w_off_w = g.pad_w % 2;
-  f.x_off_h = g.pad_h + f.w_off_h, f.x_off_w = g.pad_w + f.w_off_w;
-  ConvGeometry in = with_in_channels(
-      g, (4 * g.in_channels + channel_vector(g) - 1) / channel_vector(g) * channel_vector(g));
-  in.kernel_h = (g.kernel_h + f.w_off_h + 1) / 2, in.kernel_w = (g.kernel_w + f.w_off_w + 1) / 2;
-  in.in_h = g.out_h() + in.kernel_h - 1, in.in_w = g.out_w() + in.kernel_w - 1;
-  in.stride_h = in.stride_w = 1, in.pad_h = in.pad_w = 0;
-  if ((g.in_h - 1 + f.x_off_h) / 2 >= in.in_h || (g.in_w - 1 + f.x_off_w) / 2 >= in.in_w) return std::nullopt;
-  f.inner = in;
+  f.inner = b->inner;
+  f.x_off_h = b->x_off_h, f.x_off_w = b->x_off_w, f.w_off_h = b->w_off_h, f.w_off_w = b->w_off_w;
   return f;
 }
 
