@@ -9,6 +9,7 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <optional>
 #include <set>
 #include <sstream>
 
@@ -291,6 +292,42 @@ ReportSection speedup_section(const std::string& model, const ReportAxes& axes, 
   } else {
     s.table = std::move(t);
   }
+  return s;
+}
+
+// dlbench beside each peer (every other framework), point by point: the study's comparison (images/s and
+// their ratio, and how each scales), where both ran the same precision on the same GPU count; nothing where
+// no such pair exists.
+std::optional<ReportSection> peers_section(const std::string& model, const ReportAxes& axes,
+                                           const Best& best) {
+  ReportSection s =
+      section(report_section_id("peers", model), fmt::format("{}: dlbench against its peers", model));
+  s.paragraphs.push_back(
+      "Each row: dlbench's best point and the peer's at one precision and GPU count (images/s, all GPUs "
+      "together), their ratio, and each one's scaling efficiency over its own one-GPU point; compare rows "
+      "measured in the same run.");
+  ReportTable t = table({"peer", "precision", "GPUs", "dlbench img/s", "peer img/s", "dlbench / peer",
+                         "dlbench efficiency", "peer efficiency"},
+                        {false, false, true, true, true, true, true, true});
+  auto efficiency = [&](const std::string& f, const std::string& p, int g, const ReportPoint& point) {
+    const ReportPoint* one = g > 1 ? find(best, f, model, p, 1) : nullptr;
+    return one ? fmt::format("{:.1f}%", 100.0 * point.images_per_second / (g * one->images_per_second))
+               : std::string("-");
+  };
+  for (const std::string& f : axes.frameworks) {
+    if (f == "dlbench") continue;
+    for (const std::string& p : axes.precisions)
+      for (int g : axes.gpu_counts) {
+        const ReportPoint *ours = find(best, "dlbench", model, p, g), *theirs = find(best, f, model, p, g);
+        if (!ours || !theirs) continue;
+        t.rows.push_back({f, p, std::to_string(g), rate(ours->images_per_second),
+                          rate(theirs->images_per_second),
+                          fmt::format("{:.2f}x", ours->images_per_second / theirs->images_per_second),
+                          efficiency("dlbench", p, g, *ours), efficiency(f, p, g, *theirs)});
+      }
+  }
+  if (t.rows.empty()) return std::nullopt;
+  s.table = std::move(t);
   return s;
 }
 
@@ -616,6 +653,7 @@ ReportDocument report_document(const ReportInput& in) {
   for (const std::string& model : axes.models) {
     doc.sections.push_back(throughput_section(model, axes, best));
     doc.sections.push_back(speedup_section(model, axes, best));
+    if (std::optional<ReportSection> peers = peers_section(model, axes, best)) doc.sections.push_back(*peers);
     doc.sections.push_back(gain_section(model, axes, best));
   }
   doc.sections.push_back(statistics_section(sorted));

@@ -49,6 +49,15 @@ TEST(Report, TablesHoldTheNumbersOfThePoints) {
   EXPECT_NE(markdown.find("| dlbench | fp32 | 2 | 1.98x | 99.0% |"), std::string::npos) << markdown;
   EXPECT_NE(markdown.find("| dlbench | fp16 | 2 | 1.97x | 98.6% |"), std::string::npos);
   EXPECT_NE(markdown.find("| pytorch | fp16 | 2 | 1.82x | 90.9% |"), std::string::npos);
+  // dlbench beside each peer: 13,800 / 12,000 on 2 GPUs, 1.15x, each one's efficiency; the model only
+  // dlbench trained (resnet20) has no such section.
+  EXPECT_NE(markdown.find("| pytorch | fp16 | 2 | 13,800 | 12,000 | 1.15x | 98.6% | 90.9% |"),
+            std::string::npos)
+      << markdown;
+  EXPECT_NE(markdown.find("| pytorch (compiled) | fp16 | 1 | 7,000 | 6,900 | 1.01x | - | - |"),
+            std::string::npos);
+  EXPECT_NE(markdown.find("## resnet50: dlbench against its peers"), std::string::npos);
+  EXPECT_EQ(markdown.find("## resnet20: dlbench against its peers"), std::string::npos);
   EXPECT_NE(markdown.find("| dlbench | 1 | +600% | - |"), std::string::npos);   // 7,000 / 1,000
   EXPECT_NE(markdown.find("**large spread**"), std::string::npos);              // the 8.1% jitter point
   EXPECT_NE(markdown.find("NCCL: unhandled system error"), std::string::npos);  // the failed sweep point
