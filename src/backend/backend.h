@@ -97,10 +97,6 @@ struct PoolGeometry {
   PoolKind kind = PoolKind::max;  // average excludes padding from the divisor
   DType dtype = DType::f32;
   Layout layout = Layout::nchw;
-  // The input's gradient is added into (another layer wrote it first: a residual block's input), not
-  // overwritten. A backend may plan its backward-data for that (CUDA: an engine that adds in its epilogue);
-  // every backend still takes either Accumulate in the call.
-  bool accumulates_input_grad = false;
 
   int64_t out_h() const { return (in_h + 2 * pad_h - kernel_h) / stride_h + 1; }
   int64_t out_w() const { return (in_w + 2 * pad_w - kernel_w) / stride_w + 1; }

@@ -404,17 +404,6 @@ void dispatch_fusion(BatchNormFusion fusion, Fn&& fn) {
   }
 }
 
-// Calls fn(index tag): uint32_t when the tensor's element count fits it (64-bit division is several
-// times slower), else uint64_t.
-template <typename Fn>
-void dispatch_index(int64_t elements, Fn&& fn) {
-  if (elements <= int64_t(UINT32_MAX)) {
-    fn(uint32_t{});
-  } else {
-    fn(uint64_t{});
-  }
-}
-
 void check_launch(const BatchNormNchwLaunch& launch, const char* op) {
   const BatchNormGeometry& g = launch.geometry;
   DLB_KERNEL_REQUIRE(g.layout == Layout::nchw, op, "the layout is not NCHW");

@@ -630,6 +630,28 @@ void from_inner_filter_grad(const ConvGeometry& g, const InputForm& f, const voi
   }
 }
 
+// Two CUDA events around timed work, destroyed with their scope.
+struct EventPair {
+  cudaEvent_t start = nullptr, stop = nullptr;
+  EventPair() {
+    CUDA_CHECK(cudaEventCreate(&start));
+    CUDA_CHECK(cudaEventCreate(&stop));
+  }
+  ~EventPair() {
+    cudaEventDestroy(start);
+    cudaEventDestroy(stop);
+  }
+  EventPair(const EventPair&) = delete;
+  EventPair& operator=(const EventPair&) = delete;
+  // Milliseconds between the two, once `stop` is reached.
+  float elapsed_ms() const {
+    CUDA_CHECK(cudaEventSynchronize(stop));
+    float ms = 0;
+    CUDA_CHECK(cudaEventElapsedTime(&ms, start, stop));
+    return ms;
+  }
+};
+
 // Milliseconds one conversion of the input of `g` to form `f` takes (best of three, on scratch).
 double time_input_conversion(const CudaBackend& backend, const ConvGeometry& g, const InputForm& f) {
   const size_t src_bytes =
@@ -638,21 +660,15 @@ double time_input_conversion(const CudaBackend& backend, const ConvGeometry& g, 
   DeviceBuffer src(src_bytes),
       dst(static_cast<size_t>(in.batch * in.in_h * in.in_w * in.in_channels) * dtype_size(g.dtype));
   CUDA_CHECK(cudaMemsetAsync(src.get(), 0, src_bytes, backend.stream()));
-  cudaEvent_t start, stop;
-  CUDA_CHECK(cudaEventCreate(&start));
-  CUDA_CHECK(cudaEventCreate(&stop));
+  const EventPair events;
   float best = INFINITY;
   for (int round = 0; round < 4; ++round) {  // the first is a warm-up
-    CUDA_CHECK(cudaEventRecord(start, backend.stream()));
+    CUDA_CHECK(cudaEventRecord(events.start, backend.stream()));
     to_inner_input(g, f, src.get(), dst.get(), backend.stream());
-    CUDA_CHECK(cudaEventRecord(stop, backend.stream()));
-    CUDA_CHECK(cudaEventSynchronize(stop));
-    float ms = 0;
-    CUDA_CHECK(cudaEventElapsedTime(&ms, start, stop));
+    CUDA_CHECK(cudaEventRecord(events.stop, backend.stream()));
+    const float ms = events.elapsed_ms();
     if (round > 0) best = std::min(best, ms);
   }
-  CUDA_CHECK(cudaEventDestroy(start));
-  CUDA_CHECK(cudaEventDestroy(stop));
   return best;
 }
 
@@ -868,17 +884,7 @@ std::optional<float> time_calls(const CudaBackend& backend, const Run& run,
                                 float give_up_ms = std::numeric_limits<float>::infinity()) {
   cudaStream_t stream = backend.stream();
   if (run() != CUDNN_STATUS_SUCCESS) return std::nullopt;  // warm-up: first-call costs
-  struct Events {
-    cudaEvent_t start = nullptr, stop = nullptr;
-    Events() {
-      CUDA_CHECK(cudaEventCreate(&start));
-      CUDA_CHECK(cudaEventCreate(&stop));
-    }
-    ~Events() {
-      cudaEventDestroy(start);
-      cudaEventDestroy(stop);
-    }
-  } events;
+  const EventPair events;
   const bool may_give_up = give_up_ms < std::numeric_limits<float>::infinity();
   std::vector<float> rounds;
   for (int round = 0; round < kSearchRounds; ++round) {
@@ -889,10 +895,7 @@ std::optional<float> time_calls(const CudaBackend& backend, const Run& run,
     for (int call = 0; call < calls; ++call)
       if (run() != CUDNN_STATUS_SUCCESS) return std::nullopt;
     CUDA_CHECK(cudaEventRecord(events.stop, stream));
-    CUDA_CHECK(cudaEventSynchronize(events.stop));
-    float ms = 0;
-    CUDA_CHECK(cudaEventElapsedTime(&ms, events.start, events.stop));
-    rounds.push_back(ms / calls);
+    rounds.push_back(events.elapsed_ms() / calls);
     if (rounds.back() > give_up_ms) return rounds.back();
   }
   std::sort(rounds.begin(), rounds.end());
@@ -1077,6 +1080,11 @@ void choose_gemm(CudaConvPlan& plan, const GemmTimes& times, bool force) {
   }
 }
 
+// An estimate plan's workspaces before any search: the limit, which no search result can exceed.
+void assume_workspace_limit(CudaConvPlan& p, size_t limit) {
+  p.choice.forward.workspace = p.choice.backward_data.workspace = p.choice.backward_filter.workspace = limit;
+}
+
 }  // namespace
 
 std::unique_ptr<ConvPlan> CudaBackend::estimate_conv(const ConvGeometry& g) {
@@ -1090,21 +1098,20 @@ std::unique_ptr<ConvPlan> CudaBackend::estimate_conv(const ConvGeometry& g) {
     plan->from_cache = true;
     finish(*this, *plan);
   } else {
-    plan->choice.forward.workspace = plan->choice.backward_data.workspace =
-        plan->choice.backward_filter.workspace = conv_workspace_limit_;
+    assume_workspace_limit(*plan, conv_workspace_limit_);
   }
   // A run plan may convert its input (padded channels, 2x2 blocks): then it needs the converted buffers
   // besides its workspace, at most the largest form's.
   const std::vector<InputForm> forms = input_forms(g, allow_tf32());
   if (!forms.empty()) {
-    const auto biggest =
-        std::max_element(forms.begin(), forms.end(), [&](const InputForm& a, const InputForm& b) {
-          return tensor_bytes(x_dims(a.inner), g.dtype) + tensor_bytes(w_dims(a.inner), g.dtype) <
-                 tensor_bytes(x_dims(b.inner), g.dtype) + tensor_bytes(w_dims(b.inner), g.dtype);
-        });
+    auto converted_bytes = [](const InputForm& f) {
+      return tensor_bytes(x_dims(f.inner), f.inner.dtype) + tensor_bytes(w_dims(f.inner), f.inner.dtype);
+    };
+    const auto biggest = std::max_element(
+        forms.begin(), forms.end(),
+        [&](const InputForm& a, const InputForm& b) { return converted_bytes(a) < converted_bytes(b); });
     plan->inner = new_plan(*this, biggest->inner);
-    plan->inner->choice.forward.workspace = plan->inner->choice.backward_data.workspace =
-        plan->inner->choice.backward_filter.workspace = conv_workspace_limit_;
+    assume_workspace_limit(*plan->inner, conv_workspace_limit_);
     plan->form = *biggest;
   }
   return plan;

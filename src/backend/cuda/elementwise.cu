@@ -448,19 +448,13 @@ void copy_channels(const void* src, int64_t src_channels, void* dst, int64_t dst
   if (n == 0) return;
   dispatch_float(dtype, "copy_channels", [&](auto tag) {
     using T = decltype(tag);
-    auto launch = [&](auto index_tag) {
+    dispatch_index(std::max(n, rows * src_channels), [&](auto index_tag) {
       using I = decltype(index_tag);
       launch_elementwise<1>(n, false,
                             CopyChannelsOp<T, I>{static_cast<const T*>(src), static_cast<T*>(dst),
                                                  I(src_channels), I(dst_channels), accumulate},
                             stream);
-    };
-    // 32-bit indices when both buffers' element counts fit them (64-bit division is several times slower).
-    if (std::max(n, rows * src_channels) < int64_t(UINT32_MAX)) {
-      launch(uint32_t{});
-    } else {
-      launch(uint64_t{});
-    }
+    });
   });
 }
 
@@ -477,19 +471,14 @@ void launch_strided_pixels(const void* src, int64_t batch, int64_t in_h, int64_t
   if (n == 0) return;
   dispatch_float(dtype, op, [&](auto tag) {
     using T = decltype(tag);
-    auto launch = [&](auto index_tag) {
+    dispatch_index(full, [&](auto index_tag) {
       using I = decltype(index_tag);
       using Op = StridedPixelsOp<T, I>;
       launch_elementwise<1>(n, false,
                             Op{static_cast<const T*>(src), static_cast<T*>(dst), I(in_h), I(in_w), I(out_h),
                                I(out_w), I(channels), I(stride), static_cast<typename Op::Mode>(mode)},
                             stream);
-    };
-    if (full < int64_t(UINT32_MAX)) {  // 32-bit indices: 64-bit division is several times slower
-      launch(uint32_t{});
-    } else {
-      launch(uint64_t{});
-    }
+    });
   });
 }
 }  // namespace

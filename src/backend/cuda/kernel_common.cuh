@@ -144,6 +144,17 @@ void launch_elementwise(int64_t n, bool vector_ok, const Op& op, cudaStream_t st
   DLB_KERNEL_LAUNCH_CHECK();
 }
 
+// Calls fn(index tag): uint32_t when every index a kernel forms (at most `largest`) fits it — 64-bit
+// division is several times slower — else uint64_t.
+template <typename Fn>
+void dispatch_index(int64_t largest, Fn&& fn) {
+  if (largest < int64_t(UINT32_MAX)) {
+    fn(uint32_t{});
+  } else {
+    fn(uint64_t{});
+  }
+}
+
 // Elements of T in one 16-byte access.
 template <typename T>
 constexpr int kVec16 = static_cast<int>(16 / sizeof(T));

@@ -71,16 +71,6 @@ struct DepthToSpaceOp {
   }
 };
 
-template <typename Fn>
-void with_index_type(int64_t largest, Fn&& fn) {
-  // 32-bit indices when every element index fits them (64-bit division is several times slower).
-  if (largest < int64_t(UINT32_MAX)) {
-    fn(uint32_t{});
-  } else {
-    fn(uint64_t{});
-  }
-}
-
 void require(const char* op, int64_t batch, int64_t h, int64_t w, int64_t c, int64_t blocks_h,
              int64_t blocks_w, int64_t block_channels, int64_t off_h, int64_t off_w) {
   DLB_KERNEL_REQUIRE(batch >= 0 && h > 0 && w > 0 && c > 0 && blocks_h > 0 && blocks_w > 0, op,
@@ -102,7 +92,7 @@ void space_to_depth2(const void* src, int64_t batch, int64_t h, int64_t w, int64
   if (n == 0) return;
   dispatch_float(dtype, "space_to_depth2", [&](auto tag) {
     using T = decltype(tag);
-    with_index_type(std::max(n, batch * h * w * c), [&](auto index_tag) {
+    dispatch_index(std::max(n, batch * h * w * c), [&](auto index_tag) {
       using I = decltype(index_tag);
       const SpaceToDepthShape<I> s{I(h),     I(w),    I(c), I(blocks_h), I(blocks_w), I(block_channels),
                                    I(off_h), I(off_w)};
@@ -120,7 +110,7 @@ void depth_to_space2(const void* src, int64_t blocks_h, int64_t blocks_w, int64_
   if (n == 0) return;
   dispatch_float(dtype, "depth_to_space2", [&](auto tag) {
     using T = decltype(tag);
-    with_index_type(std::max(n, batch * blocks_h * blocks_w * block_channels), [&](auto index_tag) {
+    dispatch_index(std::max(n, batch * blocks_h * blocks_w * block_channels), [&](auto index_tag) {
       using I = decltype(index_tag);
       const SpaceToDepthShape<I> s{I(h),     I(w),    I(c), I(blocks_h), I(blocks_w), I(block_channels),
                                    I(off_h), I(off_w)};
