@@ -1,14 +1,16 @@
-// CUDA batch norm (cuDNN) against the reference backend: training forward with running statistics,
-// backward (overwriting and accumulating dgamma/dbeta), inference, in every fusion (none, relu,
-// add_relu), NCHW and NHWC, f32/f16/bf16 (and f64 without fusion). The plan's path (cuDNN-fused or
-// unfused, or dlbench's own NCHW kernels with DLBENCH_BN_KERNELS=own) is printed; all must match the
-// reference.
+// CUDA batch norm (cuDNN's kernels and dlbench's own) against the reference backend: training forward with
+// running statistics, backward (overwriting and accumulating dgamma/dbeta), inference, in every fusion (none,
+// relu, add_relu), NCHW and NHWC, f32/f16/bf16 (and f64 without fusion). The plan's path (cuDNN-fused or
+// unfused with DLBENCH_BN_KERNELS=cudnn, or dlbench's own kernels, the default) is printed; all must match
+// the reference.
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 
 #include <cmath>
 #include <cstdlib>
 #include <optional>
+#include <ostream>
+#include <span>
 #include <string>
 #include <tuple>
 
@@ -138,44 +140,6 @@ void run_bn_case(Backend& ref, const BnCase& bc, Layout layout, BatchNormFusion 
   expect_close("inference y", download_wide(ref, yig).tensor(), yi_ref.tensor(), tol);
 }
 
-class BatchNormTest
-    : public CudaBatchNormTest,
-      public ::testing::WithParamInterface<std::tuple<BnCase, Layout, BatchNormFusion, DType>> {};
-
-TEST_P(BatchNormTest, MatchesReference) {
-  const auto [bc, layout, fusion, dtype] = GetParam();
-  run_bn_case(*ref, bc, layout, fusion, dtype);
-}
-
-INSTANTIATE_TEST_SUITE_P(Shapes, BatchNormTest,
-                         ::testing::Combine(::testing::ValuesIn(kBnCases),
-                                            ::testing::Values(Layout::nchw, Layout::nhwc),
-                                            ::testing::Values(BatchNormFusion::none, BatchNormFusion::relu,
-                                                              BatchNormFusion::add_relu),
-                                            ::testing::Values(DType::f32, DType::f16, DType::bf16)),
-                         [](const auto& info) {
-                           return fmt::format(
-                               "case{}_{}_{}_{}", info.index / 18, layout_name(std::get<1>(info.param)),
-                               fusion_name(std::get<2>(info.param)), dtype_name(std::get<3>(info.param)));
-                         });
-
-TEST_F(CudaBatchNormTest, Float64) {
-  run_bn_case(*ref, kBnCases[0], Layout::nchw, BatchNormFusion::none, DType::f64);
-  run_bn_case(*ref, kBnCases[1], Layout::nhwc, BatchNormFusion::add_relu, DType::f64);
-}
-
-// A ResNet-sized activation, where cuDNN's NHWC kernels reduce over many blocks.
-TEST_F(CudaBatchNormTest, LargerShape) {
-  const BnCase big{16, 64, 28, 28};
-  for (DType dtype : {DType::f32, DType::f16, DType::bf16}) {
-    for (BatchNormFusion fusion : {BatchNormFusion::none, BatchNormFusion::relu, BatchNormFusion::add_relu}) {
-      SCOPED_TRACE(fmt::format("{} {}", dtype_name(dtype), fusion_name(fusion)));
-      run_bn_case(*ref, big, Layout::nhwc, fusion, dtype);
-    }
-  }
-  run_bn_case(*ref, big, Layout::nchw, BatchNormFusion::add_relu, DType::f32);
-}
-
 // Sets an environment variable for a scope and puts back what was there before.
 class ScopedEnv {
  public:
@@ -198,31 +162,147 @@ class ScopedEnv {
   std::optional<std::string> old_;
 };
 
-// DLBENCH_BN_KERNELS=own: NCHW training runs dlbench's own kernels and matches the reference in every
-// dtype and fusion: channels of HW % 4 == 0 (vector loads) and not (7x7, 5x5, 1x1: element by element),
-// a tiny one, a ResNet-sized one, and few channels of many values, reduced in several splits per channel.
-// Inference (same plan) stays on cuDNN and is checked too.
-TEST_F(CudaBatchNormTest, OwnNchwKernelsMatchTheReference) {
-  ScopedEnv kernels("DLBENCH_BN_KERNELS", "own");
-  // The last two reduce each channel in several splits (4 and 7), whose ranges start inside a row.
-  const BnCase cases[] = {{2, 3, 5, 5},    {4, 16, 7, 7},   {3, 20, 1, 1},  {4, 8, 6, 6},
-                          {8, 64, 28, 28}, {13, 4, 36, 36}, {32, 2, 33, 31}};
-  for (const BnCase& bc : cases) {
+// The training kernels a plan may run: cuDNN's, or dlbench's own (the default); `expected_path` is what
+// the plan's description then says.
+struct Kernels {
+  const char* name;
+  const char* expected_path;
+};
+const Kernels kKernels[] = {{"own", "own "}, {"cudnn", "cuDNN"}};
+
+// How gtest names the parameters in its output.
+void PrintTo(const Kernels& k, std::ostream* os) { *os << k.name; }
+void PrintTo(const BnCase& c, std::ostream* os) { *os << c.n << "x" << c.c << "x" << c.h << "x" << c.w; }
+
+class BatchNormTest
+    : public CudaBatchNormTest,
+      public ::testing::WithParamInterface<std::tuple<Kernels, BnCase, Layout, BatchNormFusion, DType>> {};
+
+TEST_P(BatchNormTest, MatchesReference) {
+  const auto [kernels, bc, layout, fusion, dtype] = GetParam();
+  ScopedEnv choice("DLBENCH_BN_KERNELS", kernels.name);
+  run_bn_case(*ref, bc, layout, fusion, dtype, kernels.expected_path);
+}
+
+INSTANTIATE_TEST_SUITE_P(Shapes, BatchNormTest,
+                         ::testing::Combine(::testing::ValuesIn(kKernels), ::testing::ValuesIn(kBnCases),
+                                            ::testing::Values(Layout::nchw, Layout::nhwc),
+                                            ::testing::Values(BatchNormFusion::none, BatchNormFusion::relu,
+                                                              BatchNormFusion::add_relu),
+                                            ::testing::Values(DType::f32, DType::f16, DType::bf16)),
+                         [](const auto& info) {
+                           const BnCase& bc = std::get<1>(info.param);
+                           return fmt::format("{}_{}x{}x{}x{}_{}_{}_{}", std::get<0>(info.param).name, bc.n,
+                                              bc.c, bc.h, bc.w, layout_name(std::get<2>(info.param)),
+                                              fusion_name(std::get<3>(info.param)),
+                                              dtype_name(std::get<4>(info.param)));
+                         });
+
+TEST_F(CudaBatchNormTest, Float64) {
+  run_bn_case(*ref, kBnCases[0], Layout::nchw, BatchNormFusion::none, DType::f64);
+  run_bn_case(*ref, kBnCases[1], Layout::nhwc, BatchNormFusion::add_relu, DType::f64);
+}
+
+// A ResNet-sized activation, where the NHWC kernels (cuDNN's and ours) reduce over many blocks.
+TEST_F(CudaBatchNormTest, LargerShape) {
+  const BnCase big{16, 64, 28, 28};
+  for (const Kernels& kernels : kKernels) {
+    ScopedEnv choice("DLBENCH_BN_KERNELS", kernels.name);
     for (DType dtype : {DType::f32, DType::f16, DType::bf16}) {
       for (BatchNormFusion fusion :
            {BatchNormFusion::none, BatchNormFusion::relu, BatchNormFusion::add_relu}) {
-        SCOPED_TRACE(
-            fmt::format("{}x{}x{}x{} {} {}", bc.n, bc.c, bc.h, bc.w, dtype_name(dtype), fusion_name(fusion)));
-        run_bn_case(*ref, bc, Layout::nchw, fusion, dtype, "own NCHW kernels");
+        SCOPED_TRACE(fmt::format("{} {} {}", kernels.name, dtype_name(dtype), fusion_name(fusion)));
+        run_bn_case(*ref, big, Layout::nhwc, fusion, dtype, kernels.expected_path);
+      }
+    }
+    run_bn_case(*ref, big, Layout::nchw, BatchNormFusion::add_relu, DType::f32, kernels.expected_path);
+  }
+}
+
+// DLBENCH_BN_KERNELS=own (the default): training runs dlbench's own kernels and matches the reference in
+// every dtype and fusion, on shapes chosen for how the kernels cut the work.
+// NCHW: channels of HW % 4 == 0 (vector loads) and not (7x7, 5x5, 1x1: element by element), a tiny one, a
+// ResNet-sized one, and few channels of many values, reduced in several splits per channel.
+// NHWC: channels in whole 16-byte vectors (64, 256) and not (3, 20, 36 in 16-bit), one tile and several
+// (520 channels: a last tile of one vector in 16-bit; 2048: sixteen), rows in one split and many
+// (ResNet-sized). (Two values a channel would test float statistics against the reference's double:
+// where the two are close, the float mean's rounding is a large part of x - mean.)
+// Inference (same plan) stays on cuDNN and is checked too.
+TEST_F(CudaBatchNormTest, OwnKernelsMatchTheReference) {
+  ScopedEnv kernels("DLBENCH_BN_KERNELS", "own");
+  // The last two reduce each channel in several splits (4 and 7), whose ranges start inside a row.
+  const BnCase nchw_cases[] = {{2, 3, 5, 5},    {4, 16, 7, 7},   {3, 20, 1, 1},  {4, 8, 6, 6},
+                               {8, 64, 28, 28}, {13, 4, 36, 36}, {32, 2, 33, 31}};
+  const BnCase nhwc_cases[] = {{2, 3, 5, 5},     {4, 20, 7, 7},  {3, 36, 2, 2},  {4, 64, 6, 6},
+                               {16, 64, 28, 28}, {8, 256, 7, 7}, {4, 520, 3, 5}, {3, 2048, 2, 2}};
+  for (Layout layout : {Layout::nchw, Layout::nhwc}) {
+    const auto& cases =
+        layout == Layout::nchw ? std::span<const BnCase>(nchw_cases) : std::span<const BnCase>(nhwc_cases);
+    const char* path = layout == Layout::nchw ? "own NCHW kernels" : "own NHWC kernels";
+    for (const BnCase& bc : cases) {
+      for (DType dtype : {DType::f32, DType::f16, DType::bf16}) {
+        for (BatchNormFusion fusion :
+             {BatchNormFusion::none, BatchNormFusion::relu, BatchNormFusion::add_relu}) {
+          SCOPED_TRACE(fmt::format("{} {}x{}x{}x{} {} {}", layout_name(layout), bc.n, bc.c, bc.h, bc.w,
+                                   dtype_name(dtype), fusion_name(fusion)));
+          run_bn_case(*ref, bc, layout, fusion, dtype, path);
+        }
       }
     }
   }
-  // NHWC and FP64 keep cuDNN.
+  // FP64 keeps cuDNN.
   BatchNormGeometry g;
-  g.batch = 2, g.channels = 8, g.h = g.w = 4, g.layout = Layout::nhwc;
+  g.batch = 2, g.channels = 8, g.h = g.w = 4, g.layout = Layout::nhwc, g.dtype = DType::f64;
   EXPECT_EQ(describe_cuda_batchnorm_plan(*shared_gpu().plan_batchnorm(g)).find("own"), std::string::npos);
-  g.layout = Layout::nchw, g.dtype = DType::f64;
+  g.layout = Layout::nchw;
   EXPECT_EQ(describe_cuda_batchnorm_plan(*shared_gpu().plan_batchnorm(g)).find("own"), std::string::npos);
+}
+
+// NHWC add_relu on the own kernels keeps a bit mask of where the ReLU passed, and the backward reads it
+// in place of y. A forward whose output is not aligned for vectors runs element by element and fills the
+// mask from y afterwards: a backward on aligned tensors then reads that mask, and must give exactly what
+// it gives after an aligned forward.
+TEST_F(CudaBatchNormTest, OwnNhwcMaskFromAnUnalignedForward) {
+  ScopedEnv kernels("DLBENCH_BN_KERNELS", "own");
+  Backend& gpu = shared_gpu(false);
+  BatchNormGeometry g;
+  g.batch = 4, g.channels = 64, g.h = 5, g.w = 3, g.layout = Layout::nhwc, g.dtype = DType::f16;
+  g.fusion = BatchNormFusion::add_relu;
+  const std::vector<int64_t> dims{g.batch, g.channels, g.h, g.w}, cdims{g.channels};
+  auto plan = gpu.plan_batchnorm(g);
+  auto ws = workspace(gpu, plan->workspace_bytes());
+  DeviceTensor x(gpu, random_host(*ref, dims, g.dtype, 31, g.layout)),
+      residual(gpu, random_host(*ref, dims, g.dtype, 32, g.layout)),
+      dy(gpu, random_host(*ref, dims, g.dtype, 33, g.layout)),
+      gamma(gpu, random_host(*ref, cdims, DType::f32, 34, Layout::nchw, 0.5, 1.5)),
+      beta(gpu, random_host(*ref, cdims, DType::f32, 35));
+  // The unaligned output: one element into a buffer one element longer.
+  DeviceTensor y_buffer(gpu, {g.batch * g.channels * g.h * g.w + 1}, g.dtype);
+  Tensor y_unaligned(static_cast<char*>(y_buffer.tensor().data()) + dtype_size(g.dtype), dims, g.dtype,
+                     g.layout, y_buffer.tensor().device());
+  auto backward = [&](Tensor& y_forward) {
+    DeviceTensor rmean(gpu, cdims, DType::f32), rvar(gpu, cdims, DType::f32), mean(gpu, cdims, DType::f32),
+        inv_std(gpu, cdims, DType::f32), y(gpu, dims, g.dtype, g.layout), dx(gpu, dims, g.dtype, g.layout),
+        dres(gpu, dims, g.dtype, g.layout), dgamma(gpu, cdims, DType::f32), dbeta(gpu, cdims, DType::f32);
+    gpu.fill(rmean.tensor(), 0.0);
+    gpu.fill(rvar.tensor(), 1.0);
+    gpu.batchnorm_forward_training(*plan, x.tensor(), residual.ptr(), gamma.tensor(), beta.tensor(),
+                                   y_forward, rmean.tensor(), rvar.tensor(), mean.tensor(), inv_std.tensor(),
+                                   ws->tensor().data());
+    // The backward's y, aligned, with the forward's values.
+    gpu.copy(y.tensor().data(), y_forward.data(), y.tensor().bytes());
+    gpu.batchnorm_backward(*plan, x.tensor(), y.tensor(), dy.tensor(), gamma.tensor(), mean.tensor(),
+                           inv_std.tensor(), dx.tensor(), dres.ptr(), dgamma.tensor(), dbeta.tensor(),
+                           Accumulate::overwrite, ws->tensor().data());
+    return std::make_pair(download_wide(*ref, dx), download_wide(*ref, dres));
+  };
+  // The unaligned forward first, on a plan whose mask no forward has written yet: if it left the mask
+  // unfilled, its backward would read whatever the memory held.
+  const auto [dx_unaligned, dres_unaligned] = backward(y_unaligned);
+  DeviceTensor y_aligned(gpu, dims, g.dtype, g.layout);
+  const auto [dx_aligned, dres_aligned] = backward(y_aligned.tensor());
+  expect_close("dx after an unaligned forward", dx_unaligned.tensor(), dx_aligned.tensor(), 0.0);
+  expect_close("dresidual after an unaligned forward", dres_unaligned.tensor(), dres_aligned.tensor(), 0.0);
 }
 
 TEST_F(CudaBatchNormTest, UnknownKernelChoiceIsAnError) {
@@ -231,6 +311,11 @@ TEST_F(CudaBatchNormTest, UnknownKernelChoiceIsAnError) {
   {
     ScopedEnv kernels("DLBENCH_BN_KERNELS", "cudnn");
     EXPECT_EQ(describe_cuda_batchnorm_plan(*shared_gpu().plan_batchnorm(g)).find("own"), std::string::npos);
+  }
+  {
+    // Unset, the default: dlbench's own.
+    ScopedEnv kernels("DLBENCH_BN_KERNELS", "");
+    EXPECT_NE(describe_cuda_batchnorm_plan(*shared_gpu().plan_batchnorm(g)).find("own"), std::string::npos);
   }
   ScopedEnv kernels("DLBENCH_BN_KERNELS", "sometimes");
   EXPECT_THROW(shared_gpu().plan_batchnorm(g), UserError);

@@ -1,13 +1,14 @@
 // Batch normalisation on cuDNN: cudnnBatchNormalizationForwardTrainingEx / BackwardEx for training,
 // cudnnBatchNormalizationForwardInference for inference, dlbench's kernels for what cuDNN does not fuse.
 //
-// Own NCHW training kernels (DLBENCH_BN_KERNELS=own; cudnn, the default, keeps everything on cuDNN):
-// cuDNN's NCHW training batch norm (plain SPATIAL, plus our add and ReLU kernels) ran 2-5x slower than
-// the bytes it moves on an H200: ResNet-50 FP32 NCHW at batch 256 spent 59 ms of a 248 ms step in batch
-// norm; a 64x112x112 activation at batch 256 (822 MB) took 2.24 ms forward and 5.2 ms backward, where the
-// 3 passes of a forward and 7 of a backward take 0.63 and 1.5 ms at 3.9 TB/s. With `own`, a plan for NCHW
-// in f32/f16/bf16 trains on batchnorm_nchw.cu (statistics, normalise and fusion in those passes; no
-// cuDNN workspace, no reserve); inference stays on cuDNN. Off by default until measured on a GPU.
+// Training on dlbench's own kernels (DLBENCH_BN_KERNELS=own, the default; cudnn keeps training on cuDNN
+// too). cuDNN's NCHW training batch norm (plain SPATIAL, plus our add and ReLU kernels) ran 2-5x slower
+// than the bytes it moves on an H200 (ResNet-50 FP32 NCHW: 59 ms of a 248 ms step). In NHWC cuDNN's
+// semi-persistent kernels run near the memory's speed, but its add + ReLU forward does not, it reads y in
+// every ReLU backward, and its grid-wide barriers hold up a collective beside them; ours measured faster
+// in the whole step in every precision (docs/PERFORMANCE.md). With `own`, a plan in f32/f16/bf16 trains on
+// batchnorm_own.cu's kernels (no cuDNN workspace; the plan's reserve holds the forward's per-channel
+// coefficients for the backward); inference and FP64 stay on cuDNN.
 //
 // Mode: CUDNN_BATCHNORM_SPATIAL_PERSISTENT for NHWC (the semi-persistent NHWC kernels); plain SPATIAL for
 // NCHW, whose persistent variant reduces in scaled integers that can overflow on large activations.
@@ -61,8 +62,8 @@ class CudaBatchNormPlan final : public BatchNormPlan {
   size_t reserve_bytes = 0;  // what the plan holds (an estimate plan holds no reserve but states its size)
   DType param_dtype = DType::f32;
   mutable const void* last_beta = nullptr;  // beta of the last training forward (the fused backward reads it)
-  bool own = false;                         // training runs dlbench's NCHW kernels (DLBENCH_BN_KERNELS=own)
-  BatchNormNchwLaunch own_launch;
+  bool own = false;                         // training runs dlbench's own kernels (DLBENCH_BN_KERNELS)
+  OwnBatchNormLaunch own_launch;
 };
 
 const CudaBatchNormPlan& as_cuda_plan(const BatchNormPlan& plan) {
@@ -213,11 +214,11 @@ void check_residual(const char* op, const char* name, const BatchNormGeometry& g
 
 enum class BatchNormKernels { cudnn, own };
 
-// DLBENCH_BN_KERNELS: cudnn (the default, also when unset) or own. Read at every plan, so that a process
-// (a test) can plan both ways.
+// DLBENCH_BN_KERNELS: own (the default, also when unset or empty) or cudnn. Read at every plan, so that a
+// process (a test) can plan both ways.
 BatchNormKernels batchnorm_kernels() {
   return env_choice<BatchNormKernels>("DLBENCH_BN_KERNELS",
-                                      {{"cudnn", BatchNormKernels::cudnn}, {"own", BatchNormKernels::own}});
+                                      {{"own", BatchNormKernels::own}, {"cudnn", BatchNormKernels::cudnn}});
 }
 
 const char* fusion_name(BatchNormFusion fusion) {
@@ -242,11 +243,14 @@ namespace {
 void choose_path(const CudaBackend& backend, CudaBatchNormPlan& p, bool estimate) {
   const BatchNormGeometry& g = p.geometry;
   if (p.own) {
-    // Training holds nothing between the forward and the backward; inference needs no workspace.
-    p.path = fmt::format("own NCHW kernels ({})", fusion_name(g.fusion));
+    // Training holds the forward's coefficients for the backward (in the reserve); inference needs no
+    // workspace.
+    p.path =
+        fmt::format("own {} kernels ({})", g.layout == Layout::nchw ? "NCHW" : "NHWC", fusion_name(g.fusion));
     WorkspaceLayout layout;
-    layout.reserve(batchnorm_nchw_workspace_bytes(p.own_launch));
+    layout.reserve(own_batchnorm_workspace_bytes(p.own_launch));
     p.total_workspace = layout.total();
+    p.reserve_bytes = own_batchnorm_held_bytes(p.own_launch);
     return;
   }
   cudnnHandle_t handle = backend.cudnn();
@@ -338,8 +342,8 @@ std::unique_ptr<CudaBatchNormPlan> new_plan(const CudaBackend& backend, const Ba
   CUDNN_CHECK(cudnnSetActivationDescriptor(p.relu_desc, CUDNN_ACTIVATION_RELU, CUDNN_PROPAGATE_NAN, 0.0));
   // The descriptors above still serve inference, which stays on cuDNN.
   const BatchNormKernels kernels = batchnorm_kernels();
-  p.own = kernels == BatchNormKernels::own && g.layout == Layout::nchw && g.dtype != DType::f64;
-  if (p.own) p.own_launch = batchnorm_nchw_launch(g);  // sized for the device activate() made current
+  p.own = kernels == BatchNormKernels::own && g.dtype != DType::f64;
+  if (p.own) p.own_launch = own_batchnorm_launch(g);  // sized for the device activate() made current
   return plan;
 }
 
@@ -380,9 +384,9 @@ void CudaBackend::batchnorm_forward_training(const BatchNormPlan& plan, const Te
             p.total_workspace);
   activate();
   if (p.own) {
-    batchnorm_nchw_forward_training(p.own_launch, x.data(), residual ? residual->data() : nullptr, f32(gamma),
-                                    f32(beta), y.data(), f32(running_mean), f32(running_var), f32(saved_mean),
-                                    f32(saved_inv_std), workspace, stream_);
+    own_batchnorm_forward_training(p.own_launch, x.data(), residual ? residual->data() : nullptr, f32(gamma),
+                                   f32(beta), y.data(), f32(running_mean), f32(running_var), f32(saved_mean),
+                                   f32(saved_inv_std), workspace, p.reserve.get(), stream_);
     return;
   }
   const Scaling s(g.dtype, 1.0, 0.0);
@@ -447,9 +451,10 @@ void CudaBackend::batchnorm_backward(const BatchNormPlan& plan, const Tensor& x,
             p.total_workspace);
   activate();
   if (p.own) {
-    batchnorm_nchw_backward(p.own_launch, x.data(), y.data(), dy.data(), f32(gamma), f32(saved_mean),
-                            f32(saved_inv_std), dx.data(), dresidual ? dresidual->data() : nullptr,
-                            f32(dgamma), f32(dbeta), accumulate == Accumulate::add, workspace, stream_);
+    own_batchnorm_backward(p.own_launch, x.data(), y.data(), dy.data(), f32(gamma), f32(saved_mean),
+                           f32(saved_inv_std), dx.data(), dresidual ? dresidual->data() : nullptr,
+                           f32(dgamma), f32(dbeta), accumulate == Accumulate::add, workspace, p.reserve.get(),
+                           stream_);
     return;
   }
   const Scaling data(g.dtype, 1.0, 0.0);

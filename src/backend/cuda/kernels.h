@@ -94,28 +94,33 @@ void max_pool_forward_nhwc(const void* x, void* y, uint8_t* argmax, DType dtype,
 void max_pool_backward_nhwc(const void* x, const uint8_t* argmax, const void* dy, void* dx, DType dtype,
                             const MaxPoolShape& shape, cudaStream_t stream);
 
-// Batch-norm training over NCHW tensors (batchnorm_nchw.cu): the semantics of Backend's
-// batchnorm_forward_training / batchnorm_backward, fusion included, for f32/f16/bf16 data with f32
-// parameters and statistics. Each channel's N * H * W values are reduced in `splits` ranges of `chunk`
-// values (a multiple of 4), one block each; the ranges' partials and per-channel coefficients live in the
-// workspace (batchnorm_nchw_workspace_bytes), which the forward and the backward each use only during the
-// call. batchnorm_nchw_launch sizes the splits for the current device.
-struct BatchNormNchwLaunch {
+// Batch-norm training on dlbench's own kernels (batchnorm_own.cu, with the NCHW and NHWC passes in
+// batchnorm_nchw.cu and batchnorm_nhwc.cu): the semantics of Backend's batchnorm_forward_training /
+// batchnorm_backward, fusion included, for f32/f16/bf16 data with f32 parameters and statistics. Each
+// channel's N * H * W values are reduced in `splits` ranges of `chunk` values (NCHW: a multiple of 4 of
+// the channel's values; NHWC: rows), one partial each; the partials and per-channel coefficients live in
+// the workspace (own_batchnorm_workspace_bytes), which the forward and the backward each use only during
+// the call. Each layer also holds own_batchnorm_held_bytes of its own (`held`): the forward's
+// coefficients, which the backward of a ReLU reads to recompute y from x instead of reading y. The
+// launch sizes the splits for the current device.
+struct OwnBatchNormLaunch {
   BatchNormGeometry geometry;
   int64_t splits = 1, chunk = 0;
 };
-BatchNormNchwLaunch batchnorm_nchw_launch(const BatchNormGeometry& geometry);
-size_t batchnorm_nchw_workspace_bytes(const BatchNormNchwLaunch& launch);
+OwnBatchNormLaunch own_batchnorm_launch(const BatchNormGeometry& geometry);
+size_t own_batchnorm_workspace_bytes(const OwnBatchNormLaunch& launch);
+size_t own_batchnorm_held_bytes(const OwnBatchNormLaunch& launch);
 // `residual` is read for add_relu only (else null). y may alias x.
-void batchnorm_nchw_forward_training(const BatchNormNchwLaunch& launch, const void* x, const void* residual,
-                                     const float* gamma, const float* beta, void* y, float* running_mean,
-                                     float* running_var, float* saved_mean, float* saved_inv_std,
-                                     void* workspace, cudaStream_t stream);
-// y is read with a ReLU only; dresidual (add_relu only, else null) is overwritten with the masked dy; dx is
-// overwritten; dgamma/dbeta are added to when `accumulate`.
-void batchnorm_nchw_backward(const BatchNormNchwLaunch& launch, const void* x, const void* y, const void* dy,
-                             const float* gamma, const float* saved_mean, const float* saved_inv_std,
-                             void* dx, void* dresidual, float* dgamma, float* dbeta, bool accumulate,
-                             void* workspace, cudaStream_t stream);
+void own_batchnorm_forward_training(const OwnBatchNormLaunch& launch, const void* x, const void* residual,
+                                    const float* gamma, const float* beta, void* y, float* running_mean,
+                                    float* running_var, float* saved_mean, float* saved_inv_std,
+                                    void* workspace, void* held, cudaStream_t stream);
+// y is read with add_relu only; dresidual (add_relu only, else null) is overwritten with the masked dy; dx
+// is overwritten; dgamma/dbeta are added to when `accumulate`. `held` is what the layer's last training
+// forward left there.
+void own_batchnorm_backward(const OwnBatchNormLaunch& launch, const void* x, const void* y, const void* dy,
+                            const float* gamma, const float* saved_mean, const float* saved_inv_std, void* dx,
+                            void* dresidual, float* dgamma, float* dbeta, bool accumulate, void* workspace,
+                            const void* held, cudaStream_t stream);
 
 }  // namespace dlbench::cuda

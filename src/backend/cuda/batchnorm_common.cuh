@@ -1,0 +1,235 @@
+// What dlbench's own batch-norm training kernels share across layouts (batchnorm_nchw.cu, batchnorm_nhwc.cu):
+// the Welford merge of the statistics, the two finalize kernels that turn the per-(channel, split)
+// partials into statistics and per-channel coefficients, the fusions' elementwise pieces, and the
+// workspace layout. The layouts differ only in how a block walks its share of the tensor.
+//
+// Every reduction cuts each channel's M = N * H * W values into `splits` ranges of `chunk` values (NCHW:
+// a contiguous range of the channel's values; NHWC: a range of rows, each row holding every channel), one
+// partial per (channel, split) in the workspace; a finalize kernel (one warp per channel) merges a
+// channel's partials in double, in a fixed order: no atomics, the results do not depend on scheduling.
+#pragma once
+
+#include <algorithm>
+#include <cmath>
+#include <type_traits>
+
+#include "backend/cuda/kernel_common.cuh"
+#include "backend/cuda/kernels.h"
+
+namespace dlbench::cuda::bn {
+
+using namespace detail;
+
+constexpr int kReduceThreads = 256;  // block size of the partial reductions (and NHWC's apply passes)
+constexpr int kReduceUnroll = 4;     // vectors a thread loads before it uses any (loads in flight)
+constexpr int kBlocksPerSm = 4;      // what NCHW's splits aim for: ~4 blocks per multiprocessor
+constexpr int kNhwcBlocksPerSm = 8;  // and NHWC's (batchnorm_nhwc.cu says why)
+
+// The splits of one launch, as the kernels see them. Index arithmetic inside a channel is 32-bit (M <
+// 2^31, which the launch checks); offsets into the tensor are 64-bit.
+struct ChannelRanges {
+  int64_t channels;
+  uint32_t hw;      // NCHW: the values of one (image, channel) row; NHWC: unused (1)
+  uint32_t values;  // M: the values of one channel
+  uint32_t splits, chunk;
+};
+
+inline ChannelRanges channel_ranges(const OwnBatchNormLaunch& launch) {
+  const BatchNormGeometry& g = launch.geometry;
+  return {g.channels, static_cast<uint32_t>(g.layout == Layout::nchw ? g.h * g.w : 1),
+          static_cast<uint32_t>(g.batch * g.h * g.w), static_cast<uint32_t>(launch.splits),
+          static_cast<uint32_t>(launch.chunk)};
+}
+
+constexpr int kNchwVector = 4;    // NCHW: elements per vector access (rows of HW % 4 == 0)
+constexpr int kMostColumns = 32;  // NHWC: the widest tile, in vectors
+
+// NHWC: a block covers a tile of `columns` vectors of `vector` channels on `lanes` rows at once (thread t
+// takes column t % columns of rows lane = t / columns, + lanes, ...); `tiles` tiles span the channels.
+// A warp's loads are whole rows of the tile: contiguous memory.
+struct RowTiles {
+  uint32_t vector, columns, lanes, tiles;
+};
+
+// 16-byte accesses when the channels come in whole vectors of them, else element by element.
+inline int nhwc_vector(DType dtype, int64_t channels) {
+  const int w = static_cast<int>(16 / dtype_size(dtype));
+  return channels % w == 0 ? w : 1;
+}
+
+// NHWC add_relu keeps, beside the forward's coefficients, which elements the ReLU passed: one byte per
+// vector of nhwc_vector channels of a row (bit j for channel j of the vector), 1/16 of the activation's
+// bytes, which the backward reads in place of y. Without whole vectors it reads y.
+inline bool keeps_relu_mask(const BatchNormGeometry& g) {
+  return g.layout == Layout::nhwc && g.fusion == BatchNormFusion::add_relu &&
+         nhwc_vector(g.dtype, g.channels) > 1;
+}
+inline size_t relu_mask_bytes(const BatchNormGeometry& g) {
+  return keeps_relu_mask(g)
+             ? static_cast<size_t>(g.batch * g.h * g.w * (g.channels / nhwc_vector(g.dtype, g.channels)))
+             : 0;
+}
+
+inline RowTiles row_tiles(const BatchNormGeometry& g, int vector) {
+  const int64_t vectors = g.channels / vector;
+  const auto columns = static_cast<uint32_t>(std::min<int64_t>(vectors, kMostColumns));
+  return {static_cast<uint32_t>(vector), columns, kReduceThreads / columns,
+          static_cast<uint32_t>((vectors + columns - 1) / columns)};
+}
+
+// Where the workspace keeps what: per-channel coefficients first (16-byte aligned float4), then the
+// per-(channel, split) partials, channel-major.
+struct WorkspaceParts {
+  float4* coefficients;  // backward: dx = k * g + a * (x - mean) + b (the forward's are held by the plan)
+  float2* partials;      // forward: (mean, M2) of a range; backward: (sum g, sum g * (x - mean))
+};
+
+inline size_t coefficient_bytes(int64_t channels) {
+  constexpr size_t kAlign = 256;
+  const size_t bytes = static_cast<size_t>(channels) * sizeof(float4);
+  return (bytes + kAlign - 1) / kAlign * kAlign;
+}
+
+inline WorkspaceParts workspace_parts(const OwnBatchNormLaunch& launch, void* workspace) {
+  auto* base = static_cast<unsigned char*>(workspace);
+  return {reinterpret_cast<float4*>(base),
+          reinterpret_cast<float2*>(base + coefficient_bytes(launch.geometry.channels))};
+}
+
+// Calls fn(fusion tag) with the fusion as a compile-time constant.
+template <typename Fn>
+void dispatch_fusion(BatchNormFusion fusion, Fn&& fn) {
+  switch (fusion) {
+    case BatchNormFusion::none:
+      fn(std::integral_constant<BatchNormFusion, BatchNormFusion::none>{});
+      return;
+    case BatchNormFusion::relu:
+      fn(std::integral_constant<BatchNormFusion, BatchNormFusion::relu>{});
+      return;
+    case BatchNormFusion::add_relu:
+      fn(std::integral_constant<BatchNormFusion, BatchNormFusion::add_relu>{});
+      return;
+  }
+}
+
+// ---- statistics ----
+
+// Statistics: each thread keeps a Welford triple (count, mean, M2) in float and merges groups of values
+// into it with Chan's formula; threads, warps and splits are merged the same way. Unlike sums of x and
+// x^2, this does not cancel when the mean is large against the spread.
+struct Welford {
+  float count, mean, m2;
+};
+
+// Chan's merge of two partial results (either may be empty).
+template <typename S>
+__device__ __forceinline__ void chan_merge(S& count, S& mean, S& m2, S other_count, S other_mean,
+                                           S other_m2) {
+  const S total = count + other_count;
+  if (total == S(0)) return;
+  const S delta = other_mean - mean, other_share = other_count / total;
+  mean += delta * other_share;
+  m2 += other_m2 + delta * delta * count * other_share;
+  count = total;
+}
+
+__device__ __forceinline__ void merge(Welford& a, const Welford& b) {
+  chan_merge(a.count, a.mean, a.m2, b.count, b.mean, b.m2);
+}
+
+// The mean and M2 of K values (one division for the K of them).
+template <int K>
+__device__ __forceinline__ Welford group_of(const float (&v)[K]) {
+  float sum = 0.f;
+#pragma unroll
+  for (int j = 0; j < K; ++j) sum += v[j];
+  const float mean = sum * (1.f / K);
+  float m2 = 0.f;
+#pragma unroll
+  for (int j = 0; j < K; ++j) m2 += (v[j] - mean) * (v[j] - mean);
+  return {float(K), mean, m2};
+}
+
+// The finalize kernels (batchnorm_own.cu), one warp per channel, launched on `stream`.
+//
+// Forward: merges each channel's partials in double in a fixed order, writes the saved and running
+// statistics and the channel's scale and shift for the apply pass.
+void launch_stats_finalize(const float2* partials, const ChannelRanges& r, const BatchNormGeometry& g,
+                           const float* gamma, const float* beta, float* running_mean, float* running_var,
+                           float* saved_mean, float* saved_inv_std, float4* coefficients,
+                           cudaStream_t stream);
+// Backward: the channel's sums in double (fixed order), dgamma and dbeta written or added, and the
+// coefficients of dx = k * g + a * (x - mean) + b, which is
+//   gamma * inv_std * (g - mean(g) - xhat * mean(g * xhat)),  xhat = (x - mean) * inv_std.
+void launch_backward_finalize(const float2* partials, const ChannelRanges& r, const float* gamma,
+                              const float* saved_mean, const float* saved_inv_std, float* dgamma,
+                              float* dbeta, bool accumulate, float4* coefficients, cudaStream_t stream);
+
+// ---- the fusions, element by element ----
+
+template <BatchNormFusion F>
+__device__ __forceinline__ float activate(float z) {
+  if constexpr (F == BatchNormFusion::none) {
+    return z;
+  } else {
+    return z < 0.f ? 0.f : z;  // NaN and -0 pass, as the reference's max(z, 0)
+  }
+}
+
+// The forward's coefficients of a channel, as the finalize writes them: y = (x - mean) * scale + beta
+// before any residual and ReLU (centring first: x * scale + (beta - mean * scale) cancels where the mean is
+// large against the spread).
+struct ForwardCoefficients {
+  float scale, beta, mean;
+};
+
+__device__ __forceinline__ ForwardCoefficients forward_coefficients(float4 k) { return {k.x, k.y, k.z}; }
+
+// The normalised, scaled and shifted value, before any residual and ReLU: the forward's apply pass and the
+// ReLU backward's recomputation of it (below) both call this, so both round alike.
+__device__ __forceinline__ float bn_affine(float x, const ForwardCoefficients& k) {
+  return fmaf(x - k.mean, k.scale, k.beta);
+}
+
+// The forward's output for the plain ReLU fusion, recomputed from x with the forward's coefficients (the
+// plan keeps them): the same operations and rounding as the apply pass, so it is y exactly, and the
+// ReLU's backward needs no y — two passes over the activation fewer. (add_relu cannot: its y also depends
+// on the residual, which the backward does not get.)
+template <typename T>
+__device__ __forceinline__ float relu_output(float x, const ForwardCoefficients& k) {
+  return widen(narrow<T>(activate<BatchNormFusion::relu>(bn_affine(x, k))));
+}
+
+// The gradient reaching the batch norm's output: dy, masked by the ReLU (y > 0) when there is one.
+template <BatchNormFusion F>
+__device__ __forceinline__ float bn_output_grad(float dy, float y) {
+  if constexpr (F == BatchNormFusion::none) {
+    return dy;
+  } else {
+    return y > 0.f ? dy : 0.f;
+  }
+}
+
+// ---- the layouts' passes (batchnorm_nchw.cu, batchnorm_nhwc.cu): each runs its partial reduction, the
+// finalize kernel above and its elementwise pass; the launch and the pointers were checked by the caller.
+
+// `forward` is the plan's held memory: the forward's coefficients, which the forward writes and the ReLU
+// backward reads.
+void nchw_forward_training(const OwnBatchNormLaunch& launch, const void* x, const void* residual,
+                           const float* gamma, const float* beta, void* y, float* running_mean,
+                           float* running_var, float* saved_mean, float* saved_inv_std, void* workspace,
+                           float4* forward, cudaStream_t stream);
+void nchw_backward(const OwnBatchNormLaunch& launch, const void* x, const void* y, const void* dy,
+                   const float* gamma, const float* saved_mean, const float* saved_inv_std, void* dx,
+                   void* dresidual, float* dgamma, float* dbeta, bool accumulate, void* workspace,
+                   const float4* forward, cudaStream_t stream);
+void nhwc_forward_training(const OwnBatchNormLaunch& launch, const void* x, const void* residual,
+                           const float* gamma, const float* beta, void* y, float* running_mean,
+                           float* running_var, float* saved_mean, float* saved_inv_std, void* workspace,
+                           float4* forward, cudaStream_t stream);
+void nhwc_backward(const OwnBatchNormLaunch& launch, const void* x, const void* y, const void* dy,
+                   const float* gamma, const float* saved_mean, const float* saved_inv_std, void* dx,
+                   void* dresidual, float* dgamma, float* dbeta, bool accumulate, void* workspace,
+                   const float4* forward, cudaStream_t stream);
+
+}  // namespace dlbench::cuda::bn

@@ -1,0 +1,454 @@
+// Batch-norm training over NHWC tensors: the partial reductions and the elementwise passes
+// (batchnorm_own.cu has the entry points and why these kernels exist; batchnorm_common.cuh what the
+// layouts share).
+//
+// The tensor is M = N * H * W rows of C channels. Every pass runs on the same grid: blockIdx.x picks a
+// tile of channels, blockIdx.y a range of `chunk` rows (a split). Thread t of a block always handles the
+// same vector of channels (column t % columns of its tile) and walks rows lane, lane + lanes, ... of the
+// range (lane = t / columns), so that what depends on the channel — the mean, the scale, the
+// backward's coefficients — is loaded once per thread, and a warp's loads cover whole rows of the tile.
+//
+// The reductions keep one Welford triple (forward) or two sums (backward) per channel of the thread's
+// vector; a block merges its lanes in shared memory in a fixed order, one thread per channel, and writes
+// one partial per (channel, split).
+#include "backend/cuda/batchnorm_common.cuh"
+
+namespace dlbench::cuda::bn {
+namespace {
+
+// Where a thread works: its channels [channel, channel + W) and its lane, and whether it has any.
+struct ThreadPlace {
+  uint32_t column, lane, channel;
+  bool active;
+};
+
+__device__ __forceinline__ ThreadPlace thread_place(const RowTiles& t, uint32_t channels) {
+  ThreadPlace p;
+  p.column = threadIdx.x % t.columns;
+  p.lane = threadIdx.x / t.columns;
+  p.channel = (blockIdx.x * t.columns + p.column) * t.vector;
+  p.active = p.lane < t.lanes && p.channel < channels;
+  return p;
+}
+
+// Visits the rows of this block's range a thread takes, R rows at a time where it can, all loads issued
+// before the first use. `load(offset)` returns what one vector needs; `use(in, at)` gets U of those and
+// their offsets, U being R or 1.
+template <int R, typename Load, typename Use>
+__device__ __forceinline__ void for_each_row(const ChannelRanges& r, const RowTiles& t, const ThreadPlace& p,
+                                             Load&& load, Use&& use) {
+  const uint32_t begin = blockIdx.y * r.chunk, end = min(begin + r.chunk, r.values);
+  const uint32_t step = t.lanes;
+  auto offset = [&](uint32_t row) { return int64_t(row) * r.channels + p.channel; };
+  using Loaded = decltype(load(int64_t{0}));
+  uint32_t row = begin + p.lane;
+  for (; row + (R - 1) * step < end; row += R * step) {
+    int64_t at[R];
+    Loaded in[R];
+#pragma unroll
+    for (int u = 0; u < R; ++u) at[u] = offset(row + u * step);
+#pragma unroll
+    for (int u = 0; u < R; ++u) in[u] = load(at[u]);
+    use(in, at);
+  }
+  for (; row < end; row += step) {
+    const int64_t at[1] = {offset(row)};
+    const Loaded in[1] = {load(at[0])};
+    use(in, at);
+  }
+}
+
+// Blocks each multiprocessor keeps resident (64 registers a thread at most): the grid is about two waves
+// of them (kNhwcBlocksPerSm), so that a multiprocessor a collective holds takes fewer blocks and the
+// others more, instead of all waiting for its last one.
+constexpr int kResidentBlocks = 4;
+
+// Rows a thread loads before it uses any: kReduceUnroll where a pass reads one tensor; the backward and
+// the add_relu forward read two or three, and four rows of them spill at 64 registers, so two there.
+template <int W>
+constexpr int kBackwardRows = W > 1 ? 2 : kReduceUnroll;
+
+// The ReLU backward keeps the forward's coefficients too (and its last pass the backward's): it spills at
+// 64 registers, so 3 blocks a multiprocessor (85) there.
+template <int W, BatchNormFusion F>
+constexpr int kBackwardResidentBlocks = F == BatchNormFusion::relu ? 3 : kResidentBlocks;
+
+// The widest vector: 16 bytes of 16-bit elements.
+constexpr int kMostVector = 8;
+// Shared memory of a block's merge: one slot per (lane, channel of the tile).
+constexpr int kMergeSlots = kReduceThreads * kMostVector;
+
+// ---- forward ----
+
+// Pass 1: the (mean, M2) of each (channel, split).
+template <typename T, int W>
+__global__ void __launch_bounds__(kReduceThreads, kResidentBlocks)
+    nhwc_stats_partial_kernel(const T* __restrict__ x, ChannelRanges r, RowTiles t,
+                              float2* __restrict__ partials) {
+  __shared__ float2 merge_slots[kMergeSlots];  // (mean, M2)
+  __shared__ float lane_counts[kReduceThreads];
+  const ThreadPlace p = thread_place(t, r.channels);
+  // Every channel of a thread has seen the same rows: one count.
+  float count = 0.f, mean[W], m2[W];
+#pragma unroll
+  for (int j = 0; j < W; ++j) mean[j] = m2[j] = 0.f;
+  if (p.active) {
+    for_each_row<kReduceUnroll>(
+        r, t, p, [&](int64_t at) { return load_vec<W>(x + at); },
+        [&]<int U>(const Vec<T, W>(&in)[U], const int64_t(&)[U]) {
+#pragma unroll
+          for (int j = 0; j < W; ++j) {
+            float values[U];
+#pragma unroll
+            for (int u = 0; u < U; ++u) values[u] = widen(in[u].v[j]);
+            const Welford group = group_of(values);
+            float seen = count;
+            chan_merge(seen, mean[j], m2[j], group.count, group.mean, group.m2);
+          }
+          count += float(U);
+        });
+  }
+  const uint32_t tile_channels = t.columns * W;
+  if (p.lane < t.lanes) {
+#pragma unroll
+    for (int j = 0; j < W; ++j)
+      merge_slots[p.lane * tile_channels + p.column * W + j] = make_float2(mean[j], m2[j]);
+    if (p.column == 0) lane_counts[p.lane] = count;
+  }
+  __syncthreads();
+  // One thread per channel of the tile merges the lanes in order.
+  const uint32_t k = threadIdx.x, channel = blockIdx.x * tile_channels + k;
+  if (k >= tile_channels || channel >= r.channels) return;
+  Welford acc{0.f, 0.f, 0.f};
+  for (uint32_t lane = 0; lane < t.lanes; ++lane) {
+    const float2 slot = merge_slots[lane * tile_channels + k];
+    merge(acc, Welford{lane_counts[lane], slot.x, slot.y});
+  }
+  partials[int64_t(channel) * r.splits + blockIdx.y] = make_float2(acc.mean, acc.m2);
+}
+
+// The coefficient of each channel of the thread's vector (inactive threads read nothing).
+template <int W>
+__device__ __forceinline__ void load_coefficients(const float4* coefficients, const ThreadPlace& p,
+                                                  float4 (&k)[W]) {
+#pragma unroll
+  for (int j = 0; j < W; ++j) k[j] = p.active ? coefficients[p.channel + j] : make_float4(0.f, 0.f, 0.f, 0.f);
+}
+
+// Pass 3: y = act((x - mean) * scale + beta (+ residual)). y may alias x or the residual: each element is
+// read and written by one thread.
+// Whether a pass over vectors of W reads or writes the ReLU mask (keeps_relu_mask) in y's place.
+template <int W, BatchNormFusion F>
+constexpr bool kUsesMask = F == BatchNormFusion::add_relu&& W > 1;
+
+// The mask's byte for the vector at element offset `at`, and its bits from the output vector.
+template <int W>
+__device__ __forceinline__ int64_t mask_index(int64_t at) {
+  return at / W;
+}
+template <typename T, int W>
+__device__ __forceinline__ uint8_t positive_bits(const Vec<T, W>& out) {
+  uint32_t bits = 0;
+#pragma unroll
+  for (int j = 0; j < W; ++j) bits |= (widen(out.v[j]) > 0.f ? 1u : 0u) << j;
+  return static_cast<uint8_t>(bits);
+}
+
+template <typename T, int W, BatchNormFusion F>
+__global__ void __launch_bounds__(kReduceThreads, kResidentBlocks)
+    nhwc_apply_kernel(const T* x, const T* residual, T* y, const float4* __restrict__ coefficients,
+                      uint8_t* __restrict__ relu_mask, ChannelRanges r, RowTiles t) {
+  const ThreadPlace p = thread_place(t, r.channels);
+  if (!p.active) return;
+  float4 k[W];
+  load_coefficients(coefficients, p, k);
+  struct Inputs {
+    Vec<T, W> x, residual;
+  };
+  for_each_row<F == BatchNormFusion::add_relu ? kBackwardRows<W> : kReduceUnroll>(
+      r, t, p,
+      [&](int64_t at) {
+        Inputs in{};
+        in.x = load_vec<W>(x + at);
+        if constexpr (F == BatchNormFusion::add_relu) in.residual = load_vec<W>(residual + at);
+        return in;
+      },
+      [&]<int U>(const Inputs(&in)[U], const int64_t(&at)[U]) {
+#pragma unroll
+        for (int u = 0; u < U; ++u) {
+          Vec<T, W> out;
+#pragma unroll
+          for (int j = 0; j < W; ++j) {
+            float z = bn_affine(widen(in[u].x.v[j]), forward_coefficients(k[j]));
+            if constexpr (F == BatchNormFusion::add_relu) z += widen(in[u].residual.v[j]);
+            out.v[j] = narrow<T>(activate<F>(z));
+          }
+          store_vec<W>(y + at[u], out);
+          if constexpr (kUsesMask<W, F>) relu_mask[mask_index<W>(at[u])] = positive_bits(out);
+        }
+      });
+}
+
+// ---- backward ----
+
+template <typename T, int W>
+struct BackwardInputs {
+  Vec<T, W> x, dy, y;
+  uint32_t mask;  // the ReLU mask's byte, in y's place (kUsesMask)
+};
+
+// The forward's mask from its output, where the forward ran element by element on a plan that keeps one
+// (pointers not aligned for vectors): one thread per byte.
+template <typename T>
+__global__ void __launch_bounds__(kReduceThreads)
+    nhwc_mask_from_output_kernel(const T* y, uint8_t* relu_mask, int64_t bytes, int vector) {
+  const int64_t stride = int64_t(gridDim.x) * blockDim.x;
+  for (int64_t b = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; b < bytes; b += stride) {
+    uint32_t bits = 0;
+    for (int j = 0; j < vector; ++j) bits |= (widen(y[b * vector + j]) > 0.f ? 1u : 0u) << j;
+    relu_mask[b] = static_cast<uint8_t>(bits);
+  }
+}
+
+// Loads what the backward reads at one offset: y with add_relu only (a plain ReLU's y is recomputed from
+// x; without a ReLU y's memory may hold something else by now).
+template <typename T, int W, BatchNormFusion F>
+__device__ __forceinline__ BackwardInputs<T, W> load_backward(const T* x, const T* y,
+                                                              const uint8_t* relu_mask, const T* dy,
+                                                              int64_t at) {
+  BackwardInputs<T, W> in{};
+  in.x = load_vec<W>(x + at);
+  in.dy = load_vec<W>(dy + at);
+  if constexpr (kUsesMask<W, F>) {
+    in.mask = relu_mask[mask_index<W>(at)];
+  } else if constexpr (F == BatchNormFusion::add_relu) {
+    in.y = load_vec<W>(y + at);
+  }
+  return in;
+}
+
+// The gradient reaching the batch norm's output at element j of a vector: dy masked by y, y read
+// (add_relu) or recomputed from x with the forward's coefficients (relu).
+template <typename T, int W, BatchNormFusion F>
+__device__ __forceinline__ float output_grad(const BackwardInputs<T, W>& in, int j,
+                                             const ForwardCoefficients& forward) {
+  if constexpr (F == BatchNormFusion::relu) {
+    return bn_output_grad<F>(widen(in.dy.v[j]), relu_output<T>(widen(in.x.v[j]), forward));
+  } else if constexpr (kUsesMask<W, F>) {
+    return (in.mask >> j) & 1u ? widen(in.dy.v[j]) : 0.f;
+  } else {
+    return bn_output_grad<F>(widen(in.dy.v[j]), widen(in.y.v[j]));
+  }
+}
+
+// The forward's coefficients of the thread's channels, for a plain ReLU (else nothing is read).
+template <int W, BatchNormFusion F>
+__device__ __forceinline__ void load_forward(const float4* forward, const ThreadPlace& p,
+                                             ForwardCoefficients (&fk)[W]) {
+#pragma unroll
+  for (int j = 0; j < W; ++j)
+    fk[j] = forward_coefficients(F == BatchNormFusion::relu && p.active ? forward[p.channel + j] : float4{});
+}
+
+// Pass 1: per (channel, split), sum g and sum g * (x - mean), with g the masked dy; with add_relu, g is
+// also the residual's gradient, written here (dresidual = g).
+template <typename T, int W, BatchNormFusion F>
+__global__ void __launch_bounds__(kReduceThreads, kBackwardResidentBlocks<W, F>)
+    nhwc_backward_partial_kernel(const T* x, const T* y, const uint8_t* __restrict__ relu_mask, const T* dy,
+                                 T* dresidual, const float* __restrict__ saved_mean,
+                                 const float4* __restrict__ forward, ChannelRanges r, RowTiles t,
+                                 float2* __restrict__ partials) {
+  __shared__ float2 merge_slots[kMergeSlots];  // (sum g, sum g * (x - mean))
+  const ThreadPlace p = thread_place(t, r.channels);
+  float mean[W], sum_g[W], sum_g_xc[W];
+  ForwardCoefficients fk[W];
+  load_forward<W, F>(forward, p, fk);
+#pragma unroll
+  for (int j = 0; j < W; ++j) {
+    // A ReLU's coefficients hold the saved mean too: one register for both.
+    mean[j] = F == BatchNormFusion::relu ? fk[j].mean : p.active ? saved_mean[p.channel + j] : 0.f;
+    sum_g[j] = sum_g_xc[j] = 0.f;
+  }
+  if (p.active) {
+    for_each_row<kBackwardRows<W>>(
+        r, t, p, [&](int64_t at) { return load_backward<T, W, F>(x, y, relu_mask, dy, at); },
+        [&]<int U>(const BackwardInputs<T, W>(&in)[U], const int64_t(&at)[U]) {
+#pragma unroll
+          for (int u = 0; u < U; ++u) {
+            Vec<T, W> g;
+#pragma unroll
+            for (int j = 0; j < W; ++j) {
+              const float gj = output_grad<T, W, F>(in[u], j, fk[j]);
+              g.v[j] = narrow<T>(gj);  // exact: gj is an element of dy or 0
+              sum_g[j] += gj;
+              sum_g_xc[j] += gj * (widen(in[u].x.v[j]) - mean[j]);
+            }
+            if constexpr (F == BatchNormFusion::add_relu) store_vec<W>(dresidual + at[u], g);
+          }
+        });
+  }
+  const uint32_t tile_channels = t.columns * W;
+  if (p.lane < t.lanes) {
+#pragma unroll
+    for (int j = 0; j < W; ++j)
+      merge_slots[p.lane * tile_channels + p.column * W + j] = make_float2(sum_g[j], sum_g_xc[j]);
+  }
+  __syncthreads();
+  const uint32_t k = threadIdx.x, channel = blockIdx.x * tile_channels + k;
+  if (k >= tile_channels || channel >= r.channels) return;
+  float2 total = make_float2(0.f, 0.f);
+  for (uint32_t lane = 0; lane < t.lanes; ++lane) {
+    const float2 slot = merge_slots[lane * tile_channels + k];
+    total.x += slot.x;
+    total.y += slot.y;
+  }
+  partials[int64_t(channel) * r.splits + blockIdx.y] = total;
+}
+
+// Pass 3: dx = k * g + a * (x - mean) + b per channel, g the masked dy (relu: y recomputed from x), read
+// back from dresidual (add_relu: pass 1 wrote it), or dy itself. dx may alias the inputs.
+template <typename T, int W, BatchNormFusion F>
+__global__ void __launch_bounds__(kReduceThreads, kBackwardResidentBlocks<W, F>)
+    nhwc_backward_data_kernel(const T* x, const T* dy, const T* dresidual, T* dx,
+                              const float4* __restrict__ coefficients, const float4* __restrict__ forward,
+                              ChannelRanges r, RowTiles t) {
+  const ThreadPlace p = thread_place(t, r.channels);
+  if (!p.active) return;
+  float4 k[W];
+  ForwardCoefficients fk[W];
+  load_coefficients(coefficients, p, k);
+  load_forward<W, F>(forward, p, fk);
+  // With add_relu the masked gradient is dresidual: read it in dy's place, and no y.
+  constexpr BatchNormFusion kRead = F == BatchNormFusion::add_relu ? BatchNormFusion::none : F;
+  const T* g_source = F == BatchNormFusion::add_relu ? dresidual : dy;
+  for_each_row<kBackwardRows<W>>(
+      r, t, p, [&](int64_t at) { return load_backward<T, W, kRead>(x, nullptr, nullptr, g_source, at); },
+      [&]<int U>(const BackwardInputs<T, W>(&in)[U], const int64_t(&at)[U]) {
+#pragma unroll
+        for (int u = 0; u < U; ++u) {
+          Vec<T, W> out;
+#pragma unroll
+          for (int j = 0; j < W; ++j) {
+            // The saved mean, from whichever coefficients the thread holds anyway.
+            const float mean = F == BatchNormFusion::relu ? fk[j].mean : k[j].w;
+            const float g = output_grad<T, W, kRead>(in[u], j, fk[j]);
+            out.v[j] = narrow<T>(fmaf(k[j].x, g, fmaf(k[j].y, widen(in[u].x.v[j]) - mean, k[j].z)));
+          }
+          store_vec<W>(dx + at[u], out);
+        }
+      });
+}
+
+// ---- host side ----
+
+constexpr const char* kForward = "own_batchnorm_forward_training (NHWC)";
+constexpr const char* kBackward = "own_batchnorm_backward (NHWC)";
+
+// Calls fn(width tag) with the vector width the channels and every pointer allow: kVec16<T> or 1.
+template <typename T, typename Fn>
+void dispatch_vector(const BatchNormGeometry& g, std::initializer_list<const void*> pointers, Fn&& fn) {
+  bool whole = nhwc_vector(g.dtype, g.channels) == kVec16<T>;
+  for (const void* q : pointers) whole = whole && (q == nullptr || aligned(q, 16));
+  if (whole) {
+    fn(std::integral_constant<int, kVec16<T>>{});
+  } else {
+    fn(std::integral_constant<int, 1>{});
+  }
+}
+
+dim3 pass_grid(const RowTiles& t, const OwnBatchNormLaunch& launch) {
+  return dim3(t.tiles, static_cast<unsigned>(launch.splits));
+}
+
+// The ReLU mask in the plan's held memory, after the forward's coefficients (null when the plan keeps
+// none).
+uint8_t* relu_mask_of(const OwnBatchNormLaunch& launch, const float4* forward) {
+  if (!keeps_relu_mask(launch.geometry)) return nullptr;
+  return reinterpret_cast<uint8_t*>(const_cast<float4*>(forward)) +
+         coefficient_bytes(launch.geometry.channels);
+}
+
+}  // namespace
+
+void nhwc_forward_training(const OwnBatchNormLaunch& launch, const void* x, const void* residual,
+                           const float* gamma, const float* beta, void* y, float* running_mean,
+                           float* running_var, float* saved_mean, float* saved_inv_std, void* workspace,
+                           float4* forward, cudaStream_t stream) {
+  const BatchNormGeometry& g = launch.geometry;
+  const ChannelRanges r = channel_ranges(launch);
+  const WorkspaceParts parts = workspace_parts(launch, workspace);
+  const void* read_residual = g.fusion == BatchNormFusion::add_relu ? residual : nullptr;
+  dispatch_float(g.dtype, kForward, [&](auto tag) {
+    using T = decltype(tag);
+    if constexpr (!std::is_same_v<T, double>) {
+      const T* in = static_cast<const T*>(x);
+      // The statistics read x alone: vectors whenever x allows, whatever y and the residual.
+      dispatch_vector<T>(g, {x}, [&](auto width) {
+        constexpr int W = decltype(width)::value;
+        const RowTiles t = row_tiles(g, W);
+        nhwc_stats_partial_kernel<T, W>
+            <<<pass_grid(t, launch), kReduceThreads, 0, stream>>>(in, r, t, parts.partials);
+        DLB_KERNEL_LAUNCH_CHECK();
+      });
+      launch_stats_finalize(parts.partials, r, g, gamma, beta, running_mean, running_var, saved_mean,
+                            saved_inv_std, forward, stream);
+      uint8_t* relu_mask = relu_mask_of(launch, forward);
+      dispatch_vector<T>(g, {x, y, read_residual}, [&](auto width) {
+        constexpr int W = decltype(width)::value;
+        const RowTiles t = row_tiles(g, W);
+        dispatch_fusion(g.fusion, [&](auto fusion_tag) {
+          constexpr BatchNormFusion F = decltype(fusion_tag)::value;
+          nhwc_apply_kernel<T, W, F><<<pass_grid(t, launch), kReduceThreads, 0, stream>>>(
+              in, static_cast<const T*>(read_residual), static_cast<T*>(y), forward, relu_mask, r, t);
+          DLB_KERNEL_LAUNCH_CHECK();
+          if constexpr (!kUsesMask<W, F>) {
+            if (relu_mask != nullptr) {  // element by element on a plan that keeps a mask: fill it from y
+              const int vector = nhwc_vector(g.dtype, g.channels);
+              const int64_t bytes = g.batch * g.h * g.w * g.channels / vector;
+              nhwc_mask_from_output_kernel<T><<<grid_for(bytes, kReduceThreads), kReduceThreads, 0, stream>>>(
+                  static_cast<const T*>(y), relu_mask, bytes, vector);
+              DLB_KERNEL_LAUNCH_CHECK();
+            }
+          }
+        });
+      });
+    }
+  });
+}
+
+void nhwc_backward(const OwnBatchNormLaunch& launch, const void* x, const void* y, const void* dy,
+                   const float* gamma, const float* saved_mean, const float* saved_inv_std, void* dx,
+                   void* dresidual, float* dgamma, float* dbeta, bool accumulate, void* workspace,
+                   const float4* forward, cudaStream_t stream) {
+  const BatchNormGeometry& g = launch.geometry;
+  const bool add = g.fusion == BatchNormFusion::add_relu;
+  const ChannelRanges r = channel_ranges(launch);
+  const WorkspaceParts parts = workspace_parts(launch, workspace);
+  dispatch_float(g.dtype, kBackward, [&](auto tag) {
+    using T = decltype(tag);
+    if constexpr (!std::is_same_v<T, double>) {
+      const T *tx = static_cast<const T*>(x), *ty = static_cast<const T*>(y),
+              *tdy = static_cast<const T*>(dy);
+      T* tdres = static_cast<T*>(dresidual);
+      // One width for both passes: pass 1 writes dresidual with the vectors pass 3 reads it with. With the
+      // vectors, add_relu reads the forward's mask; element by element, y.
+      dispatch_vector<T>(g, {x, dy, dx, add ? y : nullptr, add ? dresidual : nullptr}, [&](auto width) {
+        constexpr int W = decltype(width)::value;
+        const RowTiles t = row_tiles(g, W);
+        dispatch_fusion(g.fusion, [&](auto fusion_tag) {
+          constexpr BatchNormFusion F = decltype(fusion_tag)::value;
+          nhwc_backward_partial_kernel<T, W, F><<<pass_grid(t, launch), kReduceThreads, 0, stream>>>(
+              tx, ty, relu_mask_of(launch, forward), tdy, tdres, saved_mean, forward, r, t, parts.partials);
+          DLB_KERNEL_LAUNCH_CHECK();
+          launch_backward_finalize(parts.partials, r, gamma, saved_mean, saved_inv_std, dgamma, dbeta,
+                                   accumulate, parts.coefficients, stream);
+          nhwc_backward_data_kernel<T, W, F><<<pass_grid(t, launch), kReduceThreads, 0, stream>>>(
+              tx, tdy, tdres, static_cast<T*>(dx), parts.coefficients, forward, r, t);
+          DLB_KERNEL_LAUNCH_CHECK();
+        });
+      });
+    }
+  });
+}
+
+}  // namespace dlbench::cuda::bn

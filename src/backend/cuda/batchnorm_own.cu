@@ -1,0 +1,202 @@
+// dlbench's own batch-norm training kernels: the entry points of kernels.h (launch sizing for both
+// layouts, the checks, the dispatch to batchnorm_nchw.cu or batchnorm_nhwc.cu) and the two finalize
+// kernels both layouts share.
+//
+// Why our own: cuDNN's NCHW batch norm ran 2-5x slower than the bytes it moves (cuda_batchnorm.cc has the
+// numbers). In NHWC, cuDNN's semi-persistent kernels run at the memory's speed but wait at grid-wide
+// barriers: a collective's kernel beside one of them holds multiprocessors the barrier waits for, so
+// overlapping the gradient exchange with backward costs about what it hides (docs/PERFORMANCE.md). These
+// kernels have no barrier: every pass is independent blocks, and a block the collective delays delays
+// only itself.
+//
+// The passes are the minimum without keeping the activation on chip: the forward reads x twice and
+// writes y once (plus the residual); the backward reads x and dy twice and writes dx once (add_relu: reads
+// y in the first pass and writes dresidual, which the second reads in dy's place). A plain ReLU's mask
+// comes from x: the backward recomputes y with the forward's coefficients, which each layer holds.
+#include "backend/cuda/batchnorm_common.cuh"
+
+namespace dlbench::cuda {
+namespace bn {
+namespace {
+
+constexpr int kFinalizeThreads = 128;
+constexpr int kChannelsPerFinalizeBlock = kFinalizeThreads / 32;
+
+unsigned finalize_blocks(int64_t channels) {
+  return static_cast<unsigned>((channels + kChannelsPerFinalizeBlock - 1) / kChannelsPerFinalizeBlock);
+}
+
+// The number of values of range `split` (the last one may be short).
+__device__ __forceinline__ double range_count(const ChannelRanges& r, uint32_t split) {
+  return double(min(r.chunk, r.values - split * r.chunk));
+}
+
+// Lane l takes splits l, l + 32, ...; then the lanes merge in a fixed tree.
+__global__ void __launch_bounds__(kFinalizeThreads)
+    stats_finalize_kernel(const float2* __restrict__ partials, ChannelRanges r, double epsilon,
+                          double momentum, const float* __restrict__ gamma, const float* __restrict__ beta,
+                          float* __restrict__ running_mean, float* __restrict__ running_var,
+                          float* __restrict__ saved_mean, float* __restrict__ saved_inv_std,
+                          float4* __restrict__ coefficients) {
+  const int64_t c = int64_t(blockIdx.x) * kChannelsPerFinalizeBlock + threadIdx.x / 32;
+  const int lane = threadIdx.x % 32;
+  if (c >= r.channels) return;  // the whole warp leaves: shuffles below see full warps only
+  double count = 0, mean = 0, m2 = 0;
+  for (uint32_t s = lane; s < r.splits; s += 32) {
+    const float2 p = partials[c * r.splits + s];
+    chan_merge(count, mean, m2, range_count(r, s), double(p.x), double(p.y));
+  }
+#pragma unroll
+  for (int offset = 16; offset > 0; offset >>= 1) {
+    const double other_count = __shfl_down_sync(0xffffffffu, count, offset),
+                 other_mean = __shfl_down_sync(0xffffffffu, mean, offset),
+                 other_m2 = __shfl_down_sync(0xffffffffu, m2, offset);
+    chan_merge(count, mean, m2, other_count, other_mean, other_m2);
+  }
+  if (lane != 0) return;
+  const double values = double(r.values);
+  const double var = m2 / values;  // biased: what normalises the batch
+  const double inv_std = 1.0 / sqrt(var + epsilon);
+  saved_mean[c] = float(mean);
+  saved_inv_std[c] = float(inv_std);
+  running_mean[c] = float((1.0 - momentum) * double(running_mean[c]) + momentum * mean);
+  // The running variance tracks the unbiased estimate (the contract, as PyTorch).
+  running_var[c] = float((1.0 - momentum) * double(running_var[c]) + momentum * var * values / (values - 1));
+  coefficients[c] =
+      make_float4(float(double(gamma[c]) * inv_std), beta[c], float(mean), 0.f);  // ForwardCoefficients
+}
+
+__global__ void __launch_bounds__(kFinalizeThreads)
+    backward_finalize_kernel(const float2* __restrict__ partials, ChannelRanges r,
+                             const float* __restrict__ gamma, const float* __restrict__ saved_mean,
+                             const float* __restrict__ saved_inv_std, float* __restrict__ dgamma,
+                             float* __restrict__ dbeta, bool accumulate, float4* __restrict__ coefficients) {
+  const int64_t c = int64_t(blockIdx.x) * kChannelsPerFinalizeBlock + threadIdx.x / 32;
+  const int lane = threadIdx.x % 32;
+  if (c >= r.channels) return;  // the whole warp leaves
+  double sum_g = 0, sum_g_xc = 0;
+  for (uint32_t s = lane; s < r.splits; s += 32) {
+    const float2 p = partials[c * r.splits + s];
+    sum_g += double(p.x);
+    sum_g_xc += double(p.y);
+  }
+  sum_g = warp_sum(sum_g);
+  sum_g_xc = warp_sum(sum_g_xc);
+  if (lane != 0) return;
+  const double inv_std = double(saved_inv_std[c]), values = double(r.values);
+  const double channel_dgamma = inv_std * sum_g_xc;  // sum g * xhat
+  dbeta[c] = float(accumulate ? double(dbeta[c]) + sum_g : sum_g);
+  dgamma[c] = float(accumulate ? double(dgamma[c]) + channel_dgamma : channel_dgamma);
+  const double k = double(gamma[c]) * inv_std;
+  coefficients[c] = make_float4(float(k), float(-k * inv_std * channel_dgamma / values),
+                                float(-k * sum_g / values), saved_mean[c]);
+}
+
+}  // namespace
+
+void launch_stats_finalize(const float2* partials, const ChannelRanges& r, const BatchNormGeometry& g,
+                           const float* gamma, const float* beta, float* running_mean, float* running_var,
+                           float* saved_mean, float* saved_inv_std, float4* coefficients,
+                           cudaStream_t stream) {
+  stats_finalize_kernel<<<finalize_blocks(r.channels), kFinalizeThreads, 0, stream>>>(
+      partials, r, g.epsilon, g.momentum, gamma, beta, running_mean, running_var, saved_mean, saved_inv_std,
+      coefficients);
+  DLB_KERNEL_LAUNCH_CHECK();
+}
+
+void launch_backward_finalize(const float2* partials, const ChannelRanges& r, const float* gamma,
+                              const float* saved_mean, const float* saved_inv_std, float* dgamma,
+                              float* dbeta, bool accumulate, float4* coefficients, cudaStream_t stream) {
+  backward_finalize_kernel<<<finalize_blocks(r.channels), kFinalizeThreads, 0, stream>>>(
+      partials, r, gamma, saved_mean, saved_inv_std, dgamma, dbeta, accumulate, coefficients);
+  DLB_KERNEL_LAUNCH_CHECK();
+}
+
+}  // namespace bn
+
+namespace {
+
+constexpr const char* kForward = "own_batchnorm_forward_training";
+constexpr const char* kBackward = "own_batchnorm_backward";
+
+void check_launch(const OwnBatchNormLaunch& launch, const char* op) {
+  const BatchNormGeometry& g = launch.geometry;
+  DLB_KERNEL_REQUIRE(g.layout == Layout::nchw || g.layout == Layout::nhwc, op,
+                     "the layout is not NCHW or NHWC");
+  DLB_KERNEL_REQUIRE(g.dtype == DType::f32 || g.dtype == DType::f16 || g.dtype == DType::bf16, op,
+                     "the dtype is not f32, f16 or bf16");
+  DLB_KERNEL_REQUIRE(g.batch * g.h * g.w > 1, op, "training needs more than one value per channel");
+  DLB_KERNEL_REQUIRE(launch.splits >= 1 && launch.chunk % bn::kNchwVector == 0 &&
+                         launch.splits * launch.chunk >= g.batch * g.h * g.w,
+                     op, "the launch was not made by own_batchnorm_launch");
+}
+
+}  // namespace
+
+OwnBatchNormLaunch own_batchnorm_launch(const BatchNormGeometry& g) {
+  const char* op = "own_batchnorm_launch";
+  DLB_KERNEL_REQUIRE(g.batch > 0 && g.channels > 0 && g.h > 0 && g.w > 0, op, "sizes must be positive");
+  DLB_KERNEL_REQUIRE(g.layout == Layout::nchw || g.layout == Layout::nhwc, op,
+                     "the layout is not NCHW or NHWC");
+  const int64_t values = g.batch * g.h * g.w;
+  // Index arithmetic inside a channel is 32-bit.
+  DLB_KERNEL_REQUIRE(values <= int64_t(INT32_MAX) - 64, op, "more than 2^31 values per channel");
+  DLB_KERNEL_REQUIRE(g.channels <= int64_t(INT32_MAX) / 4, op, "too many channels");
+  OwnBatchNormLaunch launch;
+  launch.geometry = g;
+  const bool nhwc = g.layout == Layout::nhwc;
+  const int64_t wanted_blocks =
+      int64_t(detail::multiprocessor_count()) * (nhwc ? bn::kNhwcBlocksPerSm : bn::kBlocksPerSm);
+  // The blocks one split of every channel takes, and the fewest values a split should hold: one unrolled
+  // load of every thread of a block.
+  int64_t blocks_per_split = g.channels,
+          least_values = bn::kReduceThreads * bn::kReduceUnroll * bn::kNchwVector;
+  if (nhwc) {
+    const bn::RowTiles tiles = bn::row_tiles(g, bn::nhwc_vector(g.dtype, g.channels));
+    blocks_per_split = tiles.tiles;
+    least_values = int64_t(tiles.lanes) * bn::kReduceUnroll;
+  }
+  const int64_t most_splits = std::max<int64_t>(1, values / least_values);
+  const int64_t splits =
+      std::clamp<int64_t>((wanted_blocks + blocks_per_split - 1) / blocks_per_split, 1, most_splits);
+  // Ranges of whole NCHW vectors (in NHWC, where a value is a row, it costs nothing).
+  const int64_t per_split = (values + splits - 1) / splits;
+  launch.chunk = (per_split + bn::kNchwVector - 1) / bn::kNchwVector * bn::kNchwVector;
+  launch.splits = (values + launch.chunk - 1) / launch.chunk;
+  return launch;
+}
+
+size_t own_batchnorm_held_bytes(const OwnBatchNormLaunch& launch) {
+  return bn::coefficient_bytes(launch.geometry.channels) + bn::relu_mask_bytes(launch.geometry);
+}
+
+size_t own_batchnorm_workspace_bytes(const OwnBatchNormLaunch& launch) {
+  return bn::coefficient_bytes(launch.geometry.channels) +
+         static_cast<size_t>(launch.geometry.channels * launch.splits) * sizeof(float2);
+}
+
+void own_batchnorm_forward_training(const OwnBatchNormLaunch& launch, const void* x, const void* residual,
+                                    const float* gamma, const float* beta, void* y, float* running_mean,
+                                    float* running_var, float* saved_mean, float* saved_inv_std,
+                                    void* workspace, void* held, cudaStream_t stream) {
+  check_launch(launch, kForward);
+  DLB_KERNEL_REQUIRE(launch.geometry.fusion != BatchNormFusion::add_relu || residual != nullptr, kForward,
+                     "add_relu needs the residual");
+  auto run = launch.geometry.layout == Layout::nchw ? bn::nchw_forward_training : bn::nhwc_forward_training;
+  run(launch, x, residual, gamma, beta, y, running_mean, running_var, saved_mean, saved_inv_std, workspace,
+      static_cast<float4*>(held), stream);
+}
+
+void own_batchnorm_backward(const OwnBatchNormLaunch& launch, const void* x, const void* y, const void* dy,
+                            const float* gamma, const float* saved_mean, const float* saved_inv_std, void* dx,
+                            void* dresidual, float* dgamma, float* dbeta, bool accumulate, void* workspace,
+                            const void* held, cudaStream_t stream) {
+  check_launch(launch, kBackward);
+  DLB_KERNEL_REQUIRE(launch.geometry.fusion != BatchNormFusion::add_relu || dresidual != nullptr, kBackward,
+                     "add_relu needs dresidual");
+  auto run = launch.geometry.layout == Layout::nchw ? bn::nchw_backward : bn::nhwc_backward;
+  run(launch, x, y, dy, gamma, saved_mean, saved_inv_std, dx, dresidual, dgamma, dbeta, accumulate, workspace,
+      static_cast<const float4*>(held), stream);
+}
+
+}  // namespace dlbench::cuda
