@@ -10,7 +10,8 @@
 //
 // The reductions keep one Welford triple (forward) or two sums (backward) per channel of the thread's
 // vector; a block merges its lanes in shared memory in a fixed order, one thread per channel, and writes
-// one partial per (channel, split).
+// one partial per (channel, split). add_relu's forward also writes a bit mask of where the ReLU passed,
+// which its backward reads in y's place (keeps_relu_mask).
 #include "backend/cuda/batchnorm_common.cuh"
 
 namespace dlbench::cuda::bn {
@@ -63,10 +64,10 @@ __device__ __forceinline__ void for_each_row(const ChannelRanges& r, const RowTi
 // others more, instead of all waiting for its last one.
 constexpr int kResidentBlocks = 4;
 
-// Rows a thread loads before it uses any: kReduceUnroll where a pass reads one tensor; the backward and
-// the add_relu forward read two or three, and four rows of them spill at 64 registers, so two there.
+// Rows a thread loads before it uses any: kReduceUnroll where a pass reads one tensor. The backward and
+// the add_relu forward read two or three, and four rows of those vectors spill at 64 registers: two.
 template <int W>
-constexpr int kBackwardRows = W > 1 ? 2 : kReduceUnroll;
+constexpr int kRowsReadingMore = W > 1 ? 2 : kReduceUnroll;
 
 // The ReLU backward keeps the forward's coefficients too (and its last pass the backward's): it spills at
 // 64 registers, so 3 blocks a multiprocessor (85) there.
@@ -135,8 +136,6 @@ __device__ __forceinline__ void load_coefficients(const float4* coefficients, co
   for (int j = 0; j < W; ++j) k[j] = p.active ? coefficients[p.channel + j] : make_float4(0.f, 0.f, 0.f, 0.f);
 }
 
-// Pass 3: y = act((x - mean) * scale + beta (+ residual)). y may alias x or the residual: each element is
-// read and written by one thread.
 // Whether a pass over vectors of W reads or writes the ReLU mask (keeps_relu_mask) in y's place.
 template <int W, BatchNormFusion F>
 constexpr bool kUsesMask = F == BatchNormFusion::add_relu&& W > 1;
@@ -154,6 +153,8 @@ __device__ __forceinline__ uint8_t positive_bits(const Vec<T, W>& out) {
   return static_cast<uint8_t>(bits);
 }
 
+// Pass 3: y = act((x - mean) * scale + beta (+ residual)), and with add_relu the mask of where the ReLU
+// passed. y may alias x or the residual: each element is read and written by one thread.
 template <typename T, int W, BatchNormFusion F>
 __global__ void __launch_bounds__(kReduceThreads, kResidentBlocks)
     nhwc_apply_kernel(const T* x, const T* residual, T* y, const float4* __restrict__ coefficients,
@@ -165,7 +166,7 @@ __global__ void __launch_bounds__(kReduceThreads, kResidentBlocks)
   struct Inputs {
     Vec<T, W> x, residual;
   };
-  for_each_row<F == BatchNormFusion::add_relu ? kBackwardRows<W> : kReduceUnroll>(
+  for_each_row<F == BatchNormFusion::add_relu ? kRowsReadingMore<W> : kReduceUnroll>(
       r, t, p,
       [&](int64_t at) {
         Inputs in{};
@@ -210,8 +211,9 @@ __global__ void __launch_bounds__(kReduceThreads)
   }
 }
 
-// Loads what the backward reads at one offset: y with add_relu only (a plain ReLU's y is recomputed from
-// x; without a ReLU y's memory may hold something else by now).
+// Loads what the backward reads at one offset: with add_relu the forward's mask (vectors) or y (element
+// by element); nothing of y otherwise (a plain ReLU's y is recomputed from x; without a ReLU y's memory
+// may hold something else by now).
 template <typename T, int W, BatchNormFusion F>
 __device__ __forceinline__ BackwardInputs<T, W> load_backward(const T* x, const T* y,
                                                               const uint8_t* relu_mask, const T* dy,
@@ -227,8 +229,8 @@ __device__ __forceinline__ BackwardInputs<T, W> load_backward(const T* x, const 
   return in;
 }
 
-// The gradient reaching the batch norm's output at element j of a vector: dy masked by y, y read
-// (add_relu) or recomputed from x with the forward's coefficients (relu).
+// The gradient reaching the batch norm's output at element j of a vector: dy masked where the ReLU passed,
+// known from the mask or y (add_relu) or from y recomputed with the forward's coefficients (relu).
 template <typename T, int W, BatchNormFusion F>
 __device__ __forceinline__ float output_grad(const BackwardInputs<T, W>& in, int j,
                                              const ForwardCoefficients& forward) {
@@ -270,7 +272,7 @@ __global__ void __launch_bounds__(kReduceThreads, kBackwardResidentBlocks<W, F>)
     sum_g[j] = sum_g_xc[j] = 0.f;
   }
   if (p.active) {
-    for_each_row<kBackwardRows<W>>(
+    for_each_row<kRowsReadingMore<W>>(
         r, t, p, [&](int64_t at) { return load_backward<T, W, F>(x, y, relu_mask, dy, at); },
         [&]<int U>(const BackwardInputs<T, W>(&in)[U], const int64_t(&at)[U]) {
 #pragma unroll
@@ -321,7 +323,7 @@ __global__ void __launch_bounds__(kReduceThreads, kBackwardResidentBlocks<W, F>)
   // With add_relu the masked gradient is dresidual: read it in dy's place, and no y.
   constexpr BatchNormFusion kRead = F == BatchNormFusion::add_relu ? BatchNormFusion::none : F;
   const T* g_source = F == BatchNormFusion::add_relu ? dresidual : dy;
-  for_each_row<kBackwardRows<W>>(
+  for_each_row<kRowsReadingMore<W>>(
       r, t, p, [&](int64_t at) { return load_backward<T, W, kRead>(x, nullptr, nullptr, g_source, at); },
       [&]<int U>(const BackwardInputs<T, W>(&in)[U], const int64_t(&at)[U]) {
 #pragma unroll
