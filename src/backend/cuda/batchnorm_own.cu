@@ -3,16 +3,17 @@
 // kernels both layouts share.
 //
 // Why our own: cuDNN's NCHW batch norm ran 2-5x slower than the bytes it moves (cuda_batchnorm.cc has the
-// numbers). In NHWC, cuDNN's semi-persistent kernels run at the memory's speed but wait at grid-wide
-// barriers: a collective's kernel beside one of them holds multiprocessors the barrier waits for, so
-// overlapping the gradient exchange with backward costs about what it hides (docs/PERFORMANCE.md). These
-// kernels have no barrier: every pass is independent blocks, and a block the collective delays delays
-// only itself.
+// numbers). In NHWC, cuDNN's semi-persistent kernels run near the memory's speed but read y in every ReLU
+// backward and take longer than their bytes for add + ReLU; these kernels made the whole ResNet-50 step
+// 2-6% faster (docs/PERFORMANCE.md). They also have no grid-wide barrier (every pass is independent
+// blocks), which was expected to let the gradient exchange overlap backward more cheaply: at two GPUs the
+// scaling did not change.
 //
 // The passes are the minimum without keeping the activation on chip: the forward reads x twice and
-// writes y once (plus the residual); the backward reads x and dy twice and writes dx once (add_relu: reads
-// y in the first pass and writes dresidual, which the second reads in dy's place). A plain ReLU's mask
-// comes from x: the backward recomputes y with the forward's coefficients, which each layer holds.
+// writes y once (plus the residual); the backward reads x and dy twice and writes dx once (add_relu: the
+// first pass also reads where the ReLU passed and writes dresidual, which the second reads in dy's place;
+// in NHWC "where" is a bit mask the forward wrote, 1/16 of y). A plain ReLU's mask comes from x: the
+// backward recomputes y with the forward's coefficients, which each layer holds.
 #include "backend/cuda/batchnorm_common.cuh"
 
 namespace dlbench::cuda {
