@@ -112,6 +112,33 @@ void dispatch_fusion(BatchNormFusion fusion, Fn&& fn) {
   }
 }
 
+// ---- walking a block's share ----
+
+// Visits i = first, first + step, ... below `end`, R at a time where it can, all R loads issued before the
+// first use (the loads in flight are what bounds these passes). `offset(i)` is element i's offset in the
+// tensor; `load(offset)` returns what one position needs; `use(in, at)` gets U of those and their offsets,
+// U being R or 1.
+template <int R, typename Offset, typename Load, typename Use>
+__device__ __forceinline__ void visit_in_flight(uint32_t first, uint32_t end, uint32_t step, Offset&& offset,
+                                                Load&& load, Use&& use) {
+  using Loaded = decltype(load(int64_t{0}));
+  uint32_t i = first;
+  for (; i + (R - 1) * step < end; i += R * step) {
+    int64_t at[R];
+    Loaded in[R];
+#pragma unroll
+    for (int u = 0; u < R; ++u) at[u] = offset(i + u * step);
+#pragma unroll
+    for (int u = 0; u < R; ++u) in[u] = load(at[u]);
+    use(in, at);
+  }
+  for (; i < end; i += step) {
+    const int64_t at[1] = {offset(i)};
+    const Loaded in[1] = {load(at[0])};
+    use(in, at);
+  }
+}
+
 // ---- statistics ----
 
 // Statistics: each thread keeps a Welford triple (count, mean, M2) in float and merges groups of values

@@ -16,10 +16,8 @@ namespace {
 
 constexpr int kBnVec = kNchwVector;
 
-// Visits the vectors of W elements of range `split` of channel c, kReduceUnroll vectors at a time where
-// it can, all loads issued before the first use (the loads in flight are what bounds a reduction).
-// `load(offset)` returns what one vector needs; `use(in, at)` gets U of those and their offsets, U being
-// kReduceUnroll or 1.
+// Visits the vectors of W elements of range `split` of channel c a thread takes, kReduceUnroll in flight
+// (visit_in_flight).
 template <int W, typename Load, typename Use>
 __device__ __forceinline__ void for_each_range_vector(const ChannelRanges& r, int64_t c, uint32_t split,
                                                       Load&& load, Use&& use) {
@@ -30,22 +28,7 @@ __device__ __forceinline__ void for_each_range_vector(const ChannelRanges& r, in
     const uint32_t n = v / row_vectors, s = (v - n * row_vectors) * W;
     return (int64_t(n) * r.channels + c) * r.hw + s;
   };
-  using Loaded = decltype(load(int64_t{0}));
-  uint32_t v = begin / W + threadIdx.x;
-  for (; v + (kReduceUnroll - 1) * step < last; v += kReduceUnroll * step) {
-    int64_t at[kReduceUnroll];
-    Loaded in[kReduceUnroll];
-#pragma unroll
-    for (int u = 0; u < kReduceUnroll; ++u) at[u] = offset(v + u * step);
-#pragma unroll
-    for (int u = 0; u < kReduceUnroll; ++u) in[u] = load(at[u]);
-    use(in, at);
-  }
-  for (; v < last; v += step) {
-    const int64_t at[1] = {offset(v)};
-    const Loaded in[1] = {load(at[0])};
-    use(in, at);
-  }
+  visit_in_flight<kReduceUnroll>(begin / W + threadIdx.x, last, step, offset, load, use);
 }
 
 // ---- forward ----

@@ -32,31 +32,14 @@ __device__ __forceinline__ ThreadPlace thread_place(const RowTiles& t, uint32_t 
   return p;
 }
 
-// Visits the rows of this block's range a thread takes, R rows at a time where it can, all loads issued
-// before the first use. `load(offset)` returns what one vector needs; `use(in, at)` gets U of those and
-// their offsets, U being R or 1.
+// Visits the rows of this block's range a thread takes, R in flight (visit_in_flight).
 template <int R, typename Load, typename Use>
 __device__ __forceinline__ void for_each_row(const ChannelRanges& r, const RowTiles& t, const ThreadPlace& p,
                                              Load&& load, Use&& use) {
   const uint32_t begin = blockIdx.y * r.chunk, end = min(begin + r.chunk, r.values);
   const uint32_t step = t.lanes;
   auto offset = [&](uint32_t row) { return int64_t(row) * r.channels + p.channel; };
-  using Loaded = decltype(load(int64_t{0}));
-  uint32_t row = begin + p.lane;
-  for (; row + (R - 1) * step < end; row += R * step) {
-    int64_t at[R];
-    Loaded in[R];
-#pragma unroll
-    for (int u = 0; u < R; ++u) at[u] = offset(row + u * step);
-#pragma unroll
-    for (int u = 0; u < R; ++u) in[u] = load(at[u]);
-    use(in, at);
-  }
-  for (; row < end; row += step) {
-    const int64_t at[1] = {offset(row)};
-    const Loaded in[1] = {load(at[0])};
-    use(in, at);
-  }
+  visit_in_flight<R>(begin + p.lane, end, step, offset, load, use);
 }
 
 // Blocks each multiprocessor keeps resident (64 registers a thread at most): the grid is about two waves
