@@ -295,35 +295,82 @@ ReportSection speedup_section(const std::string& model, const ReportAxes& axes, 
   return s;
 }
 
+// The run a point belongs to: the input file it came from (its source is "file:line"). A file holds the
+// points of one sweep, one call of a script, one process: what ran under the same conditions.
+std::string run_of(const ReportPoint& p) { return p.source.substr(0, p.source.rfind(':')); }
+
+// The best point of (framework, model, precision, gpus) in one run, or null.
+const ReportPoint* best_in_run(const ReportInput& in, const std::string& run, const std::string& f,
+                               const std::string& model, const std::string& precision, int gpus) {
+  const ReportPoint* found = nullptr;
+  for (const ReportPoint& p : in.points) {
+    if (p.framework != f || p.model != model || p.precision != precision || p.gpus != gpus ||
+        run_of(p) != run)
+      continue;
+    if (!found || found->images_per_second < p.images_per_second) found = &p;
+  }
+  return found;
+}
+
+// Framework f's point at `point`'s model and precision on `gpus` GPUs: its best in `point`'s run (true), or
+// its best anywhere (false), or none.
+std::pair<const ReportPoint*, bool> same_run_or_best(const ReportInput& in, const Best& best,
+                                                     const ReportPoint& point, const std::string& f,
+                                                     int gpus) {
+  if (const ReportPoint* q = best_in_run(in, run_of(point), f, point.model, point.precision, gpus))
+    return {q, true};
+  return {find(best, f, point.model, point.precision, gpus), false};
+}
+
 // dlbench beside each peer (every other framework), point by point: the study's comparison (images/s and
 // their ratio, and how each scales), where both ran the same precision on the same GPU count; nothing where
-// no such pair exists.
-std::optional<ReportSection> peers_section(const std::string& model, const ReportAxes& axes,
-                                           const Best& best) {
+// no such pair exists. A ratio means most between points of one run, so a row takes both points (and the
+// one-GPU points its efficiencies divide by) from the run where dlbench did best among the runs that hold
+// both; only where no run holds both does it pair the best points of different runs, and says so.
+std::optional<ReportSection> peers_section(const std::string& model, const ReportAxes& axes, const Best& best,
+                                           const ReportInput& in) {
   ReportSection s =
       section(report_section_id("peers", model), fmt::format("{}: dlbench against its peers", model));
   s.paragraphs.push_back(
-      "Each row: dlbench's best point and the peer's at one precision and GPU count (images/s, all GPUs "
-      "together), their ratio, and each one's scaling efficiency over its own one-GPU point; compare rows "
-      "measured in the same run.");
+      "Each row: dlbench's point and the peer's at one precision and GPU count (images/s, all GPUs "
+      "together), their ratio, and each one's scaling efficiency over its own one-GPU point, all from one "
+      "input file (one run) where a file holds both (dlbench's best such run); a ratio marked "
+      "\"(different runs)\" pairs the best points of different files.");
   ReportTable t = table({"peer", "precision", "GPUs", "dlbench img/s", "peer img/s", "dlbench / peer",
                          "dlbench efficiency", "peer efficiency"},
                         {false, false, true, true, true, true, true, true});
-  auto efficiency = [&](const std::string& f, const std::string& p, int g, const ReportPoint& point) {
-    const ReportPoint* one = g > 1 ? find(best, f, model, p, 1) : nullptr;
-    return one ? fmt::format("{:.1f}%", 100.0 * point.images_per_second / (g * one->images_per_second))
-               : std::string("-");
-  };
   for (const std::string& f : axes.frameworks) {
     if (f == "dlbench") continue;
     for (const std::string& p : axes.precisions)
       for (int g : axes.gpu_counts) {
         const ReportPoint *ours = find(best, "dlbench", model, p, g), *theirs = find(best, f, model, p, g);
         if (!ours || !theirs) continue;
+        // The runs holding both, dlbench's best of them.
+        std::optional<std::string> run;
+        for (const ReportPoint& q : in.points) {
+          if (q.framework != f || q.model != model || q.precision != p || q.gpus != g) continue;
+          const ReportPoint* mine = best_in_run(in, run_of(q), "dlbench", model, p, g);
+          if (mine && (!run || best_in_run(in, *run, "dlbench", model, p, g)->images_per_second <
+                                   mine->images_per_second))
+            run = run_of(q);
+        }
+        if (run) {
+          ours = best_in_run(in, *run, "dlbench", model, p, g);
+          theirs = best_in_run(in, *run, f, model, p, g);
+        }
+        auto one_gpu = [&](const std::string& framework) {
+          return run ? best_in_run(in, *run, framework, model, p, 1) : find(best, framework, model, p, 1);
+        };
+        auto efficiency = [&](const std::string& framework, const ReportPoint& point) {
+          const ReportPoint* one = g > 1 ? one_gpu(framework) : nullptr;
+          return one ? fmt::format("{:.1f}%", 100.0 * point.images_per_second / (g * one->images_per_second))
+                     : std::string("-");
+        };
         t.rows.push_back({f, p, std::to_string(g), rate(ours->images_per_second),
                           rate(theirs->images_per_second),
-                          fmt::format("{:.2f}x", ours->images_per_second / theirs->images_per_second),
-                          efficiency("dlbench", p, g, *ours), efficiency(f, p, g, *theirs)});
+                          fmt::format("{:.2f}x{}", ours->images_per_second / theirs->images_per_second,
+                                      run ? "" : " (different runs)"),
+                          efficiency("dlbench", *ours), efficiency(f, *theirs)});
       }
   }
   if (t.rows.empty()) return std::nullopt;
@@ -653,7 +700,8 @@ ReportDocument report_document(const ReportInput& in) {
   for (const std::string& model : axes.models) {
     doc.sections.push_back(throughput_section(model, axes, best));
     doc.sections.push_back(speedup_section(model, axes, best));
-    if (std::optional<ReportSection> peers = peers_section(model, axes, best)) doc.sections.push_back(*peers);
+    if (std::optional<ReportSection> peers = peers_section(model, axes, best, in))
+      doc.sections.push_back(*peers);
     doc.sections.push_back(gain_section(model, axes, best));
   }
   doc.sections.push_back(statistics_section(sorted));
@@ -712,8 +760,9 @@ std::string report_points_jsonl(const ReportInput& in) {
                         {"batch_size", p->batch_size},
                         {"images_per_second", p->images_per_second},
                         {"source", p->source}};
-    // Against the framework's best one-GPU point (one GPU under mpirun is the same run as in one process).
-    const ReportPoint* one = find(best, p->framework, p->model, p->precision, 1);
+    // Against the framework's one-GPU point of the same run where the run has one, else its best one (one
+    // GPU under mpirun is the same run as in one process).
+    const ReportPoint* one = same_run_or_best(in, best, *p, p->framework, 1).first;
     j["speedup"] = one ? nlohmann::json(p->images_per_second / one->images_per_second) : nullptr;
     j["scaling_efficiency"] =
         one ? nlohmann::json(p->images_per_second / one->images_per_second / p->gpus) : nullptr;
@@ -727,13 +776,16 @@ std::string report_points_jsonl(const ReportInput& in) {
         p->power_capped_fraction ? nlohmann::json(*p->power_capped_fraction) : nullptr;
     j["seconds_to_first_timed_step"] =
         p->seconds_to_first_timed_step ? nlohmann::json(*p->seconds_to_first_timed_step) : nullptr;
-    // The other frameworks' best at the same model, precision and GPU count, and this point's ratio to each.
+    // The other frameworks at the same model, precision and GPU count — their best point of this run, else
+    // their best anywhere (same_run false) — and this point's ratio to each.
     nlohmann::json peers = nlohmann::json::object();
     for (const std::string& f : axes.frameworks) {
       if (f == p->framework) continue;
-      if (const ReportPoint* other = find(best, f, p->model, p->precision, p->gpus))
+      const auto [other, same_run] = same_run_or_best(in, best, *p, f, p->gpus);
+      if (other)
         peers[f] = {{"images_per_second", other->images_per_second},
-                    {"ratio", p->images_per_second / other->images_per_second}};
+                    {"ratio", p->images_per_second / other->images_per_second},
+                    {"same_run", same_run}};
     }
     j["peers"] = peers;
     out += j.dump() + "\n";

@@ -224,5 +224,51 @@ TEST(Report, EmptyInputIsOneClearError) {
   }
 }
 
+// Ratios pair points of one run: given two files, a row takes dlbench's and the peer's points (and the
+// one-GPU points of the efficiencies) from the file that holds both, even where another file has a faster
+// dlbench point; where no file holds both, the best points of different files, marked.
+TEST(Report, PeerRatiosPairPointsOfOneRun) {
+  testing::TempDir dir;
+  auto line = [](const std::string& framework, const std::string& precision, int gpus, double rate) {
+    return fmt::format(R"({{"framework": "{}", "model": "resnet50", "precision": "{}", "ranks": {}, )"
+                       R"("images_per_second": {}}})",
+                       framework, precision, gpus, rate) +
+           "\n";
+  };
+  const std::string a = dir.file("a.jsonl"), b = dir.file("b.jsonl");
+  // a: dlbench alone, faster (fp32), and a pytorch fp16 point without dlbench beside it.
+  testing::write_file(a, line("dlbench", "fp32", 1, 1500) + line("dlbench", "fp32", 2, 2990) +
+                             line("pytorch", "fp16", 1, 5000));
+  // b: both frameworks in fp32; dlbench in fp16 only.
+  testing::write_file(b, line("dlbench", "fp32", 1, 1400) + line("dlbench", "fp32", 2, 2700) +
+                             line("pytorch", "fp32", 1, 1000) + line("pytorch", "fp32", 2, 1900) +
+                             line("dlbench", "fp16", 1, 8000));
+  const std::string md = report_markdown(read_report_input({a, b}));
+  EXPECT_CONTAINS(md, "| pytorch | fp32 | 1 | 1,400 | 1,000 | 1.40x | - | - |");
+  EXPECT_CONTAINS(md, "| pytorch | fp32 | 2 | 2,700 | 1,900 | 1.42x | 96.4% | 95.0% |");
+  EXPECT_CONTAINS(md, "| pytorch | fp16 | 1 | 8,000 | 5,000 | 1.60x (different runs) | - | - |");
+  // The throughput table still shows each framework's best point.
+  EXPECT_CONTAINS(md, "| dlbench | fp32 | 1,500 | 2,990 |");
+  // points.jsonl: b's dlbench fp32 point beside b's pytorch point (same run), its speedup over b's one-GPU
+  // point; a's beside b's pytorch (no pytorch fp32 in a), marked.
+  int checked = 0;
+  std::istringstream lines(report_points_jsonl(read_report_input({a, b})));
+  for (std::string text; std::getline(lines, text);) {
+    const nlohmann::json j = nlohmann::json::parse(text);
+    if (j["framework"] != "dlbench" || j["precision"] != "fp32" || j["ranks"] != 2) continue;
+    const nlohmann::json& peer = j["peers"]["pytorch"];
+    EXPECT_EQ(peer["images_per_second"], 1900.0);
+    if (j["images_per_second"] == 2700.0) {
+      EXPECT_TRUE(peer["same_run"].get<bool>());
+      EXPECT_NEAR(j["speedup"].get<double>(), 2700.0 / 1400.0, 1e-9);
+    } else {
+      EXPECT_FALSE(peer["same_run"].get<bool>());
+      EXPECT_NEAR(j["speedup"].get<double>(), 2990.0 / 1500.0, 1e-9);
+    }
+    ++checked;
+  }
+  EXPECT_EQ(checked, 2);
+}
+
 }  // namespace
 }  // namespace dlbench
