@@ -322,6 +322,28 @@ std::pair<const ReportPoint*, bool> same_run_or_best(const ReportInput& in, cons
   return {find(best, f, point.model, point.precision, gpus), false};
 }
 
+// Framework a's and b's points at one model, precision and GPU count, for their ratio: both from the run
+// where a did best among the runs that hold both (same_run), else each one's best point; null where either
+// has none.
+struct PointPair {
+  const ReportPoint *a = nullptr, *b = nullptr;
+  bool same_run = false;
+};
+
+PointPair paired_points(const ReportInput& in, const Best& best, const std::string& a, const std::string& b,
+                        const std::string& model, const std::string& precision, int gpus) {
+  PointPair pair{find(best, a, model, precision, gpus), find(best, b, model, precision, gpus), false};
+  if (!pair.a || !pair.b) return pair;
+  for (const ReportPoint& q : in.points) {
+    if (q.framework != b || q.model != model || q.precision != precision || q.gpus != gpus) continue;
+    const ReportPoint* mine = best_in_run(in, run_of(q), a, model, precision, gpus);
+    if (mine && (!pair.same_run || pair.a->images_per_second < mine->images_per_second)) {
+      pair = {mine, best_in_run(in, run_of(q), b, model, precision, gpus), true};
+    }
+  }
+  return pair;
+}
+
 // dlbench beside each peer (every other framework), point by point: the study's comparison (images/s and
 // their ratio, and how each scales), where both ran the same precision on the same GPU count; nothing where
 // no such pair exists. A ratio means most between points of one run, so a row takes both points (and the
@@ -343,21 +365,11 @@ std::optional<ReportSection> peers_section(const std::string& model, const Repor
     if (f == "dlbench") continue;
     for (const std::string& p : axes.precisions)
       for (int g : axes.gpu_counts) {
-        const ReportPoint *ours = find(best, "dlbench", model, p, g), *theirs = find(best, f, model, p, g);
-        if (!ours || !theirs) continue;
-        // The runs holding both, dlbench's best of them.
-        std::optional<std::string> run;
-        for (const ReportPoint& q : in.points) {
-          if (q.framework != f || q.model != model || q.precision != p || q.gpus != g) continue;
-          const ReportPoint* mine = best_in_run(in, run_of(q), "dlbench", model, p, g);
-          if (mine && (!run || best_in_run(in, *run, "dlbench", model, p, g)->images_per_second <
-                                   mine->images_per_second))
-            run = run_of(q);
-        }
-        if (run) {
-          ours = best_in_run(in, *run, "dlbench", model, p, g);
-          theirs = best_in_run(in, *run, f, model, p, g);
-        }
+        const PointPair pair = paired_points(in, best, "dlbench", f, model, p, g);
+        if (!pair.a || !pair.b) continue;
+        const ReportPoint &ours = *pair.a, &theirs = *pair.b;
+        const std::optional<std::string> run =
+            pair.same_run ? std::optional<std::string>(run_of(ours)) : std::nullopt;
         auto one_gpu = [&](const std::string& framework) {
           return run ? best_in_run(in, *run, framework, model, p, 1) : find(best, framework, model, p, 1);
         };
@@ -366,11 +378,11 @@ std::optional<ReportSection> peers_section(const std::string& model, const Repor
           return one ? fmt::format("{:.1f}%", 100.0 * point.images_per_second / (g * one->images_per_second))
                      : std::string("-");
         };
-        t.rows.push_back({f, p, std::to_string(g), rate(ours->images_per_second),
-                          rate(theirs->images_per_second),
-                          fmt::format("{:.2f}x{}", ours->images_per_second / theirs->images_per_second,
+        t.rows.push_back({f, p, std::to_string(g), rate(ours.images_per_second),
+                          rate(theirs.images_per_second),
+                          fmt::format("{:.2f}x{}", ours.images_per_second / theirs.images_per_second,
                                       run ? "" : " (different runs)"),
-                          efficiency("dlbench", *ours), efficiency(f, *theirs)});
+                          efficiency("dlbench", ours), efficiency(f, theirs)});
       }
   }
   if (t.rows.empty()) return std::nullopt;
@@ -541,8 +553,12 @@ ReportSection conclusions_section(const ReportInput& in, const ReportAxes& axes,
             rates.emplace_back(point->images_per_second, f);
         if (rates.size() < 2) continue;
         std::sort(rates.rbegin(), rates.rend());
-        s.items.push_back(fmt::format("{} {} on {} GPU(s): {} is {:.2f}x as fast as {}.", model, p, g,
-                                      rates[0].second, rates[0].first / rates[1].first, rates[1].second));
+        // The ratio of the two fastest, from points of one run where one holds both (as the peers' table).
+        const PointPair pair = paired_points(in, best, rates[0].second, rates[1].second, model, p, g);
+        s.items.push_back(fmt::format("{} {} on {} GPU(s): {} is {:.2f}x as fast as {}{}.", model, p, g,
+                                      rates[0].second, pair.a->images_per_second / pair.b->images_per_second,
+                                      rates[1].second,
+                                      pair.same_run ? "" : " (best points of different runs)"));
       }
   }
   if (s.items.empty()) s.items.push_back("Too few points for a comparison.");

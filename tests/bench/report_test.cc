@@ -249,6 +249,11 @@ TEST(Report, PeerRatiosPairPointsOfOneRun) {
   EXPECT_CONTAINS(md, "| pytorch | fp16 | 1 | 8,000 | 5,000 | 1.60x (different runs) | - | - |");
   // The throughput table still shows each framework's best point.
   EXPECT_CONTAINS(md, "| dlbench | fp32 | 1,500 | 2,990 |");
+  // The conclusions' ratios pair the same points.
+  EXPECT_CONTAINS(md, "resnet50 fp32 on 1 GPU(s): dlbench is 1.40x as fast as pytorch.");
+  EXPECT_CONTAINS(md,
+                  "resnet50 fp16 on 1 GPU(s): dlbench is 1.60x as fast as pytorch (best points of "
+                  "different runs).");
   // points.jsonl: b's dlbench fp32 point beside b's pytorch point (same run), its speedup over b's one-GPU
   // point; a's beside b's pytorch (no pytorch fp32 in a), marked.
   int checked = 0;
