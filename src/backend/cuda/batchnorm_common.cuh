@@ -13,17 +13,13 @@
 #include <cmath>
 #include <type_traits>
 
+#include "backend/cuda/batchnorm_launch.h"
 #include "backend/cuda/kernel_common.cuh"
 #include "backend/cuda/kernels.h"
 
 namespace dlbench::cuda::bn {
 
 using namespace detail;
-
-constexpr int kReduceThreads = 256;  // block size of the partial reductions (and NHWC's apply passes)
-constexpr int kReduceUnroll = 4;     // vectors a thread loads before it uses any (loads in flight)
-constexpr int kBlocksPerSm = 4;      // what NCHW's splits aim for: ~4 blocks per multiprocessor
-constexpr int kNhwcBlocksPerSm = 8;  // and NHWC's (batchnorm_nhwc.cu says why)
 
 // The splits of one launch, as the kernels see them. Index arithmetic inside a channel is 32-bit (M <
 // 2^31, which the launch checks); offsets into the tensor are 64-bit.
@@ -39,42 +35,6 @@ inline ChannelRanges channel_ranges(const OwnBatchNormLaunch& launch) {
   return {g.channels, static_cast<uint32_t>(g.layout == Layout::nchw ? g.h * g.w : 1),
           static_cast<uint32_t>(g.batch * g.h * g.w), static_cast<uint32_t>(launch.splits),
           static_cast<uint32_t>(launch.chunk)};
-}
-
-constexpr int kNchwVector = 4;    // NCHW: elements per vector access (rows of HW % 4 == 0)
-constexpr int kMostColumns = 32;  // NHWC: the widest tile, in vectors
-
-// NHWC: a block covers a tile of `columns` vectors of `vector` channels on `lanes` rows at once (thread t
-// takes column t % columns of rows lane = t / columns, + lanes, ...); `tiles` tiles span the channels.
-// A warp's loads are whole rows of the tile: contiguous memory.
-struct RowTiles {
-  uint32_t vector, columns, lanes, tiles;
-};
-
-// 16-byte accesses when the channels come in whole vectors of them, else element by element.
-inline int nhwc_vector(DType dtype, int64_t channels) {
-  const int w = static_cast<int>(16 / dtype_size(dtype));
-  return channels % w == 0 ? w : 1;
-}
-
-// NHWC add_relu keeps, beside the forward's coefficients, which elements the ReLU passed: one byte per
-// vector of nhwc_vector channels of a row (bit j for channel j of the vector), 1/16 of the activation's
-// bytes, which the backward reads in place of y. Without whole vectors it reads y.
-inline bool keeps_relu_mask(const BatchNormGeometry& g) {
-  return g.layout == Layout::nhwc && g.fusion == BatchNormFusion::add_relu &&
-         nhwc_vector(g.dtype, g.channels) > 1;
-}
-inline size_t relu_mask_bytes(const BatchNormGeometry& g) {
-  return keeps_relu_mask(g)
-             ? static_cast<size_t>(g.batch * g.h * g.w * (g.channels / nhwc_vector(g.dtype, g.channels)))
-             : 0;
-}
-
-inline RowTiles row_tiles(const BatchNormGeometry& g, int vector) {
-  const int64_t vectors = g.channels / vector;
-  const auto columns = static_cast<uint32_t>(std::min<int64_t>(vectors, kMostColumns));
-  return {static_cast<uint32_t>(vector), columns, kReduceThreads / columns,
-          static_cast<uint32_t>((vectors + columns - 1) / columns)};
 }
 
 // Where the workspace keeps what: per-channel coefficients first (16-byte aligned float4), then the
