@@ -197,6 +197,10 @@ const ReportPoint* find(const Best& best, const std::string& f, const std::strin
   return it == best.end() ? nullptr : it->second;
 }
 
+// The run a point belongs to: the input file it came from (its source is "file:line"). A file holds the
+// points of one sweep, one call of a script, one process: what ran under the same conditions.
+std::string run_of(const ReportPoint& p) { return p.source.substr(0, p.source.rfind(':')); }
+
 ReportSection section(const std::string& id, std::string title) {
   ReportSection s;
   s.id = id;
@@ -263,6 +267,14 @@ ReportSection speedup_section(const std::string& model, const ReportAxes& axes, 
         const double speedup = many->images_per_second / one->images_per_second;
         t.rows.push_back({f, p, std::to_string(g), fmt::format("{:.2f}x", speedup),
                           fmt::format("{:.1f}%", 100.0 * speedup / g)});
+        // The best points may come from different runs (input files): a speedup across runs is also the
+        // difference between the runs' conditions.
+        if (run_of(*one) != run_of(*many))
+          s.closing.push_back(
+              fmt::format("{} {} on {} GPUs: the best points on one GPU and on {} come from "
+                          "different runs ({} and {}).",
+                          f, p, g, g, std::filesystem::path(run_of(*one)).filename().string(),
+                          std::filesystem::path(run_of(*many)).filename().string()));
         // A speedup between runs of different kernels is partly the kernels' difference: say so.
         if (!one->algorithm_digest.empty() && !many->algorithm_digest.empty() &&
             one->algorithm_digest != many->algorithm_digest)
@@ -294,10 +306,6 @@ ReportSection speedup_section(const std::string& model, const ReportAxes& axes, 
   }
   return s;
 }
-
-// The run a point belongs to: the input file it came from (its source is "file:line"). A file holds the
-// points of one sweep, one call of a script, one process: what ran under the same conditions.
-std::string run_of(const ReportPoint& p) { return p.source.substr(0, p.source.rfind(':')); }
 
 // The best point of (framework, model, precision, gpus) in one run, or null.
 const ReportPoint* best_in_run(const ReportInput& in, const std::string& run, const std::string& f,

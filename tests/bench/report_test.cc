@@ -275,5 +275,23 @@ TEST(Report, PeerRatiosPairPointsOfOneRun) {
   EXPECT_EQ(checked, 2);
 }
 
+// A speedup whose best points on one GPU and on several come from different files says so.
+TEST(Report, ASpeedupAcrossRunsIsNamed) {
+  testing::TempDir dir;
+  auto line = [](int gpus, double rate) {
+    return fmt::format(
+               R"({{"model": "resnet50", "precision": "fp16", "ranks": {}, "images_per_second": {}}})", gpus,
+               rate) +
+           "\n";
+  };
+  const std::string a = dir.file("a.jsonl"), b = dir.file("b.jsonl");
+  testing::write_file(a, line(1, 8000));
+  testing::write_file(b, line(1, 7900) + line(2, 15500));
+  EXPECT_CONTAINS(report_markdown(read_report_input({a, b})),
+                  "dlbench fp16 on 2 GPUs: the best points on one GPU and on 2 come from different runs "
+                  "(a.jsonl and b.jsonl).");
+  EXPECT_EQ(report_markdown(read_report_input({b})).find("different runs"), std::string::npos);
+}
+
 }  // namespace
 }  // namespace dlbench
