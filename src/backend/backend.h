@@ -89,6 +89,21 @@ class BatchNormPlan {
   const BatchNormGeometry geometry;
 };
 
+// One batch norm's tensors, for the ops that take two (a projection block's shortcut folded into its
+// closing batch norm). The backward fills dx (overwritten), dgamma and dbeta (as `accumulate` says).
+struct BatchNormTensors {
+  const Tensor* x = nullptr;
+  const Tensor* gamma = nullptr;
+  const Tensor* beta = nullptr;
+  Tensor* running_mean = nullptr;
+  Tensor* running_var = nullptr;
+  Tensor* saved_mean = nullptr;
+  Tensor* saved_inv_std = nullptr;
+  Tensor* dx = nullptr;
+  Tensor* dgamma = nullptr;
+  Tensor* dbeta = nullptr;
+};
+
 enum class PoolKind : uint8_t { max, average };
 
 struct PoolGeometry {
@@ -278,6 +293,32 @@ class Backend {
                                   const Tensor& dy, const Tensor& gamma, const Tensor& saved_mean,
                                   const Tensor& saved_inv_std, Tensor& dx, Tensor* dresidual, Tensor& dgamma,
                                   Tensor& dbeta, Accumulate accumulate, void* workspace) = 0;
+
+  // ---- a projection block's shortcut batch norm folded into the block's closing one ----
+  // The closing batch norm (`plan`, fusion add_relu) computes y = relu(bn(x) + bn_s(s)), with s the
+  // shortcut convolution's output and bn_s the shortcut's own batch norm (`shortcut_plan`, fusion none, s's
+  // shape): bn_s(s), and the gradient that flows between the two, need never be stored. The backward
+  // writes both inputs' gradients. These defaults compose the ops above through temporary buffers (the
+  // same results, no saving); a backend with kernels for it says so in folds_shortcut_batchnorm, and the
+  // network folds only there (or where asked to, as the tests do).
+  virtual bool folds_shortcut_batchnorm(const BatchNormGeometry& closing) const {
+    (void)closing;
+    return false;
+  }
+  virtual void batchnorm_shortcut_forward_training(const BatchNormPlan& plan,
+                                                   const BatchNormPlan& shortcut_plan,
+                                                   const BatchNormTensors& main,
+                                                   const BatchNormTensors& shortcut, Tensor& y,
+                                                   void* workspace);
+  virtual void batchnorm_shortcut_forward_inference(const BatchNormPlan& plan,
+                                                    const BatchNormPlan& shortcut_plan,
+                                                    const BatchNormTensors& main,
+                                                    const BatchNormTensors& shortcut, Tensor& y);
+  // `y` is the forward's output (it masks the ReLU).
+  virtual void batchnorm_shortcut_backward(const BatchNormPlan& plan, const BatchNormPlan& shortcut_plan,
+                                           const BatchNormTensors& main, const BatchNormTensors& shortcut,
+                                           const Tensor& y, const Tensor& dy, Accumulate accumulate,
+                                           void* workspace);
 
   // ---- pooling ----
   virtual std::unique_ptr<PoolPlan> plan_pool(const PoolGeometry& geometry) = 0;

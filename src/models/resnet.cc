@@ -2,6 +2,8 @@
 
 #include <fmt/format.h>
 
+#include <optional>
+
 #include "core/status.h"
 #include "nn/batchnorm.h"
 #include "nn/conv.h"
@@ -40,34 +42,43 @@ Activation& conv_bn(Network& net, const std::string& prefix, const std::string& 
   return *net.add<BatchNormLayer>(prefix + "bn" + suffix, *conv.output(), fusion).output();
 }
 
-// The shortcut: the identity, or a strided 1x1 projection + BN where the shape changes.
-Activation& shortcut(Network& net, const std::string& prefix, Activation& x, int64_t channels,
-                     int64_t stride) {
-  if (stride == 1 && x.value.c() == channels) return x;
+// A block's end: relu(bn(main) + shortcut(x)), the shortcut the identity or, where the shape changes, a
+// strided 1x1 projection and its batch norm — folded into the closing batch norm where `fold` says (unset:
+// where the backend has kernels for it).
+Activation& block_end(Network& net, const std::string& prefix, const std::string& closing_name,
+                      Activation& main, Activation& x, int64_t channels, int64_t stride,
+                      const std::optional<bool>& fold) {
+  const std::string closing = prefix + closing_name;
+  if (stride == 1 && x.value.c() == channels)
+    return *net.add<BatchNormLayer>(closing, main, BatchNormFusion::add_relu, &x).output();
   auto& conv = net.add<ConvLayer>(prefix + "downsample.0", x, ConvOptions{channels, 1, stride, 0});
-  return *net.add<BatchNormLayer>(prefix + "downsample.1", *conv.output(), BatchNormFusion::none).output();
+  BatchNormGeometry g;
+  g.batch = main.value.n(), g.channels = main.value.c(), g.h = main.value.h(), g.w = main.value.w();
+  g.dtype = net.dtype(), g.layout = net.layout(), g.fusion = BatchNormFusion::add_relu;
+  if (fold.value_or(net.backend().folds_shortcut_batchnorm(g)))
+    return *net.add<BatchNormLayer>(closing, main, BatchNormFusion::add_relu, conv.output(),
+                                    prefix + "downsample.1")
+                .output();
+  auto& shortcut = net.add<BatchNormLayer>(prefix + "downsample.1", *conv.output(), BatchNormFusion::none);
+  return *net.add<BatchNormLayer>(closing, main, BatchNormFusion::add_relu, shortcut.output()).output();
 }
 
 // BasicBlock: relu(bn2(conv3x3(relu(bn1(conv3x3(x))))) + shortcut(x)).
 Activation& basic_block(Network& net, const std::string& prefix, Activation& x, int64_t channels,
-                        int64_t stride) {
+                        int64_t stride, const std::optional<bool>& fold) {
   Activation& a = conv_bn(net, prefix, "1", x, channels, 3, stride, BatchNormFusion::relu);
   auto& conv2 = net.add<ConvLayer>(prefix + "conv2", a, ConvOptions{channels, 3, 1, 1});
-  Activation& residual = shortcut(net, prefix, x, channels, stride);
-  return *net.add<BatchNormLayer>(prefix + "bn2", *conv2.output(), BatchNormFusion::add_relu, &residual)
-              .output();
+  return block_end(net, prefix, "bn2", *conv2.output(), x, channels, stride, fold);
 }
 
 // Bottleneck (v1.5): 1x1 reduce -> 3x3 (strided) -> 1x1 expand x4, plus the shortcut.
 Activation& bottleneck_block(Network& net, const std::string& prefix, Activation& x, int64_t width,
-                             int64_t stride) {
+                             int64_t stride, const std::optional<bool>& fold) {
   const int64_t out_channels = width * 4;
   Activation& a = conv_bn(net, prefix, "1", x, width, 1, 1, BatchNormFusion::relu);
   Activation& b = conv_bn(net, prefix, "2", a, width, 3, stride, BatchNormFusion::relu);
   auto& conv3 = net.add<ConvLayer>(prefix + "conv3", b, ConvOptions{out_channels, 1, 1, 0});
-  Activation& residual = shortcut(net, prefix, x, out_channels, stride);
-  return *net.add<BatchNormLayer>(prefix + "bn3", *conv3.output(), BatchNormFusion::add_relu, &residual)
-              .output();
+  return block_end(net, prefix, "bn3", *conv3.output(), x, out_channels, stride, fold);
 }
 
 }  // namespace
@@ -123,8 +134,9 @@ Model build_model(const std::string& name, Backend& backend, const NetworkOption
       int64_t stride = (stage > 0 && block == 0) ? 2 : 1;
       std::string prefix = fmt::format("layer{}.{}.", stage + 1, block);
       x = spec.block == BlockKind::basic
-              ? &basic_block(net, prefix, *x, spec.stage_channels[stage], stride)
-              : &bottleneck_block(net, prefix, *x, spec.stage_channels[stage], stride);
+              ? &basic_block(net, prefix, *x, spec.stage_channels[stage], stride, options.fold_shortcut_bn)
+              : &bottleneck_block(net, prefix, *x, spec.stage_channels[stage], stride,
+                                  options.fold_shortcut_bn);
     }
   }
   x = net.add<GlobalAvgPoolLayer>("avgpool", *x).output();

@@ -10,6 +10,7 @@
 #pragma once
 
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -43,6 +44,10 @@ struct ModelOptions {
   ImageShape input;
   int64_t num_classes = 1000;
   float label_smoothing = 0.f;
+  // Projection shortcuts' batch norms folded into their blocks' closing ones (BatchNormLayer): unset, where
+  // the backend has kernels for it (Backend::folds_shortcut_batchnorm); true or false forces it, as the
+  // tests that compare both do.
+  std::optional<bool> fold_shortcut_bn;
 };
 
 // Builds (but does not finalize) the model. Throws UserError for an unknown name or an input the model

@@ -1,57 +1,106 @@
 #include "nn/batchnorm.h"
 
+#include <algorithm>
+
 #include "core/status.h"
 #include "nn/memory_plan.h"
 #include "nn/network.h"
 
 namespace dlbench {
+namespace {
+
+BatchNormGeometry geometry_of(const Network& net, const Tensor& x, BatchNormFusion fusion) {
+  BatchNormGeometry g;
+  g.batch = x.n();
+  g.channels = x.c();
+  g.h = x.h();
+  g.w = x.w();
+  g.dtype = net.dtype();
+  g.layout = net.layout();
+  g.fusion = fusion;
+  return g;
+}
+
+}  // namespace
 
 BatchNormLayer::BatchNormLayer(Network& net, std::string name, Activation& input, BatchNormFusion fusion,
-                               Activation* residual)
-    : Layer(net, std::move(name)) {
+                               Activation* residual, std::string shortcut_name)
+    : Layer(net, std::move(name)), shortcut_name_(std::move(shortcut_name)) {
   const Tensor& x = input.value;
   DLB_CHECK((fusion == BatchNormFusion::add_relu) == (residual != nullptr),
             "{}: a residual input goes with the add_relu fusion and only with it", name_);
+  DLB_CHECK(!folds_shortcut() || residual != nullptr, "{}: a folded shortcut needs its convolution's output",
+            name_);
   if (residual) DLB_CHECK(residual->value.dims() == x.dims(), "{}: residual shape differs", name_);
-  geometry_.batch = x.n();
-  geometry_.channels = x.c();
-  geometry_.h = x.h();
-  geometry_.w = x.w();
-  geometry_.dtype = net.dtype();
-  geometry_.layout = net.layout();
-  geometry_.fusion = fusion;
+  own_.geometry = geometry_of(net, x, fusion);
+  if (folds_shortcut()) shortcut_.geometry = geometry_of(net, residual->value, BatchNormFusion::none);
   set_inputs(residual ? std::vector<Activation*>{&input, residual} : std::vector<Activation*>{&input});
   output_ = &net.new_activation(name_ + ".out", x.dims());
   Device device = net.backend().device();
-  for (Tensor* t :
-       {&gamma_, &beta_, &dgamma_, &dbeta_, &running_mean_, &running_var_, &saved_mean_, &saved_inv_std_}) {
-    *t = Tensor(nullptr, {x.c()}, net.master_dtype(), Layout::nchw, device);
+  for (Norm* norm : {&own_, &shortcut_}) {
+    if (norm == &shortcut_ && !folds_shortcut()) break;
+    for (Tensor* t : {&norm->gamma, &norm->beta, &norm->dgamma, &norm->dbeta, &norm->running_mean,
+                      &norm->running_var, &norm->saved_mean, &norm->saved_inv_std}) {
+      *t = Tensor(nullptr, {x.c()}, net.master_dtype(), Layout::nchw, device);
+    }
   }
 }
 
+void BatchNormLayer::plan_norm(MemoryPlan& plan, Norm& norm, const std::string& name) {
+  norm.plan = plan.estimate_only() ? net_.backend().estimate_batchnorm(norm.geometry)
+                                   : net_.backend().plan_batchnorm(norm.geometry);
+  plan.add_parameter(name + ".weight", norm.gamma, norm.dgamma, ParamInit::ones, 1, true, ParamUse::master);
+  plan.add_parameter(name + ".bias", norm.beta, norm.dbeta, ParamInit::zeros, 1, true, ParamUse::master);
+  plan.add_buffer(norm.running_mean, 0.f);
+  plan.add_buffer(norm.running_var, 1.f);
+  plan.add_activation(norm.saved_mean, name + ".saved_mean");
+  plan.add_activation(norm.saved_inv_std, name + ".saved_inv_std");
+  plan.require_workspace(norm.plan->workspace_bytes());
+  plan.add_held_bytes(norm.plan->held_bytes());
+}
+
 void BatchNormLayer::plan(MemoryPlan& plan) {
-  plan_ = plan.estimate_only() ? net_.backend().estimate_batchnorm(geometry_)
-                               : net_.backend().plan_batchnorm(geometry_);
-  plan.add_parameter(name_ + ".weight", gamma_, dgamma_, ParamInit::ones, 1, true, ParamUse::master);
-  plan.add_parameter(name_ + ".bias", beta_, dbeta_, ParamInit::zeros, 1, true, ParamUse::master);
-  plan.add_buffer(running_mean_, 0.f);
-  plan.add_buffer(running_var_, 1.f);
-  plan.add_activation(saved_mean_, name_ + ".saved_mean");
-  plan.add_activation(saved_inv_std_, name_ + ".saved_inv_std");
-  plan.require_workspace(plan_->workspace_bytes());
-  plan.add_held_bytes(plan_->held_bytes());
+  // The shortcut's first: the order its own layer would have registered them in (it comes before this one).
+  if (folds_shortcut()) plan_norm(plan, shortcut_, shortcut_name_);
+  plan_norm(plan, own_, name_);
+}
+
+BatchNormTensors BatchNormLayer::tensors(Norm& norm, int input) {
+  BatchNormTensors t;
+  t.x = &inputs_[static_cast<size_t>(input)]->value;
+  t.gamma = &norm.gamma;
+  t.beta = &norm.beta;
+  t.running_mean = &norm.running_mean;
+  t.running_var = &norm.running_var;
+  t.saved_mean = &norm.saved_mean;
+  t.saved_inv_std = &norm.saved_inv_std;
+  t.dx = &inputs_[static_cast<size_t>(input)]->grad;
+  t.dgamma = &norm.dgamma;
+  t.dbeta = &norm.dbeta;
+  return t;
 }
 
 void BatchNormLayer::forward(Phase phase) {
   Backend& backend = net_.backend();
+  if (folds_shortcut()) {
+    const BatchNormTensors own = tensors(own_, 0), shortcut = tensors(shortcut_, 1);
+    if (phase == Phase::train) {
+      backend.batchnorm_shortcut_forward_training(*own_.plan, *shortcut_.plan, own, shortcut, output_->value,
+                                                  net_.workspace());
+    } else {
+      backend.batchnorm_shortcut_forward_inference(*own_.plan, *shortcut_.plan, own, shortcut,
+                                                   output_->value);
+    }
+    return;
+  }
   const Tensor* residual = inputs_.size() > 1 ? &inputs_[1]->value : nullptr;
   if (phase == Phase::train) {
-    backend.batchnorm_forward_training(*plan_, inputs_[0]->value, residual, gamma_, beta_, output_->value,
-                                       running_mean_, running_var_, saved_mean_, saved_inv_std_,
-                                       net_.workspace());
+    backend.batchnorm_forward_training(*own_.plan, inputs_[0]->value, residual, own_.gamma, own_.beta,
+                                       output_->value, own_.running_mean, own_.running_var, own_.saved_mean,
+                                       own_.saved_inv_std, net_.workspace());
   } else {
-    backend.batchnorm_forward_inference(*plan_, inputs_[0]->value, residual, gamma_, beta_, running_mean_,
-                                        running_var_, output_->value);
+    backend.batchnorm_forward_inference(*own_.plan, inputs_[0]->value, residual, own_.gamma, own_.beta,
+                                        own_.running_mean, own_.running_var, output_->value);
   }
 }
 
@@ -64,13 +113,23 @@ void BatchNormLayer::backward() {
     DLB_CHECK(input_grad_mode(1) == GradMode::overwrite, "{}: residual gradient must be overwritten", name_);
     dresidual = &inputs_[1]->grad;
   }
-  net_.backend().batchnorm_backward(*plan_, inputs_[0]->value, output_->value, output_->grad, gamma_,
-                                    saved_mean_, saved_inv_std_, inputs_[0]->grad, dresidual, dgamma_, dbeta_,
-                                    net_.parameter_grad_mode(), net_.workspace());
+  if (folds_shortcut()) {
+    net_.backend().batchnorm_shortcut_backward(*own_.plan, *shortcut_.plan, tensors(own_, 0),
+                                               tensors(shortcut_, 1), output_->value, output_->grad,
+                                               net_.parameter_grad_mode(), net_.workspace());
+    return;
+  }
+  net_.backend().batchnorm_backward(*own_.plan, inputs_[0]->value, output_->value, output_->grad, own_.gamma,
+                                    own_.saved_mean, own_.saved_inv_std, inputs_[0]->grad, dresidual,
+                                    own_.dgamma, own_.dbeta, net_.parameter_grad_mode(), net_.workspace());
 }
 
 std::string BatchNormLayer::plan_summary() const {
-  return plan_ ? net_.backend().describe(*plan_) : std::string();
+  if (!own_.plan) return std::string();
+  const std::string own = net_.backend().describe(*own_.plan);
+  return folds_shortcut()
+             ? fmt::format("{}; folded {}: {}", own, shortcut_name_, net_.backend().describe(*shortcut_.plan))
+             : own;
 }
 
 }  // namespace dlbench

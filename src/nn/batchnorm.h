@@ -6,6 +6,12 @@
 //   params   gamma = 1, beta = 0      [C] master dtype (FP32; FP64 in a double network)
 //   buffers  running mean = 0, var = 1 [C] (used at inference, saved in checkpoints)
 //   saved    batch mean, 1/sqrt(var + eps) [C] (forward -> backward)
+//
+// A projection block's closing batch norm may fold in the shortcut's (`shortcut_name`, the shortcut
+// batch norm's own name): its residual input is then the shortcut convolution's output s, and the layer
+// computes y = relu(bn(x) + bn_s(s)), holding bn_s's parameters, buffers and saved statistics under the
+// shortcut's names (so parameters, checkpoints and their order are those of the two layers), through
+// Backend::batchnorm_shortcut_*: bn_s(s) and the gradient between the two need never be stored.
 #pragma once
 
 #include <memory>
@@ -17,27 +23,37 @@ namespace dlbench {
 class BatchNormLayer final : public Layer {
  public:
   BatchNormLayer(Network& net, std::string name, Activation& input, BatchNormFusion fusion,
-                 Activation* residual = nullptr);
+                 Activation* residual = nullptr, std::string shortcut_name = "");
   const char* kind() const override { return "batchnorm"; }
   void plan(MemoryPlan& plan) override;
   void forward(Phase phase) override;
   void backward() override;
   std::string plan_summary() const override;
-  // The residual's value is added in the forward pass only (its gradient is a masked copy of dy), and the
+  // The residual's value is added in the forward pass only (its gradient is a masked copy of dy; a folded
+  // shortcut's input is normalised again in the backward, so read there), and the
   // output's masks the ReLU: without one it is not read (Backend::batchnorm_backward).
-  bool backward_reads_input(int index) const override { return index == 0; }
-  bool backward_reads_output() const override { return geometry_.fusion != BatchNormFusion::none; }
+  bool backward_reads_input(int index) const override { return index == 0 || folds_shortcut(); }
+  bool backward_reads_output() const override { return own_.geometry.fusion != BatchNormFusion::none; }
 
-  Tensor& gamma() { return gamma_; }
-  Tensor& beta() { return beta_; }
-  Tensor& running_mean() { return running_mean_; }
-  Tensor& running_var() { return running_var_; }
+  Tensor& gamma() { return own_.gamma; }
+  Tensor& beta() { return own_.beta; }
+  Tensor& running_mean() { return own_.running_mean; }
+  Tensor& running_var() { return own_.running_var; }
 
  private:
-  BatchNormGeometry geometry_;
-  std::unique_ptr<BatchNormPlan> plan_;
-  Tensor gamma_, beta_, dgamma_, dbeta_;
-  Tensor running_mean_, running_var_, saved_mean_, saved_inv_std_;
+  // One batch norm's plan and tensors: this layer's own, and the folded shortcut's.
+  struct Norm {
+    BatchNormGeometry geometry;
+    std::unique_ptr<BatchNormPlan> plan;
+    Tensor gamma, beta, dgamma, dbeta;
+    Tensor running_mean, running_var, saved_mean, saved_inv_std;
+  };
+  bool folds_shortcut() const { return !shortcut_name_.empty(); }
+  void plan_norm(MemoryPlan& plan, Norm& norm, const std::string& name);
+  BatchNormTensors tensors(Norm& norm, int input);
+
+  Norm own_, shortcut_;
+  std::string shortcut_name_;  // "" when nothing is folded in
 };
 
 }  // namespace dlbench

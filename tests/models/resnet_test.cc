@@ -2,8 +2,12 @@
 
 #include <gtest/gtest.h>
 
+#include <cstring>
+#include <vector>
+
 #include "backend/backend.h"
 #include "core/status.h"
+#include "test_util.h"
 
 namespace dlbench {
 namespace {
@@ -79,6 +83,58 @@ TEST(ResNet, RejectsUnknownNamesAndTinyInputs) {
   EXPECT_THROW(build_model("resnet51", *backend, options, model_options), UserError);
   model_options.input = {1, 28, 28};
   EXPECT_THROW(build_model("resnet50", *backend, options, model_options), UserError);
+}
+
+// Folding the projection shortcuts' batch norms into their blocks' closing ones changes nothing a
+// training step computes: on the reference backend (f64) and on oneDNN (f32), one step of resnet20 with
+// the shortcuts folded and one without give the same loss, parameter gradients, running statistics
+// (buffers) and inference logits, bit for bit (the backends compose the folded op from the single ones).
+// The parameters keep their names and order.
+TEST(ResNet, FoldedShortcutBatchNormsComputeWhatTheLayersDo) {
+  struct Step {
+    std::vector<std::string> names;
+    std::vector<uint8_t> loss, gradients, buffers, logits;
+    size_t layers = 0;
+  };
+  auto bytes = [](const Tensor& t) {
+    const auto* p = static_cast<const uint8_t*>(t.data());
+    return std::vector<uint8_t>(p, p + t.bytes());
+  };
+  for (const bool onednn : {false, true}) {
+    SCOPED_TRACE(onednn ? "onednn" : "reference");
+    auto step = [&](bool fold) {
+      std::unique_ptr<Backend> backend = onednn ? make_onednn_backend(2) : make_reference_backend();
+      NetworkOptions options;
+      options.dtype = onednn ? DType::f32 : DType::f64;
+      options.batch = 4;
+      ModelOptions model_options;
+      model_options.input = {1, 12, 12};
+      model_options.num_classes = 10;
+      model_options.fold_shortcut_bn = fold;
+      Model model = build_model("resnet20", *backend, options, model_options);
+      model.net->finalize(7);
+      testing::fill_uniform(model.images->value, 11);
+      for (int i = 0; i < 4; ++i) model.labels->value.ptr<int32_t>()[i] = 2 * i + 1;
+      model.net->forward(Phase::train);
+      model.net->backward();
+      Step s;
+      s.layers = model.net->layers().size();
+      for (const auto& p : model.net->memory().parameters()) s.names.push_back(p.name);
+      s.loss = bytes(model.loss->output()->value);
+      s.gradients = bytes(model.net->memory().flat_gradients());
+      s.buffers = bytes(model.net->memory().flat_buffers());
+      model.net->forward(Phase::inference);
+      s.logits = bytes(model.logits->value);
+      return s;
+    };
+    const Step layers = step(false), folded = step(true);
+    EXPECT_EQ(folded.layers + 2, layers.layers);  // resnet20's two projection shortcuts, folded
+    EXPECT_EQ(folded.names, layers.names);
+    EXPECT_EQ(folded.loss, layers.loss);
+    EXPECT_EQ(folded.gradients, layers.gradients);
+    EXPECT_EQ(folded.buffers, layers.buffers);
+    EXPECT_EQ(folded.logits, layers.logits);
+  }
 }
 
 }  // namespace

@@ -153,6 +153,9 @@ TEST_P(LayerGradient, WholeResNet20) {
   ModelOptions model_options;
   model_options.input = {1, 8, 8};
   model_options.num_classes = 10;
+  // The projection shortcuts' batch norms folded into their blocks' closing ones: their gradients then
+  // come from Backend::batchnorm_shortcut_backward.
+  model_options.fold_shortcut_bn = true;
   Model model = build_model("resnet20", *backend, options, model_options);
   model.net->finalize(3);
   testing::fill_uniform(model.images->value, 5);
