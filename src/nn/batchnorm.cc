@@ -63,6 +63,9 @@ void BatchNormLayer::plan(MemoryPlan& plan) {
   // The shortcut's first: the order its own layer would have registered them in (it comes before this one).
   if (folds_shortcut()) plan_norm(plan, shortcut_, shortcut_name_);
   plan_norm(plan, own_, name_);
+  // The folded op may use both batch norms' workspaces at once.
+  if (folds_shortcut())
+    plan.require_workspace(own_.plan->workspace_bytes() + shortcut_.plan->workspace_bytes());
 }
 
 BatchNormTensors BatchNormLayer::tensors(Norm& norm, int input) {
