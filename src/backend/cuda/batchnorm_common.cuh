@@ -219,4 +219,12 @@ void nhwc_backward(const OwnBatchNormLaunch& launch, const void* x, const void* 
                    void* dresidual, float* dgamma, float* dbeta, bool accumulate, void* workspace,
                    const float4* forward, cudaStream_t stream);
 
+// A projection block's shortcut folded into its closing batch norm (NHWC; batchnorm_nhwc.cu). False, with
+// nothing launched, where the kernels cannot take the tensors (channels not in whole 16-byte vectors,
+// pointers not aligned for them): the caller composes the single ops.
+bool nhwc_folded_forward_training(const OwnBatchNormSide& main, const OwnBatchNormSide& shortcut, void* y,
+                                  void* workspace, cudaStream_t stream);
+bool nhwc_folded_backward(const OwnBatchNormSide& main, const OwnBatchNormSide& shortcut, const void* dy,
+                          bool accumulate, void* workspace, cudaStream_t stream);
+
 }  // namespace dlbench::cuda::bn

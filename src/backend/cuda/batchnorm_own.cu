@@ -171,4 +171,20 @@ void own_batchnorm_backward(const OwnBatchNormLaunch& launch, const void* x, con
       static_cast<const float4*>(held), stream);
 }
 
+bool own_batchnorm_shortcut_forward_training(const OwnBatchNormSide& main, const OwnBatchNormSide& shortcut,
+                                             void* y, void* workspace, cudaStream_t stream) {
+  check_launch(*main.launch, kForward);
+  check_launch(*shortcut.launch, kForward);
+  if (main.launch->geometry.layout != Layout::nhwc) return false;
+  return bn::nhwc_folded_forward_training(main, shortcut, y, workspace, stream);
+}
+
+bool own_batchnorm_shortcut_backward(const OwnBatchNormSide& main, const OwnBatchNormSide& shortcut,
+                                     const void* dy, bool accumulate, void* workspace, cudaStream_t stream) {
+  check_launch(*main.launch, kBackward);
+  check_launch(*shortcut.launch, kBackward);
+  if (main.launch->geometry.layout != Layout::nhwc) return false;
+  return bn::nhwc_folded_backward(main, shortcut, dy, accumulate, workspace, stream);
+}
+
 }  // namespace dlbench::cuda

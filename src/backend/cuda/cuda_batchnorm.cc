@@ -37,6 +37,7 @@
 #include <cstdlib>
 #include <string>
 
+#include "backend/cuda/batchnorm_launch.h"
 #include "backend/cuda/cuda_common.h"
 #include "backend/cuda/kernels.h"
 
@@ -487,6 +488,74 @@ void CudaBackend::batchnorm_backward(const BatchNormPlan& plan, const Tensor& x,
       p.x_desc, x.data(), nullptr, nullptr, p.x_desc, dy_bn, nullptr, nullptr, p.x_desc, dx.data(),
       p.param_desc, gamma.data(), nullptr, dgamma.data(), dbeta.data(), g.epsilon, saved_mean.data(),
       saved_inv_std.data(), nullptr, ws, p.backward_workspace, p.reserve.get(), p.reserve_bytes));
+}
+
+namespace {
+
+// DLBENCH_BN_FOLD_SHORTCUT: off (the default, also when unset) or on.
+bool fold_shortcut_asked() {
+  return env_choice<bool>("DLBENCH_BN_FOLD_SHORTCUT", {{"off", false}, {"on", true}});
+}
+
+// One side of the folded op on the own kernels' terms.
+OwnBatchNormSide own_side(const CudaBatchNormPlan& p, const BatchNormTensors& t, bool backward) {
+  OwnBatchNormSide side;
+  side.launch = &p.own_launch;
+  side.x = t.x->data();
+  side.gamma = f32(*t.gamma);
+  side.beta = f32(*t.beta);
+  side.saved_mean = f32(*t.saved_mean);
+  side.saved_inv_std = f32(*t.saved_inv_std);
+  if (backward) {
+    side.dx = t.dx->data();
+    side.dgamma = f32(*t.dgamma);
+    side.dbeta = f32(*t.dbeta);
+  } else {
+    side.running_mean = f32(*t.running_mean);
+    side.running_var = f32(*t.running_var);
+  }
+  side.held = p.reserve.get();
+  return side;
+}
+
+// Both plans on the own NHWC kernels, the closing one add_relu keeping its mask.
+bool own_pair(const CudaBatchNormPlan& p, const CudaBatchNormPlan& s) {
+  return p.own && s.own && p.geometry.layout == Layout::nhwc && s.geometry.layout == Layout::nhwc &&
+         bn::keeps_relu_mask(p.geometry) && p.reserve.get() != nullptr && s.reserve.get() != nullptr;
+}
+
+}  // namespace
+
+bool CudaBackend::folds_shortcut_batchnorm(const BatchNormGeometry& g) const {
+  return fold_shortcut_asked() && batchnorm_kernels() == BatchNormKernels::own && g.dtype != DType::f64 &&
+         bn::keeps_relu_mask(g);
+}
+
+void CudaBackend::batchnorm_shortcut_forward_training(const BatchNormPlan& plan,
+                                                      const BatchNormPlan& shortcut_plan,
+                                                      const BatchNormTensors& main,
+                                                      const BatchNormTensors& shortcut, Tensor& y,
+                                                      void* workspace) {
+  const auto &p = as_cuda_plan(plan), &s = as_cuda_plan(shortcut_plan);
+  activate();
+  if (own_pair(p, s) &&
+      own_batchnorm_shortcut_forward_training(own_side(p, main, false), own_side(s, shortcut, false),
+                                              y.data(), workspace, stream_))
+    return;
+  Backend::batchnorm_shortcut_forward_training(plan, shortcut_plan, main, shortcut, y, workspace);
+}
+
+void CudaBackend::batchnorm_shortcut_backward(const BatchNormPlan& plan, const BatchNormPlan& shortcut_plan,
+                                              const BatchNormTensors& main, const BatchNormTensors& shortcut,
+                                              const Tensor& y, const Tensor& dy, Accumulate accumulate,
+                                              void* workspace) {
+  const auto &p = as_cuda_plan(plan), &s = as_cuda_plan(shortcut_plan);
+  activate();
+  if (own_pair(p, s) &&
+      own_batchnorm_shortcut_backward(own_side(p, main, true), own_side(s, shortcut, true), dy.data(),
+                                      accumulate == Accumulate::add, workspace, stream_))
+    return;
+  Backend::batchnorm_shortcut_backward(plan, shortcut_plan, main, shortcut, y, dy, accumulate, workspace);
 }
 
 }  // namespace cuda

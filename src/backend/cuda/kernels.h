@@ -123,4 +123,24 @@ void own_batchnorm_backward(const OwnBatchNormLaunch& launch, const void* x, con
                             void* dresidual, float* dgamma, float* dbeta, bool accumulate, void* workspace,
                             const void* held, cudaStream_t stream);
 
+// A projection block's shortcut batch norm folded into the block's closing one
+// (Backend::batchnorm_shortcut_*; NHWC only): y = relu(bn(x) + bn_s(s)) from each side's statistics, and both
+// inputs' gradients. Each side is one batch norm's launch, tensors and held memory (the closing one's
+// add_relu, the shortcut's none); the workspace holds both sides' workspaces one after the other. False, with
+// nothing launched, where the kernels cannot take the tensors.
+struct OwnBatchNormSide {
+  const OwnBatchNormLaunch* launch = nullptr;
+  const void* x = nullptr;
+  const float* gamma = nullptr;
+  const float* beta = nullptr;
+  float *running_mean = nullptr, *running_var = nullptr, *saved_mean = nullptr, *saved_inv_std = nullptr;
+  void* dx = nullptr;
+  float *dgamma = nullptr, *dbeta = nullptr;
+  void* held = nullptr;
+};
+bool own_batchnorm_shortcut_forward_training(const OwnBatchNormSide& main, const OwnBatchNormSide& shortcut,
+                                             void* y, void* workspace, cudaStream_t stream);
+bool own_batchnorm_shortcut_backward(const OwnBatchNormSide& main, const OwnBatchNormSide& shortcut,
+                                     const void* dy, bool accumulate, void* workspace, cudaStream_t stream);
+
 }  // namespace dlbench::cuda
