@@ -1,5 +1,6 @@
 // One whole ResNet-50 training step on the GPU against the same step on the CPU (oneDNN), in fp32 with
-// TF32 off: the loss and every parameter's gradient must agree.
+// TF32 off: the loss and every parameter's gradient must agree. A second test runs the GPU's step with the
+// projection shortcuts' batch norms folded into their blocks' closing ones.
 //
 // The relative error of a gradient tensor is ||gpu - cpu||_2 / ||cpu||_2. At initialisation these
 // gradients are ill-conditioned: batch norm's backward subtracts each channel's mean and its projection on
@@ -17,6 +18,7 @@
 #include <cstdlib>
 #include <functional>
 #include <map>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -38,13 +40,15 @@ struct StepResult {
 };
 
 StepResult one_step(Backend& backend, Layout layout, const std::vector<float>& images,
-                    const std::vector<int32_t>& labels, int64_t batch, int64_t size) {
+                    const std::vector<int32_t>& labels, int64_t batch, int64_t size,
+                    std::optional<bool> fold_shortcut_bn = std::nullopt) {
   NetworkOptions options;
   options.batch = batch;
   options.layout = layout;
   ModelOptions model_options;
   model_options.input = {3, size, size};
   model_options.num_classes = 1000;
+  model_options.fold_shortcut_bn = fold_shortcut_bn;
   Model model = build_model("resnet50", backend, options, model_options);
   model.net->finalize(/*seed=*/123);
   // Images are given in NCHW; convert to the network layout on the host.
@@ -95,6 +99,60 @@ int64_t env_or(const char* name, int64_t fallback) {
   return text ? std::atoll(text) : fallback;
 }
 
+#ifdef DLBENCH_WITH_CUDA
+// The step on the GPU (its projection shortcuts folded as `gpu_fold` says) against oneDNN's, unfolded.
+void expect_step_matches(Backend& cpu, Backend& gpu, Layout layout, std::optional<bool> gpu_fold,
+                         const std::vector<float>& image_values, const std::vector<int32_t>& labels,
+                         int64_t batch, int64_t size) {
+  StepResult a = one_step(cpu, layout, image_values, labels, batch, size);
+  StepResult b = one_step(gpu, layout, image_values, labels, batch, size, gpu_fold);
+  EXPECT_NEAR(b.loss, a.loss, 1e-5 * std::abs(a.loss));
+  ASSERT_EQ(a.gradients.size(), b.gradients.size());
+  ASSERT_EQ(a.names.size(), 161u);  // every parameter tensor of ResNet-50
+  // The CPU's own spread under two rounding-sized nudges of the input, per tensor.
+  std::map<std::string, double> spread;
+  for (float sign : {1.f, -1.f}) {
+    std::vector<float> nudged(image_values);
+    for (size_t i = 0; i < nudged.size(); ++i) nudged[i] *= 1.f + sign * (i % 2 ? 1e-7f : -1e-7f);
+    for (const auto& [relative, name] : tensor_errors(a, one_step(cpu, layout, nudged, labels, batch, size)))
+      spread[name] = std::max(spread[name], relative);
+  }
+  auto errors = tensor_errors(a, b);
+  int batch_norm = 0, within_1e3 = 0;
+  double worst_ratio = 0;
+  std::string worst_name;
+  for (const auto& [relative, name] : errors) {
+    if (name.find("bn") != std::string::npos || name.find("downsample.1") != std::string::npos) ++batch_norm;
+    if (relative < 1e-3) ++within_1e3;
+    EXPECT_LT(relative, std::max(1e-3, 4 * spread[name])) << name << " (CPU spread " << spread[name] << ")";
+    if (relative / std::max(1e-3, spread[name]) > worst_ratio) {
+      worst_ratio = relative / std::max(1e-3, spread[name]);
+      worst_name = name;
+    }
+  }
+  EXPECT_EQ(batch_norm, 106);  // 53 batch norms x (gamma, beta), among the 161
+  std::printf(
+      "%s batch %lld size %lld: loss %.6f vs %.6f; %d of 161 gradients within 1e-3; largest "
+      "error / CPU spread: %.2f (%s)\n",
+      layout_name(layout), static_cast<long long>(batch), static_cast<long long>(size), b.loss, a.loss,
+      within_1e3, worst_ratio, worst_name.c_str());
+  for (size_t i = 0; i < 4; ++i)
+    std::printf("  gpu vs cpu %.2e %-28s (CPU spread under a 1e-7 nudge: %.2e)\n", errors[i].first,
+                errors[i].second.c_str(), spread[errors[i].second]);
+}
+
+// The inputs of both tests: uniform images, spread labels.
+void step_inputs(int64_t batch, int64_t size, std::vector<float>& image_values,
+                 std::vector<int32_t>& labels) {
+  HostBuffer images({batch, 3, size, size}, DType::f32);
+  testing::fill_uniform(images.tensor(), 99, -2, 2);
+  image_values.assign(images.ptr<float>(), images.ptr<float>() + images.numel());
+  labels.resize(static_cast<size_t>(batch));
+  for (int64_t i = 0; i < batch; ++i)
+    labels[static_cast<size_t>(i)] = static_cast<int32_t>((i * 397 + 3) % 1000);
+}
+#endif
+
 TEST(GpuModel, ResNet50StepMatchesOneDnnInFp32) {
 #ifndef DLBENCH_WITH_CUDA
   GTEST_SKIP() << "built without CUDA";
@@ -102,54 +160,32 @@ TEST(GpuModel, ResNet50StepMatchesOneDnnInFp32) {
   if (cuda_device_count() == 0) GTEST_SKIP() << "no CUDA GPU: the GPU-vs-oneDNN step check needs one";
   // The size can be overridden for diagnosis (DLBENCH_TEST_BATCH, DLBENCH_TEST_SIZE).
   const int64_t batch = env_or("DLBENCH_TEST_BATCH", 8), size = env_or("DLBENCH_TEST_SIZE", 112);
-  HostBuffer images({batch, 3, size, size}, DType::f32);
-  testing::fill_uniform(images.tensor(), 99, -2, 2);
-  std::vector<float> image_values(images.ptr<float>(), images.ptr<float>() + images.numel());
-  std::vector<int32_t> labels(static_cast<size_t>(batch));
-  for (int64_t i = 0; i < batch; ++i)
-    labels[static_cast<size_t>(i)] = static_cast<int32_t>((i * 397 + 3) % 1000);
+  std::vector<float> image_values;
+  std::vector<int32_t> labels;
+  step_inputs(batch, size, image_values, labels);
   auto cpu = make_onednn_backend(0);
   auto gpu = make_cuda_backend(0, /*allow_tf32=*/false);
   for (Layout layout : {Layout::nhwc, Layout::nchw}) {
     SCOPED_TRACE(layout_name(layout));
-    StepResult a = one_step(*cpu, layout, image_values, labels, batch, size);
-    StepResult b = one_step(*gpu, layout, image_values, labels, batch, size);
-    EXPECT_NEAR(b.loss, a.loss, 1e-5 * std::abs(a.loss));
-    ASSERT_EQ(a.gradients.size(), b.gradients.size());
-    ASSERT_EQ(a.names.size(), 161u);  // every parameter tensor of ResNet-50
-    // The CPU's own spread under two rounding-sized nudges of the input, per tensor.
-    std::map<std::string, double> spread;
-    for (float sign : {1.f, -1.f}) {
-      std::vector<float> nudged(image_values);
-      for (size_t i = 0; i < nudged.size(); ++i) nudged[i] *= 1.f + sign * (i % 2 ? 1e-7f : -1e-7f);
-      for (const auto& [relative, name] :
-           tensor_errors(a, one_step(*cpu, layout, nudged, labels, batch, size)))
-        spread[name] = std::max(spread[name], relative);
-    }
-    auto errors = tensor_errors(a, b);
-    int batch_norm = 0, within_1e3 = 0;
-    double worst_ratio = 0;
-    std::string worst_name;
-    for (const auto& [relative, name] : errors) {
-      if (name.find("bn") != std::string::npos || name.find("downsample.1") != std::string::npos)
-        ++batch_norm;
-      if (relative < 1e-3) ++within_1e3;
-      EXPECT_LT(relative, std::max(1e-3, 4 * spread[name])) << name << " (CPU spread " << spread[name] << ")";
-      if (relative / std::max(1e-3, spread[name]) > worst_ratio) {
-        worst_ratio = relative / std::max(1e-3, spread[name]);
-        worst_name = name;
-      }
-    }
-    EXPECT_EQ(batch_norm, 106);  // 53 batch norms x (gamma, beta), among the 161
-    std::printf(
-        "%s batch %lld size %lld: loss %.6f vs %.6f; %d of 161 gradients within 1e-3; largest "
-        "error / CPU spread: %.2f (%s)\n",
-        layout_name(layout), static_cast<long long>(batch), static_cast<long long>(size), b.loss, a.loss,
-        within_1e3, worst_ratio, worst_name.c_str());
-    for (size_t i = 0; i < 4; ++i)
-      std::printf("  gpu vs cpu %.2e %-28s (CPU spread under a 1e-7 nudge: %.2e)\n", errors[i].first,
-                  errors[i].second.c_str(), spread[errors[i].second]);
+    expect_step_matches(*cpu, *gpu, layout, std::nullopt, image_values, labels, batch, size);
   }
+#endif
+}
+
+// The same step with the projection shortcuts' batch norms folded into their blocks' closing ones on the
+// GPU (the own NHWC kernels of Backend::batchnorm_shortcut_*), against oneDNN's unfolded step.
+TEST(GpuModel, ResNet50StepWithFoldedShortcutsMatchesOneDnnInFp32) {
+#ifndef DLBENCH_WITH_CUDA
+  GTEST_SKIP() << "built without CUDA";
+#else
+  if (cuda_device_count() == 0) GTEST_SKIP() << "no CUDA GPU: the GPU-vs-oneDNN step check needs one";
+  const int64_t batch = env_or("DLBENCH_TEST_BATCH", 8), size = env_or("DLBENCH_TEST_SIZE", 112);
+  std::vector<float> image_values;
+  std::vector<int32_t> labels;
+  step_inputs(batch, size, image_values, labels);
+  auto cpu = make_onednn_backend(0);
+  auto gpu = make_cuda_backend(0, /*allow_tf32=*/false);
+  expect_step_matches(*cpu, *gpu, Layout::nhwc, true, image_values, labels, batch, size);
 #endif
 }
 
