@@ -143,8 +143,12 @@ size_t own_batchnorm_held_bytes(const OwnBatchNormLaunch& launch) {
 }
 
 size_t own_batchnorm_workspace_bytes(const OwnBatchNormLaunch& launch) {
-  return bn::coefficient_bytes(launch.geometry.channels) +
-         static_cast<size_t>(launch.geometry.channels * launch.splits) * sizeof(float2);
+  // A multiple of 256 bytes: the folded shortcut's workspace follows this one, its float4 coefficients
+  // first.
+  constexpr size_t kAlign = 256;
+  const size_t bytes = bn::coefficient_bytes(launch.geometry.channels) +
+                       static_cast<size_t>(launch.geometry.channels * launch.splits) * sizeof(float2);
+  return (bytes + kAlign - 1) / kAlign * kAlign;
 }
 
 void own_batchnorm_forward_training(const OwnBatchNormLaunch& launch, const void* x, const void* residual,

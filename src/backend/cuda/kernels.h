@@ -126,7 +126,8 @@ void own_batchnorm_backward(const OwnBatchNormLaunch& launch, const void* x, con
 // A projection block's shortcut batch norm folded into the block's closing one
 // (Backend::batchnorm_shortcut_*; NHWC only): y = relu(bn(x) + bn_s(s)) from each side's statistics, and both
 // inputs' gradients. Each side is one batch norm's launch, tensors and held memory (the closing one's
-// add_relu, the shortcut's none); the workspace holds both sides' workspaces one after the other. False, with
+// add_relu, the shortcut's none); the workspace holds both sides' workspaces one after the other
+// (own_batchnorm_workspace_bytes is a multiple of 256 bytes, so the second starts aligned). False, with
 // nothing launched, where the kernels cannot take the tensors.
 struct OwnBatchNormSide {
   const OwnBatchNormLaunch* launch = nullptr;
