@@ -18,6 +18,7 @@
 #include <cstdlib>
 #include <functional>
 #include <map>
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
@@ -153,18 +154,30 @@ void step_inputs(int64_t batch, int64_t size, std::vector<float>& image_values,
 }
 #endif
 
-TEST(GpuModel, ResNet50StepMatchesOneDnnInFp32) {
+// What both steps take: a GPU (skipped without one), oneDNN, the inputs. The size can be overridden for
+// diagnosis (DLBENCH_TEST_BATCH, DLBENCH_TEST_SIZE).
+class GpuModel : public ::testing::Test {
+ protected:
+  void SetUp() override {
 #ifndef DLBENCH_WITH_CUDA
-  GTEST_SKIP() << "built without CUDA";
+    GTEST_SKIP() << "built without CUDA";
 #else
-  if (cuda_device_count() == 0) GTEST_SKIP() << "no CUDA GPU: the GPU-vs-oneDNN step check needs one";
-  // The size can be overridden for diagnosis (DLBENCH_TEST_BATCH, DLBENCH_TEST_SIZE).
-  const int64_t batch = env_or("DLBENCH_TEST_BATCH", 8), size = env_or("DLBENCH_TEST_SIZE", 112);
+    if (cuda_device_count() == 0) GTEST_SKIP() << "no CUDA GPU: the GPU-vs-oneDNN step check needs one";
+    batch = env_or("DLBENCH_TEST_BATCH", 8);
+    size = env_or("DLBENCH_TEST_SIZE", 112);
+    step_inputs(batch, size, image_values, labels);
+    cpu = make_onednn_backend(0);
+    gpu = make_cuda_backend(0, /*allow_tf32=*/false);
+#endif
+  }
+  int64_t batch = 0, size = 0;
   std::vector<float> image_values;
   std::vector<int32_t> labels;
-  step_inputs(batch, size, image_values, labels);
-  auto cpu = make_onednn_backend(0);
-  auto gpu = make_cuda_backend(0, /*allow_tf32=*/false);
+  std::unique_ptr<Backend> cpu, gpu;
+};
+
+TEST_F(GpuModel, ResNet50StepMatchesOneDnnInFp32) {
+#ifdef DLBENCH_WITH_CUDA
   for (Layout layout : {Layout::nhwc, Layout::nchw}) {
     SCOPED_TRACE(layout_name(layout));
     expect_step_matches(*cpu, *gpu, layout, std::nullopt, image_values, labels, batch, size);
@@ -174,17 +187,8 @@ TEST(GpuModel, ResNet50StepMatchesOneDnnInFp32) {
 
 // The same step with the projection shortcuts' batch norms folded into their blocks' closing ones on the
 // GPU (the own NHWC kernels of Backend::batchnorm_shortcut_*), against oneDNN's unfolded step.
-TEST(GpuModel, ResNet50StepWithFoldedShortcutsMatchesOneDnnInFp32) {
-#ifndef DLBENCH_WITH_CUDA
-  GTEST_SKIP() << "built without CUDA";
-#else
-  if (cuda_device_count() == 0) GTEST_SKIP() << "no CUDA GPU: the GPU-vs-oneDNN step check needs one";
-  const int64_t batch = env_or("DLBENCH_TEST_BATCH", 8), size = env_or("DLBENCH_TEST_SIZE", 112);
-  std::vector<float> image_values;
-  std::vector<int32_t> labels;
-  step_inputs(batch, size, image_values, labels);
-  auto cpu = make_onednn_backend(0);
-  auto gpu = make_cuda_backend(0, /*allow_tf32=*/false);
+TEST_F(GpuModel, ResNet50StepWithFoldedShortcutsMatchesOneDnnInFp32) {
+#ifdef DLBENCH_WITH_CUDA
   expect_step_matches(*cpu, *gpu, Layout::nhwc, true, image_values, labels, batch, size);
 #endif
 }
