@@ -305,6 +305,130 @@ TEST_F(CudaBatchNormTest, OwnNhwcMaskFromAnUnalignedForward) {
   expect_close("dresidual after an unaligned forward", dres_unaligned.tensor(), dres_aligned.tensor(), 0.0);
 }
 
+// One batch norm of a folded pair: its data and parameters on the host (the reference's, wide) and the GPU.
+struct FoldSide {
+  FoldSide(Backend& ref, Backend& gpu, const BatchNormGeometry& g, uint64_t seed)
+      : dims{g.batch, g.channels, g.h, g.w},
+        cdims{g.channels},
+        wide(reference_dtype(g.dtype)),
+        x(random_host(ref, dims, g.dtype, seed, g.layout, -1.0, 3.0)),
+        x_ref(converted(ref, x, wide)),
+        gamma(random_host(ref, cdims, wide, seed + 1, Layout::nchw, 0.5, 1.5)),
+        beta(random_host(ref, cdims, wide, seed + 2)),
+        rmean_ref(random_host(ref, cdims, wide, seed + 3)),
+        rvar_ref(random_host(ref, cdims, wide, seed + 4, Layout::nchw, 0.5, 2.0)),
+        mean_ref(cdims, wide),
+        inv_std_ref(cdims, wide),
+        dx_ref(dims, wide, g.layout),
+        dgamma_ref(random_host(ref, cdims, wide, seed + 5)),
+        dbeta_ref(random_host(ref, cdims, wide, seed + 6)),
+        xg(gpu, x),
+        gammag(gpu, gamma),
+        betag(gpu, beta),
+        rmeang(gpu, rmean_ref),
+        rvarg(gpu, rvar_ref),
+        meang(gpu, cdims, wide),
+        inv_stdg(gpu, cdims, wide),
+        dxg(gpu, dims, g.dtype, g.layout),
+        dgammag(gpu, dgamma_ref),
+        dbetag(gpu, dbeta_ref) {}
+
+  BatchNormTensors gpu_tensors() {
+    return {&xg.tensor(),    &gammag.tensor(),   &betag.tensor(), &rmeang.tensor(),  &rvarg.tensor(),
+            &meang.tensor(), &inv_stdg.tensor(), &dxg.tensor(),   &dgammag.tensor(), &dbetag.tensor()};
+  }
+  BatchNormTensors ref_tensors() {
+    return {&x_ref.tensor(),      &gamma.tensor(),    &beta.tensor(),        &rmean_ref.tensor(),
+            &rvar_ref.tensor(),   &mean_ref.tensor(), &inv_std_ref.tensor(), &dx_ref.tensor(),
+            &dgamma_ref.tensor(), &dbeta_ref.tensor()};
+  }
+
+  std::vector<int64_t> dims, cdims;
+  DType wide;
+  HostBuffer x, x_ref, gamma, beta, rmean_ref, rvar_ref, mean_ref, inv_std_ref, dx_ref, dgamma_ref, dbeta_ref;
+  DeviceTensor xg, gammag, betag, rmeang, rvarg, meang, inv_stdg, dxg, dgammag, dbetag;
+};
+
+// A projection block's shortcut batch norm folded into its closing one, y = relu(bn(x) + bn_s(s)), on the
+// GPU against the reference's composition of the single ops: training forward (statistics of both), the
+// backward overwriting and accumulating (both inputs' and both parameters' gradients), inference. NHWC
+// channels in whole 16-byte vectors take the own folded kernels (the plan folds); 20 channels of 16-bit
+// do not (the plan does not fold, and the GPU's composed fallback must give the same).
+TEST_F(CudaBatchNormTest, FoldedShortcutMatchesTheReference) {
+  ScopedEnv kernels("DLBENCH_BN_KERNELS", "own");
+  ScopedEnv fold("DLBENCH_BN_FOLD_SHORTCUT", "on");
+  Backend& gpu = shared_gpu(false);
+  for (const BnCase& bc : {BnCase{4, 64, 6, 6}, BnCase{8, 256, 7, 7}, BnCase{4, 20, 5, 5}}) {
+    for (DType dtype : {DType::f32, DType::f16, DType::bf16}) {
+      SCOPED_TRACE(fmt::format("{}x{}x{}x{} {}", bc.n, bc.c, bc.h, bc.w, dtype_name(dtype)));
+      BatchNormGeometry g;
+      g.batch = bc.n, g.channels = bc.c, g.h = bc.h, g.w = bc.w, g.layout = Layout::nhwc, g.dtype = dtype;
+      g.fusion = BatchNormFusion::add_relu, g.epsilon = 1e-5, g.momentum = 0.1;
+      BatchNormGeometry gs = g;
+      gs.fusion = BatchNormFusion::none;
+      EXPECT_EQ(gpu.folds_shortcut_batchnorm(g), bc.c % (16 / dtype_size(dtype)) == 0);
+      auto plan = gpu.plan_batchnorm(g), shortcut_plan = gpu.plan_batchnorm(gs);
+      BatchNormGeometry g_ref = g, gs_ref = gs;
+      g_ref.dtype = gs_ref.dtype = reference_dtype(dtype);
+      auto ref_plan = ref->plan_batchnorm(g_ref), ref_shortcut_plan = ref->plan_batchnorm(gs_ref);
+      auto ws = workspace(gpu, plan->workspace_bytes() + shortcut_plan->workspace_bytes());
+      FoldSide main(*ref, gpu, g, 40), shortcut(*ref, gpu, gs, 50);
+      const BatchNormTensors mg = main.gpu_tensors(), sg = shortcut.gpu_tensors();
+      const BatchNormTensors mr = main.ref_tensors(), sr = shortcut.ref_tensors();
+      const double tol = tolerance(dtype), stat_tol = 1e-5;
+
+      DeviceTensor yg(gpu, main.dims, dtype, g.layout);
+      HostBuffer y_ref(main.dims, main.wide, g.layout);
+      gpu.batchnorm_shortcut_forward_training(*plan, *shortcut_plan, mg, sg, yg.tensor(),
+                                              ws->tensor().data());
+      ref->batchnorm_shortcut_forward_training(*ref_plan, *ref_shortcut_plan, mr, sr, y_ref.tensor(),
+                                               nullptr);
+      const HostBuffer y_gpu = download_wide(*ref, yg);
+      expect_close("y", y_gpu.tensor(), y_ref.tensor(), tol);
+      for (FoldSide* side : {&main, &shortcut}) {
+        expect_close("saved mean", side->meang.download().tensor(), side->mean_ref.tensor(), stat_tol);
+        expect_close("saved inv std", side->inv_stdg.download().tensor(), side->inv_std_ref.tensor(),
+                     stat_tol * 2);
+        expect_close("running var", side->rvarg.download().tensor(), side->rvar_ref.tensor(), stat_tol * 2);
+      }
+
+      // The reference masks the ReLU with the GPU's y (an element rounded to the other side of 0 in
+      // f16/bf16 would flip it), as the GPU's backward masks with what its forward wrote.
+      const HostBuffer dy = random_host(*ref, main.dims, dtype, 60, g.layout);
+      const HostBuffer dy_ref = converted(*ref, dy, main.wide);
+      DeviceTensor dyg(gpu, dy);
+      for (Accumulate acc : {Accumulate::overwrite, Accumulate::add}) {
+        SCOPED_TRACE(acc == Accumulate::add ? "accumulate" : "overwrite");
+        gpu.fill(main.dxg.tensor(), std::nan(""));  // overwritten, never read
+        gpu.fill(shortcut.dxg.tensor(), std::nan(""));
+        gpu.batchnorm_shortcut_backward(*plan, *shortcut_plan, mg, sg, yg.tensor(), dyg.tensor(), acc,
+                                        ws->tensor().data());
+        ref->batchnorm_shortcut_backward(*ref_plan, *ref_shortcut_plan, mr, sr, y_gpu.tensor(),
+                                         dy_ref.tensor(), acc, nullptr);
+        const double grad_tol = dtype == DType::f32 ? 5e-5 : tol * 2;
+        for (FoldSide* side : {&main, &shortcut}) {
+          SCOPED_TRACE(side == &main ? "closing batch norm" : "shortcut's batch norm");
+          expect_close("dx", download_wide(*ref, side->dxg).tensor(), side->dx_ref.tensor(), grad_tol);
+          expect_close("dgamma", side->dgammag.download().tensor(), side->dgamma_ref.tensor(), grad_tol);
+          expect_close("dbeta", side->dbetag.download().tensor(), side->dbeta_ref.tensor(), grad_tol);
+        }
+      }
+
+      // Inference with the running statistics (the GPU's, given to both).
+      for (FoldSide* side : {&main, &shortcut}) {
+        side->rmean_ref = side->rmeang.download();
+        side->rvar_ref = side->rvarg.download();
+      }
+      DeviceTensor yig(gpu, main.dims, dtype, g.layout);
+      HostBuffer yi_ref(main.dims, main.wide, g.layout);
+      gpu.batchnorm_shortcut_forward_inference(*plan, *shortcut_plan, mg, sg, yig.tensor());
+      ref->batchnorm_shortcut_forward_inference(*ref_plan, *ref_shortcut_plan, main.ref_tensors(),
+                                                shortcut.ref_tensors(), yi_ref.tensor());
+      expect_close("inference y", download_wide(*ref, yig).tensor(), yi_ref.tensor(), tol * 2);
+    }
+  }
+}
+
 TEST_F(CudaBatchNormTest, UnknownKernelChoiceIsAnError) {
   BatchNormGeometry g;
   g.batch = 2, g.channels = 8, g.h = g.w = 4;

@@ -3,7 +3,8 @@
 // (add_relu) with that buffer as its residual; backward, the closing one's gradient to its residual fed
 // to the shortcut's. NHWC, f32/f16/bf16, ResNet-like shapes and one of several tiles and splits. The folded
 // forward adds bn_s(s) unrounded where the composition rounds it to the dtype first, so y and what
-// follows from it agree to the dtype's rounding; the statistics and the parameter gradients to f32's.
+// follows from it agree to the dtype's rounding (the backward given one ReLU mask); the statistics to
+// f32's.
 #include <gtest/gtest.h>
 
 #ifndef DLBENCH_WITH_CUDA
@@ -14,6 +15,7 @@ TEST(CudaKernels, Skipped) { GTEST_SKIP() << "no CUDA GPU: dlbench was built wit
 
 #include <vector>
 
+#include "backend/cuda/batchnorm_launch.h"
 #include "backend/cuda/kernels.h"
 #include "cuda_kernels_test_util.h"
 
@@ -122,12 +124,21 @@ TEST_F(BatchNormShortcutTest, FoldedMatchesTheComposedKernels) {
             1e-6);
       }
 
+      // Where y is within a rounding of zero, the two ys may fall on either side of it; the backward is
+      // a step function there. So the composition's backward masks where the folded forward's ReLU passed:
+      // its mask copied over the composed forward's, then both backwards must agree to the rounding.
+      const size_t mask_bytes = cuda::bn::relu_mask_bytes(closing);
+      ASSERT_GT(mask_bytes, 0u);
+      const size_t mask_at = cuda::own_batchnorm_held_bytes(k_main.launch) - mask_bytes;
+      ASSERT_EQ(cudaMemcpy(static_cast<char*>(k_main.held.get()) + mask_at,
+                           static_cast<const char*>(f_main.held.get()) + mask_at, mask_bytes,
+                           cudaMemcpyDeviceToDevice),
+                cudaSuccess);
       for (bool accumulate : {false, true}) {
         SCOPED_TRACE(accumulate ? "accumulate" : "overwrite");
         ASSERT_TRUE(cuda::own_batchnorm_shortcut_backward(f_main.side(true), f_short.side(true), dy.get(),
                                                           accumulate, workspace.get(), stream_));
         const OwnBatchNormSide bm = k_main.side(true), bs = k_short.side(true);
-        // The composition masks with its own y; the folded op with its mask (of its own y).
         cuda::own_batchnorm_backward(k_main.launch, bm.x, y_k.get(), dy.get(), bm.gamma, bm.saved_mean,
                                      bm.saved_inv_std, bm.dx, between.get(), bm.dgamma, bm.dbeta, accumulate,
                                      workspace.get(), bm.held, stream_);

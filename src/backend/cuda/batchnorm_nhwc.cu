@@ -622,7 +622,8 @@ bool nhwc_folded_backward(const OwnBatchNormSide& main, const OwnBatchNormSide& 
     using T = decltype(tag);
     if constexpr (!std::is_same_v<T, double>) {
       constexpr int W = kVec16<T>;
-      if (vector != W) return;
+      // Both partial sets are cut as the closing batch norm's (one shape, so one launch).
+      if (vector != W || shortcut.launch->splits != launch.splits) return;
       for (const void* q :
            {main.x, shortcut.x, dy, static_cast<const void*>(main.dx), static_cast<const void*>(shortcut.dx)})
         if (!aligned(q, 16)) return;

@@ -210,12 +210,15 @@ class CudaBackend final : public Backend {
                           const Tensor& gamma, const Tensor& saved_mean, const Tensor& saved_inv_std,
                           Tensor& dx, Tensor* dresidual, Tensor& dgamma, Tensor& dbeta, Accumulate accumulate,
                           void* workspace) override;
-  // The projection shortcut folded in: own NHWC kernels where DLBENCH_BN_FOLD_SHORTCUT=on (off by
-  // default until measured on a GPU), else the composed default.
+  // The projection shortcut folded in: training on own NHWC kernels (where the own kernels train and the
+  // channels come in whole vectors; DLBENCH_BN_FOLD_SHORTCUT=off declines), inference on cuDNN's.
   bool folds_shortcut_batchnorm(const BatchNormGeometry& closing) const override;
   void batchnorm_shortcut_forward_training(const BatchNormPlan& plan, const BatchNormPlan& shortcut_plan,
                                            const BatchNormTensors& main, const BatchNormTensors& shortcut,
                                            Tensor& y, void* workspace) override;
+  void batchnorm_shortcut_forward_inference(const BatchNormPlan& plan, const BatchNormPlan& shortcut_plan,
+                                            const BatchNormTensors& main, const BatchNormTensors& shortcut,
+                                            Tensor& y) override;
   void batchnorm_shortcut_backward(const BatchNormPlan& plan, const BatchNormPlan& shortcut_plan,
                                    const BatchNormTensors& main, const BatchNormTensors& shortcut,
                                    const Tensor& y, const Tensor& dy, Accumulate accumulate,
