@@ -47,6 +47,9 @@ struct ConvGeometry {
   // overwritten. A backend may plan its backward-data for that (CUDA: an engine that adds in its epilogue);
   // every backend still takes either Accumulate in the call.
   bool accumulates_input_grad = false;
+  // The training forward also sums its output per channel for the batch norm that reads it
+  // (Backend::conv_forward_with_statistics), where the backend's plan can (conv_emits_statistics).
+  bool output_statistics = false;
 
   int64_t out_h() const { return (in_h + 2 * pad_h - kernel_h) / stride_h + 1; }
   int64_t out_w() const { return (in_w + 2 * pad_w - kernel_w) / stride_w + 1; }
@@ -102,6 +105,8 @@ struct BatchNormTensors {
   Tensor* dx = nullptr;
   Tensor* dgamma = nullptr;
   Tensor* dbeta = nullptr;
+  // x's sums from Backend::conv_forward_with_statistics, or null: the training forward reads x for them.
+  const Tensor* input_sums = nullptr;
 };
 
 enum class PoolKind : uint8_t { max, average };
@@ -293,6 +298,38 @@ class Backend {
                                   const Tensor& dy, const Tensor& gamma, const Tensor& saved_mean,
                                   const Tensor& saved_inv_std, Tensor& dx, Tensor* dresidual, Tensor& dgamma,
                                   Tensor& dbeta, Accumulate accumulate, void* workspace) = 0;
+
+  // ---- a convolution's output statistics, made in its forward for the batch norm after it ----
+  // A convolution planned with ConvGeometry::output_statistics may sum its output per channel in the same
+  // pass: `sums` ([2, K] in the master dtype) receives sum(y) then sum(y^2) over N, H, W for each output
+  // channel, and the batch norm that reads y takes its statistics from them instead of a pass over y
+  // (batchnorm_forward_training_from_sums). Whether `plan` does: conv_emits_statistics (false by default;
+  // conv_forward_with_statistics is then never called, and its default throws).
+  virtual bool conv_emits_statistics(const ConvPlan& plan) const {
+    (void)plan;
+    return false;
+  }
+  virtual void conv_forward_with_statistics(const ConvPlan& plan, const Tensor& x, const Tensor& w, Tensor& y,
+                                            Tensor& sums, void* workspace);
+  // Whether a batch norm of `g` trains faster with its input's sums made by the convolution before it:
+  // where a network asks its convolutions for them (false by default).
+  virtual bool batchnorm_takes_input_sums(const BatchNormGeometry& g) const {
+    (void)g;
+    return false;
+  }
+  // batchnorm_forward_training with the batch's statistics from `input_sums` (as conv_forward_with_statistics
+  // writes them; mean = sum / M, var = sum of squares / M - mean^2). The default ignores them and runs
+  // batchnorm_forward_training (the same statistics, computed from x).
+  virtual void batchnorm_forward_training_from_sums(const BatchNormPlan& plan, const Tensor& x,
+                                                    const Tensor* residual, const Tensor& gamma,
+                                                    const Tensor& beta, Tensor& y, Tensor& running_mean,
+                                                    Tensor& running_var, Tensor& saved_mean,
+                                                    Tensor& saved_inv_std, const Tensor& input_sums,
+                                                    void* workspace) {
+    (void)input_sums;
+    batchnorm_forward_training(plan, x, residual, gamma, beta, y, running_mean, running_var, saved_mean,
+                               saved_inv_std, workspace);
+  }
 
   // ---- a projection block's shortcut batch norm folded into the block's closing one ----
   // The closing batch norm (`plan`, fusion add_relu) computes y = relu(bn(x) + bn_s(s)), with s the

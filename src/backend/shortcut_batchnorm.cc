@@ -1,7 +1,8 @@
-// Backend's default for a projection block's shortcut batch norm folded into its closing one: the two
-// batch norms composed from the single ops, with bn_s(s) (forward, inference) and the gradient between
-// them (backward) in temporary device buffers. The same results as the unfolded layers, bit for bit; no
-// saving — a backend with kernels for the folded op overrides these.
+// Backend's defaults for the ops that take two layers' work (and a convolution's output statistics, which
+// a backend without kernels for them never makes). A projection block's shortcut batch norm folded into its
+// closing one: the two batch norms composed from the single ops, with bn_s(s) (forward, inference) and the
+// gradient between them (backward) in temporary device buffers. The same results as the unfolded layers, bit
+// for bit; no saving — a backend with kernels for the folded op overrides these.
 #include "backend/backend.h"
 #include "core/status.h"
 
@@ -36,7 +37,25 @@ void check_pair(const char* op, const BatchNormPlan& plan, const BatchNormPlan& 
             main.x->describe(), shortcut.x->describe());
 }
 
+// One side's training forward, from its input's sums where it has them.
+void forward_training(Backend& backend, const BatchNormPlan& plan, const BatchNormTensors& t,
+                      const Tensor* residual, Tensor& y, void* workspace) {
+  if (t.input_sums) {
+    backend.batchnorm_forward_training_from_sums(plan, *t.x, residual, *t.gamma, *t.beta, y, *t.running_mean,
+                                                 *t.running_var, *t.saved_mean, *t.saved_inv_std,
+                                                 *t.input_sums, workspace);
+  } else {
+    backend.batchnorm_forward_training(plan, *t.x, residual, *t.gamma, *t.beta, y, *t.running_mean,
+                                       *t.running_var, *t.saved_mean, *t.saved_inv_std, workspace);
+  }
+}
+
 }  // namespace
+
+void Backend::conv_forward_with_statistics(const ConvPlan&, const Tensor&, const Tensor&, Tensor&, Tensor&,
+                                           void*) {
+  DLB_CHECK(false, "conv_forward_with_statistics: this backend does not sum a convolution's output");
+}
 
 void Backend::batchnorm_shortcut_forward_training(const BatchNormPlan& plan,
                                                   const BatchNormPlan& shortcut_plan,
@@ -45,12 +64,8 @@ void Backend::batchnorm_shortcut_forward_training(const BatchNormPlan& plan,
                                                   void* workspace) {
   check_pair("batchnorm_shortcut_forward_training", plan, shortcut_plan, main, shortcut);
   Scratch normalised(*this, *shortcut.x);
-  batchnorm_forward_training(shortcut_plan, *shortcut.x, nullptr, *shortcut.gamma, *shortcut.beta,
-                             normalised.tensor(), *shortcut.running_mean, *shortcut.running_var,
-                             *shortcut.saved_mean, *shortcut.saved_inv_std, workspace);
-  batchnorm_forward_training(plan, *main.x, &normalised.tensor(), *main.gamma, *main.beta, y,
-                             *main.running_mean, *main.running_var, *main.saved_mean, *main.saved_inv_std,
-                             workspace);
+  forward_training(*this, shortcut_plan, shortcut, nullptr, normalised.tensor(), workspace);
+  forward_training(*this, plan, main, &normalised.tensor(), y, workspace);
 }
 
 void Backend::batchnorm_shortcut_forward_inference(const BatchNormPlan& plan,

@@ -34,51 +34,80 @@ ResNetSpec spec_for(const std::string& name) {
   throw_user_error("unknown model '{}'; choose one of: {}", name, fmt::join(model_names(), ", "));
 }
 
-// conv -> batch norm (+ ReLU), the unit every ResNet is made of.
-Activation& conv_bn(Network& net, const std::string& prefix, const std::string& suffix, Activation& x,
-                    int64_t channels, int64_t kernel, int64_t stride, BatchNormFusion fusion) {
-  auto& conv =
-      net.add<ConvLayer>(prefix + "conv" + suffix, x, ConvOptions{channels, kernel, stride, kernel / 2});
-  return *net.add<BatchNormLayer>(prefix + "bn" + suffix, *conv.output(), fusion).output();
+// The geometry of a batch norm of x's shape in `net`.
+BatchNormGeometry batchnorm_geometry(const Network& net, const Activation& x, BatchNormFusion fusion) {
+  BatchNormGeometry g;
+  g.batch = x.value.n(), g.channels = x.value.c(), g.h = x.value.h(), g.w = x.value.w();
+  g.dtype = net.dtype(), g.layout = net.layout(), g.fusion = fusion;
+  return g;
 }
 
-// A block's end: relu(bn(main) + shortcut(x)), the shortcut the identity or, where the shape changes, a
-// strided 1x1 projection and its batch norm — folded into the closing batch norm where `fold` says (unset:
-// where the backend has kernels for it).
-Activation& block_end(Network& net, const std::string& prefix, const std::string& closing_name,
-                      Activation& main, Activation& x, int64_t channels, int64_t stride,
-                      const std::optional<bool>& fold) {
+// Input `index` of `bn`, made by `conv`: its statistics from the convolution where `options` says (unset:
+// where the backend says that trains faster).
+void sums_from(Network& net, const ModelOptions& options, BatchNormLayer& bn, int index, ConvLayer& conv,
+               BatchNormFusion fusion) {
+  const BatchNormGeometry g = batchnorm_geometry(net, *conv.output(), fusion);
+  if (options.conv_statistics.value_or(net.backend().batchnorm_takes_input_sums(g)))
+    bn.take_input_sums_from(index, conv);
+}
+
+// conv -> batch norm (+ ReLU), the unit every ResNet is made of.
+Activation& conv_bn(Network& net, const ModelOptions& options, const std::string& prefix,
+                    const std::string& suffix, Activation& x, int64_t channels, int64_t kernel,
+                    int64_t stride, BatchNormFusion fusion) {
+  auto& conv =
+      net.add<ConvLayer>(prefix + "conv" + suffix, x, ConvOptions{channels, kernel, stride, kernel / 2});
+  auto& bn = net.add<BatchNormLayer>(prefix + "bn" + suffix, *conv.output(), fusion);
+  sums_from(net, options, bn, 0, conv, fusion);
+  return *bn.output();
+}
+
+// A block's end: relu(bn(main) + shortcut(x)), main the output of `conv`, the shortcut the identity or,
+// where the shape changes, a strided 1x1 projection and its batch norm — folded into the closing batch norm
+// where options.fold_shortcut_bn says (unset: where the backend has kernels for it).
+Activation& block_end(Network& net, const ModelOptions& options, const std::string& prefix,
+                      const std::string& closing_name, ConvLayer& conv, Activation& x, int64_t channels,
+                      int64_t stride) {
   const std::string closing = prefix + closing_name;
-  if (stride == 1 && x.value.c() == channels)
-    return *net.add<BatchNormLayer>(closing, main, BatchNormFusion::add_relu, &x).output();
-  auto& conv = net.add<ConvLayer>(prefix + "downsample.0", x, ConvOptions{channels, 1, stride, 0});
-  BatchNormGeometry g;
-  g.batch = main.value.n(), g.channels = main.value.c(), g.h = main.value.h(), g.w = main.value.w();
-  g.dtype = net.dtype(), g.layout = net.layout(), g.fusion = BatchNormFusion::add_relu;
-  if (fold.value_or(net.backend().folds_shortcut_batchnorm(g)))
-    return *net.add<BatchNormLayer>(closing, main, BatchNormFusion::add_relu, conv.output(),
-                                    prefix + "downsample.1")
-                .output();
-  auto& shortcut = net.add<BatchNormLayer>(prefix + "downsample.1", *conv.output(), BatchNormFusion::none);
-  return *net.add<BatchNormLayer>(closing, main, BatchNormFusion::add_relu, shortcut.output()).output();
+  Activation& main = *conv.output();
+  if (stride == 1 && x.value.c() == channels) {
+    auto& bn = net.add<BatchNormLayer>(closing, main, BatchNormFusion::add_relu, &x);
+    sums_from(net, options, bn, 0, conv, BatchNormFusion::add_relu);
+    return *bn.output();
+  }
+  auto& projection = net.add<ConvLayer>(prefix + "downsample.0", x, ConvOptions{channels, 1, stride, 0});
+  const BatchNormGeometry g = batchnorm_geometry(net, main, BatchNormFusion::add_relu);
+  if (options.fold_shortcut_bn.value_or(net.backend().folds_shortcut_batchnorm(g))) {
+    auto& bn = net.add<BatchNormLayer>(closing, main, BatchNormFusion::add_relu, projection.output(),
+                                       prefix + "downsample.1");
+    sums_from(net, options, bn, 0, conv, BatchNormFusion::add_relu);
+    sums_from(net, options, bn, 1, projection, BatchNormFusion::none);
+    return *bn.output();
+  }
+  auto& shortcut =
+      net.add<BatchNormLayer>(prefix + "downsample.1", *projection.output(), BatchNormFusion::none);
+  sums_from(net, options, shortcut, 0, projection, BatchNormFusion::none);
+  auto& bn = net.add<BatchNormLayer>(closing, main, BatchNormFusion::add_relu, shortcut.output());
+  sums_from(net, options, bn, 0, conv, BatchNormFusion::add_relu);
+  return *bn.output();
 }
 
 // BasicBlock: relu(bn2(conv3x3(relu(bn1(conv3x3(x))))) + shortcut(x)).
-Activation& basic_block(Network& net, const std::string& prefix, Activation& x, int64_t channels,
-                        int64_t stride, const std::optional<bool>& fold) {
-  Activation& a = conv_bn(net, prefix, "1", x, channels, 3, stride, BatchNormFusion::relu);
+Activation& basic_block(Network& net, const ModelOptions& options, const std::string& prefix, Activation& x,
+                        int64_t channels, int64_t stride) {
+  Activation& a = conv_bn(net, options, prefix, "1", x, channels, 3, stride, BatchNormFusion::relu);
   auto& conv2 = net.add<ConvLayer>(prefix + "conv2", a, ConvOptions{channels, 3, 1, 1});
-  return block_end(net, prefix, "bn2", *conv2.output(), x, channels, stride, fold);
+  return block_end(net, options, prefix, "bn2", conv2, x, channels, stride);
 }
 
 // Bottleneck (v1.5): 1x1 reduce -> 3x3 (strided) -> 1x1 expand x4, plus the shortcut.
-Activation& bottleneck_block(Network& net, const std::string& prefix, Activation& x, int64_t width,
-                             int64_t stride, const std::optional<bool>& fold) {
+Activation& bottleneck_block(Network& net, const ModelOptions& options, const std::string& prefix,
+                             Activation& x, int64_t width, int64_t stride) {
   const int64_t out_channels = width * 4;
-  Activation& a = conv_bn(net, prefix, "1", x, width, 1, 1, BatchNormFusion::relu);
-  Activation& b = conv_bn(net, prefix, "2", a, width, 3, stride, BatchNormFusion::relu);
+  Activation& a = conv_bn(net, options, prefix, "1", x, width, 1, 1, BatchNormFusion::relu);
+  Activation& b = conv_bn(net, options, prefix, "2", a, width, 3, stride, BatchNormFusion::relu);
   auto& conv3 = net.add<ConvLayer>(prefix + "conv3", b, ConvOptions{out_channels, 1, 1, 0});
-  return block_end(net, prefix, "bn3", *conv3.output(), x, out_channels, stride, fold);
+  return block_end(net, options, prefix, "bn3", conv3, x, out_channels, stride);
 }
 
 }  // namespace
@@ -124,19 +153,18 @@ Model build_model(const std::string& name, Backend& backend, const NetworkOption
 
   Activation* x;
   if (spec.imagenet_stem) {
-    x = &conv_bn(net, "", "1", *model.images, spec.stage_channels[0], 7, 2, BatchNormFusion::relu);
+    x = &conv_bn(net, options, "", "1", *model.images, spec.stage_channels[0], 7, 2, BatchNormFusion::relu);
     x = net.add<MaxPoolLayer>("maxpool", *x, 3, 2, 1).output();
   } else {
-    x = &conv_bn(net, "", "1", *model.images, spec.stage_channels[0], 3, 1, BatchNormFusion::relu);
+    x = &conv_bn(net, options, "", "1", *model.images, spec.stage_channels[0], 3, 1, BatchNormFusion::relu);
   }
   for (size_t stage = 0; stage < spec.blocks_per_stage.size(); ++stage) {
     for (int block = 0; block < spec.blocks_per_stage[stage]; ++block) {
       int64_t stride = (stage > 0 && block == 0) ? 2 : 1;
       std::string prefix = fmt::format("layer{}.{}.", stage + 1, block);
       x = spec.block == BlockKind::basic
-              ? &basic_block(net, prefix, *x, spec.stage_channels[stage], stride, options.fold_shortcut_bn)
-              : &bottleneck_block(net, prefix, *x, spec.stage_channels[stage], stride,
-                                  options.fold_shortcut_bn);
+              ? &basic_block(net, options, prefix, *x, spec.stage_channels[stage], stride)
+              : &bottleneck_block(net, options, prefix, *x, spec.stage_channels[stage], stride);
     }
   }
   x = net.add<GlobalAvgPoolLayer>("avgpool", *x).output();

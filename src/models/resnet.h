@@ -48,6 +48,11 @@ struct ModelOptions {
   // the backend has kernels for it (Backend::folds_shortcut_batchnorm); true or false forces it, as the
   // tests that compare both do.
   std::optional<bool> fold_shortcut_bn;
+  // Batch norms take their statistics from the convolutions before them, which sum their outputs in their
+  // own pass (ConvLayer::statistics): unset, where the backend says that trains faster
+  // (Backend::batchnorm_takes_input_sums); true or false forces the asking (a backend that cannot sum a
+  // convolution's output still leaves the statistics to the batch norm).
+  std::optional<bool> conv_statistics;
 };
 
 // Builds (but does not finalize) the model. Throws UserError for an unknown name or an input the model

@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "core/status.h"
+#include "nn/conv.h"
 #include "nn/memory_plan.h"
 #include "nn/network.h"
 
@@ -68,6 +69,20 @@ void BatchNormLayer::plan(MemoryPlan& plan) {
     plan.require_workspace(own_.plan->workspace_bytes() + shortcut_.plan->workspace_bytes());
 }
 
+void BatchNormLayer::take_input_sums_from(int index, ConvLayer& conv) {
+  DLB_CHECK(index == 0 || (index == 1 && folds_shortcut()),
+            "{}: only the normalised inputs' statistics can come from their convolutions", name_);
+  DLB_CHECK(conv.output() == inputs_[static_cast<size_t>(index)], "{}: {} does not produce input {}", name_,
+            conv.name(), index);
+  conv.request_statistics();
+  sums_from_[static_cast<size_t>(index)] = &conv;
+}
+
+const Tensor* BatchNormLayer::input_sums(const Norm& norm) const {
+  const ConvLayer* conv = sums_from_[&norm == &own_ ? 0 : 1];
+  return conv ? conv->statistics() : nullptr;
+}
+
 BatchNormTensors BatchNormLayer::tensors(Norm& norm, int input) {
   BatchNormTensors t;
   t.x = &inputs_[static_cast<size_t>(input)]->value;
@@ -80,6 +95,7 @@ BatchNormTensors BatchNormLayer::tensors(Norm& norm, int input) {
   t.dx = &inputs_[static_cast<size_t>(input)]->grad;
   t.dgamma = &norm.dgamma;
   t.dbeta = &norm.dbeta;
+  t.input_sums = input_sums(norm);
   return t;
 }
 
@@ -98,6 +114,12 @@ void BatchNormLayer::forward(Phase phase) {
   }
   const Tensor* residual = inputs_.size() > 1 ? &inputs_[1]->value : nullptr;
   if (phase == Phase::train) {
+    if (const Tensor* sums = input_sums(own_)) {
+      backend.batchnorm_forward_training_from_sums(
+          *own_.plan, inputs_[0]->value, residual, own_.gamma, own_.beta, output_->value, own_.running_mean,
+          own_.running_var, own_.saved_mean, own_.saved_inv_std, *sums, net_.workspace());
+      return;
+    }
     backend.batchnorm_forward_training(*own_.plan, inputs_[0]->value, residual, own_.gamma, own_.beta,
                                        output_->value, own_.running_mean, own_.running_var, own_.saved_mean,
                                        own_.saved_inv_std, net_.workspace());
@@ -129,10 +151,12 @@ void BatchNormLayer::backward() {
 
 std::string BatchNormLayer::plan_summary() const {
   if (!own_.plan) return std::string();
-  const std::string own = net_.backend().describe(*own_.plan);
-  return folds_shortcut()
-             ? fmt::format("{}; folded {}: {}", own, shortcut_name_, net_.backend().describe(*shortcut_.plan))
-             : own;
+  std::string own = net_.backend().describe(*own_.plan);
+  if (input_sums(own_)) own += fmt::format("; statistics from {}", sums_from_[0]->name());
+  if (!folds_shortcut()) return own;
+  std::string shortcut = net_.backend().describe(*shortcut_.plan);
+  if (input_sums(shortcut_)) shortcut += fmt::format("; statistics from {}", sums_from_[1]->name());
+  return fmt::format("{}; folded {}: {}", own, shortcut_name_, shortcut);
 }
 
 }  // namespace dlbench

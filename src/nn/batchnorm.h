@@ -12,13 +12,20 @@
 // computes y = relu(bn(x) + bn_s(s)), holding bn_s's parameters, buffers and saved statistics under the
 // shortcut's names (so parameters, checkpoints and their order are those of the two layers), through
 // Backend::batchnorm_shortcut_*: bn_s(s) and the gradient between the two need never be stored.
+//
+// The training forward takes an input's statistics from the convolution that produced it where that
+// convolution sums its output in its own pass (take_input_sums_from, ConvLayer::statistics): no pass over
+// the input for them.
 #pragma once
 
+#include <array>
 #include <memory>
 
 #include "nn/layer.h"
 
 namespace dlbench {
+
+class ConvLayer;
 
 class BatchNormLayer final : public Layer {
  public:
@@ -34,6 +41,10 @@ class BatchNormLayer final : public Layer {
   // output's masks the ReLU: without one it is not read (Backend::batchnorm_backward).
   bool backward_reads_input(int index) const override { return index == 0 || folds_shortcut(); }
   bool backward_reads_output() const override { return own_.geometry.fusion != BatchNormFusion::none; }
+
+  // Input `index`'s statistics from `conv`, the layer that produces it (before either is planned): asks the
+  // convolution for its output's sums, which the training forward uses where the backend makes them.
+  void take_input_sums_from(int index, ConvLayer& conv);
 
   Tensor& gamma() { return own_.gamma; }
   Tensor& beta() { return own_.beta; }
@@ -52,8 +63,12 @@ class BatchNormLayer final : public Layer {
   void plan_norm(MemoryPlan& plan, Norm& norm, const std::string& name);
   BatchNormTensors tensors(Norm& norm, int input);
 
+  // The sums of the input this batch norm normalises (own_: input 0, shortcut_: input 1), or null.
+  const Tensor* input_sums(const Norm& norm) const;
+
   Norm own_, shortcut_;
-  std::string shortcut_name_;  // "" when nothing is folded in
+  std::string shortcut_name_;              // "" when nothing is folded in
+  std::array<ConvLayer*, 2> sums_from_{};  // the convolutions asked for input 0's and 1's sums
 };
 
 }  // namespace dlbench

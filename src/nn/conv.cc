@@ -34,9 +34,22 @@ void ConvLayer::plan(MemoryPlan& plan) {
   plan.add_parameter(name_ + ".weight", weight_, dweight_, ParamInit::he_normal_fan_out, fan_out, false,
                      ParamUse::compute);
   plan.require_workspace(plan_->workspace_bytes());
+  // An estimate plan has searched nothing: it counts the sums wherever they were asked for.
+  emits_statistics_ =
+      geometry_.output_statistics && (plan.estimate_only() || net_.backend().conv_emits_statistics(*plan_));
+  if (emits_statistics_) {
+    sums_ = Tensor(nullptr, {2, geometry_.out_channels}, net_.master_dtype(), Layout::nchw,
+                   net_.backend().device());
+    plan.add_activation(sums_, name_ + ".sums");
+  }
 }
 
-void ConvLayer::forward(Phase) {
+void ConvLayer::forward(Phase phase) {
+  if (phase == Phase::train && emits_statistics_) {
+    net_.backend().conv_forward_with_statistics(*plan_, inputs_[0]->value, weight_, output_->value, sums_,
+                                                net_.workspace());
+    return;
+  }
   net_.backend().conv_forward(*plan_, inputs_[0]->value, weight_, output_->value, net_.workspace());
 }
 

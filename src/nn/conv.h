@@ -3,6 +3,9 @@
 //   weight w  [K, C, R, S]   He-normal (fan_out), as torchvision initialises ResNets; in the compute
 //                            dtype (an FP16/BF16 copy of the FP32 master under mixed precision)
 //   output y  [N, K, P, Q]   P = (H + 2*pad - R) / stride + 1
+//   sums      [2, K]         master dtype, where the batch norm reading y asked for them
+//                            (request_statistics) and the backend makes them: sum(y), sum(y^2) per channel,
+//                            written by the training forward (Backend::conv_forward_with_statistics)
 #pragma once
 
 #include <memory>
@@ -34,10 +37,17 @@ class ConvLayer final : public Layer {
   Tensor& weight() { return weight_; }
   Tensor& dweight() { return dweight_; }
 
+  // Asks the training forward for its output's per-channel sums (before plan()); statistics() says after
+  // plan() whether the backend makes them: the sums, or null.
+  void request_statistics() { geometry_.output_statistics = true; }
+  const Tensor* statistics() const { return emits_statistics_ ? &sums_ : nullptr; }
+
  private:
   ConvGeometry geometry_;
   std::unique_ptr<ConvPlan> plan_;
   Tensor weight_, dweight_;
+  Tensor sums_;
+  bool emits_statistics_ = false;
 };
 
 }  // namespace dlbench

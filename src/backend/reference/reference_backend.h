@@ -34,6 +34,10 @@ class ReferenceBackend : public Backend {
   std::unique_ptr<ConvPlan> plan_conv(const ConvGeometry& geometry) override;
   void conv_forward(const ConvPlan& plan, const Tensor& x, const Tensor& w, Tensor& y,
                     void* workspace) override;
+  // Where the plan asks (ConvGeometry::output_statistics): the forward, then its output's sums in double.
+  bool conv_emits_statistics(const ConvPlan& plan) const override { return plan.geometry.output_statistics; }
+  void conv_forward_with_statistics(const ConvPlan& plan, const Tensor& x, const Tensor& w, Tensor& y,
+                                    Tensor& sums, void* workspace) override;
   void conv_backward_data(const ConvPlan& plan, const Tensor& dy, const Tensor& w, Tensor& dx,
                           Accumulate accumulate, void* workspace) override;
   void conv_backward_filter(const ConvPlan& plan, const Tensor& x, const Tensor& dy, Tensor& dw,
@@ -44,6 +48,11 @@ class ReferenceBackend : public Backend {
                                   const Tensor& gamma, const Tensor& beta, Tensor& y, Tensor& running_mean,
                                   Tensor& running_var, Tensor& saved_mean, Tensor& saved_inv_std,
                                   void* workspace) override;
+  void batchnorm_forward_training_from_sums(const BatchNormPlan& plan, const Tensor& x,
+                                            const Tensor* residual, const Tensor& gamma, const Tensor& beta,
+                                            Tensor& y, Tensor& running_mean, Tensor& running_var,
+                                            Tensor& saved_mean, Tensor& saved_inv_std,
+                                            const Tensor& input_sums, void* workspace) override;
   void batchnorm_forward_inference(const BatchNormPlan& plan, const Tensor& x, const Tensor* residual,
                                    const Tensor& gamma, const Tensor& beta, const Tensor& running_mean,
                                    const Tensor& running_var, Tensor& y) override;

@@ -65,20 +65,18 @@ void normalize(const BatchNormGeometry& g, const Tensor& xt, const Tensor* resid
         }
 }
 
+// The batch's mean and (biased) variance per channel from x: two passes (mean first, then squared
+// deviations) rather than E[x^2] - E[x]^2, which cancels badly.
 template <typename T>
-void forward_training(const BatchNormGeometry& g, const Tensor& xt, const Tensor* residual,
-                      const Tensor& gamma_t, const Tensor& beta_t, Tensor& yt, Tensor& running_mean_t,
-                      Tensor& running_var_t, Tensor& saved_mean_t, Tensor& saved_inv_std_t) {
+void statistics_of(const BatchNormGeometry& g, const Tensor& xt, std::vector<double>& mean,
+                   std::vector<double>& var) {
   const View4<T> x(xt);
-  const auto C = static_cast<size_t>(g.channels);
   const double M = static_cast<double>(values_per_channel(g));
-  std::vector<double> mean(C, 0.0), var(C, 0.0), inv_std(C);
   for (int64_t n = 0; n < g.batch; ++n)
     for (int64_t c = 0; c < g.channels; ++c)
       for (int64_t h = 0; h < g.h; ++h)
         for (int64_t w = 0; w < g.w; ++w) mean[static_cast<size_t>(c)] += double(x(n, c, h, w));
   for (double& m : mean) m /= M;
-  // Two passes (mean first, then squared deviations) rather than E[x^2] - E[x]^2, which cancels badly.
   for (int64_t n = 0; n < g.batch; ++n)
     for (int64_t c = 0; c < g.channels; ++c)
       for (int64_t h = 0; h < g.h; ++h)
@@ -87,6 +85,36 @@ void forward_training(const BatchNormGeometry& g, const Tensor& xt, const Tensor
           var[static_cast<size_t>(c)] += d * d;
         }
   for (double& v : var) v /= M;
+}
+
+// The same from a convolution's sums ([2, C]: sum, then sum of squares): what conv_forward_with_statistics
+// hands over instead of a pass over x. E[x^2] - E[x]^2 cancels where the mean is large against the spread;
+// a convolution's output in a trained network is not such a case, and the result is clamped at 0.
+void statistics_from_sums(const BatchNormGeometry& g, const Tensor& sums, std::vector<double>& mean,
+                          std::vector<double>& var) {
+  const std::vector<double> s = reference::read_channels(sums);
+  const auto C = static_cast<size_t>(g.channels);
+  const double M = static_cast<double>(values_per_channel(g));
+  for (size_t c = 0; c < C; ++c) {
+    mean[c] = s[c] / M;
+    var[c] = std::max(s[C + c] / M - mean[c] * mean[c], 0.0);
+  }
+}
+
+// `input_sums` null: the statistics from x.
+template <typename T>
+void forward_training(const BatchNormGeometry& g, const Tensor& xt, const Tensor* residual,
+                      const Tensor& gamma_t, const Tensor& beta_t, Tensor& yt, Tensor& running_mean_t,
+                      Tensor& running_var_t, Tensor& saved_mean_t, Tensor& saved_inv_std_t,
+                      const Tensor* input_sums) {
+  const auto C = static_cast<size_t>(g.channels);
+  const double M = static_cast<double>(values_per_channel(g));
+  std::vector<double> mean(C, 0.0), var(C, 0.0), inv_std(C);
+  if (input_sums) {
+    statistics_from_sums(g, *input_sums, mean, var);
+  } else {
+    statistics_of<T>(g, xt, mean, var);
+  }
   for (size_t c = 0; c < C; ++c) inv_std[c] = 1.0 / std::sqrt(var[c] + g.epsilon);
 
   normalize<T>(g, xt, residual, mean, inv_std, reference::read_channels(gamma_t),
@@ -172,11 +200,12 @@ std::unique_ptr<BatchNormPlan> ReferenceBackend::plan_batchnorm(const BatchNormG
   return std::make_unique<BatchNormPlan>(geometry);
 }
 
-void ReferenceBackend::batchnorm_forward_training(const BatchNormPlan& plan, const Tensor& x,
-                                                  const Tensor* residual, const Tensor& gamma,
-                                                  const Tensor& beta, Tensor& y, Tensor& running_mean,
-                                                  Tensor& running_var, Tensor& saved_mean,
-                                                  Tensor& saved_inv_std, void*) {
+namespace {
+
+void forward_training_checked(const BatchNormPlan& plan, const Tensor& x, const Tensor* residual,
+                              const Tensor& gamma, const Tensor& beta, Tensor& y, Tensor& running_mean,
+                              Tensor& running_var, Tensor& saved_mean, Tensor& saved_inv_std,
+                              const Tensor* input_sums) {
   const BatchNormGeometry& g = plan.geometry;
   const char* op = "batchnorm_forward_training";
   check_geometry(g);
@@ -194,8 +223,35 @@ void ReferenceBackend::batchnorm_forward_training(const BatchNormPlan& plan, con
   check_channels(op, "saved_inv_std", g, saved_inv_std);
   reference::dispatch_float(g.dtype, op, [&](auto tag) {
     forward_training<decltype(tag)>(g, x, residual, gamma, beta, y, running_mean, running_var, saved_mean,
-                                    saved_inv_std);
+                                    saved_inv_std, input_sums);
   });
+}
+
+}  // namespace
+
+void ReferenceBackend::batchnorm_forward_training(const BatchNormPlan& plan, const Tensor& x,
+                                                  const Tensor* residual, const Tensor& gamma,
+                                                  const Tensor& beta, Tensor& y, Tensor& running_mean,
+                                                  Tensor& running_var, Tensor& saved_mean,
+                                                  Tensor& saved_inv_std, void*) {
+  forward_training_checked(plan, x, residual, gamma, beta, y, running_mean, running_var, saved_mean,
+                           saved_inv_std, nullptr);
+}
+
+void ReferenceBackend::batchnorm_forward_training_from_sums(const BatchNormPlan& plan, const Tensor& x,
+                                                            const Tensor* residual, const Tensor& gamma,
+                                                            const Tensor& beta, Tensor& y,
+                                                            Tensor& running_mean, Tensor& running_var,
+                                                            Tensor& saved_mean, Tensor& saved_inv_std,
+                                                            const Tensor& input_sums, void*) {
+  const BatchNormGeometry& g = plan.geometry;
+  DLB_CHECK(input_sums.numel() == 2 * g.channels &&
+                (input_sums.dtype() == DType::f32 || input_sums.dtype() == DType::f64),
+            "batchnorm_forward_training_from_sums: input_sums must hold 2 x {} FP32 or FP64 values, got {}",
+            g.channels, input_sums.describe());
+  reference::check_host("batchnorm_forward_training_from_sums", "input_sums", input_sums);
+  forward_training_checked(plan, x, residual, gamma, beta, y, running_mean, running_var, saved_mean,
+                           saved_inv_std, &input_sums);
 }
 
 void ReferenceBackend::batchnorm_forward_inference(const BatchNormPlan& plan, const Tensor& x,

@@ -119,6 +119,31 @@ void ReferenceBackend::conv_forward(const ConvPlan& plan, const Tensor& x, const
   reference::dispatch_float(g.dtype, "conv_forward", [&](auto tag) { forward<decltype(tag)>(g, x, w, y); });
 }
 
+void ReferenceBackend::conv_forward_with_statistics(const ConvPlan& plan, const Tensor& x, const Tensor& w,
+                                                    Tensor& y, Tensor& sums, void* workspace) {
+  const ConvGeometry& g = plan.geometry;
+  const char* op = "conv_forward_with_statistics";
+  DLB_CHECK(g.output_statistics, "{}: the plan was not made with output_statistics", op);
+  DLB_CHECK(sums.numel() == 2 * g.out_channels && (sums.dtype() == DType::f32 || sums.dtype() == DType::f64),
+            "{}: sums must hold 2 x {} FP32 or FP64 values, got {}", op, g.out_channels, sums.describe());
+  reference::check_host(op, "sums", sums);
+  conv_forward(plan, x, w, y, workspace);
+  const auto K = static_cast<size_t>(g.out_channels);
+  std::vector<double> values(2 * K, 0.0);
+  reference::dispatch_float(g.dtype, op, [&](auto tag) {
+    const reference::View4<decltype(tag)> out(y);
+    for (int64_t n = 0; n < g.batch; ++n)
+      for (int64_t k = 0; k < g.out_channels; ++k)
+        for (int64_t p = 0; p < g.out_h(); ++p)
+          for (int64_t q = 0; q < g.out_w(); ++q) {
+            const double v = double(out(n, k, p, q));
+            values[static_cast<size_t>(k)] += v;
+            values[K + static_cast<size_t>(k)] += v * v;
+          }
+  });
+  reference::write_channels(sums, values);
+}
+
 void ReferenceBackend::conv_backward_data(const ConvPlan& plan, const Tensor& dy, const Tensor& w, Tensor& dx,
                                           Accumulate accumulate, void*) {
   const ConvGeometry& g = plan.geometry;
