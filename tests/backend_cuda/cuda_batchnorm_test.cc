@@ -305,6 +305,83 @@ TEST_F(CudaBatchNormTest, OwnNhwcMaskFromAnUnalignedForward) {
   expect_close("dresidual after an unaligned forward", dres_unaligned.tensor(), dres_aligned.tensor(), 0.0);
 }
 
+// x's per-channel sums and sums of squares ([2, C] FP32), as a convolution hands them over
+// (Backend::conv_forward_with_statistics), computed in double on the host.
+HostBuffer channel_sums(Backend& ref, const HostBuffer& x) {
+  const Tensor& t = x.tensor();
+  const HostBuffer wide = converted(ref, x, DType::f64);
+  const int64_t n = t.n(), c = t.c(), h = t.h(), w = t.w();
+  std::vector<double> sums(static_cast<size_t>(2 * c), 0.0);
+  for (int64_t i = 0; i < n * c * h * w; ++i) {
+    // The element's channel: NHWC keeps channels innermost, NCHW planes of h * w.
+    const int64_t channel = t.layout() == Layout::nhwc ? i % c : (i / (h * w)) % c;
+    const double v = wide.tensor().ptr<double>()[i];
+    sums[static_cast<size_t>(channel)] += v;
+    sums[static_cast<size_t>(c + channel)] += v * v;
+  }
+  HostBuffer out({2, c}, DType::f32);
+  for (size_t i = 0; i < sums.size(); ++i) out.tensor().ptr<float>()[i] = static_cast<float>(sums[i]);
+  return out;
+}
+
+// The training forward with x's statistics from its sums (a convolution's,
+// batchnorm_forward_training_from_sums) on the own kernels: y, the saved and the running statistics as the
+// reference computes them from x, in both layouts, every fusion and dtype (NHWC in vectors and not). cuDNN's
+// plans ignore the sums.
+TEST_F(CudaBatchNormTest, StatisticsFromTheInputsSums) {
+  Backend& gpu = shared_gpu(false);
+  for (const char* kernels : {"own", "cudnn"}) {
+    ScopedEnv choice("DLBENCH_BN_KERNELS", kernels);
+    for (Layout layout : {Layout::nhwc, Layout::nchw}) {
+      for (const BnCase& bc : {BnCase{4, 64, 6, 6}, BnCase{3, 20, 5, 7}}) {
+        for (DType dtype : {DType::f32, DType::f16, DType::bf16}) {
+          for (BatchNormFusion fusion :
+               {BatchNormFusion::none, BatchNormFusion::relu, BatchNormFusion::add_relu}) {
+            SCOPED_TRACE(fmt::format("{} {} {}x{}x{}x{} {} {}", kernels, layout_name(layout), bc.n, bc.c,
+                                     bc.h, bc.w, dtype_name(dtype), fusion_name(fusion)));
+            BatchNormGeometry g;
+            g.batch = bc.n, g.channels = bc.c, g.h = bc.h, g.w = bc.w, g.layout = layout, g.fusion = fusion;
+            g.dtype = dtype, g.epsilon = 1e-5, g.momentum = 0.1;
+            const bool add = fusion == BatchNormFusion::add_relu;
+            const std::vector<int64_t> dims{bc.n, bc.c, bc.h, bc.w}, cdims{bc.c};
+            const HostBuffer x = random_host(*ref, dims, dtype, 21, layout, -1.0, 3.0),
+                             residual = random_host(*ref, dims, dtype, 22, layout);
+            const HostBuffer gamma = random_host(*ref, cdims, DType::f32, 23, Layout::nchw, 0.5, 1.5),
+                             beta = random_host(*ref, cdims, DType::f32, 24);
+            HostBuffer rmean = random_host(*ref, cdims, DType::f32, 26),
+                       rvar = random_host(*ref, cdims, DType::f32, 27, Layout::nchw, 0.5, 2.0);
+            auto plan = gpu.plan_batchnorm(g);
+            auto ws = workspace(gpu, plan->workspace_bytes());
+            DeviceTensor xg(gpu, x), rg(gpu, residual), gammag(gpu, gamma), betag(gpu, beta),
+                rmeang(gpu, rmean), rvarg(gpu, rvar), yg(gpu, dims, dtype, layout),
+                meang(gpu, cdims, DType::f32), inv_stdg(gpu, cdims, DType::f32),
+                sums(gpu, channel_sums(*ref, x));
+            gpu.batchnorm_forward_training_from_sums(*plan, xg.tensor(), add ? rg.ptr() : nullptr,
+                                                     gammag.tensor(), betag.tensor(), yg.tensor(),
+                                                     rmeang.tensor(), rvarg.tensor(), meang.tensor(),
+                                                     inv_stdg.tensor(), sums.tensor(), ws->tensor().data());
+            BatchNormGeometry g_ref = g;
+            g_ref.dtype = reference_dtype(dtype);
+            const HostBuffer x_ref = converted(*ref, x, g_ref.dtype),
+                             residual_ref = converted(*ref, residual, g_ref.dtype);
+            HostBuffer y_ref(dims, g_ref.dtype, layout), mean_ref(cdims, DType::f32),
+                inv_std_ref(cdims, DType::f32);
+            ref->batchnorm_forward_training(*ref->plan_batchnorm(g_ref), x_ref.tensor(),
+                                            add ? &residual_ref.tensor() : nullptr, gamma.tensor(),
+                                            beta.tensor(), y_ref.tensor(), rmean.tensor(), rvar.tensor(),
+                                            mean_ref.tensor(), inv_std_ref.tensor(), nullptr);
+            expect_close("y", download_wide(*ref, yg).tensor(), y_ref.tensor(), tolerance(dtype));
+            expect_close("saved mean", meang.download().tensor(), mean_ref.tensor(), 1e-5);
+            expect_close("saved inv std", inv_stdg.download().tensor(), inv_std_ref.tensor(), 2e-5);
+            expect_close("running mean", rmeang.download().tensor(), rmean.tensor(), 1e-5);
+            expect_close("running var", rvarg.download().tensor(), rvar.tensor(), 2e-5);
+          }
+        }
+      }
+    }
+  }
+}
+
 // One batch norm of a folded pair: its data and parameters on the host (the reference's, wide) and the GPU.
 struct FoldSide {
   FoldSide(Backend& ref, Backend& gpu, const BatchNormGeometry& g, uint64_t seed)
@@ -390,6 +467,29 @@ TEST_F(CudaBatchNormTest, FoldedShortcutMatchesTheReference) {
         expect_close("saved inv std", side->inv_stdg.download().tensor(), side->inv_std_ref.tensor(),
                      stat_tol * 2);
         expect_close("running var", side->rvarg.download().tensor(), side->rvar_ref.tensor(), stat_tol * 2);
+      }
+
+      // The same forward with both inputs' statistics from their sums (as their convolutions would hand
+      // them over): the same y and saved statistics.
+      {
+        DeviceTensor main_sums(gpu, channel_sums(*ref, main.x)),
+            shortcut_sums(gpu, channel_sums(*ref, shortcut.x));
+        BatchNormTensors ms = mg, ss = sg;
+        ms.input_sums = &main_sums.tensor();
+        ss.input_sums = &shortcut_sums.tensor();
+        DeviceTensor y_sums(gpu, main.dims, dtype, g.layout);
+        gpu.batchnorm_shortcut_forward_training(*plan, *shortcut_plan, ms, ss, y_sums.tensor(),
+                                                ws->tensor().data());
+        expect_close("y from the inputs' sums", download_wide(*ref, y_sums).tensor(), y_ref.tensor(), tol);
+        for (FoldSide* side : {&main, &shortcut}) {
+          expect_close("saved mean from the sums", side->meang.download().tensor(), side->mean_ref.tensor(),
+                       stat_tol);
+          expect_close("saved inv std from the sums", side->inv_stdg.download().tensor(),
+                       side->inv_std_ref.tensor(), stat_tol * 2);
+        }
+        // y back to the first forward's (the backward below masks with it).
+        gpu.batchnorm_shortcut_forward_training(*plan, *shortcut_plan, mg, sg, yg.tensor(),
+                                                ws->tensor().data());
       }
 
       // The reference masks the ReLU with the GPU's y (an element rounded to the other side of 0 in

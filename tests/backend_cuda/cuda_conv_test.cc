@@ -6,6 +6,8 @@
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <cmath>
 #include <cstdlib>
 #include <regex>
 #include <tuple>
@@ -349,6 +351,79 @@ TEST_F(CudaConvTest, GraphEnginesMatchTheReference) {
   setenv("DLBENCH_CONV_GRAPH", "off", 1);
   EXPECT_EQ(describe_cuda_conv_plan(*shared_gpu().plan_conv(g)).find("graph"), std::string::npos);
   setenv("DLBENCH_CONV_GRAPH", "sometimes", 1);
+  EXPECT_THROW(shared_gpu().plan_conv(g), UserError);
+}
+
+// A convolution planned with output_statistics (DLBENCH_CONV_STATISTICS=force: the fastest engine whatever
+// it costs) writes y as the reference computes it and, per output channel, the sum and the sum of squares
+// of the y it wrote: overwritten, not added to (the sums start as NaN, and a second call gives the same).
+// In FP16, BF16 and TF32, NHWC, on ResNet-like shapes (1x1, 3x3 strided); most must have an engine (a test
+// that would pass with none is no test). "off" plans none; a plan without the request has none either.
+TEST_F(CudaConvTest, OutputStatisticsMatchTheOutput) {
+  struct EnvGuard {
+    ~EnvGuard() { unsetenv("DLBENCH_CONV_STATISTICS"); }
+  } guard;
+  setenv("DLBENCH_CONV_STATISTICS", "force", 1);
+  const ConvCase cases[] = {{8, 64, 14, 14, 256, 1, 1, 1, 1, 0, 0},
+                            {4, 32, 9, 9, 64, 3, 3, 2, 2, 1, 1},
+                            {2, 128, 7, 7, 32, 3, 3, 1, 1, 1, 1}};
+  int with_engine = 0, tried = 0;
+  for (const ConvCase& cc : cases) {
+    for (Precision precision :
+         {Precision{DType::f16, false}, Precision{DType::bf16, false}, Precision{DType::f32, true}}) {
+      SCOPED_TRACE(fmt::format("{}x{}x{}x{} -> {} {}x{}, {}", cc.n, cc.c, cc.h, cc.w, cc.k, cc.r, cc.s,
+                               precision_name(precision)));
+      Backend& gpu = shared_gpu(precision.tf32);
+      ConvGeometry g = geometry_of(cc, Layout::nhwc, precision.dtype);
+      g.output_statistics = true;
+      auto plan = gpu.plan_conv(g);
+      std::printf("  [plan] %s\n", describe_cuda_conv_plan(*plan).c_str());
+      ++tried;
+      if (!gpu.conv_emits_statistics(*plan)) continue;
+      ++with_engine;
+      const DType wide = reference_dtype(g.dtype);
+      const std::vector<int64_t> xd{cc.n, cc.c, cc.h, cc.w}, wd{cc.k, cc.c, cc.r, cc.s},
+          yd{cc.n, cc.k, g.out_h(), g.out_w()};
+      HostBuffer x = random_host(*ref, xd, g.dtype, 1, g.layout),
+                 w = random_host(*ref, wd, g.dtype, 2, g.layout);
+      ConvGeometry g_ref = g;
+      g_ref.dtype = wide;
+      HostBuffer y_ref(yd, wide, g.layout);
+      ref->conv_forward(*ref->plan_conv(g_ref), converted(*ref, x, wide).tensor(),
+                        converted(*ref, w, wide).tensor(), y_ref.tensor(), nullptr);
+      auto ws = workspace(gpu, plan->workspace_bytes());
+      DeviceTensor xg(gpu, x), wg(gpu, w), yg(gpu, yd, g.dtype, g.layout), sums(gpu, {2, cc.k}, DType::f32);
+      gpu.fill(sums.tensor(), std::nan(""));
+      for (int call = 0; call < 2; ++call) {
+        SCOPED_TRACE(call == 0 ? "first call" : "second call");
+        gpu.conv_forward_with_statistics(*plan, xg.tensor(), wg.tensor(), yg.tensor(), sums.tensor(),
+                                         ws->tensor().data());
+        const HostBuffer y = download_wide(*ref, yg);
+        expect_close("forward", y.tensor(), y_ref.tensor(), tolerance(g.dtype, precision.tf32));
+        // The sums of the y the GPU wrote, in double.
+        HostBuffer expected({2, cc.k}, DType::f64);
+        std::vector<double> e(static_cast<size_t>(2 * cc.k), 0.0);
+        const int64_t pixels = cc.n * g.out_h() * g.out_w();
+        for (int64_t i = 0; i < pixels; ++i)
+          for (int64_t k = 0; k < cc.k; ++k) {
+            const double v = y.tensor().ptr<double>()[i * cc.k + k];  // NHWC: channels innermost
+            e[static_cast<size_t>(k)] += v;
+            e[static_cast<size_t>(cc.k + k)] += v * v;
+          }
+        std::copy(e.begin(), e.end(), expected.tensor().ptr<double>());
+        expect_close("sums and sums of squares", converted(*ref, sums.download(), DType::f64).tensor(),
+                     expected.tensor(), 1e-5);
+      }
+    }
+  }
+  std::printf("  output statistics engines: %d of %d plans\n", with_engine, tried);
+  EXPECT_GE(with_engine, tried / 2) << "statistics engines in only " << with_engine << " of " << tried;
+  ConvGeometry g = geometry_of(cases[0], Layout::nhwc, DType::f16);
+  EXPECT_FALSE(shared_gpu().conv_emits_statistics(*shared_gpu().plan_conv(g)));  // not asked
+  g.output_statistics = true;
+  setenv("DLBENCH_CONV_STATISTICS", "off", 1);
+  EXPECT_FALSE(shared_gpu().conv_emits_statistics(*shared_gpu().plan_conv(g)));
+  setenv("DLBENCH_CONV_STATISTICS", "sometimes", 1);
   EXPECT_THROW(shared_gpu().plan_conv(g), UserError);
 }
 

@@ -139,12 +139,14 @@ __device__ __forceinline__ Welford group_of(const float (&v)[K]) {
 
 // The finalize kernels (batchnorm_own.cu), one warp per channel, launched on `stream`.
 //
-// Forward: merges each channel's partials in double in a fixed order, writes the saved and running
-// statistics and the channel's scale and shift for the apply pass.
-void launch_stats_finalize(const float2* partials, const ChannelRanges& r, const BatchNormGeometry& g,
-                           const float* gamma, const float* beta, float* running_mean, float* running_var,
-                           float* saved_mean, float* saved_inv_std, float4* coefficients,
-                           cudaStream_t stream);
+// Forward: merges each channel's partials in double in a fixed order — or, with `input_sums` (a
+// convolution's sums of x, [2, C] f32: sums, then sums of squares), takes the statistics from those, and no
+// partials were made — and writes the saved and running statistics and the channel's scale and shift for
+// the apply pass.
+void launch_stats_finalize(const float2* partials, const float* input_sums, const ChannelRanges& r,
+                           const BatchNormGeometry& g, const float* gamma, const float* beta,
+                           float* running_mean, float* running_var, float* saved_mean, float* saved_inv_std,
+                           float4* coefficients, cudaStream_t stream);
 // Backward: the channel's sums in double (fixed order), dgamma and dbeta written or added, and the
 // coefficients of dx = k * g + a * (x - mean) + b, which is
 //   gamma * inv_std * (g - mean(g) - xhat * mean(g * xhat)),  xhat = (x - mean) * inv_std.
@@ -201,11 +203,12 @@ __device__ __forceinline__ float bn_output_grad(float dy, float y) {
 // finalize kernel above and its elementwise pass; the launch and the pointers were checked by the caller.
 
 // `forward` is the plan's held memory: the forward's coefficients, which the forward writes and the ReLU
-// backward reads.
+// backward reads. With `input_sums` (a convolution's sums of x) the forward's statistics come from them,
+// without the partial pass over x.
 void nchw_forward_training(const OwnBatchNormLaunch& launch, const void* x, const void* residual,
                            const float* gamma, const float* beta, void* y, float* running_mean,
                            float* running_var, float* saved_mean, float* saved_inv_std, void* workspace,
-                           float4* forward, cudaStream_t stream);
+                           float4* forward, cudaStream_t stream, const float* input_sums);
 void nchw_backward(const OwnBatchNormLaunch& launch, const void* x, const void* y, const void* dy,
                    const float* gamma, const float* saved_mean, const float* saved_inv_std, void* dx,
                    void* dresidual, float* dgamma, float* dbeta, bool accumulate, void* workspace,
@@ -213,7 +216,7 @@ void nchw_backward(const OwnBatchNormLaunch& launch, const void* x, const void* 
 void nhwc_forward_training(const OwnBatchNormLaunch& launch, const void* x, const void* residual,
                            const float* gamma, const float* beta, void* y, float* running_mean,
                            float* running_var, float* saved_mean, float* saved_inv_std, void* workspace,
-                           float4* forward, cudaStream_t stream);
+                           float4* forward, cudaStream_t stream, const float* input_sums);
 void nhwc_backward(const OwnBatchNormLaunch& launch, const void* x, const void* y, const void* dy,
                    const float* gamma, const float* saved_mean, const float* saved_inv_std, void* dx,
                    void* dresidual, float* dgamma, float* dbeta, bool accumulate, void* workspace,

@@ -207,7 +207,7 @@ constexpr const char* kBackward = "own_batchnorm_backward (NCHW)";
 void nchw_forward_training(const OwnBatchNormLaunch& launch, const void* x, const void* residual,
                            const float* gamma, const float* beta, void* y, float* running_mean,
                            float* running_var, float* saved_mean, float* saved_inv_std, void* workspace,
-                           float4* forward, cudaStream_t stream) {
+                           float4* forward, cudaStream_t stream, const float* input_sums) {
   const BatchNormGeometry& g = launch.geometry;
   const bool add = g.fusion == BatchNormFusion::add_relu;
   const ChannelRanges r = channel_ranges(launch);
@@ -222,15 +222,17 @@ void nchw_forward_training(const OwnBatchNormLaunch& launch, const void* x, cons
       const bool vector_ok = r.hw % kBnVec == 0 && aligned(x, kVecBytes) && aligned(y, kVecBytes) &&
                              (!add || aligned(residual, kVecBytes));
       // The statistics read x alone: vectors whenever x allows, whatever y and the residual.
-      if (r.hw % kBnVec == 0 && aligned(x, kVecBytes)) {
-        bn_stats_partial_kernel<T, kBnVec>
-            <<<reduce_blocks, kReduceThreads, 0, stream>>>(in, r, parts.partials);
-      } else {
-        bn_stats_partial_kernel<T, 1><<<reduce_blocks, kReduceThreads, 0, stream>>>(in, r, parts.partials);
+      if (!input_sums) {
+        if (r.hw % kBnVec == 0 && aligned(x, kVecBytes)) {
+          bn_stats_partial_kernel<T, kBnVec>
+              <<<reduce_blocks, kReduceThreads, 0, stream>>>(in, r, parts.partials);
+        } else {
+          bn_stats_partial_kernel<T, 1><<<reduce_blocks, kReduceThreads, 0, stream>>>(in, r, parts.partials);
+        }
+        DLB_KERNEL_LAUNCH_CHECK();
       }
-      DLB_KERNEL_LAUNCH_CHECK();
-      launch_stats_finalize(parts.partials, r, g, gamma, beta, running_mean, running_var, saved_mean,
-                            saved_inv_std, forward, stream);
+      launch_stats_finalize(parts.partials, input_sums, r, g, gamma, beta, running_mean, running_var,
+                            saved_mean, saved_inv_std, forward, stream);
       dispatch_fusion(g.fusion, [&](auto fusion_tag) {
         constexpr BatchNormFusion F = decltype(fusion_tag)::value;
         dispatch_index(elements, [&](auto index_tag) {

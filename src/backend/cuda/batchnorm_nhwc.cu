@@ -498,7 +498,7 @@ uint8_t* relu_mask_of(const OwnBatchNormLaunch& launch, const float4* forward) {
 void nhwc_forward_training(const OwnBatchNormLaunch& launch, const void* x, const void* residual,
                            const float* gamma, const float* beta, void* y, float* running_mean,
                            float* running_var, float* saved_mean, float* saved_inv_std, void* workspace,
-                           float4* forward, cudaStream_t stream) {
+                           float4* forward, cudaStream_t stream, const float* input_sums) {
   const BatchNormGeometry& g = launch.geometry;
   const ChannelRanges r = channel_ranges(launch);
   const WorkspaceParts parts = workspace_parts(launch, workspace);
@@ -508,15 +508,17 @@ void nhwc_forward_training(const OwnBatchNormLaunch& launch, const void* x, cons
     if constexpr (!std::is_same_v<T, double>) {
       const T* in = static_cast<const T*>(x);
       // The statistics read x alone: vectors whenever x allows, whatever y and the residual.
-      dispatch_vector<T>(g, {x}, [&](auto width) {
-        constexpr int W = decltype(width)::value;
-        const RowTiles t = row_tiles(g, W);
-        nhwc_stats_partial_kernel<T, W>
-            <<<pass_grid(t, launch), kReduceThreads, 0, stream>>>(in, r, t, parts.partials);
-        DLB_KERNEL_LAUNCH_CHECK();
-      });
-      launch_stats_finalize(parts.partials, r, g, gamma, beta, running_mean, running_var, saved_mean,
-                            saved_inv_std, forward, stream);
+      if (!input_sums) {
+        dispatch_vector<T>(g, {x}, [&](auto width) {
+          constexpr int W = decltype(width)::value;
+          const RowTiles t = row_tiles(g, W);
+          nhwc_stats_partial_kernel<T, W>
+              <<<pass_grid(t, launch), kReduceThreads, 0, stream>>>(in, r, t, parts.partials);
+          DLB_KERNEL_LAUNCH_CHECK();
+        });
+      }
+      launch_stats_finalize(parts.partials, input_sums, r, g, gamma, beta, running_mean, running_var,
+                            saved_mean, saved_inv_std, forward, stream);
       uint8_t* relu_mask = relu_mask_of(launch, forward);
       dispatch_vector<T>(g, {x, y, read_residual}, [&](auto width) {
         constexpr int W = decltype(width)::value;
@@ -594,12 +596,14 @@ bool nhwc_folded_forward_training(const OwnBatchNormSide& main, const OwnBatchNo
       for (const OwnBatchNormSide* side : {&shortcut, &main}) {
         const ChannelRanges r = channel_ranges(*side->launch);
         const WorkspaceParts parts = workspace_parts(*side->launch, workspace);
-        nhwc_stats_partial_kernel<T, W><<<pass_grid(t, *side->launch), kReduceThreads, 0, stream>>>(
-            static_cast<const T*>(side->x), r, t, parts.partials);
-        DLB_KERNEL_LAUNCH_CHECK();
-        launch_stats_finalize(parts.partials, r, side->launch->geometry, side->gamma, side->beta,
-                              side->running_mean, side->running_var, side->saved_mean, side->saved_inv_std,
-                              static_cast<float4*>(side->held), stream);
+        if (!side->input_sums) {
+          nhwc_stats_partial_kernel<T, W><<<pass_grid(t, *side->launch), kReduceThreads, 0, stream>>>(
+              static_cast<const T*>(side->x), r, t, parts.partials);
+          DLB_KERNEL_LAUNCH_CHECK();
+        }
+        launch_stats_finalize(parts.partials, side->input_sums, r, side->launch->geometry, side->gamma,
+                              side->beta, side->running_mean, side->running_var, side->saved_mean,
+                              side->saved_inv_std, static_cast<float4*>(side->held), stream);
       }
       nhwc_folded_apply_kernel<T, W><<<pass_grid(t, launch), kReduceThreads, 0, stream>>>(
           static_cast<const T*>(main.x), static_cast<const T*>(shortcut.x), static_cast<T*>(y),

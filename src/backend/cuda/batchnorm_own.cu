@@ -32,6 +32,22 @@ __device__ __forceinline__ double range_count(const ChannelRanges& r, uint32_t s
   return double(min(r.chunk, r.values - split * r.chunk));
 }
 
+// A channel's batch mean and (biased) variance, written out: the saved statistics, the running ones, and
+// the coefficients of the apply pass (ForwardCoefficients).
+__device__ __forceinline__ void write_forward_statistics(int64_t c, double mean, double var, double values,
+                                                         double epsilon, double momentum, const float* gamma,
+                                                         const float* beta, float* running_mean,
+                                                         float* running_var, float* saved_mean,
+                                                         float* saved_inv_std, float4* coefficients) {
+  const double inv_std = 1.0 / sqrt(var + epsilon);
+  saved_mean[c] = float(mean);
+  saved_inv_std[c] = float(inv_std);
+  running_mean[c] = float((1.0 - momentum) * double(running_mean[c]) + momentum * mean);
+  // The running variance tracks the unbiased estimate (the contract, as PyTorch).
+  running_var[c] = float((1.0 - momentum) * double(running_var[c]) + momentum * var * values / (values - 1));
+  coefficients[c] = make_float4(float(double(gamma[c]) * inv_std), beta[c], float(mean), 0.f);
+}
+
 // Lane l takes splits l, l + 32, ...; then the lanes merge in a fixed tree.
 __global__ void __launch_bounds__(kFinalizeThreads)
     stats_finalize_kernel(const float2* __restrict__ partials, ChannelRanges r, double epsilon,
@@ -55,16 +71,25 @@ __global__ void __launch_bounds__(kFinalizeThreads)
     chan_merge(count, mean, m2, other_count, other_mean, other_m2);
   }
   if (lane != 0) return;
+  write_forward_statistics(c, mean, m2 / double(r.values), double(r.values), epsilon, momentum, gamma, beta,
+                           running_mean, running_var, saved_mean, saved_inv_std, coefficients);
+}
+
+// The same from a convolution's sums of its output ([2, C]: sums, then sums of squares; one thread per
+// channel): var = E[x^2] - E[x]^2 in double, clamped at 0.
+__global__ void __launch_bounds__(kFinalizeThreads)
+    sums_finalize_kernel(const float* __restrict__ sums, ChannelRanges r, double epsilon, double momentum,
+                         const float* __restrict__ gamma, const float* __restrict__ beta,
+                         float* __restrict__ running_mean, float* __restrict__ running_var,
+                         float* __restrict__ saved_mean, float* __restrict__ saved_inv_std,
+                         float4* __restrict__ coefficients) {
+  const int64_t c = int64_t(blockIdx.x) * kFinalizeThreads + threadIdx.x;
+  if (c >= r.channels) return;
   const double values = double(r.values);
-  const double var = m2 / values;  // biased: what normalises the batch
-  const double inv_std = 1.0 / sqrt(var + epsilon);
-  saved_mean[c] = float(mean);
-  saved_inv_std[c] = float(inv_std);
-  running_mean[c] = float((1.0 - momentum) * double(running_mean[c]) + momentum * mean);
-  // The running variance tracks the unbiased estimate (the contract, as PyTorch).
-  running_var[c] = float((1.0 - momentum) * double(running_var[c]) + momentum * var * values / (values - 1));
-  coefficients[c] =
-      make_float4(float(double(gamma[c]) * inv_std), beta[c], float(mean), 0.f);  // ForwardCoefficients
+  const double mean = double(sums[c]) / values;
+  const double var = fmax(double(sums[r.channels + c]) / values - mean * mean, 0.0);
+  write_forward_statistics(c, mean, var, values, epsilon, momentum, gamma, beta, running_mean, running_var,
+                           saved_mean, saved_inv_std, coefficients);
 }
 
 __global__ void __launch_bounds__(kFinalizeThreads)
@@ -95,13 +120,20 @@ __global__ void __launch_bounds__(kFinalizeThreads)
 
 }  // namespace
 
-void launch_stats_finalize(const float2* partials, const ChannelRanges& r, const BatchNormGeometry& g,
-                           const float* gamma, const float* beta, float* running_mean, float* running_var,
-                           float* saved_mean, float* saved_inv_std, float4* coefficients,
-                           cudaStream_t stream) {
-  stats_finalize_kernel<<<finalize_blocks(r.channels), kFinalizeThreads, 0, stream>>>(
-      partials, r, g.epsilon, g.momentum, gamma, beta, running_mean, running_var, saved_mean, saved_inv_std,
-      coefficients);
+void launch_stats_finalize(const float2* partials, const float* input_sums, const ChannelRanges& r,
+                           const BatchNormGeometry& g, const float* gamma, const float* beta,
+                           float* running_mean, float* running_var, float* saved_mean, float* saved_inv_std,
+                           float4* coefficients, cudaStream_t stream) {
+  if (input_sums) {
+    const auto blocks = static_cast<unsigned>((r.channels + kFinalizeThreads - 1) / kFinalizeThreads);
+    sums_finalize_kernel<<<blocks, kFinalizeThreads, 0, stream>>>(input_sums, r, g.epsilon, g.momentum, gamma,
+                                                                  beta, running_mean, running_var, saved_mean,
+                                                                  saved_inv_std, coefficients);
+  } else {
+    stats_finalize_kernel<<<finalize_blocks(r.channels), kFinalizeThreads, 0, stream>>>(
+        partials, r, g.epsilon, g.momentum, gamma, beta, running_mean, running_var, saved_mean, saved_inv_std,
+        coefficients);
+  }
   DLB_KERNEL_LAUNCH_CHECK();
 }
 
@@ -154,13 +186,14 @@ size_t own_batchnorm_workspace_bytes(const OwnBatchNormLaunch& launch) {
 void own_batchnorm_forward_training(const OwnBatchNormLaunch& launch, const void* x, const void* residual,
                                     const float* gamma, const float* beta, void* y, float* running_mean,
                                     float* running_var, float* saved_mean, float* saved_inv_std,
-                                    void* workspace, void* held, cudaStream_t stream) {
+                                    void* workspace, void* held, cudaStream_t stream,
+                                    const float* input_sums) {
   check_launch(launch, kForward);
   DLB_KERNEL_REQUIRE(launch.geometry.fusion != BatchNormFusion::add_relu || residual != nullptr, kForward,
                      "add_relu needs the residual");
   auto run = launch.geometry.layout == Layout::nchw ? bn::nchw_forward_training : bn::nhwc_forward_training;
   run(launch, x, residual, gamma, beta, y, running_mean, running_var, saved_mean, saved_inv_std, workspace,
-      static_cast<float4*>(held), stream);
+      static_cast<float4*>(held), stream, input_sums);
 }
 
 void own_batchnorm_backward(const OwnBatchNormLaunch& launch, const void* x, const void* y, const void* dy,

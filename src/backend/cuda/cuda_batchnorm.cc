@@ -369,13 +369,13 @@ std::unique_ptr<BatchNormPlan> CudaBackend::estimate_batchnorm(const BatchNormGe
   return plan;
 }
 
-void CudaBackend::batchnorm_forward_training(const BatchNormPlan& plan, const Tensor& x,
-                                             const Tensor* residual, const Tensor& gamma, const Tensor& beta,
-                                             Tensor& y, Tensor& running_mean, Tensor& running_var,
-                                             Tensor& saved_mean, Tensor& saved_inv_std, void* workspace) {
-  const auto& p = as_cuda_plan(plan);
+namespace {
+
+void check_forward_training(const char* op, const CudaBatchNormPlan& p, const Tensor& x,
+                            const Tensor* residual, const Tensor& gamma, const Tensor& beta, const Tensor& y,
+                            const Tensor& running_mean, const Tensor& running_var, const Tensor& saved_mean,
+                            const Tensor& saved_inv_std, const void* workspace) {
   const BatchNormGeometry& g = p.geometry;
-  const char* op = "batchnorm_forward_training";
   DLB_CHECK(g.batch * g.h * g.w > 1, "{}: training needs more than one value per channel, x is {}", op,
             x.describe());
   check_activation(op, "x", x, activation_dims(g), g.dtype, g.layout);
@@ -389,6 +389,53 @@ void CudaBackend::batchnorm_forward_training(const BatchNormPlan& plan, const Te
   check_param(op, "saved_inv_std", p, saved_inv_std);
   DLB_CHECK(p.total_workspace == 0 || workspace != nullptr, "{}: the plan needs a workspace of {} bytes", op,
             p.total_workspace);
+}
+
+// x's sums ([2, C] FP32 on the device), as conv_forward_with_statistics writes them.
+void check_input_sums(const char* op, const BatchNormGeometry& g, const Tensor& sums) {
+  check_device_tensor(op, "input_sums", sums);
+  DLB_CHECK(sums.dtype() == DType::f32 && sums.numel() == 2 * g.channels,
+            "{}: input_sums must hold 2 x {} FP32 values, got {}", op, g.channels, sums.describe());
+}
+
+}  // namespace
+
+bool CudaBackend::batchnorm_takes_input_sums(const BatchNormGeometry& g) const {
+  return conv_statistics_mode() != ConvStatistics::off && batchnorm_kernels() == BatchNormKernels::own &&
+         g.dtype != DType::f64;
+}
+
+void CudaBackend::batchnorm_forward_training_from_sums(const BatchNormPlan& plan, const Tensor& x,
+                                                       const Tensor* residual, const Tensor& gamma,
+                                                       const Tensor& beta, Tensor& y, Tensor& running_mean,
+                                                       Tensor& running_var, Tensor& saved_mean,
+                                                       Tensor& saved_inv_std, const Tensor& input_sums,
+                                                       void* workspace) {
+  const auto& p = as_cuda_plan(plan);
+  if (!p.own) {  // cuDNN's kernels make their own statistics
+    batchnorm_forward_training(plan, x, residual, gamma, beta, y, running_mean, running_var, saved_mean,
+                               saved_inv_std, workspace);
+    return;
+  }
+  const char* op = "batchnorm_forward_training_from_sums";
+  check_forward_training(op, p, x, residual, gamma, beta, y, running_mean, running_var, saved_mean,
+                         saved_inv_std, workspace);
+  check_input_sums(op, p.geometry, input_sums);
+  activate();
+  own_batchnorm_forward_training(p.own_launch, x.data(), residual ? residual->data() : nullptr, f32(gamma),
+                                 f32(beta), y.data(), f32(running_mean), f32(running_var), f32(saved_mean),
+                                 f32(saved_inv_std), workspace, p.reserve.get(), stream_, f32(input_sums));
+}
+
+void CudaBackend::batchnorm_forward_training(const BatchNormPlan& plan, const Tensor& x,
+                                             const Tensor* residual, const Tensor& gamma, const Tensor& beta,
+                                             Tensor& y, Tensor& running_mean, Tensor& running_var,
+                                             Tensor& saved_mean, Tensor& saved_inv_std, void* workspace) {
+  const auto& p = as_cuda_plan(plan);
+  const BatchNormGeometry& g = p.geometry;
+  const char* op = "batchnorm_forward_training";
+  check_forward_training(op, p, x, residual, gamma, beta, y, running_mean, running_var, saved_mean,
+                         saved_inv_std, workspace);
   activate();
   if (p.own) {
     own_batchnorm_forward_training(p.own_launch, x.data(), residual ? residual->data() : nullptr, f32(gamma),
@@ -533,6 +580,10 @@ OwnBatchNormSide own_side(const CudaBatchNormPlan& p, const BatchNormTensors& t,
     side.running_var = f32(*t.running_var);
   }
   side.held = p.reserve.get();
+  if (!backward && t.input_sums) {
+    check_input_sums("batchnorm_shortcut_forward_training", p.geometry, *t.input_sums);
+    side.input_sums = f32(*t.input_sums);
+  }
   return side;
 }
 

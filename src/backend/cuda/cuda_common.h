@@ -131,6 +131,13 @@ E env_choice(const char* name, std::initializer_list<std::pair<std::string_view,
   throw UserError(std::string(name) + "=" + std::string(v) + ": choose " + names);
 }
 
+// DLBENCH_CONV_STATISTICS: auto (the default), off or force. Whether batch norms take their statistics
+// from the convolutions before them (off: never), and which engine a convolution sums its output with: one
+// that costs less than the statistics pass it saves (auto), or the fastest whatever it costs (force, for
+// tests and measurements). cuda_conv.cc says more.
+enum class ConvStatistics { off, automatic, force };
+ConvStatistics conv_statistics_mode();
+
 // ---- tensor checks (throw dlbench::Error naming the op and the argument) ----
 void check_device_tensor(const char* op, const char* name, const Tensor& t);
 void check_activation(const char* op, const char* name, const Tensor& t, std::vector<int64_t> dims,
@@ -192,6 +199,11 @@ class CudaBackend final : public Backend {
   std::unique_ptr<ConvPlan> estimate_conv(const ConvGeometry& geometry) override;
   void conv_forward(const ConvPlan& plan, const Tensor& x, const Tensor& w, Tensor& y,
                     void* workspace) override;
+  // The output's statistics in the forward's epilogue (a cuDNN graph with a genstats node), where the plan
+  // found an engine worth it (cuda_conv.cc).
+  bool conv_emits_statistics(const ConvPlan& plan) const override;
+  void conv_forward_with_statistics(const ConvPlan& plan, const Tensor& x, const Tensor& w, Tensor& y,
+                                    Tensor& sums, void* workspace) override;
   void conv_backward_data(const ConvPlan& plan, const Tensor& dy, const Tensor& w, Tensor& dx,
                           Accumulate accumulate, void* workspace) override;
   void conv_backward_filter(const ConvPlan& plan, const Tensor& x, const Tensor& dy, Tensor& dw,
@@ -203,6 +215,14 @@ class CudaBackend final : public Backend {
                                   const Tensor& gamma, const Tensor& beta, Tensor& y, Tensor& running_mean,
                                   Tensor& running_var, Tensor& saved_mean, Tensor& saved_inv_std,
                                   void* workspace) override;
+  // Statistics from the convolution before (own kernels; DLBENCH_CONV_STATISTICS=off declines); a plan on
+  // cuDNN's kernels ignores the sums.
+  bool batchnorm_takes_input_sums(const BatchNormGeometry& g) const override;
+  void batchnorm_forward_training_from_sums(const BatchNormPlan& plan, const Tensor& x,
+                                            const Tensor* residual, const Tensor& gamma, const Tensor& beta,
+                                            Tensor& y, Tensor& running_mean, Tensor& running_var,
+                                            Tensor& saved_mean, Tensor& saved_inv_std,
+                                            const Tensor& input_sums, void* workspace) override;
   void batchnorm_forward_inference(const BatchNormPlan& plan, const Tensor& x, const Tensor* residual,
                                    const Tensor& gamma, const Tensor& beta, const Tensor& running_mean,
                                    const Tensor& running_var, Tensor& y) override;

@@ -358,6 +358,7 @@ class CudaConvPlan final : public ConvPlan {
       bytes = std::max(bytes, gathered_pixels_bytes(geometry));
     for (const auto& plan : graph_plans)
       if (plan) bytes = std::max(bytes, plan->workspace_bytes());
+    if (statistics_plan) bytes = std::max(bytes, statistics_plan->workspace_bytes());
     return bytes;
   }
   // The graph-API plan `direction` runs on, or null (the legacy algorithm).
@@ -389,6 +390,10 @@ class CudaConvPlan final : public ConvPlan {
   // when that runs faster (see the top of this file); the calls then go there.
   std::unique_ptr<CudaConvPlan> inner;
   InputForm form;
+  // The forward with its output's statistics (ConvGeometry::output_statistics), where an engine for it won
+  // (choose_statistics_engine), and its time back to back.
+  std::shared_ptr<const GraphPlan> statistics_plan;
+  float statistics_ms = 0;
 };
 
 const CudaConvPlan& as_cuda_plan(const ConvPlan& plan) {
@@ -1207,10 +1212,155 @@ InputForm choose_input_form(CudaBackend& backend, const ConvGeometry& g, const C
 
 }  // namespace
 
+ConvStatistics conv_statistics_mode() {
+  return env_choice<ConvStatistics>(
+      "DLBENCH_CONV_STATISTICS",
+      {{"auto", ConvStatistics::automatic}, {"off", ConvStatistics::off}, {"force", ConvStatistics::force}});
+}
+
+namespace {
+
+// ---- the forward with its output's statistics (ConvGeometry::output_statistics) ----
+// cuDNN's graph API takes a genstats node on the forward's output: the engines that run it sum each output
+// channel, and its squares, in the convolution's epilogue, while y is still on chip. The batch norm after
+// the convolution then needs no pass over y for its statistics. Measured on an H200 (fp16, ResNet-50's
+// convolutions, bench/kernels/conv_bn_fusion_probe.cu): 4.40 ms for all of them with the statistics against
+// 4.00 without, where the batch norms' statistics passes took about 1.8 ms.
+//
+// An engine is taken where it costs less than the convolution as searched (its forward's time back to
+// back) plus one read of y at the memory's peak bandwidth, which no statistics pass can beat: so it never
+// costs more than the pass it saves. Decided once per shape like the algorithms (for the process, and in
+// --algorithm-cache as the key's " statistics" entry: the engine's index, or -1 for none, its time in
+// microseconds, its knobs).
+struct StatisticsChoice {
+  std::optional<GraphEngine> engine;
+  float ms = 0;
+};
+
+// By shape and mode (auto or force).
+std::map<std::pair<ConvKey, ConvStatistics>, StatisticsChoice>& statistics_cache() {
+  static std::map<std::pair<ConvKey, ConvStatistics>, StatisticsChoice> cache;
+  return cache;
+}
+
+// The memory's peak bandwidth in bytes per millisecond (both clock edges times the bus width).
+double peak_bytes_per_ms(int device) {
+  int clock_khz = 0, bus_bits = 0;
+  CUDA_CHECK(cudaDeviceGetAttribute(&clock_khz, cudaDevAttrMemoryClockRate, device));
+  CUDA_CHECK(cudaDeviceGetAttribute(&bus_bits, cudaDevAttrGlobalMemoryBusWidth, device));
+  return 2.0 * clock_khz * (bus_bits / 8.0);  // kHz = per millisecond
+}
+
+// Whether cuDNN's statistics engines may take `g`: graph engines on, the input as it is (no inner plan),
+// and the square sums, which follow the sums, on a 16-byte boundary.
+bool statistics_shape(const ConvGeometry& g) {
+  return g.output_statistics && conv_statistics_mode() != ConvStatistics::off && uses_graph_engines(g) &&
+         g.out_channels % 4 == 0;
+}
+
+StatisticsChoice search_statistics(const CudaBackend& backend, const CudaConvPlan& plan) {
+  const ConvGeometry& g = plan.geometry;
+  const SearchScratch scratch = search_scratch(backend, g);
+  const DeviceBuffer sums(static_cast<size_t>(2 * g.out_channels) * sizeof(float));
+  float* sum = static_cast<float*>(sums.get());
+  const size_t limit = std::min(backend.conv_workspace_limit(), scratch.ws_bytes);
+  const double y_bytes = static_cast<double>(tensor_bytes(y_dims(g), g.dtype));
+  const bool force = conv_statistics_mode() == ConvStatistics::force;
+  const float worth = force ? std::numeric_limits<float>::infinity()
+                            : plan.choice.forward.run_ms() +
+                                  static_cast<float>(y_bytes / peak_bytes_per_ms(backend.device().index));
+  StatisticsChoice best;
+  try {
+    const ConvGraph graph(backend.cudnn(), g, ConvDirection::forward, /*with_statistics=*/true);
+    const bool tensor_cores = g.dtype != DType::f32 || backend.allow_tf32();
+    for (const GraphEngine& engine : graph.candidates(tensor_cores, graph_candidate_count())) {
+      const std::unique_ptr<GraphPlan> candidate = GraphPlan::build(graph, engine);
+      if (!candidate || candidate->workspace_bytes() > limit) continue;
+      const std::optional<float> ms = time_calls(
+          backend,
+          [&] {
+            return candidate->execute(scratch.x.get(), scratch.w.get(), scratch.y.get(), scratch.ws.get(),
+                                      sum, sum + g.out_channels);
+          },
+          give_up_time(worth));
+      if (ms && *ms < worth && (!best.engine || *ms < best.ms)) best = {engine, *ms};
+    }
+  } catch (const Error&) {
+    // cuDNN has no such graph for this shape: the batch norm keeps its statistics pass
+  }
+  CUDA_CHECK(cudaStreamSynchronize(backend.stream()));  // the scratch buffers are freed next
+  return best;
+}
+
+// The forward-with-statistics plan of `plan` (null: none is worth it), from the cache, the store or a
+// search.
+std::shared_ptr<const GraphPlan> choose_statistics_engine(CudaBackend& backend, CudaConvPlan& plan) {
+  const ConvGeometry& g = plan.geometry;
+  const ConvKey key = make_key(g, backend);
+  const ConvStatistics mode = conv_statistics_mode();
+  std::optional<StatisticsChoice> chosen;
+  {
+    std::lock_guard<std::mutex> lock(cache_mutex());
+    if (auto it = statistics_cache().find({key, mode}); it != statistics_cache().end()) chosen = it->second;
+  }
+  if (!chosen) {
+    const std::shared_ptr<AlgorithmStore> store = algorithm_store();
+    const std::string store_key =
+        store ? stored_choice_key(g, backend) +
+                    (mode == ConvStatistics::force ? " statistics:force" : " statistics")
+              : std::string();
+    if (store) {
+      if (auto entry = store->find(store_key)) {
+        const std::vector<int64_t>& v = *entry;
+        DLB_REQUIRE(v.size() >= 3 && v[2] >= 0 && v.size() == 3 + 2 * static_cast<size_t>(v[2]),
+                    "--algorithm-cache {}: entry '{}' is not an engine", store->path(), store_key);
+        StatisticsChoice c;
+        if (v[0] >= 0) {
+          c.engine = GraphEngine{v[0], {}};
+          for (size_t k = 3; k < v.size(); k += 2) c.engine->knobs.emplace_back(v[k], v[k + 1]);
+        }
+        c.ms = static_cast<float>(v[1]) / 1000.0f;
+        chosen = c;
+      }
+    }
+    if (!chosen) {
+      chosen = search_statistics(backend, plan);
+      if (store) {
+        std::vector<int64_t> v{chosen->engine ? chosen->engine->index : -1, std::lround(chosen->ms * 1000.0f),
+                               chosen->engine ? static_cast<int64_t>(chosen->engine->knobs.size()) : 0};
+        if (chosen->engine)
+          for (const auto& [type, value] : chosen->engine->knobs) v.insert(v.end(), {type, value});
+        store->put(store_key, v);
+      }
+    }
+    std::lock_guard<std::mutex> lock(cache_mutex());
+    chosen = statistics_cache().emplace(std::pair{key, mode}, *chosen).first->second;
+  }
+  if (!chosen->engine) return nullptr;
+  plan.statistics_ms = chosen->ms;
+  std::vector<int64_t> plan_key(key.begin(), key.end());
+  plan_key.insert(plan_key.end(), {-1, chosen->engine->index});  // -1: not a direction's plan
+  for (const auto& [type, value] : chosen->engine->knobs) plan_key.insert(plan_key.end(), {type, value});
+  const GraphEngine engine = *chosen->engine;
+  return backend.graph_plan(plan_key, [&]() -> std::unique_ptr<GraphPlan> {
+    try {
+      const ConvGraph graph(backend.cudnn(), g, ConvDirection::forward, /*with_statistics=*/true);
+      return GraphPlan::build(graph, engine);
+    } catch (const Error&) {
+      return nullptr;  // a stored engine cuDNN no longer builds: the batch norm keeps its pass
+    }
+  });
+}
+
+}  // namespace
+
 std::unique_ptr<ConvPlan> CudaBackend::plan_conv(const ConvGeometry& g) {
   std::unique_ptr<CudaConvPlan> plan = searched_plan(*this, g);
   const std::vector<InputForm> forms = input_forms(g, allow_tf32());
-  if (forms.empty()) return plan;
+  if (forms.empty()) {
+    if (statistics_shape(g)) plan->statistics_plan = choose_statistics_engine(*this, *plan);
+    return plan;
+  }
   const ChannelPadding padding = channel_padding_mode();
   const SpaceToDepth blocks = space_to_depth_mode();
   const int modes = static_cast<int>(padding) * 3 + static_cast<int>(blocks);
@@ -1250,7 +1400,34 @@ std::unique_ptr<ConvPlan> CudaBackend::plan_conv(const ConvGeometry& g) {
       plan->form = f;
     }
   }
+  if (!plan->inner && statistics_shape(g)) plan->statistics_plan = choose_statistics_engine(*this, *plan);
   return plan;
+}
+
+bool CudaBackend::conv_emits_statistics(const ConvPlan& plan) const {
+  return as_cuda_plan(plan).statistics_plan != nullptr;
+}
+
+void CudaBackend::conv_forward_with_statistics(const ConvPlan& plan, const Tensor& x, const Tensor& w,
+                                               Tensor& y, Tensor& sums, void* workspace) {
+  const auto& p = as_cuda_plan(plan);
+  const ConvGeometry& g = p.geometry;
+  const char* op = "conv_forward_with_statistics";
+  DLB_CHECK(p.statistics_plan != nullptr, "{}: the plan has no engine for its output's statistics", op);
+  check_activation(op, "x", x, x_dims(g), g.dtype, g.layout);
+  check_activation(op, "w", w, w_dims(g), g.dtype, g.layout);
+  check_activation(op, "y", y, y_dims(g), g.dtype, g.layout);
+  check_device_tensor(op, "sums", sums);
+  DLB_CHECK(sums.dtype() == DType::f32 && sums.numel() == 2 * g.out_channels,
+            "{}: sums must hold 2 x {} FP32 values, got {}", op, g.out_channels, sums.describe());
+  for (const void* q : {x.data(), w.data(), y.data(), sums.data()})
+    DLB_CHECK(reinterpret_cast<uintptr_t>(q) % GraphPlan::kAlignment == 0,
+              "{}: a tensor is not {}-byte aligned", op, GraphPlan::kAlignment);
+  DLB_CHECK(workspace != nullptr || p.statistics_plan->workspace_bytes() == 0,
+            "{}: the plan needs a workspace of {} bytes", op, p.statistics_plan->workspace_bytes());
+  activate();
+  float* sum = static_cast<float*>(sums.data());
+  CUDNN_CHECK(p.statistics_plan->execute(x.data(), w.data(), y.data(), workspace, sum, sum + g.out_channels));
 }
 
 void CudaBackend::conv_forward(const ConvPlan& plan, const Tensor& x, const Tensor& w, Tensor& y,
@@ -1359,9 +1536,14 @@ std::string describe_cuda_conv_plan(const ConvPlan& plan) {
     // The time back to back (an older algorithm cache's legacy-only entries: cudnnFind's).
     return fmt::format("{} ({}, {} B, {:.3f} ms)", name, cuda::math_name(a.math), a.workspace, a.run_ms());
   };
-  return fmt::format("fwd: {} | bwd_data{}: {} | bwd_filter: {}{}",
+  const std::string statistics =
+      p.statistics_plan ? fmt::format(" | fwd with output statistics: graph {} ({} B, {:.3f} ms)",
+                                      cuda::engine_name(p.statistics_plan->engine()),
+                                      p.statistics_plan->workspace_bytes(), p.statistics_ms)
+                        : std::string();
+  return fmt::format("fwd: {}{} | bwd_data{}: {} | bwd_filter: {}{}",
                      one(cuda::ConvDirection::forward, cuda::forward_algo_name(c.forward.algo), c.forward),
-                     p.geometry.accumulates_input_grad ? " (adds to dx)" : "",
+                     statistics, p.geometry.accumulates_input_grad ? " (adds to dx)" : "",
                      one(cuda::ConvDirection::backward_data,
                          cuda::backward_data_algo_name(c.backward_data.algo), c.backward_data),
                      one(cuda::ConvDirection::backward_filter,

@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <array>
 #include <optional>
+#include <vector>
 
 #include "backend/cuda/cuda_check.h"
 
@@ -62,7 +63,7 @@ const char* direction_name(ConvDirection direction) {
 
 namespace {
 
-enum : int64_t { kInputId = 1, kFilterId = 2, kOutputId = 3 };
+enum : int64_t { kInputId = 1, kFilterId = 2, kOutputId = 3, kSumsId = 4, kSquareSumsId = 5 };
 
 cudnnDataType_t graph_dtype(DType dtype) {
   switch (dtype) {
@@ -172,16 +173,44 @@ BackendDescriptor conv_operation(const ConvGeometry& g, ConvDirection direction,
   return op;
 }
 
-BackendDescriptor operation_graph(cudnnHandle_t handle, const ConvGeometry& g, ConvDirection direction) {
+// The genstats node: per channel of y, its sum and its sum of squares (FP32, [1, K, 1, 1]).
+BackendDescriptor statistics_operation(const BackendDescriptor& y, const BackendDescriptor& sums,
+                                       const BackendDescriptor& square_sums) {
+  BackendDescriptor op(CUDNN_BACKEND_OPERATION_GEN_STATS_DESCRIPTOR);
+  op.set_one(CUDNN_ATTR_OPERATION_GENSTATS_MODE, CUDNN_TYPE_GENSTATS_MODE, CUDNN_GENSTATS_SUM_SQSUM,
+             "genstats mode")
+      .set_one(CUDNN_ATTR_OPERATION_GENSTATS_MATH_PREC, CUDNN_TYPE_DATA_TYPE, CUDNN_DATA_FLOAT,
+               "genstats precision")
+      .set_descriptor(CUDNN_ATTR_OPERATION_GENSTATS_XDESC, y, "genstats input")
+      .set_descriptor(CUDNN_ATTR_OPERATION_GENSTATS_SUMDESC, sums, "genstats sums")
+      .set_descriptor(CUDNN_ATTR_OPERATION_GENSTATS_SQSUMDESC, square_sums, "genstats square sums")
+      .finalize("conv graph statistics operation");
+  return op;
+}
+
+BackendDescriptor operation_graph(cudnnHandle_t handle, const ConvGeometry& g, ConvDirection direction,
+                                  bool with_statistics) {
+  DLB_CHECK(!with_statistics || direction == ConvDirection::forward,
+            "conv graph: statistics are the forward's output's");
   const BackendDescriptor x = tensor(kInputId, g.dtype, g.layout, g.batch, g.in_channels, g.in_h, g.in_w);
   const BackendDescriptor w =
       tensor(kFilterId, g.dtype, g.layout, g.out_channels, g.in_channels, g.kernel_h, g.kernel_w);
   const BackendDescriptor y =
       tensor(kOutputId, g.dtype, g.layout, g.batch, g.out_channels, g.out_h(), g.out_w());
-  const BackendDescriptor op = conv_operation(g, direction, x, w, y);
-  cudnnBackendDescriptor_t ops[] = {op.get()};
+  std::vector<BackendDescriptor> ops;
+  ops.push_back(conv_operation(g, direction, x, w, y));
+  if (with_statistics) {
+    const BackendDescriptor sums = tensor(kSumsId, DType::f32, g.layout, 1, g.out_channels, 1, 1);
+    const BackendDescriptor square_sums =
+        tensor(kSquareSumsId, DType::f32, g.layout, 1, g.out_channels, 1, 1);
+    ops.push_back(statistics_operation(y, sums, square_sums));
+  }
+  std::vector<cudnnBackendDescriptor_t> raw;
+  for (const BackendDescriptor& op : ops) raw.push_back(op.get());
   BackendDescriptor graph(CUDNN_BACKEND_OPERATIONGRAPH_DESCRIPTOR);
-  graph.set(CUDNN_ATTR_OPERATIONGRAPH_OPS, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, ops, "graph ops")
+  graph
+      .set(CUDNN_ATTR_OPERATIONGRAPH_OPS, CUDNN_TYPE_BACKEND_DESCRIPTOR, static_cast<int64_t>(raw.size()),
+           raw.data(), "graph ops")
       .set_one(CUDNN_ATTR_OPERATIONGRAPH_HANDLE, CUDNN_TYPE_HANDLE, handle, "graph handle")
       .finalize("conv graph");
   return graph;
@@ -258,8 +287,9 @@ std::optional<std::pair<GraphEngine, EngineNotes>> read_engine_config(cudnnBacke
 
 }  // namespace
 
-ConvGraph::ConvGraph(cudnnHandle_t handle, const ConvGeometry& g, ConvDirection direction)
-    : handle_(handle), graph_(operation_graph(handle, g, direction)) {}
+ConvGraph::ConvGraph(cudnnHandle_t handle, const ConvGeometry& g, ConvDirection direction,
+                     bool with_statistics)
+    : handle_(handle), graph_(operation_graph(handle, g, direction, with_statistics)) {}
 
 std::vector<GraphEngine> ConvGraph::candidates(bool tensor_cores_allowed, size_t limit) const {
   std::vector<GraphEngine> engines;
@@ -339,12 +369,20 @@ std::unique_ptr<GraphPlan> GraphPlan::build_or_throw(const ConvGraph& graph, con
 }
 
 cudnnStatus_t GraphPlan::execute(const void* x, const void* w, const void* y, void* workspace) const {
-  const std::array<int64_t, 3> ids{kInputId, kFilterId, kOutputId};
-  // The variant pack takes every tensor as non-const; cuDNN writes only the direction's output.
-  const std::array<void*, 3> pointers{const_cast<void*>(x), const_cast<void*>(w), const_cast<void*>(y)};
+  return execute(x, w, y, workspace, nullptr, nullptr);
+}
+
+cudnnStatus_t GraphPlan::execute(const void* x, const void* w, const void* y, void* workspace, float* sums,
+                                 float* square_sums) const {
+  const std::array<int64_t, 5> ids{kInputId, kFilterId, kOutputId, kSumsId, kSquareSumsId};
+  // The variant pack takes every tensor as non-const; cuDNN writes only the direction's outputs.
+  const std::array<void*, 5> pointers{const_cast<void*>(x), const_cast<void*>(w), const_cast<void*>(y), sums,
+                                      square_sums};
+  const int64_t count = sums ? 5 : 3;
   BackendDescriptor pack(CUDNN_BACKEND_VARIANT_PACK_DESCRIPTOR);
-  pack.set(CUDNN_ATTR_VARIANT_PACK_UNIQUE_IDS, CUDNN_TYPE_INT64, 3, ids.data(), "variant ids")
-      .set(CUDNN_ATTR_VARIANT_PACK_DATA_POINTERS, CUDNN_TYPE_VOID_PTR, 3, pointers.data(), "variant pointers")
+  pack.set(CUDNN_ATTR_VARIANT_PACK_UNIQUE_IDS, CUDNN_TYPE_INT64, count, ids.data(), "variant ids")
+      .set(CUDNN_ATTR_VARIANT_PACK_DATA_POINTERS, CUDNN_TYPE_VOID_PTR, count, pointers.data(),
+           "variant pointers")
       .set_one(CUDNN_ATTR_VARIANT_PACK_WORKSPACE, CUDNN_TYPE_VOID_PTR, workspace, "variant workspace")
       .finalize("conv graph variant pack");
   return cudnnBackendExecute(handle_, plan_.get(), pack.get());

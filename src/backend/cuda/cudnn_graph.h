@@ -13,7 +13,8 @@
 // An engine is kept as numbers (GraphEngine: its global index and knob choices), so that a choice can be
 // stored in --algorithm-cache and rebuilt in another process; a rebuilt engine cuDNN refuses is dropped.
 // Tensors have fixed unique ids: 1 the convolution's input (x, or dx), 2 the filter (w, or dw), 3 its
-// output (y, or dy), whichever direction runs.
+// output (y, or dy), whichever direction runs; a forward with its output's statistics adds 4 (the sums)
+// and 5 (the sums of squares).
 #pragma once
 
 #include <cudnn.h>
@@ -87,7 +88,11 @@ inline bool graph_adds_to_output(const ConvGeometry& g, ConvDirection direction)
 // dlbench::Error when cuDNN refuses the graph. Not for FP64 (callers keep the legacy API there).
 class ConvGraph {
  public:
-  ConvGraph(cudnnHandle_t handle, const ConvGeometry& g, ConvDirection direction);
+  // `with_statistics` (forward only): a genstats node on y as well, the sum and the sum of squares of each
+  // output channel over N, H, W in FP32 (tensors 4 and 5, [1, K, 1, 1]), for the batch norm after the
+  // convolution (Backend::conv_forward_with_statistics).
+  ConvGraph(cudnnHandle_t handle, const ConvGeometry& g, ConvDirection direction,
+            bool with_statistics = false);
 
   // The engines cuDNN's heuristics rank for this graph (mode A; the fallback list when A has none), in
   // their order, without those whose arithmetic is not the precision's: no reduction or input conversion
@@ -115,6 +120,10 @@ class GraphPlan {
   // (forward: x, w, y; backward data: dx, w, dy; backward filter: x, dw, dy); cuDNN writes only the
   // direction's output.
   cudnnStatus_t execute(const void* x, const void* w, const void* y, void* workspace) const;
+  // A graph made with_statistics: also the sums and the sums of squares, K floats each (written, not added
+  // to).
+  cudnnStatus_t execute(const void* x, const void* w, const void* y, void* workspace, float* sums,
+                        float* square_sums) const;
   // Tensors must be aligned to this many bytes (what the graph's tensors declare).
   static constexpr size_t kAlignment = 16;
 

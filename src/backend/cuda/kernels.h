@@ -114,7 +114,8 @@ size_t own_batchnorm_held_bytes(const OwnBatchNormLaunch& launch);
 void own_batchnorm_forward_training(const OwnBatchNormLaunch& launch, const void* x, const void* residual,
                                     const float* gamma, const float* beta, void* y, float* running_mean,
                                     float* running_var, float* saved_mean, float* saved_inv_std,
-                                    void* workspace, void* held, cudaStream_t stream);
+                                    void* workspace, void* held, cudaStream_t stream,
+                                    const float* input_sums = nullptr);
 // y is read with add_relu only; dresidual (add_relu only, else null) is overwritten with the masked dy; dx
 // is overwritten; dgamma/dbeta are added to when `accumulate`. `held` is what the layer's last training
 // forward left there.
@@ -138,6 +139,7 @@ struct OwnBatchNormSide {
   void* dx = nullptr;
   float *dgamma = nullptr, *dbeta = nullptr;
   void* held = nullptr;
+  const float* input_sums = nullptr;  // the forward's statistics from x's sums (as input_sums above), or null
 };
 bool own_batchnorm_shortcut_forward_training(const OwnBatchNormSide& main, const OwnBatchNormSide& shortcut,
                                              void* y, void* workspace, cudaStream_t stream);
