@@ -1274,8 +1274,11 @@ StatisticsChoice search_statistics(const CudaBackend& backend, const CudaConvPla
     const ConvGraph graph(backend.cudnn(), g, ConvDirection::forward, /*with_statistics=*/true);
     const bool tensor_cores = g.dtype != DType::f32 || backend.allow_tf32();
     for (const GraphEngine& engine : graph.candidates(tensor_cores, graph_candidate_count())) {
+      log_debug("conv statistics {}x{}x{}x{} -> {} {}x{} {}: {}", g.batch, g.in_channels, g.in_h, g.in_w,
+                g.out_channels, g.kernel_h, g.kernel_w, dtype_name(g.dtype), engine_name(engine));
       const std::unique_ptr<GraphPlan> candidate = GraphPlan::build(graph, engine);
       if (!candidate || candidate->workspace_bytes() > limit) continue;
+      log_debug("  built, workspace {} B, timing", candidate->workspace_bytes());
       const std::optional<float> ms = time_calls(
           backend,
           [&] {
@@ -1537,9 +1540,10 @@ std::string describe_cuda_conv_plan(const ConvPlan& plan) {
     return fmt::format("{} ({}, {} B, {:.3f} ms)", name, cuda::math_name(a.math), a.workspace, a.run_ms());
   };
   const std::string statistics =
-      p.statistics_plan ? fmt::format(" | fwd with output statistics: graph {} ({} B, {:.3f} ms)",
+      p.statistics_plan ? fmt::format(" | fwd with output statistics: graph {} ({} B, {:.3f} ms{})",
                                       cuda::engine_name(p.statistics_plan->engine()),
-                                      p.statistics_plan->workspace_bytes(), p.statistics_ms)
+                                      p.statistics_plan->workspace_bytes(), p.statistics_ms,
+                                      p.statistics_plan->notes().nondeterministic ? ", nondeterministic" : "")
                         : std::string();
   return fmt::format("fwd: {}{} | bwd_data{}: {} | bwd_filter: {}{}",
                      one(cuda::ConvDirection::forward, cuda::forward_algo_name(c.forward.algo), c.forward),
