@@ -12,12 +12,15 @@
 // For each convolution shape of ResNet-50 at one batch size, this program times:
 //   legacy      cudnnConvolutionForward with cudnnFind's fastest algorithm (what dlbench runs now)
 //   graph       the same convolution as a one-operation graph, the fastest engine the heuristics offer
+//   conv+st     the convolution with genstats on y (no prologue), the fastest engine: a batch norm after
+//               it would skip its statistics pass
 //   fused       the pattern above as one graph (its fastest engine), or "unsupported"
 //   bn          cuDNN's batch norm + ReLU training forward on y (NHWC: one persistent kernel; fp32 in NCHW:
 //               batch norm, then ReLU), what fusion removes
 // and prints, per shape and weighted by how often ResNet-50 has it, legacy + bn against fused: the
 // forward time fusion would save. The backward has patterns of its own (dgrad with the ReLU and batch-norm
-// gradients); this probe measures the forward only. Last, the stem convolution with its 3 input channels
+// gradients): backward_fusion times the dgrad with the ReLU mask and the batch norm's two sums in its
+// epilogue. Last, the stem convolution with its 3 input channels
 // padded to 4 and 8 (forward and filter gradient), for the NHWC precisions.
 //
 //   conv_bn_fusion_probe [--dtype fp16|bf16|tf32|fp32] [--batch N] [--reps R] [--max-engines E]
@@ -436,6 +439,137 @@ void stem_channel_padding(cudnnHandle_t handle, const Options& o, cudnnDataType_
   cudaFree(dw);
 }
 
+// ---- the backward: the batch norm's reductions in the epilogue of the backward data that feeds it ----
+// A batch norm + ReLU whose output y feeds a convolution gets its output gradient from that convolution's
+// backward data (dgrad). Its backward then passes over x and dy twice: the sums g and g * (x - mean), g the
+// ReLU-masked dy, then dx. This times, per shape, the dgrad alone (its fastest graph engine) and the dgrad
+// with the mask and both sums in its epilogue (g written, for the batch norm's second pass), and prints
+// what the first pass costs at the memory's peak bandwidth (x and dy read once), which the fusion would
+// save. Forward shapes as above: the dgrad's output is the convolution's input [n, c, h, w].
+void backward_fusion(cudnnHandle_t handle, const Options& o, cudnnDataType_t io, size_t element, void* x,
+                     void* y, void* y2, void* w, void* workspace, size_t workspace_bytes, float* params,
+                     float* sums, double peak_bytes_per_ms) {
+  enum : int64_t { kDx = 1, kW, kDy, kY, kX, kMean, kG, kSumG, kSumGx, kDxVirtual, kXc, kGx };
+  std::printf("\nbackward: dgrad, then dgrad + ReLU mask + batch-norm sums in its epilogue (ms per call)\n");
+  std::printf("%-22s %5s %9s %9s %9s  %s\n", "shape", "count", "dgrad", "fused", "pass", "fused engine");
+  double total_dgrad = 0, total_fused = 0, total_pass = 0;
+  bool all = true;
+  for (const Shape& s : kShapes) {
+    const int64_t n = o.batch, p = s.out_h(), q = s.out_w();
+    Desc conv(CUDNN_BACKEND_CONVOLUTION_DESCRIPTOR);
+    {
+      const int64_t spatial = 2, dil[2] = {1, 1}, str[2] = {s.stride, s.stride}, pad[2] = {s.pad, s.pad};
+      conv.set1(CUDNN_ATTR_CONVOLUTION_COMP_TYPE, CUDNN_TYPE_DATA_TYPE, CUDNN_DATA_FLOAT)
+          .set1(CUDNN_ATTR_CONVOLUTION_CONV_MODE, CUDNN_TYPE_CONVOLUTION_MODE, CUDNN_CROSS_CORRELATION)
+          .set1(CUDNN_ATTR_CONVOLUTION_SPATIAL_DIMS, CUDNN_TYPE_INT64, spatial)
+          .set(CUDNN_ATTR_CONVOLUTION_DILATIONS, CUDNN_TYPE_INT64, dil, 2)
+          .set(CUDNN_ATTR_CONVOLUTION_FILTER_STRIDES, CUDNN_TYPE_INT64, str, 2)
+          .set(CUDNN_ATTR_CONVOLUTION_PRE_PADDINGS, CUDNN_TYPE_INT64, pad, 2)
+          .set(CUDNN_ATTR_CONVOLUTION_POST_PADDINGS, CUDNN_TYPE_INT64, pad, 2)
+          .finalize("convolution");
+    }
+    Desc tw(CUDNN_BACKEND_TENSOR_DESCRIPTOR);
+    {
+      const int64_t dims[4] = {s.k, s.c, s.r, s.r};
+      const int64_t krsc[4] = {s.c * s.r * s.r, 1, s.r * s.c, s.c};
+      tw.set1(CUDNN_ATTR_TENSOR_DATA_TYPE, CUDNN_TYPE_DATA_TYPE, io)
+          .set(CUDNN_ATTR_TENSOR_DIMENSIONS, CUDNN_TYPE_INT64, dims, 4)
+          .set(CUDNN_ATTR_TENSOR_STRIDES, CUDNN_TYPE_INT64, krsc, 4)
+          .set1(CUDNN_ATTR_TENSOR_UNIQUE_ID, CUDNN_TYPE_INT64, int64_t(kW))
+          .set1(CUDNN_ATTR_TENSOR_BYTE_ALIGNMENT, CUDNN_TYPE_INT64, int64_t(16))
+          .finalize("filter tensor");
+    }
+    auto dgrad_op = [&](const Desc& dx, const Desc& dy) {
+      Desc op(CUDNN_BACKEND_OPERATION_CONVOLUTION_BACKWARD_DATA_DESCRIPTOR);
+      const float alpha = 1.f, beta = 0.f;
+      op.set_desc(CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_DATA_DX, dx)
+          .set_desc(CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_DATA_W, tw)
+          .set_desc(CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_DATA_DY, dy)
+          .set_desc(CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_DATA_CONV_DESC, conv)
+          .set1(CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_DATA_ALPHA, CUDNN_TYPE_FLOAT, alpha)
+          .set1(CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_DATA_BETA, CUDNN_TYPE_FLOAT, beta)
+          .finalize("dgrad op");
+      return op;
+    };
+    Desc tdy = tensor(kDy, io, n, s.k, p, q);
+    Timed dgrad;
+    try {
+      Desc tdx = tensor(kDx, io, n, s.c, s.h, s.w);
+      Desc op = dgrad_op(tdx, tdy);
+      Desc g = operation_graph(handle, {&op});
+      dgrad = fastest_engine(handle, g, {kDx, kW, kDy}, {x, w, y}, workspace, workspace_bytes, o);
+    } catch (const std::exception& e) {
+      std::fprintf(stderr, "%s: dgrad: %s\n", s.name, e.what());
+    }
+    Timed fused;
+    std::string fused_error;
+    try {
+      Desc dx_virtual = tensor(kDxVirtual, CUDNN_DATA_FLOAT, n, s.c, s.h, s.w, true);
+      Desc ty = tensor(kY, io, n, s.c, s.h, s.w), tx = tensor(kX, io, n, s.c, s.h, s.w);
+      Desc tg = tensor(kG, io, n, s.c, s.h, s.w);
+      Desc tmean = tensor(kMean, CUDNN_DATA_FLOAT, 1, s.c, 1, 1);
+      Desc txc = tensor(kXc, CUDNN_DATA_FLOAT, n, s.c, s.h, s.w, true);
+      Desc tgx = tensor(kGx, CUDNN_DATA_FLOAT, n, s.c, s.h, s.w, true);
+      Desc tsum_g = tensor(kSumG, CUDNN_DATA_FLOAT, 1, s.c, 1, 1), tsum_gx = tensor(kSumGx, CUDNN_DATA_FLOAT, 1, s.c, 1, 1);
+      Desc op_dgrad = dgrad_op(dx_virtual, tdy);
+      // g = dy where y > 0: the ReLU's backward, given its output.
+      Desc relu_bwd = pointwise(CUDNN_POINTWISE_RELU_BWD);
+      Desc op_mask(CUDNN_BACKEND_OPERATION_POINTWISE_DESCRIPTOR);
+      op_mask.set_desc(CUDNN_ATTR_OPERATION_POINTWISE_PW_DESCRIPTOR, relu_bwd)
+          .set_desc(CUDNN_ATTR_OPERATION_POINTWISE_DYDESC, dx_virtual)
+          .set_desc(CUDNN_ATTR_OPERATION_POINTWISE_XDESC, ty)
+          .set_desc(CUDNN_ATTR_OPERATION_POINTWISE_DXDESC, tg)
+          .finalize("relu backward op");
+      Desc sub = pointwise(CUDNN_POINTWISE_SUB), mul = pointwise(CUDNN_POINTWISE_MUL);
+      Desc op_center = pointwise_op(sub, tx, &tmean, txc);
+      Desc op_product = pointwise_op(mul, tg, &txc, tgx);
+      auto reduction_op = [&](const Desc& in, const Desc& out) {
+        Desc r(CUDNN_BACKEND_REDUCTION_DESCRIPTOR);
+        r.set1(CUDNN_ATTR_REDUCTION_OPERATOR, CUDNN_TYPE_REDUCTION_OPERATOR_TYPE, CUDNN_REDUCE_TENSOR_ADD)
+            .set1(CUDNN_ATTR_REDUCTION_COMP_TYPE, CUDNN_TYPE_DATA_TYPE, CUDNN_DATA_FLOAT)
+            .finalize("reduction");
+        Desc op(CUDNN_BACKEND_OPERATION_REDUCTION_DESCRIPTOR);
+        op.set_desc(CUDNN_ATTR_OPERATION_REDUCTION_XDESC, in)
+            .set_desc(CUDNN_ATTR_OPERATION_REDUCTION_YDESC, out)
+            .set_desc(CUDNN_ATTR_OPERATION_REDUCTION_DESC, r)
+            .finalize("reduction op");
+        return op;
+      };
+      Desc op_sum_g = reduction_op(tg, tsum_g), op_sum_gx = reduction_op(tgx, tsum_gx);
+      Desc g = operation_graph(handle, {&op_dgrad, &op_mask, &op_center, &op_product, &op_sum_g, &op_sum_gx});
+      fused = fastest_engine(handle, g, {kW, kDy, kY, kX, kMean, kG, kSumG, kSumGx},
+                             {w, y, x, x, params, y2, sums, sums + 2048}, workspace, workspace_bytes, o);
+    } catch (const std::exception& e) {
+      fused_error = e.what();
+    }
+    // The batch norm's first backward pass: x and dy (the dgrad's output) read once each.
+    const double pass = 2.0 * double(n * s.c * s.h * s.w) * double(element) / peak_bytes_per_ms;
+    total_pass += s.count * pass;
+    if (dgrad.ms >= 0) total_dgrad += s.count * dgrad.ms;
+    if (fused.ms >= 0) {
+      total_fused += s.count * fused.ms;
+    } else {
+      all = false;
+    }
+    auto cell = [](double ms) { return ms >= 0 ? std::to_string(ms).substr(0, 6) : std::string("n/a"); };
+    std::printf("%-22s %5d %9s %9s %9.4f  %s\n", s.name, s.count, cell(dgrad.ms).c_str(),
+                fused.ms >= 0 ? cell(fused.ms).c_str() : "unsupp.", pass,
+                fused.ms >= 0 ? (std::to_string(fused.built) + " of " + std::to_string(fused.tried) + " built" +
+                                 (fused.runtime_compiled ? ", runtime-compiled" : ""))
+                                    .c_str()
+                              : (std::to_string(fused.tried) + " tried; " + fused_error).c_str());
+  }
+  std::printf("  dgrad %.3f ms; the batch norms' first backward pass at peak bandwidth %.3f ms\n", total_dgrad,
+              total_pass);
+  if (all) {
+    std::printf("  dgrad with the mask and the sums %.3f ms: %.3f saved\n", total_fused,
+                total_dgrad + total_pass - total_fused);
+  } else {
+    std::printf("  dgrad with the mask and the sums: not every shape had an engine (see the table)\n");
+  }
+}
+
+int run(const Options& o);
 int run(const Options& o);
 
 int main(int argc, char** argv) {
@@ -484,10 +618,10 @@ int run(const Options& o) {
   fill(channel_params, 8 * 2048 * sizeof(float), 3);
   float* params = static_cast<float*>(channel_params);
 
-  std::printf("%-22s %5s %9s %9s %9s %9s %9s  %s\n", "shape", "count", "legacy", "graph", "fused", "bn+relu",
-              "saved", "fused engine");
-  double total_now = 0, total_fused = 0, total_legacy = 0, total_graph = 0;
-  bool all_fused = true;
+  std::printf("%-22s %5s %9s %9s %9s %9s %9s %9s  %s\n", "shape", "count", "legacy", "graph", "conv+st",
+              "fused", "bn+relu", "saved", "fused engine");
+  double total_now = 0, total_fused = 0, total_legacy = 0, total_graph = 0, total_conv_stats = 0;
+  bool all_fused = true, all_conv_stats = true;
   for (const Shape& s : kShapes) {
     const int64_t n = o.batch, p = s.out_h(), q = s.out_w();
     // ---- legacy: cudnnFind's fastest forward algorithm ----
@@ -656,6 +790,35 @@ int run(const Options& o) {
       }
     }
 
+    // ---- conv+stats: the convolution with the statistics of y in its epilogue, no prologue: what a batch
+    // norm after it would no longer read y for (its statistics pass, a third of its forward's bytes) ----
+    Timed conv_stats;
+    std::string conv_stats_error;
+    try {
+      Desc tsum = tensor(kSum, CUDNN_DATA_FLOAT, 1, s.k, 1, 1),
+           tsq = tensor(kSqSum, CUDNN_DATA_FLOAT, 1, s.k, 1, 1);
+      Desc op_conv = conv_op(tx, tw, ty);
+      Desc op_stats(CUDNN_BACKEND_OPERATION_GEN_STATS_DESCRIPTOR);
+      op_stats.set1(CUDNN_ATTR_OPERATION_GENSTATS_MODE, CUDNN_TYPE_GENSTATS_MODE, CUDNN_GENSTATS_SUM_SQSUM)
+          .set1(CUDNN_ATTR_OPERATION_GENSTATS_MATH_PREC, CUDNN_TYPE_DATA_TYPE, CUDNN_DATA_FLOAT)
+          .set_desc(CUDNN_ATTR_OPERATION_GENSTATS_XDESC, ty)
+          .set_desc(CUDNN_ATTR_OPERATION_GENSTATS_SUMDESC, tsum)
+          .set_desc(CUDNN_ATTR_OPERATION_GENSTATS_SQSUMDESC, tsq)
+          .finalize("genstats op");
+      Desc g = operation_graph(handle, {&op_conv, &op_stats});
+      conv_stats = fastest_engine(handle, g, {kX, kW, kY, kSum, kSqSum},
+                                  {x, w, y, sums, static_cast<float*>(sums) + 2048}, workspace,
+                                  workspace_bytes, o);
+    } catch (const std::exception& e) {
+      conv_stats_error = e.what();
+    }
+    if (conv_stats.ms >= 0) {
+      total_conv_stats += s.count * conv_stats.ms;
+    } else {
+      all_conv_stats = false;
+      std::fprintf(stderr, "%s: convolution + statistics: %s\n", s.name, conv_stats_error.c_str());
+    }
+
     const double now = legacy_ms + bn_ms;
     total_now += s.count * now;
     total_legacy += s.count * legacy_ms;
@@ -666,8 +829,9 @@ int run(const Options& o) {
       all_fused = false;
     }
     auto cell = [](double ms) { return ms >= 0 ? std::to_string(ms).substr(0, 6) : std::string("n/a"); };
-    std::printf("%-22s %5d %9s %9s %9s %9.3f %9s  %s\n", s.name, s.count, cell(legacy_ms).c_str(),
-                cell(graph_conv.ms).c_str(), fused.ms >= 0 ? cell(fused.ms).c_str() : "unsupp.", bn_ms,
+    std::printf("%-22s %5d %9s %9s %9s %9s %9.3f %9s  %s\n", s.name, s.count, cell(legacy_ms).c_str(),
+                cell(graph_conv.ms).c_str(), conv_stats.ms >= 0 ? cell(conv_stats.ms).c_str() : "unsupp.",
+                fused.ms >= 0 ? cell(fused.ms).c_str() : "unsupp.", bn_ms,
                 fused.ms >= 0 ? cell(now - fused.ms).c_str() : "-",
                 fused.ms >= 0
                     ? (std::to_string(fused.built) + " of " + std::to_string(fused.tried) + " built, " +
@@ -684,6 +848,12 @@ int run(const Options& o) {
   std::printf("\nResNet-50 forward, these %zu shapes weighted by their counts (ms per step):\n",
               sizeof kShapes / sizeof kShapes[0]);
   std::printf("  legacy convolutions %.3f, graph-API convolutions %.3f\n", total_legacy, total_graph);
+  if (all_conv_stats) {
+    std::printf("  graph-API convolutions with the statistics of their output in the epilogue %.3f\n",
+                total_conv_stats);
+  } else {
+    std::printf("  convolution + statistics: not every shape had an engine (see the table)\n");
+  }
   std::printf("  now (legacy convolution + batch norm + ReLU) %.3f\n", total_now);
   if (all_fused) {
     std::printf(
@@ -692,7 +862,15 @@ int run(const Options& o) {
   } else {
     std::printf("  fused: not every shape had an engine (see the table)\n");
   }
-  if (!g_nchw) stem_channel_padding(handle, o, io, x, y, w, workspace, workspace_bytes);
+  if (!g_nchw) {
+    int clock_khz = 0, bus_bits = 0;
+    check_cuda(cudaDeviceGetAttribute(&clock_khz, cudaDevAttrMemoryClockRate, 0), "memory clock");
+    check_cuda(cudaDeviceGetAttribute(&bus_bits, cudaDevAttrGlobalMemoryBusWidth, 0), "bus width");
+    // The buffers are sized for the largest x and y of any shape, which the dgrad's tensors fit.
+    backward_fusion(handle, o, io, element, x, y, y2, w, workspace, workspace_bytes, params,
+                    static_cast<float*>(sums), 2.0 * clock_khz * (bus_bits / 8.0));
+    stem_channel_padding(handle, o, io, x, y, w, workspace, workspace_bytes);
+  }
   cudaFree(x);
   cudaFree(y);
   cudaFree(y2);
