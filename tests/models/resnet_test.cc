@@ -88,6 +88,31 @@ TEST(ResNet, RejectsUnknownNamesAndTinyInputs) {
   EXPECT_THROW(build_model("resnet50", *backend, options, model_options), UserError);
 }
 
+// One training step of resnet20 (batch 4 of 1x12x12 images, 10 classes, fixed inputs and seed) on the
+// reference backend in f64 or oneDNN in f32, built with `model_options`' choices; the backend outlives the
+// model.
+struct OneStep {
+  std::unique_ptr<Backend> backend;
+  Model model;
+};
+OneStep one_training_step(bool onednn, ModelOptions model_options) {
+  OneStep s;
+  s.backend = onednn ? make_onednn_backend(2) : make_reference_backend();
+  NetworkOptions options;
+  options.dtype = onednn ? DType::f32 : DType::f64;
+  options.batch = 4;
+  model_options.input = {1, 12, 12};
+  model_options.num_classes = 10;
+  s.model = build_model("resnet20", *s.backend, options, model_options);
+  Network& net = *s.model.net;
+  net.finalize(7);
+  testing::fill_uniform(s.model.images->value, 11);
+  for (int i = 0; i < 4; ++i) s.model.labels->value.ptr<int32_t>()[i] = 2 * i + 1;
+  net.forward(Phase::train);
+  net.backward();
+  return s;
+}
+
 // Folding the projection shortcuts' batch norms into their blocks' closing ones changes nothing a
 // training step computes: on the reference backend (f64) and on oneDNN (f32), one step of resnet20 with
 // the shortcuts folded and one without give the same loss, parameter gradients, running statistics
@@ -106,20 +131,10 @@ TEST(ResNet, FoldedShortcutBatchNormsComputeWhatTheLayersDo) {
   for (const bool onednn : {false, true}) {
     SCOPED_TRACE(onednn ? "onednn" : "reference");
     auto step = [&](bool fold) {
-      std::unique_ptr<Backend> backend = onednn ? make_onednn_backend(2) : make_reference_backend();
-      NetworkOptions options;
-      options.dtype = onednn ? DType::f32 : DType::f64;
-      options.batch = 4;
       ModelOptions model_options;
-      model_options.input = {1, 12, 12};
-      model_options.num_classes = 10;
       model_options.fold_shortcut_bn = fold;
-      Model model = build_model("resnet20", *backend, options, model_options);
-      model.net->finalize(7);
-      testing::fill_uniform(model.images->value, 11);
-      for (int i = 0; i < 4; ++i) model.labels->value.ptr<int32_t>()[i] = 2 * i + 1;
-      model.net->forward(Phase::train);
-      model.net->backward();
+      OneStep one = one_training_step(onednn, model_options);
+      Model& model = one.model;
       Step s;
       s.layers = model.net->layers().size();
       for (const auto& p : model.net->memory().parameters()) s.names.push_back(p.name);
@@ -158,21 +173,11 @@ TEST(ResNet, ConvolutionsHandTheBatchNormsTheirStatistics) {
     return v;
   };
   auto step = [&](bool onednn, bool fold, bool statistics) {
-    std::unique_ptr<Backend> backend = onednn ? make_onednn_backend(2) : make_reference_backend();
-    NetworkOptions options;
-    options.dtype = onednn ? DType::f32 : DType::f64;
-    options.batch = 4;
     ModelOptions model_options;
-    model_options.input = {1, 12, 12};
-    model_options.num_classes = 10;
     model_options.fold_shortcut_bn = fold;
     model_options.conv_statistics = statistics;
-    Model model = build_model("resnet20", *backend, options, model_options);
-    model.net->finalize(7);
-    testing::fill_uniform(model.images->value, 11);
-    for (int i = 0; i < 4; ++i) model.labels->value.ptr<int32_t>()[i] = 2 * i + 1;
-    model.net->forward(Phase::train);
-    model.net->backward();
+    OneStep one = one_training_step(onednn, model_options);
+    Model& model = one.model;
     Step s;
     for (const auto& layer : model.net->layers()) {
       if (std::string(layer->kind()) != "batchnorm") continue;
