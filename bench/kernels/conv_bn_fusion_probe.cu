@@ -24,6 +24,7 @@
 // padded to 4 and 8 (forward and filter gradient), for the NHWC precisions.
 //
 //   conv_bn_fusion_probe [--dtype fp16|bf16|tf32|fp32] [--batch N] [--reps R] [--max-engines E]
+//                        [--backward 0|1]
 //
 // tf32 and fp32 both keep FP32 tensors; tf32 lets the convolutions use TF32 tensor cores (the legacy API's
 // CUDNN_DEFAULT_MATH, any graph engine), fp32 does not (CUDNN_FMA_MATH; graph engines with the tensor-core
@@ -177,6 +178,7 @@ struct Options {
   int64_t batch = 256;
   int reps = 20;
   int max_engines = 8;
+  bool backward = true;  // --backward 0 skips backward_fusion
 };
 
 Options parse(int argc, char** argv) {
@@ -199,10 +201,14 @@ Options parse(int argc, char** argv) {
     }
     char* end = nullptr;
     const long v = std::strtol(value.c_str(), &end, 10);
-    if (end == value.c_str() || *end != '\0' || v <= 0) {
-      std::fprintf(stderr, "conv_bn_fusion_probe: %s wants a positive integer, got '%s'\n", flag.c_str(),
+    if (end == value.c_str() || *end != '\0' || v < (flag == "--backward" ? 0 : 1)) {
+      std::fprintf(stderr, "conv_bn_fusion_probe: %s wants a positive integer (--backward: 0 or 1), got '%s'\n", flag.c_str(),
                    value.c_str());
       std::exit(2);
+    }
+    if (flag == "--backward") {
+      o.backward = v != 0;
+      continue;
     }
     if (flag == "--batch")
       o.batch = v;
@@ -867,8 +873,9 @@ int run(const Options& o) {
     check_cuda(cudaDeviceGetAttribute(&clock_khz, cudaDevAttrMemoryClockRate, 0), "memory clock");
     check_cuda(cudaDeviceGetAttribute(&bus_bits, cudaDevAttrGlobalMemoryBusWidth, 0), "bus width");
     // The buffers are sized for the largest x and y of any shape, which the dgrad's tensors fit.
-    backward_fusion(handle, o, io, element, x, y, y2, w, workspace, workspace_bytes, params,
-                    static_cast<float*>(sums), 2.0 * clock_khz * (bus_bits / 8.0));
+    if (o.backward)
+      backward_fusion(handle, o, io, element, x, y, y2, w, workspace, workspace_bytes, params,
+                      static_cast<float*>(sums), 2.0 * clock_khz * (bus_bits / 8.0));
     stem_channel_padding(handle, o, io, x, y, w, workspace, workspace_bytes);
   }
   cudaFree(x);
