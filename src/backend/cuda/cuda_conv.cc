@@ -69,7 +69,7 @@
 // with ConvGeometry::output_statistics, where a batch norm reads its output, also searches its forward as
 // a graph with a genstats node (per-channel sums of y and y^2 in the epilogue) and runs that in training
 // where it costs less than the statistics pass it saves (the section "the forward with its output's
-// statistics" below; FP16 on an H200: 17 of ResNet-50's 22 shapes, 4% of the step).
+// statistics" below; FP16 on an H200: most of ResNet-50's shapes, 4% of the step).
 #include <algorithm>
 #include <array>
 #include <chrono>
@@ -1234,8 +1234,10 @@ namespace {
 // 4.00 without, where the batch norms' statistics passes took about 1.8 ms.
 //
 // An engine is taken where it costs less than the convolution as searched (its forward's time back to
-// back) plus one read of y at the memory's peak bandwidth, which no statistics pass can beat: so it never
-// costs more than the pass it saves. Decided once per shape like the algorithms (for the process, and in
+// back) plus the batch norm's statistics pass it saves (statistics_pass_ms, timed the same way: a bound of
+// one read of y at the memory's peak bandwidth turned away engines that saved time on the small layers,
+// where a pass costs its launch and finalize more than its bytes). Decided once per shape like the algorithms
+// (for the process, and in
 // --algorithm-cache as the key's " statistics" entry: the engine's index, or -1 for none, its time in
 // microseconds, its knobs).
 struct StatisticsChoice {
@@ -1249,12 +1251,30 @@ std::map<std::pair<ConvKey, ConvStatistics>, StatisticsChoice>& statistics_cache
   return cache;
 }
 
-// The memory's peak bandwidth in bytes per millisecond (both clock edges times the bus width).
-double peak_bytes_per_ms(int device) {
-  int clock_khz = 0, bus_bits = 0;
-  CUDA_CHECK(cudaDeviceGetAttribute(&clock_khz, cudaDevAttrMemoryClockRate, device));
-  CUDA_CHECK(cudaDeviceGetAttribute(&bus_bits, cudaDevAttrGlobalMemoryBusWidth, device));
-  return 2.0 * clock_khz * (bus_bits / 8.0);  // kHz = per millisecond
+// What the batch norm after the convolution spends on its statistics pass over y (`y`, scratch): its
+// training forward on the own kernels (no fusion; the pass does not depend on it) timed back to back with
+// its statistics made from y and from given sums, the difference. `out` is a scratch of y's size.
+float statistics_pass_ms(const CudaBackend& backend, const ConvGeometry& g, const void* y, void* out) {
+  BatchNormGeometry b;
+  b.batch = g.batch, b.channels = g.out_channels, b.h = g.out_h(), b.w = g.out_w();
+  b.dtype = g.dtype, b.layout = g.layout, b.fusion = BatchNormFusion::none;
+  const OwnBatchNormLaunch launch = own_batchnorm_launch(b);
+  // gamma, beta, the running and saved statistics, and the sums (two channel vectors): zeros will do.
+  const size_t channel_bytes = static_cast<size_t>(b.channels) * sizeof(float);
+  const DeviceBuffer channels(8 * channel_bytes), workspace(own_batchnorm_workspace_bytes(launch)),
+      held(own_batchnorm_held_bytes(launch));
+  CUDA_CHECK(cudaMemsetAsync(channels.get(), 0, 8 * channel_bytes, backend.stream()));
+  float* c = static_cast<float*>(channels.get());
+  const int64_t k = b.channels;
+  auto forward = [&](const float* sums) {
+    own_batchnorm_forward_training(launch, y, nullptr, c, c + k, out, c + 2 * k, c + 3 * k, c + 4 * k,
+                                   c + 5 * k, workspace.get(), held.get(), backend.stream(), sums);
+    return CUDNN_STATUS_SUCCESS;
+  };
+  const std::optional<float> with_pass = time_calls(backend, [&] { return forward(nullptr); }),
+                             from_sums = time_calls(backend, [&] { return forward(c + 6 * k); });
+  CUDA_CHECK(cudaStreamSynchronize(backend.stream()));  // the buffers are freed next
+  return with_pass && from_sums ? std::max(0.f, *with_pass - *from_sums) : 0.f;
 }
 
 // Whether cuDNN's statistics engines may take `g`: graph engines on, the input as it is (no inner plan),
@@ -1272,11 +1292,12 @@ StatisticsChoice search_statistics(const CudaBackend& backend, const CudaConvPla
   const DeviceBuffer sums(static_cast<size_t>(2 * g.out_channels) * sizeof(float));
   float* sum = static_cast<float*>(sums.get());
   const size_t limit = std::min(backend.conv_workspace_limit(), scratch.ws_bytes);
-  const double y_bytes = static_cast<double>(tensor_bytes(y_dims(g), g.dtype));
   const bool force = conv_statistics_mode() == ConvStatistics::force;
-  const float worth = force ? std::numeric_limits<float>::infinity()
-                            : plan.choice.forward.run_ms() +
-                                  static_cast<float>(y_bytes / peak_bytes_per_ms(backend.device().index));
+  float worth = std::numeric_limits<float>::infinity();
+  if (!force) {
+    const DeviceBuffer out(tensor_bytes(y_dims(g), g.dtype));
+    worth = plan.choice.forward.run_ms() + statistics_pass_ms(backend, g, scratch.y.get(), out.get());
+  }
   StatisticsChoice best;
   try {
     const ConvGraph graph(backend.cudnn(), g, ConvDirection::forward, /*with_statistics=*/true);
