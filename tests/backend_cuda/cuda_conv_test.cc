@@ -436,6 +436,67 @@ TEST_F(CudaConvTest, OutputStatisticsMatchTheOutput) {
   EXPECT_THROW(shared_gpu().plan_conv(g), UserError);
 }
 
+// ResNet-50's own shapes at batch 256 in FP16, with the engines the default search takes (auto; they are
+// not the ones the small shapes above get): y as the plain forward writes it, and sums that stay those of
+// y call after call (three calls: an engine that added to its sums instead of writing them would double
+// them). Against the sums of the written y, to 1e-3 of the largest: an engine summing its accumulator
+// before the rounding to FP16 differs by less. Whether repeated calls give the same sums bit for bit is
+// printed (an engine may reduce in no fixed order).
+TEST_F(CudaConvTest, OutputStatisticsAtResNetSizes) {
+  struct EnvGuard {
+    ~EnvGuard() { unsetenv("DLBENCH_CONV_STATISTICS"); }
+  } guard;
+  setenv("DLBENCH_CONV_STATISTICS", "auto", 1);
+  Backend& gpu = shared_gpu(false);
+  int with_engine = 0;
+  for (const ConvCase& cc : {ConvCase{256, 64, 56, 56, 256, 1, 1, 1, 1, 0, 0},
+                             ConvCase{256, 256, 14, 14, 256, 3, 3, 1, 1, 1, 1}}) {
+    SCOPED_TRACE(fmt::format("{}x{}x{}x{} -> {} {}x{}", cc.n, cc.c, cc.h, cc.w, cc.k, cc.r, cc.s));
+    ConvGeometry g = geometry_of(cc, Layout::nhwc, DType::f16);
+    g.output_statistics = true;
+    auto plan = gpu.plan_conv(g);
+    std::printf("  [plan] %s\n", describe_cuda_conv_plan(*plan).c_str());
+    if (!gpu.conv_emits_statistics(*plan)) continue;
+    ++with_engine;
+    const std::vector<int64_t> xd{cc.n, cc.c, cc.h, cc.w}, wd{cc.k, cc.c, cc.r, cc.s},
+        yd{cc.n, cc.k, g.out_h(), g.out_w()};
+    auto ws = workspace(gpu, plan->workspace_bytes());
+    DeviceTensor xg(gpu, random_host(*ref, xd, g.dtype, 1, g.layout)),
+        wg(gpu, random_host(*ref, wd, g.dtype, 2, g.layout, -0.1, 0.1)), y_plain(gpu, yd, g.dtype, g.layout),
+        yg(gpu, yd, g.dtype, g.layout), sums(gpu, {2, cc.k}, DType::f32);
+    gpu.conv_forward(*plan, xg.tensor(), wg.tensor(), y_plain.tensor(), ws->tensor().data());
+    gpu.fill(sums.tensor(), std::nan(""));
+    std::vector<float> first;
+    bool repeatable = true;
+    for (int call = 0; call < 3; ++call) {
+      SCOPED_TRACE(fmt::format("call {}", call + 1));
+      gpu.conv_forward_with_statistics(*plan, xg.tensor(), wg.tensor(), yg.tensor(), sums.tensor(),
+                                       ws->tensor().data());
+      const HostBuffer got = sums.download();
+      const float* s = got.tensor().ptr<float>();
+      if (call == 0) first.assign(s, s + 2 * cc.k);
+      repeatable = repeatable && std::equal(first.begin(), first.end(), s);
+    }
+    const HostBuffer y = converted(*ref, download_wide(*ref, yg), DType::f64);
+    expect_close("forward against the plain forward", download_wide(*ref, yg).tensor(),
+                 download_wide(*ref, y_plain).tensor(), tolerance(g.dtype));
+    HostBuffer expected({2, cc.k}, DType::f64);
+    double* e = expected.tensor().ptr<double>();
+    std::fill(e, e + 2 * cc.k, 0.0);
+    const double* v = y.tensor().ptr<double>();
+    const int64_t pixels = cc.n * g.out_h() * g.out_w();
+    for (int64_t i = 0; i < pixels; ++i)
+      for (int64_t k = 0; k < cc.k; ++k) {
+        e[k] += v[i * cc.k + k];
+        e[cc.k + k] += v[i * cc.k + k] * v[i * cc.k + k];
+      }
+    expect_close("sums after three calls", converted(*ref, sums.download(), DType::f64).tensor(),
+                 expected.tensor(), 1e-3);
+    std::printf("  sums of repeated calls %s\n", repeatable ? "identical" : "differ in their last bits");
+  }
+  EXPECT_EQ(with_engine, 2) << "the default search took no statistics engine for a ResNet-50 shape";
+}
+
 // DLBENCH_CONV_GEMM=force: a 1x1 convolution without padding in NHWC (stride 1, or 2 on odd sizes: its
 // pixels gathered and its input gradient scattered) runs all three directions on cuBLAS's GEMM and matches
 // the reference, overwriting and accumulating, also planned for an accumulating input gradient; other
