@@ -445,6 +445,37 @@ void stem_channel_padding(cudnnHandle_t handle, const Options& o, cudnnDataType_
   cudaFree(dw);
 }
 
+// The convolution of `s` (FP32 compute, cross-correlation) as a graph descriptor.
+Desc convolution(const Shape& s) {
+  Desc conv(CUDNN_BACKEND_CONVOLUTION_DESCRIPTOR);
+  const int64_t spatial = 2, dil[2] = {1, 1}, str[2] = {s.stride, s.stride}, pad[2] = {s.pad, s.pad};
+  conv.set1(CUDNN_ATTR_CONVOLUTION_COMP_TYPE, CUDNN_TYPE_DATA_TYPE, CUDNN_DATA_FLOAT)
+      .set1(CUDNN_ATTR_CONVOLUTION_CONV_MODE, CUDNN_TYPE_CONVOLUTION_MODE, CUDNN_CROSS_CORRELATION)
+      .set1(CUDNN_ATTR_CONVOLUTION_SPATIAL_DIMS, CUDNN_TYPE_INT64, spatial)
+      .set(CUDNN_ATTR_CONVOLUTION_DILATIONS, CUDNN_TYPE_INT64, dil, 2)
+      .set(CUDNN_ATTR_CONVOLUTION_FILTER_STRIDES, CUDNN_TYPE_INT64, str, 2)
+      .set(CUDNN_ATTR_CONVOLUTION_PRE_PADDINGS, CUDNN_TYPE_INT64, pad, 2)
+      .set(CUDNN_ATTR_CONVOLUTION_POST_PADDINGS, CUDNN_TYPE_INT64, pad, 2)
+      .finalize("convolution");
+  return conv;
+}
+
+// The filter of `s` [K, C, R, S]: KRSC (the input channels innermost, as NHWC activations want), or KCRS
+// for NCHW (g_nchw).
+Desc filter_tensor(int64_t uid, cudnnDataType_t io, const Shape& s) {
+  const int64_t dims[4] = {s.k, s.c, s.r, s.r};
+  const int64_t krsc[4] = {s.c * s.r * s.r, 1, s.r * s.c, s.c},
+                kcrs[4] = {s.c * s.r * s.r, s.r * s.r, s.r, 1};
+  Desc tw(CUDNN_BACKEND_TENSOR_DESCRIPTOR);
+  tw.set1(CUDNN_ATTR_TENSOR_DATA_TYPE, CUDNN_TYPE_DATA_TYPE, io)
+      .set(CUDNN_ATTR_TENSOR_DIMENSIONS, CUDNN_TYPE_INT64, dims, 4)
+      .set(CUDNN_ATTR_TENSOR_STRIDES, CUDNN_TYPE_INT64, g_nchw ? kcrs : krsc, 4)
+      .set1(CUDNN_ATTR_TENSOR_UNIQUE_ID, CUDNN_TYPE_INT64, uid)
+      .set1(CUDNN_ATTR_TENSOR_BYTE_ALIGNMENT, CUDNN_TYPE_INT64, int64_t(16))
+      .finalize("filter tensor");
+  return tw;
+}
+
 // ---- the backward: the batch norm's reductions in the epilogue of the backward data that feeds it ----
 // A batch norm + ReLU whose output y feeds a convolution gets its output gradient from that convolution's
 // backward data (dgrad). Its backward then passes over x and dy twice: the sums g and g * (x - mean), g the
@@ -462,29 +493,8 @@ void backward_fusion(cudnnHandle_t handle, const Options& o, cudnnDataType_t io,
   bool all = true;
   for (const Shape& s : kShapes) {
     const int64_t n = o.batch, p = s.out_h(), q = s.out_w();
-    Desc conv(CUDNN_BACKEND_CONVOLUTION_DESCRIPTOR);
-    {
-      const int64_t spatial = 2, dil[2] = {1, 1}, str[2] = {s.stride, s.stride}, pad[2] = {s.pad, s.pad};
-      conv.set1(CUDNN_ATTR_CONVOLUTION_COMP_TYPE, CUDNN_TYPE_DATA_TYPE, CUDNN_DATA_FLOAT)
-          .set1(CUDNN_ATTR_CONVOLUTION_CONV_MODE, CUDNN_TYPE_CONVOLUTION_MODE, CUDNN_CROSS_CORRELATION)
-          .set1(CUDNN_ATTR_CONVOLUTION_SPATIAL_DIMS, CUDNN_TYPE_INT64, spatial)
-          .set(CUDNN_ATTR_CONVOLUTION_DILATIONS, CUDNN_TYPE_INT64, dil, 2)
-          .set(CUDNN_ATTR_CONVOLUTION_FILTER_STRIDES, CUDNN_TYPE_INT64, str, 2)
-          .set(CUDNN_ATTR_CONVOLUTION_PRE_PADDINGS, CUDNN_TYPE_INT64, pad, 2)
-          .set(CUDNN_ATTR_CONVOLUTION_POST_PADDINGS, CUDNN_TYPE_INT64, pad, 2)
-          .finalize("convolution");
-    }
-    Desc tw(CUDNN_BACKEND_TENSOR_DESCRIPTOR);
-    {
-      const int64_t dims[4] = {s.k, s.c, s.r, s.r};
-      const int64_t krsc[4] = {s.c * s.r * s.r, 1, s.r * s.c, s.c};
-      tw.set1(CUDNN_ATTR_TENSOR_DATA_TYPE, CUDNN_TYPE_DATA_TYPE, io)
-          .set(CUDNN_ATTR_TENSOR_DIMENSIONS, CUDNN_TYPE_INT64, dims, 4)
-          .set(CUDNN_ATTR_TENSOR_STRIDES, CUDNN_TYPE_INT64, krsc, 4)
-          .set1(CUDNN_ATTR_TENSOR_UNIQUE_ID, CUDNN_TYPE_INT64, int64_t(kW))
-          .set1(CUDNN_ATTR_TENSOR_BYTE_ALIGNMENT, CUDNN_TYPE_INT64, int64_t(16))
-          .finalize("filter tensor");
-    }
+    Desc conv = convolution(s);
+    Desc tw = filter_tensor(kW, io, s);
     auto dgrad_op = [&](const Desc& dx, const Desc& dy) {
       Desc op(CUDNN_BACKEND_OPERATION_CONVOLUTION_BACKWARD_DATA_DESCRIPTOR);
       const float alpha = 1.f, beta = 0.f;
@@ -706,18 +716,7 @@ int run(const Options& o) {
 
     // ---- graph: the convolution alone through the graph API ----
     enum : int64_t { kX = 1, kW, kY, kScale, kBias, kSum, kSqSum, kScaled, kBiased, kRelu };
-    Desc conv(CUDNN_BACKEND_CONVOLUTION_DESCRIPTOR);
-    {
-      const int64_t spatial = 2, dil[2] = {1, 1}, str[2] = {s.stride, s.stride}, pad[2] = {s.pad, s.pad};
-      conv.set1(CUDNN_ATTR_CONVOLUTION_COMP_TYPE, CUDNN_TYPE_DATA_TYPE, CUDNN_DATA_FLOAT)
-          .set1(CUDNN_ATTR_CONVOLUTION_CONV_MODE, CUDNN_TYPE_CONVOLUTION_MODE, CUDNN_CROSS_CORRELATION)
-          .set1(CUDNN_ATTR_CONVOLUTION_SPATIAL_DIMS, CUDNN_TYPE_INT64, spatial)
-          .set(CUDNN_ATTR_CONVOLUTION_DILATIONS, CUDNN_TYPE_INT64, dil, 2)
-          .set(CUDNN_ATTR_CONVOLUTION_FILTER_STRIDES, CUDNN_TYPE_INT64, str, 2)
-          .set(CUDNN_ATTR_CONVOLUTION_PRE_PADDINGS, CUDNN_TYPE_INT64, pad, 2)
-          .set(CUDNN_ATTR_CONVOLUTION_POST_PADDINGS, CUDNN_TYPE_INT64, pad, 2)
-          .finalize("convolution");
-    }
+    Desc conv = convolution(s);
     auto conv_op = [&](const Desc& in, const Desc& filter, const Desc& out) {
       Desc op(CUDNN_BACKEND_OPERATION_CONVOLUTION_FORWARD_DESCRIPTOR);
       const float alpha = 1.f, beta = 0.f;
@@ -731,20 +730,7 @@ int run(const Options& o) {
       return op;
     };
     Desc tx = tensor(kX, io, n, s.c, s.h, s.w), ty = tensor(kY, io, n, s.k, p, q);
-    Desc tw(CUDNN_BACKEND_TENSOR_DESCRIPTOR);
-    {
-      // KRSC (the filter's input channels innermost, as NHWC activations want) or KCRS.
-      const int64_t dims[4] = {s.k, s.c, s.r, s.r};
-      const int64_t krsc[4] = {s.c * s.r * s.r, 1, s.r * s.c, s.c},
-                    kcrs[4] = {s.c * s.r * s.r, s.r * s.r, s.r, 1};
-      const int64_t* strides = g_nchw ? kcrs : krsc;
-      tw.set1(CUDNN_ATTR_TENSOR_DATA_TYPE, CUDNN_TYPE_DATA_TYPE, io)
-          .set(CUDNN_ATTR_TENSOR_DIMENSIONS, CUDNN_TYPE_INT64, dims, 4)
-          .set(CUDNN_ATTR_TENSOR_STRIDES, CUDNN_TYPE_INT64, strides, 4)
-          .set1(CUDNN_ATTR_TENSOR_UNIQUE_ID, CUDNN_TYPE_INT64, int64_t(kW))
-          .set1(CUDNN_ATTR_TENSOR_BYTE_ALIGNMENT, CUDNN_TYPE_INT64, int64_t(16))
-          .finalize("filter tensor");
-    }
+    Desc tw = filter_tensor(kW, io, s);
     Timed graph_conv;
     try {
       Desc op = conv_op(tx, tw, ty);
