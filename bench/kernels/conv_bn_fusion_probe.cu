@@ -202,8 +202,9 @@ Options parse(int argc, char** argv) {
     char* end = nullptr;
     const long v = std::strtol(value.c_str(), &end, 10);
     if (end == value.c_str() || *end != '\0' || v < (flag == "--backward" ? 0 : 1)) {
-      std::fprintf(stderr, "conv_bn_fusion_probe: %s wants a positive integer (--backward: 0 or 1), got '%s'\n", flag.c_str(),
-                   value.c_str());
+      std::fprintf(stderr,
+                   "conv_bn_fusion_probe: %s wants a positive integer (--backward: 0 or 1), got '%s'\n",
+                   flag.c_str(), value.c_str());
       std::exit(2);
     }
     if (flag == "--backward") {
@@ -526,7 +527,8 @@ void backward_fusion(cudnnHandle_t handle, const Options& o, cudnnDataType_t io,
       Desc tmean = tensor(kMean, CUDNN_DATA_FLOAT, 1, s.c, 1, 1);
       Desc txc = tensor(kXc, CUDNN_DATA_FLOAT, n, s.c, s.h, s.w, true);
       Desc tgx = tensor(kGx, CUDNN_DATA_FLOAT, n, s.c, s.h, s.w, true);
-      Desc tsum_g = tensor(kSumG, CUDNN_DATA_FLOAT, 1, s.c, 1, 1), tsum_gx = tensor(kSumGx, CUDNN_DATA_FLOAT, 1, s.c, 1, 1);
+      Desc tsum_g = tensor(kSumG, CUDNN_DATA_FLOAT, 1, s.c, 1, 1),
+           tsum_gx = tensor(kSumGx, CUDNN_DATA_FLOAT, 1, s.c, 1, 1);
       Desc op_dgrad = dgrad_op(dx_virtual, tdy);
       // g = dy where y > 0: the ReLU's backward, given its output.
       Desc relu_bwd = pointwise(CUDNN_POINTWISE_RELU_BWD);
@@ -570,13 +572,13 @@ void backward_fusion(cudnnHandle_t handle, const Options& o, cudnnDataType_t io,
     auto cell = [](double ms) { return ms >= 0 ? std::to_string(ms).substr(0, 6) : std::string("n/a"); };
     std::printf("%-22s %5d %9s %9s %9.4f  %s\n", s.name, s.count, cell(dgrad.ms).c_str(),
                 fused.ms >= 0 ? cell(fused.ms).c_str() : "unsupp.", pass,
-                fused.ms >= 0 ? (std::to_string(fused.built) + " of " + std::to_string(fused.tried) + " built" +
-                                 (fused.runtime_compiled ? ", runtime-compiled" : ""))
+                fused.ms >= 0 ? (std::to_string(fused.built) + " of " + std::to_string(fused.tried) +
+                                 " built" + (fused.runtime_compiled ? ", runtime-compiled" : ""))
                                     .c_str()
                               : (std::to_string(fused.tried) + " tried; " + fused_error).c_str());
   }
-  std::printf("  dgrad %.3f ms; the batch norms' first backward pass at peak bandwidth %.3f ms\n", total_dgrad,
-              total_pass);
+  std::printf("  dgrad %.3f ms; the batch norms' first backward pass at peak bandwidth %.3f ms\n",
+              total_dgrad, total_pass);
   if (all) {
     std::printf("  dgrad with the mask and the sums %.3f ms: %.3f saved\n", total_fused,
                 total_dgrad + total_pass - total_fused);
@@ -798,9 +800,9 @@ int run(const Options& o) {
           .set_desc(CUDNN_ATTR_OPERATION_GENSTATS_SQSUMDESC, tsq)
           .finalize("genstats op");
       Desc g = operation_graph(handle, {&op_conv, &op_stats});
-      conv_stats = fastest_engine(handle, g, {kX, kW, kY, kSum, kSqSum},
-                                  {x, w, y, sums, static_cast<float*>(sums) + 2048}, workspace,
-                                  workspace_bytes, o);
+      conv_stats =
+          fastest_engine(handle, g, {kX, kW, kY, kSum, kSqSum},
+                         {x, w, y, sums, static_cast<float*>(sums) + 2048}, workspace, workspace_bytes, o);
     } catch (const std::exception& e) {
       conv_stats_error = e.what();
     }
