@@ -305,25 +305,6 @@ TEST_F(CudaBatchNormTest, OwnNhwcMaskFromAnUnalignedForward) {
   expect_close("dresidual after an unaligned forward", dres_unaligned.tensor(), dres_aligned.tensor(), 0.0);
 }
 
-// x's per-channel sums and sums of squares ([2, C] FP32), as a convolution hands them over
-// (Backend::conv_forward_with_statistics), computed in double on the host.
-HostBuffer channel_sums(Backend& ref, const HostBuffer& x) {
-  const Tensor& t = x.tensor();
-  const HostBuffer wide = converted(ref, x, DType::f64);
-  const int64_t n = t.n(), c = t.c(), h = t.h(), w = t.w();
-  std::vector<double> sums(static_cast<size_t>(2 * c), 0.0);
-  for (int64_t i = 0; i < n * c * h * w; ++i) {
-    // The element's channel: NHWC keeps channels innermost, NCHW planes of h * w.
-    const int64_t channel = t.layout() == Layout::nhwc ? i % c : (i / (h * w)) % c;
-    const double v = wide.tensor().ptr<double>()[i];
-    sums[static_cast<size_t>(channel)] += v;
-    sums[static_cast<size_t>(c + channel)] += v * v;
-  }
-  HostBuffer out({2, c}, DType::f32);
-  for (size_t i = 0; i < sums.size(); ++i) out.tensor().ptr<float>()[i] = static_cast<float>(sums[i]);
-  return out;
-}
-
 // The training forward with x's statistics from its sums (a convolution's,
 // batchnorm_forward_training_from_sums) on the own kernels: y, the saved and the running statistics as the
 // reference computes them from x, in both layouts, every fusion and dtype (NHWC in vectors and not). cuDNN's
@@ -355,7 +336,7 @@ TEST_F(CudaBatchNormTest, StatisticsFromTheInputsSums) {
             DeviceTensor xg(gpu, x), rg(gpu, residual), gammag(gpu, gamma), betag(gpu, beta),
                 rmeang(gpu, rmean), rvarg(gpu, rvar), yg(gpu, dims, dtype, layout),
                 meang(gpu, cdims, DType::f32), inv_stdg(gpu, cdims, DType::f32),
-                sums(gpu, channel_sums(*ref, x));
+                sums(gpu, converted(*ref, channel_sums(*ref, x), DType::f32));
             gpu.batchnorm_forward_training_from_sums(*plan, xg.tensor(), add ? rg.ptr() : nullptr,
                                                      gammag.tensor(), betag.tensor(), yg.tensor(),
                                                      rmeang.tensor(), rvarg.tensor(), meang.tensor(),
@@ -472,8 +453,8 @@ TEST_F(CudaBatchNormTest, FoldedShortcutMatchesTheReference) {
       // The same forward with both inputs' statistics from their sums (as their convolutions would hand
       // them over): the same y and saved statistics.
       {
-        DeviceTensor main_sums(gpu, channel_sums(*ref, main.x)),
-            shortcut_sums(gpu, channel_sums(*ref, shortcut.x));
+        DeviceTensor main_sums(gpu, converted(*ref, channel_sums(*ref, main.x), DType::f32)),
+            shortcut_sums(gpu, converted(*ref, channel_sums(*ref, shortcut.x), DType::f32));
         BatchNormTensors ms = mg, ss = sg;
         ms.input_sums = &main_sums.tensor();
         ss.input_sums = &shortcut_sums.tensor();

@@ -406,20 +406,8 @@ TEST_F(CudaConvTest, OutputStatisticsMatchTheOutput) {
         // ~5e-5 of the largest), and must match one of the two closely.
         const HostBuffer gpu_sums = converted(*ref, sums.download(), DType::f64);
         double best = INFINITY;
-        for (const HostBuffer* of : {&y, static_cast<const HostBuffer*>(&y_ref)}) {
-          const HostBuffer y64 = converted(*ref, *of, DType::f64);
-          HostBuffer expected({2, cc.k}, DType::f64);
-          double* e = expected.tensor().ptr<double>();
-          std::fill(e, e + 2 * cc.k, 0.0);
-          const int64_t pixels = cc.n * g.out_h() * g.out_w();
-          for (int64_t i = 0; i < pixels; ++i)
-            for (int64_t k = 0; k < cc.k; ++k) {
-              const double v = y64.tensor().ptr<double>()[i * cc.k + k];  // NHWC: channels innermost
-              e[k] += v;
-              e[cc.k + k] += v * v;
-            }
-          best = std::min(best, relative_error(gpu_sums.tensor(), expected.tensor()));
-        }
+        for (const HostBuffer* of : {&y, static_cast<const HostBuffer*>(&y_ref)})
+          best = std::min(best, relative_error(gpu_sums.tensor(), channel_sums(*ref, *of).tensor()));
         std::printf("    sums and sums of squares: rel err %.3g against the nearer of the two\n", best);
         EXPECT_LE(best, 1e-5) << "sums and sums of squares";
       }
@@ -477,21 +465,11 @@ TEST_F(CudaConvTest, OutputStatisticsAtResNetSizes) {
       if (call == 0) first.assign(s, s + 2 * cc.k);
       repeatable = repeatable && std::equal(first.begin(), first.end(), s);
     }
-    const HostBuffer y = converted(*ref, download_wide(*ref, yg), DType::f64);
-    expect_close("forward against the plain forward", download_wide(*ref, yg).tensor(),
-                 download_wide(*ref, y_plain).tensor(), tolerance(g.dtype));
-    HostBuffer expected({2, cc.k}, DType::f64);
-    double* e = expected.tensor().ptr<double>();
-    std::fill(e, e + 2 * cc.k, 0.0);
-    const double* v = y.tensor().ptr<double>();
-    const int64_t pixels = cc.n * g.out_h() * g.out_w();
-    for (int64_t i = 0; i < pixels; ++i)
-      for (int64_t k = 0; k < cc.k; ++k) {
-        e[k] += v[i * cc.k + k];
-        e[cc.k + k] += v[i * cc.k + k] * v[i * cc.k + k];
-      }
+    const HostBuffer y = download_wide(*ref, yg);
+    expect_close("forward against the plain forward", y.tensor(), download_wide(*ref, y_plain).tensor(),
+                 tolerance(g.dtype));
     expect_close("sums after three calls", converted(*ref, sums.download(), DType::f64).tensor(),
-                 expected.tensor(), 1e-3);
+                 channel_sums(*ref, y).tensor(), 1e-3);
     std::printf("  sums of repeated calls %s\n", repeatable ? "identical" : "differ in their last bits");
   }
   EXPECT_EQ(with_engine, 2) << "the default search took no statistics engine for a ResNet-50 shape";

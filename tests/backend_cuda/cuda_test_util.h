@@ -8,6 +8,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <cstring>
 #include <memory>
@@ -76,6 +77,25 @@ inline HostBuffer random_host(Backend& ref, std::vector<int64_t> dims, DType dty
 inline HostBuffer converted(Backend& ref, const HostBuffer& src, DType dtype) {
   HostBuffer out(src.tensor().dims(), dtype, src.tensor().layout());
   ref.cast(src.tensor(), out.tensor());
+  return out;
+}
+
+// x's per-channel sums and sums of squares ([2, C] FP64, computed in double), as a convolution hands them to
+// the batch norm after it (Backend::conv_forward_with_statistics). NCHW or NHWC.
+inline HostBuffer channel_sums(Backend& ref, const HostBuffer& x) {
+  const Tensor& t = x.tensor();
+  const HostBuffer wide = converted(ref, x, DType::f64);
+  const int64_t n = t.n(), c = t.c(), h = t.h(), w = t.w();
+  HostBuffer out({2, c}, DType::f64);
+  double* sums = out.tensor().ptr<double>();
+  std::fill(sums, sums + 2 * c, 0.0);
+  for (int64_t i = 0; i < n * c * h * w; ++i) {
+    // The element's channel: NHWC keeps channels innermost, NCHW planes of h * w.
+    const int64_t channel = t.layout() == Layout::nhwc ? i % c : (i / (h * w)) % c;
+    const double v = wide.tensor().ptr<double>()[i];
+    sums[channel] += v;
+    sums[c + channel] += v * v;
+  }
   return out;
 }
 

@@ -1327,7 +1327,10 @@ StatisticsChoice search_statistics(const CudaBackend& backend, const CudaConvPla
 // The forward-with-statistics plan of `plan` (null: none is worth it), from the cache, the store or a
 // search.
 std::shared_ptr<const GraphPlan> choose_statistics_engine(CudaBackend& backend, CudaConvPlan& plan) {
-  const ConvGeometry& g = plan.geometry;
+  // Keyed by the forward alone: whether the input gradient accumulates (a backward-data matter) must not
+  // make a shape search its statistics twice.
+  ConvGeometry g = plan.geometry;
+  g.accumulates_input_grad = false;
   const ConvKey key = make_key(g, backend);
   const ConvStatistics mode = conv_statistics_mode();
   std::optional<StatisticsChoice> chosen;
@@ -1384,19 +1387,15 @@ std::shared_ptr<const GraphPlan> choose_statistics_engine(CudaBackend& backend, 
   });
 }
 
-}  // namespace
-
-std::unique_ptr<ConvPlan> CudaBackend::plan_conv(const ConvGeometry& g) {
-  std::unique_ptr<CudaConvPlan> plan = searched_plan(*this, g);
-  const std::vector<InputForm> forms = input_forms(g, allow_tf32());
-  if (forms.empty()) {
-    if (statistics_shape(g)) plan->statistics_plan = choose_statistics_engine(*this, *plan);
-    return plan;
-  }
+// The form `plan`'s input runs in (InputForm): decided once per shape and modes, from the cache, the store
+// or choose_input_form; another form than the input as it is puts its plan in plan.inner.
+void take_input_form(CudaBackend& backend, const ConvGeometry& g, CudaConvPlan& plan) {
+  const std::vector<InputForm> forms = input_forms(g, backend.allow_tf32());
+  if (forms.empty()) return;
   const ChannelPadding padding = channel_padding_mode();
   const SpaceToDepth blocks = space_to_depth_mode();
   const int modes = static_cast<int>(padding) * 3 + static_cast<int>(blocks);
-  const std::pair<ConvKey, int> key{make_key(g, *this), modes};
+  const std::pair<ConvKey, int> key{make_key(g, backend), modes};
   std::optional<std::pair<int64_t, int64_t>> chosen;  // (kind, inner channels)
   {
     std::lock_guard<std::mutex> lock(cache_mutex());
@@ -1405,7 +1404,7 @@ std::unique_ptr<ConvPlan> CudaBackend::plan_conv(const ConvGeometry& g) {
   if (!chosen) {
     const std::shared_ptr<AlgorithmStore> store = algorithm_store();
     const std::string store_key =
-        store ? stored_choice_key(g, *this) + fmt::format(" input:{}", modes) : std::string();
+        store ? stored_choice_key(g, backend) + fmt::format(" input:{}", modes) : std::string();
     if (store) {
       if (auto entry = store->find(store_key); entry && entry->size() == 2)
         chosen = {(*entry)[0], (*entry)[1]};
@@ -1419,7 +1418,7 @@ std::unique_ptr<ConvPlan> CudaBackend::plan_conv(const ConvGeometry& g) {
             f.kind == InputForm::blocks ? blocks == SpaceToDepth::force : padding == ChannelPadding::force;
         if (!force || forced) candidates.push_back(f);
       }
-      const InputForm f = choose_input_form(*this, g, *plan, candidates, force);
+      const InputForm f = choose_input_form(backend, g, plan, candidates, force);
       chosen = {f.kind, f.kind == InputForm::as_is ? g.in_channels : f.inner.in_channels};
       if (store) store->put(store_key, {chosen->first, chosen->second});
     }
@@ -1428,10 +1427,17 @@ std::unique_ptr<ConvPlan> CudaBackend::plan_conv(const ConvGeometry& g) {
   }
   for (const InputForm& f : forms) {
     if (f.kind == chosen->first && f.inner.in_channels == chosen->second) {
-      plan->inner = searched_plan(*this, f.inner);
-      plan->form = f;
+      plan.inner = searched_plan(backend, f.inner);
+      plan.form = f;
     }
   }
+}
+
+}  // namespace
+
+std::unique_ptr<ConvPlan> CudaBackend::plan_conv(const ConvGeometry& g) {
+  std::unique_ptr<CudaConvPlan> plan = searched_plan(*this, g);
+  take_input_form(*this, g, *plan);
   if (!plan->inner && statistics_shape(g)) plan->statistics_plan = choose_statistics_engine(*this, *plan);
   return plan;
 }
