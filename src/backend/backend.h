@@ -357,6 +357,31 @@ class Backend {
                                            const Tensor& y, const Tensor& dy, Accumulate accumulate,
                                            void* workspace);
 
+  // ---- a batch norm + ReLU and the max pool after it, as one op (the ImageNet stem) ----
+  // y = maxpool(relu(bn(x))), with `plan` the batch norm's (fusion relu, x's shape) and `pool_plan` the max
+  // pool's (over x's shape); `bn` names the batch norm's tensors (dx, dgamma, dbeta for the backward).
+  // relu(bn(x)) is read by the pool alone, so a backend with kernels for the pair need store neither it nor
+  // its gradient: the forward pools as it normalises, the backward gathers each element's gradient from dy
+  // and the pool's saved positions. `saved` holds batchnorm_max_pool_saved_bytes() from the training forward
+  // to the backward (and is at hand at inference). These defaults compose the single ops, keeping
+  // relu(bn(x)) in `saved` — what the two layers would have kept — and its gradient in a temporary buffer:
+  // the same results bit for bit, no saving. A backend with kernels says so in fuses_batchnorm_max_pool,
+  // and a network fuses only there (or where asked to, as the tests do).
+  virtual bool fuses_batchnorm_max_pool(const BatchNormGeometry& bn, const PoolGeometry& pool) const {
+    (void)bn, (void)pool;
+    return false;
+  }
+  virtual size_t batchnorm_max_pool_saved_bytes(const BatchNormPlan& plan, const PoolPlan& pool_plan) const;
+  virtual void batchnorm_max_pool_forward_training(const BatchNormPlan& plan, const PoolPlan& pool_plan,
+                                                   const BatchNormTensors& bn, Tensor& y, void* saved,
+                                                   void* workspace);
+  virtual void batchnorm_max_pool_forward_inference(const BatchNormPlan& plan, const PoolPlan& pool_plan,
+                                                    const BatchNormTensors& bn, Tensor& y, void* saved);
+  // `y` is the forward's output (the composed pool's backward may read it).
+  virtual void batchnorm_max_pool_backward(const BatchNormPlan& plan, const PoolPlan& pool_plan,
+                                           const BatchNormTensors& bn, const Tensor& y, const Tensor& dy,
+                                           const void* saved, Accumulate accumulate, void* workspace);
+
   // ---- pooling ----
   virtual std::unique_ptr<PoolPlan> plan_pool(const PoolGeometry& geometry) = 0;
   // `saved` points to plan.saved_bytes() bytes kept until the backward (may be null at inference).

@@ -6,6 +6,7 @@
 
 #include "core/status.h"
 #include "nn/batchnorm.h"
+#include "nn/batchnorm_max_pool.h"
 #include "nn/conv.h"
 #include "nn/linear.h"
 #include "nn/pool.h"
@@ -34,20 +35,16 @@ ResNetSpec spec_for(const std::string& name) {
   throw_user_error("unknown model '{}'; choose one of: {}", name, fmt::join(model_names(), ", "));
 }
 
-// The geometry of a batch norm of x's shape in `net`.
-BatchNormGeometry batchnorm_geometry(const Network& net, const Activation& x, BatchNormFusion fusion) {
-  BatchNormGeometry g;
-  g.batch = x.value.n(), g.channels = x.value.c(), g.h = x.value.h(), g.w = x.value.w();
-  g.dtype = net.dtype(), g.layout = net.layout(), g.fusion = fusion;
-  return g;
+// Whether a batch norm of `g` takes its input's statistics from the convolution before it: where `options`
+// says (unset: where the backend says that trains faster).
+bool wants_sums(Network& net, const ModelOptions& options, const BatchNormGeometry& g) {
+  return options.conv_statistics.value_or(net.backend().batchnorm_takes_input_sums(g));
 }
 
-// Input `index` of `bn`, made by `conv`: its statistics from the convolution where `options` says (unset:
-// where the backend says that trains faster).
+// Input `index` of `bn`, made by `conv`: its statistics from the convolution where wants_sums says.
 void sums_from(Network& net, const ModelOptions& options, BatchNormLayer& bn, int index, ConvLayer& conv,
                BatchNormFusion fusion) {
-  const BatchNormGeometry g = batchnorm_geometry(net, *conv.output(), fusion);
-  if (options.conv_statistics.value_or(net.backend().batchnorm_takes_input_sums(g)))
+  if (wants_sums(net, options, batchnorm_geometry(net, conv.output()->value, fusion)))
     bn.take_input_sums_from(index, conv);
 }
 
@@ -76,7 +73,7 @@ Activation& block_end(Network& net, const ModelOptions& options, const std::stri
     return *bn.output();
   }
   auto& projection = net.add<ConvLayer>(prefix + "downsample.0", x, ConvOptions{channels, 1, stride, 0});
-  const BatchNormGeometry g = batchnorm_geometry(net, main, BatchNormFusion::add_relu);
+  const BatchNormGeometry g = batchnorm_geometry(net, main.value, BatchNormFusion::add_relu);
   if (options.fold_shortcut_bn.value_or(net.backend().folds_shortcut_batchnorm(g))) {
     auto& bn = net.add<BatchNormLayer>(closing, main, BatchNormFusion::add_relu, projection.output(),
                                        prefix + "downsample.1");
@@ -108,6 +105,23 @@ Activation& bottleneck_block(Network& net, const ModelOptions& options, const st
   Activation& b = conv_bn(net, options, prefix, "2", a, width, 3, stride, BatchNormFusion::relu);
   auto& conv3 = net.add<ConvLayer>(prefix + "conv3", b, ConvOptions{out_channels, 1, 1, 0});
   return block_end(net, options, prefix, "bn3", conv3, x, out_channels, stride);
+}
+
+// The ImageNet stem: 7x7/2 convolution, batch norm + ReLU, 3x3/2 max pool — the last two as one layer
+// where options.fuse_stem_pool says (unset: where the backend has kernels for the pair).
+Activation& imagenet_stem(Network& net, const ModelOptions& options, Activation& images, int64_t channels) {
+  auto& conv = net.add<ConvLayer>("conv1", images, ConvOptions{channels, 7, 2, 3});
+  const Tensor& c = conv.output()->value;
+  const BatchNormGeometry g = batchnorm_geometry(net, c, BatchNormFusion::relu);
+  if (!options.fuse_stem_pool.value_or(
+          net.backend().fuses_batchnorm_max_pool(g, max_pool_geometry(net, c, 3, 2, 1)))) {
+    auto& bn = net.add<BatchNormLayer>("bn1", *conv.output(), BatchNormFusion::relu);
+    if (wants_sums(net, options, g)) bn.take_input_sums_from(0, conv);
+    return *net.add<MaxPoolLayer>("maxpool", *bn.output(), 3, 2, 1).output();
+  }
+  auto& stem = net.add<BatchNormMaxPoolLayer>("bn1", *conv.output(), 3, 2, 1);
+  if (wants_sums(net, options, g)) stem.take_input_sums_from(conv);
+  return *stem.output();
 }
 
 }  // namespace
@@ -153,8 +167,7 @@ Model build_model(const std::string& name, Backend& backend, const NetworkOption
 
   Activation* x;
   if (spec.imagenet_stem) {
-    x = &conv_bn(net, options, "", "1", *model.images, spec.stage_channels[0], 7, 2, BatchNormFusion::relu);
-    x = net.add<MaxPoolLayer>("maxpool", *x, 3, 2, 1).output();
+    x = &imagenet_stem(net, options, *model.images, spec.stage_channels[0]);
   } else {
     x = &conv_bn(net, options, "", "1", *model.images, spec.stage_channels[0], 3, 1, BatchNormFusion::relu);
   }

@@ -53,6 +53,10 @@ struct ModelOptions {
   // (Backend::batchnorm_takes_input_sums); true or false forces the asking (a backend that cannot sum a
   // convolution's output still leaves the statistics to the batch norm).
   std::optional<bool> conv_statistics;
+  // The ImageNet stem's batch norm + ReLU and max pool as one layer (BatchNormMaxPoolLayer): unset, where
+  // the backend has kernels for the pair (Backend::fuses_batchnorm_max_pool); true or false forces it
+  // (a backend without the kernels composes the single ops).
+  std::optional<bool> fuse_stem_pool;
 };
 
 // Builds (but does not finalize) the model. Throws UserError for an unknown name or an input the model

@@ -8,9 +8,8 @@
 #include "nn/network.h"
 
 namespace dlbench {
-namespace {
 
-BatchNormGeometry geometry_of(const Network& net, const Tensor& x, BatchNormFusion fusion) {
+BatchNormGeometry batchnorm_geometry(const Network& net, const Tensor& x, BatchNormFusion fusion) {
   BatchNormGeometry g;
   g.batch = x.n();
   g.channels = x.c();
@@ -22,7 +21,41 @@ BatchNormGeometry geometry_of(const Network& net, const Tensor& x, BatchNormFusi
   return g;
 }
 
-}  // namespace
+void BatchNormState::shape_tensors(Network& net) {
+  for (Tensor* t :
+       {&gamma, &beta, &dgamma, &dbeta, &running_mean, &running_var, &saved_mean, &saved_inv_std}) {
+    *t = Tensor(nullptr, {geometry.channels}, net.master_dtype(), Layout::nchw, net.backend().device());
+  }
+}
+
+void BatchNormState::plan_with(Network& net, MemoryPlan& memory, const std::string& name) {
+  plan = memory.estimate_only() ? net.backend().estimate_batchnorm(geometry)
+                                : net.backend().plan_batchnorm(geometry);
+  memory.add_parameter(name + ".weight", gamma, dgamma, ParamInit::ones, 1, true, ParamUse::master);
+  memory.add_parameter(name + ".bias", beta, dbeta, ParamInit::zeros, 1, true, ParamUse::master);
+  memory.add_buffer(running_mean, 0.f);
+  memory.add_buffer(running_var, 1.f);
+  memory.add_activation(saved_mean, name + ".saved_mean");
+  memory.add_activation(saved_inv_std, name + ".saved_inv_std");
+  memory.require_workspace(plan->workspace_bytes());
+  memory.add_held_bytes(plan->held_bytes());
+}
+
+BatchNormTensors BatchNormState::tensors(Activation& input, const Tensor* input_sums) {
+  BatchNormTensors t;
+  t.x = &input.value;
+  t.gamma = &gamma;
+  t.beta = &beta;
+  t.running_mean = &running_mean;
+  t.running_var = &running_var;
+  t.saved_mean = &saved_mean;
+  t.saved_inv_std = &saved_inv_std;
+  t.dx = &input.grad;
+  t.dgamma = &dgamma;
+  t.dbeta = &dbeta;
+  t.input_sums = input_sums;
+  return t;
+}
 
 BatchNormLayer::BatchNormLayer(Network& net, std::string name, Activation& input, BatchNormFusion fusion,
                                Activation* residual, std::string shortcut_name)
@@ -33,37 +66,18 @@ BatchNormLayer::BatchNormLayer(Network& net, std::string name, Activation& input
   DLB_CHECK(!folds_shortcut() || residual != nullptr, "{}: a folded shortcut needs its convolution's output",
             name_);
   if (residual) DLB_CHECK(residual->value.dims() == x.dims(), "{}: residual shape differs", name_);
-  own_.geometry = geometry_of(net, x, fusion);
-  if (folds_shortcut()) shortcut_.geometry = geometry_of(net, residual->value, BatchNormFusion::none);
+  own_.geometry = batchnorm_geometry(net, x, fusion);
+  if (folds_shortcut()) shortcut_.geometry = batchnorm_geometry(net, residual->value, BatchNormFusion::none);
   set_inputs(residual ? std::vector<Activation*>{&input, residual} : std::vector<Activation*>{&input});
   output_ = &net.new_activation(name_ + ".out", x.dims());
-  Device device = net.backend().device();
-  for (Norm* norm : {&own_, &shortcut_}) {
-    if (norm == &shortcut_ && !folds_shortcut()) break;
-    for (Tensor* t : {&norm->gamma, &norm->beta, &norm->dgamma, &norm->dbeta, &norm->running_mean,
-                      &norm->running_var, &norm->saved_mean, &norm->saved_inv_std}) {
-      *t = Tensor(nullptr, {x.c()}, net.master_dtype(), Layout::nchw, device);
-    }
-  }
-}
-
-void BatchNormLayer::plan_norm(MemoryPlan& plan, Norm& norm, const std::string& name) {
-  norm.plan = plan.estimate_only() ? net_.backend().estimate_batchnorm(norm.geometry)
-                                   : net_.backend().plan_batchnorm(norm.geometry);
-  plan.add_parameter(name + ".weight", norm.gamma, norm.dgamma, ParamInit::ones, 1, true, ParamUse::master);
-  plan.add_parameter(name + ".bias", norm.beta, norm.dbeta, ParamInit::zeros, 1, true, ParamUse::master);
-  plan.add_buffer(norm.running_mean, 0.f);
-  plan.add_buffer(norm.running_var, 1.f);
-  plan.add_activation(norm.saved_mean, name + ".saved_mean");
-  plan.add_activation(norm.saved_inv_std, name + ".saved_inv_std");
-  plan.require_workspace(norm.plan->workspace_bytes());
-  plan.add_held_bytes(norm.plan->held_bytes());
+  own_.shape_tensors(net);
+  if (folds_shortcut()) shortcut_.shape_tensors(net);
 }
 
 void BatchNormLayer::plan(MemoryPlan& plan) {
   // The shortcut's first: the order its own layer would have registered them in (it comes before this one).
-  if (folds_shortcut()) plan_norm(plan, shortcut_, shortcut_name_);
-  plan_norm(plan, own_, name_);
+  if (folds_shortcut()) shortcut_.plan_with(net_, plan, shortcut_name_);
+  own_.plan_with(net_, plan, name_);
   // The folded op may use both batch norms' workspaces at once.
   if (folds_shortcut())
     plan.require_workspace(own_.plan->workspace_bytes() + shortcut_.plan->workspace_bytes());
@@ -78,25 +92,13 @@ void BatchNormLayer::take_input_sums_from(int index, ConvLayer& conv) {
   sums_from_[static_cast<size_t>(index)] = &conv;
 }
 
-const Tensor* BatchNormLayer::input_sums(const Norm& norm) const {
+const Tensor* BatchNormLayer::input_sums(const BatchNormState& norm) const {
   const ConvLayer* conv = sums_from_[&norm == &own_ ? 0 : 1];
   return conv ? conv->statistics() : nullptr;
 }
 
-BatchNormTensors BatchNormLayer::tensors(Norm& norm, int input) {
-  BatchNormTensors t;
-  t.x = &inputs_[static_cast<size_t>(input)]->value;
-  t.gamma = &norm.gamma;
-  t.beta = &norm.beta;
-  t.running_mean = &norm.running_mean;
-  t.running_var = &norm.running_var;
-  t.saved_mean = &norm.saved_mean;
-  t.saved_inv_std = &norm.saved_inv_std;
-  t.dx = &inputs_[static_cast<size_t>(input)]->grad;
-  t.dgamma = &norm.dgamma;
-  t.dbeta = &norm.dbeta;
-  t.input_sums = input_sums(norm);
-  return t;
+BatchNormTensors BatchNormLayer::tensors(BatchNormState& norm, int input) {
+  return norm.tensors(*inputs_[static_cast<size_t>(input)], input_sums(norm));
 }
 
 void BatchNormLayer::forward(Phase phase) {

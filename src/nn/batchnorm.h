@@ -27,6 +27,27 @@ namespace dlbench {
 
 class ConvLayer;
 
+// The geometry of a batch norm over x in `net` (its dtype and layout).
+BatchNormGeometry batchnorm_geometry(const Network& net, const Tensor& x, BatchNormFusion fusion);
+
+// One batch norm's plan, parameters, buffers and saved statistics, as the layers that hold batch norms keep
+// them (BatchNormLayer one or two, BatchNormMaxPoolLayer one).
+struct BatchNormState {
+  BatchNormGeometry geometry;
+  std::unique_ptr<BatchNormPlan> plan;
+  Tensor gamma, beta, dgamma, dbeta;
+  Tensor running_mean, running_var, saved_mean, saved_inv_std;
+
+  // Shapes every tensor ([C], the master dtype) for `geometry`, before planning.
+  void shape_tensors(Network& net);
+  // Plans the batch norm and declares its parameters ("<name>.weight", "<name>.bias"), buffers and saved
+  // statistics, in the order a checkpoint holds them.
+  void plan_with(Network& net, MemoryPlan& memory, const std::string& name);
+  // The tensors for the ops that take BatchNormTensors: normalising `input` (its gradient as dx), with its
+  // sums from a convolution or null.
+  BatchNormTensors tensors(Activation& input, const Tensor* input_sums);
+};
+
 class BatchNormLayer final : public Layer {
  public:
   BatchNormLayer(Network& net, std::string name, Activation& input, BatchNormFusion fusion,
@@ -52,21 +73,13 @@ class BatchNormLayer final : public Layer {
   Tensor& running_var() { return own_.running_var; }
 
  private:
-  // One batch norm's plan and tensors: this layer's own, and the folded shortcut's.
-  struct Norm {
-    BatchNormGeometry geometry;
-    std::unique_ptr<BatchNormPlan> plan;
-    Tensor gamma, beta, dgamma, dbeta;
-    Tensor running_mean, running_var, saved_mean, saved_inv_std;
-  };
   bool folds_shortcut() const { return !shortcut_name_.empty(); }
-  void plan_norm(MemoryPlan& plan, Norm& norm, const std::string& name);
-  BatchNormTensors tensors(Norm& norm, int input);
+  BatchNormTensors tensors(BatchNormState& norm, int input);
 
   // The sums of the input this batch norm normalises (own_: input 0, shortcut_: input 1), or null.
-  const Tensor* input_sums(const Norm& norm) const;
+  const Tensor* input_sums(const BatchNormState& norm) const;
 
-  Norm own_, shortcut_;
+  BatchNormState own_, shortcut_;
   std::string shortcut_name_;              // "" when nothing is folded in
   std::array<ConvLayer*, 2> sums_from_{};  // the convolutions asked for input 0's and 1's sums
 };

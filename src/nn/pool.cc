@@ -25,10 +25,15 @@ PoolGeometry pool_geometry(const Network& net, const Tensor& x, PoolKind kind, i
 }
 }  // namespace
 
+PoolGeometry max_pool_geometry(const Network& net, const Tensor& x, int64_t kernel, int64_t stride,
+                               int64_t pad) {
+  return pool_geometry(net, x, PoolKind::max, kernel, kernel, stride, pad);
+}
+
 MaxPoolLayer::MaxPoolLayer(Network& net, std::string name, Activation& input, int64_t kernel, int64_t stride,
                            int64_t pad)
     : Layer(net, std::move(name)) {
-  geometry_ = pool_geometry(net, input.value, PoolKind::max, kernel, kernel, stride, pad);
+  geometry_ = max_pool_geometry(net, input.value, kernel, stride, pad);
   set_inputs({&input});
   output_ = &net.new_activation(name_ + ".out",
                                 {geometry_.batch, geometry_.channels, geometry_.out_h(), geometry_.out_w()});

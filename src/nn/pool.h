@@ -9,6 +9,10 @@
 
 namespace dlbench {
 
+// The geometry of a max pool over x in `net` (square kernel, stride and padding).
+PoolGeometry max_pool_geometry(const Network& net, const Tensor& x, int64_t kernel, int64_t stride,
+                               int64_t pad);
+
 class MaxPoolLayer final : public Layer {
  public:
   MaxPoolLayer(Network& net, std::string name, Activation& input, int64_t kernel, int64_t stride,

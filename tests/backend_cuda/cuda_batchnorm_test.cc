@@ -8,6 +8,7 @@
 
 #include <cmath>
 #include <cstdlib>
+#include <cstring>
 #include <optional>
 #include <ostream>
 #include <span>
@@ -506,6 +507,138 @@ TEST_F(CudaBatchNormTest, FoldedShortcutMatchesTheReference) {
       ref->batchnorm_shortcut_forward_inference(*ref_plan, *ref_shortcut_plan, main.ref_tensors(),
                                                 shortcut.ref_tensors(), yi_ref.tensor());
       expect_close("inference y", download_wide(*ref, yig).tensor(), yi_ref.tensor(), tol * 2);
+    }
+  }
+}
+
+// The stem's batch norm + ReLU and max pool as one op, y = maxpool3x3/2(relu(bn(x))), on the own fused
+// kernels against the same backend's composition of its single ops (DLBENCH_STEM_POOL_FUSION=off: the own
+// batch-norm kernels, then the own pool kernels, through relu(bn(x)) kept in the saved memory). Both round
+// relu(bn(x)) to the data type alike before the pool compares, so the forward's y and saved statistics
+// must agree bit for bit (which element of a window wins, ties of the ReLU's zeros included); the backward
+// sums in another order (the pool's 2x2 blocks) and does not round a pixel's gradient from two windows to
+// the data type: dx, dgamma and dbeta within rounding, overwriting and accumulating; inference (own
+// coefficients against cuDNN's inference) within rounding; the forward from the input's sums as from x. Odd
+// sizes cut the last blocks; 20 channels of 16-bit do not fit the fused kernels (the backend says so, and
+// runs the composition).
+TEST_F(CudaBatchNormTest, StemBatchNormMaxPoolMatchesTheComposedOps) {
+  ScopedEnv kernels("DLBENCH_BN_KERNELS", "own");
+  Backend& gpu = shared_gpu(false);
+  auto same_bytes = [](const HostBuffer& a, const HostBuffer& b) {
+    return a.tensor().bytes() == b.tensor().bytes() &&
+           std::memcmp(a.tensor().data(), b.tensor().data(), a.tensor().bytes()) == 0;
+  };
+  for (const BnCase& bc :
+       {BnCase{4, 64, 12, 12}, BnCase{2, 64, 13, 11}, BnCase{3, 128, 8, 6}, BnCase{2, 20, 6, 6}}) {
+    for (DType dtype : {DType::f32, DType::f16, DType::bf16}) {
+      SCOPED_TRACE(fmt::format("{}x{}x{}x{} {}", bc.n, bc.c, bc.h, bc.w, dtype_name(dtype)));
+      BatchNormGeometry g;
+      g.batch = bc.n, g.channels = bc.c, g.h = bc.h, g.w = bc.w, g.layout = Layout::nhwc, g.dtype = dtype;
+      g.fusion = BatchNormFusion::relu, g.epsilon = 1e-5, g.momentum = 0.1;
+      PoolGeometry pg;
+      pg.batch = bc.n, pg.channels = bc.c, pg.in_h = bc.h, pg.in_w = bc.w, pg.kernel_h = pg.kernel_w = 3;
+      pg.stride_h = pg.stride_w = 2, pg.pad_h = pg.pad_w = 1, pg.kind = PoolKind::max, pg.dtype = dtype;
+      pg.layout = Layout::nhwc;
+      const bool fits = bc.c % (16 / dtype_size(dtype)) == 0;
+      const std::vector<int64_t> ydims{bc.n, bc.c, pg.out_h(), pg.out_w()};
+      auto plan = gpu.plan_batchnorm(g);
+      auto pool_plan = gpu.plan_pool(pg);
+      auto ws = workspace(gpu, plan->workspace_bytes());
+      // One copy of the data and parameters for each path (the same seed: the same values), so that the
+      // running statistics of each see one forward.
+      FoldSide fused(*ref, gpu, g, 70), composed(*ref, gpu, g, 70);
+      const double tol = tolerance(dtype);
+      auto run = [&](bool fuse, FoldSide& side, DeviceTensor& y, std::unique_ptr<DeviceTensor>& saved) {
+        ScopedEnv choice("DLBENCH_STEM_POOL_FUSION", fuse ? "on" : "off");
+        EXPECT_EQ(gpu.fuses_batchnorm_max_pool(g, pg), fuse && fits);
+        saved = workspace(gpu, gpu.batchnorm_max_pool_saved_bytes(*plan, *pool_plan));
+        gpu.batchnorm_max_pool_forward_training(*plan, *pool_plan, side.gpu_tensors(), y.tensor(),
+                                                saved->tensor().data(), ws->tensor().data());
+      };
+      DeviceTensor y_fused(gpu, ydims, dtype, g.layout), y_composed(gpu, ydims, dtype, g.layout);
+      std::unique_ptr<DeviceTensor> saved_fused, saved_composed;
+      run(true, fused, y_fused, saved_fused);
+      run(false, composed, y_composed, saved_composed);
+      EXPECT_TRUE(same_bytes(y_fused.download(), y_composed.download())) << "y";
+      EXPECT_TRUE(same_bytes(fused.meang.download(), composed.meang.download())) << "saved mean";
+      EXPECT_TRUE(same_bytes(fused.inv_stdg.download(), composed.inv_stdg.download())) << "saved inv std";
+      EXPECT_TRUE(same_bytes(fused.rvarg.download(), composed.rvarg.download())) << "running var";
+
+      // An anchor outside the GPU: in f32 (where a near tie or a ReLU flip against the reference's rounding
+      // is unlikely) the reference backend's composition, forward and (below) the overwriting backward.
+      const bool anchored = dtype == DType::f32;
+      BatchNormGeometry g_ref = g;
+      PoolGeometry pg_ref = pg;
+      g_ref.dtype = pg_ref.dtype = fused.wide;
+      auto ref_plan = ref->plan_batchnorm(g_ref);
+      auto ref_pool = ref->plan_pool(pg_ref);
+      std::vector<double> ref_saved(ref->batchnorm_max_pool_saved_bytes(*ref_plan, *ref_pool) / 8 + 1);
+      HostBuffer y_ref(ydims, fused.wide, g.layout);
+      if (anchored) {
+        ref->batchnorm_max_pool_forward_training(*ref_plan, *ref_pool, fused.ref_tensors(), y_ref.tensor(),
+                                                 ref_saved.data(), nullptr);
+        expect_close("y against the reference", download_wide(*ref, y_fused).tensor(), y_ref.tensor(), tol);
+      }
+
+      const HostBuffer dy = random_host(*ref, ydims, dtype, 80, g.layout);
+      const HostBuffer dy_ref = converted(*ref, dy, fused.wide);
+      DeviceTensor dyg(gpu, dy);
+      for (Accumulate acc : {Accumulate::overwrite, Accumulate::add}) {
+        SCOPED_TRACE(acc == Accumulate::add ? "accumulate" : "overwrite");
+        for (bool fuse : {true, false}) {
+          ScopedEnv choice("DLBENCH_STEM_POOL_FUSION", fuse ? "on" : "off");
+          FoldSide& side = fuse ? fused : composed;
+          gpu.fill(side.dxg.tensor(), std::nan(""));  // overwritten, never read
+          gpu.batchnorm_max_pool_backward(
+              *plan, *pool_plan, side.gpu_tensors(), (fuse ? y_fused : y_composed).tensor(), dyg.tensor(),
+              (fuse ? saved_fused : saved_composed)->tensor().data(), acc, ws->tensor().data());
+        }
+        const double grad_tol = dtype == DType::f32 ? 5e-5 : tol * 2;
+        expect_close("dx", download_wide(*ref, fused.dxg).tensor(),
+                     download_wide(*ref, composed.dxg).tensor(), grad_tol);
+        if (anchored && acc == Accumulate::overwrite) {
+          ref->batchnorm_max_pool_backward(*ref_plan, *ref_pool, fused.ref_tensors(), y_ref.tensor(),
+                                           dy_ref.tensor(), ref_saved.data(), acc, nullptr);
+          expect_close("dx against the reference", download_wide(*ref, fused.dxg).tensor(),
+                       fused.dx_ref.tensor(), 5e-5);
+          expect_close("dgamma against the reference", fused.dgammag.download().tensor(),
+                       fused.dgamma_ref.tensor(), 5e-5);
+        }
+        // A pixel that is the maximum of two windows gets their gradients' sum in float where the
+        // composition rounds it to the data type first: 16-bit parameter gradients agree to its rounding.
+        const double param_tol = dtype == DType::f32 ? 1e-5 : tol;
+        expect_close("dgamma", fused.dgammag.download().tensor(), composed.dgammag.download().tensor(),
+                     param_tol);
+        expect_close("dbeta", fused.dbetag.download().tensor(), composed.dbetag.download().tensor(),
+                     param_tol);
+      }
+
+      // The forward with x's statistics from its sums (as the convolution before it hands them over).
+      {
+        ScopedEnv choice("DLBENCH_STEM_POOL_FUSION", "on");
+        DeviceTensor sums(gpu, converted(*ref, channel_sums(*ref, fused.x), DType::f32));
+        BatchNormTensors with_sums = fused.gpu_tensors();
+        with_sums.input_sums = &sums.tensor();
+        DeviceTensor y_sums(gpu, ydims, dtype, g.layout);
+        gpu.batchnorm_max_pool_forward_training(*plan, *pool_plan, with_sums, y_sums.tensor(),
+                                                saved_fused->tensor().data(), ws->tensor().data());
+        expect_close("y from the input's sums", download_wide(*ref, y_sums).tensor(),
+                     download_wide(*ref, y_composed).tensor(), tol);
+      }
+
+      // Inference with the same running statistics on both paths.
+      composed.rmeang.upload(fused.rmeang.download());
+      composed.rvarg.upload(fused.rvarg.download());
+      DeviceTensor yi_fused(gpu, ydims, dtype, g.layout), yi_composed(gpu, ydims, dtype, g.layout);
+      for (bool fuse : {true, false}) {
+        ScopedEnv choice("DLBENCH_STEM_POOL_FUSION", fuse ? "on" : "off");
+        FoldSide& side = fuse ? fused : composed;
+        gpu.batchnorm_max_pool_forward_inference(*plan, *pool_plan, side.gpu_tensors(),
+                                                 (fuse ? yi_fused : yi_composed).tensor(),
+                                                 (fuse ? saved_fused : saved_composed)->tensor().data());
+      }
+      expect_close("inference y", download_wide(*ref, yi_fused).tensor(),
+                   download_wide(*ref, yi_composed).tensor(), tol * 2);
     }
   }
 }

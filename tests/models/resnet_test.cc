@@ -88,22 +88,23 @@ TEST(ResNet, RejectsUnknownNamesAndTinyInputs) {
   EXPECT_THROW(build_model("resnet50", *backend, options, model_options), UserError);
 }
 
-// One training step of resnet20 (batch 4 of 1x12x12 images, 10 classes, fixed inputs and seed) on the
-// reference backend in f64 or oneDNN in f32, built with `model_options`' choices; the backend outlives the
-// model.
+// One training step of `model` (default: resnet20 on a batch 4 of 1x12x12 images; 10 classes, fixed inputs
+// and seed) on the reference backend in f64 or oneDNN in f32, built with `model_options`' choices; the
+// backend outlives the model.
 struct OneStep {
   std::unique_ptr<Backend> backend;
   Model model;
 };
-OneStep one_training_step(bool onednn, ModelOptions model_options) {
+OneStep one_training_step(bool onednn, ModelOptions model_options, const std::string& model = "resnet20",
+                          ImageShape input = {1, 12, 12}) {
   OneStep s;
   s.backend = onednn ? make_onednn_backend(2) : make_reference_backend();
   NetworkOptions options;
   options.dtype = onednn ? DType::f32 : DType::f64;
   options.batch = 4;
-  model_options.input = {1, 12, 12};
+  model_options.input = input;
   model_options.num_classes = 10;
-  s.model = build_model("resnet20", *s.backend, options, model_options);
+  s.model = build_model(model, *s.backend, options, model_options);
   Network& net = *s.model.net;
   net.finalize(7);
   testing::fill_uniform(s.model.images->value, 11);
@@ -113,45 +114,78 @@ OneStep one_training_step(bool onednn, ModelOptions model_options) {
   return s;
 }
 
+// What a training step leaves, byte for byte: the layers' kinds, the parameters' names, the loss, the
+// parameter gradients, the running statistics (buffers) and then the inference logits.
+struct StepBytes {
+  std::vector<std::string> kinds, names;
+  std::vector<uint8_t> loss, gradients, buffers, logits;
+};
+StepBytes step_bytes(OneStep& one) {
+  auto bytes = [](const Tensor& t) {
+    const auto* p = static_cast<const uint8_t*>(t.data());
+    return std::vector<uint8_t>(p, p + t.bytes());
+  };
+  Model& model = one.model;
+  StepBytes s;
+  for (const auto& layer : model.net->layers()) s.kinds.push_back(layer->kind());
+  for (const auto& p : model.net->memory().parameters()) s.names.push_back(p.name);
+  s.loss = bytes(model.loss->output()->value);
+  s.gradients = bytes(model.net->memory().flat_gradients());
+  s.buffers = bytes(model.net->memory().flat_buffers());
+  model.net->forward(Phase::inference);
+  s.logits = bytes(model.logits->value);
+  return s;
+}
+
+// Whether two steps computed the same, bit for bit, under the same parameter names.
+void expect_same_step(const StepBytes& a, const StepBytes& b) {
+  EXPECT_EQ(a.names, b.names);
+  EXPECT_EQ(a.loss, b.loss);
+  EXPECT_EQ(a.gradients, b.gradients);
+  EXPECT_EQ(a.buffers, b.buffers);
+  EXPECT_EQ(a.logits, b.logits);
+}
+
 // Folding the projection shortcuts' batch norms into their blocks' closing ones changes nothing a
 // training step computes: on the reference backend (f64) and on oneDNN (f32), one step of resnet20 with
 // the shortcuts folded and one without give the same loss, parameter gradients, running statistics
 // (buffers) and inference logits, bit for bit (the backends compose the folded op from the single ones).
 // The parameters keep their names and order.
 TEST(ResNet, FoldedShortcutBatchNormsComputeWhatTheLayersDo) {
-  struct Step {
-    std::vector<std::string> names;
-    std::vector<uint8_t> loss, gradients, buffers, logits;
-    size_t layers = 0;
-  };
-  auto bytes = [](const Tensor& t) {
-    const auto* p = static_cast<const uint8_t*>(t.data());
-    return std::vector<uint8_t>(p, p + t.bytes());
-  };
   for (const bool onednn : {false, true}) {
     SCOPED_TRACE(onednn ? "onednn" : "reference");
     auto step = [&](bool fold) {
       ModelOptions model_options;
       model_options.fold_shortcut_bn = fold;
       OneStep one = one_training_step(onednn, model_options);
-      Model& model = one.model;
-      Step s;
-      s.layers = model.net->layers().size();
-      for (const auto& p : model.net->memory().parameters()) s.names.push_back(p.name);
-      s.loss = bytes(model.loss->output()->value);
-      s.gradients = bytes(model.net->memory().flat_gradients());
-      s.buffers = bytes(model.net->memory().flat_buffers());
-      model.net->forward(Phase::inference);
-      s.logits = bytes(model.logits->value);
-      return s;
+      return step_bytes(one);
     };
-    const Step layers = step(false), folded = step(true);
-    EXPECT_EQ(folded.layers + 2, layers.layers);  // resnet20's two projection shortcuts, folded
-    EXPECT_EQ(folded.names, layers.names);
-    EXPECT_EQ(folded.loss, layers.loss);
-    EXPECT_EQ(folded.gradients, layers.gradients);
-    EXPECT_EQ(folded.buffers, layers.buffers);
-    EXPECT_EQ(folded.logits, layers.logits);
+    const StepBytes layers = step(false), folded = step(true);
+    EXPECT_EQ(folded.kinds.size() + 2, layers.kinds.size());  // resnet20's two projection shortcuts, folded
+    expect_same_step(folded, layers);
+  }
+}
+
+// The ImageNet stem's batch norm + ReLU and max pool as one layer (BatchNormMaxPoolLayer) changes nothing a
+// training step computes: on the reference backend (f64) and on oneDNN (f32), which compose the single ops,
+// one step of resnet18 (33x33 inputs: a 17x17 stem output, so the pool's last windows are cut by the
+// border) with the layer and one with the two layers give the same loss, parameter gradients, running
+// statistics and inference logits, bit for bit. The parameters keep their names and order.
+TEST(ResNet, StemBatchNormAndMaxPoolAsOneLayerComputeWhatTheLayersDo) {
+  for (const bool onednn : {false, true}) {
+    SCOPED_TRACE(onednn ? "onednn" : "reference");
+    auto step = [&](bool fuse) {
+      ModelOptions model_options;
+      model_options.fuse_stem_pool = fuse;
+      OneStep one = one_training_step(onednn, model_options, "resnet18", {3, 33, 33});
+      return step_bytes(one);
+    };
+    const StepBytes layers = step(false), fused = step(true);
+    ASSERT_EQ(fused.kinds.size() + 1, layers.kinds.size());
+    EXPECT_EQ(fused.kinds[1], "batchnorm+maxpool");
+    EXPECT_EQ(layers.kinds[1], "batchnorm");
+    EXPECT_EQ(layers.kinds[2], "maxpool");
+    expect_same_step(fused, layers);
   }
 }
 

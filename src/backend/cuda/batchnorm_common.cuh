@@ -154,6 +154,12 @@ void launch_backward_finalize(const float2* partials, const ChannelRanges& r, co
                               const float* saved_mean, const float* saved_inv_std, float* dgamma,
                               float* dbeta, bool accumulate, float4* coefficients, cudaStream_t stream);
 
+// Inference: the coefficients of the apply (ForwardCoefficients) from the running statistics, one thread per
+// channel: scale = gamma / sqrt(running_var + eps) (in double), shift beta, centre the running mean.
+void launch_inference_coefficients(const BatchNormGeometry& g, const float* gamma, const float* beta,
+                                   const float* running_mean, const float* running_var, float4* coefficients,
+                                   cudaStream_t stream);
+
 // ---- the fusions, element by element ----
 
 template <BatchNormFusion F>
@@ -229,5 +235,17 @@ bool nhwc_folded_forward_training(const OwnBatchNormSide& main, const OwnBatchNo
                                   void* workspace, cudaStream_t stream);
 bool nhwc_folded_backward(const OwnBatchNormSide& main, const OwnBatchNormSide& shortcut, const void* dy,
                           bool accumulate, void* workspace, cudaStream_t stream);
+
+// The ImageNet stem's batch norm (relu) + 3 x 3 stride-2 max pool as one op (batchnorm_nhwc.cu). False, with
+// nothing launched, where the kernels cannot take it (nhwc_pooled_fits, pointers not aligned for vectors).
+bool nhwc_pooled_fits(const BatchNormGeometry& g, const MaxPoolShape& pool);
+bool nhwc_pooled_forward_training(const OwnBatchNormSide& bn, const MaxPoolShape& pool, void* y,
+                                  uint8_t* argmax, void* workspace, cudaStream_t stream);
+bool nhwc_pooled_forward_inference(const BatchNormGeometry& g, const void* x, const float* gamma,
+                                   const float* beta, const float* running_mean, const float* running_var,
+                                   const MaxPoolShape& pool, void* y, float4* coefficients,
+                                   cudaStream_t stream);
+bool nhwc_pooled_backward(const OwnBatchNormSide& bn, const MaxPoolShape& pool, const void* dy,
+                          const uint8_t* argmax, bool accumulate, void* workspace, cudaStream_t stream);
 
 }  // namespace dlbench::cuda::bn

@@ -13,6 +13,7 @@
 // one partial per (channel, split). add_relu's forward also writes a bit mask of where the ReLU passed,
 // which its backward reads in y's place (keeps_relu_mask).
 #include "backend/cuda/batchnorm_common.cuh"
+#include "backend/cuda/max_pool_common.cuh"
 
 namespace dlbench::cuda::bn {
 namespace {
@@ -235,6 +236,31 @@ __device__ __forceinline__ void load_forward(const float4* forward, const Thread
     fk[j] = forward_coefficients(F == BatchNormFusion::relu && p.active ? forward[p.channel + j] : float4{});
 }
 
+// The end of a backward reduction: the block merges its lanes' (sum g, sum g * (x - mean)) in shared memory
+// in a fixed order, one thread per channel of the tile, and writes one partial per (channel, split).
+template <int W>
+__device__ __forceinline__ void write_backward_partials(float2* merge_slots, const ThreadPlace& p,
+                                                        const RowTiles& t, const float (&sum_g)[W],
+                                                        const float (&sum_g_xc)[W], const ChannelRanges& r,
+                                                        float2* partials) {
+  const uint32_t tile_channels = t.columns * W;
+  if (p.lane < t.lanes) {
+#pragma unroll
+    for (int j = 0; j < W; ++j)
+      merge_slots[p.lane * tile_channels + p.column * W + j] = make_float2(sum_g[j], sum_g_xc[j]);
+  }
+  __syncthreads();
+  const uint32_t k = threadIdx.x, channel = blockIdx.x * tile_channels + k;
+  if (k >= tile_channels || channel >= r.channels) return;
+  float2 total = make_float2(0.f, 0.f);
+  for (uint32_t lane = 0; lane < t.lanes; ++lane) {
+    const float2 slot = merge_slots[lane * tile_channels + k];
+    total.x += slot.x;
+    total.y += slot.y;
+  }
+  partials[int64_t(channel) * r.splits + blockIdx.y] = total;
+}
+
 // Pass 1: per (channel, split), sum g and sum g * (x - mean), with g the masked dy; with add_relu, g is
 // also the residual's gradient, written here (dresidual = g).
 template <typename T, int W, BatchNormFusion F>
@@ -272,22 +298,7 @@ __global__ void __launch_bounds__(kReduceThreads, kBackwardResidentBlocks<W, F>)
           }
         });
   }
-  const uint32_t tile_channels = t.columns * W;
-  if (p.lane < t.lanes) {
-#pragma unroll
-    for (int j = 0; j < W; ++j)
-      merge_slots[p.lane * tile_channels + p.column * W + j] = make_float2(sum_g[j], sum_g_xc[j]);
-  }
-  __syncthreads();
-  const uint32_t k = threadIdx.x, channel = blockIdx.x * tile_channels + k;
-  if (k >= tile_channels || channel >= r.channels) return;
-  float2 total = make_float2(0.f, 0.f);
-  for (uint32_t lane = 0; lane < t.lanes; ++lane) {
-    const float2 slot = merge_slots[lane * tile_channels + k];
-    total.x += slot.x;
-    total.y += slot.y;
-  }
-  partials[int64_t(channel) * r.splits + blockIdx.y] = total;
+  write_backward_partials<W>(merge_slots, p, t, sum_g, sum_g_xc, r, partials);
 }
 
 // Pass 3: dx = k * g + a * (x - mean) + b per channel, g the masked dy (relu: y recomputed from x), read
@@ -462,6 +473,131 @@ __global__ void __launch_bounds__(kReduceThreads, kFoldedResidentBlocks)
           store_vec<W>(ds + at[u], s_out);
         }
       });
+}
+
+// ---- the ImageNet stem's batch norm + ReLU and the max pool after it (Backend::batchnorm_max_pool_*) ----
+//
+// relu(bn(x)) is read by the pool alone. The forward makes the statistics as the batch norm's own forward
+// does, then one pass pools relu(bn(x)) over each 3 x 3 window, normalising as it loads (window_max with a
+// transform: the same rounding as the apply pass, so the same maximum and position as the composed ops),
+// and writes only the pool's output and positions — flagged where the ReLU stopped the window's maximum.
+// The backward's two passes walk the pool's 2 x 2 blocks of input pixels (StemBlock): each gathers its
+// pixels' gradient from dy and the saved positions in place of reading the batch norm's output gradient
+// (the flag is the ReLU's mask), and sums (pass 1) or writes dx (pass 3). Neither relu(bn(x)) nor its
+// gradient is ever stored: on ResNet-50's FP16 stem at batch 256, forward 0.63 -> 0.58 ms and backward
+// 0.75 -> 0.53 ms against the two layers (docs/PERFORMANCE.md). Vectors only.
+
+// Forward: each output pixel's maximum over its window of relu(bn(x)), and where it is. A thread keeps its
+// channels' coefficients (loaded once, on the same channel-tile x row-range grid as the batch norm's
+// passes, rows being output pixels here) and walks its output pixels. As an elementwise op loading the
+// coefficients per output it took 156 registers and ran 1.0 ms for ResNet-50's FP16 stem at batch 256,
+// against 0.29 for the plain pool: 2 blocks a multiprocessor (128 registers) here.
+constexpr int kPooledForwardBlocks = 2;
+
+// The ReLU's backward passes a gradient where y > 0; a window's maximum is y at its position, so the
+// forward flags the position byte of a window whose maximum is not positive (0, or NaN) and the backward's
+// gather, which compares whole bytes with a pixel's position (0-8), never hands that window's gradient
+// on: the ReLU's mask without recomputing y.
+constexpr uint8_t kReluStopped = 0x80;
+
+template <typename T, int W>
+__global__ void __launch_bounds__(kReduceThreads, kPooledForwardBlocks)
+    nhwc_pooled_forward_kernel(const T* __restrict__ x, T* __restrict__ y, uint8_t* __restrict__ argmax,
+                               const float4* __restrict__ coefficients, pool::PoolIndex<uint32_t> g,
+                               ChannelRanges outputs, RowTiles t) {
+  const ThreadPlace p = thread_place(t, outputs.channels);
+  if (!p.active) return;
+  ForwardCoefficients k[W];
+#pragma unroll
+  for (int j = 0; j < W; ++j) k[j] = forward_coefficients(coefficients[p.channel + j]);
+  auto normalise = [&](const Vec<T, W>& v) {
+    Vec<T, W> out;
+#pragma unroll
+    for (int j = 0; j < W; ++j)
+      out.v[j] = narrow<T>(activate<BatchNormFusion::relu>(bn_affine(widen(v.v[j]), k[j])));
+    return out;
+  };
+  const uint32_t begin = blockIdx.y * outputs.chunk, end = min(begin + outputs.chunk, outputs.values);
+  for (uint32_t o = begin + p.lane; o < end; o += t.lanes) {
+    const uint32_t e = o * uint32_t(outputs.channels) + p.channel;
+    const pool::NhwcIndex<uint32_t> at(e, g.c, g.out_h, g.out_w);
+    Vec<T, W> best;
+    uint8_t where[W];
+    pool::window_max<3, W>(x, g, at.n, at.h, at.w, at.c, best, where, normalise);
+    store_vec<W>(y + e, best);
+    if (argmax) {
+      Vec<uint8_t, W> packed;
+#pragma unroll
+      for (int j = 0; j < W; ++j) packed.v[j] = where[j] | (widen(best.v[j]) > 0.f ? 0 : kReluStopped);
+      store_vec<W>(argmax + e, packed);
+    }
+  }
+}
+
+// A thread keeps its channels' means (pass 3: the backward's coefficients) besides a block's 12 vectors:
+// 2 blocks a multiprocessor (128 registers).
+constexpr int kPooledResidentBlocks = 2;
+
+// Pass 1 (kWriteDx false): per (channel, split of the blocks), sum g and sum g * (x - mean); pass 3 (true):
+// dx = k * g + a * (x - mean) + b. `blocks` cuts the N * out_h * out_w blocks into the splits. g is the
+// gathered gradient itself: a window whose maximum the ReLU stopped has its position byte flagged
+// (kReluStopped) and so matches no pixel; a pixel that is the maximum of two windows sums both in float
+// (the composed ops round that sum to T first).
+template <typename T, int W, bool kWriteDx>
+__global__ void __launch_bounds__(kReduceThreads, kPooledResidentBlocks)
+    nhwc_pooled_backward_kernel(const T* __restrict__ x, const uint8_t* __restrict__ argmax,
+                                const T* __restrict__ dy, T* __restrict__ dx,
+                                const float* __restrict__ saved_mean, const float4* __restrict__ coefficients,
+                                pool::PoolIndex<uint32_t> g, ChannelRanges blocks, RowTiles t,
+                                float2* __restrict__ partials) {
+  __shared__ float2 merge_slots[kWriteDx ? 1 : kMergeSlots];
+  const ThreadPlace p = thread_place(t, blocks.channels);
+  // Pass 3's coefficients hold the saved mean (k.w); pass 1 reads it.
+  float4 k[W];
+  float mean[W], sum_g[W], sum_g_xc[W];
+#pragma unroll
+  for (int j = 0; j < W; ++j) {
+    if constexpr (kWriteDx) {
+      k[j] = p.active ? coefficients[p.channel + j] : make_float4(0.f, 0.f, 0.f, 0.f);
+      mean[j] = k[j].w;
+    } else {
+      mean[j] = p.active ? saved_mean[p.channel + j] : 0.f;
+    }
+    sum_g[j] = sum_g_xc[j] = 0.f;
+  }
+  if (p.active) {
+    const uint32_t begin = blockIdx.y * blocks.chunk, end = min(begin + blocks.chunk, blocks.values);
+    for (uint32_t b = begin + p.lane; b < end; b += t.lanes) {
+      const pool::StemBlock<W, T, uint32_t> block(int64_t(b) * blocks.channels + p.channel, argmax, dy, g);
+      constexpr int kRow[4] = {0, 0, 1, 1}, kColumn[4] = {0, 1, 0, 1};
+      bool inside[4];
+      Vec<T, W> xs[4];
+#pragma unroll
+      for (int i = 0; i < 4; ++i) {
+        inside[i] = block.inside(kRow[i], kColumn[i], g);
+        if (inside[i]) xs[i] = load_vec<W>(x + block.offset(kRow[i], kColumn[i], g));
+      }
+#pragma unroll
+      for (int i = 0; i < 4; ++i) {
+        if (!inside[i]) continue;
+        float gathered[W];
+        block.gather(kRow[i], kColumn[i], gathered);
+        Vec<T, W> out;
+#pragma unroll
+        for (int j = 0; j < W; ++j) {
+          const float xc = widen(xs[i].v[j]) - mean[j];
+          if constexpr (kWriteDx) {
+            out.v[j] = narrow<T>(fmaf(k[j].x, gathered[j], fmaf(k[j].y, xc, k[j].z)));
+          } else {
+            sum_g[j] += gathered[j];
+            sum_g_xc[j] += gathered[j] * xc;
+          }
+        }
+        if constexpr (kWriteDx) store_vec<W>(dx + block.offset(kRow[i], kColumn[i], g), out);
+      }
+    }
+  }
+  if constexpr (!kWriteDx) write_backward_partials<W>(merge_slots, p, t, sum_g, sum_g_xc, blocks, partials);
 }
 
 // ---- host side ----
@@ -652,6 +788,129 @@ bool nhwc_folded_backward(const OwnBatchNormSide& main, const OwnBatchNormSide& 
           static_cast<const T*>(main.x), static_cast<const T*>(shortcut.x), relu_mask,
           static_cast<const T*>(dy), static_cast<T*>(main.dx), static_cast<T*>(shortcut.dx),
           parts.coefficients, s_parts.coefficients, r, t);
+      DLB_KERNEL_LAUNCH_CHECK();
+      ran = true;
+    }
+  });
+  return ran;
+}
+
+namespace {
+
+pool::PoolIndex<uint32_t> pooled_index(const MaxPoolShape& s) { return pool::PoolIndex<uint32_t>(s); }
+
+// The N * out_h * out_w output pixels (the backward's 2 x 2 blocks of input pixels, one per output pixel)
+// cut into at most the launch's splits (its workspace holds that many partials a channel); `values` is
+// their count.
+ChannelRanges pooled_blocks(const OwnBatchNormLaunch& launch, const MaxPoolShape& s) {
+  ChannelRanges r = channel_ranges(launch);
+  const int64_t blocks = s.n * s.out_h * s.out_w;
+  const int64_t splits = std::min<int64_t>(launch.splits, blocks);
+  r.chunk = static_cast<uint32_t>((blocks + splits - 1) / splits);
+  r.splits = static_cast<uint32_t>((blocks + r.chunk - 1) / r.chunk);
+  r.values = static_cast<uint32_t>(blocks);
+  return r;
+}
+
+// The pooled forward over the N * out_h * out_w output pixels, cut as the backward's blocks.
+template <typename T, int W>
+void launch_pooled_forward(const OwnBatchNormLaunch& launch, const MaxPoolShape& s, const T* x, T* y,
+                           uint8_t* argmax, const float4* coefficients, cudaStream_t stream) {
+  const RowTiles t = row_tiles(launch.geometry, W);
+  const ChannelRanges outputs = pooled_blocks(launch, s);
+  nhwc_pooled_forward_kernel<T, W><<<dim3(t.tiles, outputs.splits), kReduceThreads, 0, stream>>>(
+      x, y, argmax, coefficients, pooled_index(s), outputs, t);
+  DLB_KERNEL_LAUNCH_CHECK();
+}
+
+}  // namespace
+
+bool nhwc_pooled_fits(const BatchNormGeometry& g, const MaxPoolShape& s) {
+  const bool shapes = g.layout == Layout::nhwc && g.fusion == BatchNormFusion::relu &&
+                      g.dtype != DType::f64 && g.batch == s.n && g.channels == s.c && g.h == s.h &&
+                      g.w == s.w && pool::is_stem_pool(s);
+  // 32-bit indices: every element offset below 2^32.
+  return shapes && nhwc_vector(g.dtype, g.channels) > 1 &&
+         g.batch * g.h * g.w * g.channels < int64_t(UINT32_MAX);
+}
+
+bool nhwc_pooled_forward_training(const OwnBatchNormSide& bn, const MaxPoolShape& s, void* y, uint8_t* argmax,
+                                  void* workspace, cudaStream_t stream) {
+  const OwnBatchNormLaunch& launch = *bn.launch;
+  const BatchNormGeometry& g = launch.geometry;
+  if (!nhwc_pooled_fits(g, s)) return false;
+  bool ran = false;
+  dispatch_float(g.dtype, kForward, [&](auto tag) {
+    using T = decltype(tag);
+    if constexpr (!std::is_same_v<T, double>) {
+      constexpr int W = kVec16<T>;
+      if (!aligned(bn.x, 16) || !aligned(y, 16) || !aligned(argmax, W)) return;
+      const RowTiles t = row_tiles(g, W);
+      const ChannelRanges r = channel_ranges(launch);
+      const WorkspaceParts parts = workspace_parts(launch, workspace);
+      if (!bn.input_sums) {
+        nhwc_stats_partial_kernel<T, W><<<pass_grid(t, launch), kReduceThreads, 0, stream>>>(
+            static_cast<const T*>(bn.x), r, t, parts.partials);
+        DLB_KERNEL_LAUNCH_CHECK();
+      }
+      auto* forward = static_cast<float4*>(bn.held);
+      launch_stats_finalize(parts.partials, bn.input_sums, r, g, bn.gamma, bn.beta, bn.running_mean,
+                            bn.running_var, bn.saved_mean, bn.saved_inv_std, forward, stream);
+      launch_pooled_forward<T, W>(launch, s, static_cast<const T*>(bn.x), static_cast<T*>(y), argmax, forward,
+                                  stream);
+      ran = true;
+    }
+  });
+  return ran;
+}
+
+bool nhwc_pooled_forward_inference(const BatchNormGeometry& g, const void* x, const float* gamma,
+                                   const float* beta, const float* running_mean, const float* running_var,
+                                   const MaxPoolShape& s, void* y, float4* coefficients,
+                                   cudaStream_t stream) {
+  if (!nhwc_pooled_fits(g, s)) return false;
+  bool ran = false;
+  dispatch_float(g.dtype, kForward, [&](auto tag) {
+    using T = decltype(tag);
+    if constexpr (!std::is_same_v<T, double>) {
+      constexpr int W = kVec16<T>;
+      if (!aligned(x, 16) || !aligned(y, 16)) return;
+      launch_inference_coefficients(g, gamma, beta, running_mean, running_var, coefficients, stream);
+      launch_pooled_forward<T, W>(own_batchnorm_launch(g), s, static_cast<const T*>(x), static_cast<T*>(y),
+                                  nullptr, coefficients, stream);
+      ran = true;
+    }
+  });
+  return ran;
+}
+
+bool nhwc_pooled_backward(const OwnBatchNormSide& bn, const MaxPoolShape& s, const void* dy,
+                          const uint8_t* argmax, bool accumulate, void* workspace, cudaStream_t stream) {
+  const OwnBatchNormLaunch& launch = *bn.launch;
+  const BatchNormGeometry& g = launch.geometry;
+  if (!nhwc_pooled_fits(g, s)) return false;
+  bool ran = false;
+  dispatch_float(g.dtype, kBackward, [&](auto tag) {
+    using T = decltype(tag);
+    if constexpr (!std::is_same_v<T, double>) {
+      constexpr int W = kVec16<T>;
+      if (!aligned(bn.x, 16) || !aligned(dy, 16) || !aligned(bn.dx, 16) || !aligned(argmax, W)) return;
+      const RowTiles t = row_tiles(g, W);
+      const ChannelRanges blocks = pooled_blocks(launch, s);
+      const dim3 grid(t.tiles, blocks.splits);
+      const WorkspaceParts parts = workspace_parts(launch, workspace);
+      const auto *tx = static_cast<const T*>(bn.x), *tdy = static_cast<const T*>(dy);
+      nhwc_pooled_backward_kernel<T, W, false><<<grid, kReduceThreads, 0, stream>>>(
+          tx, argmax, tdy, nullptr, bn.saved_mean, nullptr, pooled_index(s), blocks, t, parts.partials);
+      DLB_KERNEL_LAUNCH_CHECK();
+      // The finalize divides by the batch norm's values, N * H * W, not the blocks'.
+      ChannelRanges r = blocks;
+      r.values = static_cast<uint32_t>(g.batch * g.h * g.w);
+      launch_backward_finalize(parts.partials, r, bn.gamma, bn.saved_mean, bn.saved_inv_std, bn.dgamma,
+                               bn.dbeta, accumulate, parts.coefficients, stream);
+      nhwc_pooled_backward_kernel<T, W, true>
+          <<<grid, kReduceThreads, 0, stream>>>(tx, argmax, tdy, static_cast<T*>(bn.dx), nullptr,
+                                                parts.coefficients, pooled_index(s), blocks, t, nullptr);
       DLB_KERNEL_LAUNCH_CHECK();
       ran = true;
     }

@@ -118,6 +118,17 @@ __global__ void __launch_bounds__(kFinalizeThreads)
                                 float(-k * sum_g / values), saved_mean[c]);
 }
 
+// One thread per channel.
+__global__ void __launch_bounds__(kFinalizeThreads)
+    inference_coefficients_kernel(int64_t channels, double epsilon, const float* __restrict__ gamma,
+                                  const float* __restrict__ beta, const float* __restrict__ running_mean,
+                                  const float* __restrict__ running_var, float4* __restrict__ coefficients) {
+  const int64_t c = int64_t(blockIdx.x) * kFinalizeThreads + threadIdx.x;
+  if (c >= channels) return;
+  const double inv_std = 1.0 / sqrt(double(running_var[c]) + epsilon);
+  coefficients[c] = make_float4(float(double(gamma[c]) * inv_std), beta[c], running_mean[c], 0.f);
+}
+
 }  // namespace
 
 void launch_stats_finalize(const float2* partials, const float* input_sums, const ChannelRanges& r,
@@ -142,6 +153,15 @@ void launch_backward_finalize(const float2* partials, const ChannelRanges& r, co
                               float* dbeta, bool accumulate, float4* coefficients, cudaStream_t stream) {
   backward_finalize_kernel<<<finalize_blocks(r.channels), kFinalizeThreads, 0, stream>>>(
       partials, r, gamma, saved_mean, saved_inv_std, dgamma, dbeta, accumulate, coefficients);
+  DLB_KERNEL_LAUNCH_CHECK();
+}
+
+void launch_inference_coefficients(const BatchNormGeometry& g, const float* gamma, const float* beta,
+                                   const float* running_mean, const float* running_var, float4* coefficients,
+                                   cudaStream_t stream) {
+  const auto blocks = static_cast<unsigned>((g.channels + kFinalizeThreads - 1) / kFinalizeThreads);
+  inference_coefficients_kernel<<<blocks, kFinalizeThreads, 0, stream>>>(
+      g.channels, g.epsilon, gamma, beta, running_mean, running_var, coefficients);
   DLB_KERNEL_LAUNCH_CHECK();
 }
 
@@ -222,6 +242,31 @@ bool own_batchnorm_shortcut_backward(const OwnBatchNormSide& main, const OwnBatc
   check_launch(*shortcut.launch, kBackward);
   if (main.launch->geometry.layout != Layout::nhwc) return false;
   return bn::nhwc_folded_backward(main, shortcut, dy, accumulate, workspace, stream);
+}
+
+bool own_batchnorm_max_pool_fits(const BatchNormGeometry& g, const MaxPoolShape& pool) {
+  return bn::nhwc_pooled_fits(g, pool);
+}
+
+bool own_batchnorm_max_pool_forward_training(const OwnBatchNormSide& bn, const MaxPoolShape& pool, void* y,
+                                             uint8_t* argmax, void* workspace, cudaStream_t stream) {
+  check_launch(*bn.launch, kForward);
+  return bn::nhwc_pooled_forward_training(bn, pool, y, argmax, workspace, stream);
+}
+
+bool own_batchnorm_max_pool_forward_inference(const BatchNormGeometry& g, const void* x, const float* gamma,
+                                              const float* beta, const float* running_mean,
+                                              const float* running_var, const MaxPoolShape& pool, void* y,
+                                              void* coefficients, cudaStream_t stream) {
+  return bn::nhwc_pooled_forward_inference(g, x, gamma, beta, running_mean, running_var, pool, y,
+                                           static_cast<float4*>(coefficients), stream);
+}
+
+bool own_batchnorm_max_pool_backward(const OwnBatchNormSide& bn, const MaxPoolShape& pool, const void* dy,
+                                     const uint8_t* argmax, bool accumulate, void* workspace,
+                                     cudaStream_t stream) {
+  check_launch(*bn.launch, kBackward);
+  return bn::nhwc_pooled_backward(bn, pool, dy, argmax, accumulate, workspace, stream);
 }
 
 }  // namespace dlbench::cuda

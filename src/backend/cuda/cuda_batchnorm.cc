@@ -657,6 +657,127 @@ void CudaBackend::batchnorm_shortcut_backward(const BatchNormPlan& plan, const B
   Backend::batchnorm_shortcut_backward(plan, shortcut_plan, main, shortcut, y, dy, accumulate, workspace);
 }
 
+// ---- the stem's batch norm + ReLU and max pool as one op ----
+
+namespace {
+
+// DLBENCH_STEM_POOL_FUSION: on (the default, also when unset) or off.
+bool stem_pool_fusion_asked() {
+  return env_choice<bool>("DLBENCH_STEM_POOL_FUSION", {{"on", true}, {"off", false}});
+}
+
+MaxPoolShape pool_shape(const PoolGeometry& g) {
+  return {g.batch,    g.channels, g.in_h,     g.in_w,     g.out_h(), g.out_w(),
+          g.kernel_h, g.kernel_w, g.stride_h, g.stride_w, g.pad_h,   g.pad_w};
+}
+
+// Whether a plan pair runs on the own fused kernels (else Backend's composition, which keeps relu(bn(x))
+// in the saved memory): the saved memory's size follows from it, so a run and an estimate plan agree.
+bool pooled_on_own_kernels(const CudaBatchNormPlan& p, const PoolPlan& pool) {
+  return stem_pool_fusion_asked() && p.own && pool.geometry.kind == PoolKind::max &&
+         own_batchnorm_max_pool_fits(p.geometry, pool_shape(pool.geometry));
+}
+
+// The fused op's saved memory: the pool's positions (one byte per output element), then room for the
+// running statistics' coefficients at inference (16 bytes a channel).
+size_t aligned_bytes(int64_t bytes) {
+  constexpr int64_t kAlign = 256;
+  return static_cast<size_t>((bytes + kAlign - 1) / kAlign * kAlign);
+}
+size_t argmax_bytes(const PoolGeometry& g) {
+  return aligned_bytes(g.batch * g.channels * g.out_h() * g.out_w());
+}
+
+void check_pooled(const char* op, const CudaBatchNormPlan& p, const PoolPlan& pool, const BatchNormTensors& t,
+                  const Tensor& y, const void* saved) {
+  const BatchNormGeometry& g = p.geometry;
+  const PoolGeometry& q = pool.geometry;
+  DLB_CHECK(t.x && t.gamma && t.beta, "{}: x and the batch norm's parameters are needed", op);
+  check_activation(op, "x", *t.x, activation_dims(g), g.dtype, g.layout);
+  check_activation(op, "y", y, {q.batch, q.channels, q.out_h(), q.out_w()}, q.dtype, q.layout);
+  check_param(op, "gamma", p, *t.gamma);
+  check_param(op, "beta", p, *t.beta);
+  DLB_CHECK(saved != nullptr, "{}: no saved memory", op);
+}
+
+}  // namespace
+
+bool CudaBackend::fuses_batchnorm_max_pool(const BatchNormGeometry& bn, const PoolGeometry& pool) const {
+  return stem_pool_fusion_asked() && batchnorm_kernels() == BatchNormKernels::own && bn.dtype != DType::f64 &&
+         pool.kind == PoolKind::max && own_batchnorm_max_pool_fits(bn, pool_shape(pool));
+}
+
+size_t CudaBackend::batchnorm_max_pool_saved_bytes(const BatchNormPlan& plan,
+                                                   const PoolPlan& pool_plan) const {
+  const auto& p = as_cuda_plan(plan);
+  if (!pooled_on_own_kernels(p, pool_plan)) return Backend::batchnorm_max_pool_saved_bytes(plan, pool_plan);
+  return argmax_bytes(pool_plan.geometry) + aligned_bytes(p.geometry.channels * 16);
+}
+
+void CudaBackend::batchnorm_max_pool_forward_training(const BatchNormPlan& plan, const PoolPlan& pool_plan,
+                                                      const BatchNormTensors& bn, Tensor& y, void* saved,
+                                                      void* workspace) {
+  const auto& p = as_cuda_plan(plan);
+  if (!pooled_on_own_kernels(p, pool_plan)) {
+    Backend::batchnorm_max_pool_forward_training(plan, pool_plan, bn, y, saved, workspace);
+    return;
+  }
+  const char* op = "batchnorm_max_pool_forward_training";
+  check_pooled(op, p, pool_plan, bn, y, saved);
+  DLB_CHECK(p.reserve.get() != nullptr, "{}: an estimate plan cannot run", op);
+  activate();
+  DLB_CHECK(
+      own_batchnorm_max_pool_forward_training(own_side(p, bn, false), pool_shape(pool_plan.geometry),
+                                              y.data(), static_cast<uint8_t*>(saved), workspace, stream_),
+      "{}: x or y is not aligned to 16 bytes", op);
+}
+
+void CudaBackend::batchnorm_max_pool_forward_inference(const BatchNormPlan& plan, const PoolPlan& pool_plan,
+                                                       const BatchNormTensors& bn, Tensor& y, void* saved) {
+  const auto& p = as_cuda_plan(plan);
+  if (!pooled_on_own_kernels(p, pool_plan)) {
+    Backend::batchnorm_max_pool_forward_inference(plan, pool_plan, bn, y, saved);
+    return;
+  }
+  const char* op = "batchnorm_max_pool_forward_inference";
+  check_pooled(op, p, pool_plan, bn, y, saved);
+  DLB_CHECK(bn.running_mean && bn.running_var, "{}: the running statistics are needed", op);
+  check_param(op, "running_mean", p, *bn.running_mean);
+  check_param(op, "running_var", p, *bn.running_var);
+  activate();
+  void* coefficients = static_cast<unsigned char*>(saved) + argmax_bytes(pool_plan.geometry);
+  DLB_CHECK(own_batchnorm_max_pool_forward_inference(
+                p.geometry, bn.x->data(), f32(*bn.gamma), f32(*bn.beta), f32(*bn.running_mean),
+                f32(*bn.running_var), pool_shape(pool_plan.geometry), y.data(), coefficients, stream_),
+            "{}: x or y is not aligned to 16 bytes", op);
+}
+
+void CudaBackend::batchnorm_max_pool_backward(const BatchNormPlan& plan, const PoolPlan& pool_plan,
+                                              const BatchNormTensors& bn, const Tensor& y, const Tensor& dy,
+                                              const void* saved, Accumulate accumulate, void* workspace) {
+  const auto& p = as_cuda_plan(plan);
+  if (!pooled_on_own_kernels(p, pool_plan)) {
+    Backend::batchnorm_max_pool_backward(plan, pool_plan, bn, y, dy, saved, accumulate, workspace);
+    return;
+  }
+  const char* op = "batchnorm_max_pool_backward";
+  check_pooled(op, p, pool_plan, bn, y, saved);
+  check_activation(op, "dy", dy, y.dims(), y.dtype(), y.layout());
+  DLB_CHECK(bn.dx && bn.dgamma && bn.dbeta && bn.saved_mean && bn.saved_inv_std,
+            "{}: the batch norm's gradients and saved statistics are needed", op);
+  check_activation(op, "dx", *bn.dx, activation_dims(p.geometry), p.geometry.dtype, p.geometry.layout);
+  for (const auto& [name, t] :
+       {std::pair{"dgamma", bn.dgamma}, std::pair{"dbeta", bn.dbeta}, std::pair{"saved_mean", bn.saved_mean},
+        std::pair{"saved_inv_std", bn.saved_inv_std}})
+    check_param(op, name, p, *t);
+  DLB_CHECK(p.reserve.get() != nullptr, "{}: an estimate plan cannot run", op);
+  activate();
+  DLB_CHECK(own_batchnorm_max_pool_backward(own_side(p, bn, true), pool_shape(pool_plan.geometry), dy.data(),
+                                            static_cast<const uint8_t*>(saved), accumulate == Accumulate::add,
+                                            workspace, stream_),
+            "{}: x, dy or dx is not aligned to 16 bytes", op);
+}
+
 }  // namespace cuda
 
 std::string describe_cuda_batchnorm_plan(const BatchNormPlan& plan) {

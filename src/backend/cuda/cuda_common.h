@@ -232,6 +232,19 @@ class CudaBackend final : public Backend {
                           void* workspace) override;
   // The projection shortcut folded in: training on own NHWC kernels (where the own kernels train and the
   // channels come in whole vectors; DLBENCH_BN_FOLD_SHORTCUT=off declines), inference on cuDNN's.
+  // The stem's batch norm + ReLU and max pool as one op: on the own NHWC kernels (where the own kernels
+  // train, the channels come in whole vectors and the pool is the 3x3/2 stem pool;
+  // DLBENCH_STEM_POOL_FUSION=off declines), else Backend's composition.
+  bool fuses_batchnorm_max_pool(const BatchNormGeometry& bn, const PoolGeometry& pool) const override;
+  size_t batchnorm_max_pool_saved_bytes(const BatchNormPlan& plan, const PoolPlan& pool_plan) const override;
+  void batchnorm_max_pool_forward_training(const BatchNormPlan& plan, const PoolPlan& pool_plan,
+                                           const BatchNormTensors& bn, Tensor& y, void* saved,
+                                           void* workspace) override;
+  void batchnorm_max_pool_forward_inference(const BatchNormPlan& plan, const PoolPlan& pool_plan,
+                                            const BatchNormTensors& bn, Tensor& y, void* saved) override;
+  void batchnorm_max_pool_backward(const BatchNormPlan& plan, const PoolPlan& pool_plan,
+                                   const BatchNormTensors& bn, const Tensor& y, const Tensor& dy,
+                                   const void* saved, Accumulate accumulate, void* workspace) override;
   bool folds_shortcut_batchnorm(const BatchNormGeometry& closing) const override;
   void batchnorm_shortcut_forward_training(const BatchNormPlan& plan, const BatchNormPlan& shortcut_plan,
                                            const BatchNormTensors& main, const BatchNormTensors& shortcut,

@@ -146,4 +146,24 @@ bool own_batchnorm_shortcut_forward_training(const OwnBatchNormSide& main, const
 bool own_batchnorm_shortcut_backward(const OwnBatchNormSide& main, const OwnBatchNormSide& shortcut,
                                      const void* dy, bool accumulate, void* workspace, cudaStream_t stream);
 
+// The ImageNet stem's batch norm (fusion relu) and the 3 x 3, stride-2, padding-1 max pool after it as one
+// op on the own NHWC kernels (Backend::batchnorm_max_pool_*): the forward's statistics as
+// own_batchnorm_forward_training makes them, then one pass that normalises each window's values as it pools
+// them (y and the pool's positions, `argmax`, one byte per output element); the backward gathers the pool's
+// gradient from dy and the positions inside the batch norm's two passes. relu(bn(x)) and its gradient are
+// never stored. own_batchnorm_max_pool_fits: whether the kernels take the shapes (channels in whole 16-byte
+// vectors, the stem's pool with a ceil(h / 2) x ceil(w / 2) output, 32-bit offsets); the calls return false,
+// with nothing launched, where they do not or the pointers are not aligned for vectors. Inference writes the
+// running statistics' coefficients into `coefficients` (channels x 16 bytes) first.
+bool own_batchnorm_max_pool_fits(const BatchNormGeometry& g, const MaxPoolShape& pool);
+bool own_batchnorm_max_pool_forward_training(const OwnBatchNormSide& bn, const MaxPoolShape& pool, void* y,
+                                             uint8_t* argmax, void* workspace, cudaStream_t stream);
+bool own_batchnorm_max_pool_forward_inference(const BatchNormGeometry& g, const void* x, const float* gamma,
+                                              const float* beta, const float* running_mean,
+                                              const float* running_var, const MaxPoolShape& pool, void* y,
+                                              void* coefficients, cudaStream_t stream);
+bool own_batchnorm_max_pool_backward(const OwnBatchNormSide& bn, const MaxPoolShape& pool, const void* dy,
+                                     const uint8_t* argmax, bool accumulate, void* workspace,
+                                     cudaStream_t stream);
+
 }  // namespace dlbench::cuda

@@ -1,8 +1,10 @@
 // Backend's defaults for the ops that take two layers' work (and a convolution's output statistics, which
-// a backend without kernels for them never makes). A projection block's shortcut batch norm folded into its
-// closing one: the two batch norms composed from the single ops, with bn_s(s) (forward, inference) and the
-// gradient between them (backward) in temporary device buffers. The same results as the unfolded layers, bit
-// for bit; no saving — a backend with kernels for the folded op overrides these.
+// a backend without kernels for them never makes), composed from the single ops: the same results as the
+// separate layers, bit for bit, and no saving — a backend with kernels for an op overrides these.
+//   * A projection block's shortcut batch norm folded into its closing one: bn_s(s) (forward, inference)
+//     and the gradient between the two (backward) in temporary device buffers.
+//   * A batch norm + ReLU and the max pool after it: relu(bn(x)) kept in the op's saved memory (as the two
+//     layers keep it), its gradient in a temporary buffer.
 #include "backend/backend.h"
 #include "core/status.h"
 
@@ -50,6 +52,37 @@ void forward_training(Backend& backend, const BatchNormPlan& plan, const BatchNo
   }
 }
 
+// The composed batch norm + max pool's saved memory: relu(bn(x)) first, then the pool's own saved state.
+constexpr size_t kSavedAlign = 256;
+size_t normalised_bytes(const BatchNormPlan& plan) {
+  const BatchNormGeometry& g = plan.geometry;
+  const size_t bytes = static_cast<size_t>(g.batch * g.channels * g.h * g.w) * dtype_size(g.dtype);
+  return (bytes + kSavedAlign - 1) / kSavedAlign * kSavedAlign;
+}
+
+void check_batchnorm_pool(const char* op, const BatchNormPlan& plan, const PoolPlan& pool_plan,
+                          const BatchNormTensors& bn) {
+  const BatchNormGeometry& g = plan.geometry;
+  const PoolGeometry& p = pool_plan.geometry;
+  DLB_CHECK(g.fusion == BatchNormFusion::relu, "{}: the batch norm must have the relu fusion", op);
+  DLB_CHECK(p.kind == PoolKind::max, "{}: the pool must be a max pool", op);
+  DLB_CHECK(p.batch == g.batch && p.channels == g.channels && p.in_h == g.h && p.in_w == g.w &&
+                p.dtype == g.dtype && p.layout == g.layout,
+            "{}: the pool's input is not the batch norm's output", op);
+  DLB_CHECK(bn.x && bn.gamma && bn.beta, "{}: x and the batch norm's parameters are needed", op);
+}
+
+// relu(bn(x)) as the composed op keeps it in its saved memory.
+Tensor normalised_in(const Tensor& x, const void* saved) {
+  DLB_CHECK(saved != nullptr, "batchnorm_max_pool: no saved memory");
+  return Tensor(const_cast<void*>(saved), x.dims(), x.dtype(), x.layout(), x.device());
+}
+
+void* pool_saved_in(const BatchNormPlan& plan, const PoolPlan& pool_plan, const void* saved) {
+  if (pool_plan.saved_bytes() == 0) return nullptr;
+  return static_cast<unsigned char*>(const_cast<void*>(saved)) + normalised_bytes(plan);
+}
+
 }  // namespace
 
 void Backend::conv_forward_with_statistics(const ConvPlan&, const Tensor&, const Tensor&, Tensor&, Tensor&,
@@ -95,6 +128,43 @@ void Backend::batchnorm_shortcut_backward(const BatchNormPlan& plan, const Batch
   batchnorm_backward(shortcut_plan, *shortcut.x, y, between.tensor(), *shortcut.gamma, *shortcut.saved_mean,
                      *shortcut.saved_inv_std, *shortcut.dx, nullptr, *shortcut.dgamma, *shortcut.dbeta,
                      accumulate, workspace);
+}
+
+size_t Backend::batchnorm_max_pool_saved_bytes(const BatchNormPlan& plan, const PoolPlan& pool_plan) const {
+  return normalised_bytes(plan) + pool_plan.saved_bytes();
+}
+
+void Backend::batchnorm_max_pool_forward_training(const BatchNormPlan& plan, const PoolPlan& pool_plan,
+                                                  const BatchNormTensors& bn, Tensor& y, void* saved,
+                                                  void* workspace) {
+  check_batchnorm_pool("batchnorm_max_pool_forward_training", plan, pool_plan, bn);
+  Tensor normalised = normalised_in(*bn.x, saved);
+  forward_training(*this, plan, bn, nullptr, normalised, workspace);
+  pool_forward(pool_plan, normalised, y, pool_saved_in(plan, pool_plan, saved));
+}
+
+void Backend::batchnorm_max_pool_forward_inference(const BatchNormPlan& plan, const PoolPlan& pool_plan,
+                                                   const BatchNormTensors& bn, Tensor& y, void* saved) {
+  check_batchnorm_pool("batchnorm_max_pool_forward_inference", plan, pool_plan, bn);
+  DLB_CHECK(bn.running_mean && bn.running_var,
+            "batchnorm_max_pool_forward_inference: running statistics needed");
+  Tensor normalised = normalised_in(*bn.x, saved);
+  batchnorm_forward_inference(plan, *bn.x, nullptr, *bn.gamma, *bn.beta, *bn.running_mean, *bn.running_var,
+                              normalised);
+  pool_forward(pool_plan, normalised, y, pool_saved_in(plan, pool_plan, saved));
+}
+
+void Backend::batchnorm_max_pool_backward(const BatchNormPlan& plan, const PoolPlan& pool_plan,
+                                          const BatchNormTensors& bn, const Tensor& y, const Tensor& dy,
+                                          const void* saved, Accumulate accumulate, void* workspace) {
+  check_batchnorm_pool("batchnorm_max_pool_backward", plan, pool_plan, bn);
+  DLB_CHECK(bn.dx && bn.dgamma && bn.dbeta && bn.saved_mean && bn.saved_inv_std,
+            "batchnorm_max_pool_backward: the batch norm's gradients and saved statistics are needed");
+  const Tensor normalised = normalised_in(*bn.x, saved);
+  Scratch gradient(*this, normalised);  // reaching relu(bn(x))
+  pool_backward(pool_plan, normalised, y, dy, pool_saved_in(plan, pool_plan, saved), gradient.tensor());
+  batchnorm_backward(plan, *bn.x, normalised, gradient.tensor(), *bn.gamma, *bn.saved_mean, *bn.saved_inv_std,
+                     *bn.dx, nullptr, *bn.dgamma, *bn.dbeta, accumulate, workspace);
 }
 
 }  // namespace dlbench
