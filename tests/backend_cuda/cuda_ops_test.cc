@@ -44,6 +44,8 @@ const PoolCase kPoolCases[] = {
     {2, 5, 9, 11, 3, 2, 1, PoolKind::max},  // ResNet stem pool on odd sizes, one channel at a time
     {2, 16, 8, 8, 2, 2, 0, PoolKind::max},
     {3, 7, 7, 7, 7, 1, 0, PoolKind::average},       // global average
+    {2, 64, 7, 7, 7, 1, 0, PoolKind::average},      // global average, 16-byte vectors
+    {3, 12, 5, 5, 5, 2, 0, PoolKind::average},      // global average: vectors in f32, not in f16 / bf16
     {2, 8, 9, 9, 3, 2, 1, PoolKind::average},       // padding excluded from the divisor
     {2, 64, 12, 13, 3, 2, 1, PoolKind::max, true},  // the stem's channels: 16-byte vectors, ties
     {2, 8, 7, 7, 3, 1, 1, PoolKind::max, true},     // stride 1: up to 9 windows cover an input

@@ -1,9 +1,10 @@
 // Pooling. Max pooling of NHWC tensors runs dlbench's own kernels (max_pool.cu: cuDNN's backward was
 // ten times slower than the bytes it moves), which save each output's argmax position in the window, one
-// byte per output element (saved_bytes()). The rest is cuDNN: cudnnPoolingForward / cudnnPoolingBackward,
-// max pooling CUDNN_POOLING_MAX_DETERMINISTIC (its backward recomputes the argmax from x and y, nothing
-// saved), average pooling CUDNN_POOLING_AVERAGE_COUNT_EXCLUDE_PADDING (the contract's divisor). NaN
-// propagates in both, so that check_finite sees it downstream.
+// byte per output element (saved_bytes()); so does global average pooling of NHWC tensors (avg_pool.cu:
+// cuDNN's took 3-5 times its bytes' time for ResNet's head). The rest is cuDNN: cudnnPoolingForward /
+// cudnnPoolingBackward, max pooling CUDNN_POOLING_MAX_DETERMINISTIC (its backward recomputes the argmax from
+// x and y, nothing saved), average pooling CUDNN_POOLING_AVERAGE_COUNT_EXCLUDE_PADDING (the contract's
+// divisor). NaN propagates in both, so that check_finite sees it downstream.
 #include "backend/cuda/cuda_common.h"
 #include "backend/cuda/kernels.h"
 
@@ -21,14 +22,17 @@ class CudaPoolPlan final : public PoolPlan {
   explicit CudaPoolPlan(const PoolGeometry& g)
       : PoolPlan(g),
         own_max(g.kind == PoolKind::max && g.layout == Layout::nhwc &&
-                max_pool_positions_fit(max_pool_shape(g))) {}
+                max_pool_positions_fit(max_pool_shape(g))),
+        own_global_average(g.kind == PoolKind::average && g.layout == Layout::nhwc && g.pad_h == 0 &&
+                           g.pad_w == 0 && g.kernel_h == g.in_h && g.kernel_w == g.in_w) {}
   // One argmax byte per output element for the own kernels.
   size_t saved_bytes() const override {
     return own_max
                ? static_cast<size_t>(geometry.batch * geometry.channels * geometry.out_h() * geometry.out_w())
                : 0;
   }
-  const bool own_max;  // max_pool.cu's kernels, else cuDNN
+  const bool own_max;             // max_pool.cu's kernels
+  const bool own_global_average;  // avg_pool.cu's (else cuDNN)
   TensorDescriptor x_desc, y_desc;
   PoolingDescriptor pool_desc;
 };
@@ -89,6 +93,10 @@ void CudaBackend::pool_forward(const PoolPlan& plan, const Tensor& x, Tensor& y,
                           stream_);
     return;
   }
+  if (p.own_global_average) {
+    global_avg_pool_forward_nhwc(x.data(), y.data(), g.dtype, g.batch, g.in_h * g.in_w, g.channels, stream_);
+    return;
+  }
   const Scaling s(g.dtype, 1.0, 0.0);
   CUDNN_CHECK(
       cudnnPoolingForward(cudnn_, p.pool_desc, s.alpha(), p.x_desc, x.data(), s.beta(), p.y_desc, y.data()));
@@ -107,6 +115,11 @@ void CudaBackend::pool_backward(const PoolPlan& plan, const Tensor& x, const Ten
   if (p.own_max) {
     max_pool_backward_nhwc(x.data(), static_cast<const uint8_t*>(saved), dy.data(), dx.data(), g.dtype,
                            max_pool_shape(g), stream_);
+    return;
+  }
+  if (p.own_global_average) {
+    global_avg_pool_backward_nhwc(dy.data(), dx.data(), g.dtype, g.batch, g.in_h * g.in_w, g.channels,
+                                  stream_);
     return;
   }
   const Scaling s(g.dtype, 1.0, 0.0);

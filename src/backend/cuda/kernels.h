@@ -94,6 +94,13 @@ void max_pool_forward_nhwc(const void* x, void* y, uint8_t* argmax, DType dtype,
 void max_pool_backward_nhwc(const void* x, const uint8_t* argmax, const void* dy, void* dx, DType dtype,
                             const MaxPoolShape& shape, cudaStream_t stream);
 
+// Global average pooling of NHWC tensors ([n, pixels, channels] -> [n, channels]; avg_pool.cu): the
+// forward's mean per image and channel, the backward's dy / pixels to every pixel.
+void global_avg_pool_forward_nhwc(const void* x, void* y, DType dtype, int64_t n, int64_t pixels,
+                                  int64_t channels, cudaStream_t stream);
+void global_avg_pool_backward_nhwc(const void* dy, void* dx, DType dtype, int64_t n, int64_t pixels,
+                                   int64_t channels, cudaStream_t stream);
+
 // Batch-norm training on dlbench's own kernels (batchnorm_own.cu, with the NCHW and NHWC passes in
 // batchnorm_nchw.cu and batchnorm_nhwc.cu): the semantics of Backend's batchnorm_forward_training /
 // batchnorm_backward, fusion included, for f32/f16/bf16 data with f32 parameters and statistics. Each
