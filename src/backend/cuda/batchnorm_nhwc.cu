@@ -478,13 +478,14 @@ __global__ void __launch_bounds__(kReduceThreads, kFoldedResidentBlocks)
 // ---- the ImageNet stem's batch norm + ReLU and the max pool after it (Backend::batchnorm_max_pool_*) ----
 //
 // relu(bn(x)) is read by the pool alone. The forward makes the statistics as the batch norm's own forward
-// does, then one pass pools relu(bn(x)) over each 3 x 3 window, normalising as it loads (window_max with a
-// transform: the same rounding as the apply pass, so the same maximum and position as the composed ops),
-// and writes only the pool's output and positions — flagged where the ReLU stopped the window's maximum.
+// does, then one pass pools relu(bn(x)), normalising each input row once as it walks down strips of output
+// rows (the same rounding as the apply pass and the same first maximum as the pool's scan, so the same
+// values and positions as the composed ops), and writes only the pool's output and positions — flagged
+// where the ReLU stopped the window's maximum.
 // The backward's two passes walk the pool's 2 x 2 blocks of input pixels (StemBlock): each gathers its
 // pixels' gradient from dy and the saved positions in place of reading the batch norm's output gradient
 // (the flag is the ReLU's mask), and sums (pass 1) or writes dx (pass 3). Neither relu(bn(x)) nor its
-// gradient is ever stored: on ResNet-50's FP16 stem at batch 256, forward 0.63 -> 0.58 ms and backward
+// gradient is ever stored: on ResNet-50's FP16 stem at batch 256, forward 0.63 -> 0.46 ms and backward
 // 0.75 -> 0.53 ms against the two layers (docs/PERFORMANCE.md). Vectors only.
 
 // Forward: each output pixel's maximum over its window of relu(bn(x)), and where it is. A thread keeps its

@@ -1,9 +1,8 @@
 // What max_pool.cu's kernels share with the stem's fused batch norm + max pool (batchnorm_nhwc.cu): NHWC
-// index arithmetic, a window's first maximum (over x or a function of it) and its position, and the 2 x 2
-// block gather of the stem pool's backward. max_pool.cu says why these kernels and how they pool.
+// index arithmetic, which value takes over a window's maximum, a window's first maximum and its position,
+// and the 2 x 2 block gather of the stem pool's backward. max_pool.cu says why these kernels and how they
+// pool.
 #pragma once
-
-#include <type_traits>
 
 #include "backend/cuda/kernel_common.cuh"
 #include "backend/cuda/kernels.h"
@@ -51,19 +50,10 @@ __device__ __forceinline__ bool takes_over(float candidate, float best) {
 
 // The maximum of output pixel (n, p, q) over channels [c, c + W): its value and its position in the window.
 // K > 0: a K x K window known at compile time, whose loads are all issued before the first comparison
-// (0.30 against 0.32 ms for the run-time loop, FP16 stem pool). K = 0: any window, from g. Each loaded
-// vector goes through `transform` first (the pool over a function of x: the stem's batch norm + ReLU);
-// the maximum is that of the transformed values.
-struct Unchanged {
-  template <typename V>
-  __device__ __forceinline__ const V& operator()(const V& v) const {
-    return v;
-  }
-};
-template <int K, int W, typename T, typename I, typename Transform = Unchanged>
+// (0.30 against 0.32 ms for the run-time loop, FP16 stem pool). K = 0: any window, from g.
+template <int K, int W, typename T, typename I>
 __device__ __forceinline__ void window_max(const T* x, const PoolIndex<I>& g, I n, I p, I q, I c,
-                                           Vec<T, W>& best, uint8_t (&where)[W],
-                                           const Transform& transform = Transform{}) {
+                                           Vec<T, W>& best, uint8_t (&where)[W]) {
   // Signed: the window may start in the padding (negative rows and columns).
   const int64_t h0 = int64_t(p) * g.stride_h - g.pad_h, w0 = int64_t(q) * g.stride_w - g.pad_w;
   float best_value[W];
@@ -81,26 +71,20 @@ __device__ __forceinline__ void window_max(const T* x, const PoolIndex<I>& g, I 
     first = false;
   };
   if constexpr (K > 0) {
-    // Every load of the window before the first comparison; with a transform (registers for its
-    // constants and results), a row's at a time.
-    constexpr int kRows = std::is_same_v<Transform, Unchanged> ? K : 1;
+    Vec<T, W> v[K * K];
+    bool inside[K * K];
 #pragma unroll
-    for (int r0 = 0; r0 < K; r0 += kRows) {
-      Vec<T, W> v[kRows * K];
-      bool inside[kRows * K];
+    for (int r = 0; r < K; ++r) {
 #pragma unroll
-      for (int r = 0; r < kRows; ++r) {
-#pragma unroll
-        for (int s = 0; s < K; ++s) {
-          const int64_t h = h0 + r0 + r, w = w0 + s;
-          inside[r * K + s] = h >= 0 && h < int64_t(g.h) && w >= 0 && w < int64_t(g.w);
-          if (inside[r * K + s]) v[r * K + s] = load_vec<W>(x + ((I(n) * g.h + I(h)) * g.w + I(w)) * g.c + c);
-        }
+      for (int s = 0; s < K; ++s) {
+        const int64_t h = h0 + r, w = w0 + s;
+        inside[r * K + s] = h >= 0 && h < int64_t(g.h) && w >= 0 && w < int64_t(g.w);
+        if (inside[r * K + s]) v[r * K + s] = load_vec<W>(x + ((I(n) * g.h + I(h)) * g.w + I(w)) * g.c + c);
       }
+    }
 #pragma unroll
-      for (int i = 0; i < kRows * K; ++i) {
-        if (inside[i]) consider(transform(v[i]), static_cast<uint8_t>(r0 * K + i));
-      }
+    for (int k = 0; k < K * K; ++k) {
+      if (inside[k]) consider(v[k], static_cast<uint8_t>(k));
     }
   } else {
     const int64_t h_begin = h0 < 0 ? 0 : h0, w_begin = w0 < 0 ? 0 : w0;
@@ -108,7 +92,7 @@ __device__ __forceinline__ void window_max(const T* x, const PoolIndex<I>& g, I 
     const int64_t w_end = min(w0 + int64_t(g.kernel_w), int64_t(g.w));
     for (int64_t h = h_begin; h < h_end; ++h) {
       for (int64_t w = w_begin; w < w_end; ++w) {
-        consider(transform(load_vec<W>(x + ((I(n) * g.h + I(h)) * g.w + I(w)) * g.c + c)),
+        consider(load_vec<W>(x + ((I(n) * g.h + I(h)) * g.w + I(w)) * g.c + c),
                  static_cast<uint8_t>((h - h0) * g.kernel_w + (w - w0)));
       }
     }
