@@ -557,13 +557,18 @@ void CudaBackend::batchnorm_backward(const BatchNormPlan& plan, const Tensor& x,
 
 namespace {
 
+constexpr const char* kFoldedForward = "batchnorm_shortcut_forward_training";
+constexpr const char* kFoldedBackward = "batchnorm_shortcut_backward";
+
 // DLBENCH_BN_FOLD_SHORTCUT: on (the default, also when unset) or off.
 bool fold_shortcut_asked() {
   return env_choice<bool>("DLBENCH_BN_FOLD_SHORTCUT", {{"on", true}, {"off", false}});
 }
 
-// One side of the folded op on the own kernels' terms.
-OwnBatchNormSide own_side(const CudaBatchNormPlan& p, const BatchNormTensors& t, bool backward) {
+// A batch norm of a two-layer op (the folded shortcut's pair, the stem's batch norm + max pool) on the own
+// kernels' terms; `op` names the op in messages.
+OwnBatchNormSide own_side(const char* op, const CudaBatchNormPlan& p, const BatchNormTensors& t,
+                          bool backward) {
   OwnBatchNormSide side;
   side.launch = &p.own_launch;
   side.x = t.x->data();
@@ -581,7 +586,7 @@ OwnBatchNormSide own_side(const CudaBatchNormPlan& p, const BatchNormTensors& t,
   }
   side.held = p.reserve.get();
   if (!backward && t.input_sums) {
-    check_input_sums("batchnorm_shortcut_forward_training", p.geometry, *t.input_sums);
+    check_input_sums(op, p.geometry, *t.input_sums);
     side.input_sums = f32(*t.input_sums);
   }
   return side;
@@ -607,9 +612,9 @@ void CudaBackend::batchnorm_shortcut_forward_training(const BatchNormPlan& plan,
                                                       void* workspace) {
   const auto &p = as_cuda_plan(plan), &s = as_cuda_plan(shortcut_plan);
   activate();
-  if (own_pair(p, s) &&
-      own_batchnorm_shortcut_forward_training(own_side(p, main, false), own_side(s, shortcut, false),
-                                              y.data(), workspace, stream_))
+  if (own_pair(p, s) && own_batchnorm_shortcut_forward_training(own_side(kFoldedForward, p, main, false),
+                                                                own_side(kFoldedForward, s, shortcut, false),
+                                                                y.data(), workspace, stream_))
     return;
   Backend::batchnorm_shortcut_forward_training(plan, shortcut_plan, main, shortcut, y, workspace);
 }
@@ -651,7 +656,8 @@ void CudaBackend::batchnorm_shortcut_backward(const BatchNormPlan& plan, const B
   const auto &p = as_cuda_plan(plan), &s = as_cuda_plan(shortcut_plan);
   activate();
   if (own_pair(p, s) &&
-      own_batchnorm_shortcut_backward(own_side(p, main, true), own_side(s, shortcut, true), dy.data(),
+      own_batchnorm_shortcut_backward(own_side(kFoldedBackward, p, main, true),
+                                      own_side(kFoldedBackward, s, shortcut, true), dy.data(),
                                       accumulate == Accumulate::add, workspace, stream_))
     return;
   Backend::batchnorm_shortcut_backward(plan, shortcut_plan, main, shortcut, y, dy, accumulate, workspace);
@@ -727,7 +733,7 @@ void CudaBackend::batchnorm_max_pool_forward_training(const BatchNormPlan& plan,
   DLB_CHECK(p.reserve.get() != nullptr, "{}: an estimate plan cannot run", op);
   activate();
   DLB_CHECK(
-      own_batchnorm_max_pool_forward_training(own_side(p, bn, false), pool_shape(pool_plan.geometry),
+      own_batchnorm_max_pool_forward_training(own_side(op, p, bn, false), pool_shape(pool_plan.geometry),
                                               y.data(), static_cast<uint8_t*>(saved), workspace, stream_),
       "{}: x or y is not aligned to 16 bytes", op);
 }
@@ -772,9 +778,9 @@ void CudaBackend::batchnorm_max_pool_backward(const BatchNormPlan& plan, const P
     check_param(op, name, p, *t);
   DLB_CHECK(p.reserve.get() != nullptr, "{}: an estimate plan cannot run", op);
   activate();
-  DLB_CHECK(own_batchnorm_max_pool_backward(own_side(p, bn, true), pool_shape(pool_plan.geometry), dy.data(),
-                                            static_cast<const uint8_t*>(saved), accumulate == Accumulate::add,
-                                            workspace, stream_),
+  DLB_CHECK(own_batchnorm_max_pool_backward(own_side(op, p, bn, true), pool_shape(pool_plan.geometry),
+                                            dy.data(), static_cast<const uint8_t*>(saved),
+                                            accumulate == Accumulate::add, workspace, stream_),
             "{}: x, dy or dx is not aligned to 16 bytes", op);
 }
 
