@@ -643,6 +643,22 @@ TEST_F(CudaBatchNormTest, StemBatchNormMaxPoolMatchesTheComposedOps) {
   }
 }
 
+TEST_F(CudaBatchNormTest, UnknownStemPoolFusionChoiceIsAnError) {
+  BatchNormGeometry g;
+  g.batch = 2, g.channels = 64, g.h = g.w = 8, g.layout = Layout::nhwc, g.dtype = DType::f16;
+  g.fusion = BatchNormFusion::relu;
+  PoolGeometry pg;
+  pg.batch = 2, pg.channels = 64, pg.in_h = pg.in_w = 8, pg.kernel_h = pg.kernel_w = 3;
+  pg.stride_h = pg.stride_w = 2, pg.pad_h = pg.pad_w = 1, pg.layout = Layout::nhwc, pg.dtype = DType::f16;
+  ScopedEnv kernels("DLBENCH_BN_KERNELS", "own");
+  {
+    ScopedEnv unset("DLBENCH_STEM_POOL_FUSION", "");  // the default: fused where the kernels fit
+    EXPECT_TRUE(shared_gpu().fuses_batchnorm_max_pool(g, pg));
+  }
+  ScopedEnv choice("DLBENCH_STEM_POOL_FUSION", "sometimes");
+  EXPECT_THROW(shared_gpu().fuses_batchnorm_max_pool(g, pg), UserError);
+}
+
 TEST_F(CudaBatchNormTest, UnknownKernelChoiceIsAnError) {
   BatchNormGeometry g;
   g.batch = 2, g.channels = 8, g.h = g.w = 4;
