@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <string>
+#include <vector>
 
 #include "backend/backend.h"
 #include "backend/backend_factory.h"
@@ -40,6 +41,26 @@ TEST(LayerProfile, TimesEveryLayerInBothDirections) {
   for (const LayerTime& t : times) EXPECT_NE(table.find(t.name), std::string::npos) << t.name;
   EXPECT_NE(table.find("total"), std::string::npos);
   EXPECT_EQ(to_json(times).size(), times.size());
+}
+
+TEST(LayerProfile, TableColumnsLineUpWhateverTheKinds) {
+  std::vector<LayerTime> times(2);
+  times[0].name = "conv1", times[0].kind = "conv", times[0].forward_ms = 1.5, times[0].backward_ms = 2.25;
+  times[0].forward_macs = 1000000;
+  times[1].name = "bn1", times[1].kind = "batchnorm+maxpool", times[1].forward_ms = 0.5;
+  times[1].backward_ms = 0.75, times[1].forward_macs = 2000000;
+  const std::string table = format_layer_profile(times);
+  // Every layer's line ends with the plan column (empty here): both are as long as each other once the
+  // columns line up, and the forward times end where the header's "fwd ms" does.
+  std::vector<std::string> lines;
+  for (size_t at = 0, end; (end = table.find('\n', at)) != std::string::npos; at = end + 1)
+    lines.push_back(table.substr(at, end - at));
+  ASSERT_EQ(lines.size(), 4u);  // header, two layers, total
+  EXPECT_EQ(lines[1].size(), lines[2].size());
+  const size_t column = lines[0].find("fwd ms") + std::string("fwd ms").size();
+  EXPECT_EQ(lines[1].find("1.500") + 5, column);
+  EXPECT_EQ(lines[2].find("0.500") + 5, column);
+  EXPECT_EQ(lines[3].find("2.000") + 5, column);  // the total
 }
 
 }  // namespace
