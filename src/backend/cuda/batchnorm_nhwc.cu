@@ -692,6 +692,24 @@ uint8_t* relu_mask_of(const OwnBatchNormLaunch& launch, const float4* forward) {
          coefficient_bytes(launch.geometry.channels);
 }
 
+// One side's training statistics and forward coefficients (in its held memory), as its own forward makes
+// them: from x's sums where it has them, else a partial pass over x in vectors of W and the finalize.
+template <typename T, int W>
+void launch_side_statistics(const OwnBatchNormSide& side, void* workspace, cudaStream_t stream) {
+  const OwnBatchNormLaunch& launch = *side.launch;
+  const ChannelRanges r = channel_ranges(launch);
+  const WorkspaceParts parts = workspace_parts(launch, workspace);
+  if (!side.input_sums) {
+    const RowTiles t = row_tiles(launch.geometry, W);
+    nhwc_stats_partial_kernel<T, W><<<pass_grid(t, launch), kReduceThreads, 0, stream>>>(
+        static_cast<const T*>(side.x), r, t, parts.partials);
+    DLB_KERNEL_LAUNCH_CHECK();
+  }
+  launch_stats_finalize(parts.partials, side.input_sums, r, launch.geometry, side.gamma, side.beta,
+                        side.running_mean, side.running_var, side.saved_mean, side.saved_inv_std,
+                        static_cast<float4*>(side.held), stream);
+}
+
 }  // namespace
 
 void nhwc_forward_training(const OwnBatchNormLaunch& launch, const void* x, const void* residual,
@@ -792,18 +810,8 @@ bool nhwc_folded_forward_training(const OwnBatchNormSide& main, const OwnBatchNo
         if (!aligned(q, 16)) return;
       const RowTiles t = row_tiles(g, W);
       // Each batch norm's statistics and forward coefficients, as its own forward makes them.
-      for (const OwnBatchNormSide* side : {&shortcut, &main}) {
-        const ChannelRanges r = channel_ranges(*side->launch);
-        const WorkspaceParts parts = workspace_parts(*side->launch, workspace);
-        if (!side->input_sums) {
-          nhwc_stats_partial_kernel<T, W><<<pass_grid(t, *side->launch), kReduceThreads, 0, stream>>>(
-              static_cast<const T*>(side->x), r, t, parts.partials);
-          DLB_KERNEL_LAUNCH_CHECK();
-        }
-        launch_stats_finalize(parts.partials, side->input_sums, r, side->launch->geometry, side->gamma,
-                              side->beta, side->running_mean, side->running_var, side->saved_mean,
-                              side->saved_inv_std, static_cast<float4*>(side->held), stream);
-      }
+      for (const OwnBatchNormSide* side : {&shortcut, &main})
+        launch_side_statistics<T, W>(*side, workspace, stream);
       nhwc_folded_apply_kernel<T, W><<<pass_grid(t, launch), kReduceThreads, 0, stream>>>(
           static_cast<const T*>(main.x), static_cast<const T*>(shortcut.x), static_cast<T*>(y),
           static_cast<const float4*>(main.held), static_cast<const float4*>(shortcut.held),
@@ -912,19 +920,9 @@ bool nhwc_pooled_forward_training(const OwnBatchNormSide& bn, const MaxPoolShape
     if constexpr (!std::is_same_v<T, double>) {
       constexpr int W = kVec16<T>;
       if (!aligned(bn.x, 16) || !aligned(y, 16) || !aligned(argmax, W)) return;
-      const RowTiles t = row_tiles(g, W);
-      const ChannelRanges r = channel_ranges(launch);
-      const WorkspaceParts parts = workspace_parts(launch, workspace);
-      if (!bn.input_sums) {
-        nhwc_stats_partial_kernel<T, W><<<pass_grid(t, launch), kReduceThreads, 0, stream>>>(
-            static_cast<const T*>(bn.x), r, t, parts.partials);
-        DLB_KERNEL_LAUNCH_CHECK();
-      }
-      auto* forward = static_cast<float4*>(bn.held);
-      launch_stats_finalize(parts.partials, bn.input_sums, r, g, bn.gamma, bn.beta, bn.running_mean,
-                            bn.running_var, bn.saved_mean, bn.saved_inv_std, forward, stream);
-      launch_pooled_forward<T, W>(launch, s, static_cast<const T*>(bn.x), static_cast<T*>(y), argmax, forward,
-                                  stream);
+      launch_side_statistics<T, W>(bn, workspace, stream);
+      launch_pooled_forward<T, W>(launch, s, static_cast<const T*>(bn.x), static_cast<T*>(y), argmax,
+                                  static_cast<const float4*>(bn.held), stream);
       ran = true;
     }
   });
