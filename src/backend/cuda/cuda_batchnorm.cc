@@ -679,9 +679,14 @@ MaxPoolShape pool_shape(const PoolGeometry& g) {
 
 // Whether a plan pair runs on the own fused kernels (else Backend's composition, which keeps relu(bn(x))
 // in the saved memory): the saved memory's size follows from it, so a run and an estimate plan agree.
+// Asked for, and a max pool the own fused kernels take after this batch norm (whose own kernels train).
+bool pooled_fits(const BatchNormGeometry& bn, const PoolGeometry& pool) {
+  return stem_pool_fusion_asked() && pool.kind == PoolKind::max &&
+         own_batchnorm_max_pool_fits(bn, pool_shape(pool));
+}
+
 bool pooled_on_own_kernels(const CudaBatchNormPlan& p, const PoolPlan& pool) {
-  return stem_pool_fusion_asked() && p.own && pool.geometry.kind == PoolKind::max &&
-         own_batchnorm_max_pool_fits(p.geometry, pool_shape(pool.geometry));
+  return p.own && pooled_fits(p.geometry, pool.geometry);
 }
 
 // The fused op's saved memory: the pool's positions (one byte per output element), then room for the
@@ -709,8 +714,8 @@ void check_pooled(const char* op, const CudaBatchNormPlan& p, const PoolPlan& po
 }  // namespace
 
 bool CudaBackend::fuses_batchnorm_max_pool(const BatchNormGeometry& bn, const PoolGeometry& pool) const {
-  return stem_pool_fusion_asked() && batchnorm_kernels() == BatchNormKernels::own && bn.dtype != DType::f64 &&
-         pool.kind == PoolKind::max && own_batchnorm_max_pool_fits(bn, pool_shape(pool));
+  // What makes a plan's `own` (new_plan), without planning.
+  return batchnorm_kernels() == BatchNormKernels::own && bn.dtype != DType::f64 && pooled_fits(bn, pool);
 }
 
 size_t CudaBackend::batchnorm_max_pool_saved_bytes(const BatchNormPlan& plan,
