@@ -13,6 +13,7 @@
 #include "bench/system_info.h"
 #include "bench/trace_summary.h"
 #include "core/file_io.h"
+#include "core/signals.h"
 #include "core/status.h"
 #include "data/data_commands.h"
 #include "dist/comm_bench.h"
@@ -126,11 +127,16 @@ dlbench::LrSchedule parse_schedule(const std::string& text) {
   dlbench::throw_user_error("--lr-schedule {}: unknown; choose constant, step or cosine", text);
 }
 
-// Runs a command; returns the exit code: 0, 1 for a UserError (one line on stderr), 3 for an internal error.
+// Runs a command; returns the exit code: 0, 1 for a UserError (one line on stderr), 3 for an internal
+// error, 128 + the signal for a command stopped by SIGINT (130) or SIGTERM (143) at a safe point.
 int guarded(const std::function<void()>& body) {
   try {
     body();
     return 0;
+  } catch (const dlbench::Stopped& e) {
+    std::fflush(stdout);
+    std::fprintf(stderr, "dlbench: %s\n", e.what());
+    return dlbench::stopped_exit_code(e.signal());
   } catch (const dlbench::UserError& e) {
     std::fprintf(stderr, "dlbench: error: %s\n", e.what());
     return 1;
@@ -165,6 +171,8 @@ int run_command(bool is_train, bool is_comm_bench, RunConfig& train_config, cons
 
 int main(int argc, char** argv) {
   std::setlocale(LC_NUMERIC, "C");
+  // Until a command stops at safe points of its own, a signal ends it at once, its temporaries removed.
+  dlbench::install_stop_handler();
   CLI::App app{"dlbench: how fast does this machine train a ResNet? A training engine and benchmark."};
   app.set_version_flag("--version",
                        std::string("dlbench ") + DLBENCH_VERSION + " (" + DLBENCH_GIT_COMMIT + ")");

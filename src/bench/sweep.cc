@@ -17,6 +17,7 @@
 #include "bench/report.h"
 #include "bench/system_info.h"
 #include "core/process.h"
+#include "core/signals.h"
 #include "core/status.h"
 #include "models/resnet.h"
 
@@ -235,7 +236,7 @@ SweepTally sweep_points(const SweepOptions& o) {
   const nlohmann::json system = system_info();
   // Stopped by `timeout` or Ctrl-C: the running point's processes are killed and the point recorded as
   // interrupted (run again on the next start), instead of vanishing with the sweep.
-  stop_on_termination_signals();
+  defer_stop_to_safe_points();
   double spent = 0;
   for (size_t i = 0; i < todo.size() && !stop_requested(); ++i) {
     const Point& p = todo[i];

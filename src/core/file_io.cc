@@ -1,46 +1,221 @@
 #include "core/file_io.h"
 
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
 #include <cerrno>
-#include <cstdio>
 #include <cstring>
 #include <filesystem>
+#include <random>
 
+#include "core/signals.h"
 #include "core/status.h"
 
 namespace dlbench {
 
-void check_writable(const std::string& path, const std::string& flag) {
-  DLB_REQUIRE(!path.empty(), "{}: empty path", flag);
-  DLB_REQUIRE(!std::filesystem::is_directory(path), "{} {}: is a directory; give a file name", flag, path);
-  std::string probe = path + ".tmp";
-  std::FILE* f = std::fopen(probe.c_str(), "wb");
-  DLB_REQUIRE(f != nullptr, "{} {}: cannot write there ({}); choose a writable path", flag, path,
-              std::strerror(errno));
-  std::fclose(f);
-  std::remove(probe.c_str());
+namespace fs = std::filesystem;
+
+namespace {
+
+constexpr const char* kTemporaryMark = ".dlbench-tmp.";
+
+std::string host_name() {
+  char name[256] = {};
+  if (::gethostname(name, sizeof(name) - 1) != 0) return "host";
+  std::string host(name);
+  for (char& c : host)
+    if (c == '.' || c == '/') c = '_';
+  return host;
+}
+
+std::string folder_of(const std::string& path) {
+  const std::string parent = fs::path(path).parent_path().string();
+  return parent.empty() ? "." : parent;
+}
+
+// ".NAME.dlbench-tmp.HOST." — what every temporary of `path` made on this host starts with.
+std::string temporary_prefix(const std::string& path) {
+  return "." + fs::path(path).filename().string() + kTemporaryMark + host_name() + ".";
+}
+
+// Durability of a rename: sync the folder. Best effort (some file systems refuse to sync a directory).
+void sync_folder(const std::string& folder) {
+  const int dir = ::open(folder.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (dir >= 0) {
+    ::fsync(dir);
+    ::close(dir);
+  }
+}
+
+void require_folder(const std::string& path, const std::string& what) {
+  DLB_REQUIRE(!path.empty(), "{}: empty path", what);
+  std::error_code ec;
+  DLB_REQUIRE(!fs::is_directory(path, ec), "{} {}: is a directory; give a file name", what, path);
+  const std::string folder = folder_of(path);
+  if (!fs::is_directory(folder, ec)) {
+    DLB_REQUIRE(!fs::exists(folder, ec), "{} {}: {} is not a directory; choose another path", what, path,
+                folder);
+    throw_user_error("{} {}: directory {} does not exist; create it or choose another path", what, path,
+                     folder);
+  }
+}
+
+}  // namespace
+
+bool is_temporary_name(const std::string& name) {
+  return !name.empty() && name[0] == '.' && name.find(kTemporaryMark) != std::string::npos;
+}
+
+void remove_stale_temporaries(const std::string& path) {
+  const std::string folder = folder_of(path), prefix = temporary_prefix(path);
+  std::error_code ec;
+  for (fs::directory_iterator it(folder, ec), end; !ec && it != end; it.increment(ec)) {
+    const std::string name = it->path().filename().string();
+    if (name.rfind(prefix, 0) != 0) continue;
+    // The rest is PID.RANDOM: remove it only when that process is gone.
+    const std::string rest = name.substr(prefix.size());
+    char* after = nullptr;
+    const long pid = std::strtol(rest.c_str(), &after, 10);
+    if (pid <= 0 || after == rest.c_str() || *after != '.') continue;
+    if (::kill(static_cast<pid_t>(pid), 0) == 0 || errno != ESRCH) continue;
+    std::error_code ignored;
+    fs::remove_all(it->path(), ignored);  // a file, or a folder under construction (pack, export-images)
+  }
+}
+
+std::string temporary_name_for(const std::string& path) {
+  static thread_local std::mt19937_64 random(std::random_device{}());
+  return (fs::path(folder_of(path)) / temporary_prefix(path)).string() + std::to_string(::getpid()) + "." +
+         std::to_string(random() % 1000000000u);
+}
+
+AtomicFile::AtomicFile(std::string path) : path_(std::move(path)) {
+  require_folder(path_, "cannot write");
+  remove_stale_temporaries(path_);
+  for (int attempt = 0; attempt < 16 && fd_ < 0; ++attempt) {
+    temporary_ = temporary_name_for(path_);
+    slot_ = register_temporary(temporary_);
+    fd_ = ::open(temporary_.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+    if (fd_ < 0) {
+      const int error = errno;
+      unregister_temporary(slot_);
+      slot_ = -1;
+      if (error != EEXIST)
+        throw_user_error("cannot write {} (creating a file in {}: {}); choose a writable path", path_,
+                         folder_of(path_), std::strerror(error));
+    }
+  }
+  DLB_CHECK(fd_ >= 0, "no unique temporary name for {}", path_);
+}
+
+AtomicFile::~AtomicFile() { discard(); }
+
+void AtomicFile::discard() {
+  if (fd_ >= 0) {
+    ::close(fd_);
+    fd_ = -1;
+    ::unlink(temporary_.c_str());
+  }
+  unregister_temporary(slot_);
+  slot_ = -1;
+}
+
+void AtomicFile::fail(const char* what, int error) {
+  discard();
+  throw_user_error("cannot write {}: {} failed ({}); {} is as it was{}", path_, what, std::strerror(error),
+                   path_, error == ENOSPC || error == EFBIG || error == EDQUOT ? " — free disk space" : "");
+}
+
+void AtomicFile::write(const void* data, size_t n) {
+  DLB_CHECK(fd_ >= 0, "write to {} after commit", path_);
+  const char* bytes = static_cast<const char*>(data);
+  while (n > 0) {
+    const ssize_t done = ::write(fd_, bytes, n);
+    if (done < 0 && errno == EINTR) continue;
+    if (done <= 0) fail("writing", done < 0 ? errno : ENOSPC);
+    bytes += done;
+    n -= static_cast<size_t>(done);
+    written_ += static_cast<uint64_t>(done);
+  }
+}
+
+void AtomicFile::commit() {
+  DLB_CHECK(fd_ >= 0, "commit of {} twice", path_);
+  if (::fsync(fd_) != 0) fail("syncing", errno);
+  const int fd = fd_;
+  fd_ = -1;
+  if (::close(fd) != 0) {
+    fd_ = ::open("/dev/null", O_RDONLY);  // so that discard() removes the temporary
+    fail("closing", errno);
+  }
+  if (std::rename(temporary_.c_str(), path_.c_str()) != 0) {
+    const int error = errno;
+    ::unlink(temporary_.c_str());
+    unregister_temporary(slot_);
+    slot_ = -1;
+    throw_user_error("cannot write {}: renaming its temporary to it failed ({})", path_, std::strerror(error));
+  }
+  unregister_temporary(slot_);
+  slot_ = -1;
+  sync_folder(folder_of(path_));
 }
 
 void write_file_atomically(const std::string& path, const std::string& content) {
-  std::string tmp = path + ".tmp";
-  std::FILE* f = std::fopen(tmp.c_str(), "wb");
-  DLB_REQUIRE(f != nullptr, "cannot write {} ({})", tmp, std::strerror(errno));
-  bool ok = std::fwrite(content.data(), 1, content.size(), f) == content.size();
-  ok = (std::fclose(f) == 0) && ok;
-  if (!ok) {
-    std::remove(tmp.c_str());
-    throw_user_error("writing {} failed (disk full?)", path);
-  }
-  DLB_REQUIRE(std::rename(tmp.c_str(), path.c_str()) == 0, "cannot rename {} to {} ({})", tmp, path,
-              std::strerror(errno));
+  AtomicFile file(path);
+  file.write(content);
+  file.commit();
 }
 
 void append_line(const std::string& path, const std::string& line) {
-  std::FILE* f = std::fopen(path.c_str(), "ab");
-  DLB_REQUIRE(f != nullptr, "cannot append to {} ({})", path, std::strerror(errno));
-  std::string with_newline = line + "\n";
-  bool ok = std::fwrite(with_newline.data(), 1, with_newline.size(), f) == with_newline.size();
-  ok = (std::fclose(f) == 0) && ok;
-  DLB_REQUIRE(ok, "appending to {} failed", path);
+  const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_CLOEXEC, 0644);
+  DLB_REQUIRE(fd >= 0, "cannot append to {} ({})", path, std::strerror(errno));
+  struct stat st {};
+  if (::fstat(fd, &st) != 0) {
+    const int error = errno;
+    ::close(fd);
+    throw_user_error("cannot append to {} ({})", path, std::strerror(error));
+  }
+  const off_t before = st.st_size;
+  const std::string text = line + "\n";
+  // Blocked while the line is written: a signal that ends the process cannot cut it in half.
+  sigset_t all, previous;
+  sigfillset(&all);
+  ::pthread_sigmask(SIG_BLOCK, &all, &previous);
+  size_t done = 0;
+  int error = 0;
+  while (done < text.size()) {
+    const ssize_t n = ::pwrite(fd, text.data() + done, text.size() - done, before + static_cast<off_t>(done));
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) {
+      error = n < 0 ? errno : ENOSPC;
+      break;
+    }
+    done += static_cast<size_t>(n);
+  }
+  if (error == 0 && ::fsync(fd) != 0) error = errno;
+  if (error != 0) {
+    // Whole or not at all: cut the file back to the last whole line.
+    const int ignored = ::ftruncate(fd, before);
+    (void)ignored;
+    ::fsync(fd);
+  }
+  ::close(fd);
+  ::pthread_sigmask(SIG_SETMASK, &previous, nullptr);
+  if (error != 0)
+    throw_user_error("appending to {} failed ({}); the file is as it was before this line{}", path,
+                     std::strerror(error),
+                     error == ENOSPC || error == EFBIG || error == EDQUOT ? " — free disk space" : "");
+}
+
+void check_writable(const std::string& path, const std::string& flag) {
+  require_folder(path, flag);
+  try {
+    AtomicFile probe(path);
+  } catch (const UserError& e) {
+    throw_user_error("{} {}: {}", flag, path, e.what());
+  }
 }
 
 }  // namespace dlbench

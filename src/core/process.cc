@@ -13,25 +13,10 @@
 #include <cstdlib>
 #include <cstring>
 
+#include "core/signals.h"
 #include "core/status.h"
 
 namespace dlbench {
-
-namespace {
-volatile std::sig_atomic_t stop_flag = 0;
-void on_termination_signal(int) { stop_flag = 1; }
-}  // namespace
-
-void request_stop() { stop_flag = 1; }
-bool stop_requested() { return stop_flag != 0; }
-
-void stop_on_termination_signals() {
-  struct sigaction action {};
-  action.sa_handler = on_termination_signal;
-  sigemptyset(&action.sa_mask);
-  ::sigaction(SIGTERM, &action, nullptr);
-  ::sigaction(SIGINT, &action, nullptr);
-}
 
 std::optional<std::string> find_program(const std::string& program) {
   auto runnable = [](const std::string& path) {

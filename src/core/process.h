@@ -18,7 +18,7 @@ struct ProcessOptions {
 struct ProcessResult {
   int exit_code = -1;  // -1: killed by a signal or the time-out; 127: the program could not be started
   bool timed_out = false;
-  bool stopped = false;  // killed because this process was asked to stop (request_stop)
+  bool stopped = false;  // killed because this process was asked to stop (core/signals.h)
   double seconds = 0;
   std::string out, err;  // when not sent to a log file
 };
@@ -26,13 +26,9 @@ struct ProcessResult {
 // Runs `argv` (argv[0] found on $PATH unless it names a path) with stdin from /dev/null.
 ProcessResult run_process(const std::vector<std::string>& argv, const ProcessOptions& options);
 
-// Asks every run_process of this process to kill its program's group and return (async-signal-safe: for a
-// SIGTERM or SIGINT handler). stop_requested() says whether it was asked.
-void request_stop();
-bool stop_requested();
-// Installs a SIGTERM and SIGINT handler that calls request_stop(), so that a command stopped by `timeout`
-// or Ctrl-C stops its programs and can record what it was doing before it exits.
-void stop_on_termination_signals();
+// A stop asked by SIGINT/SIGTERM (core/signals.h, after defer_stop_to_safe_points) makes every
+// run_process kill its program's group and return, so a command stopped by `timeout` or Ctrl-C can record
+// what it was doing before it exits.
 
 // The path of `program` as the shell would find it on $PATH; nullopt when it is not there.
 std::optional<std::string> find_program(const std::string& program);
