@@ -1,7 +1,9 @@
 // dlbench: the command line. Parses flags into a RunConfig, resolves it, runs, writes results.
-// Only this file decides exit codes: 0 success, 1 bad input (one clear line), 2 bad flags, 3 internal error
-// (a communicator's watchdog ends a stalled run itself, with 4: see dist/watchdog.h).
+// Only this file decides exit codes: 0 success, 1 bad input (one clear line), 2 bad flags (one line: the
+// parser's), 3 internal error, 130/143 stopped by SIGINT/SIGTERM (core/signals.h); a communicator's
+// watchdog ends a stalled run itself, with 4 (dist/watchdog.h).
 #include <CLI/CLI.hpp>
+#include <algorithm>
 #include <clocale>
 #include <cstdio>
 #include <functional>
@@ -74,8 +76,19 @@ void add_run_flags(CLI::App& cmd, RunConfig& c, std::string& lr_schedule) {
   cmd.add_option("--device", c.device_text, "auto | cpu | cuda")->capture_default_str();
   cmd.add_option("--backend", c.backend_name, "CPU backend: onednn (default) | reference");
   cmd.add_option("--threads", c.threads, "CPU threads (0 = all cores)")->capture_default_str();
-  cmd.add_option("--seed", c.seed, "seed of weights, data order and synthetic data")->capture_default_str();
-  cmd.add_option("--log-every", c.log_every, "steps between progress lines");
+  cmd.add_option("--seed", c.seed, "seed of weights, data order and synthetic data (0 or more)")
+      ->check(CLI::Validator(
+          [](std::string& text) {
+            return !text.empty() && text.size() <= 19 &&
+                           text.find_first_not_of("0123456789") == std::string::npos
+                       ? std::string()
+                       : "--seed " + text + ": give a whole number, 0 or more";
+          },
+          "SEED"))
+      ->capture_default_str();
+  cmd.add_option("--log-every", c.log_every,
+                 "steps between progress lines (default: train, a line every 5 s; bench, every step on the "
+                 "CPU and every 100 on a GPU)");
   cmd.add_option("--json", c.json_path, "write the result as one JSON object to FILE");
   cmd.add_option("--gpus", c.gpus, "GPUs driven from this process, one thread each (data parallel, NCCL)")
       ->capture_default_str();
@@ -135,7 +148,7 @@ int guarded(const std::function<void()>& body) {
     return 0;
   } catch (const dlbench::Stopped& e) {
     std::fflush(stdout);
-    std::fprintf(stderr, "dlbench: %s\n", e.what());
+    if (*e.what() != '\0') std::fprintf(stderr, "dlbench: %s\n", e.what());
     return dlbench::stopped_exit_code(e.signal());
   } catch (const dlbench::UserError& e) {
     std::fprintf(stderr, "dlbench: error: %s\n", e.what());
@@ -167,6 +180,49 @@ int run_command(bool is_train, bool is_comm_bench, RunConfig& train_config, cons
   });
 }
 
+// Levenshtein distance, for "did you mean".
+size_t edit_distance(const std::string& a, const std::string& b) {
+  std::vector<size_t> row(b.size() + 1);
+  for (size_t j = 0; j <= b.size(); ++j) row[j] = j;
+  for (size_t i = 1; i <= a.size(); ++i) {
+    size_t diagonal = row[0];
+    row[0] = i;
+    for (size_t j = 1; j <= b.size(); ++j) {
+      const size_t above = row[j];
+      row[j] = std::min({row[j] + 1, row[j - 1] + 1, diagonal + (a[i - 1] == b[j - 1] ? 0 : 1)});
+      diagonal = above;
+    }
+  }
+  return row[b.size()];
+}
+
+// A flag the parser refused: one line, "dlbench: error: ...", and exit code 2 (bad flags). A first word
+// that is no command is named, with the nearest command.
+int report_parse_error(const CLI::App& app, int argc, char** argv, const CLI::ParseError& e) {
+  std::vector<std::string> commands;
+  for (const CLI::App* sub : app.get_subcommands([](const CLI::App*) { return true; }))
+    commands.push_back(sub->get_name());
+  std::string message = e.what();
+  if (argc > 1 && argv[1][0] != '-' &&
+      std::find(commands.begin(), commands.end(), argv[1]) == commands.end()) {
+    const std::string given = argv[1];
+    const auto nearest = std::min_element(
+        commands.begin(), commands.end(),
+        [&](const auto& a, const auto& b) { return edit_distance(given, a) < edit_distance(given, b); });
+    message = fmt::format(
+        "unknown command '{}'{}; the commands are {}", given,
+        edit_distance(given, *nearest) <= 2 ? fmt::format(" (did you mean '{}'?)", *nearest) : std::string(),
+        fmt::join(commands, ", "));
+  } else if (argc <= 1) {
+    message = fmt::format("no command given; the commands are {} (dlbench --help says what each does)",
+                          fmt::join(commands, ", "));
+  }
+  for (char& c : message)
+    if (c == '\n') c = ' ';
+  std::fprintf(stderr, "dlbench: error: %s\n", message.c_str());
+  return 2;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -188,14 +244,21 @@ int main(int argc, char** argv) {
                     "passes over the training set (default 1; exclusive with --steps)");
   train->add_option("--checkpoint", train_config.checkpoint_path, "save weights and optimizer state to FILE");
   train->add_option("--save-every", train_config.save_every, "also save every N steps");
-  train->add_option("--resume", train_config.resume_path, "continue from a checkpoint FILE");
+  train->add_option("--resume", train_config.resume_path,
+                    "continue from a checkpoint FILE (its batch, seed, precision, layout, data and optimizer "
+                    "settings must match)");
+  train->add_flag("--resume-anyway", train_config.resume_anyway,
+                  "continue a checkpoint written with other settings (the layout must still match)");
+  train->add_option("--eval-images", train_config.eval_images,
+                    "evaluate on the first N test images (default: all of them)");
   train->add_option("--mlperf-log", train_config.mlperf_log_path,
                     "write the run's events as MLPerf Training :::MLLOG lines to FILE");
 
   RunConfig bench_config;
   bench_config.kind = dlbench::RunKind::bench;
   std::string bench_schedule = "constant";
-  CLI::App* bench = app.add_subcommand("bench", "measure training throughput on synthetic data");
+  CLI::App* bench = app.add_subcommand(
+      "bench", "measure training throughput: synthetic data by default, or --data images or shards");
   add_run_flags(*bench, bench_config, bench_schedule);
   bench->add_flag("--per-layer", bench_config.per_layer,
                   "after the timed window, time each layer's forward and backward");
@@ -369,8 +432,14 @@ int main(int argc, char** argv) {
 
   try {
     app.parse(argc, argv);
-  } catch (const CLI::ParseError& e) {
+  } catch (const CLI::CallForHelp& e) {
     return app.exit(e);
+  } catch (const CLI::CallForAllHelp& e) {
+    return app.exit(e);
+  } catch (const CLI::CallForVersion& e) {
+    return app.exit(e);
+  } catch (const CLI::ParseError& e) {
+    return report_parse_error(app, argc, argv, e);
   }
   if (report->parsed()) return guarded([&] { dlbench::run_report(report_inputs, report_dir); });
   if (trace_summary->parsed()) return guarded([&] { dlbench::run_trace_summary(trace_path, trace_against); });

@@ -155,7 +155,8 @@ void AtomicFile::commit() {
     ::unlink(temporary_.c_str());
     unregister_temporary(slot_);
     slot_ = -1;
-    throw_user_error("cannot write {}: renaming its temporary to it failed ({})", path_, std::strerror(error));
+    throw_user_error("cannot write {}: renaming its temporary to it failed ({})", path_,
+                     std::strerror(error));
   }
   unregister_temporary(slot_);
   slot_ = -1;

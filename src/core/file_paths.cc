@@ -65,11 +65,11 @@ void check_path_uses(const std::vector<PathUse>& uses) {
       if (!is_output(out.use->role)) continue;
       const std::string out_flag = out.use->flag, other_flag = other.use->flag;
       if (same_file(out, other) && (j > i || !is_output(other.use->role))) {
-        throw_user_error("{} and {} name the same {} ({}): {}; give {} a path of its own", out_flag, other_flag,
-                         is_tree(out.use->role) ? "folder" : "file", out.use->path,
-                         is_output(other.use->role) ? "one would overwrite the other"
-                                                    : fmt::format("writing {} would destroy what {} reads",
-                                                                  out_flag, other_flag),
+        throw_user_error("{} and {} name the same {} ({}): {}; give {} a path of its own", out_flag,
+                         other_flag, is_tree(out.use->role) ? "folder" : "file", out.use->path,
+                         is_output(other.use->role)
+                             ? "one would overwrite the other"
+                             : fmt::format("writing {} would destroy what {} reads", out_flag, other_flag),
                          out_flag);
       }
       if (other.use->role == PathRole::reads_tree && inside(out.path, other.path)) {

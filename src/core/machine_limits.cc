@@ -25,16 +25,19 @@ int resolve_threads(int requested, int all_value, const std::string& flag) {
   DLB_REQUIRE(requested >= 0, "{} {}: must be 0 (all cores) or more", flag, requested);
   if (requested == 0) return std::max(1, all_value);
   const int cores = usable_cores();
-  DLB_REQUIRE(requested <= cores, "{} {}: this process may run on {} core{}; give at most {} (or 0: all of them)",
-              flag, requested, cores, cores == 1 ? "" : "s", cores);
+  DLB_REQUIRE(requested <= cores,
+              "{} {}: this process may run on {} core{}; give at most {} (or 0: all of them)", flag,
+              requested, cores, cores == 1 ? "" : "s", cores);
   return requested;
 }
 
 void require_host_memory(uint64_t bytes, const std::string& flag, const std::string& what) {
   const uint64_t memory = physical_memory_bytes();
   if (memory == 0) return;
-  DLB_REQUIRE(bytes <= memory / 2, "{}: {} would take {:.1f} GiB, more than half of this machine's {:.1f} GiB; give a smaller value",
-              flag, what, static_cast<double>(bytes) / (1 << 30), static_cast<double>(memory) / (1 << 30));
+  DLB_REQUIRE(
+      bytes <= memory / 2,
+      "{}: {} would take {:.1f} GiB, more than half of this machine's {:.1f} GiB; give a smaller value", flag,
+      what, static_cast<double>(bytes) / (1 << 30), static_cast<double>(memory) / (1 << 30));
 }
 
 }  // namespace dlbench

@@ -143,14 +143,18 @@ ImageShape default_input_shape(const std::string& model) {
   return model == "resnet20" ? ImageShape{1, 28, 28} : ImageShape{3, 224, 224};
 }
 
+int smallest_input_size(const std::string& model) {
+  // The ImageNet stem divides the input by 4 and the stages by 8 more; below 32 pixels nothing is left.
+  return spec_for(model).imagenet_stem ? 32 : 8;
+}
+
 int64_t default_num_classes(const std::string& model) { return model == "resnet20" ? 10 : 1000; }
 
 Model build_model(const std::string& name, Backend& backend, const NetworkOptions& net_options,
                   const ModelOptions& options) {
   ResNetSpec spec = spec_for(name);
   const ImageShape& in = options.input;
-  // The ImageNet stem divides the input by 4 and the stages by 8 more; below 32 pixels nothing is left.
-  int64_t min_size = spec.imagenet_stem ? 32 : 8;
+  const int64_t min_size = smallest_input_size(name);
   DLB_REQUIRE(in.height >= min_size && in.width >= min_size,
               "{} needs inputs of at least {}x{} pixels, got {}x{}", name, min_size, min_size, in.height,
               in.width);

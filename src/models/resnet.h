@@ -38,6 +38,8 @@ const std::vector<std::string>& model_names();
 bool is_model_name(const std::string& name);
 // The input a model is made for when the data does not say (224x224 RGB; resnet20: 1x28x28).
 ImageShape default_input_shape(const std::string& model);
+// The smallest side an input may have: what the model's downsampling leaves at least one pixel of.
+int smallest_input_size(const std::string& model);
 int64_t default_num_classes(const std::string& model);
 
 struct ModelOptions {

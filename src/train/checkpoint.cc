@@ -12,8 +12,10 @@
 #include <cstring>
 #include <filesystem>
 #include <memory>
+#include <nlohmann/json.hpp>
 #include <string_view>
 
+#include "core/file_io.h"
 #include "core/status.h"
 
 namespace dlbench {
@@ -44,23 +46,19 @@ using File = std::unique_ptr<std::FILE, FileCloser>;
 // carry the file size.
 uint64_t file_size_of(const Checkpoint& c) {
   const auto array = [](const std::vector<float>& v) { return 8 + 4 * static_cast<uint64_t>(v.size()); };
-  return kHeaderBytes + (8 + c.model.size()) + (8 + c.config_digest.size()) + 8 + 8 + 4 +
-         array(c.parameters) + array(c.momentum) + array(c.buffers) + kChecksumBytes;
+  return kHeaderBytes + (8 + c.model.size()) + (8 + c.config_digest.size()) + (8 + c.settings.size()) + 8 +
+         8 + 4 + array(c.parameters) + array(c.momentum) + array(c.buffers) + kChecksumBytes;
 }
 
-// Writes little-endian fields to a file, keeping the CRC-32 of everything written. A failed write throws
-// UserError; the caller's guard removes the partial file.
+// Writes little-endian fields to an AtomicFile, keeping the CRC-32 of everything written. A failed write
+// throws UserError and removes the temporary; the checkpoint at the path stays as it was.
 class Writer {
  public:
-  Writer(std::FILE* file, const std::string& path, const std::string& tmp)
-      : file_(file), path_(path), tmp_(tmp) {}
+  explicit Writer(AtomicFile& file) : file_(file) {}
 
   void bytes(const void* data, size_t n) {
     if (n == 0) return;
-    if (std::fwrite(data, 1, n, file_) != n)
-      throw_user_error(
-          "cannot save checkpoint {}: writing {} failed: {}; free disk space or choose another directory",
-          path_, tmp_, std::strerror(errno));
+    file_.write(data, n);
     crc_ = crc_update(crc_, data, n);
   }
   void u32(uint32_t v) {
@@ -96,24 +94,8 @@ class Writer {
   uint32_t crc() const { return static_cast<uint32_t>(crc_); }
 
  private:
-  std::FILE* file_;
-  const std::string& path_;
-  const std::string& tmp_;
+  AtomicFile& file_;
   uint64_t crc_ = crc32_z(0, nullptr, 0);
-};
-
-// Removes the temporary file unless the save completed.
-class RemoveUnlessCommitted {
- public:
-  explicit RemoveUnlessCommitted(std::string path) : path_(std::move(path)) {}
-  ~RemoveUnlessCommitted() {
-    if (!committed_) std::remove(path_.c_str());
-  }
-  void commit() { committed_ = true; }
-
- private:
-  std::string path_;
-  bool committed_ = false;
 };
 
 // ---- reading ----
@@ -186,8 +168,8 @@ uint32_t le32(const unsigned char* b) {
 }
 uint64_t le64(const unsigned char* b) { return uint64_t{le32(b)} | uint64_t{le32(b + 4)} << 32; }
 
-// Checks magic, version and size against the file's header; returns the file size.
-uint64_t check_header(std::FILE* file, const std::string& path, uint64_t size) {
+// Checks magic, version and size against the file's header; returns the format version.
+uint32_t check_header(std::FILE* file, const std::string& path, uint64_t size) {
   std::array<unsigned char, kHeaderBytes> header{};
   const size_t got = std::fread(header.data(), 1, header.size(), file);
   if (got < std::min<uint64_t>(size, header.size()))
@@ -206,7 +188,7 @@ uint64_t check_header(std::FILE* file, const std::string& path, uint64_t size) {
   if (got < kHeaderBytes) truncated(0);  // empty, or a prefix of a header and nothing more
 
   const uint32_t version = le32(header.data() + 8);
-  DLB_REQUIRE(version == kCheckpointVersion,
+  DLB_REQUIRE(version == kCheckpointVersion || version == 1,
               "checkpoint {} has format version {}, this dlbench reads version {}; resume with the dlbench "
               "release that wrote it",
               path, version, kCheckpointVersion);
@@ -219,7 +201,7 @@ uint64_t check_header(std::FILE* file, const std::string& path, uint64_t size) {
       path, size, size - promised, promised);
   DLB_REQUIRE(size >= kHeaderBytes + kChecksumBytes,
               "checkpoint {} is malformed: its header gives a size of {} bytes", path, size);
-  return size;
+  return version;
 }
 
 // Verifies the trailing CRC-32 over the whole file before any field is parsed.
@@ -262,20 +244,15 @@ void save_checkpoint(const std::string& path, const Checkpoint& c) {
         parent.string());
   }
 
-  const std::string tmp = path + ".tmp";
-  File file(std::fopen(tmp.c_str(), "wb"));
-  if (!file)
-    throw_user_error("cannot save checkpoint {}: cannot create {}: {}; choose a writable directory", path,
-                     tmp, std::strerror(errno));
-  RemoveUnlessCommitted guard(tmp);
-
+  AtomicFile file(path);
   const uint64_t size = file_size_of(c);
-  Writer out(file.get(), path, tmp);
+  Writer out(file);
   out.bytes(kMagic.data(), kMagic.size());
   out.u32(kCheckpointVersion);
   out.u64(size);
   out.string(c.model);
   out.string(c.config_digest);
+  out.string(c.settings);
   out.i64(c.step);
   out.i64(c.epoch);
   out.f32(c.loss_scale);
@@ -284,28 +261,8 @@ void save_checkpoint(const std::string& path, const Checkpoint& c) {
   out.floats(c.buffers);
   const uint32_t crc = out.crc();
   out.u32(crc);
-
-  // Data must be on disk before the rename makes it the checkpoint, or a crash could leave `path` naming
-  // an empty file.
-  const auto fail = [&](const char* step) {
-    throw_user_error(
-        "cannot save checkpoint {}: {} {} failed: {}; free disk space or choose another directory", path,
-        step, tmp, std::strerror(errno));
-  };
-  if (std::fflush(file.get()) != 0) fail("writing");
-  if (::fsync(::fileno(file.get())) != 0) fail("syncing");
-  if (std::fclose(file.release()) != 0) fail("closing");
-  if (std::rename(tmp.c_str(), path.c_str()) != 0)
-    throw_user_error("cannot save checkpoint {}: renaming {} to it failed: {}; choose another path", path,
-                     tmp, std::strerror(errno));
-  guard.commit();
-
-  // Make the rename itself durable; best effort (some file systems refuse to sync a directory).
-  const int dir = ::open(parent.empty() ? "." : parent.c_str(), O_RDONLY | O_DIRECTORY);
-  if (dir >= 0) {
-    ::fsync(dir);
-    ::close(dir);
-  }
+  // Synced before the rename makes it the checkpoint: a crash leaves the previous one, never a torn file.
+  file.commit();
 }
 
 Checkpoint load_checkpoint(const std::string& path) {
@@ -321,7 +278,7 @@ Checkpoint load_checkpoint(const std::string& path) {
   const uint64_t size = std::filesystem::file_size(path, ec);
   if (ec) throw_user_error("cannot read checkpoint {}: {}", path, ec.message());
 
-  check_header(file.get(), path, size);
+  const uint32_t version = check_header(file.get(), path, size);
   check_crc(file.get(), path, size);
 
   DLB_CHECK(std::fseek(file.get(), static_cast<long>(kHeaderBytes), SEEK_SET) == 0, "seek in {}", path);
@@ -329,6 +286,7 @@ Checkpoint load_checkpoint(const std::string& path) {
   Checkpoint c;
   c.model = in.string("model");
   c.config_digest = in.string("config_digest");
+  if (version >= 2) c.settings = in.string("settings");
   c.step = in.i64("step");
   c.epoch = in.i64("epoch");
   c.loss_scale = in.f32("loss_scale");
@@ -359,6 +317,43 @@ void check_checkpoint_matches(const Checkpoint& c, const std::string& model, siz
       "checkpoint of {} holds {} buffer values (batch-norm statistics), this run's {} has {}: it was "
       "written with another configuration{}; resume with that configuration or start without the checkpoint",
       c.model, c.buffers.size(), model, n_buffers, written_with);
+}
+
+std::vector<std::string> check_checkpoint_settings(const Checkpoint& c, const std::string& now_text,
+                                                   SettingsMismatch policy, const std::string& path) {
+  if (c.settings.empty()) return {};
+  const nlohmann::json saved = nlohmann::json::parse(c.settings, nullptr, /*allow_exceptions=*/false);
+  DLB_REQUIRE(saved.is_object(), "checkpoint {} is malformed: its settings are not a JSON object", path);
+  const nlohmann::json now = nlohmann::json::parse(now_text);
+  // How the user would give a value back: "--batch-size 16", "--nesterov" / "no --nesterov".
+  const auto shown = [](const std::string& key, const nlohmann::json& value) {
+    if (key == "ranks") return fmt::format("{} rank{}", value.dump(), value == 1 ? "" : "s");
+    if (key == "data") return fmt::format("data of {}", value.get<std::string>());
+    if (value.is_boolean()) return value.get<bool>() ? key : "no " + key;
+    if (value.is_array()) {
+      std::string list;
+      for (const auto& v : value) list += (list.empty() ? "" : ",") + v.dump();
+      return key + " " + (list.empty() ? "(none)" : list);
+    }
+    return key + " " + (value.is_string() ? value.get<std::string>() : value.dump());
+  };
+  std::vector<std::string> differences;
+  for (const auto& [key, value] : saved.items()) {
+    const nlohmann::json mine = now.contains(key) ? now[key] : nlohmann::json(nullptr);
+    if (mine == value) continue;
+    const std::string was = shown(key, value), is = mine.is_null() ? "not " + key : shown(key, mine);
+    DLB_REQUIRE(key != "--layout",
+                "--resume {}: the checkpoint was written with {}, this run has {}; its weights are stored in "
+                "that layout's order: resume with {}",
+                path, was, is, was);
+    DLB_REQUIRE(
+        policy == SettingsMismatch::continue_anyway,
+        "--resume {}: the checkpoint was written with {}, this run has {}; resume with {} to continue "
+        "exactly where it stopped, or add --resume-anyway to go on with {}",
+        path, was, is, was, is);
+    differences.push_back(fmt::format("{} (the checkpoint's run had {})", is, was));
+  }
+  return differences;
 }
 
 }  // namespace dlbench

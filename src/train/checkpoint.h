@@ -1,6 +1,7 @@
 // Checkpoints: the training state needed to resume a run exactly, in one self-checking file.
 //
-// File format, version 1. Every integer and float is little-endian; floats are IEEE-754 binary32.
+// File format, version 2 (version 1, without `settings`, is still read). Every integer and float is
+// little-endian; floats are IEEE-754 binary32.
 //
 //   offset  size   field
 //   0       8      magic, the bytes "DLBCKPT\0"
@@ -8,6 +9,7 @@
 //   12      8      u64 size of the whole file in bytes
 //   20             string model           (u64 byte count, then the UTF-8 bytes, no terminator)
 //                  string config_digest
+//                  string settings        (version 2: a JSON object, flag -> value, of the run's settings)
 //                  i64 step
 //                  i64 epoch
 //                  f32 loss_scale
@@ -31,6 +33,10 @@ namespace dlbench {
 struct Checkpoint {
   std::string model;          // e.g. "resnet20"
   std::string config_digest;  // free text the trainer uses to describe shape-relevant config
+  // The settings the run was started with that a resumed run must repeat to continue exactly (a JSON
+  // object, flag -> value: train/config.h resume_settings, with the ranks and the data set's digest).
+  // Empty in a version-1 file.
+  std::string settings;
   int64_t step = 0, epoch = 0;
   float loss_scale = 1.f;
   std::vector<float> parameters;  // the flat FP32 parameter buffer
@@ -38,12 +44,12 @@ struct Checkpoint {
   std::vector<float> buffers;     // non-trained state (batch-norm running mean/var)
 };
 
-inline constexpr uint32_t kCheckpointVersion = 1;
+inline constexpr uint32_t kCheckpointVersion = 2;
 
-// Writes `checkpoint` to path + ".tmp", flushes it to disk, then renames it over `path`: a crash or a
-// full disk leaves the previous file at `path` untouched, never a half-written one, and a failed save
-// removes its .tmp. UserError (naming the path) if the directory does not exist or is not writable, or a
-// write fails. A momentum length other than 0 or parameters.size() is a caller bug (dlbench::Error).
+// Writes `checkpoint` through an AtomicFile (core/file_io.h): a crash, a signal or a full disk leaves the
+// previous file at `path` untouched, never a half-written one, and no temporary behind. UserError (naming the
+// path) if the directory does not exist or is not writable, or a write fails. A momentum length other than 0
+// or parameters.size() is a caller bug (dlbench::Error).
 void save_checkpoint(const std::string& path, const Checkpoint& checkpoint);
 
 // Reads a checkpoint written by save_checkpoint. UserError (naming the path) if the file is missing or
@@ -56,5 +62,16 @@ Checkpoint load_checkpoint(const std::string& path);
 // names both sides: "checkpoint is for resnet50, this run trains resnet20; ...".
 void check_checkpoint_matches(const Checkpoint& checkpoint, const std::string& model, size_t n_parameters,
                               size_t n_buffers);
+
+// What a resumed run does with settings that differ from the checkpoint's.
+enum class SettingsMismatch { refuse, continue_anyway };
+
+// Compares the settings the checkpoint recorded with `now` (the same keys: flag -> value, "ranks", "data").
+// A different --layout is always refused (the weights are stored in the layout's order); any other
+// difference is refused naming the flag and both values unless `policy` is continue_anyway, which returns
+// the differences, one line each, for the run to print. A version-1 checkpoint recorded none: nothing is
+// checked. `path` is the checkpoint's, for the messages.
+std::vector<std::string> check_checkpoint_settings(const Checkpoint& checkpoint, const std::string& now,
+                                                   SettingsMismatch policy, const std::string& path);
 
 }  // namespace dlbench

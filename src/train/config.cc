@@ -8,6 +8,8 @@
 #include <thread>
 #include <utility>
 
+#include "core/file_paths.h"
+#include "core/machine_limits.h"
 #include "core/status.h"
 #include "data/image_source.h"
 #include "data/shard.h"
@@ -88,8 +90,7 @@ void resolve_config(RunConfig& c, bool cuda_available) {
     DLB_REQUIRE(c.backend_name == "onednn" || c.backend_name == "reference",
                 "--backend {}: unknown CPU backend; choose onednn or reference", c.backend_name);
   }
-  DLB_REQUIRE(c.threads >= 0, "--threads {}: must be 0 (all cores) or more", c.threads);
-  if (c.threads == 0) c.threads = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  c.threads = resolve_threads(c.threads, usable_cores(), "--threads");
 
   c.precision = parse_precision(c.precision_text);
   DLB_REQUIRE(!on_cpu || c.precision == Precision::fp32,
@@ -176,7 +177,18 @@ void resolve_config(RunConfig& c, bool cuda_available) {
     if (!c.warmup_steps) c.warmup_steps = 1;
   }
 
-  // Optimizer.
+  // Optimizer. Every number finite: an infinite rate trains nothing, a NaN compares false everywhere.
+  for (const auto& [flag, value] : {std::pair<const char*, double>{"--lr", c.lr},
+                                    {"--momentum", c.momentum},
+                                    {"--weight-decay", c.weight_decay},
+                                    {"--label-smoothing", c.label_smoothing},
+                                    {"--lr-warmup-epochs", c.lr_warmup_epochs},
+                                    {"--lr-decay-factor", c.lr_decay_factor},
+                                    {"--bucket-mb", c.bucket_mb},
+                                    {"--conv-workspace-mb", c.conv_workspace_mb},
+                                    {"--timeout", c.timeout_seconds}}) {
+    DLB_REQUIRE(std::isfinite(value), "{} {}: must be a finite number", flag, value);
+  }
   DLB_REQUIRE(c.lr > 0, "--lr {}: must be positive", c.lr);
   DLB_REQUIRE(c.momentum >= 0 && c.momentum < 1, "--momentum {}: must be in [0, 1)", c.momentum);
   DLB_REQUIRE(!c.nesterov || c.momentum > 0, "--nesterov needs --momentum above 0");
@@ -186,13 +198,18 @@ void resolve_config(RunConfig& c, bool cuda_available) {
   DLB_REQUIRE(c.lr_warmup_epochs >= 0, "--lr-warmup-epochs {}: must be 0 or more", c.lr_warmup_epochs);
   DLB_REQUIRE(c.lr_decay_factor > 0 && c.lr_decay_factor <= 1, "--lr-decay-factor {}: must be in (0, 1]",
               c.lr_decay_factor);
+  for (double epoch : c.lr_decay_epochs)
+    DLB_REQUIRE(std::isfinite(epoch) && epoch > 0,
+                "--lr-decay-epochs {}: each must be a positive number of epochs",
+                fmt::join(c.lr_decay_epochs, ","));
+  DLB_REQUIRE(std::is_sorted(c.lr_decay_epochs.begin(), c.lr_decay_epochs.end()),
+              "--lr-decay-epochs {}: give them in increasing order", fmt::join(c.lr_decay_epochs, ","));
+  DLB_REQUIRE(c.lr_decay_epochs.empty() || c.lr_schedule == LrSchedule::step,
+              "--lr-decay-epochs: only the step schedule drops at epochs; add --lr-schedule step");
   if (c.lr_schedule == LrSchedule::step && c.lr_decay_epochs.empty()) c.lr_decay_epochs = {30, 60, 80};
 
   // Data.
-  DLB_REQUIRE(c.data_threads >= 0, "--data-threads {}: must be 0 (all cores but one) or more",
-              c.data_threads);
-  if (c.data_threads == 0)
-    c.data_threads = static_cast<int>(std::max(1u, std::thread::hardware_concurrency() - 1));
+  c.data_threads = resolve_threads(c.data_threads, usable_cores() - 1, "--data-threads");
   DLB_REQUIRE(c.image_size >= 0, "--image-size {}: must be positive", c.image_size);
   if (c.data == "synthetic") {
     c.data_kind = "synthetic";
@@ -220,6 +237,18 @@ void resolve_config(RunConfig& c, bool cuda_available) {
     c.data_dir = dir;
   }
 
+  // --image-size: synthetic images are made at it, real ones cropped to it; IDX images keep their own.
+  if (c.image_size > 0) {
+    DLB_REQUIRE(
+        c.data_kind != "idx",
+        "--image-size {}: IDX images are trained at their own size (28x28 for Fashion-MNIST); leave it "
+        "out",
+        c.image_size);
+    const int smallest = smallest_input_size(c.model);
+    DLB_REQUIRE(c.image_size >= smallest, "--image-size {}: {} reduces its input {}-fold; give at least {}",
+                c.image_size, c.model, smallest, smallest);
+  }
+
   // Timeline.
   if (!c.trace_path.empty()) {
     char colon = 0;
@@ -232,23 +261,26 @@ void resolve_config(RunConfig& c, bool cuda_available) {
     c.trace_last = last;
   }
 
-  // Files the run writes: one each, or one would overwrite another (a trace written over by the result).
+  // The files the run reads and writes, resolved to the files they really name: no output may be an
+  // input (--json over the checkpoint being resumed destroyed it), another output, or lie inside the data.
+  // --checkpoint may name the --resume file: the run continues it.
   {
-    const std::pair<const char*, const std::string*> outputs[] = {{"--json", &c.json_path},
-                                                                  {"--trace", &c.trace_path},
-                                                                  {"--checkpoint", &c.checkpoint_path},
-                                                                  {"--algorithm-cache", &c.algorithm_cache}};
-    auto same_file = [](const std::string& a, const std::string& b) {
-      namespace fs = std::filesystem;
-      return fs::absolute(fs::path(a)).lexically_normal() == fs::absolute(fs::path(b)).lexically_normal();
-    };
-    for (size_t i = 0; i < std::size(outputs); ++i) {
-      for (size_t j = i + 1; j < std::size(outputs); ++j) {
-        const std::string &a = *outputs[i].second, &b = *outputs[j].second;
-        DLB_REQUIRE(a.empty() || b.empty() || !same_file(a, b), "{} and {} name the same file ({}): give two",
-                    outputs[i].first, outputs[j].first, a);
-      }
+    const bool continues_resume = !c.resume_path.empty() && !c.checkpoint_path.empty() &&
+                                  resolved_path(c.resume_path) == resolved_path(c.checkpoint_path);
+    std::vector<PathUse> uses = {
+        {"--json", c.json_path, PathRole::writes_file},
+        {"--trace", c.trace_path, PathRole::writes_file},
+        {"--checkpoint", c.checkpoint_path, PathRole::writes_file},
+        {"--mlperf-log", c.mlperf_log_path, PathRole::writes_file},
+        {"--algorithm-cache", c.algorithm_cache, PathRole::writes_file},
+        {"--resume", continues_resume ? std::string() : c.resume_path, PathRole::reads_file}};
+    if (c.data_kind == "images") {
+      uses.push_back({"--data", c.data, PathRole::reads_tree});
+      uses.push_back({"--val-data", c.val_data, PathRole::reads_tree});
+    } else if (c.data_kind == "idx") {
+      uses.push_back({"--data", c.data_dir, PathRole::reads_tree});
     }
+    check_path_uses(uses);
   }
 
   // Data parallelism.
@@ -269,10 +301,37 @@ void resolve_config(RunConfig& c, bool cuda_available) {
   DLB_REQUIRE(c.conv_workspace_mb >= 0, "--conv-workspace-mb {}: must be 0 or more", c.conv_workspace_mb);
   DLB_REQUIRE(c.timeout_seconds > 0, "--timeout {}: must be positive", c.timeout_seconds);
 
-  if (!c.log_every) c.log_every = on_cpu ? (c.kind == RunKind::bench ? 1 : 50) : 100;
-  DLB_REQUIRE(*c.log_every > 0, "--log-every {}: must be positive", *c.log_every);
+  // A train run without --log-every logs by time (log_seconds); a bench run by steps.
+  if (!c.log_every && c.kind == RunKind::bench) c.log_every = on_cpu ? 1 : 100;
+  DLB_REQUIRE(!c.log_every || *c.log_every > 0, "--log-every {}: must be positive", c.log_every.value_or(0));
+  DLB_REQUIRE(std::isfinite(c.log_seconds) && c.log_seconds > 0, "progress interval {}: must be positive",
+              c.log_seconds);
+  DLB_REQUIRE(!c.eval_images || *c.eval_images > 0, "--eval-images {}: must be positive",
+              c.eval_images.value_or(0));
+  DLB_REQUIRE(!c.eval_images || c.kind == RunKind::train, "--eval-images: only dlbench train evaluates");
+  DLB_REQUIRE(!c.resume_anyway || !c.resume_path.empty(), "--resume-anyway needs --resume FILE");
   DLB_REQUIRE(c.save_every >= 0, "--save-every {}: must be 0 or more", c.save_every);
   DLB_REQUIRE(c.save_every == 0 || !c.checkpoint_path.empty(), "--save-every needs --checkpoint FILE");
+}
+
+nlohmann::json resume_settings(const RunConfig& c) {
+  return {{"--batch-size", c.batch_size.value_or(0)},
+          {"--accumulate-steps", c.accumulate_steps},
+          {"--seed", c.seed},
+          {"--precision", precision_name(c.precision)},
+          {"--layout", layout_name(c.layout)},
+          {"--image-size", c.image_size},
+          {"--lr", c.lr},
+          {"--momentum", c.momentum},
+          {"--nesterov", c.nesterov},
+          {"--weight-decay", c.weight_decay},
+          {"--no-decay-bn-bias", !c.decay_norm_and_bias},
+          {"--label-smoothing", c.label_smoothing},
+          {"--lr-schedule", lr_schedule_name(c.lr_schedule)},
+          {"--lr-warmup-epochs", c.lr_warmup_epochs},
+          {"--lr-decay-epochs", c.lr_decay_epochs},
+          {"--lr-decay-factor", c.lr_decay_factor},
+          {"--lr-scaling", c.lr_scaling}};
 }
 
 nlohmann::json config_to_json(const RunConfig& c) {
@@ -307,7 +366,8 @@ nlohmann::json config_to_json(const RunConfig& c) {
   j["data_threads"] = c.data_threads;
   j["image_size"] = c.image_size;
   j["strict"] = c.strict;
-  j["log_every"] = c.log_every.value_or(0);
+  j["log_every"] = c.log_every ? nlohmann::json(*c.log_every) : nlohmann::json(nullptr);
+  if (c.eval_images) j["eval_images"] = *c.eval_images;
   j["gpus"] = c.gpus;
   j["launcher"] = c.launcher;
   j["bucket_mb"] = c.bucket_mb;

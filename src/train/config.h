@@ -90,7 +90,10 @@ struct RunConfig {
   double timeout_seconds = 300;          // a collective unfinished after this stops every rank
 
   // Output.
+  // Progress lines: every log_every steps when given; else a train run logs by time (a line when
+  // log_seconds have passed, and at the end), a bench run every step on the CPU and 100 on a GPU.
   std::optional<int64_t> log_every;
+  double log_seconds = 5;
   bool per_layer = false;                // bench: time every layer's forward and backward
   std::string cuda_graph_text = "auto";  // auto | true | false
   bool cuda_graph = true;  // replay the whole step as one CUDA graph where the backend can (resolved)
@@ -103,7 +106,16 @@ struct RunConfig {
   std::string checkpoint_path;
   int64_t save_every = 0;  // steps between checkpoints; 0 = at the end (and each epoch) only
   std::string resume_path;
+  // --resume-anyway: continue a checkpoint written with other settings (batch, seed, precision, data,
+  // optimizer), which then no longer repeats the run that was stopped. The layout must still match.
+  bool resume_anyway = false;
+  std::optional<int64_t> eval_images;  // train: evaluate on the first N test images (default: all)
 };
+
+// The settings a checkpoint records and a resumed run must repeat to continue exactly, as flag -> value
+// (the flags' names as the user gives them): batch, accumulation, seed, precision, layout, data and
+// the optimizer's and schedule's settings; ranks and the data set's digest are added by the run.
+nlohmann::json resume_settings(const RunConfig& config);
 
 // Fills defaults and checks every field; throws UserError naming the flag that is wrong.
 void resolve_config(RunConfig& config, bool cuda_available);

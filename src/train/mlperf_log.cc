@@ -1,8 +1,7 @@
 #include "train/mlperf_log.h"
 
-#include <cerrno>
 #include <chrono>
-#include <cstring>
+#include <cstdio>
 
 #include "core/status.h"
 
@@ -10,19 +9,21 @@ namespace dlbench {
 
 MlperfLog::MlperfLog(const std::string& path) {
   if (path.empty()) return;
-  file_ = std::fopen(path.c_str(), "w");
-  DLB_REQUIRE(file_ != nullptr, "--mlperf-log {}: cannot create it: {}", path, std::strerror(errno));
+  try {
+    file_ = std::make_unique<AtomicFile>(path);
+  } catch (const UserError& e) {
+    throw_user_error("--mlperf-log {}: {}", path, e.what());
+  }
 }
 
 MlperfLog::~MlperfLog() {
   if (!file_) return;
-  if (run_started_ && !run_stopped_) {
-    try {
-      end("run_stop", nullptr, {{"status", "aborted"}});
-    } catch (...) {
-    }
+  try {
+    if (run_started_ && !run_stopped_) end("run_stop", nullptr, {{"status", "aborted"}});
+    file_->commit();
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "dlbench: %s\n", e.what());  // a destructor cannot throw; the temporary is removed
   }
-  std::fclose(file_);
 }
 
 void MlperfLog::write(const char* event_type, const std::string& key, const nlohmann::json& value,
@@ -37,8 +38,7 @@ void MlperfLog::write(const char* event_type, const std::string& key, const nloh
                          {"key", key},
                          {"value", value},
                          {"metadata", metadata}};
-  std::fprintf(file_, ":::MLLOG %s\n", line.dump().c_str());
-  std::fflush(file_);  // a run that dies keeps every line before it
+  file_->write(":::MLLOG " + line.dump() + "\n");
 }
 
 void MlperfLog::point(const std::string& key, const nlohmann::json& value, const nlohmann::json& metadata) {

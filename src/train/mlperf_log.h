@@ -6,12 +6,16 @@
 // The run writes: init_start, the hyperparameters (global_batch_size, opt_name, opt_base_learning_rate,
 // opt_learning_rate_warmup_epochs, opt_weight_decay, ...), init_stop, run_start, epoch_start/epoch_stop
 // per epoch, eval_start/eval_accuracy/eval_stop per evaluation, run_stop with status "success" — or
-// "aborted" when the run ends any other way (an error, an interruption): the destructor writes it.
+// "aborted" when the run ends any other way (an error, an interruption): the destructor writes it. The lines
+// go to an AtomicFile (core/file_io.h), put in place when the log ends: FILE is a whole log or the one that
+// was there before, never half of one.
 #pragma once
 
-#include <cstdio>
+#include <memory>
 #include <nlohmann/json.hpp>
 #include <string>
+
+#include "core/file_io.h"
 
 namespace dlbench {
 
@@ -36,7 +40,7 @@ class MlperfLog {
  private:
   void write(const char* event_type, const std::string& key, const nlohmann::json& value,
              const nlohmann::json& metadata);
-  std::FILE* file_ = nullptr;
+  std::unique_ptr<AtomicFile> file_;
   bool run_started_ = false, run_stopped_ = false;
 };
 

@@ -185,13 +185,16 @@ float Trainer::read_loss() {
   return loss;
 }
 
-double Trainer::evaluate(const Dataset& data) {
+std::optional<double> Trainer::evaluate(const Dataset& data, int64_t total,
+                                        const std::function<bool(int64_t done, int64_t count)>& keep_going) {
   Network& network = *model_.net;
   const int64_t classes = model_.num_classes;
   std::vector<float> logits(static_cast<size_t>(batch_ * classes));
   int64_t correct = 0;
-  for (int64_t start = 0; start < data.size(); start += batch_) {
-    int64_t count = std::min(batch_, data.size() - start);
+  total = std::min(total, data.size());
+  for (int64_t start = 0; start < total; start += batch_) {
+    if (start > 0 && !keep_going(start, total)) return std::nullopt;
+    int64_t count = std::min(batch_, total - start);
     std::vector<int64_t> indices(static_cast<size_t>(count));
     for (int64_t i = 0; i < count; ++i) indices[static_cast<size_t>(i)] = start + i;
     load_batch(data, indices);
@@ -213,7 +216,7 @@ double Trainer::evaluate(const Dataset& data) {
       if (best == labels[i]) ++correct;
     }
   }
-  return data.size() > 0 ? static_cast<double>(correct) / static_cast<double>(data.size()) : 0.0;
+  return total > 0 ? static_cast<double>(correct) / static_cast<double>(total) : 0.0;
 }
 
 Checkpoint Trainer::make_checkpoint(int64_t step, int64_t epoch) const {

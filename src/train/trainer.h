@@ -4,6 +4,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <optional>
 #include <span>
 
 #include "core/tensor.h"
@@ -50,8 +51,10 @@ class Trainer {
   // The loss of the last step run or replayed (waits for the device).
   float read_loss();
 
-  // Top-1 accuracy over the whole dataset (inference mode: running batch-norm statistics).
-  double evaluate(const Dataset& data);
+  // Top-1 accuracy over the first `count` samples of `data` (inference mode: running batch-norm
+  // statistics). `keep_going(done, count)` is asked after each batch; nullopt when it said no (a stop).
+  std::optional<double> evaluate(const Dataset& data, int64_t count,
+                                 const std::function<bool(int64_t done, int64_t count)>& keep_going);
 
   Checkpoint make_checkpoint(int64_t step, int64_t epoch) const;
   void restore(const Checkpoint& checkpoint);

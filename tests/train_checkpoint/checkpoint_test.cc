@@ -1,13 +1,17 @@
 #include "train/checkpoint.h"
 
 #include <gtest/gtest.h>
+#include <sys/resource.h>
+#include <zlib.h>
 
 #include <cmath>
+#include <csignal>
 #include <filesystem>
 #include <limits>
 #include <string>
 #include <vector>
 
+#include "core/file_io.h"
 #include "core/status.h"
 #include "temp_dir.h"
 
@@ -29,6 +33,7 @@ Checkpoint sample_checkpoint() {
   Checkpoint c;
   c.model = "resnet20";
   c.config_digest = "classes=10 width=16 bn";
+  c.settings = R"({"--batch-size":8,"--seed":42})";
   c.step = 123456789012;
   c.epoch = -3;  // any value round-trips; the trainer gives meaning
   c.loss_scale = 32768.f;
@@ -39,6 +44,14 @@ Checkpoint sample_checkpoint() {
   c.momentum = sequence(1000, 0.01f);
   c.buffers = sequence(64, 2.f);
   return c;
+}
+
+// dlbench's temporaries (core/file_io.h) in `folder`.
+int temporaries_in(const std::filesystem::path& folder) {
+  int n = 0;
+  for (const auto& entry : std::filesystem::directory_iterator(folder))
+    n += is_temporary_name(entry.path().filename().string());
+  return n;
 }
 
 void expect_bitwise_equal(const std::vector<float>& a, const std::vector<float>& b) {
@@ -52,10 +65,11 @@ TEST(Checkpoint, RoundTripIsExact) {
   const std::string path = dir.file("run.ckpt");
   const Checkpoint saved = sample_checkpoint();
   save_checkpoint(path, saved);
-  EXPECT_FALSE(std::filesystem::exists(path + ".tmp"));
+  EXPECT_EQ(temporaries_in(dir.path()), 0);
   const Checkpoint loaded = load_checkpoint(path);
   EXPECT_EQ(loaded.model, saved.model);
   EXPECT_EQ(loaded.config_digest, saved.config_digest);
+  EXPECT_EQ(loaded.settings, saved.settings);
   EXPECT_EQ(loaded.step, saved.step);
   EXPECT_EQ(loaded.epoch, saved.epoch);
   EXPECT_EQ(loaded.loss_scale, saved.loss_scale);
@@ -82,17 +96,20 @@ TEST(Checkpoint, FileLayoutMatchesTheDocumentedFormat) {
   c.model = "m";
   c.step = 2;
   c.parameters = {1.f};
+  c.settings = "{}";
   save_checkpoint(path, c);
   const std::string bytes = read_file(path);
-  const size_t expected_size = 20 + (8 + 1) + 8 + 8 + 8 + 4 + (8 + 4) + 8 + 8 + 4;
+  // header, model, config_digest, settings, step, epoch, loss scale, three arrays, CRC
+  const size_t expected_size = 20 + (8 + 1) + 8 + (8 + 2) + 8 + 8 + 4 + (8 + 4) + 8 + 8 + 4;
   ASSERT_EQ(bytes.size(), expected_size);
   EXPECT_EQ(bytes.substr(0, 8), std::string("DLBCKPT\0", 8));
-  EXPECT_EQ(bytes.substr(8, 4), std::string("\x01\0\0\0", 4));
+  EXPECT_EQ(bytes.substr(8, 4), std::string("\x02\0\0\0", 4));
   EXPECT_EQ(static_cast<unsigned char>(bytes[12]), expected_size);
   EXPECT_EQ(bytes.substr(20, 9), std::string("\x01\0\0\0\0\0\0\0m", 9));
-  EXPECT_EQ(bytes.substr(37, 8), std::string("\x02\0\0\0\0\0\0\0", 8));                // step
-  EXPECT_EQ(bytes.substr(53, 4), std::string("\0\0\x80\x3f", 4));                      // loss scale 1.0f
-  EXPECT_EQ(bytes.substr(57, 12), std::string("\x01\0\0\0\0\0\0\0\0\0\x80\x3f", 12));  // parameters {1.0f}
+  EXPECT_EQ(bytes.substr(37, 10), std::string("\x02\0\0\0\0\0\0\0{}", 10));            // settings
+  EXPECT_EQ(bytes.substr(47, 8), std::string("\x02\0\0\0\0\0\0\0", 8));                // step
+  EXPECT_EQ(bytes.substr(63, 4), std::string("\0\0\x80\x3f", 4));                      // loss scale 1.0f
+  EXPECT_EQ(bytes.substr(67, 12), std::string("\x01\0\0\0\0\0\0\0\0\0\x80\x3f", 12));  // parameters {1.0f}
 }
 
 TEST(Checkpoint, OverwritesAnExistingCheckpoint) {
@@ -162,11 +179,31 @@ TEST_F(DamagedCheckpoint, WrongMagic) {
 
 TEST_F(DamagedCheckpoint, UnsupportedVersion) {
   std::string future = bytes;
-  future[8] = 2;
+  future[8] = 3;
   const std::string message = load_error(future);
   EXPECT_CONTAINS(message, path());
-  EXPECT_CONTAINS(message, "format version 2");
-  EXPECT_CONTAINS(message, "reads version 1");
+  EXPECT_CONTAINS(message, "format version 3");
+  EXPECT_CONTAINS(message, "reads version 2");
+}
+
+// Version 1 (no settings) is still read: the same file without the settings string, its size and CRC
+// made again.
+TEST_F(DamagedCheckpoint, VersionOneIsStillRead) {
+  const Checkpoint c = sample_checkpoint();
+  const size_t settings_at = 20 + (8 + c.model.size()) + (8 + c.config_digest.size());
+  std::string v1 = bytes.substr(0, settings_at) + bytes.substr(settings_at + 8 + c.settings.size());
+  v1.resize(v1.size() - 4);
+  v1[8] = 1;
+  const uint64_t size = v1.size() + 4;
+  for (int i = 0; i < 8; ++i) v1[12 + i] = static_cast<char>(size >> (8 * i));
+  const uint32_t crc =
+      static_cast<uint32_t>(crc32_z(0, reinterpret_cast<const Bytef*>(v1.data()), v1.size()));
+  for (int i = 0; i < 4; ++i) v1.push_back(static_cast<char>(crc >> (8 * i)));
+  write_file(path(), v1);
+  const Checkpoint loaded = load_checkpoint(path());
+  EXPECT_EQ(loaded.step, c.step);
+  EXPECT_TRUE(loaded.settings.empty());
+  expect_bitwise_equal(loaded.parameters, c.parameters);
 }
 
 TEST(Checkpoint, MissingFileOrDirectory) {
@@ -177,14 +214,17 @@ TEST(Checkpoint, MissingFileOrDirectory) {
   EXPECT_CONTAINS(user_error_message([&] { load_checkpoint(dir.path().string()); }), "is a directory");
 }
 
-// A failed save throws a UserError naming the path and leaves neither the checkpoint nor its .tmp.
+// A failed save throws a UserError naming the path and leaves neither the checkpoint nor a temporary.
 void expect_failed_save(const std::string& path, const std::string& expected_text) {
   const std::string message = user_error_message([&] { save_checkpoint(path, sample_checkpoint()); });
   EXPECT_CONTAINS(message, path);
   EXPECT_CONTAINS(message, expected_text);
   std::error_code ec;
   EXPECT_FALSE(std::filesystem::is_regular_file(path, ec));
-  EXPECT_FALSE(std::filesystem::exists(path + ".tmp", ec));
+  const auto folder = std::filesystem::path(path).parent_path();
+  if (std::filesystem::is_directory(folder, ec) && folder.string().rfind("/proc", 0) != 0) {
+    EXPECT_EQ(temporaries_in(folder), 0);
+  }
 }
 
 TEST(Checkpoint, UnwritablePathsAreUserErrors) {
@@ -194,29 +234,49 @@ TEST(Checkpoint, UnwritablePathsAreUserErrors) {
   write_file(dir.file("a-file"), "x");
   expect_failed_save(dir.file("a-file/run.ckpt"), "not a directory");
   expect_failed_save("/proc/run.ckpt",
-                     "choose a writable directory");  // /proc refuses new files, even to root
+                     "choose a writable path");  // /proc refuses new files, even to root
 }
 
-TEST(Checkpoint, FailedRenameRemovesTheTemporaryFile) {
-  // The whole file is written to run.ckpt.tmp, then the rename onto a directory fails.
+TEST(Checkpoint, ADirectoryInTheWayIsRefusedBeforeWriting) {
   TempDir dir;
   const std::string path = dir.file("run.ckpt");
   std::filesystem::create_directory(path);
   write_file(dir.file("run.ckpt/keep"), "x");
-  expect_failed_save(path, "renaming");
+  expect_failed_save(path, "is a directory");
   EXPECT_TRUE(std::filesystem::exists(dir.file("run.ckpt/keep")));
 }
 
-TEST(Checkpoint, FailedSaveKeepsThePreviousCheckpoint) {
+// The user's own run.ckpt.tmp is neither used nor removed (saves once wrote through that name).
+TEST(Checkpoint, SaveLeavesTheUsersOwnFilesAlone) {
+  TempDir dir;
+  const std::string path = dir.file("run.ckpt");
+  write_file(path + ".tmp", "mine");
+  save_checkpoint(path, sample_checkpoint());
+  EXPECT_EQ(read_file(path + ".tmp"), "mine");
+  EXPECT_EQ(load_checkpoint(path).step, sample_checkpoint().step);
+}
+
+// A disk that fills up mid-save (a file-size limit: with SIGXFSZ ignored, writes past it fail with
+// EFBIG, a real short write) keeps the previous checkpoint and leaves no temporary.
+TEST(Checkpoint, FullDiskKeepsThePreviousCheckpoint) {
   TempDir dir;
   const std::string path = dir.file("run.ckpt");
   save_checkpoint(path, sample_checkpoint());
-  // A .tmp directory in the way makes the next save fail before it writes anything.
-  std::filesystem::create_directory(path + ".tmp");
   Checkpoint next = sample_checkpoint();
   next.step = 1;
-  EXPECT_THROW(save_checkpoint(path, next), UserError);
+  struct rlimit saved {};
+  ASSERT_EQ(::getrlimit(RLIMIT_FSIZE, &saved), 0);
+  const auto previous_handler = std::signal(SIGXFSZ, SIG_IGN);
+  struct rlimit small = saved;
+  small.rlim_cur = 4096;  // the checkpoint is ~8 KB
+  ASSERT_EQ(::setrlimit(RLIMIT_FSIZE, &small), 0);
+  const std::string message = user_error_message([&] { save_checkpoint(path, next); });
+  ::setrlimit(RLIMIT_FSIZE, &saved);
+  std::signal(SIGXFSZ, previous_handler);
+  EXPECT_CONTAINS(message, "free disk space");
+  EXPECT_CONTAINS(message, path);
   EXPECT_EQ(load_checkpoint(path).step, sample_checkpoint().step);
+  EXPECT_EQ(temporaries_in(dir.path()), 0);
 }
 
 TEST(Checkpoint, MatchesChecksModelAndSizes) {

@@ -1,0 +1,406 @@
+#include "train/run_setup.h"
+
+#include <fmt/format.h>
+#include <zlib.h>
+
+#include <chrono>
+#include <cmath>
+#include <csignal>
+#include <cstdarg>
+#include <cstdio>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <optional>
+
+#include "backend/algorithm_store.h"
+#include "backend/backend_factory.h"
+#include "bench/clock_sampler.h"
+#include "bench/gpu_info.h"
+#include "bench/layer_profile.h"
+#include "bench/measure.h"
+#include "bench/system_info.h"
+#include "core/file_io.h"
+#include "core/machine_limits.h"
+#include "core/signals.h"
+#include "core/status.h"
+#include "core/timeline.h"
+#include "core/timer.h"
+#include "data/batch_prefetcher.h"
+#include "data/epoch_sampler.h"
+#include "data/idx.h"
+#include "data/image_dataset.h"
+#include "data/shard.h"
+#include "data/synthetic.h"
+#include "dist/config_check.h"
+#include "dist/launch.h"
+#include "models/resnet.h"
+#include "train/checkpoint.h"
+#include "train/lr_schedule.h"
+#include "train/memory_fit.h"
+#include "train/mlperf_log.h"
+#include "train/trainer.h"
+
+namespace dlbench::run_detail {
+
+namespace {
+
+// When the process started (static initialisation), for the time to the first timed step.
+const WallTimer process_clock;
+
+// Only rank 0 speaks: each rank's thread (or process) sets this once it knows its rank.
+thread_local bool rank_speaks = true;
+
+// 25557032 -> "25,557,032"
+std::string with_thousands(int64_t value) {
+  std::string digits = std::to_string(value), out;
+  for (size_t i = 0; i < digits.size(); ++i) {
+    if (i > 0 && digits[i - 1] != '-' && (digits.size() - i) % 3 == 0) out += ',';
+    out += digits[i];
+  }
+  return out;
+}
+
+// --batch-size max: the largest batch whose plan fits this rank's device, agreed on by all ranks (the
+// smallest of theirs), rounded down to a multiple of 8 (the tensor cores' granule for FP16/BF16 GEMMs).
+int64_t resolve_largest_batch(const RunConfig& config, Backend& backend, const ModelOptions& options,
+                              dist::Communicator& comm) {
+  RunConfig anchor = config;
+  anchor.batch_size = 32;  // only the search's starting point
+  const MemoryFit fit = largest_batch_that_fits(anchor, backend, options);
+  DLB_REQUIRE(fit.device.has_value(),
+              "--batch-size max needs a device that states its free memory (a GPU); give a number");
+  const double mine = static_cast<double>(fit.largest_batch.value_or(0));
+  auto batch = static_cast<int64_t>(-comm.max(-mine));
+  if (batch >= 8) batch -= batch % 8;
+  DLB_REQUIRE(batch >= 1, "--batch-size max: not even a batch of 1 fits on {} ({:.1f} GiB free)",
+              fit.device->description, static_cast<double>(fit.device->free_bytes) / (1 << 30));
+  return batch;
+}
+
+}  // namespace
+
+double seconds_since_process_start() { return process_clock.seconds(); }
+
+__attribute__((format(printf, 1, 2))) void say(const char* format, ...) {
+  if (!rank_speaks) return;
+  va_list args;
+  va_start(args, format);
+  std::vprintf(format, args);
+  va_end(args);
+}
+
+std::string format_duration(double seconds) {
+  if (!(seconds >= 0) || seconds > 1e7) return "?";
+  auto s = static_cast<int64_t>(seconds + 0.5);
+  if (s >= 3600) return fmt::format("{}h{:02}m", s / 3600, (s % 3600) / 60);
+  if (s >= 60) return fmt::format("{}m{:02}s", s / 60, s % 60);
+  return fmt::format("{}s", s);
+}
+
+RunSetup set_up(const RunConfig& given, dist::Launch& launch, int slot) {
+  RunSetup s;
+  s.config = given;
+  RunConfig& config = s.config;
+  Device device = config.device;
+  if (device.kind == DeviceKind::cuda) device.index = launch.gpu(slot);
+  if (!config.algorithm_cache.empty()) use_algorithm_store(config.algorithm_cache);
+  // --comm-priority low: training's stream above the gradient sums' (they take SMs only when it leaves some).
+  s.backend = make_backend(config.backend_name, device, config.threads, config.precision == Precision::tf32,
+                           static_cast<size_t>(config.conv_workspace_mb * (1 << 20)),
+                           /*priority_stream=*/config.comm_priority == "low");
+  s.comm = launch.join(slot, *s.backend);
+  rank_speaks = s.comm->rank() == 0;
+  const int ranks = s.comm->size();
+  // Ranks started with different flags would train different things: stop them all, naming the flag.
+  dist::check_same_config(*s.comm, config_to_json(config), {"device", "threads", "data_threads"});
+  // Fail on bad output paths before any work.
+  if (!config.json_path.empty()) check_writable(config.json_path, "--json");
+  if (!config.checkpoint_path.empty()) check_writable(config.checkpoint_path, "--checkpoint");
+  if (!config.trace_path.empty()) check_writable(config.trace_path, "--trace");
+  if (!config.mlperf_log_path.empty()) check_writable(config.mlperf_log_path, "--mlperf-log");
+
+  ModelOptions options;
+  options.label_smoothing = static_cast<float>(config.label_smoothing);
+  if (config.data == "synthetic") {
+    ImageShape in = default_input_shape(config.model);
+    if (config.image_size > 0) in.height = in.width = config.image_size;
+    options.input = in;
+    options.num_classes = default_num_classes(config.model);
+  } else if (config.data_kind == "images") {
+    auto train_source = std::shared_ptr<const EncodedImageSource>(
+        is_shard_set(config.train_images) ? open_shard_set(config.train_images)
+                                          : open_image_folder(config.train_images));
+    ImageDatasetOptions image_options = default_image_options(*train_source);
+    if (config.image_size > 0) image_options.image_size = config.image_size;
+    image_options.threads = config.data_threads;
+    image_options.seed = config.seed + 3 + static_cast<uint64_t>(s.comm->rank());
+    image_options.strict = config.strict;
+    if (config.kind == RunKind::train && !config.val_images.empty()) {
+      auto val_source = std::shared_ptr<const EncodedImageSource>(is_shard_set(config.val_images)
+                                                                      ? open_shard_set(config.val_images)
+                                                                      : open_image_folder(config.val_images));
+      DLB_REQUIRE(val_source->class_names() == train_source->class_names(),
+                  "{} and {} name different classes ({} and {}); the labels would not agree",
+                  train_source->description(), val_source->description(), train_source->class_names().size(),
+                  val_source->class_names().size());
+      ImageDatasetOptions val_options = image_options;
+      val_options.train = false;
+      s.test_data = std::make_unique<ImageDataset>(val_source, val_options);
+    }
+    s.train_data = std::make_unique<ImageDataset>(train_source, image_options);
+    SampleShape shape = s.train_data->sample_shape();
+    options.input = {shape.channels, shape.height, shape.width};
+    options.num_classes = s.train_data->num_classes();
+  } else {
+    s.train_data = std::make_unique<IdxDataset>(load_fashion_mnist(config.data_dir, Split::train));
+    if (config.kind == RunKind::train) {
+      s.test_data = std::make_unique<IdxDataset>(load_fashion_mnist(config.data_dir, Split::test));
+    }
+    SampleShape shape = s.train_data->sample_shape();
+    options.input = {shape.channels, shape.height, shape.width};
+    options.num_classes = s.train_data->num_classes();
+  }
+
+  if (config.batch_size_max) {
+    config.batch_size = resolve_largest_batch(config, *s.backend, options, *s.comm);
+    say("--batch-size max: %lld images per device\n", static_cast<long long>(*config.batch_size));
+  }
+  // What the flags make the run hold in host memory, refused past half of it before any is taken.
+  const std::string size_flags =
+      fmt::format("--batch-size {}{}", *config.batch_size,
+                  config.image_size > 0 ? fmt::format(" --image-size {}", config.image_size) : std::string());
+  // Before the model takes any memory or searches an algorithm: a batch that does not fit stops here.
+  s.memory_fit = largest_batch_that_fits(config, *s.backend, options);
+  require_fit(s.memory_fit);
+  if (!s.memory_fit.device) {
+    // The CPU states no free memory to fit a batch to; half of the machine is the most a run may plan.
+    require_host_memory(planned_run_bytes(config, *s.backend, options, *config.batch_size), size_flags,
+                        "the run's memory plan");
+  }
+  if (config.data == "synthetic") {
+    const ImageShape in = options.input;
+    require_host_memory(static_cast<uint64_t>(*config.batch_size * config.accumulate_steps * ranks) *
+                            static_cast<uint64_t>(in.channels * in.height * in.width) * sizeof(float),
+                        size_flags, "the synthetic images");
+    // Generated once, as the classic benchmarks do: one step's worth of distinct samples.
+    s.train_data = std::make_unique<SyntheticDataset>(*config.batch_size * config.accumulate_steps * ranks,
+                                                      SampleShape{in.channels, in.height, in.width},
+                                                      static_cast<int>(options.num_classes), config.seed + 2);
+  }
+  NetworkOptions net_options;
+  net_options.batch = *config.batch_size;
+  net_options.layout = config.layout;
+  net_options.dtype = compute_dtype(config.precision);
+  s.model = build_model(config.model, *s.backend, net_options, options);
+  s.trainer = std::make_unique<Trainer>(*s.backend, s.model, config, s.comm.get());
+  if (auto store = algorithm_store()) {
+    // Every rank has planned (searched) by the barrier; one process writes the file.
+    s.comm->barrier();
+    if (s.comm->rank() == 0) store->save();
+  }
+  return s;
+}
+
+void print_header(const char* command, const RunConfig& config, RunSetup& s, const std::string& length) {
+  Network& net = s.trainer->net();
+  const Tensor& images = s.model.images->value;
+  say("dlbench %s | %s, %s parameters, %.2f GMAC per image forward\n", command, config.model.c_str(),
+      with_thousands(net.parameter_count()).c_str(),
+      static_cast<double>(net.forward_macs()) / static_cast<double>(*config.batch_size) / 1e9);
+  const double planned = static_cast<double>(net.memory().total_bytes());
+  say("  device %s (%s backend, %d threads) | precision %s | layout %s | memory %.1f %s planned%s\n",
+      device_name(config.device).c_str(), s.backend->name().c_str(), config.threads,
+      precision_name(config.precision), layout_name(config.layout),
+      planned >= (1 << 30) ? planned / (1 << 30) : planned / (1 << 20), planned >= (1 << 30) ? "GiB" : "MiB",
+      s.memory_fit.largest_batch
+          ? fmt::format(" (largest batch that fits: {})", *s.memory_fit.largest_batch).c_str()
+          : "");
+  {
+    const MemoryPlan& plan = net.memory();
+    auto gib = [](size_t bytes) { return static_cast<double>(bytes) / (1 << 30); };
+    const size_t other =
+        plan.total_bytes() - plan.activation_bytes() - plan.workspace_bytes() - plan.held_bytes();
+    say("  memory plan: activations and their gradients %.2f GiB | workspace %.2f GiB | weights, gradients "
+        "and "
+        "optimizer state %.2f GiB%s\n",
+        gib(plan.activation_bytes()), gib(plan.workspace_bytes()), gib(other),
+        plan.held_bytes() ? fmt::format(" | batch-norm reserves {:.2f} GiB", gib(plan.held_bytes())).c_str()
+                          : "");
+  }
+  say("  data %s: %lld samples of %lldx%lldx%lld%s | batch %lld per device%s | %s\n", config.data.c_str(),
+      static_cast<long long>(s.train_data->size()), static_cast<long long>(images.c()),
+      static_cast<long long>(images.h()), static_cast<long long>(images.w()),
+      s.test_data ? fmt::format(", {} test", s.test_data->size()).c_str() : "",
+      static_cast<long long>(*config.batch_size),
+      config.accumulate_steps > 1 ? fmt::format(" x {} micro-batches", config.accumulate_steps).c_str() : "",
+      length.c_str());
+  say("  sgd lr %g (%s", config.lr, lr_schedule_name(config.lr_schedule));
+  if (config.lr_warmup_epochs > 0) say(", warm-up %g epochs", config.lr_warmup_epochs);
+  say(") momentum %g%s weight decay %g%s | seed %llu\n", config.momentum, config.nesterov ? " nesterov" : "",
+      config.weight_decay, config.decay_norm_and_bias ? "" : " (not on BN/bias)",
+      static_cast<unsigned long long>(config.seed));
+  if (s.comm->size() == 1 && s.comm->name() != "local") {
+    say("  one rank (%s): no gradients to exchange, it runs as a single device does\n",
+        s.comm->name().c_str());
+  } else if (s.comm->size() > 1) {
+    say("  data parallel: %d ranks (%s), gradient buckets of %g MiB summed in %s while backward runs%s\n",
+        s.comm->size(), s.comm->name().c_str(), config.bucket_mb,
+        config.allreduce_precision == "fp32" ? "fp32" : precision_name(config.precision),
+        config.lr_scaling == "linear" ? ", lr scaled linearly" : "");
+  }
+  std::fflush(stdout);
+}
+
+// The learning rate the schedule starts from: --lr, times the ranks with --lr-scaling linear.
+RunConfig with_scaled_lr(const RunConfig& config, int ranks) {
+  RunConfig scaled = config;
+  if (config.lr_scaling == "linear") scaled.lr = config.lr * ranks;
+  return scaled;
+}
+
+nlohmann::json result_skeleton(const RunConfig& config, RunSetup& s) {
+  nlohmann::json j;
+  j["model"] = config.model;
+  j["parameters"] = s.trainer->net().parameter_count();
+  // "cuda:NVIDIA H200" on a GPU (what results are compared by), "cpu" on the CPU.
+  j["device"] = s.memory_fit.device ? "cuda:" + s.memory_fit.device->name : device_name(config.device);
+  j["device_index"] = device_name(config.device);
+  j["backend"] = s.backend->name();
+  j["precision"] = precision_name(config.precision);
+  j["batch_size"] = *config.batch_size;
+  j["global_batch_size"] = *config.batch_size * config.accumulate_steps * s.comm->size();
+  j["ranks"] = s.comm->size();
+  j["launcher"] = s.comm->name() != "local" ? s.comm->name() : "single";
+  j["threads"] = config.threads;
+  j["communication_ms"] = nullptr;  // bench with several ranks: one exchange of all gradients, alone
+  j["peak_memory_bytes"] = s.trainer->net().memory().total_bytes();
+  j["algorithm_digest"] = algorithm_digest(s.trainer->net());
+  j["largest_batch"] = s.memory_fit.largest_batch ? nlohmann::json(*s.memory_fit.largest_batch) : nullptr;
+  j["loss_scale"] = s.trainer->loss_scale();
+  j["skipped_steps"] = s.trainer->skipped_steps();
+  j["date"] = iso_date_utc();
+  j["config"] = config_to_json(config);
+  j["system"] = system_info();
+  return j;
+}
+
+// Every rank's measured throughput summed (never rank 0's times the ranks), into the result, with the
+// step times' distribution. A window without a timed step measured nothing: its figures are null, and a
+// line says why, rather than a rate of 0 that reads as a measurement.
+void add_throughput(nlohmann::json& j, RunSetup& s, const MeasuredWindow& window) {
+  const double total = s.comm->sum(window.images_per_second());
+  const Distribution d = window.step_distribution();
+  if (window.step_ms().empty()) {
+    j["images_per_second"] = j["images_per_second_per_device"] = j["step_ms"] = nullptr;
+    j["measurement_note"] = "no timed steps: every step was a warm-up step";
+    say("no throughput measured: every step was a warm-up step (--warmup-steps %lld); run more steps\n",
+        static_cast<long long>(*s.config.warmup_steps));
+    return;
+  }
+  j["images_per_second"] = total;
+  j["images_per_second_per_device"] = total / s.comm->size();
+  j["step_ms"] = to_json(d);
+  // A machine busy with other work makes steps wait at random: say so where the figure is read.
+  if (d.count >= 3 && d.jitter > kBusyMachineJitter) {
+    j["measurement_note"] =
+        fmt::format("step times varied by {:.0f}% (stddev / mean): the machine may be busy with other work",
+                    100 * d.jitter);
+    say("warning: the step times varied by %.0f%% (stddev / mean, median %.1f ms, p95 %.1f ms): the machine "
+        "may be busy with other work; the figure is not a steady measurement\n",
+        100 * d.jitter, d.median, d.p95);
+  }
+}
+
+// Real images are decoded ahead of the loop (data/batch_prefetcher.h), in the network's compute dtype and
+// layout where the data set writes it, into page-locked buffers. `indices(n)` is the n-th micro-batch the
+// loop will feed.
+std::unique_ptr<BatchPrefetcher> make_prefetcher(RunSetup& s, int64_t count,
+                                                 BatchPrefetcher::BatchIndices indices) {
+  if (!dynamic_cast<const ImageDataset*>(s.train_data.get())) return nullptr;
+  const Tensor& images = s.trainer->model().images->value;
+  const DType dtype = s.train_data->writes_dtype(images.dtype()) ? images.dtype() : DType::f32;
+  Backend& backend = *s.backend;
+  return std::make_unique<BatchPrefetcher>(
+      *s.train_data, images.dims(), dtype, images.layout(), count, std::move(indices), 3,
+      [&backend](size_t bytes) { return backend.allocate_host(bytes); },
+      [&backend](void* p) { backend.deallocate_host(p); });
+}
+
+// The input pipeline's part of a result: how long the loop waited for data, the rate the device would
+// reach without those waits, and the bad images skipped.
+void add_data_pipeline(nlohmann::json& j, RunSetup& s, const BatchPrefetcher* prefetcher, double wait_seconds,
+                       const MeasuredWindow& window) {
+  const auto* images = dynamic_cast<const ImageDataset*>(s.train_data.get());
+  if (!prefetcher || !images) return;
+  const double steps = static_cast<double>(std::max<size_t>(1, window.step_ms().size()));
+  j["data_wait_ms_per_step"] = 1e3 * s.comm->sum(wait_seconds) / s.comm->size() / steps;
+  const double compute_seconds = window.wall_seconds() - wait_seconds;
+  j["compute_images_per_second"] =
+      s.comm->sum(compute_seconds > 0 ? static_cast<double>(window.images()) / compute_seconds : 0.0);
+  const ImageDatasetStats stats = images->stats();
+  j["data_threads"] = images->options().threads;
+  j["bad_images_skipped"] = s.comm->sum(static_cast<double>(stats.bad_files));
+  say("  input pipeline: waited %.2f ms per step for data | %.1f img/s without the waits | %lld bad images "
+      "skipped\n",
+      j["data_wait_ms_per_step"].get<double>(), j["compute_images_per_second"].get<double>(),
+      static_cast<long long>(j["bad_images_skipped"].get<double>()));
+}
+
+// The energy every rank's GPU used over the window (NVML's counters), where every rank's driver has it:
+// energy_joules, energy_joules_per_image and average_power_watts (all ranks together), else null.
+void add_energy(nlohmann::json& j, RunSetup& s, std::optional<double> before, std::optional<double> after,
+                double images_per_rank, double window_seconds) {
+  const bool measured = before && after && *after >= *before;
+  // Collectives, so every rank calls them whatever it measured.
+  const bool everywhere = s.comm->max(measured ? 0.0 : 1.0) == 0.0;
+  const double joules = s.comm->sum(measured ? *after - *before : 0.0);
+  const double images = images_per_rank * s.comm->size();
+  if (!everywhere || joules <= 0) {
+    j["energy_joules"] = j["energy_joules_per_image"] = j["average_power_watts"] = nullptr;
+    return;
+  }
+  j["energy_joules"] = joules;
+  j["energy_joules_per_image"] = joules / images;
+  j["average_power_watts"] = joules / window_seconds;
+  say("energy: %.1f J in the window, %.3f J per image, %.0f W on average (%d GPU%s)\n", joules,
+      joules / images, joules / window_seconds, s.comm->size(), s.comm->size() > 1 ? "s" : "");
+}
+
+// The GPUs' clocks over the window (ClockSampler), where every rank's driver reads them: "gpu_clocks" with
+// the lowest of the ranks' median SM clocks (the slowest GPU sets a data-parallel step's pace), rank 0's
+// median, and the mean over the ranks of the fractions of samples held back by the power cap, by heat and by
+// hardware slowdown; else null.
+void add_clocks(nlohmann::json& j, RunSetup& s, const std::optional<ClockSummary>& mine,
+                std::chrono::milliseconds period) {
+  // Collectives, so every rank calls them whatever it measured.
+  const bool everywhere = s.comm->max(mine ? 0.0 : 1.0) == 0.0;
+  const ClockSummary c = mine.value_or(ClockSummary{});
+  const double slowest = -s.comm->max(-c.sm_clock_median_mhz);
+  const double ranks = s.comm->size();
+  const double capped = s.comm->sum(c.power_capped) / ranks;
+  const double thermal = s.comm->sum(c.thermal) / ranks;
+  const double hardware = s.comm->sum(c.hardware_slowdown) / ranks;
+  if (!everywhere) {
+    j["gpu_clocks"] = nullptr;
+    return;
+  }
+  j["gpu_clocks"] = {{"sm_clock_median_mhz", slowest},
+                     {"sm_clock_median_mhz_rank0", c.sm_clock_median_mhz},
+                     {"sm_clock_min_mhz_rank0", c.sm_clock_min_mhz},
+                     {"sm_clock_max_mhz_rank0", c.sm_clock_max_mhz},
+                     {"power_mean_watts_rank0", c.power_mean_watts},
+                     {"power_capped_fraction", capped},
+                     {"thermal_slowdown_fraction", thermal},
+                     {"hardware_slowdown_fraction", hardware},
+                     {"samples_rank0", c.samples},
+                     {"period_ms", period.count()}};
+  const std::string other_reasons = thermal > 0 || hardware > 0
+                                        ? fmt::format(", by heat in {:.0f}%, by hardware slowdown in {:.0f}%",
+                                                      100 * thermal, 100 * hardware)
+                                        : std::string();
+  say("GPU clocks in the window: SM median %.0f MHz%s, held back by the power cap in %.0f%% of samples%s\n",
+      slowest, s.comm->size() > 1 ? " (slowest GPU)" : "", 100 * capped, other_reasons.c_str());
+}
+
+}  // namespace dlbench::run_detail

@@ -1,0 +1,134 @@
+// The parts `dlbench train` and `dlbench bench` share (train/run.h is their entry): the run's set-up in the
+// order the work happens, its header lines, and the parts of its result. Internal to src/train.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <string>
+
+#include "backend/backend.h"
+#include "bench/clock_sampler.h"
+#include "bench/measure.h"
+#include "core/file_io.h"
+#include "core/status.h"
+#include "core/timeline.h"
+#include "data/batch_prefetcher.h"
+#include "data/dataset.h"
+#include "dist/communicator.h"
+#include "dist/launch.h"
+#include "models/resnet.h"
+#include "train/config.h"
+#include "train/memory_fit.h"
+#include "train/trainer.h"
+
+namespace dlbench::run_detail {
+
+// Above this stddev / mean of the step times a result warns that the machine was busy (a steady run of
+// ResNet-50 varies by 1-3%; the report flags points past 5%).
+constexpr double kBusyMachineJitter = 0.25;
+
+// Seconds since the process started, for the time to the first timed step.
+double seconds_since_process_start();
+
+// printf to stdout on rank 0 only (each rank's thread or process knows its rank after set_up).
+__attribute__((format(printf, 1, 2))) void say(const char* format, ...);
+
+// 95 -> "1m35s"
+std::string format_duration(double seconds);
+
+// Everything a run needs, set up in the order the work happens.
+struct RunSetup {
+  std::unique_ptr<Backend> backend;
+  std::unique_ptr<dist::Communicator> comm;  // destroyed before the backend it uses, after the trainer
+  std::unique_ptr<Dataset> train_data;
+  std::unique_ptr<Dataset> test_data;
+  Model model;
+  std::unique_ptr<Trainer> trainer;
+  MemoryFit memory_fit;
+  RunConfig config;  // as given, with --batch-size max resolved
+};
+
+// The backend, the ranks, the data, the model and the trainer of rank `slot` of `launch`; every check of
+// the flags that needs them (files, memory, ranks' agreement) before any work.
+RunSetup set_up(const RunConfig& given, dist::Launch& launch, int slot);
+
+// The run's header lines: model, device, memory plan, data, optimizer, ranks.
+void print_header(const char* command, const RunConfig& config, RunSetup& s, const std::string& length);
+
+// The learning rate the schedule starts from: --lr, times the ranks with --lr-scaling linear.
+RunConfig with_scaled_lr(const RunConfig& config, int ranks);
+
+// The result's common part: model, device, batch, ranks, memory, config, system.
+nlohmann::json result_skeleton(const RunConfig& config, RunSetup& s);
+
+// --trace: the timeline of steps trace_first..trace_last of this rank; write() gathers every rank's.
+class StepTracer {
+ public:
+  StepTracer(const RunConfig& config, RunSetup& s) : config_(config), s_(s) {}
+  ~StepTracer() {
+    if (timeline_) Timeline::set_current(nullptr);
+  }
+  void before(int64_t step_number) {
+    if (config_.trace_path.empty() || step_number != config_.trace_first) return;
+    timeline_ = std::make_unique<Timeline>(*s_.backend, s_.comm->rank());
+    Timeline::set_current(timeline_.get());
+  }
+  void after(int64_t step_number) {
+    if (!timeline_ || step_number != config_.trace_last) return;
+    events_ = timeline_->events();
+    Timeline::set_current(nullptr);
+    timeline_.reset();
+  }
+  // Collective: every rank calls it once, at the end of the run.
+  void write() {
+    if (config_.trace_path.empty()) return;
+    std::vector<std::string> all = s_.comm->all_gather(events_.dump());
+    if (s_.comm->rank() != 0) return;
+    nlohmann::json merged = nlohmann::json::array();
+    for (const std::string& text : all)
+      for (auto& event : nlohmann::json::parse(text)) merged.push_back(std::move(event));
+    DLB_REQUIRE(!merged.empty(), "--trace-steps {}: the run has no such steps", config_.trace_steps);
+    nlohmann::json trace = {{"traceEvents", merged}, {"displayTimeUnit", "ms"}};
+    write_file_atomically(config_.trace_path, trace.dump() + "\n");
+    say("trace of steps %lld-%lld (%zu events) written to %s\n", static_cast<long long>(config_.trace_first),
+        static_cast<long long>(config_.trace_last), merged.size(), config_.trace_path.c_str());
+  }
+
+ private:
+  const RunConfig& config_;
+  RunSetup& s_;
+  std::unique_ptr<Timeline> timeline_;
+  nlohmann::json events_ = nlohmann::json::array();
+};
+
+// Every rank's measured throughput summed (never rank 0's times the ranks), into the result, with the
+// step times' distribution; null figures and a line saying why for a window without a timed step, and a
+// warning for one whose steps varied as on a busy machine.
+void add_throughput(nlohmann::json& j, RunSetup& s, const MeasuredWindow& window);
+
+// Real images are decoded ahead of the loop (data/batch_prefetcher.h), in the network's compute dtype and
+// layout where the data set writes it, into page-locked buffers. `indices(n)` is the n-th micro-batch the
+// loop will feed. nullptr for data sets that need no decoding.
+std::unique_ptr<BatchPrefetcher> make_prefetcher(RunSetup& s, int64_t count,
+                                                 BatchPrefetcher::BatchIndices indices);
+
+// The input pipeline's part of a result: how long the loop waited for data, the rate the device would
+// reach without those waits, and the bad images skipped.
+void add_data_pipeline(nlohmann::json& j, RunSetup& s, const BatchPrefetcher* prefetcher, double wait_seconds,
+                       const MeasuredWindow& window);
+
+// The energy every rank's GPU used over the window (NVML's counters), where every rank's driver has it.
+void add_energy(nlohmann::json& j, RunSetup& s, std::optional<double> before, std::optional<double> after,
+                double images_per_rank, double window_seconds);
+
+// The GPUs' clocks over the window (ClockSampler), where every rank's driver reads them.
+void add_clocks(nlohmann::json& j, RunSetup& s, const std::optional<ClockSummary>& mine,
+                std::chrono::milliseconds period);
+
+// The two loops (train_loop.cc, run.cc): rank 0's result, null on the other ranks.
+nlohmann::json train_rank(const RunConfig& given, dist::Launch& launch, int slot);
+
+}  // namespace dlbench::run_detail

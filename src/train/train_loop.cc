@@ -1,0 +1,369 @@
+#include <fmt/format.h>
+#include <zlib.h>
+
+#include <chrono>
+#include <cmath>
+#include <csignal>
+#include <cstdarg>
+#include <cstdio>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <optional>
+
+#include "backend/algorithm_store.h"
+#include "backend/backend_factory.h"
+#include "bench/clock_sampler.h"
+#include "bench/gpu_info.h"
+#include "bench/layer_profile.h"
+#include "bench/measure.h"
+#include "bench/system_info.h"
+#include "core/file_io.h"
+#include "core/machine_limits.h"
+#include "core/signals.h"
+#include "core/status.h"
+#include "core/timeline.h"
+#include "core/timer.h"
+#include "data/batch_prefetcher.h"
+#include "data/epoch_sampler.h"
+#include "data/idx.h"
+#include "data/image_dataset.h"
+#include "data/shard.h"
+#include "data/synthetic.h"
+#include "dist/config_check.h"
+#include "dist/launch.h"
+#include "models/resnet.h"
+#include "train/checkpoint.h"
+#include "train/lr_schedule.h"
+#include "train/memory_fit.h"
+#include "train/mlperf_log.h"
+#include "train/run_setup.h"
+#include "train/trainer.h"
+
+namespace dlbench::run_detail {
+
+namespace {
+
+// A data set's identity, for checkpoints: a run resumed on other data would not continue the same run.
+// Its size, sample shape and classes, and for data sets held in memory (IDX) the checksum of its labels.
+std::string data_digest(const Dataset& data) {
+  const SampleShape shape = data.sample_shape();
+  std::string digest = fmt::format("{} samples of {}x{}x{}, {} classes", data.size(), shape.channels,
+                                   shape.height, shape.width, data.num_classes());
+  if (const auto* in_memory = dynamic_cast<const InMemoryDataset*>(&data)) {
+    uLong crc = crc32(0, nullptr, 0);
+    for (int64_t i = 0; i < in_memory->size(); ++i) {
+      const int32_t label = in_memory->label(i);
+      crc = crc32(crc, reinterpret_cast<const Bytef*>(&label), sizeof(label));
+    }
+    digest += fmt::format(", labels crc32 {:08x}", crc);
+  }
+  return digest;
+}
+
+// What a checkpoint of this run records and a resumed run must repeat (checkpoint.h).
+std::string run_settings(RunSetup& s) {
+  nlohmann::json settings = resume_settings(s.config);
+  settings["ranks"] = s.comm->size();
+  settings["data"] = data_digest(*s.train_data);
+  return settings.dump();
+}
+
+// When a train run prints a progress line: every --log-every steps when given, else when log_seconds have
+// passed since the last line (a CPU step takes seconds, a GPU step milliseconds: neither a fixed count
+// suits both), and always at the end.
+class ProgressClock {
+ public:
+  explicit ProgressClock(const RunConfig& config) : config_(config) {}
+  bool due(int64_t step_number, bool last) const {
+    if (last) return true;
+    if (config_.log_every) return step_number % *config_.log_every == 0;
+    return since_.seconds() >= config_.log_seconds;
+  }
+  double seconds() const { return since_.seconds(); }
+  void restart() { since_.restart(); }
+
+ private:
+  const RunConfig& config_;
+  WallTimer since_;
+};
+
+// The train loop's state between steps, and where a stop leaves it.
+struct TrainProgress {
+  int64_t first_step = 0, total_steps = 0;
+  int64_t saved_step = -1;  // the step of the last checkpoint this run saved (-1: none yet)
+};
+
+void save_checkpoint_announced(const RunConfig& config, RunSetup& s, TrainProgress& progress, int64_t step,
+                               int64_t epoch) {
+  if (config.checkpoint_path.empty() || progress.saved_step == step) return;
+  progress.saved_step = step;
+  if (s.comm->rank() != 0) return;
+  WallTimer timer;
+  Checkpoint checkpoint = s.trainer->make_checkpoint(step, epoch);
+  checkpoint.settings = run_settings(s);
+  save_checkpoint(config.checkpoint_path, checkpoint);
+  say("checkpoint of step %lld saved to %s (%.1f s)\n", static_cast<long long>(step),
+      config.checkpoint_path.c_str(), timer.seconds());
+  std::fflush(stdout);
+}
+
+// Every rank agrees whether a stop was asked (a collective: the ranks stop after the same step). If so, the
+// state after `step` is saved where the run keeps checkpoints, and Stopped says where the run stopped.
+void stop_if_asked(const RunConfig& config, RunSetup& s, TrainProgress& progress, int64_t step,
+                   int64_t epoch) {
+  if (s.comm->max(stop_requested() ? 1.0 : 0.0) == 0.0) return;
+  save_checkpoint_announced(config, s, progress, step, epoch);
+  const int signal_number = stop_signal() != 0 ? stop_signal() : SIGTERM;
+  std::string kept;
+  if (progress.saved_step >= 0) {
+    kept = fmt::format("checkpoint of step {} in {}; continue with --resume {}", progress.saved_step,
+                       config.checkpoint_path, config.checkpoint_path);
+  } else if (!config.resume_path.empty()) {
+    kept = fmt::format("nothing saved (no --checkpoint); {} is as it was", config.resume_path);
+  } else {
+    kept = "nothing saved (give --checkpoint FILE to keep a stopped run's state)";
+  }
+  throw Stopped(signal_number,
+                s.comm->rank() != 0
+                    ? std::string()
+                    : fmt::format("stopped by {} after step {} of {}: {}; no result written",
+                                  signal_name(signal_number), step, progress.total_steps, kept));
+}
+
+// --resume: the checkpoint's state, after checking it continues this run; returns its step.
+int64_t resume_from_checkpoint(const RunConfig& config, RunSetup& s, int64_t total_steps) {
+  Checkpoint checkpoint = load_checkpoint(config.resume_path);
+  s.trainer->restore(checkpoint);  // first the model and its sizes, then the settings
+  const std::vector<std::string> differences = check_checkpoint_settings(
+      checkpoint, run_settings(s),
+      config.resume_anyway ? SettingsMismatch::continue_anyway : SettingsMismatch::refuse,
+      config.resume_path);
+  for (const std::string& difference : differences)
+    say("--resume-anyway: continuing with %s\n", difference.c_str());
+  DLB_REQUIRE(checkpoint.step < total_steps,
+              "--resume {}: the checkpoint is at step {}, the run ends at step {}; "
+              "ask for more --steps or --epochs",
+              config.resume_path, checkpoint.step, total_steps);
+  return checkpoint.step;
+}
+
+void log_mlperf_start(MlperfLog& mllog, const RunConfig& config, RunSetup& s, int64_t init_start_ms) {
+  if (!mllog.enabled()) return;
+  mllog.start("init_start", nullptr, {{"time_at_process_start_ms", init_start_ms}});
+  mllog.point("submission_benchmark", config.model);
+  mllog.point("submission_platform",
+              s.memory_fit.device ? s.memory_fit.device->name : device_name(config.device));
+  mllog.point("global_batch_size", s.trainer->images_per_step() * s.comm->size());
+  mllog.point("gradient_accumulation_steps", config.accumulate_steps);
+  mllog.point("train_samples", s.train_data->size());
+  if (s.test_data) mllog.point("eval_samples", s.test_data->size());
+  mllog.point("opt_name", config.nesterov ? "sgd_nesterov" : "sgd");
+  mllog.point("opt_base_learning_rate", config.lr);
+  mllog.point("opt_momentum", config.momentum);
+  mllog.point("opt_weight_decay", config.weight_decay);
+  mllog.point("opt_learning_rate_warmup_epochs", config.lr_warmup_epochs);
+  mllog.point("opt_learning_rate_schedule", lr_schedule_name(config.lr_schedule));
+  mllog.point("precision", precision_name(config.precision));
+  mllog.point("seed", config.seed);
+  mllog.end("init_stop");
+  mllog.start("run_start");
+}
+
+}  // namespace
+
+nlohmann::json train_rank(const RunConfig& given, dist::Launch& launch, int slot) {
+  // Only rank 0 logs (every rank could not open the same file in threads mode); the rank is known after
+  // set-up, so init_start is stamped with the time before it.
+  const auto init_start_ms = std::chrono::duration_cast<std::chrono::milliseconds>(
+                                 std::chrono::system_clock::now().time_since_epoch())
+                                 .count();
+  RunSetup s = set_up(given, launch, slot);
+  const int rank = s.comm->rank(), ranks = s.comm->size();
+  MlperfLog mllog(rank == 0 ? given.mlperf_log_path : std::string());
+  const RunConfig config = with_scaled_lr(s.config, ranks);
+  Trainer& trainer = *s.trainer;
+  const int64_t images_per_step = trainer.images_per_step();
+  // Every rank draws the same global order of the epoch; a step of the whole run takes ranks x
+  // micro-batches consecutive batches of it, and rank r's micro-batch k is batch r * K + k of those. One
+  // rank accumulating R x K micro-batches therefore sees exactly the samples of R ranks.
+  EpochSampler sampler(s.train_data->size(), config.seed + 1, /*shuffle=*/true);
+  const int64_t steps_per_epoch = sampler.batches_per_epoch(images_per_step * ranks);
+  TrainProgress progress;
+  progress.total_steps = *config.epochs > 0 ? *config.epochs * steps_per_epoch : *config.steps;
+  const int64_t total_steps = progress.total_steps;
+  LearningRateSchedule schedule(config, steps_per_epoch, total_steps);
+
+  const int64_t first_step = config.resume_path.empty() ? 0 : resume_from_checkpoint(config, s, total_steps);
+  progress.first_step = first_step;
+  print_header("train", config, s,
+               fmt::format("{} steps ({} per epoch){}", total_steps, steps_per_epoch,
+                           first_step > 0 ? fmt::format(", resuming at step {}", first_step) : ""));
+
+  const int64_t micro_batches = config.accumulate_steps;
+  std::unique_ptr<BatchPrefetcher> prefetcher = make_prefetcher(
+      s, (total_steps - first_step) * micro_batches,
+      // The same walk as the loop's feed below, on the prefetch thread with its own copy of the order.
+      [&, order = std::vector<int64_t>(), order_epoch = int64_t{-1}](int64_t n) mutable {
+        const int64_t step = first_step + n / micro_batches, micro = n % micro_batches;
+        if (step / steps_per_epoch != order_epoch) {
+          order_epoch = step / steps_per_epoch;
+          order = sampler.epoch_order(order_epoch);
+        }
+        const int64_t b = ((step % steps_per_epoch) * ranks + rank) * micro_batches + micro;
+        auto batch = EpochSampler::batch(order, b, *config.batch_size);
+        std::vector<int64_t> indices(batch.begin(), batch.end());
+        indices.resize(static_cast<size_t>(*config.batch_size), indices[0]);  // as load_batch pads
+        return indices;
+      });
+  double window_wait_seconds = 0;
+  log_mlperf_start(mllog, config, s, init_start_ms);
+
+  std::vector<int64_t> order;
+  int64_t order_epoch = -1;
+  std::vector<double> losses;
+  std::vector<nlohmann::json> evaluations;
+  MeasuredWindow window;
+  double train_seconds = 0;
+  double last_accuracy = NAN;
+  ProgressClock progress_clock(config);
+  int64_t steps_since_log = 0;
+
+  StepTracer tracer(config, s);
+  const int64_t eval_count =
+      s.test_data ? std::min(config.eval_images.value_or(s.test_data->size()), s.test_data->size()) : 0;
+  // Rank 0 evaluates (its batch-norm statistics); the others wait for it at the stop check after it.
+  // Epochs count from 1, in the console, the result and the MLPerf log alike.
+  auto evaluate = [&](int64_t epoch_number, int64_t step) {
+    if (!s.test_data) return;
+    if (rank == 0) {
+      WallTimer timer;
+      ProgressClock eval_clock(config);
+      mllog.start("eval_start", nullptr, {{"epoch_num", epoch_number}});
+      const std::optional<double> accuracy =
+          trainer.evaluate(*s.test_data, eval_count, [&](int64_t done, int64_t count) {
+            if (stop_requested()) return false;
+            if (!config.log_every && eval_clock.due(0, false)) {
+              say("evaluating: %lld/%lld test images\n", static_cast<long long>(done),
+                  static_cast<long long>(count));
+              std::fflush(stdout);
+              eval_clock.restart();
+            }
+            return true;
+          });
+      if (accuracy) {
+        last_accuracy = *accuracy;
+        mllog.point("eval_accuracy", last_accuracy, {{"epoch_num", epoch_number}});
+        mllog.end("eval_stop", nullptr, {{"epoch_num", epoch_number}});
+        evaluations.push_back({{"epoch", epoch_number},
+                               {"step", step},
+                               {"test_accuracy", last_accuracy},
+                               {"test_images", eval_count}});
+        say("epoch %lld  test accuracy %.2f%% (%lld images, %.1f s)\n", static_cast<long long>(epoch_number),
+            100.0 * last_accuracy, static_cast<long long>(eval_count), timer.seconds());
+        std::fflush(stdout);
+      }
+    }
+    stop_if_asked(config, s, progress, step, step / steps_per_epoch);
+  };
+
+  for (int64_t step = first_step; step < total_steps; ++step) {
+    s.comm->set_step(step + 1);
+    const int64_t epoch = step / steps_per_epoch;
+    const int64_t batch_in_epoch = step % steps_per_epoch;
+    if (batch_in_epoch == 0 || step == first_step)
+      mllog.start("epoch_start", nullptr, {{"epoch_num", epoch + 1}});
+    if (epoch != order_epoch) {
+      order = sampler.epoch_order(epoch);
+      order_epoch = epoch;
+    }
+    // Micro-batch k of this step is batch (batch_in_epoch * K + k) of the epoch's order.
+    auto feed = [&](int64_t micro) {
+      if (config.data == "synthetic" && config.accumulate_steps == 1 && step > first_step) return;
+      if (prefetcher) {
+        const BatchPrefetcher::Batch& batch = prefetcher->next();
+        trainer.load_batch(batch.images, batch.labels);
+        return;
+      }
+      int64_t b = (batch_in_epoch * ranks + rank) * config.accumulate_steps + micro;
+      trainer.load_batch(*s.train_data, EpochSampler::batch(order, b, *config.batch_size));
+    };
+    // After one ordinary step (libraries initialise lazily), the step is recorded and replayed where the
+    // backend can (CUDA graphs); the data, the rate and the loss scale still change every step.
+    if (step == first_step + 1 && config.cuda_graph) trainer.record_step();
+    tracer.before(step + 1);
+    WallTimer step_timer;
+    const double waited_before = prefetcher ? prefetcher->waited_seconds() : 0;
+    const float rank_loss = trainer.step(feed, schedule.at(step), /*read_loss=*/true);
+    tracer.after(step + 1);
+    double step_ms = step_timer.milliseconds();
+    train_seconds += step_ms / 1e3;
+    if (step >= first_step + *config.warmup_steps) {
+      window.add_step(step_ms, images_per_step);
+      if (prefetcher) window_wait_seconds += prefetcher->waited_seconds() - waited_before;
+    }
+    // The step's loss is the global batch's: the mean of the ranks' (equal) shares, as one rank
+    // accumulating every rank's micro-batches computes it.
+    const double loss = s.comm->sum(rank_loss) / ranks;
+    losses.push_back(loss);
+    ++steps_since_log;
+    DLB_REQUIRE(std::isfinite(loss), "training diverged: loss is {} at step {}; lower --lr", loss, step + 1);
+
+    if (progress_clock.due(step + 1, step + 1 == total_steps)) {
+      const double rate =
+          static_cast<double>(steps_since_log * images_per_step * ranks) / progress_clock.seconds();
+      const double eta = static_cast<double>((total_steps - step - 1) * images_per_step * ranks) / rate;
+      say("step %lld/%lld  epoch %lld  loss %.4f  lr %.4g  %.1f img/s  ETA %s\n",
+          static_cast<long long>(step + 1), static_cast<long long>(total_steps),
+          static_cast<long long>(epoch + 1), loss, schedule.at(step), rate, format_duration(eta).c_str());
+      std::fflush(stdout);
+      progress_clock.restart();
+      steps_since_log = 0;
+    }
+    const bool epoch_done = batch_in_epoch + 1 == steps_per_epoch;
+    if (epoch_done || step + 1 == total_steps) mllog.end("epoch_stop", nullptr, {{"epoch_num", epoch + 1}});
+    stop_if_asked(config, s, progress, step + 1, (step + 1) / steps_per_epoch);
+    if (epoch_done) evaluate(epoch + 1, step + 1);
+    if (epoch_done || (config.save_every > 0 && (step + 1) % config.save_every == 0) ||
+        step + 1 == total_steps)
+      save_checkpoint_announced(config, s, progress, step + 1, (step + 1) / steps_per_epoch);
+  }
+  tracer.write();
+  // A run that stops mid-epoch is still evaluated at its end.
+  if (s.test_data && (total_steps % steps_per_epoch != 0))
+    evaluate(total_steps / steps_per_epoch + 1, total_steps);
+  // The window of a training run is the sum of its timed steps: evaluation and checkpoints stay out of it.
+  double window_seconds = 0;
+  for (double ms : window.step_ms()) window_seconds += ms / 1e3;
+  window.set_wall_seconds(window_seconds);
+
+  nlohmann::json j = result_skeleton(config, s);
+  Distribution d = window.step_distribution();
+  j["steps"] = total_steps - first_step;
+  j["first_step"] = first_step;
+  j["cuda_graph"] = trainer.step_recorded();
+  j["epochs"] = static_cast<double>(total_steps) / static_cast<double>(steps_per_epoch);
+  j["final_loss"] = losses.empty() ? NAN : losses.back();
+  j["losses"] = losses;
+  add_throughput(j, s, window);
+  add_data_pipeline(j, s, prefetcher.get(), window_wait_seconds, window);
+  mllog.run_succeeded();
+  j["train_seconds"] = train_seconds;
+  if (s.test_data) {
+    j["test_accuracy"] = last_accuracy;
+    j["test_images"] = eval_count;
+    j["evaluations"] = evaluations;
+  }
+  say("done: %lld steps, final loss %.4f", static_cast<long long>(total_steps - first_step),
+      losses.empty() ? NAN : losses.back());
+  if (d.count > 0)
+    say(", %.1f img/s (median step %.1f ms, p5 %.1f, p95 %.1f)", j["images_per_second"].get<double>(),
+        d.median, d.p5, d.p95);
+  else
+    say(", no throughput measured (no timed steps)");
+  if (s.test_data) say(", test accuracy %.2f%%", 100.0 * last_accuracy);
+  say("\n");
+  return s.comm->rank() == 0 ? j : nlohmann::json();
+}
+
+}  // namespace dlbench::run_detail
