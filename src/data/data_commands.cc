@@ -6,16 +6,20 @@
 #include <cstdio>
 #include <filesystem>
 #include <nlohmann/json.hpp>
-#include <thread>
 
 #include "core/file_io.h"
+#include "core/file_paths.h"
+#include "core/machine_limits.h"
+#include "core/signals.h"
 #include "core/status.h"
 #include "data/batch_prefetcher.h"
 #include "data/idx.h"
 #include "data/image_dataset.h"
+#include "data/image_limits.h"
 #include "data/image_source.h"
 #include "data/jpeg_image.h"
 #include "data/shard.h"
+#include "data/staged_folder.h"
 
 namespace dlbench {
 
@@ -30,34 +34,63 @@ std::shared_ptr<const EncodedImageSource> open_images(const std::string& path) {
   return open_image_folder(path);
 }
 
-void pack_one(const std::string& source, const std::string& destination, const PackOptions& options) {
-  const ImageFolderListing listing = list_image_folder(source);
-  for (const std::string& empty : listing.empty_classes)
-    std::printf("pack: class folder %s/%s holds no image (its label is kept)\n", source.c_str(),
-                empty.c_str());
+// A safe point between two files of `pack` or `export-images`: after SIGINT or SIGTERM, Stopped, whose
+// unwinding removes the staged folder, so nothing is written to DST.
+void stop_if_asked(const char* command, const std::string& where, const std::string& destination) {
+  if (!stop_requested()) return;
+  throw Stopped(stop_signal(), fmt::format("{} stopped by {} {}; nothing was written to {}", command,
+                                           signal_name(stop_signal()), where, destination));
+}
+
+// One image folder to pack, into `part` of DST ("" for DST itself, else "train" or "val").
+struct PackPart {
+  std::string source, part;
+  ImageFolderListing listing;
+};
+
+// Packs one image folder into the staged folder; returns the line that reports it.
+std::string pack_one(const PackPart& p, const StagedFolder& staged, const PackOptions& options) {
+  const std::string source = p.source;
+  const std::string shown = p.part.empty() ? staged.destination() : staged.destination() + "/" + p.part;
+  const std::string folder = p.part.empty() ? staged.path() : staged.path() + "/" + p.part;
+  std::error_code ec;
+  if (!p.part.empty() && !fs::create_directory(folder, ec))
+    throw_user_error("pack: cannot create {} ({})", shown, ec.message());
   std::vector<ShardInput> files;
-  files.reserve(listing.paths.size());
-  for (size_t i = 0; i < listing.paths.size(); ++i) {
-    files.push_back({listing.paths[i], fs::relative(listing.paths[i], source).string(), listing.labels[i]});
-  }
+  files.reserve(p.listing.paths.size());
+  for (size_t i = 0; i < p.listing.paths.size(); ++i)
+    files.push_back(
+        {p.listing.paths[i], fs::relative(p.listing.paths[i], source).string(), p.listing.labels[i]});
   const auto shard_bytes = static_cast<size_t>(options.shard_mb * (1 << 20));
   int64_t last_percent = -1;
-  PackResult result = pack_shards(
-      files, listing.class_names, destination, shard_bytes, options.strict, [&](int64_t done, int64_t total) {
-        const int64_t percent = total ? done * 100 / total : 100;
-        if (percent / 10 != last_percent / 10) {
-          std::printf("pack: %s %lld/%lld\n", source.c_str(), static_cast<long long>(done),
-                      static_cast<long long>(total));
-          std::fflush(stdout);
-          last_percent = percent;
-        }
-      });
-  std::printf("pack: %s -> %s: %lld images of %zu classes in %lld shards, %.1f MiB%s\n", source.c_str(),
-              destination.c_str(), static_cast<long long>(result.records), listing.class_names.size(),
-              static_cast<long long>(result.shards), static_cast<double>(result.bytes) / (1 << 20),
-              result.skipped ? fmt::format(", {} unreadable files skipped", result.skipped).c_str() : "");
+  const PackResult result =
+      write_shard_set(files, p.listing.class_names, folder, shown, shard_bytes, options.strict,
+                      [&](int64_t done, int64_t total) {
+                        stop_if_asked("pack", fmt::format("after {} of {} files of {}", done, total, source),
+                                      staged.destination());
+                        const int64_t percent = total ? done * 100 / total : 100;
+                        if (percent / 10 != last_percent / 10) {
+                          std::printf("pack: %s %lld/%lld\n", source.c_str(), static_cast<long long>(done),
+                                      static_cast<long long>(total));
+                          std::fflush(stdout);
+                          last_percent = percent;
+                        }
+                      });
   for (const std::string& path : result.skipped_paths) std::printf("pack: skipped %s\n", path.c_str());
+  // Every file of a class skipped: the class would be as empty as an empty folder (image_source.h).
+  for (size_t c = 0; c < result.class_records.size(); ++c)
+    DLB_REQUIRE(result.class_records[c] > 0,
+                "pack: {}/{}: none of the class's images could be read; fix or remove them; nothing was "
+                "written to {}",
+                source, p.listing.class_names[c], staged.destination());
+  return fmt::format("pack: {} -> {}: {} images of {} classes in {} shards, {:.1f} MiB{}", source, shown,
+                     result.records, p.listing.class_names.size(), result.shards,
+                     static_cast<double>(result.bytes) / (1 << 20),
+                     result.skipped ? fmt::format(", {} unreadable files skipped", result.skipped) : "");
 }
+
+// data-bench's prefetcher ring: one batch handed out, the next ones decoding.
+constexpr int kBuffersInFlight = 3;
 
 DType dtype_of_precision(const std::string& precision) {
   if (precision == "fp32" || precision == "tf32") return DType::f32;
@@ -71,13 +104,23 @@ DType dtype_of_precision(const std::string& precision) {
 void run_pack(const PackOptions& options) {
   DLB_REQUIRE(options.shard_mb > 0, "--shard-mb {}: must be positive", options.shard_mb);
   DLB_REQUIRE(fs::is_directory(options.source), "pack: {}: not a directory", options.source);
+  check_path_uses(
+      {{"SRC", options.source, PathRole::reads_tree}, {"DST", options.destination, PathRole::writes_tree}});
+  defer_stop_to_safe_points();
+  // Every folder listed (and an empty class refused) before anything is written.
+  std::vector<PackPart> parts;
   const std::string train = options.source + "/train", val = options.source + "/val";
   if (!is_image_folder(options.source) && is_image_folder(train)) {
-    pack_one(train, options.destination + "/train", options);
-    if (is_image_folder(val)) pack_one(val, options.destination + "/val", options);
+    parts.push_back({train, "train", list_image_folder(train)});
+    if (is_image_folder(val)) parts.push_back({val, "val", list_image_folder(val)});
   } else {
-    pack_one(options.source, options.destination, options);
+    parts.push_back({options.source, "", list_image_folder(options.source)});
   }
+  StagedFolder staged(options.destination, "pack");
+  std::vector<std::string> reports;
+  for (const PackPart& part : parts) reports.push_back(pack_one(part, staged, options));
+  staged.commit();
+  for (const std::string& line : reports) std::printf("%s\n", line.c_str());
 }
 
 void run_data_bench(const DataBenchOptions& o) {
@@ -87,18 +130,19 @@ void run_data_bench(const DataBenchOptions& o) {
               o.data);
   DLB_REQUIRE(o.batch_size >= 1 && o.batches >= 1 && o.warmup_batches >= 0,
               "data-bench: --batch-size and --batches must be positive");
+  const DType dtype = dtype_of_precision(o.precision);
+  DLB_REQUIRE(o.layout == "nhwc" || o.layout == "nchw", "--layout {}: choose nhwc or nchw", o.layout);
+  const Layout layout = o.layout == "nhwc" ? Layout::nhwc : Layout::nchw;
   auto source = open_images(path);
   ImageDatasetOptions options = default_image_options(*source);
-  options.threads =
-      o.threads > 0 ? o.threads : static_cast<int>(std::max(1u, std::thread::hardware_concurrency() - 1));
-  if (o.image_size > 0) options.image_size = o.image_size;
+  options.threads = resolve_threads(o.threads, usable_cores() - 1, "--data-threads");
+  if (o.image_size != 0) options.image_size = o.image_size;
+  check_image_size(options.image_size, options.channels, o.batch_size, dtype, kBuffersInFlight,
+                   "--image-size");
   options.train = o.train;
   options.seed = o.seed;
   options.strict = o.strict;
   ImageDataset data(source, options);
-  const DType dtype = dtype_of_precision(o.precision);
-  DLB_REQUIRE(o.layout == "nhwc" || o.layout == "nchw", "--layout {}: choose nhwc or nchw", o.layout);
-  const Layout layout = o.layout == "nhwc" ? Layout::nhwc : Layout::nchw;
   const SampleShape shape = data.sample_shape();
   const int64_t total = o.warmup_batches + o.batches;
   const int64_t n = data.size();
@@ -117,7 +161,7 @@ void run_data_bench(const DataBenchOptions& o) {
           indices[static_cast<size_t>(i)] = (b * o.batch_size + i) % n;
         return indices;
       },
-      3, [](size_t bytes) { return ::operator new (bytes, std::align_val_t{64}); },
+      kBuffersInFlight, [](size_t bytes) { return ::operator new (bytes, std::align_val_t{64}); },
       [](void* p) { ::operator delete (p, std::align_val_t{64}); });
   for (int64_t b = 0; b < o.warmup_batches; ++b) prefetcher.next();
   const ImageDatasetStats before = data.stats();
@@ -158,9 +202,9 @@ void run_export_images(const ExportOptions& o) {
   DLB_REQUIRE(!o.destination.empty(), "export-images: give the destination folder");
   DLB_REQUIRE(o.quality >= 1 && o.quality <= 100, "--quality {}: must be in 1..100", o.quality);
   const std::string dir = o.data == "fashion-mnist" ? "/usr/share/datasets/fashion-mnist" : o.data;
-  std::error_code ec;
-  DLB_REQUIRE(!fs::exists(o.destination, ec) || fs::is_empty(o.destination, ec),
-              "export-images: {} exists and is not empty", o.destination);
+  defer_stop_to_safe_points();
+  StagedFolder staged(o.destination, "export-images");
+  std::vector<std::string> reports;
   for (auto [prefix, name] : {std::pair{"train", "train"}, std::pair{"t10k", "val"}}) {
     auto file = [&](const char* kind) {
       const std::string plain = fmt::format("{}/{}-{}-ubyte", dir, prefix, kind);
@@ -171,22 +215,27 @@ void run_export_images(const ExportOptions& o) {
     DLB_REQUIRE(static_cast<int64_t>(labels.size()) == images.count,
                 "export-images: {} images but {} labels in {}", images.count, labels.size(), dir);
     const int classes = labels.empty() ? 0 : *std::max_element(labels.begin(), labels.end()) + 1;
-    const std::string root = o.destination + "/" + name;
     for (int c = 0; c < classes; ++c) {
-      fs::create_directories(fmt::format("{}/class-{:02d}", root, c), ec);
-      DLB_REQUIRE(!ec, "export-images: cannot create {}: {}", root, ec.message());
+      std::error_code ec;
+      fs::create_directories(fmt::format("{}/{}/class-{:02d}", staged.path(), name, c), ec);
+      DLB_REQUIRE(!ec, "export-images: cannot create {}/{} ({}); nothing was written to it", o.destination,
+                  name, write_failure(ec.value()));
     }
     const size_t per_image = static_cast<size_t>(images.rows * images.cols);
     for (int64_t i = 0; i < images.count; ++i) {
+      stop_if_asked("export-images",
+                    fmt::format("after {} of {} images of {}/{}", i, images.count, dir, prefix),
+                    o.destination);
       const std::vector<uint8_t> jpeg =
           encode_jpeg(images.pixels.data() + static_cast<size_t>(i) * per_image,
                       static_cast<int>(images.cols), static_cast<int>(images.rows), 1, o.quality);
-      write_file_atomically(
-          fmt::format("{}/class-{:02d}/{:05d}.jpg", root, labels[static_cast<size_t>(i)], i),
-          std::string(jpeg.begin(), jpeg.end()));
+      staged.write_file(fmt::format("{}/class-{:02d}/{:05d}.jpg", name, labels[static_cast<size_t>(i)], i),
+                        jpeg.data(), jpeg.size());
     }
-    std::printf("export-images: %lld images -> %s\n", static_cast<long long>(images.count), root.c_str());
+    reports.push_back(fmt::format("export-images: {} images -> {}/{}", images.count, o.destination, name));
   }
+  staged.commit();
+  for (const std::string& line : reports) std::printf("%s\n", line.c_str());
 }
 
 }  // namespace dlbench

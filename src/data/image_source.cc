@@ -98,6 +98,7 @@ ImageFolderListing list_image_folder(const std::string& root) {
   }
   DLB_REQUIRE(!ec, "{}: cannot list: {}", root, ec.message());
   std::sort(class_dirs.begin(), class_dirs.end());
+  std::string empty_class;  // the first class folder with no image
   for (const fs::path& dir : class_dirs) {
     std::vector<std::string> files;
     for (fs::recursive_directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec)) {
@@ -107,7 +108,7 @@ ImageFolderListing list_image_folder(const std::string& root) {
     std::sort(files.begin(), files.end());
     const auto label = static_cast<int32_t>(listing.class_names.size());
     listing.class_names.push_back(dir.filename().string());
-    if (files.empty()) listing.empty_classes.push_back(dir.filename().string());
+    if (files.empty() && empty_class.empty()) empty_class = dir.string();
     for (std::string& f : files) {
       listing.paths.push_back(std::move(f));
       listing.labels.push_back(label);
@@ -116,6 +117,12 @@ ImageFolderListing list_image_folder(const std::string& root) {
   DLB_REQUIRE(!listing.paths.empty(),
               "{}: no images (expected ROOT/<class>/<file>.jpg, .jpeg or .JPEG, as ImageNet is laid out)",
               root);
+  // Its label could never be drawn, and every class after it would be numbered one more than in a
+  // validation set without the folder.
+  DLB_REQUIRE(empty_class.empty(),
+              "{}: a class folder with no image (.jpg, .jpeg or .JPEG); add images to it or remove it, "
+              "since an empty class shifts the labels of the classes after it",
+              empty_class);
   return listing;
 }
 

@@ -27,15 +27,14 @@ class EncodedImageSource {
 };
 
 // The files of an image folder: ROOT/<class>/<file> with a .jpg, .jpeg or .JPEG name (any case), classes
-// sorted by name as torchvision's ImageFolder sorts them, files sorted by path within a class. Class
-// folders with no image are kept as classes (their label exists) and named in `empty_classes`.
+// sorted by name as torchvision's ImageFolder sorts them, files sorted by path within a class.
 struct ImageFolderListing {
   std::vector<std::string> class_names;
   std::vector<std::string> paths;  // full paths
   std::vector<int32_t> labels;
-  std::vector<std::string> empty_classes;
 };
-// UserError when ROOT is not a readable directory or holds no image at all.
+// UserError when ROOT is not a readable directory, holds no image at all, or has a class folder with no
+// image (named: its label could never be drawn and would shift the labels after it).
 ImageFolderListing list_image_folder(const std::string& root);
 // Whether `path` looks like an image folder: a directory with at least one subdirectory holding a file
 // with an image name.

@@ -13,8 +13,8 @@
 #include <limits>
 #include <string_view>
 
-#include "core/file_io.h"
 #include "core/status.h"
+#include "data/staged_folder.h"
 
 namespace dlbench {
 namespace {
@@ -129,56 +129,25 @@ bool read_input(const std::string& path, std::string& bytes, std::string& reason
   return ok;
 }
 
-// Writes one shard set: shard files under temporary names, renamed and followed by the manifest in
-// finish(). Until finish() has returned, destruction removes everything it created.
+// Writes one shard set into `folder`, a new empty folder that the caller builds and renames into place
+// (data/staged_folder.h): shard files and the manifest under their own names, plain writes. Messages name
+// the files as they will be called, under `shown_as`.
 class Packer {
  public:
-  Packer(std::string dst, uint64_t shard_bytes) : dst_(std::move(dst)), shard_bytes_(shard_bytes) {}
+  Packer(std::string folder, std::string shown_as, uint64_t shard_bytes)
+      : folder_(std::move(folder)), shown_as_(std::move(shown_as)), shard_bytes_(shard_bytes) {}
   ~Packer() {
-    if (committed_) return;
     if (fd_ >= 0) ::close(fd_);
-    std::error_code ec;
-    for (const std::string& path : created_) fs::remove(path, ec);
-    for (auto it = created_dirs_.rbegin(); it != created_dirs_.rend(); ++it) fs::remove(*it, ec);
   }
   Packer(const Packer&) = delete;
   Packer& operator=(const Packer&) = delete;
-
-  // DST must be missing (then created, with missing parents) or an empty directory.
-  void prepare_destination() {
-    std::error_code ec;
-    const fs::file_status status = fs::status(dst_, ec);
-    if (status.type() == fs::file_type::not_found) {
-      std::vector<fs::path> missing;  // DST and its missing parents, innermost first
-      for (fs::path p = fs::absolute(fs::path(dst_), ec); !p.empty(); p = p.parent_path()) {
-        if (fs::exists(p, ec) || p == p.parent_path()) break;
-        missing.push_back(p);
-      }
-      for (auto it = missing.rbegin(); it != missing.rend(); ++it) {
-        if (!fs::create_directory(*it, ec) && ec)
-          throw_user_error(
-              "pack: cannot create the directory {} ({}); choose a writable place for the shards",
-              it->string(), ec.message());
-        created_dirs_.push_back(*it);
-      }
-      return;
-    }
-    if (ec) throw_user_error("pack: cannot access {} ({})", dst_, ec.message());
-    DLB_REQUIRE(status.type() == fs::file_type::directory,
-                "pack: {} exists and is not a directory; give a new or an empty directory", dst_);
-    fs::directory_iterator it(dst_, ec);
-    DLB_REQUIRE(!ec, "pack: cannot list {} ({})", dst_, ec.message());
-    DLB_REQUIRE(it == fs::directory_iterator(),
-                "pack: {} is not empty; give a new or an empty directory (the shard set is written into it)",
-                dst_);
-  }
 
   void add(const ShardInput& input, const std::string& payload) {
     const uint64_t record_bytes = kRecordHeaderBytes + input.name.size() + payload.size() + kRecordCrcBytes;
     const uint64_t entry_bytes = kIndexEntryBytes + input.name.size();
     if (fd_ >= 0 && shard_records_ > 0 &&
         shard_size_ + record_bytes + index_.size() + entry_bytes + kFooterBytes > shard_bytes_)
-      close_shard();
+      close_file();
     if (fd_ < 0) open_shard();
 
     put_u64(index_, shard_size_);
@@ -209,7 +178,7 @@ class Packer {
   int64_t records() const { return records_; }
 
   PackResult finish(const std::vector<std::string>& class_names) {
-    if (fd_ >= 0) close_shard();
+    if (fd_ >= 0) close_file();
     PackResult result;
     std::string manifest = fmt::format("{}{}\nclasses {}\n", kManifestTitle, kVersion, class_names.size());
     for (const std::string& name : class_names) manifest += fmt::format("class {}\n", name);
@@ -221,19 +190,9 @@ class Packer {
     }
     manifest += fmt::format("records {}\n", records_);
     manifest += fmt::format("crc32 {:08x}\n", crc32_of(0, manifest.data(), manifest.size()));
-
-    for (size_t k = 0; k < shards_.size(); ++k) {
-      const std::string final_path = join_path(dst_, shard_file_name(static_cast<int64_t>(k)));
-      created_.push_back(final_path);
-      const std::string tmp = final_path + ".tmp";
-      DLB_REQUIRE(std::rename(tmp.c_str(), final_path.c_str()) == 0, "pack: cannot rename {} to {} ({})", tmp,
-                  final_path, std::strerror(errno));
-    }
-    const std::string manifest_path = join_path(dst_, kShardManifestName);
-    created_.push_back(manifest_path + ".tmp");
-    created_.push_back(manifest_path);
-    write_file_atomically(manifest_path, manifest);
-    committed_ = true;
+    open_file(kShardManifestName);
+    buffer_ = manifest;
+    close_file();
 
     result.records = records_;
     result.shards = static_cast<int64_t>(shards_.size());
@@ -245,17 +204,16 @@ class Packer {
   static constexpr size_t kBufferBytes = size_t{4} << 20;
   static constexpr size_t kDirectWriteBytes = size_t{1} << 20;
 
-  std::string tmp_path() const {
-    return join_path(dst_, shard_file_name(static_cast<int64_t>(shards_.size()))) + ".tmp";
+  void open_file(const std::string& name) {
+    file_name_ = name;
+    fd_ = ::open(join_path(folder_, name).c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+    if (fd_ < 0)
+      throw_user_error("pack: cannot create {} ({}); choose a writable directory for the shards",
+                       shown_path(), std::strerror(errno));
   }
 
   void open_shard() {
-    const std::string path = tmp_path();
-    created_.push_back(path);
-    fd_ = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-    if (fd_ < 0)
-      throw_user_error("pack: cannot create {} ({}); choose a writable directory for the shards", path,
-                       std::strerror(errno));
+    open_file(shard_file_name(static_cast<int64_t>(shards_.size())));
     buffer_.assign(kFileMagic);
     put_u32(buffer_, kVersion);
     put_u32(buffer_, static_cast<uint32_t>(shards_.size()));
@@ -264,26 +222,29 @@ class Packer {
     index_.clear();
   }
 
-  void close_shard() {
+  // A shard's index and footer, or the manifest: the buffer written out, synced and closed.
+  void close_file() {
+    const bool shard = file_name_ != kShardManifestName;
     const uint64_t index_offset = shard_size_;
-    buffer_ += index_;
     std::string footer;
-    put_u64(footer, index_offset);
-    put_u64(footer, static_cast<uint64_t>(shard_records_));
-    put_u32(footer, crc32_of(0, index_.data(), index_.size()));
-    put_u32(footer, crc32_of(0, footer.data(), footer.size()));
-    footer += kFooterMagic;
-    buffer_ += footer;
+    if (shard) {
+      buffer_ += index_;
+      put_u64(footer, index_offset);
+      put_u64(footer, static_cast<uint64_t>(shard_records_));
+      put_u32(footer, crc32_of(0, index_.data(), index_.size()));
+      put_u32(footer, crc32_of(0, footer.data(), footer.size()));
+      footer += kFooterMagic;
+      buffer_ += footer;
+    }
     flush();
-    const std::string path = tmp_path();
     const int fd = fd_;
     fd_ = -1;
     const bool synced = ::fsync(fd) == 0;
     const int sync_errno = errno;
     if (::close(fd) != 0 || !synced)
-      throw_user_error("pack: writing {} failed ({}); check the disk and its free space", path,
-                       std::strerror(synced ? errno : sync_errno));
-    shards_.emplace_back(shard_records_, index_offset + index_.size() + footer.size());
+      throw_user_error("pack: writing {} failed ({}); nothing was written to {}", shown_path(),
+                       write_failure(synced ? errno : sync_errno), shown_as_);
+    if (shard) shards_.emplace_back(shard_records_, index_offset + index_.size() + footer.size());
   }
 
   void flush() {
@@ -296,22 +257,21 @@ class Packer {
       const ssize_t n = ::write(fd_, data, std::min<size_t>(size, size_t{1} << 30));
       if (n < 0 && errno == EINTR) continue;
       if (n <= 0)
-        throw_user_error(
-            "pack: writing {} failed ({}); {}", tmp_path(), n < 0 ? std::strerror(errno) : "no progress",
-            n < 0 && errno == ENOSPC ? "free some space or choose another directory" : "check the disk");
+        throw_user_error("pack: writing {} failed ({}); nothing was written to {}", shown_path(),
+                         write_failure(n < 0 ? errno : ENOSPC), shown_as_);
       data += n;
       size -= static_cast<size_t>(n);
     }
   }
 
-  std::string dst_;
+  std::string shown_path() const { return join_path(shown_as_, file_name_); }
+
+  std::string folder_, shown_as_;
   uint64_t shard_bytes_;
-  bool committed_ = false;
-  std::vector<std::string> created_;  // files made so far, under temporary or final names
-  std::vector<fs::path> created_dirs_;
-  int fd_ = -1;              // the shard being written
+  int fd_ = -1;              // the file being written
+  std::string file_name_;    // its name
   std::string buffer_;       // its bytes not yet written
-  std::string index_;        // its index so far
+  std::string index_;        // a shard's index so far
   uint64_t shard_size_ = 0;  // its size so far: header and records
   int64_t shard_records_ = 0;
   int64_t records_ = 0;
@@ -449,9 +409,9 @@ Manifest parse_manifest(const std::string& path, std::string_view text) {
 
 std::string shard_file_name(int64_t shard) { return fmt::format("shard-{:05}.dlbs", shard); }
 
-PackResult pack_shards(const std::vector<ShardInput>& files, const std::vector<std::string>& class_names,
-                       const std::string& dst, size_t shard_bytes, bool strict,
-                       const std::function<void(int64_t done, int64_t total)>& progress) {
+PackResult write_shard_set(const std::vector<ShardInput>& files, const std::vector<std::string>& class_names,
+                           const std::string& folder, const std::string& dst, size_t shard_bytes, bool strict,
+                           const std::function<void(int64_t done, int64_t total)>& progress) {
   DLB_REQUIRE(!dst.empty(), "pack: no destination directory given");
   DLB_REQUIRE(shard_bytes > 0, "pack {}: the shard size must be positive", dst);
   DLB_REQUIRE(!class_names.empty(), "pack {}: no classes given", dst);
@@ -470,15 +430,16 @@ PackResult pack_shards(const std::vector<ShardInput>& files, const std::vector<s
                 dst, input.path, input.name.size(), kMaxShardNameBytes);
   }
 
-  Packer packer(dst, shard_bytes);
-  packer.prepare_destination();
+  Packer packer(folder, dst, shard_bytes);
   PackResult result;
+  std::vector<int64_t> class_records(class_names.size(), 0);
   std::string bytes, reason;
   const auto total = static_cast<int64_t>(files.size());
   for (int64_t i = 0; i < total; ++i) {
     const ShardInput& input = files[static_cast<size_t>(i)];
     if (read_input(input.path, bytes, reason)) {
       packer.add(input, bytes);
+      ++class_records[static_cast<size_t>(input.label)];
     } else {
       DLB_REQUIRE(!strict, "pack: cannot read {} ({}); fix or remove it, or pack without strict checks",
                   input.path, reason);
@@ -497,6 +458,17 @@ PackResult pack_shards(const std::vector<ShardInput>& files, const std::vector<s
   result.records = written.records;
   result.shards = written.shards;
   result.bytes = written.bytes;
+  result.class_records = std::move(class_records);
+  return result;
+}
+
+PackResult pack_shards(const std::vector<ShardInput>& files, const std::vector<std::string>& class_names,
+                       const std::string& dst, size_t shard_bytes, bool strict,
+                       const std::function<void(int64_t done, int64_t total)>& progress) {
+  DLB_REQUIRE(!dst.empty(), "pack: no destination directory given");
+  StagedFolder staged(dst, "pack");
+  PackResult result = write_shard_set(files, class_names, staged.path(), dst, shard_bytes, strict, progress);
+  staged.commit();
   return result;
 }
 

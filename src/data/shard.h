@@ -50,22 +50,30 @@ struct PackResult {
   int64_t records = 0, shards = 0;
   int64_t bytes = 0;  // on disk: every shard file and the manifest
   int64_t skipped = 0;
+  std::vector<int64_t> class_records;        // records packed per label
   std::vector<std::string> skipped_paths;    // the inputs that could not be read, in input order
   std::vector<std::string> skipped_reasons;  // why, one per skipped path ("empty file", "No such file...")
 };
 
 // Packs `files` (read from disk, bytes kept as they are) into the shard set DST, in the order given. Files
 // that cannot be read (missing, unreadable, a directory, zero bytes) are skipped, counted and named in the
-// result unless `strict`, where the first one throws UserError naming its path. Everything is written under
-// temporary names (*.tmp) and renamed at the end, the manifest last, so a failure (UserError for an
-// unwritable DST, a full disk, nothing readable to pack...) leaves no half-written shard set: DST either
-// holds the complete new set or nothing new (a DST created here is removed again). DST may exist but must
-// be an empty directory (else UserError). Labels must lie in [0, class_names.size()); class names must be
-// non-empty and hold no line break; names at most kMaxShardNameBytes bytes (all UserError).
-// `progress(done, total)` is called after each input file.
+// result unless `strict`, where the first one throws UserError naming its path. The set is built in a
+// temporary folder beside DST and renamed into place when complete (data/staged_folder.h), so a failure
+// (UserError for an unwritable DST, a full disk, nothing readable to pack, an exception thrown by
+// `progress`...) leaves nothing behind: DST either holds the complete new set or nothing new. DST may exist
+// but must be an empty directory (else UserError). Labels must lie in [0, class_names.size()); class names
+// must be non-empty and hold no line break; names at most kMaxShardNameBytes bytes (all UserError).
+// `progress(done, total)` is called after each input file; it may throw to stop the pack (a signal:
+// core/signals.h).
 PackResult pack_shards(const std::vector<ShardInput>& files, const std::vector<std::string>& class_names,
                        const std::string& dst, size_t shard_bytes, bool strict,
                        const std::function<void(int64_t done, int64_t total)>& progress = {});
+
+// The same into `folder`, a new empty folder the caller builds and renames into place itself (pack of
+// ROOT/train and ROOT/val builds both in one); messages name the files as under `dst`.
+PackResult write_shard_set(const std::vector<ShardInput>& files, const std::vector<std::string>& class_names,
+                           const std::string& folder, const std::string& dst, size_t shard_bytes, bool strict,
+                           const std::function<void(int64_t done, int64_t total)>& progress = {});
 
 inline constexpr size_t kMaxShardNameBytes = 4096;
 

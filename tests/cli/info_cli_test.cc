@@ -28,5 +28,23 @@ TEST(InfoCli, AnUnwritableJsonPathIsOneLine) {
   EXPECT_EQ(count_lines(r.err), 1) << r.err;
 }
 
+TEST(InfoCli, AFolderAsJsonPathIsRefusedFirstAndLeavesNothing) {
+  namespace fs = std::filesystem;
+  const auto dir = temp_dir("info_dir");
+  fs::create_directories(dir / "results");
+  for (const std::string& target : {(dir / "results").string(), (dir / "results").string() + "/"}) {
+    CommandResult r = run_dlbench("info --json " + target);
+    EXPECT_EQ(r.exit_code, 1) << r.out << r.err;
+    EXPECT_EQ(count_lines(r.err), 1) << r.err;
+    EXPECT_NE(r.err.find("--json"), std::string::npos) << r.err;
+    EXPECT_TRUE(r.out.empty()) << "refused before the table, not after: " << r.out;
+    // No results.tmp, no temporary beside or inside it.
+    int entries = 0;
+    for (const auto& entry : fs::recursive_directory_iterator(dir)) entries += entry.exists();
+    EXPECT_EQ(entries, 1);
+  }
+  std::filesystem::remove_all(dir);
+}
+
 }  // namespace
 }  // namespace dlbench::testing

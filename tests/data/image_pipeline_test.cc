@@ -69,20 +69,30 @@ ImageDatasetOptions small_options(int threads) {
   return o;
 }
 
-TEST(ImageFolder, ClassesSortedFilesSortedEmptyClassesKept) {
+TEST(ImageFolder, ClassesSortedFilesSorted) {
   TempDir dir;
   make_folder(dir.path(), 2, 2);
-  fs::create_directories(dir.path() / "a_empty");
   write_file(dir.file("class1/readme.txt"), "not an image");
   write_file(dir.file("class1/UPPER.JPEG"), picture(40, 30, 1));
   const ImageFolderListing listing = list_image_folder(dir.path().string());
-  ASSERT_EQ(listing.class_names, (std::vector<std::string>{"a_empty", "class0", "class1"}));
-  EXPECT_EQ(listing.empty_classes, (std::vector<std::string>{"a_empty"}));
+  ASSERT_EQ(listing.class_names, (std::vector<std::string>{"class0", "class1"}));
   ASSERT_EQ(listing.paths.size(), 5u);  // the .txt is not an image
-  EXPECT_EQ(listing.labels, (std::vector<int32_t>{1, 1, 2, 2, 2}));
+  EXPECT_EQ(listing.labels, (std::vector<int32_t>{0, 0, 1, 1, 1}));
   EXPECT_TRUE(std::is_sorted(listing.paths.begin(), listing.paths.end()));
   EXPECT_TRUE(is_image_folder(dir.path().string()));
   EXPECT_FALSE(is_image_folder(dir.file("class0")));
+}
+
+TEST(ImageFolder, AnEmptyClassFolderIsRefusedByName) {
+  TempDir dir;
+  make_folder(dir.path(), 2, 2);
+  fs::create_directories(dir.path() / "a_empty");
+  fs::create_directories(dir.path() / "b_text_only");
+  write_file(dir.file("b_text_only/readme.txt"), "not an image");
+  const std::string message = user_error_message([&] { list_image_folder(dir.path().string()); });
+  EXPECT_NE(message.find("a_empty"), std::string::npos) << message;  // the first one
+  EXPECT_NE(message.find("shifts the labels"), std::string::npos) << message;
+  EXPECT_THROW(open_image_folder(dir.path().string()), UserError);
 }
 
 TEST(ImageFolder, NoImagesOrNoDirectoryIsOneClearError) {
