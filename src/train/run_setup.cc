@@ -30,6 +30,7 @@
 #include "data/epoch_sampler.h"
 #include "data/idx.h"
 #include "data/image_dataset.h"
+#include "data/image_limits.h"
 #include "data/shard.h"
 #include "data/synthetic.h"
 #include "dist/config_check.h"
@@ -133,6 +134,10 @@ RunSetup set_up(const RunConfig& given, dist::Launch& launch, int slot) {
                                           : open_image_folder(config.train_images));
     ImageDatasetOptions image_options = default_image_options(*train_source);
     if (config.image_size > 0) image_options.image_size = config.image_size;
+    // The batches decoded ahead of the step (BatchPrefetcher's 3, and the one being loaded) in host memory.
+    check_image_size(image_options.image_size, image_options.channels,
+                     *config.batch_size * config.accumulate_steps, compute_dtype(config.precision), 4,
+                     "--image-size");
     image_options.threads = config.data_threads;
     image_options.seed = config.seed + 3 + static_cast<uint64_t>(s.comm->rank());
     image_options.strict = config.strict;
