@@ -133,42 +133,46 @@ struct Series {
 std::vector<Series> series_of(const ReportInput& in, const ReportAxes& axes, const std::string& model,
                               const std::string& precision) {
   std::vector<Series> all;
-  for (const std::string& f : axes.frameworks) {
-    std::vector<const ReportPoint*> points;
-    std::set<std::string> launchers;
-    for (const ReportPoint& p : in.points)
-      if (p.framework == f && p.model == model && p.precision == precision) {
-        points.push_back(&p);
-        if (p.gpus > 1) launchers.insert(p.launcher);
-      }
-    if (points.empty()) continue;
-    if (f != "dlbench" || launchers.size() < 2) {
-      Series s(f);
-      for (const ReportPoint* p : points) keep_best(s.by_gpus, *p);
-      all.push_back(std::move(s));
-      continue;
-    }
-    std::map<int, const ReportPoint*> one_gpu;
-    for (const ReportPoint* p : points)
-      if (p->gpus == 1) keep_best(one_gpu, *p);
-    // A 1-GPU point of a launcher with no multi-GPU point (a plain local run) is drawn with the first.
-    bool local_drawn = false;
-    for (const std::string& launcher : launchers) {
-      Series s(fmt::format("{} {}", f, launcher.empty() ? "(no launcher)" : launcher));
-      for (const ReportPoint* p : points)
-        if (p->launcher == launcher) keep_best(s.by_gpus, *p);
-      if (!s.by_gpus.count(1) && !one_gpu.empty()) {
-        const ReportPoint* best = one_gpu.begin()->second;
-        if (!launchers.count(best->launcher) && !local_drawn) {
-          s.by_gpus[1] = best;
-          local_drawn = true;
-        } else {
-          s.base = best;
+  // A series per batch size too, where the inputs hold several: a speedup across batch sizes is the
+  // batches' difference, not the GPUs'.
+  for (const std::string& f : axes.frameworks)
+    for (int64_t batch : axes.batch_sizes) {
+      const std::string label = axes.batch_sizes.size() > 1 ? fmt::format("{} batch {}", f, batch) : f;
+      std::vector<const ReportPoint*> points;
+      std::set<std::string> launchers;
+      for (const ReportPoint& p : in.points)
+        if (p.framework == f && p.model == model && p.precision == precision && p.batch_size == batch) {
+          points.push_back(&p);
+          if (p.gpus > 1) launchers.insert(p.launcher);
         }
+      if (points.empty()) continue;
+      if (f != "dlbench" || launchers.size() < 2) {
+        Series s(label);
+        for (const ReportPoint* p : points) keep_best(s.by_gpus, *p);
+        all.push_back(std::move(s));
+        continue;
       }
-      all.push_back(std::move(s));
+      std::map<int, const ReportPoint*> one_gpu;
+      for (const ReportPoint* p : points)
+        if (p->gpus == 1) keep_best(one_gpu, *p);
+      // A 1-GPU point of a launcher with no multi-GPU point (a plain local run) is drawn with the first.
+      bool local_drawn = false;
+      for (const std::string& launcher : launchers) {
+        Series s(fmt::format("{} {}", label, launcher.empty() ? "(no launcher)" : launcher));
+        for (const ReportPoint* p : points)
+          if (p->launcher == launcher) keep_best(s.by_gpus, *p);
+        if (!s.by_gpus.count(1) && !one_gpu.empty()) {
+          const ReportPoint* best = one_gpu.begin()->second;
+          if (!launchers.count(best->launcher) && !local_drawn) {
+            s.by_gpus[1] = best;
+            local_drawn = true;
+          } else {
+            s.base = best;
+          }
+        }
+        all.push_back(std::move(s));
+      }
     }
-  }
   return all;
 }
 
