@@ -383,6 +383,14 @@ ReportSection memory_energy_section(const std::vector<const ReportPoint*>& sorte
     s.paragraphs.push_back("No result records its peak memory or energy.");
     return s;
   }
+  if (std::all_of(sorted.begin(), sorted.end(), [](const ReportPoint* p) { return p->on_cpu; })) {
+    s.paragraphs.push_back(
+        "Peak memory: the most memory one rank (process) held (MiB = 2^20 bytes, GiB = 2^30). CPU runs "
+        "record no energy or clocks (—). Start-up: from the process's start to its first timed step — "
+        "building the network and the warm-up steps.");
+    s.table = std::move(t);
+    return s;
+  }
   s.paragraphs.push_back(
       "Peak memory: the most device memory one rank held (MiB = 2^20 bytes, GiB = 2^30). Energy: what the "
       "GPUs drew "
@@ -425,11 +433,14 @@ ReportSection loss_section(const std::vector<const ReportPoint*>& sorted) {
 // Conclusions, each computed from the tables.
 ReportSection conclusions_section(const ReportInput& in, const ReportAxes& axes, const Best& best) {
   ReportSection s = section(report_section_id("conclusions"), "Conclusions");
-  // Every comparison is at one batch size; named where the inputs hold several.
-  auto at_batch = [&](int64_t b) {
-    return axes.batch_sizes.size() > 1 ? fmt::format(" at batch {}", b) : std::string();
-  };
   for (const std::string& model : axes.models) {
+    // Every comparison is at one batch size; named where the model ran at several.
+    std::set<int64_t> batches;
+    for (const auto& [key, point] : best)
+      if (std::get<1>(key) == model) batches.insert(std::get<4>(key));
+    auto at_batch = [&](int64_t b) {
+      return batches.size() > 1 ? fmt::format(" at batch {}", b) : std::string();
+    };
     const int most = axes.gpu_counts.back();
     if (most > 1) {
       std::string best_framework;

@@ -301,6 +301,9 @@ std::vector<Point> grid_points(const SweepOptions& o, bool on_gpu) {
 }
 
 SweepTally sweep_points(const SweepOptions& o) {
+  // Stopped by `timeout` or Ctrl-C, from here on: the running point's processes are killed and the point
+  // recorded as interrupted (run again on the next start), instead of vanishing with the sweep.
+  defer_stop_to_safe_points();
   const bool peer = o.framework != "dlbench";
   const bool on_gpu = runs_on_gpu(o.device);
   check_grid(o, on_gpu);
@@ -339,9 +342,6 @@ SweepTally sweep_points(const SweepOptions& o) {
   const std::string peers_dir = peer ? find_peers_dir(o.peers_dir) : std::string();
   const std::string device = o.device != "auto" || !peer ? o.device : (on_gpu ? "cuda" : "cpu");
   const nlohmann::json system = system_info();
-  // Stopped by `timeout` or Ctrl-C: the running point's processes are killed and the point recorded as
-  // interrupted (run again on the next start), instead of vanishing with the sweep.
-  defer_stop_to_safe_points();
   double spent = 0;
   for (size_t i = 0; i < todo.size() && !stop_requested(); ++i) {
     const Point& p = todo[i];
