@@ -18,6 +18,7 @@
 #include "bench/report_html.h"
 #include "bench/system_info.h"
 #include "core/file_io.h"
+#include "core/file_paths.h"
 #include "core/process.h"
 #include "core/status.h"
 
@@ -25,147 +26,12 @@ namespace dlbench {
 
 namespace {
 
-std::optional<double> number_at(const nlohmann::json& j, const char* key) {
-  if (j.is_object() && j.contains(key) && j[key].is_number()) return j[key].get<double>();
-  return std::nullopt;
+// Bytes in the unit that shows them: 42 MiB, not "0.0 GiB" (MiB = 2^20 bytes, GiB = 2^30).
+std::string memory_text(double bytes) {
+  if (bytes >= double(1 << 30)) return fmt::format("{:.1f} GiB", bytes / double(1 << 30));
+  if (bytes >= double(1 << 20)) return fmt::format("{:.0f} MiB", bytes / double(1 << 20));
+  return fmt::format("{:.0f} KiB", bytes / 1024.0);
 }
-
-// The numbers of an array field; an entry that is not a number (JSON has no NaN: a diverged loss is
-// written as null) is kept as NaN when `keep_positions`, so that the loss of step i stays at i.
-std::vector<double> numbers_at(const nlohmann::json& j, const char* key, bool keep_positions) {
-  std::vector<double> values;
-  if (!j.contains(key) || !j[key].is_array()) return values;
-  for (const nlohmann::json& v : j[key]) {
-    if (v.is_number()) {
-      values.push_back(v.get<double>());
-    } else if (keep_positions) {
-      values.push_back(NAN);
-    }
-  }
-  return values;
-}
-
-// A field of a sweep line as text, whether it was written as a string or a number ("auto" or 256).
-std::string text_at(const nlohmann::json& j, const char* key, const std::string& absent) {
-  if (!j.is_object() || !j.contains(key) || j[key].is_null()) return absent;
-  return j[key].is_string() ? j[key].get<std::string>() : j[key].dump();
-}
-
-// One result object as a point; the name of the missing field when it is not one.
-std::optional<std::string> to_point(const nlohmann::json& r, const std::string& source, ReportPoint& p) {
-  for (const char* key : {"model", "precision"})
-    if (!r.contains(key) || !r[key].is_string()) return std::string(key);
-  if (!number_at(r, "images_per_second")) return std::string("images_per_second");
-  p.source = source;
-  p.framework = r.value("framework", std::string("dlbench"));
-  p.model = r["model"];
-  p.precision = r["precision"];
-  p.launcher = r.value("launcher", std::string());
-  p.gpus = static_cast<int>(number_at(r, "ranks").value_or(number_at(r, "world_size").value_or(1)));
-  p.batch_size = static_cast<int64_t>(number_at(r, "batch_size").value_or(0));
-  p.images_per_second = *number_at(r, "images_per_second");
-  if (r.contains("step_ms")) {
-    const auto& d = r["step_ms"];
-    p.step_median_ms = number_at(d, "median");
-    p.step_mean_ms = number_at(d, "mean");
-    p.step_ci95_ms = number_at(d, "ci95");
-    p.step_p5_ms = number_at(d, "p5");
-    p.step_p95_ms = number_at(d, "p95");
-    p.jitter = number_at(d, "jitter");
-  }
-  p.step_times_ms = numbers_at(r, "step_times_ms", /*keep_positions=*/false);
-  // Statistics a result does not state (the peers give no confidence interval or jitter) come from its
-  // step times, with the same functions dlbench's own results use.
-  if (p.step_times_ms.size() >= 2) {
-    const Distribution d = summarize(p.step_times_ms);
-    auto fill = [](std::optional<double>& field, double value) {
-      if (!field) field = value;
-    };
-    fill(p.step_median_ms, d.median);
-    fill(p.step_mean_ms, d.mean);
-    fill(p.step_ci95_ms, d.ci95);
-    fill(p.step_p5_ms, d.p5);
-    fill(p.step_p95_ms, d.p95);
-    fill(p.jitter, d.jitter);
-  }
-  p.losses = numbers_at(r, "losses", /*keep_positions=*/true);
-  p.peak_memory_bytes = number_at(r, "peak_memory_bytes");
-  p.energy_joules_per_image = number_at(r, "energy_joules_per_image");
-  p.seconds_to_first_timed_step = number_at(r, "seconds_to_first_timed_step");
-  if (r.contains("gpu_clocks") && r["gpu_clocks"].is_object()) {
-    p.sm_clock_median_mhz = number_at(r["gpu_clocks"], "sm_clock_median_mhz");
-    p.power_capped_fraction = number_at(r["gpu_clocks"], "power_capped_fraction");
-  }
-  // A compiled peer is another program than the same peer run eagerly: never one cell of the tables.
-  p.compiled = r.contains("compiled") && r["compiled"].is_boolean() && r["compiled"].get<bool>();
-  if (p.compiled && p.framework != "dlbench") p.framework += " (compiled)";
-  p.system = r.contains("system") ? r["system"] : nlohmann::json();
-  if (r.contains("algorithm_digest") && r["algorithm_digest"].is_string())
-    p.algorithm_digest = r["algorithm_digest"].get<std::string>();
-  return std::nullopt;
-}
-
-// Sweep points by their key (framework named, as sweep_point_key writes it): the failures, and those that
-// succeeded, so that a failure later run again successfully is not reported as a failure.
-struct SweepOutcomes {
-  std::vector<std::pair<std::string, std::string>> failed;  // key, the failure's line in the report
-  std::set<std::string> ok;
-};
-
-std::string sweep_key_text(nlohmann::json key) {
-  if (!key.contains("framework")) key["framework"] = "dlbench";
-  return key.dump();
-}
-
-void take(const nlohmann::json& j, const std::string& file, int line, ReportInput& in,
-          SweepOutcomes& sweeps) {
-  const std::string source = fmt::format("{}:{}", file, line);
-  auto add = [&](const nlohmann::json& r, const char* where) {
-    ReportPoint p;
-    if (auto missing = to_point(r, source, p)) {
-      std::fprintf(stderr, "report: %s line %d: %shas no \"%s\"; skipped\n", file.c_str(), line,
-                   *where ? fmt::format("{} ", where).c_str() : "", missing->c_str());
-      ++in.skipped_lines;
-      return;
-    }
-    in.points.push_back(std::move(p));
-  };
-  if (j.contains("sweep_point")) {  // a dlbench sweep (or compare) line
-    const std::string status = text_at(j, "status", "");
-    if (status == "ok" && j.contains("result")) {
-      const size_t before = in.points.size();
-      add(j["result"], "the result");
-      const nlohmann::json& key = j["sweep_point"];
-      if (in.points.size() > before && key.is_object() && key.contains("bench_args") &&
-          key["bench_args"].is_array()) {
-        std::string flags;
-        for (const nlohmann::json& flag : key["bench_args"])
-          flags += (flags.empty() ? "" : " ") + (flag.is_string() ? flag.get<std::string>() : flag.dump());
-        in.points.back().bench_args = flags;
-      }
-      if (key.is_object()) sweeps.ok.insert(sweep_key_text(key));
-    } else {
-      const auto& k = j["sweep_point"];
-      const std::string framework = text_at(k, "framework", "dlbench");
-      const std::string point =
-          fmt::format("{}{} {} {} GPU(s) batch {} ({})", framework == "dlbench" ? "" : framework + " ",
-                      text_at(k, "model", "?"), text_at(k, "precision", "?"), text_at(k, "gpus", "0"),
-                      text_at(k, "batch_size", "0"), text_at(k, "launcher", "?"));
-      const std::string error = text_at(j, "error", "no error recorded");
-      sweeps.failed.emplace_back(k.is_object() ? sweep_key_text(k) : std::string(),
-                                 status == "unavailable" ? fmt::format("{}: not available: {}", point, error)
-                                                         : fmt::format("{}: {}", point, error));
-    }
-  } else if (j.contains("dlbench_result") || j.contains("peer_result")) {  // bench/gpu_*.sh lines
-    if (j.contains("dlbench_result") && j["dlbench_result"].is_object())
-      add(j["dlbench_result"], "dlbench_result");
-    if (j.contains("peer_result") && j["peer_result"].is_object()) add(j["peer_result"], "peer_result");
-  } else {
-    add(j, "");
-  }
-}
-
-std::string gib(double bytes) { return fmt::format("{:.1f}", bytes / double(1 << 30)); }
 std::string rate(double v) {
   // Thousands separated, as the study's tables: 12,345
   std::string digits = fmt::format("{:.0f}", v), out;
@@ -177,23 +43,24 @@ std::string rate(double v) {
 }
 std::string ms(const std::optional<double>& v) { return v ? fmt::format("{:.2f}", *v) : std::string("-"); }
 
-// The point of (framework, model, precision, gpus) with the highest rate: a file may hold repeats (two
-// launchers, two runs); the table shows the best and the statistics section lists them all.
-using Key = std::tuple<std::string, std::string, std::string, int>;
+// The point of (framework, model, precision, gpus, batch) with the highest rate: a file may hold repeats
+// (two launchers, two runs); the table shows the best and the statistics section lists them all. The batch
+// is part of the key: a speedup or a ratio across batch sizes is the batches' difference, not the GPUs'.
+using Key = std::tuple<std::string, std::string, std::string, int, int64_t>;
 using Best = std::map<Key, const ReportPoint*>;
 
 Best best_points(const ReportInput& in) {
   Best best;
   for (const ReportPoint& p : in.points) {
-    const ReportPoint*& cell = best[{p.framework, p.model, p.precision, p.gpus}];
+    const ReportPoint*& cell = best[{p.framework, p.model, p.precision, p.gpus, p.batch_size}];
     if (!cell || cell->images_per_second < p.images_per_second) cell = &p;
   }
   return best;
 }
 
 const ReportPoint* find(const Best& best, const std::string& f, const std::string& model,
-                        const std::string& p, int gpus) {
-  auto it = best.find({f, model, p, gpus});
+                        const std::string& p, int gpus, int64_t batch) {
+  auto it = best.find({f, model, p, gpus, batch});
   return it == best.end() ? nullptr : it->second;
 }
 
@@ -228,106 +95,119 @@ ReportSection system_section(const ReportInput& in) {
 
 ReportSection throughput_section(const std::string& model, const ReportAxes& axes, const Best& best) {
   ReportSection s = section(report_section_id("throughput", model),
-                            fmt::format("{}: throughput (images/s, all GPUs together)", model));
-  s.paragraphs.push_back(
-      "Each cell is the best point of that framework, precision and GPU count among the inputs (all of them "
-      "are listed under Per-point statistics); compare cells measured in the same run.");
-  ReportTable t = table({"framework", "precision"}, {false, false});
+                            fmt::format("{}: throughput (images/s, {} together)", model,
+                                        axes.on_cpu_only ? "all ranks"
+                                        : axes.on_cpu    ? "all GPUs or ranks"
+                                                         : "all GPUs"));
+  s.paragraphs.push_back(fmt::format(
+      "Each cell is the best point of that framework, precision, batch and {} among the inputs "
+      "(all of them are listed under Per-point statistics); compare cells measured in the same run.",
+      axes.on_cpu_only ? "rank count" : "GPU count"));
+  ReportTable t = table({"framework", "precision", "batch/GPU"}, {false, false, true});
+  if (axes.on_cpu) t.columns.back() = axes.on_cpu_only ? "batch/rank" : "batch/GPU or rank";
   for (int g : axes.gpu_counts) {
-    t.columns.push_back(fmt::format("{} GPU{}", g, g > 1 ? "s" : ""));
+    t.columns.push_back(report_workers_text(g, axes));
     t.numeric.push_back(true);
   }
   for (const std::string& f : axes.frameworks)
-    for (const std::string& p : axes.precisions) {
-      std::vector<ReportCell> row = {f, p};
-      bool any = false;
-      for (int g : axes.gpu_counts) {
-        const ReportPoint* point = find(best, f, model, p, g);
-        any |= point != nullptr;
-        row.push_back(point ? rate(point->images_per_second) : "-");
+    for (const std::string& p : axes.precisions)
+      for (int64_t b : axes.batch_sizes) {
+        std::vector<ReportCell> row = {f, p, std::to_string(b)};
+        bool any = false;
+        for (int g : axes.gpu_counts) {
+          const ReportPoint* point = find(best, f, model, p, g, b);
+          any |= point != nullptr;
+          row.push_back(point ? rate(point->images_per_second) : "-");
+        }
+        if (any) t.rows.push_back(std::move(row));
       }
-      if (any) t.rows.push_back(std::move(row));
-    }
   s.table = std::move(t);
   return s;
 }
 
 ReportSection speedup_section(const std::string& model, const ReportAxes& axes, const Best& best) {
   ReportSection s = section(report_section_id("speedup", model),
-                            fmt::format("{}: speedup over one GPU and scaling efficiency", model));
-  ReportTable t =
-      table({"framework", "precision", "GPUs", "speedup", "efficiency"}, {false, false, true, true, true});
+                            fmt::format("{}: speedup over {} and scaling efficiency", model,
+                                        axes.on_cpu_only ? "one process" : "one GPU"));
+  ReportTable t = table({"framework", "precision", "batch/GPU", "GPUs", "speedup", "efficiency"},
+                        {false, false, true, true, true, true});
   for (const std::string& f : axes.frameworks)
-    for (const std::string& p : axes.precisions) {
-      const ReportPoint* one = find(best, f, model, p, 1);
-      if (!one) continue;
-      for (int g : axes.gpu_counts) {
-        const ReportPoint* many = g > 1 ? find(best, f, model, p, g) : nullptr;
-        if (!many) continue;
-        const double speedup = many->images_per_second / one->images_per_second;
-        t.rows.push_back({f, p, std::to_string(g), fmt::format("{:.2f}x", speedup),
-                          fmt::format("{:.1f}%", 100.0 * speedup / g)});
-        // The best points may come from different runs (input files): a speedup across runs is also the
-        // difference between the runs' conditions.
-        if (run_of(*one) != run_of(*many))
-          s.closing.push_back(
-              fmt::format("{} {} on {} GPUs: the best points on one GPU and on {} come from "
-                          "different runs ({} and {}).",
-                          f, p, g, g, std::filesystem::path(run_of(*one)).filename().string(),
-                          std::filesystem::path(run_of(*many)).filename().string()));
-        // A speedup between runs of different kernels is partly the kernels' difference: say so.
-        if (!one->algorithm_digest.empty() && !many->algorithm_digest.empty() &&
-            one->algorithm_digest != many->algorithm_digest)
-          s.closing.push_back(fmt::format(
-              "{} {} on {} GPUs ran other convolution algorithms than on one GPU (algorithm digest {} "
-              "against "
-              "{}): part of that speedup is the algorithms'. One --algorithm-cache file for the whole "
-              "sweep makes every point run the same ones.",
-              f, p, g, many->algorithm_digest, one->algorithm_digest));
-        // A GPU at its power limit runs heavier work at lower clocks: where the clocks were recorded and
-        // the N-GPU run's slowest GPU ran at least 1% below the one-GPU run, that is part of the efficiency.
-        if (one->sm_clock_median_mhz && many->sm_clock_median_mhz &&
-            *many->sm_clock_median_mhz < 0.99 * *one->sm_clock_median_mhz)
-          s.closing.push_back(fmt::format(
-              "{} {} on {} GPUs: the slowest GPU's median SM clock was {:.0f} MHz against {:.0f} MHz on one "
-              "GPU ({:.1f}% lower{}): part of the efficiency lost is the clocks'.",
-              f, p, g, *many->sm_clock_median_mhz, *one->sm_clock_median_mhz,
-              100.0 * (1.0 - *many->sm_clock_median_mhz / *one->sm_clock_median_mhz),
-              many->power_capped_fraction
-                  ? fmt::format("; the power cap held the clocks in {:.0f}% of its samples",
-                                100.0 * *many->power_capped_fraction)
-                  : std::string()));
+    for (const std::string& p : axes.precisions)
+      for (int64_t b : axes.batch_sizes) {
+        const ReportPoint* one = find(best, f, model, p, 1, b);
+        if (!one) continue;
+        for (int g : axes.gpu_counts) {
+          const ReportPoint* many = g > 1 ? find(best, f, model, p, g, b) : nullptr;
+          if (!many) continue;
+          const double speedup = many->images_per_second / one->images_per_second;
+          t.rows.push_back({f, p, std::to_string(b), std::to_string(g), fmt::format("{:.2f}x", speedup),
+                            fmt::format("{:.1f}%", 100.0 * speedup / g)});
+          // The best points may come from different runs (input files): a speedup across runs is also the
+          // difference between the runs' conditions.
+          if (run_of(*one) != run_of(*many))
+            s.closing.push_back(
+                fmt::format("{} {} on {} GPUs: the best points on one GPU and on {} come from "
+                            "different runs ({} and {}).",
+                            f, p, g, g, std::filesystem::path(run_of(*one)).filename().string(),
+                            std::filesystem::path(run_of(*many)).filename().string()));
+          // A speedup between runs of different kernels is partly the kernels' difference: say so.
+          if (!one->algorithm_digest.empty() && !many->algorithm_digest.empty() &&
+              one->algorithm_digest != many->algorithm_digest)
+            s.closing.push_back(fmt::format(
+                "{} {} on {} GPUs ran other convolution algorithms than on one GPU (algorithm digest {} "
+                "against "
+                "{}): part of that speedup is the algorithms'. One --algorithm-cache file for the whole "
+                "sweep makes every point run the same ones.",
+                f, p, g, many->algorithm_digest, one->algorithm_digest));
+          // A GPU at its power limit runs heavier work at lower clocks: where the clocks were recorded and
+          // the N-GPU run's slowest GPU ran at least 1% below the one-GPU run, that is part of the
+          // efficiency.
+          if (one->sm_clock_median_mhz && many->sm_clock_median_mhz &&
+              *many->sm_clock_median_mhz < 0.99 * *one->sm_clock_median_mhz)
+            s.closing.push_back(
+                fmt::format("{} {} on {} GPUs: the slowest GPU's median SM clock was {:.0f} MHz against "
+                            "{:.0f} MHz on one "
+                            "GPU ({:.1f}% lower{}): part of the efficiency lost is the clocks'.",
+                            f, p, g, *many->sm_clock_median_mhz, *one->sm_clock_median_mhz,
+                            100.0 * (1.0 - *many->sm_clock_median_mhz / *one->sm_clock_median_mhz),
+                            many->power_capped_fraction
+                                ? fmt::format("; the power cap held the clocks in {:.0f}% of its samples",
+                                              100.0 * *many->power_capped_fraction)
+                                : std::string()));
+        }
       }
-    }
   if (t.rows.empty()) {
-    s.paragraphs.push_back("No framework ran this model both on one GPU and on more.");
+    s.paragraphs.push_back(axes.on_cpu_only ? "No framework ran this model both in one process and in more."
+                                            : "No framework ran this model both on one GPU and on more.");
   } else {
     s.table = std::move(t);
   }
   return s;
 }
 
-// The best point of (framework, model, precision, gpus) in one run, or null.
+// The best point of (framework, model, precision, gpus, batch) in one run, or null.
 const ReportPoint* best_in_run(const ReportInput& in, const std::string& run, const std::string& f,
-                               const std::string& model, const std::string& precision, int gpus) {
+                               const std::string& model, const std::string& precision, int gpus,
+                               int64_t batch) {
   const ReportPoint* found = nullptr;
   for (const ReportPoint& p : in.points) {
     if (p.framework != f || p.model != model || p.precision != precision || p.gpus != gpus ||
-        run_of(p) != run)
+        p.batch_size != batch || run_of(p) != run)
       continue;
     if (!found || found->images_per_second < p.images_per_second) found = &p;
   }
   return found;
 }
 
-// Framework f's point at `point`'s model and precision on `gpus` GPUs: its best in `point`'s run (true), or
-// its best anywhere (false), or none.
+// Framework f's point at `point`'s model, precision and batch on `gpus` GPUs: its best in `point`'s run
+// (true), or its best anywhere (false), or none.
 std::pair<const ReportPoint*, bool> same_run_or_best(const ReportInput& in, const Best& best,
                                                      const ReportPoint& point, const std::string& f,
                                                      int gpus) {
-  if (const ReportPoint* q = best_in_run(in, run_of(point), f, point.model, point.precision, gpus))
+  if (const ReportPoint* q =
+          best_in_run(in, run_of(point), f, point.model, point.precision, gpus, point.batch_size))
     return {q, true};
-  return {find(best, f, point.model, point.precision, gpus), false};
+  return {find(best, f, point.model, point.precision, gpus, point.batch_size), false};
 }
 
 // Framework a's and b's points at one model, precision and GPU count, for their ratio: both from the run
@@ -339,14 +219,17 @@ struct PointPair {
 };
 
 PointPair paired_points(const ReportInput& in, const Best& best, const std::string& a, const std::string& b,
-                        const std::string& model, const std::string& precision, int gpus) {
-  PointPair pair{find(best, a, model, precision, gpus), find(best, b, model, precision, gpus), false};
+                        const std::string& model, const std::string& precision, int gpus, int64_t batch) {
+  PointPair pair{find(best, a, model, precision, gpus, batch), find(best, b, model, precision, gpus, batch),
+                 false};
   if (!pair.a || !pair.b) return pair;
   for (const ReportPoint& q : in.points) {
-    if (q.framework != b || q.model != model || q.precision != precision || q.gpus != gpus) continue;
-    const ReportPoint* mine = best_in_run(in, run_of(q), a, model, precision, gpus);
+    if (q.framework != b || q.model != model || q.precision != precision || q.gpus != gpus ||
+        q.batch_size != batch)
+      continue;
+    const ReportPoint* mine = best_in_run(in, run_of(q), a, model, precision, gpus, batch);
     if (mine && (!pair.same_run || pair.a->images_per_second < mine->images_per_second)) {
-      pair = {mine, best_in_run(in, run_of(q), b, model, precision, gpus), true};
+      pair = {mine, best_in_run(in, run_of(q), b, model, precision, gpus, batch), true};
     }
   }
   return pair;
@@ -366,32 +249,36 @@ std::optional<ReportSection> peers_section(const std::string& model, const Repor
       "together), their ratio, and each one's scaling efficiency over its own one-GPU point, all from one "
       "input file (one run) where a file holds both (dlbench's best such run); a ratio marked "
       "\"(different runs)\" pairs the best points of different files.");
-  ReportTable t = table({"peer", "precision", "GPUs", "dlbench img/s", "peer img/s", "dlbench / peer",
-                         "dlbench efficiency", "peer efficiency"},
-                        {false, false, true, true, true, true, true, true});
+  ReportTable t = table({"peer", "precision", "batch/GPU", "GPUs", "dlbench img/s", "peer img/s",
+                         "dlbench / peer", "dlbench efficiency", "peer efficiency"},
+                        {false, false, true, true, true, true, true, true, true});
   for (const std::string& f : axes.frameworks) {
-    if (f == "dlbench") continue;
+    // dlbench's other variants (its CPU and training runs) are not its peers.
+    if (f.rfind("dlbench", 0) == 0) continue;
     for (const std::string& p : axes.precisions)
-      for (int g : axes.gpu_counts) {
-        const PointPair pair = paired_points(in, best, "dlbench", f, model, p, g);
-        if (!pair.a || !pair.b) continue;
-        const ReportPoint &ours = *pair.a, &theirs = *pair.b;
-        const std::optional<std::string> run =
-            pair.same_run ? std::optional<std::string>(run_of(ours)) : std::nullopt;
-        auto one_gpu = [&](const std::string& framework) {
-          return run ? best_in_run(in, *run, framework, model, p, 1) : find(best, framework, model, p, 1);
-        };
-        auto efficiency = [&](const std::string& framework, const ReportPoint& point) {
-          const ReportPoint* one = g > 1 ? one_gpu(framework) : nullptr;
-          return one ? fmt::format("{:.1f}%", 100.0 * point.images_per_second / (g * one->images_per_second))
-                     : std::string("-");
-        };
-        t.rows.push_back({f, p, std::to_string(g), rate(ours.images_per_second),
-                          rate(theirs.images_per_second),
-                          fmt::format("{:.2f}x{}", ours.images_per_second / theirs.images_per_second,
-                                      run ? "" : " (different runs)"),
-                          efficiency("dlbench", ours), efficiency(f, theirs)});
-      }
+      for (int64_t b : axes.batch_sizes)
+        for (int g : axes.gpu_counts) {
+          const PointPair pair = paired_points(in, best, "dlbench", f, model, p, g, b);
+          if (!pair.a || !pair.b) continue;
+          const ReportPoint &ours = *pair.a, &theirs = *pair.b;
+          const std::optional<std::string> run =
+              pair.same_run ? std::optional<std::string>(run_of(ours)) : std::nullopt;
+          auto one_gpu = [&](const std::string& framework) {
+            return run ? best_in_run(in, *run, framework, model, p, 1, b)
+                       : find(best, framework, model, p, 1, b);
+          };
+          auto efficiency = [&](const std::string& framework, const ReportPoint& point) {
+            const ReportPoint* one = g > 1 ? one_gpu(framework) : nullptr;
+            return one ? fmt::format("{:.1f}%",
+                                     100.0 * point.images_per_second / (g * one->images_per_second))
+                       : std::string("-");
+          };
+          t.rows.push_back({f, p, std::to_string(b), std::to_string(g), rate(ours.images_per_second),
+                            rate(theirs.images_per_second),
+                            fmt::format("{:.2f}x{}", ours.images_per_second / theirs.images_per_second,
+                                        run ? "" : " (different runs)"),
+                            efficiency("dlbench", ours), efficiency(f, theirs)});
+        }
   }
   if (t.rows.empty()) return std::nullopt;
   s.table = std::move(t);
@@ -401,20 +288,22 @@ std::optional<ReportSection> peers_section(const std::string& model, const Repor
 ReportSection gain_section(const std::string& model, const ReportAxes& axes, const Best& best) {
   ReportSection s =
       section(report_section_id("gain", model), fmt::format("{}: what FP16 and BF16 gain over FP32", model));
-  ReportTable t = table({"framework", "GPUs", "fp16 over fp32", "bf16 over fp32"}, {false, true, true, true});
+  ReportTable t = table({"framework", "batch/GPU", "GPUs", "fp16 over fp32", "bf16 over fp32"},
+                        {false, true, true, true, true});
   for (const std::string& f : axes.frameworks)
-    for (int g : axes.gpu_counts) {
-      const ReportPoint* base = find(best, f, model, "fp32", g);
-      if (!base) continue;
-      auto gain = [&](const char* p) {
-        const ReportPoint* half = find(best, f, model, p, g);
-        return half ? fmt::format("{:+.0f}%",
-                                  100.0 * (half->images_per_second / base->images_per_second - 1.0))
-                    : std::string("-");
-      };
-      if (find(best, f, model, "fp16", g) || find(best, f, model, "bf16", g))
-        t.rows.push_back({f, std::to_string(g), gain("fp16"), gain("bf16")});
-    }
+    for (int64_t b : axes.batch_sizes)
+      for (int g : axes.gpu_counts) {
+        const ReportPoint* base = find(best, f, model, "fp32", g, b);
+        if (!base) continue;
+        auto gain = [&](const char* p) {
+          const ReportPoint* half = find(best, f, model, p, g, b);
+          return half ? fmt::format("{:+.0f}%",
+                                    100.0 * (half->images_per_second / base->images_per_second - 1.0))
+                      : std::string("-");
+        };
+        if (find(best, f, model, "fp16", g, b) || find(best, f, model, "bf16", g, b))
+          t.rows.push_back({f, std::to_string(b), std::to_string(g), gain("fp16"), gain("bf16")});
+      }
   if (t.rows.empty()) {
     s.paragraphs.push_back("No framework ran this model in FP32 and in FP16 or BF16 on the same GPU count.");
   } else {
@@ -434,9 +323,14 @@ std::vector<ReportCell> point_cells(const ReportPoint& p) {
       how.empty() ? p.framework : fmt::format("{} ({})", p.framework, fmt::join(how, "; "));
   return {who, p.model, p.precision, std::to_string(p.gpus), std::to_string(p.batch_size)};
 }
-ReportTable point_table(std::vector<std::string> columns, std::vector<bool> numeric) {
-  ReportTable t =
-      table({"framework", "model", "precision", "GPUs", "batch/GPU"}, {false, false, false, true, true});
+// The per-point tables' count of workers: GPUs, ranks where every point ran on the CPU, or both.
+ReportTable point_table(const std::vector<const ReportPoint*>& sorted, std::vector<std::string> columns,
+                        std::vector<bool> numeric) {
+  const bool cpu = std::any_of(sorted.begin(), sorted.end(), [](const ReportPoint* p) { return p->on_cpu; });
+  const bool gpu = std::any_of(sorted.begin(), sorted.end(), [](const ReportPoint* p) { return !p->on_cpu; });
+  const std::string workers = !cpu ? "GPUs" : gpu ? "GPUs or ranks" : "ranks";
+  ReportTable t = table({"framework", "model", "precision", workers, !cpu ? "batch/GPU" : "batch/" + workers},
+                        {false, false, false, true, true});
   t.columns.insert(t.columns.end(), columns.begin(), columns.end());
   t.numeric.insert(t.numeric.end(), numeric.begin(), numeric.end());
   return t;
@@ -447,8 +341,9 @@ ReportSection statistics_section(const std::vector<const ReportPoint*>& sorted) 
   s.paragraphs.push_back(
       "Step times of each point's timed window; jitter = standard deviation / mean. Points whose jitter "
       "exceeds 5% are flagged: their throughput moved during the window.");
-  ReportTable t = point_table({"img/s", "median ms", "mean +- 95% CI ms", "p5 ms", "p95 ms", "jitter", ""},
-                              {true, true, true, true, true, true, false});
+  ReportTable t =
+      point_table(sorted, {"img/s", "median ms", "mean +- 95% CI ms", "p5 ms", "p95 ms", "jitter", ""},
+                  {true, true, true, true, true, true, false});
   for (const ReportPoint* p : sorted) {
     std::vector<ReportCell> row = point_cells(*p);
     const bool flagged = p->jitter && *p->jitter > 0.05;
@@ -467,16 +362,16 @@ ReportSection statistics_section(const std::vector<const ReportPoint*>& sorted) 
 ReportSection memory_energy_section(const std::vector<const ReportPoint*>& sorted) {
   ReportSection s =
       section(report_section_id("memory-energy"), "Peak memory, energy per image, clocks and start-up");
-  ReportTable t =
-      point_table({"img/s", "peak memory GiB", "energy J/img", "SM clock MHz", "at power cap", "start-up s"},
-                  {true, true, true, true, true, true});
+  ReportTable t = point_table(
+      sorted, {"img/s", "peak memory", "energy J/img", "SM clock MHz", "at power cap", "start-up s"},
+      {true, true, true, true, true, true});
   for (const ReportPoint* p : sorted) {
     if (!p->peak_memory_bytes && !p->energy_joules_per_image && !p->sm_clock_median_mhz &&
         !p->seconds_to_first_timed_step)
       continue;
     std::vector<ReportCell> row = point_cells(*p);
     row.push_back(rate(p->images_per_second));
-    row.push_back(p->peak_memory_bytes ? gib(*p->peak_memory_bytes) : "—");
+    row.push_back(p->peak_memory_bytes ? memory_text(*p->peak_memory_bytes) : "—");
     row.push_back(p->energy_joules_per_image ? fmt::format("{:.3f}", *p->energy_joules_per_image) : "—");
     row.push_back(p->sm_clock_median_mhz ? fmt::format("{:.0f}", *p->sm_clock_median_mhz) : "—");
     row.push_back(p->power_capped_fraction ? fmt::format("{:.0f}%", 100 * *p->power_capped_fraction) : "—");
@@ -488,8 +383,17 @@ ReportSection memory_energy_section(const std::vector<const ReportPoint*>& sorte
     s.paragraphs.push_back("No result records its peak memory or energy.");
     return s;
   }
+  if (std::all_of(sorted.begin(), sorted.end(), [](const ReportPoint* p) { return p->on_cpu; })) {
+    s.paragraphs.push_back(
+        "Peak memory: the most memory one rank (process) held (MiB = 2^20 bytes, GiB = 2^30). CPU runs "
+        "record no energy or clocks (—). Start-up: from the process's start to its first timed step — "
+        "building the network and the warm-up steps.");
+    s.table = std::move(t);
+    return s;
+  }
   s.paragraphs.push_back(
-      "Peak memory: the most device memory one rank held (GiB = 2^30 bytes). Energy: what the GPUs drew "
+      "Peak memory: the most device memory one rank held (MiB = 2^20 bytes, GiB = 2^30). Energy: what the "
+      "GPUs drew "
       "during the timed window (their energy counters, all GPUs together) per image trained; — where the "
       "result has no such figure (CPU runs, peers that do not read the counters). SM clock: the median "
       "over the window of the slowest GPU's clock, sampled through NVML every 50 ms; at power cap: the share "
@@ -502,20 +406,24 @@ ReportSection memory_energy_section(const std::vector<const ReportPoint*>& sorte
 }
 
 ReportSection loss_section(const std::vector<const ReportPoint*>& sorted) {
-  ReportSection s = section(report_section_id("loss"), "Training runs: loss");
+  ReportSection s = section(report_section_id("loss"), "Training runs: loss and test accuracy");
   s.paragraphs.push_back(
-      "The loss of every step of the training runs (steps whose loss was not finite are left out).");
-  ReportTable t = point_table({"steps", "first loss", "last loss", "lowest loss"}, {true, true, true, true});
+      "The loss of every step of the training runs (steps whose loss was not finite are left out), and "
+      "the share of the test images the last evaluation classified right.");
+  ReportTable t = point_table(sorted, {"steps", "first loss", "last loss", "lowest loss", "test accuracy"},
+                              {true, true, true, true, true});
   for (const ReportPoint* p : sorted) {
     std::vector<double> finite;
     for (double l : p->losses)
       if (std::isfinite(l)) finite.push_back(l);
-    if (finite.empty()) continue;
+    if (finite.empty() && !p->test_accuracy) continue;
+    auto loss = [&](double v) { return finite.empty() ? std::string("-") : fmt::format("{:.4f}", v); };
     std::vector<ReportCell> row = point_cells(*p);
     row.push_back(std::to_string(p->losses.size()));
-    row.push_back(fmt::format("{:.4f}", finite.front()));
-    row.push_back(fmt::format("{:.4f}", finite.back()));
-    row.push_back(fmt::format("{:.4f}", *std::min_element(finite.begin(), finite.end())));
+    row.push_back(loss(finite.empty() ? 0 : finite.front()));
+    row.push_back(loss(finite.empty() ? 0 : finite.back()));
+    row.push_back(loss(finite.empty() ? 0 : *std::min_element(finite.begin(), finite.end())));
+    row.push_back(p->test_accuracy ? fmt::format("{:.2f}%", 100.0 * *p->test_accuracy) : "-");
     t.rows.push_back(std::move(row));
   }
   s.table = std::move(t);
@@ -526,48 +434,60 @@ ReportSection loss_section(const std::vector<const ReportPoint*>& sorted) {
 ReportSection conclusions_section(const ReportInput& in, const ReportAxes& axes, const Best& best) {
   ReportSection s = section(report_section_id("conclusions"), "Conclusions");
   for (const std::string& model : axes.models) {
+    // Every comparison is at one batch size; named where the model ran at several.
+    std::set<int64_t> batches;
+    for (const auto& [key, point] : best)
+      if (std::get<1>(key) == model) batches.insert(std::get<4>(key));
+    auto at_batch = [&](int64_t b) {
+      return batches.size() > 1 ? fmt::format(" at batch {}", b) : std::string();
+    };
     const int most = axes.gpu_counts.back();
     if (most > 1) {
       std::string best_framework;
       double best_efficiency = -1;
       for (const std::string& f : axes.frameworks)
-        for (const std::string& p : axes.precisions) {
-          const ReportPoint *one = find(best, f, model, p, 1), *many = find(best, f, model, p, most);
-          if (!one || !many) continue;
-          const double e = many->images_per_second / one->images_per_second / most;
-          if (e > best_efficiency) {
-            best_efficiency = e;
-            best_framework = fmt::format("{} ({})", f, p);
+        for (const std::string& p : axes.precisions)
+          for (int64_t b : axes.batch_sizes) {
+            const ReportPoint *one = find(best, f, model, p, 1, b), *many = find(best, f, model, p, most, b);
+            if (!one || !many) continue;
+            const double e = many->images_per_second / one->images_per_second / most;
+            if (e > best_efficiency) {
+              best_efficiency = e;
+              best_framework = fmt::format("{} ({}{})", f, p, at_batch(b));
+            }
           }
-        }
       if (best_efficiency > 0)
-        s.items.push_back(fmt::format("{} on {} GPUs: {} scales best, at {:.1f}% efficiency.", model, most,
-                                      best_framework, 100.0 * best_efficiency));
+        s.items.push_back(fmt::format("{} on {}: {} scales best, at {:.1f}% efficiency.", model,
+                                      report_workers_text(most, axes), best_framework,
+                                      100.0 * best_efficiency));
     }
-    for (const std::string& f : axes.frameworks) {
-      const ReportPoint *base = find(best, f, model, "fp32", 1), *half = find(best, f, model, "fp16", 1);
-      if (base && half) {
-        const double ratio = half->images_per_second / base->images_per_second;
-        s.items.push_back(fmt::format("{} {} on one GPU: FP16 trains {:.1f}x as fast as FP32 ({:+.0f}%).", f,
-                                      model, ratio, 100.0 * (ratio - 1)));
+    for (const std::string& f : axes.frameworks)
+      for (int64_t b : axes.batch_sizes) {
+        const ReportPoint *base = find(best, f, model, "fp32", 1, b),
+                          *half = find(best, f, model, "fp16", 1, b);
+        if (base && half) {
+          const double ratio = half->images_per_second / base->images_per_second;
+          s.items.push_back(fmt::format("{} {} on one GPU{}: FP16 trains {:.1f}x as fast as FP32 ({:+.0f}%).",
+                                        f, model, at_batch(b), ratio, 100.0 * (ratio - 1)));
+        }
       }
-    }
-    // The fastest framework at each precision and GPU count that two or more of them ran.
+    // The fastest framework at each precision, batch and GPU count that two or more of them ran.
     for (const std::string& p : axes.precisions)
-      for (int g : axes.gpu_counts) {
-        std::vector<std::pair<double, std::string>> rates;
-        for (const std::string& f : axes.frameworks)
-          if (const ReportPoint* point = find(best, f, model, p, g))
-            rates.emplace_back(point->images_per_second, f);
-        if (rates.size() < 2) continue;
-        std::sort(rates.rbegin(), rates.rend());
-        // The ratio of the two fastest, from points of one run where one holds both (as the peers' table).
-        const PointPair pair = paired_points(in, best, rates[0].second, rates[1].second, model, p, g);
-        s.items.push_back(fmt::format("{} {} on {} GPU(s): {} is {:.2f}x as fast as {}{}.", model, p, g,
-                                      rates[0].second, pair.a->images_per_second / pair.b->images_per_second,
-                                      rates[1].second,
-                                      pair.same_run ? "" : " (best points of different runs)"));
-      }
+      for (int64_t b : axes.batch_sizes)
+        for (int g : axes.gpu_counts) {
+          std::vector<std::pair<double, std::string>> rates;
+          for (const std::string& f : axes.frameworks)
+            if (const ReportPoint* point = find(best, f, model, p, g, b))
+              rates.emplace_back(point->images_per_second, f);
+          if (rates.size() < 2) continue;
+          std::sort(rates.rbegin(), rates.rend());
+          // The ratio of the two fastest, from points of one run where one holds both (as the peers' table).
+          const PointPair pair = paired_points(in, best, rates[0].second, rates[1].second, model, p, g, b);
+          s.items.push_back(fmt::format(
+              "{} {} on {}{}: {} is {:.2f}x as fast as {}{}.", model, p, report_workers_text(g, axes),
+              at_batch(b), rates[0].second, pair.a->images_per_second / pair.b->images_per_second,
+              rates[1].second, pair.same_run ? "" : " (best points of different runs)"));
+        }
   }
   if (s.items.empty()) s.items.push_back("Too few points for a comparison.");
   if (in.skipped_lines > 0)
@@ -602,54 +522,22 @@ std::string markdown_table(const ReportTable& t) {
 
 }  // namespace
 
-ReportInput read_report_input(const std::vector<std::string>& paths) {
-  ReportInput in;
-  SweepOutcomes sweeps;
-  for (const std::string& path : paths) {
-    std::ifstream file(path);
-    DLB_REQUIRE(file.good(), "report: cannot read {}", path);
-    std::stringstream whole;
-    whole << file.rdbuf();
-    const std::string text = whole.str();
-    // A whole-file JSON object (a --json result), else JSON Lines.
-    nlohmann::json single = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
-    if (!single.is_discarded() && single.is_object()) {
-      take(single, path, 1, in, sweeps);
-      continue;
-    }
-    std::istringstream lines(text);
-    std::string line;
-    for (int number = 1; std::getline(lines, line); ++number) {
-      if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
-      nlohmann::json j = nlohmann::json::parse(line, nullptr, false);
-      if (j.is_discarded() || !j.is_object()) {
-        std::fprintf(stderr, "report: %s line %d: not a JSON object; skipped\n", path.c_str(), number);
-        ++in.skipped_lines;
-        continue;
-      }
-      take(j, path, number, in, sweeps);
-    }
-  }
-  for (const auto& [key, text] : sweeps.failed) {
-    if (!key.empty() && sweeps.ok.count(key)) {
-      ++in.failed_then_ok;
-    } else {
-      in.failed.push_back(text);
-    }
-  }
-  return in;
-}
-
 ReportAxes report_axes(const ReportInput& in) {
   std::set<std::string> frameworks, models, precisions;
   std::set<int> gpu_counts;
+  std::set<int64_t> batch_sizes;
+  ReportAxes axes;
+  axes.on_cpu_only = !in.points.empty();
   for (const ReportPoint& p : in.points) {
     frameworks.insert(p.framework);
     models.insert(p.model);
     precisions.insert(p.precision);
     gpu_counts.insert(p.gpus);
+    batch_sizes.insert(p.batch_size);
+    axes.on_cpu |= p.on_cpu;
+    axes.on_cpu_only &= p.on_cpu;
   }
-  ReportAxes axes;
+  axes.batch_sizes.assign(batch_sizes.begin(), batch_sizes.end());
   axes.frameworks.assign(frameworks.begin(), frameworks.end());
   axes.models.assign(models.begin(), models.end());
   axes.gpu_counts.assign(gpu_counts.begin(), gpu_counts.end());
@@ -673,8 +561,15 @@ std::vector<const ReportPoint*> report_points_sorted(const ReportInput& in) {
 }
 
 std::string report_point_label(const ReportPoint& p, bool with_model) {
-  return fmt::format("{}{} {} {} GPU{}", with_model ? p.model + " " : "", p.framework, p.precision, p.gpus,
-                     p.gpus > 1 ? "s" : "");
+  const std::string workers = p.on_cpu ? (p.gpus > 1 ? fmt::format("{} ranks", p.gpus) : "1 process")
+                                       : fmt::format("{} GPU{}", p.gpus, p.gpus > 1 ? "s" : "");
+  return fmt::format("{}{} {} {}", with_model ? p.model + " " : "", p.framework, p.precision, workers);
+}
+
+std::string report_workers_text(int count, const ReportAxes& axes) {
+  if (axes.on_cpu_only) return count > 1 ? fmt::format("{} ranks", count) : "1 process";
+  if (axes.on_cpu) return count > 1 ? fmt::format("{} GPUs or ranks", count) : "1 GPU or process";
+  return fmt::format("{} GPU{}", count, count > 1 ? "s" : "");
 }
 
 std::string report_section_id(const std::string& kind, const std::string& model) {
@@ -690,11 +585,13 @@ std::string report_section_id(const std::string& kind, const std::string& model)
 std::vector<std::string> unmeasured_points(const ReportAxes& axes, const Best& best) {
   std::vector<std::string> items;
   for (const std::string& model : axes.models) {
-    std::set<std::pair<std::string, int>> measured;  // (precision, GPUs) by any framework
+    std::set<std::pair<std::string, int>> measured;  // (precision, GPUs) by any framework, any batch
+    std::set<std::tuple<std::string, std::string, int>> measured_by;  // (framework, precision, GPUs)
     std::set<std::string> ran_model;
     for (const auto& [key, point] : best)
       if (std::get<1>(key) == model) {
         measured.insert({std::get<2>(key), std::get<3>(key)});
+        measured_by.insert({std::get<0>(key), std::get<2>(key), std::get<3>(key)});
         ran_model.insert(std::get<0>(key));
       }
     for (const std::string& f : axes.frameworks) {
@@ -702,11 +599,12 @@ std::vector<std::string> unmeasured_points(const ReportAxes& axes, const Best& b
       for (const std::string& precision : axes.precisions) {
         std::vector<std::string> gpus;
         for (int g : axes.gpu_counts)
-          if (measured.count({precision, g}) && !find(best, f, model, precision, g))
+          if (measured.count({precision, g}) && !measured_by.count({f, precision, g}))
             gpus.push_back(std::to_string(g));
         if (!gpus.empty())
-          items.push_back(fmt::format("{} {} {} on {} GPU(s): not measured (another framework was)", f, model,
-                                      precision, fmt::join(gpus, ", ")));
+          items.push_back(fmt::format("{} {} {} on {} {}: not measured (another framework was)", f, model,
+                                      precision, fmt::join(gpus, ", "),
+                                      axes.on_cpu_only ? "rank(s)" : "GPU(s)"));
       }
     }
   }
@@ -730,7 +628,8 @@ ReportDocument report_document(const ReportInput& in) {
   }
   doc.sections.push_back(statistics_section(sorted));
   doc.sections.push_back(memory_energy_section(sorted));
-  if (std::any_of(sorted.begin(), sorted.end(), [](const ReportPoint* p) { return !p->losses.empty(); }))
+  if (std::any_of(sorted.begin(), sorted.end(),
+                  [](const ReportPoint* p) { return !p->losses.empty() || p->test_accuracy; }))
     doc.sections.push_back(loss_section(sorted));
   const std::vector<std::string> unmeasured = unmeasured_points(axes, best);
   if (!in.failed.empty() || in.failed_then_ok > 0 || !unmeasured.empty()) {
@@ -817,8 +716,47 @@ std::string report_points_jsonl(const ReportInput& in) {
   return out;
 }
 
+// The report's outputs checked against its inputs: `report r.jsonl -o r.jsonl`, or an input that is one of
+// the files the report writes (DIR/points.jsonl of an earlier report), is refused before anything is read.
+void check_report_paths(const std::vector<std::string>& paths, const std::string& out_dir) {
+  std::vector<PathUse> uses;
+  for (const std::string& path : paths) uses.push_back({path, path, PathRole::reads_file});
+  // An input given twice is read once (read_report_input), not two uses of one file.
+  std::set<std::string> seen;
+  uses.erase(std::remove_if(uses.begin(), uses.end(),
+                            [&](const PathUse& u) { return !seen.insert(resolved_path(u.path)).second; }),
+             uses.end());
+  uses.push_back({"-o", out_dir, PathRole::writes_tree});
+  for (const char* name : {"report.md", "report.html", "points.jsonl"})
+    uses.push_back({fmt::format("-o (its {})", name), out_dir + "/" + name, PathRole::writes_file});
+  uses.push_back({"-o (its figures/)", out_dir + "/figures", PathRole::writes_tree});
+  check_path_uses(uses);
+  std::error_code ec;
+  DLB_REQUIRE(!std::filesystem::exists(out_dir, ec) || std::filesystem::is_directory(out_dir, ec),
+              "report: -o {}: a file, not a folder; give a folder for the report", out_dir);
+}
+
+// Whether `name`, a file of DIR/figures, is one the report draws (report_figures.h: NAME.dat, .gp, .svg
+// and .png of throughput_*, speedup_*, step_times and loss): those of an earlier report are removed before
+// the figures are drawn, so that none is left that this report does not name. Nothing else is touched.
+bool is_report_figure_file(const std::string& name) {
+  const std::filesystem::path path(name);
+  const std::string ext = path.extension().string(), stem = path.stem().string();
+  if (ext != ".dat" && ext != ".gp" && ext != ".svg" && ext != ".png") return false;
+  return stem.rfind("throughput_", 0) == 0 || stem.rfind("speedup_", 0) == 0 || stem == "step_times" ||
+         stem == "loss";
+}
+
+void remove_earlier_figures(const std::string& figures_dir) {
+  std::error_code ec;
+  for (const auto& entry : std::filesystem::directory_iterator(figures_dir, ec))
+    if (entry.is_regular_file() && is_report_figure_file(entry.path().filename().string()))
+      std::filesystem::remove(entry.path(), ec);
+}
+
 void run_report(const std::vector<std::string>& paths, const std::string& out_dir) {
   DLB_REQUIRE(!paths.empty(), "report: give one or more result files");
+  check_report_paths(paths, out_dir);
   const ReportInput input = read_report_input(paths);
   DLB_REQUIRE(!input.points.empty(),
               "report: no result in {} (expected lines of dlbench bench/train --json, "
@@ -835,6 +773,9 @@ void run_report(const std::vector<std::string>& paths, const std::string& out_di
   std::map<std::string, std::string> svg_of;
   std::string first_failure;
   int failures = 0;
+  // An earlier report's figures go first, drawn or not this time: none is left that this report does not
+  // name.
+  remove_earlier_figures(out_dir + "/figures");
   const std::vector<ReportFigure> figures = plan_figures(input);
   const std::optional<std::string> gnuplot = figures.empty() ? std::nullopt : find_program("gnuplot");
   if (!figures.empty() && !gnuplot) {

@@ -1,13 +1,18 @@
 // `dlbench report RESULTS... -o DIR`: the study's tables and figures from result files.
 //
-// Input: JSON Lines or JSON files holding result objects of `dlbench bench`/`train` (--json), lines of
-// `dlbench sweep`/`compare` (the result under "result"; failed points and peers not installed here
+// Input: JSON Lines or JSON files (each read once, however often given) holding result objects of `dlbench
+// bench`/`train` (--json), lines of `dlbench sweep`/`compare` (the result under "result"; failed points and
+// peers not installed here
 // ("status": "unavailable") listed as such), lines of bench/gpu_*.sh (the dlbench and peer results under
 // "dlbench_result" and "peer_result"), and the peers' own result objects (with "framework"; a PyTorch run
 // with "compiled": true is its own framework, "pytorch (compiled)"). Each becomes one point: framework,
 // model, precision, GPUs, batch per GPU, img/s, the per-step statistics and, where the result has them,
 // each timed step's time, the loss per step (train runs), peak memory and energy per image. A line that is
-// not JSON or lacks a needed field is named (file, line, field) on stderr and skipped; the rest is reported.
+// not JSON, lacks a needed field or holds an impossible value (a batch of -1, a negative time, 1e308 img/s)
+// is named (file, line, field, value) on stderr and skipped; the rest is reported. A CPU run, and a training
+// run, is a framework of its own in the tables ("dlbench (CPU)", "dlbench train"): never one cell with a
+// GPU's benchmark. Every table keeps batch sizes apart, and a speedup divides by the one-GPU point of the
+// same framework, model, precision and batch.
 //
 // The report: the system table; throughput per framework x precision x GPU count; speedup over one GPU and
 // scaling efficiency; what FP16 and BF16 gain over FP32; the per-point statistics (median step, mean +- 95%
@@ -43,10 +48,13 @@ struct ReportPoint {
   std::optional<double> sm_clock_median_mhz, power_capped_fraction;
   // dlbench: seconds from the process's start to its first timed step (network, algorithm search, warm-up).
   std::optional<double> seconds_to_first_timed_step;
-  std::vector<double> step_times_ms;  // each timed step, where the result lists them
-  std::vector<double> losses;         // the loss of each step (train runs)
-  bool compiled = false;              // a peer run through its compiler (torch.compile)
-  std::string algorithm_digest;       // dlbench: the fingerprint of the kernels it chose ("" if not stated)
+  std::vector<double> step_times_ms;    // each timed step, where the result lists them
+  std::vector<double> losses;           // the loss of each step (train runs)
+  std::optional<double> test_accuracy;  // train runs: the last evaluation's share of test images right
+  bool on_cpu = false;                  // "device": "cpu"; its ranks are processes, not GPUs
+  std::string command;                  // dlbench: "bench" or "train" (config.command), "" if not stated
+  bool compiled = false;                // a peer run through its compiler (torch.compile)
+  std::string algorithm_digest;         // dlbench: the fingerprint of the kernels it chose ("" if not stated)
   // dlbench points of a sweep run with extra bench flags (sweep --bench-args), space-separated: the same
   // point run another way ("--bucket-mb 0 --allreduce-precision compute"); "" for the defaults.
   std::string bench_args;
@@ -72,12 +80,17 @@ ReportInput read_report_input(const std::vector<std::string>& paths);
 struct ReportAxes {
   std::vector<std::string> frameworks, models, precisions;
   std::vector<int> gpu_counts;
+  std::vector<int64_t> batch_sizes;          // ascending
+  bool on_cpu = false, on_cpu_only = false;  // some points, every point ran on the CPU
 };
 ReportAxes report_axes(const ReportInput& input);
 // The points in the statistics table's order: model, framework, precision, GPUs, then input order.
 std::vector<const ReportPoint*> report_points_sorted(const ReportInput& input);
 // "pytorch fp16 2 GPUs" (with the model in front when `with_model`): how tables and figures name a point.
 std::string report_point_label(const ReportPoint& p, bool with_model);
+// How a column names a count of workers: "2 GPUs"; "2 ranks" / "1 process" where every point ran on the
+// CPU; "2 GPUs or ranks" where both did.
+std::string report_workers_text(int count, const ReportAxes& axes);
 // The anchor of a section: "throughput-resnet50"; figures name the section they illustrate by it.
 std::string report_section_id(const std::string& kind, const std::string& model = "");
 

@@ -54,8 +54,6 @@ std::string file_stem(std::string s) {
   return s;
 }
 
-std::string gpus_text(int g) { return fmt::format("{} GPU{}", g, g > 1 ? "s" : ""); }
-
 // The head of every script: the terminal chosen by output_format, the house style, the title. A figure
 // with a subtitle centres both on the whole image rather than over the plot (which long names at its left
 // push off centre).
@@ -133,42 +131,49 @@ struct Series {
 std::vector<Series> series_of(const ReportInput& in, const ReportAxes& axes, const std::string& model,
                               const std::string& precision) {
   std::vector<Series> all;
-  for (const std::string& f : axes.frameworks) {
-    std::vector<const ReportPoint*> points;
-    std::set<std::string> launchers;
-    for (const ReportPoint& p : in.points)
-      if (p.framework == f && p.model == model && p.precision == precision) {
-        points.push_back(&p);
-        if (p.gpus > 1) launchers.insert(p.launcher);
-      }
-    if (points.empty()) continue;
-    if (f != "dlbench" || launchers.size() < 2) {
-      Series s(f);
-      for (const ReportPoint* p : points) keep_best(s.by_gpus, *p);
-      all.push_back(std::move(s));
-      continue;
-    }
-    std::map<int, const ReportPoint*> one_gpu;
-    for (const ReportPoint* p : points)
-      if (p->gpus == 1) keep_best(one_gpu, *p);
-    // A 1-GPU point of a launcher with no multi-GPU point (a plain local run) is drawn with the first.
-    bool local_drawn = false;
-    for (const std::string& launcher : launchers) {
-      Series s(fmt::format("{} {}", f, launcher.empty() ? "(no launcher)" : launcher));
-      for (const ReportPoint* p : points)
-        if (p->launcher == launcher) keep_best(s.by_gpus, *p);
-      if (!s.by_gpus.count(1) && !one_gpu.empty()) {
-        const ReportPoint* best = one_gpu.begin()->second;
-        if (!launchers.count(best->launcher) && !local_drawn) {
-          s.by_gpus[1] = best;
-          local_drawn = true;
-        } else {
-          s.base = best;
+  std::set<int64_t> batches;  // of this model and precision
+  for (const ReportPoint& p : in.points)
+    if (p.model == model && p.precision == precision) batches.insert(p.batch_size);
+  // A series per batch size too, where the inputs hold several: a speedup across batch sizes is the
+  // batches' difference, not the GPUs'.
+  for (const std::string& f : axes.frameworks)
+    for (int64_t batch : axes.batch_sizes) {
+      const std::string label = batches.size() > 1 ? fmt::format("{} batch {}", f, batch) : f;
+      std::vector<const ReportPoint*> points;
+      std::set<std::string> launchers;
+      for (const ReportPoint& p : in.points)
+        if (p.framework == f && p.model == model && p.precision == precision && p.batch_size == batch) {
+          points.push_back(&p);
+          if (p.gpus > 1) launchers.insert(p.launcher);
         }
+      if (points.empty()) continue;
+      if (f != "dlbench" || launchers.size() < 2) {
+        Series s(label);
+        for (const ReportPoint* p : points) keep_best(s.by_gpus, *p);
+        all.push_back(std::move(s));
+        continue;
       }
-      all.push_back(std::move(s));
+      std::map<int, const ReportPoint*> one_gpu;
+      for (const ReportPoint* p : points)
+        if (p->gpus == 1) keep_best(one_gpu, *p);
+      // A 1-GPU point of a launcher with no multi-GPU point (a plain local run) is drawn with the first.
+      bool local_drawn = false;
+      for (const std::string& launcher : launchers) {
+        Series s(fmt::format("{} {}", label, launcher.empty() ? "(no launcher)" : launcher));
+        for (const ReportPoint* p : points)
+          if (p->launcher == launcher) keep_best(s.by_gpus, *p);
+        if (!s.by_gpus.count(1) && !one_gpu.empty()) {
+          const ReportPoint* best = one_gpu.begin()->second;
+          if (!launchers.count(best->launcher) && !local_drawn) {
+            s.by_gpus[1] = best;
+            local_drawn = true;
+          } else {
+            s.base = best;
+          }
+        }
+        all.push_back(std::move(s));
+      }
     }
-  }
   return all;
 }
 
@@ -193,13 +198,19 @@ class Colours {
 };
 
 ReportFigure throughput_figure(const std::string& model, const std::string& precision,
-                               const std::vector<Series>& series, Colours& colours) {
-  ReportFigure f = figure(
-      file_stem(fmt::format("throughput_{}_{}", model, precision)),
-      fmt::format("{} {}: images/s on each GPU count, all GPUs together; a bar's label is its speedup over "
-                  "the same framework on one GPU.",
-                  model, precision),
-      report_section_id("throughput", model));
+                               const std::vector<Series>& series, const ReportAxes& axes, Colours& colours) {
+  // CPU points count processes and ranks, not GPUs.
+  const std::string count = axes.on_cpu_only ? "rank count" : axes.on_cpu ? "GPU or rank count" : "GPU count";
+  const std::string together = axes.on_cpu_only ? "all ranks"
+                               : axes.on_cpu    ? "all GPUs or ranks"
+                                                : "all GPUs";
+  const std::string one = axes.on_cpu_only ? "one process" : "one GPU";
+  ReportFigure f =
+      figure(file_stem(fmt::format("throughput_{}_{}", model, precision)),
+             fmt::format("{} {}: images/s on each {}, {} together; a bar's label is its speedup over "
+                         "the same framework on {}.",
+                         model, precision, count, together, one),
+             report_section_id("throughput", model));
   std::set<int> gpu_set;
   double highest = 0;
   for (const Series& s : series)
@@ -235,18 +246,19 @@ ReportFigure throughput_figure(const std::string& model, const std::string& prec
           fmt::format("'' index {} using 1:2:3 with labels offset 0,0.7 font ',10' notitle", i));
   }
   std::vector<std::pair<std::string, double>> names;
-  for (size_t r = 0; r < gpus.size(); ++r) names.emplace_back(gpus_text(gpus[r]), static_cast<double>(r));
-  f.script =
-      script_head(f.name, fmt::format("{} {}: throughput", model, precision)) + tics("x", names) +
-      fmt::format(
-          "set key outside below center horizontal\n"
-          "set ylabel 'images/s (all GPUs together)'\n"
-          "set xrange [-0.6:{}]\n"
-          "set yrange [0:{}]\n"
-          "set boxwidth {} absolute\n"
-          "set style fill solid 0.9 noborder\n",
-          number(static_cast<double>(gpus.size()) - 0.4), number(highest * 1.12), number(width * 0.9)) +
-      plot(clauses);
+  for (size_t r = 0; r < gpus.size(); ++r)
+    names.emplace_back(report_workers_text(gpus[r], axes), static_cast<double>(r));
+  f.script = script_head(f.name, fmt::format("{} {}: throughput", model, precision)) + tics("x", names) +
+             fmt::format(
+                 "set key outside below center horizontal\n"
+                 "set ylabel 'images/s ({} together)'\n"
+                 "set xrange [-0.6:{}]\n"
+                 "set yrange [0:{}]\n"
+                 "set boxwidth {} absolute\n"
+                 "set style fill solid 0.9 noborder\n",
+                 together, number(static_cast<double>(gpus.size()) - 0.4), number(highest * 1.12),
+                 number(width * 0.9)) +
+             plot(clauses);
   return f;
 }
 
@@ -453,7 +465,7 @@ std::vector<ReportFigure> plan_figures(const ReportInput& in) {
   for (const std::string& model : axes.models) {
     for (const std::string& precision : axes.precisions) {
       const std::vector<Series> series = series_of(in, axes, model, precision);
-      if (!series.empty()) figures.push_back(throughput_figure(model, precision, series, colours));
+      if (!series.empty()) figures.push_back(throughput_figure(model, precision, series, axes, colours));
     }
     if (auto f = speedup_figure(model, in, axes, colours)) figures.push_back(std::move(*f));
   }

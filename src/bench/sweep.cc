@@ -1,8 +1,5 @@
 #include "bench/sweep.h"
 
-#include <fcntl.h>
-#include <unistd.h>
-
 #include <algorithm>
 #include <cctype>
 #include <cerrno>
@@ -16,6 +13,8 @@
 #include "backend/backend_factory.h"
 #include "bench/report.h"
 #include "bench/system_info.h"
+#include "core/file_io.h"
+#include "core/file_paths.h"
 #include "core/process.h"
 #include "core/signals.h"
 #include "core/status.h"
@@ -41,31 +40,32 @@ std::string duration_text(double seconds) {
   return fmt::format("{}s", s);
 }
 
-// The last line a failed point wrote that says what went wrong (an "error" line if there is one).
+// The line of a failed point's log that says what went wrong: dlbench's own "dlbench: error: ..." where
+// there is one, else the last line naming an error, else the last line. CLI11's closing hint ("Run with
+// --help for more information.") says nothing about the point and is never the reason.
 std::string error_of(const std::string& log_path, const ProcessResult& outcome) {
   if (outcome.timed_out) return fmt::format("timed out after {:.0f} s", outcome.seconds);
   std::ifstream in(log_path);
-  std::string line, last, error;
+  std::string line, last, error, dlbench_error;
   while (std::getline(in, line)) {
     if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
+    if (line.rfind("Run with --help", 0) == 0) continue;
     last = line;
+    if (line.rfind("dlbench: error:", 0) == 0) dlbench_error = line;
     if (line.find("error") != std::string::npos) error = line;
   }
-  std::string message = !error.empty() ? error : !last.empty() ? last : "no output";
+  std::string message = !dlbench_error.empty() ? dlbench_error
+                        : !error.empty()       ? error
+                        : !last.empty()        ? last
+                                               : "no output";
   if (outcome.exit_code < 0) message += " (killed by a signal)";
   return message;
 }
 
-void append_line(const std::string& path, const nlohmann::json& line) {
-  const std::string text = line.dump() + "\n";
-  const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
-  DLB_REQUIRE(fd >= 0, "sweep: cannot append to {}: {}", path, std::strerror(errno));
-  // One write of the whole line: a sweep stopped mid-point never leaves half a line.
-  const ssize_t written = ::write(fd, text.data(), text.size());
-  const bool ok = written == static_cast<ssize_t>(text.size()) && ::fsync(fd) == 0;
-  ::close(fd);
-  DLB_REQUIRE(ok, "sweep: writing {} failed: {}", path, std::strerror(errno));
-}
+// Whether a dlbench point's process stopped at parsing its command line: CLI11's exit codes (100 to 114),
+// or 2, the usage status of a command line refused with one line. The sweep's own flags are valid, so the
+// cause is --bench-args, and every point of the grid would fail the same way.
+bool is_usage_error(int exit_code) { return exit_code == 2 || (exit_code >= 100 && exit_code <= 114); }
 
 // Where the peers' scripts are: --peers, $DLBENCH_PEERS, peers/ beside the binary or one or two folders up
 // (a build folder inside the repository), else the source tree this binary was built from.
@@ -97,7 +97,26 @@ struct Point {
   std::string model, precision;
   int gpus;
   std::string batch;  // a number or "max"
+  int64_t steps, warmup_steps;
 };
+
+// What a point runs where the sweep was not told: on a GPU the study's (resnet50, batch 256, 60 steps
+// after 20); on the CPU what `dlbench bench` picks there (train/config.cc), so that a point takes
+// seconds, not hours: resnet20 at batch 128, 20 steps after 2 (an ImageNet model: batch 16, 10 steps).
+std::vector<std::string> default_models(bool on_gpu) { return {on_gpu ? "resnet50" : "resnet20"}; }
+std::string default_batch(const std::string& model, bool on_gpu) {
+  return on_gpu ? "256" : model == "resnet20" ? "128" : "16";
+}
+int64_t default_steps(const std::string& model, bool on_gpu) {
+  return on_gpu ? 60 : model == "resnet20" ? 20 : 10;
+}
+int64_t default_warmup_steps(bool on_gpu) { return on_gpu ? 20 : 2; }
+
+// How the progress lines and log names count a point's workers: GPUs, or on the CPU processes (ranks).
+std::string workers_text(int count, bool on_gpu) {
+  if (on_gpu) return fmt::format("{} GPU{}", count, count > 1 ? "s" : "");
+  return count > 1 ? fmt::format("{} ranks (CPU)", count) : std::string("1 process (CPU)");
+}
 
 }  // namespace
 
@@ -134,8 +153,8 @@ std::vector<std::string> point_command(const SweepOptions& o, const Point& p, co
   const std::vector<std::string> common = {"--model",        p.model,
                                            "--precision",    p.precision,
                                            "--batch-size",   p.batch,
-                                           "--steps",        std::to_string(o.steps),
-                                           "--warmup-steps", std::to_string(o.warmup_steps),
+                                           "--steps",        std::to_string(p.steps),
+                                           "--warmup-steps", std::to_string(p.warmup_steps),
                                            "--device",       device,
                                            "--json",         json_path};
   if (o.framework == "dlbench") {
@@ -172,7 +191,61 @@ struct SweepTally {
   std::string unavailable_reason;
 };
 
-SweepTally sweep_points(const SweepOptions& o) {
+// The point's line from how its process ended: ok with its result, interrupted, unavailable (a peer not
+// installed), or failed with the line of its log that says why; its outcome counted in `tally`.
+void record_outcome(const SweepOptions& o, const ProcessResult& outcome, const std::string& json_path,
+                    const std::string& log_path, const nlohmann::json& system, nlohmann::json& line,
+                    SweepTally& tally) {
+  const bool peer = o.framework != "dlbench";
+  const char* who = peer ? "compare" : "sweep";
+  nlohmann::json result;
+  if (outcome.exit_code == 0) {
+    std::ifstream in(json_path);
+    result = nlohmann::json::parse(in, nullptr, /*allow_exceptions=*/false);
+  }
+  if (outcome.stopped) {
+    line["status"] = "interrupted";
+    line["error"] = fmt::format("the sweep was stopped {:.0f} s into this point", outcome.seconds);
+    line["system"] = system;
+    tally.interrupted = true;
+    std::printf("%s:   interrupted: the sweep was asked to stop\n", who);
+  } else if (outcome.exit_code == 0 && result.is_object()) {
+    line["status"] = "ok";
+    line["result"] = result;
+    std::printf("%s:   %.1f img/s\n", who, result.value("images_per_second", 0.0));
+  } else if (peer && (outcome.exit_code == 3 || outcome.exit_code == 127)) {
+    // The peer says its framework is not installed (3), or its interpreter could not be started (127).
+    tally.unavailable_reason = error_of(log_path, outcome);
+    line["status"] = "unavailable";
+    line["error"] = tally.unavailable_reason;
+    line["system"] = system;
+    ++tally.unavailable;
+    std::printf("%s:   %s is not available here: %s\n", who, o.framework.c_str(),
+                tally.unavailable_reason.c_str());
+  } else {
+    line["status"] = "failed";
+    line["error"] = outcome.exit_code == 0 ? "no result written" : error_of(log_path, outcome);
+    line["system"] = system;
+    ++tally.failed;
+    std::printf("%s:   failed: %s\n", who, line["error"].get<std::string>().c_str());
+  }
+  std::fflush(stdout);
+}
+
+// A dlbench point refused at its command line: the sweep's own flags are valid, so --bench-args is at
+// fault and every point would fail the same way. The sweep stops with the line that says what was wrong,
+// recording nothing, so that the same grid with the flags corrected runs every point.
+[[noreturn]] void refuse_command_line(const SweepOptions& o, std::string reason, const std::string& log) {
+  const std::string prefix = "dlbench: error: ";
+  if (reason.rfind(prefix, 0) == 0) reason = reason.substr(prefix.size());
+  std::string flags;
+  for (const std::string& a : o.bench_args) flags += (flags.empty() ? "" : ",") + a;
+  throw_user_error("sweep: {}{}; no point was run or recorded (every point would fail the same way; see {})",
+                   o.bench_args.empty() ? "" : fmt::format("--bench-args {}: ", flags), reason, log);
+}
+
+// The grid's flags, checked before anything runs; UserError naming the first bad one.
+void check_grid(const SweepOptions& o, bool on_gpu) {
   DLB_REQUIRE(!o.results.empty(), "{}: give --results FILE", o.framework == "dlbench" ? "sweep" : "compare");
   DLB_REQUIRE(o.framework == "dlbench" || is_peer(o.framework),
               "--frameworks {}: unknown; choose among pytorch, pytorch-compiled, jax", o.framework);
@@ -182,20 +255,60 @@ SweepTally sweep_points(const SweepOptions& o) {
   else
     DLB_REQUIRE(o.launcher == "torchrun" || o.launcher == "mpi", "--launcher {}: choose torchrun or mpi",
                 o.launcher);
-  DLB_REQUIRE(o.steps >= 1 && o.warmup_steps >= 0,
-              "sweep: --steps must be positive, --warmup-steps 0 or more");
+  DLB_REQUIRE(o.steps.value_or(1) >= 1, "--steps {}: must be positive", o.steps.value_or(1));
+  DLB_REQUIRE(o.warmup_steps.value_or(0) >= 0, "--warmup-steps {}: must be 0 or more",
+              o.warmup_steps.value_or(0));
   DLB_REQUIRE(o.point_timeout_seconds > 0, "--point-timeout {}: must be positive", o.point_timeout_seconds);
   for (const std::string& m : o.models) DLB_REQUIRE(is_model_name(m), "--models {}: unknown model", m);
   for (const std::string& p : o.precisions)
     DLB_REQUIRE(p == "fp32" || p == "tf32" || p == "fp16" || p == "bf16",
                 "--precisions {}: choose among fp32, tf32, fp16, bf16", p);
-  for (int g : o.gpus) DLB_REQUIRE(g >= 1, "--gpus {}: must be 1 or more", g);
+  for (int g : o.gpus) {
+    DLB_REQUIRE(g >= 1, "--gpus {}: must be 1 or more", g);
+    // One dlbench process trains on one CPU rank: several need one process each.
+    DLB_REQUIRE(on_gpu || g == 1 || o.framework != "dlbench" || o.launcher == "mpi",
+                "--gpus {}: on the CPU a point runs one rank per process; give --launcher mpi for {} ranks",
+                g, g);
+  }
   for (const std::string& b : o.batch_sizes) {
     DLB_REQUIRE(b == "max" || (is_batch_number(b) && std::stoll(b) >= 1),
                 "--batch-sizes {}: give numbers of images per GPU, or max", b);
   }
+}
 
+// The files a sweep writes, refused where two are one (say --algorithm-cache naming the results file),
+// and the results file checked writable before hours of points.
+void check_sweep_paths(const SweepOptions& o, const std::string& logs, bool on_gpu) {
+  std::vector<PathUse> uses = {{"--results", o.results, PathRole::writes_file},
+                               {"the logs folder", logs, PathRole::writes_tree}};
+  if (o.framework == "dlbench")
+    uses.push_back({"--algorithm-cache", sweep_algorithm_cache(o, on_gpu), PathRole::writes_file});
+  check_path_uses(uses);
+  check_writable(o.results, "--results");
+}
+
+// The grid's points, each with its batch and steps (given, or the device's defaults for its model).
+std::vector<Point> grid_points(const SweepOptions& o, bool on_gpu) {
+  std::vector<Point> points;
+  for (const auto& m : o.models.empty() ? default_models(on_gpu) : o.models)
+    for (const auto& p : o.precisions)
+      for (int g : o.gpus)
+        for (const std::string& b :
+             o.batch_sizes.empty() ? std::vector<std::string>{default_batch(m, on_gpu)} : o.batch_sizes)
+          points.push_back({m, p, g, b, o.steps.value_or(default_steps(m, on_gpu)),
+                            o.warmup_steps.value_or(default_warmup_steps(on_gpu))});
+  return points;
+}
+
+SweepTally sweep_points(const SweepOptions& o) {
+  // Stopped by `timeout` or Ctrl-C, from here on: the running point's processes are killed and the point
+  // recorded as interrupted (run again on the next start), instead of vanishing with the sweep.
+  defer_stop_to_safe_points();
+  const bool peer = o.framework != "dlbench";
+  const bool on_gpu = runs_on_gpu(o.device);
+  check_grid(o, on_gpu);
   const std::string logs = o.results + ".logs";
+  check_sweep_paths(o, logs, on_gpu);
   std::error_code ec;
   fs::create_directories(logs, ec);
   DLB_REQUIRE(!ec, "sweep: cannot create {}: {}", logs, ec.message());
@@ -209,39 +322,31 @@ SweepTally sweep_points(const SweepOptions& o) {
 
   std::vector<Point> todo;
   SweepTally tally;
-  for (const auto& m : o.models)
-    for (const auto& p : o.precisions)
-      for (int g : o.gpus)
-        for (const std::string& b : o.batch_sizes) {
-          if (already(point_key(o, m, p, g, b))) {
-            ++tally.skipped;
-          } else {
-            todo.push_back({m, p, g, b});
-          }
-        }
-  const char* who = o.framework == "dlbench" ? "sweep" : "compare";
+  for (const Point& p : grid_points(o, on_gpu)) {
+    if (already(point_key(o, p.model, p.precision, p.gpus, p.batch))) {
+      ++tally.skipped;
+    } else {
+      todo.push_back(p);
+    }
+  }
+  const char* who = peer ? "compare" : "sweep";
   std::printf("%s: %s: %zu points to run, %d already in %s\n", who, o.framework.c_str(), todo.size(),
               tally.skipped, o.results.c_str());
-  if (o.framework == "dlbench") {
-    if (const std::string cache = sweep_algorithm_cache(o, runs_on_gpu(o.device)); !cache.empty())
+  if (!peer) {
+    if (const std::string cache = sweep_algorithm_cache(o, on_gpu); !cache.empty())
       std::printf("%s: algorithm choices kept in %s: every point runs the first one's kernels\n", who,
                   cache.c_str());
   }
   std::fflush(stdout);
 
-  const bool peer = o.framework != "dlbench";
   const std::string peers_dir = peer ? find_peers_dir(o.peers_dir) : std::string();
-  const std::string device =
-      o.device != "auto" || !peer ? o.device : (cuda_backend_available() ? "cuda" : "cpu");
+  const std::string device = o.device != "auto" || !peer ? o.device : (on_gpu ? "cuda" : "cpu");
   const nlohmann::json system = system_info();
-  // Stopped by `timeout` or Ctrl-C: the running point's processes are killed and the point recorded as
-  // interrupted (run again on the next start), instead of vanishing with the sweep.
-  defer_stop_to_safe_points();
   double spent = 0;
   for (size_t i = 0; i < todo.size() && !stop_requested(); ++i) {
     const Point& p = todo[i];
-    const std::string name =
-        fmt::format("{}-{}-{}-{}gpu-b{}-{}", o.framework, p.model, p.precision, p.gpus, p.batch, o.launcher);
+    const std::string name = fmt::format("{}-{}-{}-{}{}-b{}-{}", o.framework, p.model, p.precision, p.gpus,
+                                         on_gpu ? "gpu" : "rank", p.batch, o.launcher);
     const std::string json_path = logs + "/" + name + ".json", log_path = logs + "/" + name + ".log";
     nlohmann::json line = {{"date", iso_date_utc()},
                            {"sweep_point", point_key(o, p.model, p.precision, p.gpus, p.batch)}};
@@ -254,16 +359,17 @@ SweepTally sweep_points(const SweepOptions& o) {
       line["error"] = not_run;
       line["system"] = system;
       ++tally.unavailable;
-      append_line(o.results, line);
+      append_line(o.results, line.dump());
       continue;
     }
     fs::remove(json_path, ec);
     const std::vector<std::string> argv = point_command(o, p, json_path, peers_dir, device);
 
     const double eta = i > 0 ? spent / static_cast<double>(i) * static_cast<double>(todo.size() - i) : 0;
-    std::printf("%s: point %zu of %zu: %s %s %s, %d GPU(s), batch %s, %s%s\n", who, i + 1, todo.size(),
-                o.framework.c_str(), p.model.c_str(), p.precision.c_str(), p.gpus, p.batch.c_str(),
-                o.launcher.c_str(), i > 0 ? fmt::format(" | about {} left", duration_text(eta)).c_str() : "");
+    std::printf("%s: point %zu of %zu: %s %s %s, %s, batch %s, %s%s\n", who, i + 1, todo.size(),
+                o.framework.c_str(), p.model.c_str(), p.precision.c_str(),
+                workers_text(p.gpus, on_gpu).c_str(), p.batch.c_str(), o.launcher.c_str(),
+                i > 0 ? fmt::format(" | about {} left", duration_text(eta)).c_str() : "");
     std::fflush(stdout);
     ProcessOptions run;
     run.log_path = log_path;
@@ -273,40 +379,10 @@ SweepTally sweep_points(const SweepOptions& o) {
     ++tally.run;
     line["seconds"] = outcome.seconds;
     line["log"] = log_path;
-
-    nlohmann::json result;
-    if (outcome.exit_code == 0) {
-      std::ifstream in(json_path);
-      result = nlohmann::json::parse(in, nullptr, /*allow_exceptions=*/false);
-    }
-    if (outcome.stopped) {
-      line["status"] = "interrupted";
-      line["error"] = fmt::format("the sweep was stopped {:.0f} s into this point", outcome.seconds);
-      line["system"] = system;
-      tally.interrupted = true;
-      std::printf("%s:   interrupted: the sweep was asked to stop\n", who);
-    } else if (outcome.exit_code == 0 && result.is_object()) {
-      line["status"] = "ok";
-      line["result"] = result;
-      std::printf("%s:   %.1f img/s\n", who, result.value("images_per_second", 0.0));
-    } else if (peer && (outcome.exit_code == 3 || outcome.exit_code == 127)) {
-      // The peer says its framework is not installed (3), or its interpreter could not be started (127).
-      tally.unavailable_reason = error_of(log_path, outcome);
-      line["status"] = "unavailable";
-      line["error"] = tally.unavailable_reason;
-      line["system"] = system;
-      ++tally.unavailable;
-      std::printf("%s:   %s is not available here: %s\n", who, o.framework.c_str(),
-                  tally.unavailable_reason.c_str());
-    } else {
-      line["status"] = "failed";
-      line["error"] = outcome.exit_code == 0 ? "no result written" : error_of(log_path, outcome);
-      line["system"] = system;
-      ++tally.failed;
-      std::printf("%s:   failed: %s\n", who, line["error"].get<std::string>().c_str());
-    }
-    std::fflush(stdout);
-    append_line(o.results, line);
+    if (!peer && !outcome.stopped && is_usage_error(outcome.exit_code))
+      refuse_command_line(o, error_of(log_path, outcome), log_path);
+    record_outcome(o, outcome, json_path, log_path, system, line, tally);
+    append_line(o.results, line.dump());
   }
   std::printf("%s: %s done: %zu run, %d failed, %d not available, %d skipped; results in %s\n", who,
               o.framework.c_str(), tally.run, tally.failed, tally.unavailable, tally.skipped,
@@ -405,7 +481,15 @@ void run_study(const StudyOptions& s) {
   auto part = [&](const SweepOptions& grid) {
     if (!stop_requested()) failed += sweep_points(grid).failed;
   };
-  SweepOptions threads = s.grid;
+  // The report's folder must not be (or hold) the results file or its logs.
+  check_path_uses({{"--results", s.grid.results, PathRole::writes_file},
+                   {"the logs folder", s.grid.results + ".logs", PathRole::writes_tree},
+                   {"-o", s.report_dir, PathRole::writes_tree}});
+  SweepOptions grid = s.grid;
+  if (grid.precisions.empty())
+    grid.precisions = runs_on_gpu(grid.device) ? std::vector<std::string>{"fp32", "tf32", "fp16", "bf16"}
+                                               : std::vector<std::string>{"fp32"};
+  SweepOptions threads = grid;
   threads.framework = "dlbench";
   threads.launcher = "threads";
   part(threads);
@@ -424,7 +508,7 @@ void run_study(const StudyOptions& s) {
     std::printf("study: no %s found; the one-process-per-GPU points are not run\n", s.grid.mpirun.c_str());
   }
   for (const std::string& f : s.frameworks.empty() ? peer_frameworks() : s.frameworks) {
-    SweepOptions peer = s.grid;
+    SweepOptions peer = grid;
     peer.framework = f;
     peer.launcher = "torchrun";
     part(peer);

@@ -12,10 +12,14 @@
 // the points recorded as failed). A point that fails (non-zero exit, a crash, a time-out) is recorded with
 // its error — the last line its process wrote to stderr — and the sweep goes on. Each point's output goes
 // to RESULTS.logs/<point>.log. A progress line says which point of how many runs and the time left.
+// A dlbench point refused at its command line (a bad --bench-args flag) stops the sweep with that line,
+// recording nothing: every point would fail the same way. A results line that cannot be appended whole (a
+// full disk) stops it too; the file keeps every earlier line, and the same command started again resumes.
 #pragma once
 
 #include <cstdint>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -24,14 +28,17 @@ namespace dlbench {
 struct SweepOptions {
   // Who trains: dlbench, or a peer: pytorch | pytorch-compiled | jax.
   std::string framework = "dlbench";
-  std::vector<std::string> models = {"resnet50"};
+  // Empty (or unset) = the defaults of the device the points run on: on a GPU
+  // resnet50, batch 256, 60 timed steps after 20; on the CPU, where such a point takes hours, resnet20 and
+  // what `dlbench bench` picks there (batch 128, 20 steps after 2; an ImageNet model 16, 10 after 2).
+  std::vector<std::string> models;
   std::vector<std::string> precisions = {"fp32"};
   std::vector<int> gpus = {1};
-  std::vector<std::string> batch_sizes = {"256"};  // numbers, or "max": the largest that fits
+  std::vector<std::string> batch_sizes;  // numbers, or "max": the largest that fits
   // dlbench: threads (--gpus N in one process) | mpi (mpirun -np N); peers: torchrun | mpi.
   std::string launcher = "threads";
   std::string device = "auto";
-  int64_t steps = 60, warmup_steps = 20;
+  std::optional<int64_t> steps, warmup_steps;
   std::string results;  // the JSON Lines file (appended to)
   bool retry_failed = false;
   double point_timeout_seconds = 1800;

@@ -46,31 +46,32 @@ TEST(Report, FixtureGivesTheGoldenMarkdown) {
 TEST(Report, TablesHoldTheNumbersOfThePoints) {
   const std::string markdown = report_markdown(read_report_input({kFixtures + "fixtures/study_small.jsonl"}));
   // 1,980 / 1,000 on 2 GPUs: 1.98x, 99.0%; 13,800 / 7,000: 1.97x, 98.6%; PyTorch 12,000 / 6,600: 1.82x.
-  EXPECT_NE(markdown.find("| dlbench | fp32 | 2 | 1.98x | 99.0% |"), std::string::npos) << markdown;
-  EXPECT_NE(markdown.find("| dlbench | fp16 | 2 | 1.97x | 98.6% |"), std::string::npos);
-  EXPECT_NE(markdown.find("| pytorch | fp16 | 2 | 1.82x | 90.9% |"), std::string::npos);
+  EXPECT_NE(markdown.find("| dlbench | fp32 | 256 | 2 | 1.98x | 99.0% |"), std::string::npos) << markdown;
+  EXPECT_NE(markdown.find("| dlbench | fp16 | 256 | 2 | 1.97x | 98.6% |"), std::string::npos);
+  EXPECT_NE(markdown.find("| pytorch | fp16 | 256 | 2 | 1.82x | 90.9% |"), std::string::npos);
   // dlbench beside each peer: 13,800 / 12,000 on 2 GPUs, 1.15x, each one's efficiency; the model only
   // dlbench trained (resnet20) has no such section.
-  EXPECT_NE(markdown.find("| pytorch | fp16 | 2 | 13,800 | 12,000 | 1.15x | 98.6% | 90.9% |"),
+  EXPECT_NE(markdown.find("| pytorch | fp16 | 256 | 2 | 13,800 | 12,000 | 1.15x | 98.6% | 90.9% |"),
             std::string::npos)
       << markdown;
-  EXPECT_NE(markdown.find("| pytorch (compiled) | fp16 | 1 | 7,000 | 6,900 | 1.01x | - | - |"),
+  EXPECT_NE(markdown.find("| pytorch (compiled) | fp16 | 256 | 1 | 7,000 | 6,900 | 1.01x | - | - |"),
             std::string::npos);
   EXPECT_NE(markdown.find("## resnet50: dlbench against its peers"), std::string::npos);
   EXPECT_EQ(markdown.find("## resnet20: dlbench against its peers"), std::string::npos);
-  EXPECT_NE(markdown.find("| dlbench | 1 | +600% | - |"), std::string::npos);   // 7,000 / 1,000
-  EXPECT_NE(markdown.find("**large spread**"), std::string::npos);              // the 8.1% jitter point
-  EXPECT_NE(markdown.find("NCCL: unhandled system error"), std::string::npos);  // the failed sweep point
+  EXPECT_NE(markdown.find("| dlbench | 256 | 1 | +600% | - |"), std::string::npos);  // 7,000 / 1,000
+  EXPECT_NE(markdown.find("**large spread**"), std::string::npos);                   // the 8.1% jitter point
+  EXPECT_NE(markdown.find("NCCL: unhandled system error"), std::string::npos);       // the failed sweep point
   EXPECT_NE(markdown.find("dlbench (fp32) scales best, at 99.0% efficiency"), std::string::npos);
   // torch.compile is its own row, never the best of eager and compiled.
-  EXPECT_NE(markdown.find("| pytorch (compiled) | fp16 | 6,900 | - |"), std::string::npos);
-  EXPECT_NE(markdown.find("| pytorch | fp16 | 6,600 | 12,000 |"), std::string::npos);
+  EXPECT_NE(markdown.find("| pytorch (compiled) | fp16 | 256 | 6,900 | - |"), std::string::npos);
+  EXPECT_NE(markdown.find("| pytorch | fp16 | 256 | 6,600 | 12,000 |"), std::string::npos);
   // Start-up: the result's seconds to its first timed step, "—" where it has none.
   EXPECT_NE(markdown.find("| 1965 | 85% | 19.0 |"), std::string::npos) << markdown;
   // Peak memory and energy: "—" where the result has no energy figure.
-  EXPECT_NE(markdown.find("| dlbench | resnet50 | fp16 | 1 | 256 | 7,000 | 11.2 | 0.086 |"),
+  EXPECT_NE(markdown.find("| dlbench | resnet50 | fp16 | 1 | 256 | 7,000 | 11.2 GiB | 0.086 |"),
             std::string::npos);
-  EXPECT_NE(markdown.find("| dlbench | resnet50 | fp32 | 1 | 256 | 1,000 | 21.5 | — |"), std::string::npos);
+  EXPECT_NE(markdown.find("| dlbench | resnet50 | fp32 | 1 | 256 | 1,000 | 21.5 GiB | — |"),
+            std::string::npos);
   // A point another framework measured and this one did not is named.
   EXPECT_NE(markdown.find("- pytorch resnet50 fp32 on 2 GPU(s): not measured (another framework was)"),
             std::string::npos);
@@ -244,15 +245,15 @@ TEST(Report, PeerRatiosPairPointsOfOneRun) {
                              line("pytorch", "fp32", 1, 1000) + line("pytorch", "fp32", 2, 1900) +
                              line("dlbench", "fp16", 1, 8000));
   const std::string md = report_markdown(read_report_input({a, b}));
-  EXPECT_CONTAINS(md, "| pytorch | fp32 | 1 | 1,400 | 1,000 | 1.40x | - | - |");
-  EXPECT_CONTAINS(md, "| pytorch | fp32 | 2 | 2,700 | 1,900 | 1.42x | 96.4% | 95.0% |");
-  EXPECT_CONTAINS(md, "| pytorch | fp16 | 1 | 8,000 | 5,000 | 1.60x (different runs) | - | - |");
+  EXPECT_CONTAINS(md, "| pytorch | fp32 | 0 | 1 | 1,400 | 1,000 | 1.40x | - | - |");
+  EXPECT_CONTAINS(md, "| pytorch | fp32 | 0 | 2 | 2,700 | 1,900 | 1.42x | 96.4% | 95.0% |");
+  EXPECT_CONTAINS(md, "| pytorch | fp16 | 0 | 1 | 8,000 | 5,000 | 1.60x (different runs) | - | - |");
   // The throughput table still shows each framework's best point.
-  EXPECT_CONTAINS(md, "| dlbench | fp32 | 1,500 | 2,990 |");
+  EXPECT_CONTAINS(md, "| dlbench | fp32 | 0 | 1,500 | 2,990 |");
   // The conclusions' ratios pair the same points.
-  EXPECT_CONTAINS(md, "resnet50 fp32 on 1 GPU(s): dlbench is 1.40x as fast as pytorch.");
+  EXPECT_CONTAINS(md, "resnet50 fp32 on 1 GPU: dlbench is 1.40x as fast as pytorch.");
   EXPECT_CONTAINS(md,
-                  "resnet50 fp16 on 1 GPU(s): dlbench is 1.60x as fast as pytorch (best points of "
+                  "resnet50 fp16 on 1 GPU: dlbench is 1.60x as fast as pytorch (best points of "
                   "different runs).");
   // points.jsonl: b's dlbench fp32 point beside b's pytorch point (same run), its speedup over b's one-GPU
   // point; a's beside b's pytorch (no pytorch fp32 in a), marked.

@@ -59,7 +59,7 @@ TEST(SweepCli, RunsEveryPointOnceAndResumesWhereItStopped) {
   EXPECT_NE(r.err.find("line 2: not a JSON object"), std::string::npos) << r.err;
   const std::string markdown = read_text((dir / "report" / "report.md").string());
   EXPECT_NE(markdown.find("## resnet20: throughput"), std::string::npos) << markdown;
-  EXPECT_NE(markdown.find("| dlbench | resnet20 | fp32 | 1 | 16 |"), std::string::npos) << markdown;
+  EXPECT_NE(markdown.find("| dlbench (CPU) | resnet20 | fp32 | 1 | 16 |"), std::string::npos) << markdown;
   std::filesystem::remove_all(dir);
 }
 
@@ -156,6 +156,219 @@ TEST(SweepCli, BatchSizeMaxOnTheCpuIsAFailedPointWithItsReason) {
   EXPECT_EQ(lines[0]["sweep_point"]["batch_size"], "max");
   EXPECT_EQ(lines[0]["status"], "failed");
   EXPECT_CONTAINS(lines[0]["error"].get<std::string>(), "--batch-size max needs a GPU");
+  std::filesystem::remove_all(dir);
+}
+
+// Issue 23, item 2: a results line that cannot be appended whole (a full disk: here a file-size limit, with
+// SIGXFSZ ignored so that the write fails with EFBIG, a real short write) stops the sweep with one line
+// naming the file and the cause; the file is cut back to its earlier lines, and once there is room the
+// same command runs the point and every earlier line is intact.
+TEST(SweepCli, AFullDiskStopsTheSweepAndLosesNoLine) {
+  const auto dir = temp_dir("sweep_full_disk");
+  const std::string results = (dir / "points.jsonl").string();
+  {
+    // Earlier points, to within 300 bytes of a 64 KiB limit: the next line (a bench result) crosses it.
+    std::ofstream out(results);
+    for (int i = 0; out.tellp() < 64 * 1024 - 300; ++i)
+      out << R"({"sweep_point": {"model": "resnet20", "precision": "fp32", "gpus": 1, "batch_size": )"
+          << 1000 + i << R"(, "launcher": "threads"}, "status": "ok"})"
+          << "\n";
+  }
+  const std::string before = read_text(results);
+  const std::string sweep = std::string(DLBENCH_BINARY) + " " + kSweep + results + " --batch-sizes 2";
+  CommandResult r = run_shell("bash -c 'trap \"\" XFSZ; ulimit -f 64; exec " + sweep + "'", 120);
+  EXPECT_EQ(r.exit_code, 1) << r.out << r.err;
+  EXPECT_EQ(count_lines(r.err), 1) << r.err;
+  EXPECT_CONTAINS(r.err, "dlbench: error: ");
+  EXPECT_CONTAINS(r.err, results);
+  EXPECT_EQ(r.err.find("Success"), std::string::npos) << r.err;
+  EXPECT_TRUE(read_text(results) == before)
+      << "the file must keep its earlier lines and nothing of the new one";
+
+  r = run_dlbench(kSweep + results + " --batch-sizes 2", 120);
+  ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
+  const std::string after = read_text(results);
+  ASSERT_EQ(after.compare(0, before.size(), before), 0);
+  const std::vector<nlohmann::json> lines = read_lines(results);
+  EXPECT_EQ(lines.size(), static_cast<size_t>(count_lines(before)) + 1);
+  EXPECT_EQ(lines.back()["sweep_point"]["batch_size"], 2);
+  EXPECT_EQ(lines.back()["status"], "ok");
+  std::filesystem::remove_all(dir);
+}
+
+// Issue 23, item 10: on the CPU a sweep given no model, batch or steps runs what `dlbench bench` runs
+// there (resnet20, batch 128, 20 steps after 2: seconds, not the GPU's hours), and calls its points
+// processes, not GPUs.
+TEST(SweepCli, OnTheCpuTheDefaultsAreTheCpusAndNoPointIsAGpu) {
+  const auto dir = temp_dir("sweep_cpu_defaults");
+  const std::string results = (dir / "points.jsonl").string();
+  CommandResult r = run_dlbench("sweep --device cpu --results " + results, 300);
+  ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
+  EXPECT_EQ(r.out.find("GPU"), std::string::npos) << r.out;
+  EXPECT_CONTAINS(r.out, "1 process (CPU)");
+  const std::vector<nlohmann::json> lines = read_lines(results);
+  ASSERT_EQ(lines.size(), 1u);
+  EXPECT_EQ(lines[0]["sweep_point"]["model"], "resnet20");
+  EXPECT_EQ(lines[0]["sweep_point"]["batch_size"], 128);
+  EXPECT_EQ(lines[0]["result"]["config"]["steps"], 20);
+  EXPECT_EQ(lines[0]["result"]["config"]["warmup_steps"], 2);
+  // Several ranks on the CPU are processes: one line before any point, not a grid of failures.
+  r = run_dlbench(kSweep + results + " --gpus 1,2 --batch-sizes 2");
+  EXPECT_EQ(r.exit_code, 1) << r.out;
+  EXPECT_EQ(count_lines(r.err), 1) << r.err;
+  EXPECT_CONTAINS(r.err, "--launcher mpi");
+  EXPECT_EQ(read_lines(results).size(), 1u);
+  std::filesystem::remove_all(dir);
+}
+
+// Issue 23, item 13: a --bench-args flag that bench refuses fails every point the same way: the sweep
+// stops at the first with the line that says what was wrong (never CLI11's "Run with --help ..."),
+// recording nothing, so that the grid with the flag corrected runs every point.
+TEST(SweepCli, ABadBenchArgStopsTheSweepWithTheLineThatSaysWhy) {
+  const auto dir = temp_dir("sweep_bad_bench_args");
+  const std::string results = (dir / "points.jsonl").string();
+  CommandResult r = run_dlbench(kSweep + results + " --batch-sizes 2,4 --bench-args=--no-such-flag,3");
+  EXPECT_EQ(r.exit_code, 1) << r.out;
+  EXPECT_EQ(count_lines(r.err), 1) << r.err;
+  EXPECT_CONTAINS(r.err, "--no-such-flag");
+  EXPECT_EQ(r.err.find("Run with --help"), std::string::npos) << r.err;
+  EXPECT_EQ(r.out.find("point 2 of 2"), std::string::npos) << r.out;
+  EXPECT_TRUE(read_lines(results).empty());
+  // A value bench refuses after parsing (one "dlbench: error:" line) is a failed point with that line.
+  r = run_dlbench(kSweep + results + " --batch-sizes 2 --bench-args=--log-every,-1");
+  EXPECT_EQ(r.exit_code, 1) << r.out;
+  const std::vector<nlohmann::json> lines = read_lines(results);
+  ASSERT_EQ(lines.size(), 1u);
+  EXPECT_EQ(lines[0]["status"], "failed");
+  EXPECT_EQ(lines[0]["error"].get<std::string>().rfind("dlbench: error: ", 0), 0u) << lines[0]["error"];
+  EXPECT_CONTAINS(lines[0]["error"].get<std::string>(), "--log-every");
+  std::filesystem::remove_all(dir);
+}
+
+// Issue 23, paths: an algorithm cache that is the results file (or its logs folder) would be read as
+// algorithm choices and rewritten: refused with one line before any point, the file untouched.
+TEST(SweepCli, AnAlgorithmCacheNamingTheResultsIsRefused) {
+  const auto dir = temp_dir("sweep_paths");
+  const std::string results = (dir / "points.jsonl").string();
+  write_file(
+      results,
+      R"({"sweep_point": {"model": "resnet20", "precision": "fp32", "gpus": 1, "batch_size": 9, "launcher": "threads"}, "status": "ok"})"
+      "\n");
+  const std::string before = read_text(results);
+  for (const std::string& cache : {results, (dir / "." / "points.jsonl").string(), results + ".logs"}) {
+    CommandResult r = run_dlbench(kSweep + results + " --batch-sizes 2 --algorithm-cache " + cache);
+    EXPECT_EQ(r.exit_code, 1) << cache << r.out;
+    EXPECT_EQ(count_lines(r.err), 1) << r.err;
+    EXPECT_CONTAINS(r.err, "--algorithm-cache");
+    EXPECT_EQ(r.out.find("point 1 of"), std::string::npos) << r.out;
+    EXPECT_EQ(read_text(results), before);
+  }
+  std::filesystem::remove_all(dir);
+}
+
+// A bench result line as `dlbench bench --json` writes it, with the fields a test sets.
+std::string result_line(const std::string& fields) {
+  return R"({"model": "resnet50", "precision": "fp32", "ranks": 1, "batch_size": 256, )"
+         R"("images_per_second": 1000.0, "step_ms": {"median": 256.0}, )" +
+         fields + "}\n";
+}
+
+CommandResult report_of(const std::vector<std::string>& files, const std::filesystem::path& out) {
+  std::string args = "report";
+  for (const std::string& f : files) args += " " + f;
+  return run_dlbench(args + " -o " + out.string());
+}
+
+// Issue 23, item 10: CPU runs are processes and ranks, never "1 GPU" or "all GPUs together"; a training
+// run is not a benchmark of the same point (its own row), and shows its test accuracy; 42 MiB is 42 MiB.
+TEST(ReportCli, CpuAndTrainingRunsAreNamedForWhatTheyAre) {
+  const auto dir = temp_dir("report_cpu");
+  const std::string input = (dir / "cpu.jsonl").string();
+  write_file(input,
+             result_line(R"("device": "cpu", "images_per_second": 40.0, "peak_memory_bytes": 44040192,)"
+                         R"( "config": {"command": "bench"})") +
+                 result_line(R"("device": "cpu", "images_per_second": 30.0, "test_accuracy": 0.8765,)"
+                             R"( "losses": [2.3, 1.9], "config": {"command": "train"})"));
+  CommandResult r = report_of({input}, dir / "out");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const std::string md = read_text((dir / "out" / "report.md").string());
+  EXPECT_EQ(md.find("1 GPU"), std::string::npos) << md;
+  EXPECT_EQ(md.find("all GPUs"), std::string::npos) << md;
+  EXPECT_CONTAINS(md, "1 process");
+  EXPECT_CONTAINS(md, "| dlbench (CPU) | fp32 | 256 | 40 |");
+  EXPECT_CONTAINS(md, "| dlbench train (CPU) | fp32 | 256 | 30 |");
+  EXPECT_CONTAINS(md, "42 MiB");
+  EXPECT_EQ(md.find("0.0 GiB"), std::string::npos) << md;
+  EXPECT_CONTAINS(md, "87.65%");
+  std::filesystem::remove_all(dir);
+}
+
+// Issue 23, item 10: a speedup divides by the one-GPU point of the same batch (a 1-GPU point at batch 256
+// beside a faster one at 512 is no "speedup 0.51"), and the tables show the batch.
+TEST(ReportCli, ASpeedupIsAgainstTheOneGpuPointOfTheSameBatch) {
+  const auto dir = temp_dir("report_batch");
+  const std::string input = (dir / "r.jsonl").string();
+  write_file(input, result_line(R"("launcher": "threads")") +
+                        result_line(R"("batch_size": 512, "images_per_second": 1960.0)") +
+                        result_line(R"("ranks": 2, "images_per_second": 1900.0, "launcher": "threads")"));
+  CommandResult r = report_of({input}, dir / "out");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const std::string md = read_text((dir / "out" / "report.md").string());
+  EXPECT_CONTAINS(md, "| dlbench | fp32 | 256 | 1,000 | 1,900 |");
+  EXPECT_CONTAINS(md, "| dlbench | fp32 | 512 | 1,960 | - |");
+  EXPECT_CONTAINS(md, "| dlbench | fp32 | 256 | 2 | 1.90x | 95.0% |");
+  for (const nlohmann::json& point : read_lines((dir / "out" / "points.jsonl").string())) {
+    if (point["ranks"] == 1) EXPECT_DOUBLE_EQ(point["speedup"].get<double>(), 1.0) << point.dump();
+    if (point["ranks"] == 2) EXPECT_DOUBLE_EQ(point["speedup"].get<double>(), 1.9) << point.dump();
+  }
+  std::filesystem::remove_all(dir);
+}
+
+// Issue 23, item 10: a file given twice (or by another name) is read once; impossible values are named
+// (file, line, field, value) and their points skipped, as malformed lines are.
+TEST(ReportCli, AFileGivenTwiceIsReadOnceAndImpossibleValuesAreSkipped) {
+  const auto dir = temp_dir("report_twice");
+  const std::string input = (dir / "r.jsonl").string();
+  write_file(input, result_line(R"("launcher": "threads")") + result_line(R"("batch_size": -1)") +
+                        result_line(R"("step_ms": {"median": -5})") +
+                        result_line(R"("images_per_second": 1e308)"));
+  std::filesystem::create_symlink(input, dir / "link.jsonl");
+  CommandResult r =
+      report_of({input, input, (dir / "." / "r.jsonl").string(), (dir / "link.jsonl").string()}, dir / "out");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(read_lines((dir / "out" / "points.jsonl").string()).size(), 1u);
+  EXPECT_CONTAINS(r.err, "r.jsonl line 2: its \"batch_size\" is -1");
+  EXPECT_CONTAINS(r.err, "r.jsonl line 3: its \"step_ms.median\" is -5");
+  EXPECT_CONTAINS(r.err, "r.jsonl line 4: its \"images_per_second\" is 1e+308");
+  EXPECT_CONTAINS(read_text((dir / "out" / "report.md").string()), "3 malformed input line(s)");
+  std::filesystem::remove_all(dir);
+}
+
+// Issue 23, item 10: the figures of an earlier report are removed (only the report's own files); and an
+// output of the report that is one of its inputs is refused with one line, the input untouched.
+TEST(ReportCli, EarlierFiguresGoAndAnInputIsNeverOverwritten) {
+  const auto dir = temp_dir("report_figures_paths");
+  const std::string input = (dir / "r.jsonl").string();
+  write_file(input, result_line(R"("launcher": "threads")"));
+  std::filesystem::create_directories(dir / "out" / "figures");
+  write_file((dir / "out" / "figures" / "throughput_resnet9_fp16.png").string(), "old");
+  write_file((dir / "out" / "figures" / "speedup_resnet9.dat").string(), "old");
+  write_file((dir / "out" / "figures" / "my_notes.txt").string(), "mine");
+  CommandResult r = report_of({input}, dir / "out");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_FALSE(std::filesystem::exists(dir / "out" / "figures" / "throughput_resnet9_fp16.png"));
+  EXPECT_FALSE(std::filesystem::exists(dir / "out" / "figures" / "speedup_resnet9.dat"));
+  EXPECT_EQ(read_text((dir / "out" / "figures" / "my_notes.txt").string()), "mine");
+
+  const std::string points = (dir / "out" / "points.jsonl").string(), before = read_text(points);
+  r = report_of({points}, dir / "out");
+  EXPECT_EQ(r.exit_code, 1) << r.out;
+  EXPECT_EQ(count_lines(r.err), 1) << r.err;
+  EXPECT_EQ(read_text(points), before);
+  r = report_of({input}, dir / "r.jsonl");
+  EXPECT_EQ(r.exit_code, 1) << r.out;
+  EXPECT_EQ(count_lines(r.err), 1) << r.err;
+  EXPECT_EQ(read_text(input), result_line(R"("launcher": "threads")"));
   std::filesystem::remove_all(dir);
 }
 
@@ -277,7 +490,7 @@ TEST(StudyCli, RunsDlbenchAndThePeersThenWritesTheReport) {
   EXPECT_EQ(lines[1]["sweep_point"]["framework"], "pytorch");
   EXPECT_EQ(lines[2]["status"], "unavailable");
   const std::string markdown = read_text((dir / "report" / "report.md").string());
-  EXPECT_CONTAINS(markdown, "| dlbench | resnet20 | fp32 | 1 | 8 |");
+  EXPECT_CONTAINS(markdown, "| dlbench (CPU) | resnet20 | fp32 | 1 | 8 |");
   EXPECT_CONTAINS(markdown, "| pytorch | resnet20 | fp32 | 1 | 8 |");
   EXPECT_CONTAINS(markdown, "JAX is not installed");
   std::filesystem::remove_all(dir);
