@@ -445,6 +445,11 @@ int main(int argc, char** argv) {
   } catch (const CLI::ParseError& e) {
     return report_parse_error(app, argc, argv, e);
   }
+  // The commands that stop at safe points of their own take a signal from the start: one that arrives
+  // while they set up is then seen at their first safe point, not an abrupt end.
+  if (sweep->parsed() || compare->parsed() || study->parsed() || pack->parsed() || export_images->parsed() ||
+      train->parsed())
+    dlbench::defer_stop_to_safe_points();
   if (report->parsed()) return guarded([&] { dlbench::run_report(report_inputs, report_dir); });
   if (trace_summary->parsed()) return guarded([&] { dlbench::run_trace_summary(trace_path, trace_against); });
   if (sweep->parsed()) return guarded([&] { dlbench::run_sweep(sweep_options); });

@@ -62,10 +62,10 @@ std::string error_of(const std::string& log_path, const ProcessResult& outcome) 
   return message;
 }
 
-// Whether a dlbench point's process stopped at parsing its command line: CLI11's exit codes (100 to 114),
-// or 2, the usage status of a command line refused with one line. The sweep's own flags are valid, so the
-// cause is --bench-args, and every point of the grid would fail the same way.
-bool is_usage_error(int exit_code) { return exit_code == 2 || (exit_code >= 100 && exit_code <= 114); }
+// Whether a dlbench point's process stopped at parsing its command line: exit code 2 (apps/dlbench.cc). The
+// sweep's own flags are valid, so the cause is --bench-args, and every point of the grid would fail the
+// same way.
+bool is_usage_error(int exit_code) { return exit_code == 2; }
 
 // Where the peers' scripts are: --peers, $DLBENCH_PEERS, peers/ beside the binary or one or two folders up
 // (a build folder inside the repository), else the source tree this binary was built from.

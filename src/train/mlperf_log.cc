@@ -38,7 +38,12 @@ void MlperfLog::write(const char* event_type, const std::string& key, const nloh
                          {"key", key},
                          {"value", value},
                          {"metadata", metadata}};
-  file_->write(":::MLLOG " + line.dump() + "\n");
+  try {
+    file_->write(":::MLLOG " + line.dump() + "\n");
+  } catch (const UserError&) {
+    file_.reset();  // the write removed the temporary: nothing is left to end or to put in place
+    throw;
+  }
 }
 
 void MlperfLog::point(const std::string& key, const nlohmann::json& value, const nlohmann::json& metadata) {

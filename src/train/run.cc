@@ -185,9 +185,11 @@ nlohmann::json bench_rank(const RunConfig& given, dist::Launch& launch, int slot
         format_layer_profile(times).c_str());
     j["per_layer"] = to_json(times);
   }
-  say("%s %s batch %lld on %s: %.2f img/s | step median %.1f ms, p5 %.1f, p95 %.1f, mean %.1f +- %.1f ms\n",
+  say("%s %s batch %lld on %s: %.2f img/s | step median %.1f ms, p5 %.1f, p95 %.1f, mean %.1f +- %.1f ms%s\n",
       config.model.c_str(), precision_name(config.precision), static_cast<long long>(*config.batch_size),
-      device_name(config.device).c_str(), window.images_per_second(), d.median, d.p5, d.p95, d.mean, d.ci95);
+      device_name(config.device).c_str(), window.images_per_second(), d.median, d.p5, d.p95, d.mean, d.ci95,
+      j.contains("measurement_note") ? (" | warning: " + j["measurement_note"].get<std::string>()).c_str()
+                                     : "");
   if (s.comm->size() > 1)
     say("%d ranks: %.2f img/s in total, %.2f per device\n", s.comm->size(),
         j["images_per_second"].get<double>(), j["images_per_second_per_device"].get<double>());

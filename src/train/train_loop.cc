@@ -362,6 +362,8 @@ nlohmann::json train_rank(const RunConfig& given, dist::Launch& launch, int slot
   else
     say(", no throughput measured (no timed steps)");
   if (s.test_data) say(", test accuracy %.2f%%", 100.0 * last_accuracy);
+  if (d.count > 0 && j.contains("measurement_note"))
+    say(" | warning: %s", j["measurement_note"].get<std::string>().c_str());
   say("\n");
   return s.comm->rank() == 0 ? j : nlohmann::json();
 }

@@ -318,8 +318,12 @@ TEST(ReportCli, ASpeedupIsAgainstTheOneGpuPointOfTheSameBatch) {
   EXPECT_CONTAINS(md, "| dlbench | fp32 | 512 | 1,960 | - |");
   EXPECT_CONTAINS(md, "| dlbench | fp32 | 256 | 2 | 1.90x | 95.0% |");
   for (const nlohmann::json& point : read_lines((dir / "out" / "points.jsonl").string())) {
-    if (point["ranks"] == 1) EXPECT_DOUBLE_EQ(point["speedup"].get<double>(), 1.0) << point.dump();
-    if (point["ranks"] == 2) EXPECT_DOUBLE_EQ(point["speedup"].get<double>(), 1.9) << point.dump();
+    if (point["ranks"] == 1) {
+      EXPECT_DOUBLE_EQ(point["speedup"].get<double>(), 1.0) << point.dump();
+    }
+    if (point["ranks"] == 2) {
+      EXPECT_DOUBLE_EQ(point["speedup"].get<double>(), 1.9) << point.dump();
+    }
   }
   std::filesystem::remove_all(dir);
 }
@@ -443,9 +447,15 @@ TEST(CompareCli, AStoppedSweepRecordsThePointItWasRunningAndRunsItOnTheNextStart
       " --device cuda --models resnet50 --precisions fp16,bf16 --batch-sizes 8 --steps 3 "
       "--warmup-steps 1 --frameworks pytorch --peers " +
       std::string(DLBENCH_SOURCE_DIR) + "/peers --results " + results;
-  // `timeout` sends SIGTERM after 2 s; --preserve-status gives dlbench's own exit status.
-  CommandResult stopped = run_shell("timeout -s TERM --preserve-status 2 " + std::string(DLBENCH_BINARY) +
-                                    " compare --python " + slow + grid);
+  // SIGTERM once the first point's log exists (its process is running), as `timeout` would send it; the
+  // script's exit status is dlbench's own. Waiting for the log, not a fixed time, keeps a loaded machine
+  // from signalling before the sweep has started.
+  const std::string script = (dir / "stop.sh").string();
+  write_file(script, std::string(DLBENCH_BINARY) + " compare --python " + slow + grid + " &\npid=$!\n" +
+                         "for i in $(seq 600); do ls " + results +
+                         ".logs/*.log >/dev/null 2>&1 && break; "
+                         "sleep 0.1; done\nsleep 0.5\nkill -TERM $pid\nwait $pid\n");
+  CommandResult stopped = run_shell("bash " + script);
   EXPECT_EQ(stopped.exit_code, 1);
   EXPECT_EQ(count_lines(stopped.err), 1) << stopped.err;
   EXPECT_CONTAINS(stopped.err, "stopped by a signal");

@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <nlohmann/json.hpp>
 #include <string>
 
 #include "dist/mpi_runtime.h"
@@ -39,14 +40,25 @@ void expect_ranks_match_accumulation(int ranks, const std::string& args, double 
   dlbench::testing::TempDir dir;
   const std::string parallel = dir.file("parallel.ckpt"), accumulated = dir.file("accumulated.ckpt");
   const std::string common = "train --device cpu --threads 1 --lr-schedule constant " + args;
-  auto r = run_mpi(ranks, "", common + " --checkpoint " + parallel, 300);
+  const std::string parallel_json = dir.file("parallel.json"),
+                    accumulated_json = dir.file("accumulated.json");
+  auto r = run_mpi(ranks, "", common + " --checkpoint " + parallel + " --json " + parallel_json, 300);
   ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
   // Only rank 0 speaks, and the header says how the ranks run.
   EXPECT_EQ(count(r.out, "dlbench train |"), 1) << r.out;
   EXPECT_NE(r.out.find(std::to_string(ranks) + " ranks (mpi)"), std::string::npos) << r.out;
-  auto one = run_dlbench(
-      common + " --accumulate-steps " + std::to_string(ranks) + " --checkpoint " + accumulated, 300);
+  auto one = run_dlbench(common + " --accumulate-steps " + std::to_string(ranks) + " --checkpoint " +
+                             accumulated + " --json " + accumulated_json,
+                         300);
   ASSERT_EQ(one.exit_code, 0) << one.out << one.err;
+  // Each step's loss is the global batch's (the ranks' mean), as the one rank computes it, not rank 0's.
+  const auto losses_of = [](const std::string& path) {
+    return nlohmann::json::parse(dlbench::testing::read_file(path))["losses"].get<std::vector<double>>();
+  };
+  const std::vector<double> ranks_losses = losses_of(parallel_json), one_losses = losses_of(accumulated_json);
+  ASSERT_EQ(ranks_losses.size(), one_losses.size());
+  for (size_t i = 0; i < one_losses.size(); ++i)
+    EXPECT_NEAR(ranks_losses[i], one_losses[i], 1e-5 * std::abs(one_losses[i])) << "step " << i + 1;
   Checkpoint a = load_checkpoint(parallel), b = load_checkpoint(accumulated);
   EXPECT_EQ(a.step, b.step);
   const double distance = parameter_distance(a, b);

@@ -84,7 +84,8 @@ TEST(ThreadGroupDeathTest, StallStopsTheProcessNamingRankAndStep) {
   GTEST_FLAG_SET(death_test_style, "threadsafe");
   const auto start = std::chrono::steady_clock::now();
   EXPECT_EXIT(stalled_run(), ::testing::ExitedWithCode(kStalledExitCode),
-              "dlbench: error: rank 2 stalled at step 3: ranks 0, 1, 3 waited 1\\.[0-9] s for it in barrier "
+              // The ranks that reached the barrier first (a loaded machine may not have run all three yet).
+              "dlbench: error: rank 2 stalled at step 3: ranks [013, ]+ waited 1\\.[0-9] s for it in barrier "
               "\\(collective #4; timeout 1 s\\)");
   // Detected within the timeout (plus the watchdog's period and the child's start), not after the 30 s.
   EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count(), 10.0);
