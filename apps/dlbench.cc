@@ -249,6 +249,10 @@ int main(int argc, char** argv) {
                     "settings must match)");
   train->add_flag("--resume-anyway", train_config.resume_anyway,
                   "continue a checkpoint written with other settings (the layout must still match)");
+  train
+      ->add_option("--log-seconds", train_config.log_seconds,
+                   "without --log-every: seconds between progress lines, of training and of evaluation")
+      ->capture_default_str();
   train->add_option("--eval-images", train_config.eval_images,
                     "evaluate on the first N test images (default: all of them)");
   train->add_option("--mlperf-log", train_config.mlperf_log_path,

@@ -304,7 +304,7 @@ void resolve_config(RunConfig& c, bool cuda_available) {
   // A train run without --log-every logs by time (log_seconds); a bench run by steps.
   if (!c.log_every && c.kind == RunKind::bench) c.log_every = on_cpu ? 1 : 100;
   DLB_REQUIRE(!c.log_every || *c.log_every > 0, "--log-every {}: must be positive", c.log_every.value_or(0));
-  DLB_REQUIRE(std::isfinite(c.log_seconds) && c.log_seconds > 0, "progress interval {}: must be positive",
+  DLB_REQUIRE(std::isfinite(c.log_seconds) && c.log_seconds > 0, "--log-seconds {}: must be positive",
               c.log_seconds);
   DLB_REQUIRE(!c.eval_images || *c.eval_images > 0, "--eval-images {}: must be positive",
               c.eval_images.value_or(0));

@@ -92,6 +92,7 @@ struct RunConfig {
   // Output.
   // Progress lines: every log_every steps when given; else a train run logs by time (a line when
   // log_seconds have passed, and at the end), a bench run every step on the CPU and 100 on a GPU.
+  // Evaluation reports by time always.
   std::optional<int64_t> log_every;
   double log_seconds = 5;
   bool per_layer = false;                // bench: time every layer's forward and backward

@@ -238,16 +238,16 @@ nlohmann::json train_rank(const RunConfig& given, dist::Launch& launch, int slot
     if (!s.test_data) return;
     if (rank == 0) {
       WallTimer timer;
-      ProgressClock eval_clock(config);
+      WallTimer since_line;  // evaluation reports by time whatever --log-every says: it has no steps
       mllog.start("eval_start", nullptr, {{"epoch_num", epoch_number}});
       const std::optional<double> accuracy =
           trainer.evaluate(*s.test_data, eval_count, [&](int64_t done, int64_t count) {
             if (stop_requested()) return false;
-            if (!config.log_every && eval_clock.due(0, false)) {
+            if (since_line.seconds() >= config.log_seconds) {
               say("evaluating: %lld/%lld test images\n", static_cast<long long>(done),
                   static_cast<long long>(count));
               std::fflush(stdout);
-              eval_clock.restart();
+              since_line.restart();
             }
             return true;
           });

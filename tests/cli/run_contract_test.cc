@@ -255,6 +255,38 @@ TEST(Results, EvalImagesLimitsTheEvaluation) {
   EXPECT_CONTAINS(bench.err, "--eval-images");
 }
 
+// Without --log-every, train reports by time (a step count suits a CPU or a GPU, not both), evaluation
+// too; checkpoints are announced.
+TEST(Results, ProgressLinesComeByTime) {
+  const fs::path data = make_idx_dir("progress_by_time");
+  const auto step_lines = [](const std::string& out) {
+    int lines = 0;
+    for (size_t at = out.find("\nstep "); at != std::string::npos; at = out.find("\nstep ", at + 1)) ++lines;
+    return lines;
+  };
+  const std::string train =
+      "train --model resnet20 --batch-size 2 --threads 1 --steps 120 --data " + data.string();
+  // An interval longer than the run: only the last step's line (a step count would print several).
+  const CommandResult slow = run_dlbench(train + " --log-seconds 1000");
+  ASSERT_EQ(slow.exit_code, 0) << slow.err;
+  EXPECT_EQ(step_lines(slow.out), 1) << slow.out;
+  EXPECT_CONTAINS(slow.out, "step 120/120");
+  // An interval shorter than a step: every step's line.
+  const CommandResult fast = run_dlbench(train + " --log-seconds 0.000001");
+  ASSERT_EQ(fast.exit_code, 0) << fast.err;
+  EXPECT_EQ(step_lines(fast.out), 120);
+  // Evaluation of the 16 test images, 2 at a time, with a line whenever the interval has passed.
+  EXPECT_CONTAINS(fast.out, "evaluating: 2/16 test images");
+  EXPECT_CONTAINS(fast.out, "evaluating: 14/16 test images");
+  expect_one_line_error(run_dlbench("train --model resnet20 --steps 1 --log-seconds 0"), "--log-seconds 0");
+}
+
+TEST(CommandLine, BenchHelpSaysItTakesRealData) {
+  const CommandResult r = run_dlbench("bench --help");
+  EXPECT_EQ(r.exit_code, 0);
+  EXPECT_CONTAINS(r.out, "synthetic data by default, or --data images or shards");
+}
+
 // ---- the command line ----
 
 TEST(CommandLine, AMistypedCommandIsNamedWithTheNearestOne) {
