@@ -3,7 +3,8 @@
 # the kernels' tests, one ResNet-50 step against oneDNN, compute-sanitizer on a short ResNet-50 run, and
 # resnet20 on Fashion-MNIST to >= 90% test accuracy in fp32 and fp16, `--batch-size max` resolving to a
 # batch that runs, the energy of the timed window read from NVML, and two processes choosing the same
-# convolution algorithms, and --algorithm-cache reused by a second process. Runs binaries built elsewhere.
+# convolution algorithms, and --algorithm-cache reused by a second process, and a training run stopped by
+# SIGINT saving first and resuming. Runs binaries built elsewhere.
 #
 # Environment: BIN (folder with dlbench and the test binaries; default build), DATA (Fashion-MNIST
 # folder; default /usr/share/datasets/fashion-mnist), LOGS (where logs go; default a temporary folder),
@@ -75,5 +76,27 @@ a, b = (json.load(open('$LOGS/cache_%s.json' % r)) for r in ('first', 'second'))
 ta, tb = a['seconds_to_first_timed_step'], b['seconds_to_first_timed_step']
 print('digests', a['algorithm_digest'], b['algorithm_digest'], 'first step after', ta, tb, 's')
 sys.exit(not (a['algorithm_digest'] == b['algorithm_digest'] and tb < ta))"
+# SIGINT during a GPU training run (the whole step as a CUDA graph): it stops after the step under way,
+# saves its checkpoint first, says where (exit 130), leaves no temporary, and the checkpoint resumes; a
+# resume with another batch is refused naming the flag.
+stop_and_resume() {
+  local dir="$LOGS/stop"; rm -rf "$dir"; mkdir -p "$dir"
+  "$BIN/dlbench" train --device cuda --precision fp16 --model resnet20 --data "$DATA" --batch-size 128 \
+    --steps 100000 --log-every 20 --checkpoint "$dir/run.ckpt" >"$dir/out" 2>"$dir/err" &
+  local pid=$!
+  for _ in $(seq 600); do grep -q "step 40/" "$dir/out" && break; sleep 0.1; done
+  kill -INT "$pid"; wait "$pid"; local rc=$?
+  cat "$dir/err"
+  [[ $rc -eq 130 ]] && grep -q "stopped by SIGINT after step" "$dir/err" && [[ -f "$dir/run.ckpt" ]] &&
+    [[ -z "$(ls -A "$dir" | grep dlbench-tmp)" ]] || return 1
+  "$BIN/dlbench" train --device cuda --precision fp16 --model resnet20 --data "$DATA" --batch-size 128 \
+    --steps 300 --resume "$dir/run.ckpt" --eval-images 1000 | tail -2 || return 1
+  local refused
+  refused=$("$BIN/dlbench" train --device cuda --precision fp16 --model resnet20 --data "$DATA" \
+    --batch-size 64 --steps 300 --resume "$dir/run.ckpt" 2>&1) && return 1
+  echo "$refused"
+  grep -q "written with --batch-size 128" <<<"$refused"
+}
+check stop_saves_and_resumes_on_the_gpu stop_and_resume
 echo "$failures failed"
 exit $((failures > 0))

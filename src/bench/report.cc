@@ -253,12 +253,16 @@ std::optional<ReportSection> peers_section(const std::string& model, const Repor
                          "dlbench / peer", "dlbench efficiency", "peer efficiency"},
                         {false, false, true, true, true, true, true, true, true});
   for (const std::string& f : axes.frameworks) {
-    // dlbench's other variants (its CPU and training runs) are not its peers.
+    // dlbench's other variants (its CPU and training runs) are not its peers; a peer's CPU run is set
+    // beside dlbench's CPU run.
     if (f.rfind("dlbench", 0) == 0) continue;
+    const std::string cpu = " (CPU)";
+    const bool on_cpu = f.size() > cpu.size() && f.compare(f.size() - cpu.size(), cpu.size(), cpu) == 0;
+    const std::string dlbench = on_cpu ? "dlbench" + cpu : "dlbench";
     for (const std::string& p : axes.precisions)
       for (int64_t b : axes.batch_sizes)
         for (int g : axes.gpu_counts) {
-          const PointPair pair = paired_points(in, best, "dlbench", f, model, p, g, b);
+          const PointPair pair = paired_points(in, best, dlbench, f, model, p, g, b);
           if (!pair.a || !pair.b) continue;
           const ReportPoint &ours = *pair.a, &theirs = *pair.b;
           const std::optional<std::string> run =
@@ -277,7 +281,7 @@ std::optional<ReportSection> peers_section(const std::string& model, const Repor
                             rate(theirs.images_per_second),
                             fmt::format("{:.2f}x{}", ours.images_per_second / theirs.images_per_second,
                                         run ? "" : " (different runs)"),
-                            efficiency("dlbench", ours), efficiency(f, theirs)});
+                            efficiency(dlbench, ours), efficiency(f, theirs)});
         }
   }
   if (t.rows.empty()) return std::nullopt;
@@ -602,9 +606,9 @@ std::vector<std::string> unmeasured_points(const ReportAxes& axes, const Best& b
           if (measured.count({precision, g}) && !measured_by.count({f, precision, g}))
             gpus.push_back(std::to_string(g));
         if (!gpus.empty())
-          items.push_back(fmt::format("{} {} {} on {} {}: not measured (another framework was)", f, model,
-                                      precision, fmt::join(gpus, ", "),
-                                      axes.on_cpu_only ? "rank(s)" : "GPU(s)"));
+          items.push_back(fmt::format("{} {} {} on {} {}{}: not measured (another framework was)", f, model,
+                                      precision, fmt::join(gpus, ", "), axes.on_cpu_only ? "rank" : "GPU",
+                                      gpus.size() > 1 || gpus[0] != "1" ? "s" : ""));
       }
     }
   }

@@ -196,9 +196,10 @@ void take(const nlohmann::json& j, const std::string& file, int line, ReportInpu
     } else {
       const auto& k = j["sweep_point"];
       const std::string framework = text_at(k, "framework", "dlbench");
+      const std::string gpus = text_at(k, "gpus", "0");
       const std::string point =
-          fmt::format("{}{} {} {} GPU(s) batch {} ({})", framework == "dlbench" ? "" : framework + " ",
-                      text_at(k, "model", "?"), text_at(k, "precision", "?"), text_at(k, "gpus", "0"),
+          fmt::format("{}{} {} {} GPU{} batch {} ({})", framework == "dlbench" ? "" : framework + " ",
+                      text_at(k, "model", "?"), text_at(k, "precision", "?"), gpus, gpus == "1" ? "" : "s",
                       text_at(k, "batch_size", "0"), text_at(k, "launcher", "?"));
       const std::string error = text_at(j, "error", "no error recorded");
       sweeps.failed.emplace_back(k.is_object() ? sweep_key_text(k) : std::string(),

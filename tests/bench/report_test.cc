@@ -73,13 +73,13 @@ TEST(Report, TablesHoldTheNumbersOfThePoints) {
   EXPECT_NE(markdown.find("| dlbench | resnet50 | fp32 | 1 | 256 | 1,000 | 21.5 GiB | — |"),
             std::string::npos);
   // A point another framework measured and this one did not is named.
-  EXPECT_NE(markdown.find("- pytorch resnet50 fp32 on 2 GPU(s): not measured (another framework was)"),
+  EXPECT_NE(markdown.find("- pytorch resnet50 fp32 on 2 GPUs: not measured (another framework was)"),
             std::string::npos);
   // The training run's losses, and the peer that is not installed.
   EXPECT_NE(markdown.find("| dlbench | resnet20 | fp32 | 1 | 128 | 30 | 2.3412 | 0.7260 | 0.7260 |"),
             std::string::npos);
   EXPECT_NE(markdown.find(
-                "- jax resnet50 fp16 1 GPU(s) batch 256 (local): not available: the JAX peer cannot start"),
+                "- jax resnet50 fp16 1 GPU batch 256 (local): not available: the JAX peer cannot start"),
             std::string::npos);
 }
 

@@ -79,10 +79,10 @@ TEST(CompareCli, RunsTheRealPyTorchPeerBesideDlbench) {
   r = run_dlbench("report " + results + " -o " + (dir / "report").string());
   ASSERT_EQ(r.exit_code, 0) << r.err;
   const std::string markdown = read_text((dir / "report" / "report.md").string());
-  EXPECT_CONTAINS(markdown, "| dlbench | fp32 |");
-  EXPECT_CONTAINS(markdown, "| pytorch | fp32 |");
+  EXPECT_CONTAINS(markdown, "| dlbench (CPU) | fp32 |");
+  EXPECT_CONTAINS(markdown, "| pytorch (CPU) | fp32 |");
   // The conclusion sets the two side by side, whichever is faster.
-  EXPECT_CONTAINS(markdown, "resnet20 fp32 on 1 GPU(s): ");
+  EXPECT_CONTAINS(markdown, "resnet20 fp32 on 1 process: ");
   EXPECT_CONTAINS(markdown, "x as fast as ");
   std::filesystem::remove_all(dir);
 }

@@ -303,6 +303,20 @@ TEST(ReportCli, CpuAndTrainingRunsAreNamedForWhatTheyAre) {
   std::filesystem::remove_all(dir);
 }
 
+// A peer's CPU run is set beside dlbench's CPU run (both are "(CPU)" variants), as on a GPU.
+TEST(ReportCli, APeersCpuRunIsComparedWithDlbenchsCpuRun) {
+  const auto dir = temp_dir("report_cpu_peer");
+  const std::string input = (dir / "cpu.jsonl").string();
+  write_file(input,
+             result_line(R"("device": "cpu", "images_per_second": 40.0, "config": {"command": "bench"})") +
+                 result_line(R"("device": "cpu", "framework": "pytorch", "images_per_second": 20.0)"));
+  CommandResult r = report_of({input}, dir / "out");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const std::string md = read_text((dir / "out" / "report.md").string());
+  EXPECT_CONTAINS(md, "| pytorch (CPU) | fp32 | 256 | 1 | 40 | 20 | 2.00x |");
+  std::filesystem::remove_all(dir);
+}
+
 // Issue 23, item 10: a speedup divides by the one-GPU point of the same batch (a 1-GPU point at batch 256
 // beside a faster one at 512 is no "speedup 0.51"), and the tables show the batch.
 TEST(ReportCli, ASpeedupIsAgainstTheOneGpuPointOfTheSameBatch) {
