@@ -173,7 +173,9 @@ RunSetup set_up(const RunConfig& given, dist::Launch& launch, int slot) {
   }
   // What the flags make the run hold in host memory, refused past half of it before any is taken.
   const std::string size_flags =
-      fmt::format("--batch-size {}{}", *config.batch_size,
+      fmt::format("--batch-size {}{}{}", *config.batch_size,
+                  config.accumulate_steps > 1 ? fmt::format(" --accumulate-steps {}", config.accumulate_steps)
+                                              : std::string(),
                   config.image_size > 0 ? fmt::format(" --image-size {}", config.image_size) : std::string());
   // Before the model takes any memory or searches an algorithm: a batch that does not fit stops here.
   s.memory_fit = largest_batch_that_fits(config, *s.backend, options);

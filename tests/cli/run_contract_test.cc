@@ -160,6 +160,8 @@ TEST(Bounds, ImageSizeWithinTheModelAndTheMemory) {
     expect_one_line_error(
         run_dlbench(std::string("bench --model ") + model + " --batch-size 2 --steps 1 --image-size 100000"),
         "--batch-size 2 --image-size 100000: the run's memory plan would take");
+  expect_one_line_error(run_dlbench("bench --model resnet20 --steps 1 --accumulate-steps 100000000"),
+                        "--batch-size 128 --accumulate-steps 100000000: the synthetic images would take");
   expect_one_line_error(run_dlbench("bench --model resnet50 --batch-size 64 --steps 1 --image-size 2048"),
                         "--batch-size 64 --image-size 2048: the run's memory plan would take");
   expect_one_line_error(run_dlbench("train --model resnet20 --data fashion-mnist --steps 1 --image-size 64"),
