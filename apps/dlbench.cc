@@ -73,6 +73,10 @@ void add_run_flags(CLI::App& cmd, RunConfig& c, std::string& lr_schedule) {
   cmd.add_option("--image-size", c.image_size,
                  "side of the training crop (default 224; small grayscale images: their own size)");
   cmd.add_flag("--strict", c.strict, "stop at the first bad image, naming it, instead of skipping it");
+  cmd.add_option("--decode", c.decode_text,
+                 "auto | cpu | gpu: where JPEGs are decoded (GPU decoding is not in this build yet: auto "
+                 "decodes on the CPU, gpu is refused)")
+      ->capture_default_str();
   cmd.add_option("--device", c.device_text, "auto | cpu | cuda")->capture_default_str();
   cmd.add_option("--backend", c.backend_name, "CPU backend: onednn (default) | reference");
   cmd.add_option("--threads", c.threads, "CPU threads (0 = all cores)")->capture_default_str();
@@ -330,10 +334,15 @@ int main(int argc, char** argv) {
     cmd->add_option("--python", o.python, "the peers' Python interpreter")->capture_default_str();
     cmd->add_option("--peers", o.peers_dir, "the peers/ folder (default: found beside the binary)");
   };
+  // sweep and study pass --decode to dlbench's points (peers decode their own way).
+  constexpr const char* kGridDecodeHelp =
+      "auto | cpu | gpu: dlbench's points' --decode (with --bench-args --data,DIR); part of a point's "
+      "identity when not auto";
   dlbench::SweepOptions sweep_options;
   CLI::App* sweep = app.add_subcommand(
       "sweep", "a grid of bench points, each its own process, appended to a JSON Lines file (resumable)");
   add_grid_flags(sweep, sweep_options, true);
+  sweep->add_option("--decode", sweep_options.decode, kGridDecodeHelp)->capture_default_str();
   sweep->add_option("--launcher", sweep_options.launcher, "threads | mpi (mpirun -np GPUS)")
       ->capture_default_str();
   sweep
@@ -364,6 +373,7 @@ int main(int argc, char** argv) {
   CLI::App* study = app.add_subcommand(
       "study", "the whole study: system table, dlbench's sweep, the peers' points and the report");
   add_grid_flags(study, study_options.grid, true);
+  study->add_option("--decode", study_options.grid.decode, kGridDecodeHelp)->capture_default_str();
   study
       ->add_option("--frameworks", study_options.frameworks,
                    "peers (default: pytorch, pytorch-compiled, jax)")
@@ -426,6 +436,10 @@ int main(int argc, char** argv) {
     data_bench->add_option("--layout", o.layout, "nhwc | nchw")->capture_default_str();
     data_bench->add_flag("!--eval", o.train, "the evaluation transform (resize + centre crop) instead");
     data_bench->add_flag("--strict", o.strict, "stop at the first bad image");
+    data_bench
+        ->add_option("--decode", o.decode,
+                     "auto | cpu | gpu: where JPEGs are decoded (GPU decoding is not in this build yet)")
+        ->capture_default_str();
     data_bench->add_option("--seed", o.seed, "seed of the augmentation")->capture_default_str();
     data_bench->add_option("--json", o.json_path, "write the result as one JSON object to FILE");
   }

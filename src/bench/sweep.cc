@@ -18,6 +18,7 @@
 #include "core/process.h"
 #include "core/signals.h"
 #include "core/status.h"
+#include "data/decode_mode.h"
 #include "models/resnet.h"
 
 namespace dlbench {
@@ -138,6 +139,7 @@ nlohmann::json point_key(const SweepOptions& o, const std::string& model, const 
                          int gpus, const std::string& batch_size) {
   nlohmann::json key = sweep_point_key(o.framework, model, precision, gpus, batch_size, o.launcher);
   if (o.framework == "dlbench" && !o.bench_args.empty()) key["bench_args"] = o.bench_args;
+  if (o.framework == "dlbench" && o.decode != "auto") key["decode"] = o.decode;
   return key;
 }
 
@@ -166,6 +168,7 @@ std::vector<std::string> point_command(const SweepOptions& o, const Point& p, co
       argv.insert(argv.end(), {"--launcher", "mpi"});
     if (const std::string cache = sweep_algorithm_cache(o, runs_on_gpu(device)); !cache.empty())
       argv.insert(argv.end(), {"--algorithm-cache", cache});
+    if (o.decode != "auto") argv.insert(argv.end(), {"--decode", o.decode});
     argv.insert(argv.end(), o.bench_args.begin(), o.bench_args.end());
     return argv;
   }
@@ -259,6 +262,7 @@ void check_grid(const SweepOptions& o, bool on_gpu) {
   DLB_REQUIRE(o.warmup_steps.value_or(0) >= 0, "--warmup-steps {}: must be 0 or more",
               o.warmup_steps.value_or(0));
   DLB_REQUIRE(o.point_timeout_seconds > 0, "--point-timeout {}: must be positive", o.point_timeout_seconds);
+  parse_decode_mode(o.decode, "--decode");  // the value checked here; each point resolves it
   for (const std::string& m : o.models) DLB_REQUIRE(is_model_name(m), "--models {}: unknown model", m);
   for (const std::string& p : o.precisions)
     DLB_REQUIRE(p == "fp32" || p == "tf32" || p == "fp16" || p == "bf16",

@@ -53,6 +53,9 @@ struct SweepOptions {
   // dlbench: extra `dlbench bench` flags for every point (e.g. {"--bucket-mb", "0"}). Part of a point's
   // identity when given, so a sweep with other flags into the same file runs its points again.
   std::vector<std::string> bench_args;
+  // dlbench: --decode for every point (auto | cpu | gpu; it matters with --bench-args --data,DIR). Part of
+  // a point's identity when not auto, so that points decoded elsewhere are not taken for these.
+  std::string decode = "auto";
 };
 
 // The file every dlbench point of `o` is given as --algorithm-cache ("" for none): RESULTS.algorithms.json

@@ -7,12 +7,14 @@
 #include <filesystem>
 #include <nlohmann/json.hpp>
 
+#include "backend/backend_factory.h"
 #include "core/file_io.h"
 #include "core/file_paths.h"
 #include "core/machine_limits.h"
 #include "core/signals.h"
 #include "core/status.h"
 #include "data/batch_prefetcher.h"
+#include "data/decode_mode.h"
 #include "data/idx.h"
 #include "data/image_dataset.h"
 #include "data/image_limits.h"
@@ -131,6 +133,11 @@ void run_data_bench(const DataBenchOptions& o) {
   DLB_REQUIRE(o.batch_size >= 1 && o.batches >= 1 && o.warmup_batches >= 0,
               "data-bench: --batch-size and --batches must be positive");
   const DType dtype = dtype_of_precision(o.precision);
+  // The batches would be decoded into the GPU's memory where there is one (the training run's device).
+  std::string decode_note;
+  const DecodeMode decode =
+      resolve_decode(parse_decode_mode(o.decode, "--decode"),
+                     cuda_backend_available() ? DeviceKind::cuda : DeviceKind::cpu, &decode_note);
   DLB_REQUIRE(o.layout == "nhwc" || o.layout == "nchw", "--layout {}: choose nhwc or nchw", o.layout);
   const Layout layout = o.layout == "nhwc" ? Layout::nhwc : Layout::nchw;
   auto source = open_images(path);
@@ -153,6 +160,7 @@ void run_data_bench(const DataBenchOptions& o) {
       static_cast<long long>(shape.channels), static_cast<long long>(shape.height),
       static_cast<long long>(shape.width), dtype_name(dtype), o.layout.c_str(),
       static_cast<long long>(o.batch_size), options.threads);
+  if (!decode_note.empty()) std::printf("data-bench: %s\n", decode_note.c_str());
   BatchPrefetcher prefetcher(
       data, {o.batch_size, shape.channels, shape.height, shape.width}, dtype, layout, total,
       [&](int64_t b) {
@@ -192,7 +200,9 @@ void run_data_bench(const DataBenchOptions& o) {
                         {"images_per_second", rate},
                         {"images_per_second_per_thread", rate / options.threads},
                         {"thread_ms_per_image", 1e3 * busy / images},
-                        {"bad_files", after.bad_files}};
+                        {"bad_files", after.bad_files},
+                        {"decode", decode_mode_name(decode)},
+                        {"images_decoded_on_cpu", after.decoded}};
     write_file_atomically(o.json_path, j.dump(2) + "\n");
     std::printf("result written to %s\n", o.json_path.c_str());
   }

@@ -27,6 +27,8 @@ struct DataBenchOptions {
   bool train = true;  // the training transform (else the evaluation one)
   bool strict = false;
   uint64_t seed = 42;
+  // auto | cpu | gpu (data/decode_mode.h); the device is the GPU where this dlbench has one.
+  std::string decode = "auto";
   std::string json_path;
 };
 void run_data_bench(const DataBenchOptions& options);

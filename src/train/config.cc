@@ -249,6 +249,19 @@ void resolve_config(RunConfig& c, bool cuda_available) {
                 c.image_size, c.model, smallest, smallest);
   }
 
+  // Decoding. Synthetic and IDX data hold no JPEGs: auto and cpu mean nothing there, gpu cannot be had.
+  {
+    const DecodeMode requested = parse_decode_mode(c.decode_text, "--decode");
+    if (c.data_kind == "images") {
+      c.decode = resolve_decode(requested, c.device.kind, &c.decode_note);
+    } else {
+      DLB_REQUIRE(requested != DecodeMode::gpu,
+                  "--decode gpu: --data {} holds no JPEGs to decode; give an image folder or shard set",
+                  c.data);
+      c.decode = DecodeMode::cpu;
+    }
+  }
+
   // Timeline.
   if (!c.trace_path.empty()) {
     char colon = 0;
@@ -366,6 +379,7 @@ nlohmann::json config_to_json(const RunConfig& c) {
   j["data_threads"] = c.data_threads;
   j["image_size"] = c.image_size;
   j["strict"] = c.strict;
+  j["decode"] = c.data_kind == "images" ? decode_mode_name(c.decode) : "none";
   j["log_every"] = c.log_every ? nlohmann::json(*c.log_every) : nlohmann::json(nullptr);
   if (c.eval_images) j["eval_images"] = *c.eval_images;
   j["gpus"] = c.gpus;

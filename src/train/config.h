@@ -10,6 +10,7 @@
 
 #include "backend/backend_factory.h"
 #include "core/tensor.h"
+#include "data/decode_mode.h"
 
 namespace dlbench {
 
@@ -76,6 +77,12 @@ struct RunConfig {
   int image_size = 0;           // output size of the image transform (0 = 224, or the images' own size)
   bool strict = false;          // stop at the first bad image instead of skipping it
   std::string mlperf_log_path;  // train: MLPerf-style :::MLLOG lines to FILE
+  // --decode: where JPEGs are decoded (data/decode_mode.h). `decode` is the mode used for image data
+  // (resolved: cpu or gpu; synthetic and IDX data decode nothing), `decode_note` the line that says why
+  // auto chose the CPU on a GPU device ("" for none; printed once, by rank 0).
+  std::string decode_text = "auto";
+  DecodeMode decode = DecodeMode::cpu;
+  std::string decode_note;
 
   // Data parallelism (src/dist): ranks are GPUs of this process (--gpus, threads) or mpirun's processes.
   int gpus = 1;                              // threads: GPUs driven from this process

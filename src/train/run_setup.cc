@@ -242,6 +242,7 @@ void print_header(const char* command, const RunConfig& config, RunSetup& s, con
       static_cast<long long>(*config.batch_size),
       config.accumulate_steps > 1 ? fmt::format(" x {} micro-batches", config.accumulate_steps).c_str() : "",
       length.c_str());
+  if (!config.decode_note.empty()) say("  %s\n", config.decode_note.c_str());
   say("  sgd lr %g (%s", config.lr, lr_schedule_name(config.lr_schedule));
   if (config.lr_warmup_epochs > 0) say(", warm-up %g epochs", config.lr_warmup_epochs);
   say(") momentum %g%s weight decay %g%s | seed %llu\n", config.momentum, config.nesterov ? " nesterov" : "",
@@ -266,6 +267,24 @@ RunConfig with_scaled_lr(const RunConfig& config, int ranks) {
   return scaled;
 }
 
+namespace {
+
+// Where the run's JPEGs were decoded: `decode`, the mode used ("none" for synthetic and IDX data), and
+// for image data images_decoded_on_cpu, every rank's training and evaluation images (all of them until
+// the GPU pipeline exists; then the ones it sent back to libjpeg-turbo). A collective: every rank calls it.
+void add_decoding(nlohmann::json& j, const RunConfig& config, RunSetup& s) {
+  const bool images = config.data_kind == "images";
+  j["decode"] = images ? decode_mode_name(config.decode) : "none";
+  if (!images) return;
+  double decoded = 0;
+  for (const Dataset* data : {s.train_data.get(), s.test_data.get()})
+    if (const auto* image_data = dynamic_cast<const ImageDataset*>(data))
+      decoded += static_cast<double>(image_data->stats().decoded);
+  j["images_decoded_on_cpu"] = s.comm->sum(decoded);
+}
+
+}  // namespace
+
 nlohmann::json result_skeleton(const RunConfig& config, RunSetup& s) {
   nlohmann::json j;
   j["model"] = config.model;
@@ -280,6 +299,7 @@ nlohmann::json result_skeleton(const RunConfig& config, RunSetup& s) {
   j["ranks"] = s.comm->size();
   j["launcher"] = s.comm->name() != "local" ? s.comm->name() : "single";
   j["threads"] = config.threads;
+  add_decoding(j, config, s);
   j["communication_ms"] = nullptr;  // bench with several ranks: one exchange of all gradients, alone
   j["peak_memory_bytes"] = s.trainer->net().memory().total_bytes();
   j["algorithm_digest"] = algorithm_digest(s.trainer->net());
