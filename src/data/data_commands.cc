@@ -1,5 +1,7 @@
 #include "data/data_commands.h"
 
+#include <sys/resource.h>
+
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -28,6 +30,16 @@ namespace dlbench {
 namespace fs = std::filesystem;
 
 namespace {
+
+// User + system CPU seconds of every thread of this process so far.
+double process_cpu_seconds() {
+  struct rusage usage {};
+  ::getrusage(RUSAGE_SELF, &usage);
+  const auto seconds = [](const timeval& t) {
+    return static_cast<double>(t.tv_sec) + 1e-6 * static_cast<double>(t.tv_usec);
+  };
+  return seconds(usage.ru_utime) + seconds(usage.ru_stime);
+}
 
 bool is_image_set(const std::string& path) { return is_shard_set(path) || is_image_folder(path); }
 
@@ -173,17 +185,21 @@ void run_data_bench(const DataBenchOptions& o) {
       [](void* p) { ::operator delete (p, std::align_val_t{64}); });
   for (int64_t b = 0; b < o.warmup_batches; ++b) prefetcher.next();
   const ImageDatasetStats before = data.stats();
+  const double cpu_before = process_cpu_seconds();
   const auto start = std::chrono::steady_clock::now();
   for (int64_t b = 0; b < o.batches; ++b) prefetcher.next();
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  // What the pipeline costs the machine: every thread's user + system time over the window.
+  const double cpu_per_1000 =
+      1e3 * (process_cpu_seconds() - cpu_before) / static_cast<double>(o.batches * o.batch_size);
   const ImageDatasetStats after = data.stats();
   const double images = static_cast<double>(o.batches * o.batch_size);
   const double rate = images / seconds;
   const double busy = after.decode_seconds - before.decode_seconds;
   std::printf(
       "data-bench: %.1f img/s with %d threads = %.1f img/s per thread | %.2f ms of one thread per image | "
-      "%lld bad files skipped\n",
-      rate, options.threads, rate / options.threads, 1e3 * busy / images,
+      "%.2f CPU seconds per 1000 images | %lld bad files skipped\n",
+      rate, options.threads, rate / options.threads, 1e3 * busy / images, cpu_per_1000,
       static_cast<long long>(after.bad_files));
   if (!o.json_path.empty()) {
     nlohmann::json j = {{"command", "data-bench"},
@@ -200,6 +216,7 @@ void run_data_bench(const DataBenchOptions& o) {
                         {"images_per_second", rate},
                         {"images_per_second_per_thread", rate / options.threads},
                         {"thread_ms_per_image", 1e3 * busy / images},
+                        {"cpu_seconds_per_1000_images", cpu_per_1000},
                         {"bad_files", after.bad_files},
                         {"decode", decode_mode_name(decode)},
                         {"images_decoded_on_cpu", after.decoded}};
