@@ -1,5 +1,7 @@
 #include "bench/measure.h"
 
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <cmath>
 #include <numeric>
@@ -52,6 +54,12 @@ nlohmann::json to_json(const Distribution& d) {
   return {{"count", d.count}, {"median", d.median}, {"mean", d.mean}, {"p5", d.p5},
           {"p95", d.p95},     {"min", d.min},       {"max", d.max},   {"stddev", d.stddev},
           {"ci95", d.ci95},   {"jitter", d.jitter}};
+}
+
+std::optional<std::string> busy_machine_note(const Distribution& d) {
+  if (d.count < 3 || d.jitter <= kBusyMachineJitter) return std::nullopt;
+  return fmt::format("step times varied by {:.0f}% (stddev / mean): the machine may be busy with other work",
+                     100 * d.jitter);
 }
 
 }  // namespace dlbench

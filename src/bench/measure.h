@@ -5,6 +5,8 @@
 
 #include <cstdint>
 #include <nlohmann/json.hpp>
+#include <optional>
+#include <string>
 #include <vector>
 
 namespace dlbench {
@@ -21,6 +23,14 @@ struct Distribution {
 double percentile(std::vector<double> values, double p);
 Distribution summarize(const std::vector<double>& values);
 nlohmann::json to_json(const Distribution& d);
+
+// Above this stddev / mean of the step times a measurement is flagged as taken on a busy machine (a
+// steady ResNet-50 run varies by 1-3%; the report flags points past 5%).
+inline constexpr double kBusyMachineJitter = 0.25;
+
+// "step times varied by 91% (stddev / mean): the machine may be busy with other work" for a window of at
+// least 3 steps whose jitter exceeds kBusyMachineJitter; nullopt for a steady one.
+std::optional<std::string> busy_machine_note(const Distribution& d);
 
 class MeasuredWindow {
  public:

@@ -329,10 +329,8 @@ void add_throughput(nlohmann::json& j, RunSetup& s, const MeasuredWindow& window
   j["images_per_second_per_device"] = total / s.comm->size();
   j["step_ms"] = to_json(d);
   // A machine busy with other work makes steps wait at random: say so where the figure is read.
-  if (d.count >= 3 && d.jitter > kBusyMachineJitter) {
-    j["measurement_note"] =
-        fmt::format("step times varied by {:.0f}% (stddev / mean): the machine may be busy with other work",
-                    100 * d.jitter);
+  if (const std::optional<std::string> note = busy_machine_note(d)) {
+    j["measurement_note"] = *note;
     say("warning: the step times varied by %.0f%% (stddev / mean, median %.1f ms, p95 %.1f ms): the machine "
         "may be busy with other work; the figure is not a steady measurement\n",
         100 * d.jitter, d.median, d.p95);

@@ -26,10 +26,6 @@
 
 namespace dlbench::run_detail {
 
-// Above this stddev / mean of the step times a result warns that the machine was busy (a steady run of
-// ResNet-50 varies by 1-3%; the report flags points past 5%).
-constexpr double kBusyMachineJitter = 0.25;
-
 // Seconds since the process started, for the time to the first timed step.
 double seconds_since_process_start();
 

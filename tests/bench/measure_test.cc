@@ -36,6 +36,16 @@ TEST(Statistics, SingleValueHasNoSpread) {
   EXPECT_DOUBLE_EQ(d.ci95, 0);
 }
 
+// Steps of 150 ms and 2,000 ms (a machine busy with other work) are flagged; a steady window is not, nor
+// one of two steps, whose spread says nothing.
+TEST(Statistics, ABusyMachineIsFlagged) {
+  const auto note = busy_machine_note(summarize({150, 160, 2000, 150, 1900}));
+  ASSERT_TRUE(note.has_value());
+  EXPECT_NE(note->find("the machine may be busy"), std::string::npos) << *note;
+  EXPECT_FALSE(busy_machine_note(summarize({150, 152, 149, 151, 150})).has_value());
+  EXPECT_FALSE(busy_machine_note(summarize({150, 2000})).has_value());
+}
+
 TEST(MeasuredWindow, ThroughputIsImagesOverWallTimeNotMeanOfRates) {
   MeasuredWindow w;
   w.add_step(100, 10);  // 100 img/s
