@@ -78,9 +78,9 @@ TEST(Report, TablesHoldTheNumbersOfThePoints) {
   // The training run's losses, and the peer that is not installed.
   EXPECT_NE(markdown.find("| dlbench | resnet20 | fp32 | 1 | 128 | 30 | 2.3412 | 0.7260 | 0.7260 |"),
             std::string::npos);
-  EXPECT_NE(markdown.find(
-                "- jax resnet50 fp16 1 GPU batch 256 (local): not available: the JAX peer cannot start"),
-            std::string::npos);
+  EXPECT_NE(
+      markdown.find("- jax resnet50 fp16 1 GPU batch 256 (local): not available: the JAX peer cannot start"),
+      std::string::npos);
 }
 
 TEST(Report, PointsJsonlHasSpeedupEfficiencyAndThePeersBeside) {
