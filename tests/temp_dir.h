@@ -10,6 +10,7 @@
 #include <string>
 #include <string_view>
 
+#include "core/file_io.h"
 #include "core/status.h"
 
 // Fails the test, showing the whole text, when `haystack` does not contain `needle` (a message's key part).
@@ -61,6 +62,14 @@ std::string user_error_message(F&& f) {
   }
   ADD_FAILURE() << "expected a UserError";
   return "";
+}
+
+// dlbench's temporaries (core/file_io.h's AtomicFile and staged folders) directly in `folder`.
+inline int temporaries_in(const std::filesystem::path& folder) {
+  int n = 0;
+  for (const auto& entry : std::filesystem::directory_iterator(folder))
+    n += is_temporary_name(entry.path().filename().string());
+  return n;
 }
 
 }  // namespace dlbench::testing

@@ -11,7 +11,6 @@
 //
 //   jpeg_decode_lab DIR [--batch N] [--batches N] [--warmup N] [--files N]
 #include <cuda_runtime.h>
-#include <sys/resource.h>
 
 #include <chrono>
 #include <cstdio>
@@ -23,6 +22,7 @@
 #include <vector>
 
 #include "backend/cuda/kernel_check.h"
+#include "core/machine_limits.h"
 #include "data/cuda/image_augment.h"
 #include "data/cuda/jpeg_batch_decoder.h"
 #include "data/image_transform.h"
@@ -31,15 +31,6 @@
 using namespace dlbench;
 
 namespace {
-
-double cpu_seconds() {
-  struct rusage usage {};
-  ::getrusage(RUSAGE_SELF, &usage);
-  const auto s = [](const timeval& t) {
-    return static_cast<double>(t.tv_sec) + 1e-6 * static_cast<double>(t.tv_usec);
-  };
-  return s(usage.ru_utime) + s(usage.ru_stime);
-}
 
 std::vector<std::vector<uint8_t>> read_jpegs(const std::string& dir, size_t most) {
   std::vector<std::vector<uint8_t>> files;
@@ -72,7 +63,7 @@ void run(const NvjpegLibrary& library, cuda::JpegBackendChoice choice,
     if (b == warmup) {
       DLB_KERNEL_CHECK(cudaStreamSynchronize(stream));
       start = std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
-      cpu_start = cpu_seconds();
+      cpu_start = process_cpu_seconds();
     }
     for (auto& jpeg : jpegs) {
       jpeg = std::span<const uint8_t>(files[next]);
@@ -99,7 +90,7 @@ void run(const NvjpegLibrary& library, cuda::JpegBackendChoice choice,
   std::printf(
       "%-14s %9.0f img/s  %6.2f CPU s per 1000 images  (%s; %zu of %zu decoded on the engines, %zu failed)\n",
       choice == cuda::JpegBackendChoice::hardware_first ? "hardware_first" : "cuda_only", timed / seconds,
-      1e3 * (cpu_seconds() - cpu_start) / timed,
+      1e3 * (process_cpu_seconds() - cpu_start) / timed,
       decoder.hardware_note().empty() ? "-" : decoder.hardware_note().c_str(), on_hardware, decoded, failed);
   DLB_KERNEL_CHECK(cudaFree(out));
   DLB_KERNEL_CHECK(cudaStreamDestroy(stream));

@@ -9,6 +9,8 @@ namespace dlbench {
 
 // The cores this process may run on (its CPU affinity mask; at least 1).
 int usable_cores();
+// User + system CPU seconds of every thread of this process so far.
+double process_cpu_seconds();
 // Physical memory in bytes (0 when unknown).
 uint64_t physical_memory_bytes();
 

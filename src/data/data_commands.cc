@@ -1,7 +1,5 @@
 #include "data/data_commands.h"
 
-#include <sys/resource.h>
-
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -30,16 +28,6 @@ namespace dlbench {
 namespace fs = std::filesystem;
 
 namespace {
-
-// User + system CPU seconds of every thread of this process so far.
-double process_cpu_seconds() {
-  struct rusage usage {};
-  ::getrusage(RUSAGE_SELF, &usage);
-  const auto seconds = [](const timeval& t) {
-    return static_cast<double>(t.tv_sec) + 1e-6 * static_cast<double>(t.tv_usec);
-  };
-  return seconds(usage.ru_utime) + seconds(usage.ru_stime);
-}
 
 bool is_image_set(const std::string& path) { return is_shard_set(path) || is_image_folder(path); }
 

@@ -26,13 +26,6 @@
 namespace dlbench::testing {
 namespace {
 
-int temporaries_in(const fs::path& folder) {
-  int n = 0;
-  for (const auto& entry : fs::directory_iterator(folder))
-    n += is_temporary_name(entry.path().filename().string());
-  return n;
-}
-
 std::string file_bytes(const fs::path& path) { return read_text(path.string()); }
 
 // A folder in which new data runs out after about `room_kib` KiB (a tmpfs counts whole pages: rounded up to

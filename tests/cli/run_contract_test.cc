@@ -22,13 +22,6 @@ std::string tiny_train(const fs::path& data) {
   return "train --model resnet20 --batch-size 8 --threads 1 --lr 0.05 --data " + data.string() + " ";
 }
 
-int temporaries_in(const fs::path& folder) {
-  int n = 0;
-  for (const auto& entry : fs::directory_iterator(folder))
-    n += is_temporary_name(entry.path().filename().string());
-  return n;
-}
-
 nlohmann::json read_json(const fs::path& path) { return nlohmann::json::parse(read_text(path.string())); }
 
 // A checkpoint of 2 steps of tiny_train.

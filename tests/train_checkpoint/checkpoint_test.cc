@@ -20,6 +20,7 @@ namespace {
 
 using testing::read_file;
 using testing::TempDir;
+using testing::temporaries_in;
 using testing::user_error_message;
 using testing::write_file;
 
@@ -44,14 +45,6 @@ Checkpoint sample_checkpoint() {
   c.momentum = sequence(1000, 0.01f);
   c.buffers = sequence(64, 2.f);
   return c;
-}
-
-// dlbench's temporaries (core/file_io.h) in `folder`.
-int temporaries_in(const std::filesystem::path& folder) {
-  int n = 0;
-  for (const auto& entry : std::filesystem::directory_iterator(folder))
-    n += is_temporary_name(entry.path().filename().string());
-  return n;
 }
 
 void expect_bitwise_equal(const std::vector<float>& a, const std::vector<float>& b) {
