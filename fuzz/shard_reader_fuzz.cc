@@ -1,9 +1,10 @@
 // libFuzzer target for the shard set reader (src/data/shard.h): any bytes must give a UserError at open or
 // a false from read(), never a crash, a leak, a hang or another exception.
 //
-// fuzz-build: src/data/shard.cc src/data/staged_folder.cc src/core/status.cc src/core/file_io.cc
-// src/core/signals.cc src/core/file_paths.cc -lfmt -lz Build and run: tools/fuzz.sh shard_reader_fuzz
-// SECONDS, or by hand from the repository root:
+// clang-format off
+// fuzz-build: src/data/shard.cc src/data/staged_folder.cc src/core/status.cc src/core/file_io.cc src/core/signals.cc src/core/file_paths.cc -lfmt -lz
+// clang-format on
+// Build and run: tools/fuzz.sh shard_reader_fuzz SECONDS, or by hand from the repository root:
 //   clang++-14 -std=c++20 -fsanitize=fuzzer,address,undefined -I src fuzz/shard_reader_fuzz.cc \
 //     src/data/shard.cc src/core/status.cc src/core/file_io.cc src/core/log.cc -lfmt -lz
 //   ./a.out -max_total_time=60 -rss_limit_mb=2048 [CORPUS_DIR]
