@@ -68,6 +68,9 @@ void add_run_flags(CLI::App& cmd, RunConfig& c, std::string& lr_schedule) {
                  "shard set (dlbench pack), or ROOT with train/ and val/ ones")
       ->capture_default_str();
   cmd.add_option("--val-data", c.val_data, "the evaluation images, when not ROOT/val");
+  cmd.add_option("--gpu-decode-threads", c.gpu_decode_threads,
+                 "--decode gpu: threads that decode and augment batches in turn (1-8)")
+      ->capture_default_str();
   cmd.add_option("--data-threads", c.data_threads, "image decoding threads (0 = all cores but one)")
       ->capture_default_str();
   cmd.add_option("--image-size", c.image_size,
@@ -428,6 +431,10 @@ int main(int argc, char** argv) {
         ->capture_default_str();
     data_bench->add_option("--batch-size", o.batch_size, "images per batch")->capture_default_str();
     data_bench->add_option("--batches", o.batches, "timed batches")->capture_default_str();
+    data_bench
+        ->add_option("--gpu-decode-threads", o.gpu_decode_threads,
+                     "--decode gpu: threads that decode and augment batches in turn (1-8)")
+        ->capture_default_str();
     data_bench->add_option("--warmup-batches", o.warmup_batches, "batches before the timed ones")
         ->capture_default_str();
     data_bench->add_option("--image-size", o.image_size, "side of the crop (default 224)");

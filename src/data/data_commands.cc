@@ -15,6 +15,7 @@
 #include "core/status.h"
 #include "data/batch_prefetcher.h"
 #include "data/decode_mode.h"
+#include "data/gpu_image_pipeline.h"
 #include "data/idx.h"
 #include "data/image_dataset.h"
 #include "data/image_limits.h"
@@ -161,21 +162,60 @@ void run_data_bench(const DataBenchOptions& o) {
       static_cast<long long>(shape.width), dtype_name(dtype), o.layout.c_str(),
       static_cast<long long>(o.batch_size), options.threads);
   if (!decode_note.empty()) std::printf("data-bench: %s\n", decode_note.c_str());
-  BatchPrefetcher prefetcher(
-      data, {o.batch_size, shape.channels, shape.height, shape.width}, dtype, layout, total,
-      [&](int64_t b) {
-        std::vector<int64_t> indices(static_cast<size_t>(o.batch_size));
-        for (int64_t i = 0; i < o.batch_size; ++i)
-          indices[static_cast<size_t>(i)] = (b * o.batch_size + i) % n;
-        return indices;
-      },
-      kBuffersInFlight, [](size_t bytes) { return ::operator new (bytes, std::align_val_t{64}); },
-      [](void* p) { ::operator delete (p, std::align_val_t{64}); });
-  for (int64_t b = 0; b < o.warmup_batches; ++b) prefetcher.next();
+  auto batch_indices = [&](int64_t b) {
+    std::vector<int64_t> indices(static_cast<size_t>(o.batch_size));
+    for (int64_t i = 0; i < o.batch_size; ++i) indices[static_cast<size_t>(i)] = (b * o.batch_size + i) % n;
+    return indices;
+  };
+  const std::vector<int64_t> dims = {o.batch_size, shape.channels, shape.height, shape.width};
+  // On the GPU the batches go where training takes them, the device's memory, through the same pipeline;
+  // the device runs nothing else, so this is the most the pipeline feeds.
+  std::unique_ptr<Backend> device;
+  std::unique_ptr<GpuImagePipeline> gpu;
+  std::unique_ptr<BatchPrefetcher> cpu;
+  Tensor device_images, device_labels;
+  std::vector<void*> device_memory;
+  if (decode == DecodeMode::gpu) {
+    device = make_backend("cuda", Device{DeviceKind::cuda, 0}, 1, false);
+    device_images =
+        Tensor(device->allocate(static_cast<size_t>(shape.numel() * o.batch_size) * dtype_size(dtype)), dims,
+               dtype, layout, device->device());
+    device_labels = Tensor(device->allocate(static_cast<size_t>(o.batch_size) * sizeof(int32_t)),
+                           {o.batch_size}, DType::i32, Layout::nchw, device->device());
+    GpuPipelineOptions g;
+    g.image_dims = dims;
+    g.dtype = dtype;
+    g.layout = layout;
+    g.count = total;
+    g.indices = batch_indices;
+    g.device = 0;
+    DLB_REQUIRE(o.gpu_decode_threads >= 1 && o.gpu_decode_threads <= 8,
+                "--gpu-decode-threads {}: choose 1 to 8", o.gpu_decode_threads);
+    g.decode_threads = o.gpu_decode_threads;
+    g.depth = g.decode_threads + 2;
+    gpu = make_gpu_image_pipeline(data, g);
+    std::printf("data-bench: decoding with %s\n", gpu->description().c_str());
+  } else {
+    cpu = std::make_unique<BatchPrefetcher>(
+        data, dims, dtype, layout, total, batch_indices, kBuffersInFlight,
+        [](size_t bytes) { return ::operator new (bytes, std::align_val_t{64}); },
+        [](void* p) { ::operator delete (p, std::align_val_t{64}); });
+  }
+  auto next = [&] {
+    if (gpu) {
+      gpu->next(device_images, device_labels, device->native_stream());
+    } else {
+      cpu->next();
+    }
+  };
+  for (int64_t b = 0; b < o.warmup_batches; ++b) next();
+  if (device) device->synchronize();
   const ImageDatasetStats before = data.stats();
+  const GpuPipelineStats gpu_before = gpu ? gpu->stats() : GpuPipelineStats{};
   const double cpu_before = process_cpu_seconds();
   const auto start = std::chrono::steady_clock::now();
-  for (int64_t b = 0; b < o.batches; ++b) prefetcher.next();
+  for (int64_t b = 0; b < o.batches; ++b) next();
+  if (device) device->synchronize();  // the last batch is in place
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   // What the pipeline costs the machine: every thread's user + system time over the window.
   const double cpu_per_1000 =
@@ -184,6 +224,18 @@ void run_data_bench(const DataBenchOptions& o) {
   const double images = static_cast<double>(o.batches * o.batch_size);
   const double rate = images / seconds;
   const double busy = after.decode_seconds - before.decode_seconds;
+  const GpuPipelineStats gpu_after = gpu ? gpu->stats() : GpuPipelineStats{};
+  // Images libjpeg-turbo decoded in the window: all of them on the CPU path, the fallbacks on the GPU's.
+  const int64_t on_cpu =
+      gpu ? gpu_after.decoded_on_cpu - gpu_before.decoded_on_cpu : after.decoded - before.decoded;
+  if (gpu)
+    std::printf("data-bench: %lld on the JPEG engines, %lld by nvJPEG's CUDA backend, %lld on the CPU\n",
+                static_cast<long long>(gpu_after.decoded_on_hardware - gpu_before.decoded_on_hardware),
+                static_cast<long long>(gpu_after.decoded_on_gpu_cuda - gpu_before.decoded_on_gpu_cuda),
+                static_cast<long long>(on_cpu));
+  if (gpu)
+    std::printf("data-bench: host time of the stages: %s\n",
+                pipeline_profile(gpu_before, gpu_after, o.batches).c_str());
   std::printf(
       "data-bench: %.1f img/s with %d threads = %.1f img/s per thread | %.2f ms of one thread per image | "
       "%.2f CPU seconds per 1000 images | %lld bad files skipped\n",
@@ -201,13 +253,14 @@ void run_data_bench(const DataBenchOptions& o) {
                         {"batch_size", o.batch_size},
                         {"batches", o.batches},
                         {"threads", options.threads},
+                        {"gpu_decode_threads", gpu ? nlohmann::json(o.gpu_decode_threads) : nlohmann::json()},
                         {"images_per_second", rate},
                         {"images_per_second_per_thread", rate / options.threads},
                         {"thread_ms_per_image", 1e3 * busy / images},
                         {"cpu_seconds_per_1000_images", cpu_per_1000},
                         {"bad_files", after.bad_files},
                         {"decode", decode_mode_name(decode)},
-                        {"images_decoded_on_cpu", after.decoded}};
+                        {"images_decoded_on_cpu", on_cpu}};
     write_file_atomically(o.json_path, j.dump(2) + "\n");
     std::printf("result written to %s\n", o.json_path.c_str());
   }

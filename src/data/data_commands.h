@@ -29,6 +29,7 @@ struct DataBenchOptions {
   uint64_t seed = 42;
   // auto | cpu | gpu (data/decode_mode.h); the device is the GPU where this dlbench has one.
   std::string decode = "auto";
+  int gpu_decode_threads = 2;  // --decode gpu: the GPU pipeline's decode threads
   std::string json_path;
 };
 void run_data_bench(const DataBenchOptions& options);

@@ -1,9 +1,9 @@
 // --decode auto|cpu|gpu: where JPEGs are decoded, resolved once per run from the flag, the device and
 // whether nvJPEG opens (data/nvjpeg_library.h), then passed down as the mode used.
 //
-// Today every image is decoded on the CPU (libjpeg-turbo): the GPU pipeline (nvJPEG's batched decode on
-// the hardware backend) is not built yet, so `gpu` is refused wherever it is asked for, and `auto` says
-// in one line why it decodes on the CPU, where it would have chosen the GPU.
+// gpu: nvJPEG's batched decode and the batched augmentation kernel (data/gpu_image_pipeline.h); cpu:
+// libjpeg-turbo on the data threads (data/image_dataset.h). `auto` takes the GPU where it can and says in
+// one line why where it cannot.
 #pragma once
 
 #include <cstdint>
@@ -26,8 +26,8 @@ DecodeMode parse_decode_mode(const std::string& text, const char* flag);
 
 // The mode used (cpu or gpu, never automatic) for images decoded for a run on `device`, asking
 // NvjpegLibrary::open() where it matters. UserError (one line) where `requested` cannot be honoured: gpu
-// on the CPU device, without nvJPEG, or (today) anywhere. *note: a line to print, or "" (auto on a GPU
-// device that decodes on the CPU says why; auto on the CPU device says nothing).
+// on the CPU device, or without nvJPEG. *note: a line to print, or "" (auto on a GPU device without nvJPEG
+// says why it decodes on the CPU; auto on the CPU device says nothing).
 DecodeMode resolve_decode(DecodeMode requested, DeviceKind device, std::string* note);
 
 // The same with the library given: `library` (nullptr where it did not open, `why_not` saying why), for

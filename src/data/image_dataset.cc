@@ -9,82 +9,11 @@
 
 #include "core/log.h"
 #include "core/status.h"
+#include "core/work_pool.h"
 #include "data/jpeg_image.h"
 #include "data/random.h"
 
 namespace dlbench {
-
-// A fixed set of threads that run one parallel loop at a time: run(n, body) calls body(0..n-1) spread
-// over the threads and returns when all are done, rethrowing the first exception a body threw.
-struct ImageDataset::Workers {
-  explicit Workers(int count) {
-    for (int t = 0; t < count; ++t) threads.emplace_back([this] { loop(); });
-  }
-  ~Workers() {
-    {
-      std::lock_guard<std::mutex> lock(mutex);
-      stop = true;
-    }
-    wake.notify_all();
-    for (std::thread& t : threads) t.join();
-  }
-
-  void run(int64_t n, const std::function<void(int64_t)>& body) {
-    std::unique_lock<std::mutex> lock(mutex);
-    job = &body;
-    count = n;
-    next.store(0);
-    pending = static_cast<int>(threads.size());
-    failure = nullptr;
-    ++generation;
-    wake.notify_all();
-    done.wait(lock, [&] { return pending == 0; });
-    job = nullptr;
-    if (failure) std::rethrow_exception(failure);
-  }
-
- private:
-  void loop() {
-    uint64_t seen = 0;
-    for (;;) {
-      const std::function<void(int64_t)>* body;
-      int64_t n;
-      {
-        std::unique_lock<std::mutex> lock(mutex);
-        wake.wait(lock, [&] { return stop || generation != seen; });
-        if (stop) return;
-        seen = generation;
-        body = job;
-        n = count;
-      }
-      for (int64_t i = next.fetch_add(1); i < n; i = next.fetch_add(1)) {
-        try {
-          (*body)(i);
-        } catch (...) {
-          std::lock_guard<std::mutex> lock(mutex);
-          if (!failure) failure = std::current_exception();
-          next.store(n);  // the others stop at their next sample
-        }
-      }
-      std::lock_guard<std::mutex> lock(mutex);
-      if (--pending == 0) done.notify_one();
-    }
-  }
-
- public:
-  std::vector<std::thread> threads;
-
- private:
-  std::mutex mutex;
-  std::condition_variable wake, done;
-  const std::function<void(int64_t)>* job = nullptr;
-  int64_t count = 0;
-  std::atomic<int64_t> next{0};
-  int pending = 0;
-  uint64_t generation = 0;
-  bool stop = false;
-  std::exception_ptr failure;
-};
 
 ImageDataset::ImageDataset(std::shared_ptr<const EncodedImageSource> source, ImageDatasetOptions options)
     : source_(std::move(source)), options_(options) {
@@ -92,7 +21,7 @@ ImageDataset::ImageDataset(std::shared_ptr<const EncodedImageSource> source, Ima
   DLB_REQUIRE(options_.channels == 1 || options_.channels == 3, "images have 1 or 3 channels, not {}",
               options_.channels);
   DLB_REQUIRE(options_.threads >= 1, "--data-threads {}: must be 1 or more", options_.threads);
-  workers_ = std::make_unique<Workers>(options_.threads);
+  workers_ = std::make_unique<WorkPool>(options_.threads);
 }
 
 ImageDataset::~ImageDataset() = default;
@@ -125,23 +54,13 @@ bool ImageDataset::decode_one(int64_t index, uint64_t draw, DType dtype, Layout 
     error = fmt::format("{}: {}", source_->where(index), error);
     return false;
   }
-  std::mt19937_64 rng(data_rng::derive_seed(options_.seed, draw));
-  const int size = options_.image_size;
-  CropBox box{0, 0, static_cast<double>(info.width), static_cast<double>(info.height)};
-  bool flip = false;
-  if (options_.augment && options_.train) {
-    box = random_resized_crop_box(info.width, info.height, rng);
-    flip = (rng() >> 63) != 0;
-  } else if (options_.augment) {
-    box = center_crop_box(info.width, info.height, size * 256 / 224, size);
-  }
-  const int scale = dct_scale_eighths(std::max(1, static_cast<int>(box.width)),
-                                      std::max(1, static_cast<int>(box.height)), size, size);
-  if (!decode_jpeg(bytes, scale, options_.channels, image, error)) {
+  const SampleCrop crop = choose_sample_crop(options_, info.width, info.height, draw);
+  if (!decode_jpeg(bytes, crop.scale_eighths, options_.channels, image, error)) {
     error = fmt::format("{}: {}", source_->where(index), error);
     return false;
   }
-  crop_resize_normalize(image, scale, box, size, size, flip, options_.normalization, dtype, layout, out);
+  crop_resize_normalize(image, crop.scale_eighths, crop.box, options_.image_size, options_.image_size,
+                        crop.flip, options_.normalization, dtype, layout, out);
   return true;
 }
 
@@ -167,8 +86,7 @@ void ImageDataset::gather(std::span<const int64_t> indices, Tensor& images, Tens
     DLB_CHECK(index >= 0 && index < total, "gather: sample {} of {}", index, total);
     std::string error;
     for (uint64_t attempt = 0;; ++attempt) {
-      const uint64_t draw = (call << 24) + static_cast<uint64_t>(k) + (attempt << 48);
-      if (decode_one(index, draw, images.dtype(), images.layout(),
+      if (decode_one(index, sample_draw(call, k, attempt), images.dtype(), images.layout(),
                      out + static_cast<size_t>(k) * sample_bytes, error)) {
         label_out[k] = source_->label(index);
         break;
@@ -184,6 +102,22 @@ void ImageDataset::gather(std::span<const int64_t> indices, Tensor& images, Tens
         std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - start)
             .count());
   });
+}
+
+SampleCrop choose_sample_crop(const ImageDatasetOptions& options, int width, int height, uint64_t draw) {
+  std::mt19937_64 rng(data_rng::derive_seed(options.seed, draw));
+  const int size = options.image_size;
+  SampleCrop crop;
+  crop.box = {0, 0, static_cast<double>(width), static_cast<double>(height)};
+  if (options.augment && options.train) {
+    crop.box = random_resized_crop_box(width, height, rng);
+    crop.flip = (rng() >> 63) != 0;
+  } else if (options.augment) {
+    crop.box = center_crop_box(width, height, size * 256 / 224, size);
+  }
+  crop.scale_eighths = dct_scale_eighths(std::max(1, static_cast<int>(crop.box.width)),
+                                         std::max(1, static_cast<int>(crop.box.height)), size, size);
+  return crop;
 }
 
 ImageDatasetOptions default_image_options(const EncodedImageSource& source) {

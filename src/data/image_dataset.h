@@ -27,6 +27,8 @@
 
 namespace dlbench {
 
+class WorkPool;
+
 struct ImageDatasetOptions {
   int image_size = 224;  // output height and width
   int channels = 3;      // 3 (RGB; grayscale converted) or 1 (luminance; colour converted)
@@ -63,24 +65,46 @@ class ImageDataset final : public Dataset {
   void gather(std::span<const int64_t> indices, Tensor& images, Tensor& labels) const override;
 
   const ImageDatasetOptions& options() const { return options_; }
+  const EncodedImageSource& source() const { return *source_; }
   ImageDatasetStats stats() const;
+  // A bad file met by a pipeline reading this data set (this one's gather, or the GPU pipeline's): counted
+  // in stats(), named in a warning the first time.
+  void note_bad(int64_t index, const std::string& error) const;
 
  private:
   // Decodes sample `index` into `out`; false (with the error) when the file is bad.
   bool decode_one(int64_t index, uint64_t draw, DType dtype, Layout layout, void* out,
                   std::string& error) const;
-  void note_bad(int64_t index, const std::string& error) const;
 
   std::shared_ptr<const EncodedImageSource> source_;
   ImageDatasetOptions options_;
-  struct Workers;
-  std::unique_ptr<Workers> workers_;
+  std::unique_ptr<WorkPool> workers_;
   mutable std::atomic<uint64_t> calls_{0};
   mutable std::mutex bad_mutex_;
   mutable std::set<int64_t> bad_;
   mutable std::atomic<int64_t> decoded_{0}, skipped_{0};
   mutable std::atomic<int64_t> decode_nanoseconds_{0};
 };
+
+// Which sample-draw number the k-th sample of the call-th batch takes on its attempt-th try (a bad file is
+// replaced by the next sample, with the next attempt): (call << 24) + k + (attempt << 48). gather()'s calls
+// count from 0 in order, so batch n of a run is call n, whichever pipeline decodes it.
+inline uint64_t sample_draw(uint64_t call, int64_t k, uint64_t attempt) {
+  return (call << 24) + static_cast<uint64_t>(k) + (attempt << 48);
+}
+
+// What is cut out of one sample: its crop box (full-size pixels), its flip, and the DCT scale the CPU
+// decodes it at (the smallest n/8 that keeps the box at least the output size).
+struct SampleCrop {
+  CropBox box;
+  bool flip = false;
+  int scale_eighths = 8;
+};
+
+// The crop of draw `draw` from an image of width x height: the training transform's random box and flip,
+// the evaluation transform's centre crop, or the whole image without augmentation. Randomness from
+// (options.seed, draw) only; the CPU and the GPU pipelines both take their boxes from here.
+SampleCrop choose_sample_crop(const ImageDatasetOptions& options, int width, int height, uint64_t draw);
 
 // The evaluation/training options a data path implies: 3 channels at 224 with augmentation for photos;
 // for a data set of small grayscale images (the first image's shorter side under 64 pixels, one component),

@@ -210,6 +210,8 @@ void resolve_config(RunConfig& c, bool cuda_available) {
 
   // Data.
   c.data_threads = resolve_threads(c.data_threads, usable_cores() - 1, "--data-threads");
+  DLB_REQUIRE(c.gpu_decode_threads >= 1 && c.gpu_decode_threads <= 8,
+              "--gpu-decode-threads {}: choose 1 to 8", c.gpu_decode_threads);
   DLB_REQUIRE(c.image_size >= 0, "--image-size {}: must be positive", c.image_size);
   if (c.data == "synthetic") {
     c.data_kind = "synthetic";
@@ -377,6 +379,7 @@ nlohmann::json config_to_json(const RunConfig& c) {
   j["data"] = c.data;
   j["val_data"] = c.val_data;
   j["data_threads"] = c.data_threads;
+  j["gpu_decode_threads"] = c.gpu_decode_threads;
   j["image_size"] = c.image_size;
   j["strict"] = c.strict;
   j["decode"] = c.data_kind == "images" ? decode_mode_name(c.decode) : "none";

@@ -74,6 +74,7 @@ struct RunConfig {
   std::string train_images, val_images;  // resolved: the training and evaluation image sets ("" = none)
   std::string val_data;                  // --val-data: the evaluation images, when not PATH/val
   int data_threads = 0;                  // decoding threads (0 = all cores but one)
+  int gpu_decode_threads = 2;            // --decode gpu: threads that decode and augment batches in turn
   int image_size = 0;           // output size of the image transform (0 = 224, or the images' own size)
   bool strict = false;          // stop at the first bad image instead of skipping it
   std::string mlperf_log_path;  // train: MLPerf-style :::MLLOG lines to FILE

@@ -84,7 +84,22 @@ nlohmann::json bench_rank(const RunConfig& given, dist::Launch& launch, int slot
   // Synthetic inputs are loaded once and stay on the device (several micro-batches: reloaded each).
   std::vector<int64_t> all(static_cast<size_t>(s.train_data->size()));
   for (size_t i = 0; i < all.size(); ++i) all[i] = static_cast<int64_t>(i);
+  // Real images decoded on the GPU go through its pipeline (each micro-batch's, in the order of the loads).
+  const int64_t micro_batches = config.accumulate_steps;
+  std::unique_ptr<GpuImagePipeline> gpu_feed = make_gpu_pipeline(
+      s, *s.train_data, micro_batches == 1 ? 1 : micro_batches * (1 + *config.warmup_steps + *config.steps),
+      [&](int64_t n) {
+        auto batch = EpochSampler::batch(all, n % micro_batches, *config.batch_size);
+        std::vector<int64_t> indices(batch.begin(), batch.end());
+        indices.resize(static_cast<size_t>(*config.batch_size), indices[0]);  // as load_batch pads
+        return indices;
+      });
   auto load = [&](int64_t micro) {
+    if (gpu_feed) {
+      gpu_feed->next(trainer.model().images->value, trainer.model().labels->value,
+                     s.backend->native_stream());
+      return;
+    }
     trainer.load_batch(*s.train_data, EpochSampler::batch(all, micro, *config.batch_size));
   };
   load(0);

@@ -342,7 +342,8 @@ void add_throughput(nlohmann::json& j, RunSetup& s, const MeasuredWindow& window
 // loop will feed.
 std::unique_ptr<BatchPrefetcher> make_prefetcher(RunSetup& s, int64_t count,
                                                  BatchPrefetcher::BatchIndices indices) {
-  if (!dynamic_cast<const ImageDataset*>(s.train_data.get())) return nullptr;
+  if (!dynamic_cast<const ImageDataset*>(s.train_data.get()) || s.config.decode == DecodeMode::gpu)
+    return nullptr;
   const Tensor& images = s.trainer->model().images->value;
   const DType dtype = s.train_data->writes_dtype(images.dtype()) ? images.dtype() : DType::f32;
   Backend& backend = *s.backend;
@@ -352,12 +353,29 @@ std::unique_ptr<BatchPrefetcher> make_prefetcher(RunSetup& s, int64_t count,
       [&backend](void* p) { backend.deallocate_host(p); });
 }
 
+std::unique_ptr<GpuImagePipeline> make_gpu_pipeline(RunSetup& s, const Dataset& data, int64_t count,
+                                                    BatchPrefetcher::BatchIndices indices) {
+  const auto* images = dynamic_cast<const ImageDataset*>(&data);
+  if (!images || s.config.decode != DecodeMode::gpu) return nullptr;
+  const Tensor& input = s.trainer->model().images->value;
+  GpuPipelineOptions options;
+  options.image_dims = input.dims();
+  options.dtype = input.dtype();
+  options.layout = input.layout();
+  options.count = count;
+  options.indices = std::move(indices);
+  options.device = s.backend->device().index;
+  options.decode_threads = s.config.gpu_decode_threads;
+  options.depth = options.decode_threads + 2;
+  return make_gpu_image_pipeline(*images, std::move(options));
+}
+
 // The input pipeline's part of a result: how long the loop waited for data, the rate the device would
 // reach without those waits, and the bad images skipped.
-void add_data_pipeline(nlohmann::json& j, RunSetup& s, const BatchPrefetcher* prefetcher, double wait_seconds,
+void add_data_pipeline(nlohmann::json& j, RunSetup& s, const DataFeed& feed, double wait_seconds,
                        const MeasuredWindow& window) {
   const auto* images = dynamic_cast<const ImageDataset*>(s.train_data.get());
-  if (!prefetcher || !images) return;
+  if ((!feed.prefetcher && !feed.gpu) || !images) return;
   const double steps = static_cast<double>(std::max<size_t>(1, window.step_ms().size()));
   j["data_wait_ms_per_step"] = 1e3 * s.comm->sum(wait_seconds) / s.comm->size() / steps;
   const double compute_seconds = window.wall_seconds() - wait_seconds;
@@ -366,10 +384,32 @@ void add_data_pipeline(nlohmann::json& j, RunSetup& s, const BatchPrefetcher* pr
   const ImageDatasetStats stats = images->stats();
   j["data_threads"] = images->options().threads;
   j["bad_images_skipped"] = s.comm->sum(static_cast<double>(stats.bad_files));
+  // The GPU pipeline's own counts: where its images were decoded (add_decoding counted the data sets'
+  // CPU decodes; the GPU pipeline's fallbacks add to them).
+  const GpuPipelineStats g = feed.gpu ? feed.gpu->stats() : GpuPipelineStats{};
+  const GpuPipelineStats& e = feed.finished_gpu;
+  const double on_cpu = s.comm->sum(static_cast<double>(g.decoded_on_cpu + e.decoded_on_cpu));
+  if (j.contains("images_decoded_on_cpu"))
+    j["images_decoded_on_cpu"] = j["images_decoded_on_cpu"].get<double>() + on_cpu;
+  j["images_decoded_on_gpu_engines"] =
+      s.comm->sum(static_cast<double>(g.decoded_on_hardware + e.decoded_on_hardware));
+  j["images_decoded_on_gpu_cuda"] =
+      s.comm->sum(static_cast<double>(g.decoded_on_gpu_cuda + e.decoded_on_gpu_cuda));
   say("  input pipeline: waited %.2f ms per step for data | %.1f img/s without the waits | %lld bad images "
       "skipped\n",
       j["data_wait_ms_per_step"].get<double>(), j["compute_images_per_second"].get<double>(),
       static_cast<long long>(j["bad_images_skipped"].get<double>()));
+  if (feed.gpu)
+    say("  decoded on the GPU: %lld on the JPEG engines, %lld by nvJPEG's CUDA backend; %lld on the CPU\n",
+        static_cast<long long>(j["images_decoded_on_gpu_engines"].get<double>()),
+        static_cast<long long>(j["images_decoded_on_gpu_cuda"].get<double>()),
+        static_cast<long long>(on_cpu));
+  if (feed.gpu) {
+    const int64_t batches =
+        (g.decoded_on_hardware + g.decoded_on_gpu_cuda + g.decoded_on_cpu) / *s.config.batch_size;
+    say("  GPU pipeline of rank 0, %lld batches: %s\n", static_cast<long long>(batches),
+        pipeline_profile(GpuPipelineStats{}, g, batches).c_str());
+  }
 }
 
 // The energy every rank's GPU used over the window (NVML's counters), where every rank's driver has it:

@@ -17,6 +17,7 @@
 #include "core/timeline.h"
 #include "data/batch_prefetcher.h"
 #include "data/dataset.h"
+#include "data/gpu_image_pipeline.h"
 #include "dist/communicator.h"
 #include "dist/launch.h"
 #include "models/resnet.h"
@@ -108,12 +109,26 @@ void add_throughput(nlohmann::json& j, RunSetup& s, const MeasuredWindow& window
 // Real images are decoded ahead of the loop (data/batch_prefetcher.h), in the network's compute dtype and
 // layout where the data set writes it, into page-locked buffers. `indices(n)` is the n-th micro-batch the
 // loop will feed. nullptr for data sets that need no decoding.
+// nullptr too where the run decodes on the GPU (make_gpu_pipeline).
 std::unique_ptr<BatchPrefetcher> make_prefetcher(RunSetup& s, int64_t count,
                                                  BatchPrefetcher::BatchIndices indices);
 
+// `data`'s images decoded on the GPU into the network's input (data/gpu_image_pipeline.h), where the run
+// decodes there (--decode gpu, or auto on a GPU with nvJPEG); nullptr otherwise. `indices(n)` as above.
+std::unique_ptr<GpuImagePipeline> make_gpu_pipeline(RunSetup& s, const Dataset& data, int64_t count,
+                                                    BatchPrefetcher::BatchIndices indices);
+
+// What fed the loop: one of the two pipelines (or neither, for data decoded once in memory), and the
+// counts of GPU pipelines that are gone (evaluation's).
+struct DataFeed {
+  const BatchPrefetcher* prefetcher = nullptr;
+  const GpuImagePipeline* gpu = nullptr;
+  GpuPipelineStats finished_gpu;  // evaluation's pipelines, summed
+};
+
 // The input pipeline's part of a result: how long the loop waited for data, the rate the device would
-// reach without those waits, and the bad images skipped.
-void add_data_pipeline(nlohmann::json& j, RunSetup& s, const BatchPrefetcher* prefetcher, double wait_seconds,
+// reach without those waits, the bad images skipped, and where the GPU pipeline decoded. A collective.
+void add_data_pipeline(nlohmann::json& j, RunSetup& s, const DataFeed& feed, double wait_seconds,
                        const MeasuredWindow& window);
 
 // The energy every rank's GPU used over the window (NVML's counters), where every rank's driver has it.

@@ -26,6 +26,7 @@
 #include "core/timer.h"
 #include "data/batch_prefetcher.h"
 #include "data/epoch_sampler.h"
+#include "data/gpu_image_pipeline.h"
 #include "data/idx.h"
 #include "data/image_dataset.h"
 #include "data/shard.h"
@@ -201,22 +202,30 @@ nlohmann::json train_rank(const RunConfig& given, dist::Launch& launch, int slot
                            first_step > 0 ? fmt::format(", resuming at step {}", first_step) : ""));
 
   const int64_t micro_batches = config.accumulate_steps;
-  std::unique_ptr<BatchPrefetcher> prefetcher = make_prefetcher(
-      s, (total_steps - first_step) * micro_batches,
-      // The same walk as the loop's feed below, on the prefetch thread with its own copy of the order.
-      [&, order = std::vector<int64_t>(), order_epoch = int64_t{-1}](int64_t n) mutable {
-        const int64_t step = first_step + n / micro_batches, micro = n % micro_batches;
-        if (step / steps_per_epoch != order_epoch) {
-          order_epoch = step / steps_per_epoch;
-          order = sampler.epoch_order(order_epoch);
-        }
-        const int64_t b = ((step % steps_per_epoch) * ranks + rank) * micro_batches + micro;
-        auto batch = EpochSampler::batch(order, b, *config.batch_size);
-        std::vector<int64_t> indices(batch.begin(), batch.end());
-        indices.resize(static_cast<size_t>(*config.batch_size), indices[0]);  // as load_batch pads
-        return indices;
-      });
+  // The same walk as the loop's feed below, on the pipeline's thread with its own copy of the order.
+  auto batch_indices = [&, order = std::vector<int64_t>(), order_epoch = int64_t{-1}](int64_t n) mutable {
+    const int64_t step = first_step + n / micro_batches, micro = n % micro_batches;
+    if (step / steps_per_epoch != order_epoch) {
+      order_epoch = step / steps_per_epoch;
+      order = sampler.epoch_order(order_epoch);
+    }
+    const int64_t b = ((step % steps_per_epoch) * ranks + rank) * micro_batches + micro;
+    auto batch = EpochSampler::batch(order, b, *config.batch_size);
+    std::vector<int64_t> indices(batch.begin(), batch.end());
+    indices.resize(static_cast<size_t>(*config.batch_size), indices[0]);  // as load_batch pads
+    return indices;
+  };
+  const int64_t batches_to_feed = (total_steps - first_step) * micro_batches;
+  std::unique_ptr<BatchPrefetcher> prefetcher = make_prefetcher(s, batches_to_feed, batch_indices);
+  std::unique_ptr<GpuImagePipeline> gpu_feed =
+      make_gpu_pipeline(s, *s.train_data, batches_to_feed, batch_indices);
+  if (gpu_feed) say("  decoding on the GPU: %s\n", gpu_feed->description().c_str());
+  DataFeed data_feed{prefetcher.get(), gpu_feed.get(), {}};
+  auto waited_seconds = [&] {
+    return prefetcher ? prefetcher->waited_seconds() : gpu_feed ? gpu_feed->waited_seconds() : 0.0;
+  };
   double window_wait_seconds = 0;
+  double window_cpu_seconds = 0;  // the process's user + system CPU time over the timed steps
   log_mlperf_start(mllog, config, s, init_start_ms);
 
   std::vector<int64_t> order;
@@ -240,17 +249,42 @@ nlohmann::json train_rank(const RunConfig& given, dist::Launch& launch, int slot
       WallTimer timer;
       WallTimer since_line;  // evaluation reports by time whatever --log-every says: it has no steps
       mllog.start("eval_start", nullptr, {{"epoch_num", epoch_number}});
-      const std::optional<double> accuracy =
-          trainer.evaluate(*s.test_data, eval_count, [&](int64_t done, int64_t count) {
-            if (stop_requested()) return false;
-            if (since_line.seconds() >= config.log_seconds) {
-              say("evaluating: %lld/%lld test images\n", static_cast<long long>(done),
-                  static_cast<long long>(count));
-              std::fflush(stdout);
-              since_line.restart();
-            }
-            return true;
+      auto keep_going = [&](int64_t done, int64_t count) {
+        if (stop_requested()) return false;
+        if (since_line.seconds() >= config.log_seconds) {
+          say("evaluating: %lld/%lld test images\n", static_cast<long long>(done),
+              static_cast<long long>(count));
+          std::fflush(stdout);
+          since_line.restart();
+        }
+        return true;
+      };
+      // The evaluation transform on the GPU too where the run decodes there: a pipeline of its own for
+      // this pass over the test images, in order, each batch padded as load_batch pads.
+      const int64_t batch = *config.batch_size;
+      std::unique_ptr<GpuImagePipeline> eval_feed =
+          make_gpu_pipeline(s, *s.test_data, (eval_count + batch - 1) / batch, [&](int64_t n) {
+            std::vector<int64_t> indices(static_cast<size_t>(batch));
+            for (int64_t i = 0; i < batch; ++i)
+              indices[static_cast<size_t>(i)] = n * batch + i < eval_count ? n * batch + i : n * batch;
+            return indices;
           });
+      std::optional<double> accuracy;
+      if (eval_feed) {
+        accuracy = trainer.evaluate(
+            eval_count,
+            [&](int64_t, int64_t) {
+              return eval_feed->next(trainer.model().images->value, trainer.model().labels->value,
+                                     s.backend->native_stream());
+            },
+            keep_going);
+        const GpuPipelineStats done = eval_feed->stats();
+        data_feed.finished_gpu.decoded_on_cpu += done.decoded_on_cpu;
+        data_feed.finished_gpu.decoded_on_hardware += done.decoded_on_hardware;
+        data_feed.finished_gpu.decoded_on_gpu_cuda += done.decoded_on_gpu_cuda;
+      } else {
+        accuracy = trainer.evaluate(*s.test_data, eval_count, keep_going);
+      }
       if (accuracy) {
         last_accuracy = *accuracy;
         mllog.point("eval_accuracy", last_accuracy, {{"epoch_num", epoch_number}});
@@ -285,6 +319,12 @@ nlohmann::json train_rank(const RunConfig& given, dist::Launch& launch, int slot
         trainer.load_batch(batch.images, batch.labels);
         return;
       }
+      if (gpu_feed) {
+        TimelineSpan span("load batch", "data");
+        gpu_feed->next(trainer.model().images->value, trainer.model().labels->value,
+                       s.backend->native_stream());
+        return;
+      }
       int64_t b = (batch_in_epoch * ranks + rank) * config.accumulate_steps + micro;
       trainer.load_batch(*s.train_data, EpochSampler::batch(order, b, *config.batch_size));
     };
@@ -293,14 +333,16 @@ nlohmann::json train_rank(const RunConfig& given, dist::Launch& launch, int slot
     if (step == first_step + 1 && config.cuda_graph) trainer.record_step();
     tracer.before(step + 1);
     WallTimer step_timer;
-    const double waited_before = prefetcher ? prefetcher->waited_seconds() : 0;
+    const double waited_before = waited_seconds();
+    const double cpu_before = process_cpu_seconds();
     const float rank_loss = trainer.step(feed, schedule.at(step), /*read_loss=*/true);
     tracer.after(step + 1);
     double step_ms = step_timer.milliseconds();
     train_seconds += step_ms / 1e3;
     if (step >= first_step + *config.warmup_steps) {
       window.add_step(step_ms, images_per_step);
-      if (prefetcher) window_wait_seconds += prefetcher->waited_seconds() - waited_before;
+      window_wait_seconds += waited_seconds() - waited_before;
+      window_cpu_seconds += process_cpu_seconds() - cpu_before;
     }
     // The step's loss is the global batch's: the mean of the ranks' (equal) shares, as one rank
     // accumulating every rank's micro-batches computes it.
@@ -346,7 +388,14 @@ nlohmann::json train_rank(const RunConfig& given, dist::Launch& launch, int slot
   j["final_loss"] = losses.empty() ? NAN : losses.back();
   j["losses"] = losses;
   add_throughput(j, s, window);
-  add_data_pipeline(j, s, prefetcher.get(), window_wait_seconds, window);
+  add_data_pipeline(j, s, data_feed, window_wait_seconds, window);
+  // What the run cost the host's cores over the timed steps, every thread (the data pipeline's, and the
+  // step's own launches and waits), per 1,000 images of all ranks. The ranks of one process (--gpus N)
+  // each read the whole process's time: counted once.
+  const bool one_process = s.comm->name() == "nccl-threads" || s.comm->name() == "local";
+  const double all_images = s.comm->sum(static_cast<double>(window.images()));
+  const double cpu_seconds = s.comm->sum(window_cpu_seconds) / (one_process ? ranks : 1);
+  if (all_images > 0) j["cpu_seconds_per_1000_images"] = 1e3 * cpu_seconds / all_images;
   mllog.run_succeeded();
   j["train_seconds"] = train_seconds;
   if (s.test_data) {

@@ -187,17 +187,29 @@ float Trainer::read_loss() {
 
 std::optional<double> Trainer::evaluate(const Dataset& data, int64_t total,
                                         const std::function<bool(int64_t done, int64_t count)>& keep_going) {
+  return evaluate(
+      std::min(total, data.size()),
+      [&](int64_t start, int64_t count) {
+        std::vector<int64_t> indices(static_cast<size_t>(count));
+        for (int64_t i = 0; i < count; ++i) indices[static_cast<size_t>(i)] = start + i;
+        load_batch(data, indices);
+        return std::span<const int32_t>(staging_labels_.ptr<int32_t>(), static_cast<size_t>(count));
+      },
+      keep_going);
+}
+
+std::optional<double> Trainer::evaluate(int64_t total, const BatchLoader& load,
+                                        const std::function<bool(int64_t done, int64_t count)>& keep_going) {
   Network& network = *model_.net;
   const int64_t classes = model_.num_classes;
   std::vector<float> logits(static_cast<size_t>(batch_ * classes));
   int64_t correct = 0;
-  total = std::min(total, data.size());
   for (int64_t start = 0; start < total; start += batch_) {
     if (start > 0 && !keep_going(start, total)) return std::nullopt;
     int64_t count = std::min(batch_, total - start);
-    std::vector<int64_t> indices(static_cast<size_t>(count));
-    for (int64_t i = 0; i < count; ++i) indices[static_cast<size_t>(i)] = start + i;
-    load_batch(data, indices);
+    const std::span<const int32_t> labels = load(start, count);
+    DLB_CHECK(static_cast<int64_t>(labels.size()) >= count, "evaluate: {} labels for {} samples",
+              labels.size(), count);
     network.forward(Phase::inference);
     const Tensor& out = model_.logits->value;
     if (out.dtype() == DType::f32) {
@@ -209,11 +221,10 @@ std::optional<double> Trainer::evaluate(const Dataset& data, int64_t total,
       backend_.cast(out, wide);
       backend_.copy_to_host(logits.data(), wide.data(), wide.bytes());
     }
-    const int32_t* labels = staging_labels_.ptr<int32_t>();
     for (int64_t i = 0; i < count; ++i) {
       const float* row = logits.data() + i * classes;
       int64_t best = std::max_element(row, row + classes) - row;
-      if (best == labels[i]) ++correct;
+      if (best == labels[static_cast<size_t>(i)]) ++correct;
     }
   }
   return total > 0 ? static_cast<double>(correct) / static_cast<double>(total) : 0.0;

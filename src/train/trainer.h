@@ -55,6 +55,12 @@ class Trainer {
   // statistics). `keep_going(done, count)` is asked after each batch; nullopt when it said no (a stop).
   std::optional<double> evaluate(const Dataset& data, int64_t count,
                                  const std::function<bool(int64_t done, int64_t count)>& keep_going);
+  // The same with the batches loaded by `load(start, n)`: samples start .. start + n - 1 (n at most the
+  // batch size; the rest of the batch padded as load_batch pads) into the network's inputs, returning
+  // their labels in host memory (a GPU pipeline's next()).
+  using BatchLoader = std::function<std::span<const int32_t>(int64_t start, int64_t n)>;
+  std::optional<double> evaluate(int64_t count, const BatchLoader& load,
+                                 const std::function<bool(int64_t done, int64_t count)>& keep_going);
 
   Checkpoint make_checkpoint(int64_t step, int64_t epoch) const;
   void restore(const Checkpoint& checkpoint);

@@ -35,6 +35,7 @@ TEST(JpegBatchDecoder, Skipped) { GTEST_SKIP() << "no CUDA GPU: dlbench was buil
 
 #include "cuda_kernels_test_util.h"
 #include "data/cuda/jpeg_batch_decoder.h"
+#include "data/image_test_util.h"
 #include "data/jpeg_image.h"
 #include "data/nvjpeg_library.h"
 
@@ -47,24 +48,7 @@ using cuda::JpegBatchDecoder;
 using cuda::JpegBatchDecoderOptions;
 using cuda::JpegDecodeStatus;
 
-// Smooth gradients, a few hard-edged coloured rectangles and a little noise: the frequencies of a photo,
-// and colour edges where chroma upsampling shows.
-std::vector<uint8_t> photo_like(int width, int height, int channels, uint64_t seed) {
-  std::mt19937_64 rng(seed);
-  std::uniform_int_distribution<int> noise(-6, 6);
-  std::vector<uint8_t> p(size_t(width) * height * channels);
-  const int rx = width / 5, ry = height / 4, rw = width / 3, rh = height / 3;
-  for (int y = 0; y < height; ++y)
-    for (int x = 0; x < width; ++x)
-      for (int c = 0; c < channels; ++c) {
-        double v =
-            120 + 60 * std::sin(0.031 * x + 0.017 * y + 2.1 * c) + 35 * std::cos(0.07 * y - 0.011 * x * c);
-        if (x >= rx && x < rx + rw && y >= ry && y < ry + rh) v = c == 0 ? 220 : (c == 1 ? 40 : 90);
-        v += noise(rng);
-        p[(size_t(y) * width + x) * channels + c] = static_cast<uint8_t>(std::clamp(v, 0.0, 255.0));
-      }
-  return p;
-}
+using testing::photo_like;
 
 struct Case {
   const char* name;

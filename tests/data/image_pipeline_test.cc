@@ -178,6 +178,68 @@ TEST(ImageDataset, BadFilesAreSkippedNamedAndCountedOrStopTheRunUnderStrict) {
   EXPECT_NE(message.find("PNG"), std::string::npos) << message;
 }
 
+// The crop code both pipelines take their boxes from (choose_sample_crop with sample_draw) is gather()'s,
+// draw for draw: each sample of two consecutive batches, rebuilt from its file by hand with the crop the
+// GPU pipeline would choose for it (batch n is call n), equals gather()'s bit for bit; a bad file's
+// replacement (the next sample, attempt 1) too. Photos of several sizes and both orientations, training
+// and evaluation transforms.
+TEST(ImageDataset, TheSharedCropCodeIsGathersDrawForDraw) {
+  TempDir dir;
+  fs::create_directories(dir.path() / "a");
+  fs::create_directories(dir.path() / "b");
+  const int sizes[][2] = {{500, 375}, {375, 500}, {96, 72}, {640, 480}, {300, 300}, {120, 400}};
+  for (int i = 0; i < 6; ++i)
+    write_file(dir.file((i % 2 ? "b/" : "a/") + std::to_string(i) + ".jpg"),
+               picture(sizes[i][0], sizes[i][1], i));
+  write_file(dir.file("a/6.jpg"), "not a jpeg");  // sorted after a/0, a/2, a/4: sample 3 of the listing
+  auto source = std::shared_ptr<const EncodedImageSource>(open_image_folder(dir.path().string()));
+  ASSERT_EQ(source->size(), 7);
+  for (const bool train : {true, false}) {
+    ImageDatasetOptions options = small_options(2);
+    options.image_size = 64;
+    options.train = train;
+    ImageDataset data(source, options);
+    const SampleShape shape = data.sample_shape();
+    const std::vector<int64_t> indices = {0, 1, 2, 3, 4, 5, 6};
+    for (uint64_t call = 0; call < 2; ++call) {
+      Batch batch(7, shape, DType::f32, Layout::nhwc);
+      data.gather(indices, batch.images.tensor(), batch.labels.tensor());
+      int replaced = 0;
+      for (int64_t k = 0; k < 7; ++k) {
+        int64_t index = indices[static_cast<size_t>(k)];
+        uint64_t attempt = 0;
+        std::vector<uint8_t> bytes;
+        std::string error;
+        JpegInfo info;
+        while (!source->read(index, bytes, error) || !read_jpeg_info(bytes, info, error)) {
+          index = (index + 1) % source->size();  // as both pipelines replace a bad file
+          ++attempt;
+          ++replaced;
+        }
+        const SampleCrop crop =
+            choose_sample_crop(options, info.width, info.height, sample_draw(call, k, attempt));
+        RgbImage image;
+        ASSERT_TRUE(decode_jpeg(bytes, crop.scale_eighths, 3, image, error)) << error;
+        std::vector<float> expected(static_cast<size_t>(shape.numel()));
+        crop_resize_normalize(image, crop.scale_eighths, crop.box, 64, 64, crop.flip, options.normalization,
+                              DType::f32, Layout::nhwc, expected.data());
+        const float* got = batch.images.ptr<float>() + k * shape.numel();
+        ASSERT_EQ(std::memcmp(got, expected.data(), expected.size() * sizeof(float)), 0)
+            << "sample " << k << " of call " << call << (train ? " (training)" : " (evaluation)");
+        EXPECT_EQ(batch.labels.ptr<int32_t>()[k], source->label(index));
+      }
+      EXPECT_EQ(replaced, 1);
+    }
+  }
+  // The draws differ from one batch to the next and from one sample to the next (so the boxes do).
+  ImageDatasetOptions options = small_options(1);
+  EXPECT_NE(choose_sample_crop(options, 500, 375, sample_draw(0, 0, 0)).box.x +
+                choose_sample_crop(options, 500, 375, sample_draw(0, 0, 0)).box.width,
+            choose_sample_crop(options, 500, 375, sample_draw(1, 0, 0)).box.x +
+                choose_sample_crop(options, 500, 375, sample_draw(1, 0, 0)).box.width);
+  EXPECT_EQ(sample_draw(1, 2, 3), (uint64_t{1} << 24) + 2 + (uint64_t{3} << 48));
+}
+
 TEST(ImageDataset, FlatImagesNormaliseToTheirKnownValues) {
   // Each image one flat colour: every output pixel is (v / 255 - mean) / std of its channel, within JPEG's
   // error on flat content (2 levels) — the per-sample statistics of the output are known exactly.

@@ -170,8 +170,6 @@ ImageDescriptor describe(const AugmentImage& image, const AugmentOutput& out) {
   DLB_KERNEL_REQUIRE(image.pixels != nullptr && image.width > 0 && image.height > 0, kOp,
                      "an image without pixels or of zero size");
   DLB_KERNEL_REQUIRE(image.channels == 1 || image.channels == 3, kOp, "image channels must be 1 or 3");
-  DLB_KERNEL_REQUIRE(image.channels <= out.channels, kOp,
-                     "a 3-channel image into a 1-channel output (decode it as gray instead)");
   DLB_KERNEL_REQUIRE(int64_t{image.pitch} >= int64_t{image.width} * image.channels, kOp,
                      "image pitch below width * channels");
   DLB_KERNEL_REQUIRE(image.scale_eighths >= 1 && image.scale_eighths <= 8, kOp, "scale_eighths must be 1..8");
@@ -203,7 +201,8 @@ ImageAugmenter::ImageAugmenter(int max_batch) : max_batch_(max_batch) {
     for (Slot& slot : slots_) {
       DLB_KERNEL_CHECK(cudaMallocHost(&slot.host, slot_bytes(max_batch)));
       DLB_KERNEL_CHECK(cudaMalloc(&slot.device, slot_bytes(max_batch)));
-      DLB_KERNEL_CHECK(cudaEventCreateWithFlags(&slot.done, cudaEventDisableTiming));
+      // Waited for on the host: blocking, so that the wait costs no CPU (a spinning wait takes a core).
+      DLB_KERNEL_CHECK(cudaEventCreateWithFlags(&slot.done, cudaEventDisableTiming | cudaEventBlockingSync));
     }
   } catch (...) {
     release();

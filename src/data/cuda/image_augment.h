@@ -13,7 +13,8 @@
 //
 // Grayscale: a 1-channel image into a 3-channel output is replicated (channel c reads table c at the gray
 // level), as decode_jpeg(..., want_channels = 3) replicates it before the CPU transform. A 3-channel image
-// into a 1-channel output is refused (the CPU path takes luminance at decode time instead).
+// into a 1-channel output gives its first channel: meant for a gray file that nvJPEG decoded as RGB (R = G
+// = B = the file's luminance); a colour file's luminance is the CPU's to compute (decode_jpeg(..., 1)).
 #pragma once
 
 #include <cuda_runtime_api.h>

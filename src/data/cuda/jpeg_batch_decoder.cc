@@ -7,6 +7,7 @@
 
 #include "backend/cuda/kernel_check.h"
 #include "core/status.h"
+#include "data/cuda/nvjpeg_memory.h"
 
 namespace dlbench::cuda {
 
@@ -110,9 +111,13 @@ bool JpegBatchDecoder::open_backend(nvjpeg::nvjpegBackend_t kind, Backend& b, st
   // BITSTREAM_STRICT: a stream that breaks the standard is an error rather than a best guess, as the CPU
   // path (libjpeg warnings are errors there); the CPU then names the problem. A library too old for the
   // flag refuses it as a bad parameter: then without.
-  nvjpegStatus_t s = nv_.nvjpegCreateEx(kind, nullptr, nullptr, nvjpeg::kFlagsBitstreamStrict, &b.handle);
+  // Its memory from a cache that never frees (nvjpeg_memory.h): a cudaFree inside a decode would wait for
+  // the whole device, the training step included.
+  nvjpeg::nvjpegDevAllocator_t* device = cached_nvjpeg_device_allocator();
+  nvjpeg::nvjpegPinnedAllocator_t* pinned = cached_nvjpeg_pinned_allocator();
+  nvjpegStatus_t s = nv_.nvjpegCreateEx(kind, device, pinned, nvjpeg::kFlagsBitstreamStrict, &b.handle);
   if (s == nvjpeg::NVJPEG_STATUS_INVALID_PARAMETER)
-    s = nv_.nvjpegCreateEx(kind, nullptr, nullptr, nvjpeg::kFlagsDefault, &b.handle);
+    s = nv_.nvjpegCreateEx(kind, device, pinned, nvjpeg::kFlagsDefault, &b.handle);
   std::string failure = nvjpeg_failure(backend_name(kind), s);
   if (failure.empty())
     failure = nvjpeg_failure("nvjpegJpegStateCreate", nv_.nvjpegJpegStateCreate(b.handle, &b.state));
