@@ -17,13 +17,13 @@
 #include "core/file_io.h"
 #include "core/signals.h"
 #include "core/status.h"
-#include "data/data_commands.h"
-#include "dist/comm_bench.h"
+#include "app/data_commands.h"
+#include "app/comm_bench.h"
 #include "dist/mpi_runtime.h"
 #include "git_commit.h"  // generated: DLBENCH_GIT_COMMIT
 #include "models/resnet.h"
 #include "train/config.h"
-#include "train/run.h"
+#include "app/run.h"
 
 namespace {
 

@@ -30,6 +30,7 @@
 #include <string>
 #include <vector>
 
+#include "core/stream_clock.h"
 #include "core/tensor.h"
 
 namespace dlbench {
@@ -201,7 +202,7 @@ struct DeviceMemory {
   std::string pci_bus_id;   // "0000:19:00.0": how the driver's NVML names the same device
 };
 
-class Backend {
+class Backend : public StreamClock {
  public:
   virtual ~Backend() = default;
   virtual std::string name() const = 0;
@@ -221,7 +222,7 @@ class Backend {
   virtual void copy_to_device(void* dst, const void* host_src, size_t bytes) = 0;
   virtual void copy_to_host(void* host_dst, const void* src, size_t bytes) = 0;
   virtual void copy(void* dst, const void* src, size_t bytes) = 0;
-  virtual void synchronize() = 0;
+  void synchronize() override = 0;
   // Records the ops `body` issues (which must not synchronise with the host) for replay; nullptr where the
   // backend cannot (then the caller simply runs `body` each time). `body` is not executed by the capture.
   virtual std::unique_ptr<CapturedWork> capture(const std::function<void()>& body) { return nullptr; }
@@ -238,11 +239,11 @@ class Backend {
   // A timestamp taken in stream order on `stream` (a native stream of this backend; null: the compute
   // stream); marker_ms reads it, after synchronize(), in milliseconds since the first marker. The default
   // (CPU backends, which run ops as they are called) is the host clock at the call.
-  virtual int64_t mark(void* stream = nullptr) {
+  int64_t mark(void* stream = nullptr) override {
     host_markers_.push_back(std::chrono::steady_clock::now());
     return static_cast<int64_t>(host_markers_.size()) - 1;
   }
-  virtual double marker_ms(int64_t marker) {
+  double marker_ms(int64_t marker) override {
     return std::chrono::duration<double, std::milli>(host_markers_.at(static_cast<size_t>(marker)) -
                                                      host_markers_.front())
         .count();

@@ -1,6 +1,5 @@
 #include "core/timeline.h"
 
-#include "backend/backend.h"
 #include "core/status.h"
 
 namespace dlbench {
@@ -12,8 +11,8 @@ thread_local Timeline* this_thread_timeline = nullptr;
 Timeline* Timeline::current() { return this_thread_timeline; }
 void Timeline::set_current(Timeline* timeline) { this_thread_timeline = timeline; }
 
-Timeline::Timeline(Backend& backend, int rank)
-    : backend_(backend), rank_(rank), origin_(std::chrono::steady_clock::now()) {
+Timeline::Timeline(StreamClock& clock, int rank)
+    : backend_(clock), rank_(rank), origin_(std::chrono::steady_clock::now()) {
   // The reference: a device timestamp taken when the device is idle, at a known host time.
   backend_.synchronize();
   reference_host_us_ = host_now_us();

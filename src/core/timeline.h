@@ -14,13 +14,14 @@
 #include <string>
 #include <vector>
 
-namespace dlbench {
+#include "core/stream_clock.h"
 
-class Backend;
+namespace dlbench {
 
 class Timeline {
  public:
-  Timeline(Backend& backend, int rank);
+  // `clock`: the rank's backend, which outlives the timeline.
+  Timeline(StreamClock& clock, int rank);
 
   // A span on `track`, in stream order on `stream` (a native stream of the backend; null: its compute
   // stream). Spans on one track nest like a stack.
@@ -47,7 +48,7 @@ class Timeline {
   double host_now_us() const;
   int64_t open_span(const char* track) const;
 
-  Backend& backend_;
+  StreamClock& backend_;
   int rank_;
   std::chrono::steady_clock::time_point origin_;
   int64_t reference_marker_ = -1;

@@ -9,7 +9,7 @@
 
 #include "backend/backend.h"
 #include "backend/reference/half_float.h"
-#include "dist/comm_bench.h"
+#include "app/comm_bench.h"
 #include "dist/communicator.h"
 
 namespace dlbench::dist::dist_testing {

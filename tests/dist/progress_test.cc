@@ -7,7 +7,7 @@
 
 #include <thread>
 
-#include "dist/comm_bench.h"
+#include "app/comm_bench.h"
 #include "dist/communicator.h"
 #include "dist/config_check.h"
 #include "temp_dir.h"

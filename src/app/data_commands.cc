@@ -1,4 +1,4 @@
-#include "data/data_commands.h"
+#include "app/data_commands.h"
 
 #include <algorithm>
 #include <chrono>

@@ -1,4 +1,4 @@
-#include "dist/comm_bench.h"
+#include "app/comm_bench.h"
 
 #include <fmt/format.h>
 

@@ -1,4 +1,4 @@
-#include "train/run_setup.h"
+#include "app/run_setup.h"
 
 #include <fmt/format.h>
 #include <zlib.h>

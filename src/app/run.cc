@@ -1,4 +1,4 @@
-#include "train/run.h"
+#include "app/run.h"
 
 #include <fmt/format.h>
 #include <zlib.h>
@@ -39,7 +39,7 @@
 #include "train/lr_schedule.h"
 #include "train/memory_fit.h"
 #include "train/mlperf_log.h"
-#include "train/run_setup.h"
+#include "app/run_setup.h"
 #include "train/trainer.h"
 
 namespace dlbench {

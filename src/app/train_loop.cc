@@ -38,7 +38,7 @@
 #include "train/lr_schedule.h"
 #include "train/memory_fit.h"
 #include "train/mlperf_log.h"
-#include "train/run_setup.h"
+#include "app/run_setup.h"
 #include "train/trainer.h"
 
 namespace dlbench::run_detail {

@@ -1,0 +1,31 @@
+# The layers of DESIGN.md, bottom to top: a file under src/<layer>/ may include headers of its own layer
+# and of the layers below it, never above (an upward include would make a lower layer depend on a higher
+# one). Run as a test: cmake -DSOURCE_DIR=<repo> -P cmake/check_layers.cmake; it names every upward include
+# and fails if there is one.
+set(layers core backend nn models data dist train bench app)
+file(GLOB_RECURSE sources RELATIVE ${SOURCE_DIR}/src ${SOURCE_DIR}/src/*.h ${SOURCE_DIR}/src/*.cc
+     ${SOURCE_DIR}/src/*.cu)
+set(violations 0)
+foreach(source ${sources})
+  string(REGEX MATCH "^[a-z_]+" own ${source})
+  list(FIND layers ${own} own_rank)
+  if(own_rank LESS 0)
+    message(SEND_ERROR "src/${source}: src/${own}/ is not a layer of DESIGN.md (${layers})")
+    math(EXPR violations "${violations} + 1")
+    continue()
+  endif()
+  file(STRINGS ${SOURCE_DIR}/src/${source} includes REGEX "^#include \"[a-z_]+/")
+  foreach(line ${includes})
+    string(REGEX REPLACE "^#include \"([a-z_]+)/.*" "\\1" included ${line})
+    list(FIND layers ${included} included_rank)
+    if(included_rank GREATER own_rank)
+      message(SEND_ERROR "src/${source}: ${line} reaches up from ${own} to ${included}")
+      math(EXPR violations "${violations} + 1")
+    endif()
+  endforeach()
+endforeach()
+list(LENGTH sources count)
+if(violations GREATER 0)
+  message(FATAL_ERROR "${violations} upward include(s) in ${count} files of src/")
+endif()
+message(STATUS "layers: ${count} files of src/, no upward include")
