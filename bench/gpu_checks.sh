@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # The GPU half of the test suite, for a machine with a GPU (CI has none): the CUDA backend's op tests,
 # the kernels' tests, one ResNet-50 step against oneDNN, compute-sanitizer on a short ResNet-50 run, and
-# resnet20 on Fashion-MNIST to >= 90% test accuracy in fp32 and fp16, `--batch-size max` resolving to a
-# batch that runs, the energy of the timed window read from NVML, and two processes choosing the same
+# resnet20 on Fashion-MNIST to >= 90% test accuracy in fp32 and fp16, one epoch of it from JPEGs decoded on
+# the GPU (every image there, > 80%; memcheck on the GPU pipeline), `--batch-size max` resolving to a batch
+# that runs, the energy of the timed window read from NVML, and two processes choosing the same
 # convolution algorithms, and --algorithm-cache reused by a second process, and a training run stopped by
 # SIGINT saving first and resuming. Runs binaries built elsewhere.
 #
@@ -38,6 +39,21 @@ for p in fp32 fp16; do
     "import json,sys; a=json.load(open('$LOGS/fmnist_$p.json'))['test_accuracy']; print(a); sys.exit(a < 0.90)"
   [[ -f "$LOGS/fmnist_resnet20_$p.log" ]] && echo "  $p: $(tail -1 "$LOGS/fmnist_resnet20_$p.log")"
 done
+# --decode gpu (nvJPEG on the JPEG engines, the batched augmentation): Fashion-MNIST exported as JPEG
+# folders trains resnet20 with every image decoded on the GPU, evaluation included, and compute-sanitizer
+# finds no memory error in the GPU pipeline.
+JPEGS="$LOGS/fmnist-jpeg"; rm -rf "$JPEGS"
+check export_fmnist_jpeg "$BIN/dlbench" export-images "$JPEGS" --data "$DATA"
+check gpu_decode_resnet20_train "$BIN/dlbench" train --device cuda --model resnet20 --data "$JPEGS" --epochs 1 \
+  --batch-size 128 --decode gpu --data-threads 4 --json "$LOGS/gpu_decode.json"
+check gpu_decode_decoded_on_the_gpu python3 -c "
+import json, sys
+r = json.load(open('$LOGS/gpu_decode.json'))
+print('decode', r['decode'], 'on the engines', r.get('images_decoded_on_gpu_engines'), 'by CUDA',
+      r.get('images_decoded_on_gpu_cuda'), 'on the CPU', r['images_decoded_on_cpu'], 'accuracy', r['test_accuracy'])
+sys.exit(not (r['decode'] == 'gpu' and r['images_decoded_on_cpu'] == 0 and r['test_accuracy'] > 0.8))"
+check memcheck_gpu_decode compute-sanitizer --tool memcheck --error-exitcode 1 "$BIN/dlbench" data-bench \
+  --data "$JPEGS/val" --decode gpu --data-threads 2 --batch-size 16 --batches 3 --warmup-batches 1
 # --batch-size max: a multiple of 8 at most the largest batch the plan fits, and the run at it succeeds;
 # the result carries the window's energy where the driver has NVML's counter, and its clocks (gpu_clocks:
 # a median SM clock within the GPU's range, shares of samples between 0 and 1).
