@@ -9,6 +9,9 @@
 #include <functional>
 #include <string>
 
+#include "app/comm_bench.h"
+#include "app/data_commands.h"
+#include "app/run.h"
 #include "backend/backend_factory.h"
 #include "bench/report.h"
 #include "bench/sweep.h"
@@ -17,13 +20,10 @@
 #include "core/file_io.h"
 #include "core/signals.h"
 #include "core/status.h"
-#include "app/data_commands.h"
-#include "app/comm_bench.h"
 #include "dist/mpi_runtime.h"
 #include "git_commit.h"  // generated: DLBENCH_GIT_COMMIT
 #include "models/resnet.h"
 #include "train/config.h"
-#include "app/run.h"
 
 namespace {
 

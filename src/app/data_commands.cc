@@ -171,12 +171,23 @@ void run_data_bench(const DataBenchOptions& o) {
   // On the GPU the batches go where training takes them, the device's memory, through the same pipeline;
   // the device runs nothing else, so this is the most the pipeline feeds.
   std::unique_ptr<Backend> device;
+  // The batch's place on the device, given back before the backend goes (declared after it).
+  struct DeviceBatch {
+    Backend* backend = nullptr;
+    Tensor images, labels;
+    ~DeviceBatch() {
+      if (!backend) return;
+      backend->deallocate(images.data());
+      backend->deallocate(labels.data());
+    }
+  } on_device;
   std::unique_ptr<GpuImagePipeline> gpu;
   std::unique_ptr<BatchPrefetcher> cpu;
-  Tensor device_images, device_labels;
-  std::vector<void*> device_memory;
+  Tensor& device_images = on_device.images;
+  Tensor& device_labels = on_device.labels;
   if (decode == DecodeMode::gpu) {
     device = make_backend("cuda", Device{DeviceKind::cuda, 0}, 1, false);
+    on_device.backend = device.get();
     device_images =
         Tensor(device->allocate(static_cast<size_t>(shape.numel() * o.batch_size) * dtype_size(dtype)), dims,
                dtype, layout, device->device());

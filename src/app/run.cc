@@ -13,6 +13,7 @@
 #include <mutex>
 #include <optional>
 
+#include "app/run_setup.h"
 #include "backend/algorithm_store.h"
 #include "backend/backend_factory.h"
 #include "bench/clock_sampler.h"
@@ -39,7 +40,6 @@
 #include "train/lr_schedule.h"
 #include "train/memory_fit.h"
 #include "train/mlperf_log.h"
-#include "app/run_setup.h"
 #include "train/trainer.h"
 
 namespace dlbench {

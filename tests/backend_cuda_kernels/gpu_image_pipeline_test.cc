@@ -70,11 +70,7 @@ class GpuImagePipelineTest : public testing::CudaKernelTest {
     o.layout = layout;
     o.count = count;
     const int64_t size = data.size();
-    o.indices = [batch, size](int64_t n) {
-      std::vector<int64_t> indices(static_cast<size_t>(batch));
-      for (int64_t i = 0; i < batch; ++i) indices[static_cast<size_t>(i)] = (n * batch + i) % size;
-      return indices;
-    };
+    o.indices = [batch, size](int64_t n) { return indices_of(n, batch, size); };
     return make_gpu_image_pipeline(data, o);
   }
 

@@ -7,9 +7,9 @@
 #include <cstring>
 #include <vector>
 
+#include "app/comm_bench.h"
 #include "backend/backend.h"
 #include "backend/reference/half_float.h"
-#include "app/comm_bench.h"
 #include "dist/communicator.h"
 
 namespace dlbench::dist::dist_testing {

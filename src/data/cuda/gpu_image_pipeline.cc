@@ -214,12 +214,13 @@ class NvjpegImagePipeline final : public GpuImagePipeline {
   }
 
   // Reads one sample: its bytes and header, replacing bad files by the next sample as the CPU path does.
-  void read_sample(int64_t call, int64_t k, int64_t index, Sample& sample) {
+  // `attempt`: the draw's first attempt (0, or the replacements already made for this sample).
+  void read_sample(int64_t call, int64_t k, int64_t index, uint64_t attempt, Sample& sample) {
     const ImageDatasetOptions& image = data_.options();
     const EncodedImageSource& source = data_.source();
     const int64_t total = source.size();
     std::string error;
-    for (uint64_t attempt = 0;; ++attempt) {
+    for (;; ++attempt) {
       DLB_CHECK(index >= 0 && index < total, "GPU pipeline: sample {} of {}", index, total);
       bool ok = source.read(index, sample.bytes, error);
       if (ok && !read_jpeg_info(sample.bytes, sample.info, error)) {
@@ -268,7 +269,7 @@ class NvjpegImagePipeline final : public GpuImagePipeline {
       DLB_CHECK(static_cast<int64_t>(indices.size()) == batch_, "GPU pipeline: batch of {}", indices.size());
       readers_->run(batch_, [&](int64_t k) {
         Sample& sample = slot.samples[static_cast<size_t>(k)];
-        read_sample(n, k, indices[static_cast<size_t>(k)], sample);
+        read_sample(n, k, indices[static_cast<size_t>(k)], 0, sample);
         slot.labels[static_cast<size_t>(k)] = data_.source().label(sample.index);
       });
       std::lock_guard<std::mutex> lock(mutex_);
@@ -295,13 +296,7 @@ class NvjpegImagePipeline final : public GpuImagePipeline {
       DLB_REQUIRE(sample.attempt < 1000, "{}: no decodable image among 1000 samples in a row (the last: {})",
                   source.description(), error);
       // The replacement takes the draw the CPU path would give it, and is decoded here too.
-      const uint64_t attempt = sample.attempt + 1;
-      Sample replacement;
-      read_sample(n, k, (sample.index + 1) % source.size(), replacement);
-      replacement.attempt += attempt;
-      replacement.crop = choose_sample_crop(image, replacement.info.width, replacement.info.height,
-                                            sample_draw(static_cast<uint64_t>(n), k, replacement.attempt));
-      sample = std::move(replacement);
+      read_sample(n, k, (sample.index + 1) % source.size(), sample.attempt + 1, sample);
     }
   }
 
