@@ -15,7 +15,8 @@
 //      and casts the whole batch into one of `depth` device buffers in one launch, and an event marks the
 //      batch ready.
 //   3. next(), on the training thread: the compute stream waits for that event and copies the batch into the
-//      network's input (device to device, ~0.2% of a ResNet-50 step) and its labels; an event recorded
+//      network's input (device to device: 77 MB for ResNet-50 fp16 at batch 256, an
+//      estimated 60 us of a 28 ms step) and its labels; an event recorded
 //      after the copies frees the buffer. The step's CUDA graph keeps its fixed input address, and the next
 //      batches' decoding overlaps the step's forward and backward alike.
 // nvJPEG decodes at full size: a crop much more than twice the output's size aliases (the CPU path decodes
