@@ -1,7 +1,7 @@
 // dlbench: the command line. Parses flags into a RunConfig, resolves it, runs, writes results.
 // Only this file decides exit codes: 0 success, 1 bad input (one clear line), 2 bad flags (one line: the
 // parser's), 3 internal error, 130/143 stopped by SIGINT/SIGTERM (core/signals.h); a communicator's
-// watchdog ends a stalled run itself, with 4 (dist/watchdog.h).
+// watchdog ends a stalled run itself, with 4 (parallel/watchdog.h).
 #include <CLI/CLI.hpp>
 #include <algorithm>
 #include <clocale>
@@ -20,7 +20,7 @@
 #include "core/file_io.h"
 #include "core/signals.h"
 #include "core/status.h"
-#include "dist/mpi_runtime.h"
+#include "parallel/mpi_runtime.h"
 #include "git_commit.h"  // generated: DLBENCH_GIT_COMMIT
 #include "models/resnet.h"
 #include "train/config.h"
@@ -169,10 +169,10 @@ int guarded(const std::function<void()>& body) {
 // Runs the parsed command; returns the exit code.
 int run_command(bool is_train, bool is_comm_bench, RunConfig& train_config, const std::string& train_schedule,
                 RunConfig& bench_config, const std::string& bench_schedule,
-                const dlbench::dist::CommBenchOptions& comm_bench_options) {
+                const dlbench::parallel::CommBenchOptions& comm_bench_options) {
   return guarded([&] {
     if (is_comm_bench) {
-      dlbench::dist::run_comm_bench(comm_bench_options);
+      dlbench::parallel::run_comm_bench(comm_bench_options);
       return;
     }
     RunConfig& config = is_train ? train_config : bench_config;
@@ -274,7 +274,7 @@ int main(int argc, char** argv) {
   bench->add_flag("--per-layer", bench_config.per_layer,
                   "after the timed window, time each layer's forward and backward");
 
-  dlbench::dist::CommBenchOptions comm_bench_options;
+  dlbench::parallel::CommBenchOptions comm_bench_options;
   CLI::App* comm_bench = app.add_subcommand(
       "comm-bench",
       "all-reduce time and bandwidth over the ranks (--gpus N, or under mpirun), every sum checked");
@@ -485,7 +485,7 @@ int main(int argc, char** argv) {
   if (data_bench->parsed()) return guarded([&] { dlbench::run_data_bench(data_bench_options); });
   if (export_images->parsed()) return guarded([&] { dlbench::run_export_images(export_options); });
 
-  return dlbench::dist::finish_mpi_process(run_command(train->parsed(), comm_bench->parsed(), train_config,
+  return dlbench::parallel::finish_mpi_process(run_command(train->parsed(), comm_bench->parsed(), train_config,
                                                        train_schedule, bench_config, bench_schedule,
                                                        comm_bench_options));
 }

@@ -2,7 +2,7 @@
 # and of the layers below it, never above (an upward include would make a lower layer depend on a higher
 # one). Run as a test: cmake -DSOURCE_DIR=<repo> -P cmake/check_layers.cmake; it names every upward include
 # and fails if there is one.
-set(layers core backend nn models data dist train bench app)
+set(layers core backend nn models data parallel train bench app)
 file(GLOB_RECURSE sources RELATIVE ${SOURCE_DIR}/src ${SOURCE_DIR}/src/*.h ${SOURCE_DIR}/src/*.cc
      ${SOURCE_DIR}/src/*.cu)
 set(violations 0)

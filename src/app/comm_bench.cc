@@ -14,9 +14,9 @@
 #include "bench/system_info.h"
 #include "core/file_io.h"
 #include "core/status.h"
-#include "dist/launch.h"
+#include "parallel/launch.h"
 
-namespace dlbench::dist {
+namespace dlbench::parallel {
 
 namespace {
 
@@ -268,4 +268,4 @@ nlohmann::json run_comm_bench(const CommBenchOptions& o) {
   return result;
 }
 
-}  // namespace dlbench::dist
+}  // namespace dlbench::parallel

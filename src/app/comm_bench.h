@@ -15,7 +15,7 @@
 
 #include "core/tensor.h"
 
-namespace dlbench::dist {
+namespace dlbench::parallel {
 
 struct CommBenchOptions {
   int64_t min_bytes = 8;
@@ -41,4 +41,4 @@ double all_reduce_bus_bandwidth(double algbw, int ranks);
 // The value rank `rank` puts at index `index`: an integer in [-4, 4].
 int comm_bench_value(int rank, int64_t index);
 
-}  // namespace dlbench::dist
+}  // namespace dlbench::parallel

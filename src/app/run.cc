@@ -33,8 +33,8 @@
 #include "data/image_dataset.h"
 #include "data/shard.h"
 #include "data/synthetic.h"
-#include "dist/config_check.h"
-#include "dist/launch.h"
+#include "parallel/config_check.h"
+#include "parallel/launch.h"
 #include "models/resnet.h"
 #include "train/checkpoint.h"
 #include "train/lr_schedule.h"
@@ -51,8 +51,8 @@ using namespace run_detail;
 // Runs `rank_body` on every rank this process holds (one, or one thread per GPU with --gpus N) and returns
 // rank 0's result; null in an MPI process of another rank.
 nlohmann::json run_ranks(const RunConfig& config,
-                         const std::function<nlohmann::json(dist::Launch&, int slot)>& rank_body) {
-  dist::LaunchOptions options;
+                         const std::function<nlohmann::json(parallel::Launch&, int slot)>& rank_body) {
+  parallel::LaunchOptions options;
   options.launcher = config.launcher;
   options.device = config.device.kind;
   options.gpus = config.gpus;
@@ -60,10 +60,10 @@ nlohmann::json run_ranks(const RunConfig& config,
   options.nccl.max_ctas = config.nccl_max_ctas;
   options.nccl.high_priority = config.comm_priority == "high";
   options.nccl.symmetric = config.nccl_symmetric;
-  auto launch = dist::make_launch(options);
+  auto launch = parallel::make_launch(options);
   nlohmann::json result;
   std::mutex result_mutex;
-  dist::run_local_ranks(*launch, [&](int slot) {
+  parallel::run_local_ranks(*launch, [&](int slot) {
     nlohmann::json j = rank_body(*launch, slot);
     std::lock_guard<std::mutex> lock(result_mutex);
     if (!j.is_null()) result = std::move(j);
@@ -71,7 +71,7 @@ nlohmann::json run_ranks(const RunConfig& config,
   return result;
 }
 
-nlohmann::json bench_rank(const RunConfig& given, dist::Launch& launch, int slot) {
+nlohmann::json bench_rank(const RunConfig& given, parallel::Launch& launch, int slot) {
   RunSetup s = set_up(given, launch, slot);
   const RunConfig config = with_scaled_lr(s.config, s.comm->size());
   Trainer& trainer = *s.trainer;
@@ -216,11 +216,11 @@ nlohmann::json bench_rank(const RunConfig& given, dist::Launch& launch, int slot
 nlohmann::json run_train(const RunConfig& given) {
   // SIGINT/SIGTERM stop the run after the step under way, its state saved first (stop_if_asked).
   defer_stop_to_safe_points();
-  return run_ranks(given, [&](dist::Launch& launch, int slot) { return train_rank(given, launch, slot); });
+  return run_ranks(given, [&](parallel::Launch& launch, int slot) { return train_rank(given, launch, slot); });
 }
 
 nlohmann::json run_bench(const RunConfig& given) {
-  return run_ranks(given, [&](dist::Launch& launch, int slot) { return bench_rank(given, launch, slot); });
+  return run_ranks(given, [&](parallel::Launch& launch, int slot) { return bench_rank(given, launch, slot); });
 }
 
 }  // namespace dlbench

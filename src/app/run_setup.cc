@@ -33,8 +33,8 @@
 #include "data/image_limits.h"
 #include "data/shard.h"
 #include "data/synthetic.h"
-#include "dist/config_check.h"
-#include "dist/launch.h"
+#include "parallel/config_check.h"
+#include "parallel/launch.h"
 #include "models/resnet.h"
 #include "train/checkpoint.h"
 #include "train/lr_schedule.h"
@@ -65,7 +65,7 @@ std::string with_thousands(int64_t value) {
 // --batch-size max: the largest batch whose plan fits this rank's device, agreed on by all ranks (the
 // smallest of theirs), rounded down to a multiple of 8 (the tensor cores' granule for FP16/BF16 GEMMs).
 int64_t resolve_largest_batch(const RunConfig& config, Backend& backend, const ModelOptions& options,
-                              dist::Communicator& comm) {
+                              parallel::Communicator& comm) {
   RunConfig anchor = config;
   anchor.batch_size = 32;  // only the search's starting point
   const MemoryFit fit = largest_batch_that_fits(anchor, backend, options);
@@ -99,7 +99,7 @@ std::string format_duration(double seconds) {
   return fmt::format("{}s", s);
 }
 
-RunSetup set_up(const RunConfig& given, dist::Launch& launch, int slot) {
+RunSetup set_up(const RunConfig& given, parallel::Launch& launch, int slot) {
   RunSetup s;
   s.config = given;
   RunConfig& config = s.config;
@@ -114,7 +114,7 @@ RunSetup set_up(const RunConfig& given, dist::Launch& launch, int slot) {
   rank_speaks = s.comm->rank() == 0;
   const int ranks = s.comm->size();
   // Ranks started with different flags would train different things: stop them all, naming the flag.
-  dist::check_same_config(*s.comm, config_to_json(config), {"device", "threads", "data_threads"});
+  parallel::check_same_config(*s.comm, config_to_json(config), {"device", "threads", "data_threads"});
   // Fail on bad output paths before any work.
   if (!config.json_path.empty()) check_writable(config.json_path, "--json");
   if (!config.checkpoint_path.empty()) check_writable(config.checkpoint_path, "--checkpoint");

@@ -18,8 +18,8 @@
 #include "data/batch_prefetcher.h"
 #include "data/dataset.h"
 #include "data/gpu_image_pipeline.h"
-#include "dist/communicator.h"
-#include "dist/launch.h"
+#include "parallel/communicator.h"
+#include "parallel/launch.h"
 #include "models/resnet.h"
 #include "train/config.h"
 #include "train/memory_fit.h"
@@ -39,7 +39,7 @@ std::string format_duration(double seconds);
 // Everything a run needs, set up in the order the work happens.
 struct RunSetup {
   std::unique_ptr<Backend> backend;
-  std::unique_ptr<dist::Communicator> comm;  // destroyed before the backend it uses, after the trainer
+  std::unique_ptr<parallel::Communicator> comm;  // destroyed before the backend it uses, after the trainer
   std::unique_ptr<Dataset> train_data;
   std::unique_ptr<Dataset> test_data;
   Model model;
@@ -50,7 +50,7 @@ struct RunSetup {
 
 // The backend, the ranks, the data, the model and the trainer of rank `slot` of `launch`; every check of
 // the flags that needs them (files, memory, ranks' agreement) before any work.
-RunSetup set_up(const RunConfig& given, dist::Launch& launch, int slot);
+RunSetup set_up(const RunConfig& given, parallel::Launch& launch, int slot);
 
 // The run's header lines: model, device, memory plan, data, optimizer, ranks.
 void print_header(const char* command, const RunConfig& config, RunSetup& s, const std::string& length);
@@ -140,6 +140,6 @@ void add_clocks(nlohmann::json& j, RunSetup& s, const std::optional<ClockSummary
                 std::chrono::milliseconds period);
 
 // The two loops (train_loop.cc, run.cc): rank 0's result, null on the other ranks.
-nlohmann::json train_rank(const RunConfig& given, dist::Launch& launch, int slot);
+nlohmann::json train_rank(const RunConfig& given, parallel::Launch& launch, int slot);
 
 }  // namespace dlbench::run_detail

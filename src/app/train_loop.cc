@@ -32,8 +32,8 @@
 #include "data/image_dataset.h"
 #include "data/shard.h"
 #include "data/synthetic.h"
-#include "dist/config_check.h"
-#include "dist/launch.h"
+#include "parallel/config_check.h"
+#include "parallel/launch.h"
 #include "models/resnet.h"
 #include "train/checkpoint.h"
 #include "train/lr_schedule.h"
@@ -173,7 +173,7 @@ void log_mlperf_start(MlperfLog& mllog, const RunConfig& config, RunSetup& s, in
 
 }  // namespace
 
-nlohmann::json train_rank(const RunConfig& given, dist::Launch& launch, int slot) {
+nlohmann::json train_rank(const RunConfig& given, parallel::Launch& launch, int slot) {
   // Only rank 0 logs (every rank could not open the same file in threads mode); the rank is known after
   // set-up, so init_start is stamped with the time before it.
   const auto init_start_ms = std::chrono::duration_cast<std::chrono::milliseconds>(

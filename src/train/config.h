@@ -85,7 +85,7 @@ struct RunConfig {
   DecodeMode decode = DecodeMode::cpu;
   std::string decode_note;
 
-  // Data parallelism (src/dist): ranks are GPUs of this process (--gpus, threads) or mpirun's processes.
+  // Data parallelism (src/parallel): ranks are GPUs of this process (--gpus, threads) or mpirun's processes.
   int gpus = 1;                              // threads: GPUs driven from this process
   std::string launcher = "auto";             // auto | threads | mpi
   double bucket_mb = 25;                     // gradient bucket (fusion buffer) size in MiB; 0 = one bucket

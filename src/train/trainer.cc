@@ -13,7 +13,7 @@
 
 namespace dlbench {
 
-Trainer::Trainer(Backend& backend, Model& model, const RunConfig& config, dist::Communicator* comm)
+Trainer::Trainer(Backend& backend, Model& model, const RunConfig& config, parallel::Communicator* comm)
     : backend_(backend),
       model_(model),
       batch_(*config.batch_size),
@@ -38,7 +38,7 @@ Trainer::Trainer(Backend& backend, Model& model, const RunConfig& config, dist::
     comm_->broadcast(memory.flat_parameters(), 0);
     comm_->broadcast(memory.flat_buffers(), 0);
     memory.parameters_to_compute();
-    exchange_ = std::make_unique<dist::GradientExchange>(backend, memory, *comm_,
+    exchange_ = std::make_unique<parallel::GradientExchange>(backend, memory, *comm_,
                                                          static_cast<size_t>(config.bucket_mb * (1 << 20)),
                                                          config.allreduce_precision == "compute");
     network.set_backward_observer([this](int layer) { exchange_->layer_done(layer); });

@@ -9,8 +9,8 @@
 
 #include "core/tensor.h"
 #include "data/dataset.h"
-#include "dist/communicator.h"
-#include "dist/gradient_exchange.h"
+#include "parallel/communicator.h"
+#include "parallel/gradient_exchange.h"
 #include "models/resnet.h"
 #include "train/checkpoint.h"
 #include "train/config.h"
@@ -24,7 +24,7 @@ class Trainer {
   // (plans every op, allocates the arenas, initialises parameters from config.seed). With a communicator
   // of several ranks, rank 0's weights are broadcast, and every step sums the gradients of all ranks in
   // buckets that leave while backward runs (config.bucket_mb, config.allreduce_precision).
-  Trainer(Backend& backend, Model& model, const RunConfig& config, dist::Communicator* comm = nullptr);
+  Trainer(Backend& backend, Model& model, const RunConfig& config, parallel::Communicator* comm = nullptr);
   ~Trainer();
   Trainer(const Trainer&) = delete;
   Trainer& operator=(const Trainer&) = delete;
@@ -98,9 +98,9 @@ class Trainer {
   StepScalars* scalars_ = nullptr;  // in the backend's memory: lr, loss scale, overflow flag, counters
   bool dynamic_loss_scale_ = false;
   std::unique_ptr<CapturedWork> recorded_step_;
-  dist::Communicator* comm_ = nullptr;
+  parallel::Communicator* comm_ = nullptr;
   int ranks_ = 1;
-  std::unique_ptr<dist::GradientExchange> exchange_;
+  std::unique_ptr<parallel::GradientExchange> exchange_;
 
   std::string config_digest_;
 };

@@ -1,0 +1,136 @@
+#include "parallel/mpi_watchdog.h"
+
+#if DLBENCH_WITH_MPI
+
+#include <fmt/format.h>
+
+#include <chrono>
+#include <cstring>
+#include <exception>
+
+#include "parallel/mpi_runtime.h"
+
+namespace dlbench::parallel {
+
+MpiWatchdog::MpiWatchdog(MPI_Comm world, std::shared_ptr<ProgressTracker> progress, std::vector<Probe> probes,
+                         std::vector<std::function<void()>> abort_hooks)
+    : progress_(std::move(progress)),
+      probes_(std::move(probes)),
+      abort_hooks_(std::move(abort_hooks)),
+      timeout_seconds_(progress_->timeout_seconds()) {
+  MPI_CHECK(MPI_Comm_dup(world, &comm_));
+  MPI_CHECK(MPI_Comm_set_errhandler(comm_, MPI_ERRORS_RETURN));
+  MPI_CHECK(MPI_Comm_rank(comm_, &rank_));
+  MPI_CHECK(MPI_Comm_size(comm_, &size_));
+  received_.resize(static_cast<size_t>(size_));
+  thread_ = std::thread([this] { watch(); });
+}
+
+MpiWatchdog::~MpiWatchdog() {
+  const bool unwinding = std::uncaught_exceptions() > 0;
+  // Closing is itself watched: a rank that never gets here is named by the others' verdict.
+  if (!unwinding) progress_->begin(OpKind::shutdown);
+  {
+    std::lock_guard lock(mutex_);
+    closing_ = true;
+    abandon_ = unwinding;
+  }
+  wake_.notify_all();
+  thread_.join();
+  // A round left in flight (abandoned) keeps the communicator: freeing it could wait for that round.
+  if (request_ == MPI_REQUEST_NULL) MPI_Comm_free(&comm_);
+}
+
+bool MpiWatchdog::round(const Record& own) {
+  if (request_ == MPI_REQUEST_NULL) {
+    send_ = own;
+    MPI_CHECK(MPI_Iallgather(&send_, sizeof(Record), MPI_BYTE, received_.data(), sizeof(Record), MPI_BYTE,
+                             comm_, &request_));
+  }
+  int done = 0;
+  MPI_CHECK(MPI_Test(&request_, &done, MPI_STATUS_IGNORE));
+  return done != 0;
+}
+
+void MpiWatchdog::stop(const std::string& message) {
+  print_stop_line(fmt::format("(rank {}) ", rank_), message);
+  for (const auto& hook : abort_hooks_) run_bounded(hook, 5.0);
+  // One more round tells the others this rank has printed; then the first MPI_Abort ends the job.
+  Record own{};
+  own.progress = progress_->snapshot();
+  own.progress.stopping = 1;
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+  try {
+    while (!round(own) && std::chrono::steady_clock::now() < deadline) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    }
+  } catch (...) {
+    // The job ends below whatever MPI says now.
+  }
+  abort_all_ranks(kStalledExitCode);
+}
+
+void MpiWatchdog::watch() {
+  using Clock = std::chrono::steady_clock;
+  const auto period = std::chrono::duration<double>(watchdog_period_seconds(timeout_seconds_));
+  auto last_round_end = Clock::now();
+  std::string local_failure;
+  try {
+    while (true) {
+      bool closing = false;
+      {
+        std::unique_lock lock(mutex_);
+        // While closing, rounds follow each other quickly: the destructor is waiting.
+        wake_.wait_for(lock, closing_ ? std::chrono::duration<double>(0.002) : period,
+                       [&] { return abandon_; });
+        if (abandon_) return;
+        closing = closing_;
+      }
+      for (const Probe& probe : probes_) {
+        if (local_failure.empty()) {
+          if (auto failure = probe()) local_failure = *failure;
+        }
+      }
+      Record own{};
+      own.progress = progress_->snapshot();
+      own.progress.closing = closing ? 1 : 0;
+      if (!local_failure.empty()) {
+        own.progress.stopping = 1;
+        std::snprintf(own.reason, sizeof own.reason, "rank %d: %s", rank_, local_failure.c_str());
+      }
+      if (round(own)) {
+        last_round_end = Clock::now();
+        std::vector<RankProgress> records;
+        bool all_closing = true;
+        for (const Record& r : received_) {
+          if (r.progress.stopping && r.reason[0] != '\0') stop(r.reason);
+          records.push_back(r.progress);
+          all_closing = all_closing && r.progress.closing;
+        }
+        if (auto verdict = stall_verdict(records, timeout_seconds_)) stop(*verdict);
+        if (all_closing) {
+          finished_ = true;
+          return;
+        }
+        continue;
+      }
+      // The round has not completed: some process is not answering at all. Past twice the timeout of
+      // this rank's own wait, stop with what this rank knows.
+      const RankProgress mine = progress_->snapshot();
+      const double silent = std::chrono::duration<double>(Clock::now() - last_round_end).count();
+      if (mine.pending_seconds > timeout_seconds_ && silent > 2 * timeout_seconds_) {
+        stop(
+            fmt::format("rank {} waited {:.1f} s in {} (collective #{}) at step {}, and some rank's "
+                        "watchdog has not answered for {:.1f} s (a process hung whole or gone)",
+                        rank_, mine.pending_seconds, op_kind_name(mine.pending_kind), mine.pending_sequence,
+                        mine.step, silent));
+      }
+    }
+  } catch (const std::exception& e) {
+    stop(fmt::format("rank {}: the watchdog failed: {}", rank_, e.what()));
+  }
+}
+
+}  // namespace dlbench::parallel
+
+#endif

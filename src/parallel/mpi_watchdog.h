@@ -1,0 +1,75 @@
+// The watchdog of a rank that is an MPI process (the mpi and mpi-nccl communicators).
+//
+// A thread per rank runs rounds: each round it polls its probes, then all-gathers every rank's
+// RankProgress over a communicator of its own (MPI_Iallgather, polled with MPI_Test: the rank's own
+// collectives go on undisturbed). Since every watchdog receives the same records in the same round, every
+// rank reaches the same verdict at the same time: each prints it (prefixed with its rank), one more round
+// makes sure all have printed, and MPI_Abort ends the job with kStalledExitCode. A rank whose probe reports
+// a transport error raises a flag in its record, so the others stop with its message.
+//
+// If the rounds themselves stop completing (a process frozen whole) while this rank waits past the timeout,
+// it stops on its own with what it knows.
+//
+// Destruction is collective: the destructor raises `closing`, and the rounds go on until every rank has,
+// so that no round is left half-matched. (While an exception unwinds, the thread just leaves: main's
+// finish_mpi_process ends the job.)
+#pragma once
+
+#if DLBENCH_WITH_MPI
+
+#include <mpi.h>
+
+#include <atomic>
+#include <condition_variable>
+#include <memory>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+#include "parallel/progress.h"
+#include "parallel/watchdog.h"
+
+namespace dlbench::parallel {
+
+class MpiWatchdog {
+ public:
+  // `world` is duplicated (collective). Probes and abort hooks are fixed at construction.
+  MpiWatchdog(MPI_Comm world, std::shared_ptr<ProgressTracker> progress, std::vector<Probe> probes,
+              std::vector<std::function<void()>> abort_hooks);
+  ~MpiWatchdog();
+  MpiWatchdog(const MpiWatchdog&) = delete;
+  MpiWatchdog& operator=(const MpiWatchdog&) = delete;
+
+ private:
+  // The record each round sends: RankProgress plus the reason of a rank that stops on its own.
+  struct Record {
+    RankProgress progress;
+    char reason[480] = {0};
+  };
+  void watch();
+  [[noreturn]] void stop(const std::string& message);
+  // Starts a round with `own` if none is in flight; returns true when the round in flight has completed.
+  bool round(const Record& own);
+
+  MPI_Comm comm_ = MPI_COMM_NULL;
+  int rank_ = 0, size_ = 1;
+  std::shared_ptr<ProgressTracker> progress_;
+  std::vector<Probe> probes_;
+  std::vector<std::function<void()>> abort_hooks_;
+  double timeout_seconds_;
+
+  Record send_{};
+  std::vector<Record> received_;
+  MPI_Request request_ = MPI_REQUEST_NULL;
+
+  std::mutex mutex_;
+  std::condition_variable wake_;
+  bool closing_ = false;
+  bool abandon_ = false;
+  std::atomic<bool> finished_{false};
+  std::thread thread_;
+};
+
+}  // namespace dlbench::parallel
+
+#endif
