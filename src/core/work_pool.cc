@@ -1,12 +1,17 @@
 #include "core/work_pool.h"
 
 #include "core/status.h"
+#include "core/thread_name.h"
 
 namespace dlbench {
 
 WorkPool::WorkPool(int threads) {
   DLB_CHECK(threads >= 1, "a work pool of {} threads", threads);
-  for (int t = 0; t < threads; ++t) threads_.emplace_back([this] { loop(); });
+  for (int t = 0; t < threads; ++t)
+    threads_.emplace_back([this, t] {
+      name_this_thread("dlb-pool" + std::to_string(t));
+      loop();
+    });
 }
 
 WorkPool::~WorkPool() {

@@ -3,6 +3,7 @@
 #include <chrono>
 
 #include "core/status.h"
+#include "core/thread_name.h"
 
 namespace dlbench {
 
@@ -25,7 +26,10 @@ BatchPrefetcher::BatchPrefetcher(const Dataset& data, std::vector<int64_t> image
     labels.set_data(label_memory);
     slots_.push_back({images, labels});
   }
-  thread_ = std::thread([this] { produce(); });
+  thread_ = std::thread([this] {
+    name_this_thread("dlb-prefetch");
+    produce();
+  });
 }
 
 BatchPrefetcher::~BatchPrefetcher() {

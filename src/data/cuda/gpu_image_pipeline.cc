@@ -20,6 +20,7 @@
 
 #include "backend/cuda/kernel_check.h"
 #include "core/status.h"
+#include "core/thread_name.h"
 #include "core/work_pool.h"
 #include "data/cuda/image_augment.h"
 #include "data/cuda/jpeg_batch_decoder.h"
@@ -112,10 +113,15 @@ class NvjpegImagePipeline final : public GpuImagePipeline {
           cudaEventCreateWithFlags(&slot.copied, cudaEventDisableTiming | cudaEventBlockingSync));
     }
     readers_ = std::make_unique<WorkPool>(image.threads);
-    read_thread_ = std::thread([this] { guarded([this] { read_loop(); }, &read_); });
+    read_thread_ = std::thread([this] {
+      name_this_thread("dlb-jpeg-read");
+      guarded([this] { read_loop(); }, &read_);
+    });
     for (size_t w = 0; w < workers_.size(); ++w)
-      workers_[w].thread =
-          std::thread([this, w] { guarded([this, w] { decode_loop(w); }, &workers_[w].batch); });
+      workers_[w].thread = std::thread([this, w] {
+        name_this_thread("dlb-jpeg-dec" + std::to_string(w));
+        guarded([this, w] { decode_loop(w); }, &workers_[w].batch);
+      });
   }
 
   ~NvjpegImagePipeline() override {
