@@ -22,7 +22,7 @@ cleanup() {
   # Whatever is left of the second host (a stopped daemon and ranks) goes with the test.
   if [ -f "$state/nodeb.pid" ]; then
     b=$(cat "$state/nodeb.pid")
-    kill -KILL $(pgrep -P "$b") "$b" 2>/dev/null
+    kill -KILL $(children "$b") "$b" 2>/dev/null
   fi
   [ -n "${mpirun:-}" ] && kill -KILL "$mpirun" 2>/dev/null
   rm -rf "$state"
@@ -39,8 +39,17 @@ fail() {
 # A process that has ended (a zombie no one reaps counts as ended).
 alive() { [ -e "/proc/$1" ] && ! grep -q '^[^ ]* ([^)]*) Z' "/proc/$1/stat" 2>/dev/null; }
 
-# Seconds (fractional) since the epoch.
-now() { date +%s.%N; }
+# The processes whose parent is $1 (from /proc: no procps in a bare container).
+children() {
+  local stat pid ppid
+  for stat in /proc/[0-9]*/stat; do
+    read -r pid _ _ ppid _ <"$stat" 2>/dev/null || continue
+    [ "$ppid" = "$1" ] && alive "$pid" && echo "$pid"
+  done
+}
+
+# Milliseconds since the epoch.
+now_ms() { echo $(($(date +%s%N) / 1000000)); }
 
 train="train --device cpu --threads 1 --model resnet20 --data synthetic --batch-size 8 --lr 0.1 \
   --lr-schedule constant --log-every 1 --timeout $timeout_seconds"
@@ -58,14 +67,14 @@ done
 grep -q '^step 5/' "$state/out" || fail "no step 5 within 60 s"
 a=$(cat "$state/nodea.pid")
 b=$(cat "$state/nodeb.pid")
-survivors=$(pgrep -P "$a")
+survivors=$(children "$a")
 [ "$(echo $survivors | wc -w)" = 2 ] || fail "nodea's daemon ($a) has not two ranks: $survivors"
-[ "$(pgrep -P "$b" | wc -l)" = 2 ] || fail "nodeb's daemon ($b) has not two ranks"
+[ "$(children "$b" | wc -l)" = 2 ] || fail "nodeb's daemon ($b) has not two ranks"
 
-start=$(now)
+start=$(now_ms)
 case $fault in
   kill) kill -KILL "$b" ;;
-  stop) kill -STOP $(pgrep -P "$b") "$b" ;;
+  stop) kill -STOP $(children "$b") "$b" ;;
   *) fail "unknown fault $fault (kill or stop)" ;;
 esac
 
@@ -73,15 +82,14 @@ esac
 limit=$((timeout_seconds + 6))
 for pid in $survivors; do
   while alive "$pid"; do
-    if (($(echo "$(now) - $start > $limit" | bc))); then fail "rank process $pid on nodea still runs after ${limit} s"; fi
+    (($(now_ms) - start <= limit * 1000)) || fail "rank process $pid on nodea still runs after $limit s"
     sleep 0.05
   done
 done
-elapsed=$(echo "$(now) - $start" | bc)
-echo "the survivors stopped $elapsed s after the fault (--timeout $timeout_seconds)"
+echo "the survivors stopped $(($(now_ms) - start)) ms after the fault (--timeout $timeout_seconds s)"
 
 # A stopped host never comes back: killing it lets mpirun end.
-[ "$fault" = stop ] && kill -KILL $(pgrep -P "$b") "$b" 2>/dev/null
+[ "$fault" = stop ] && kill -KILL $(children "$b") "$b" 2>/dev/null
 wait $mpirun
 status=$?
 mpirun=
