@@ -20,9 +20,9 @@
 #include "core/file_io.h"
 #include "core/signals.h"
 #include "core/status.h"
-#include "parallel/mpi_runtime.h"
 #include "git_commit.h"  // generated: DLBENCH_GIT_COMMIT
 #include "models/resnet.h"
+#include "parallel/mpi_runtime.h"
 #include "train/config.h"
 
 namespace {
@@ -122,6 +122,8 @@ void add_run_flags(CLI::App& cmd, RunConfig& c, std::string& lr_schedule) {
       ->capture_default_str();
   cmd.add_option("--timeout", c.timeout_seconds, "seconds a collective may take before every rank stops")
       ->capture_default_str();
+  // Tests only, left out of --help: this rank reports another dlbench version to the others.
+  cmd.add_option("--test-claim-version", c.claimed_version)->group("");
   cmd.add_option("--trace", c.trace_path,
                  "write a Chrome trace (chrome://tracing) of --trace-steps: every rank's compute, "
                  "communication and data rows");
@@ -158,7 +160,8 @@ int guarded(const std::function<void()>& body) {
     if (*e.what() != '\0') std::fprintf(stderr, "dlbench: %s\n", e.what());
     return dlbench::stopped_exit_code(e.signal());
   } catch (const dlbench::UserError& e) {
-    std::fprintf(stderr, "dlbench: error: %s\n", e.what());
+    // An error every rank stops with is said by rank 0 alone: the others' is empty.
+    if (*e.what() != '\0') std::fprintf(stderr, "dlbench: error: %s\n", e.what());
     return 1;
   } catch (const std::exception& e) {
     std::fprintf(stderr, "dlbench: internal error: %s\n", e.what());
@@ -485,7 +488,7 @@ int main(int argc, char** argv) {
   if (data_bench->parsed()) return guarded([&] { dlbench::run_data_bench(data_bench_options); });
   if (export_images->parsed()) return guarded([&] { dlbench::run_export_images(export_options); });
 
-  return dlbench::parallel::finish_mpi_process(run_command(train->parsed(), comm_bench->parsed(), train_config,
-                                                       train_schedule, bench_config, bench_schedule,
-                                                       comm_bench_options));
+  return dlbench::parallel::finish_mpi_process(run_command(train->parsed(), comm_bench->parsed(),
+                                                           train_config, train_schedule, bench_config,
+                                                           bench_schedule, comm_bench_options));
 }

@@ -15,6 +15,7 @@
 #include "core/file_io.h"
 #include "core/status.h"
 #include "parallel/launch.h"
+#include "parallel/placement.h"
 
 namespace dlbench::parallel {
 
@@ -199,6 +200,7 @@ nlohmann::json run_comm_bench(const CommBenchOptions& o) {
 
   std::mutex mutex;
   std::vector<Row> rows;
+  std::vector<RankPlace> places;
   int ranks = 0;
   run_local_ranks(*launch, [&](int slot) {
     // The CPU needs a backend only for memory: the reference one starts no threads of its own.
@@ -207,10 +209,12 @@ nlohmann::json run_comm_bench(const CommBenchOptions& o) {
                        : make_backend("cuda", Device{DeviceKind::cuda, launch->gpu(slot)}, 0, false);
     auto comm = launch->join(slot, *backend);
     auto mine = bench_rank(o, dtype, *backend, *comm);
+    auto all_places = gather_places(*comm, place_of(*launch, slot, *backend));
     if (comm->rank() == 0) {
       std::lock_guard lock(mutex);
       rows = std::move(mine);
       ranks = comm->size();
+      places = std::move(all_places);
     }
   });
   if (rows.empty()) return {};  // not rank 0
@@ -219,6 +223,7 @@ nlohmann::json run_comm_bench(const CommBenchOptions& o) {
       "comm-bench: all_reduce_sum, %d rank(s), %s on %s (%s), %s, %d iterations (median), %d warm-up\n",
       ranks, launch->communicator().c_str(), o.device_text.c_str(), launch->launcher().c_str(),
       o.dtype_text.c_str(), o.iters, o.warmup);
+  std::printf("ranks on %s\n", hosts_summary(places).c_str());
   std::printf("%12s %12s %12s %12s %12s %14s %14s  %s\n", "size", "elements", "time (us)", "algbw (GB/s)",
               "busbw (GB/s)", "b2b time (us)", "b2b busbw", "check");
   nlohmann::json json_rows = nlohmann::json::array();
@@ -260,6 +265,7 @@ nlohmann::json run_comm_bench(const CommBenchOptions& o) {
                            {"rows", json_rows},
                            {"date", iso_date_utc()},
                            {"system", system_info()}};
+  result["system"]["hosts"] = hosts_json(places);
   if (!o.json_path.empty()) {
     write_file_atomically(o.json_path, result.dump(2) + "\n");
     std::printf("result written to %s\n", o.json_path.c_str());

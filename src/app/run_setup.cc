@@ -33,9 +33,11 @@
 #include "data/image_limits.h"
 #include "data/shard.h"
 #include "data/synthetic.h"
+#include "git_commit.h"  // generated at build time: DLBENCH_GIT_COMMIT
+#include "models/resnet.h"
 #include "parallel/config_check.h"
 #include "parallel/launch.h"
-#include "models/resnet.h"
+#include "parallel/placement.h"
 #include "train/checkpoint.h"
 #include "train/lr_schedule.h"
 #include "train/memory_fit.h"
@@ -81,6 +83,21 @@ int64_t resolve_largest_batch(const RunConfig& config, Backend& backend, const M
 
 }  // namespace
 
+std::string data_digest(const Dataset& data) {
+  const SampleShape shape = data.sample_shape();
+  std::string digest = fmt::format("{} samples of {}x{}x{}, {} classes", data.size(), shape.channels,
+                                   shape.height, shape.width, data.num_classes());
+  if (const auto* in_memory = dynamic_cast<const InMemoryDataset*>(&data)) {
+    uLong crc = crc32(0, nullptr, 0);
+    for (int64_t i = 0; i < in_memory->size(); ++i) {
+      const int32_t label = in_memory->label(i);
+      crc = crc32(crc, reinterpret_cast<const Bytef*>(&label), sizeof(label));
+    }
+    digest += fmt::format(", labels crc32 {:08x}", crc);
+  }
+  return digest;
+}
+
 double seconds_since_process_start() { return process_clock.seconds(); }
 
 __attribute__((format(printf, 1, 2))) void say(const char* format, ...) {
@@ -113,8 +130,17 @@ RunSetup set_up(const RunConfig& given, parallel::Launch& launch, int slot) {
   s.comm = launch.join(slot, *s.backend);
   rank_speaks = s.comm->rank() == 0;
   const int ranks = s.comm->size();
-  // Ranks started with different flags would train different things: stop them all, naming the flag.
-  parallel::check_same_config(*s.comm, config_to_json(config), {"device", "threads", "data_threads"});
+  // Where the launcher put every rank: the result's system.hosts, and the host each message names.
+  s.places = parallel::gather_places(*s.comm, parallel::place_of(launch, slot, *s.backend));
+  const std::vector<std::string> hosts = parallel::host_names(s.places);
+  // Ranks of another build, or started with different flags, would train different things: stop them all,
+  // naming the rank, its host and what differs.
+  parallel::check_same_version(*s.comm,
+                               config.claimed_version.empty()
+                                   ? fmt::format("{} (commit {})", DLBENCH_VERSION, DLBENCH_GIT_COMMIT)
+                                   : config.claimed_version,
+                               hosts);
+  parallel::check_same_config(*s.comm, config_to_json(config), {"device", "threads", "data_threads"}, hosts);
   // Fail on bad output paths before any work.
   if (!config.json_path.empty()) check_writable(config.json_path, "--json");
   if (!config.checkpoint_path.empty()) check_writable(config.checkpoint_path, "--checkpoint");
@@ -166,6 +192,9 @@ RunSetup set_up(const RunConfig& given, parallel::Launch& launch, int slot) {
     options.input = {shape.channels, shape.height, shape.width};
     options.num_classes = s.train_data->num_classes();
   }
+  // Each host reads its own copy of the data: ranks whose copies differ stop here. (Synthetic data is made
+  // from the seed, which the config check compared.)
+  if (s.train_data) parallel::check_same_data(*s.comm, data_digest(*s.train_data), hosts);
 
   if (config.batch_size_max) {
     config.batch_size = resolve_largest_batch(config, *s.backend, options, *s.comm);
@@ -256,6 +285,7 @@ void print_header(const char* command, const RunConfig& config, RunSetup& s, con
         s.comm->size(), s.comm->name().c_str(), config.bucket_mb,
         config.allreduce_precision == "fp32" ? "fp32" : precision_name(config.precision),
         config.lr_scaling == "linear" ? ", lr scaled linearly" : "");
+    say("  ranks on %s\n", parallel::hosts_summary(s.places).c_str());
   }
   std::fflush(stdout);
 }
@@ -309,6 +339,7 @@ nlohmann::json result_skeleton(const RunConfig& config, RunSetup& s) {
   j["date"] = iso_date_utc();
   j["config"] = config_to_json(config);
   j["system"] = system_info();
+  j["system"]["hosts"] = parallel::hosts_json(s.places);
   return j;
 }
 

@@ -18,9 +18,10 @@
 #include "data/batch_prefetcher.h"
 #include "data/dataset.h"
 #include "data/gpu_image_pipeline.h"
+#include "models/resnet.h"
 #include "parallel/communicator.h"
 #include "parallel/launch.h"
-#include "models/resnet.h"
+#include "parallel/placement.h"
 #include "train/config.h"
 #include "train/memory_fit.h"
 #include "train/trainer.h"
@@ -45,8 +46,14 @@ struct RunSetup {
   Model model;
   std::unique_ptr<Trainer> trainer;
   MemoryFit memory_fit;
-  RunConfig config;  // as given, with --batch-size max resolved
+  RunConfig config;                         // as given, with --batch-size max resolved
+  std::vector<parallel::RankPlace> places;  // every rank's host, local rank and GPU (system.hosts)
 };
+
+// A data set's identity, for checkpoints and the ranks' agreement: a run resumed on other data, or ranks
+// reading different copies, would not train the same run. Its size, sample shape and classes, and for data
+// sets held in memory (IDX) the checksum of its labels.
+std::string data_digest(const Dataset& data);
 
 // The backend, the ranks, the data, the model and the trainer of rank `slot` of `launch`; every check of
 // the flags that needs them (files, memory, ranks' agreement) before any work.

@@ -32,9 +32,9 @@
 #include "data/image_dataset.h"
 #include "data/shard.h"
 #include "data/synthetic.h"
+#include "models/resnet.h"
 #include "parallel/config_check.h"
 #include "parallel/launch.h"
-#include "models/resnet.h"
 #include "train/checkpoint.h"
 #include "train/lr_schedule.h"
 #include "train/memory_fit.h"
@@ -44,23 +44,6 @@
 namespace dlbench::run_detail {
 
 namespace {
-
-// A data set's identity, for checkpoints: a run resumed on other data would not continue the same run.
-// Its size, sample shape and classes, and for data sets held in memory (IDX) the checksum of its labels.
-std::string data_digest(const Dataset& data) {
-  const SampleShape shape = data.sample_shape();
-  std::string digest = fmt::format("{} samples of {}x{}x{}, {} classes", data.size(), shape.channels,
-                                   shape.height, shape.width, data.num_classes());
-  if (const auto* in_memory = dynamic_cast<const InMemoryDataset*>(&data)) {
-    uLong crc = crc32(0, nullptr, 0);
-    for (int64_t i = 0; i < in_memory->size(); ++i) {
-      const int32_t label = in_memory->label(i);
-      crc = crc32(crc, reinterpret_cast<const Bytef*>(&label), sizeof(label));
-    }
-    digest += fmt::format(", labels crc32 {:08x}", crc);
-  }
-  return digest;
-}
 
 // What a checkpoint of this run records and a resumed run must repeat (checkpoint.h).
 std::string run_settings(RunSetup& s) {

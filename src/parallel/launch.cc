@@ -8,6 +8,7 @@
 #include "core/status.h"
 #include "parallel/communicators.h"
 #include "parallel/mpi_runtime.h"
+#include "parallel/placement.h"
 
 #if DLBENCH_WITH_CUDA
 #include "backend/cuda/cuda_backend.h"
@@ -25,6 +26,7 @@ class SingleLaunch final : public Launch {
   std::string communicator() const override { return "local"; }
   int local_ranks() const override { return 1; }
   int gpu(int slot) const override { return 0; }
+  int node_local_rank(int slot) const override { return 0; }
   std::unique_ptr<Communicator> join(int slot, Backend& backend) override {
     DLB_CHECK(slot == 0, "local rank {} of 1", slot);
     return make_local_communicator();
@@ -38,23 +40,20 @@ class SingleLaunch final : public Launch {
 class MpiLaunch final : public Launch {
  public:
   MpiLaunch(DeviceKind device, double timeout_seconds, const NcclTuning& nccl)
-      : device_(device), timeout_seconds_(timeout_seconds), nccl_(nccl) {
-    if (device == DeviceKind::cuda) {
+      : device_(device),
+        timeout_seconds_(timeout_seconds),
+        nccl_(nccl),
+        local_rank_(parallel::node_local_rank()) {
 #if DLBENCH_WITH_CUDA
-      const int gpus = cuda_device_count();
-      gpu_ = launcher_local_rank();
-      DLB_REQUIRE(
-          gpu_ < gpus,
-          "--device cuda under mpirun: this process is number {} on its node but the node has {} CUDA "
-          "GPU(s); start at most one process per GPU (mpirun -np N -H host:GPUS ...)",
-          gpu_, gpus);
+    // By the process's place on its node, never its global rank (8..15 on the second 8-GPU node).
+    if (device == DeviceKind::cuda) gpu_ = gpu_of_local_rank(local_rank_, cuda_device_count(), this_host());
 #endif
-    }
   }
   std::string launcher() const override { return "mpi"; }
   std::string communicator() const override { return device_ == DeviceKind::cuda ? "mpi-nccl" : "mpi"; }
   int local_ranks() const override { return 1; }
   int gpu(int slot) const override { return gpu_; }
+  int node_local_rank(int slot) const override { return local_rank_; }
   std::unique_ptr<Communicator> join(int slot, Backend& backend) override {
     DLB_CHECK(slot == 0, "local rank {} of 1", slot);
 #if DLBENCH_WITH_CUDA
@@ -67,6 +66,7 @@ class MpiLaunch final : public Launch {
   DeviceKind device_;
   double timeout_seconds_;
   NcclTuning nccl_;
+  int local_rank_ = 0;
   int gpu_ = 0;
 };
 #endif
@@ -80,6 +80,7 @@ class ThreadsLaunch final : public Launch {
   std::string communicator() const override { return "nccl-threads"; }
   int local_ranks() const override { return group_.size(); }
   int gpu(int slot) const override { return slot; }
+  int node_local_rank(int slot) const override { return slot; }
   std::unique_ptr<Communicator> join(int slot, Backend& backend) override {
     return group_.join(slot, backend);
   }

@@ -13,8 +13,8 @@
 //
 // Choice (launcher x device x what was built):
 //   auto     under mpirun: as mpi; else cuda with --gpus > 1: as threads; else one rank (local)
-//   mpi      cpu: mpi; cuda: mpi-nccl, GPU = the process's local rank on its node
-//   (OMPI_COMM_WORLD_LOCAL_RANK)
+//   mpi      cpu: mpi; cuda: mpi-nccl, GPU = the process's local rank on its node (the launcher's
+//            OMPI_COMM_WORLD_LOCAL_RANK, else MPI_Comm_split_type's: parallel/placement.h)
 //   threads  cuda: nccl-threads with --gpus N ranks (N = 1 included: a one-rank NCCL group); cpu: local
 // A launcher this build or this start cannot give is one UserError line saying what to do.
 #pragma once
@@ -57,6 +57,8 @@ class Launch {
   virtual std::string communicator() const = 0;  // the Communicator::name() joins give
   virtual int local_ranks() const = 0;           // ranks (threads) this process runs
   virtual int gpu(int slot) const = 0;           // the GPU of local rank `slot` (a cuda run)
+  // Local rank `slot`'s index among the ranks of its host (mpi: the process's place on its node).
+  virtual int node_local_rank(int slot) const = 0;
   // From local rank `slot`'s thread (collective with the other ranks); `backend` outlives the result.
   virtual std::unique_ptr<Communicator> join(int slot, Backend& backend) = 0;
   // A local rank failed: wake the others (threads) instead of letting them wait for it.

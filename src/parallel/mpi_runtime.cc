@@ -25,12 +25,12 @@ bool launched_by_mpi() {
   return false;
 }
 
-int launcher_local_rank() {
+std::optional<int> launcher_local_rank() {
   for (const char* name :
        {"OMPI_COMM_WORLD_LOCAL_RANK", "MPI_LOCALRANKID", "MV2_COMM_WORLD_LOCAL_RANK", "SLURM_LOCALID"}) {
     if (const char* value = environment(name)) return std::atoi(value);
   }
-  return 0;
+  return std::nullopt;
 }
 
 #if DLBENCH_WITH_MPI
@@ -79,6 +79,22 @@ void ensure_mpi_initialized() {
     MPI_CHECK(MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN));
     std::atexit(finalize_at_exit);
   });
+}
+
+int shared_memory_local_rank() {
+  ensure_mpi_initialized();
+  MPI_Comm node = MPI_COMM_NULL;
+  MPI_CHECK(MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &node));
+  int rank = 0;
+  MPI_CHECK(MPI_Comm_rank(node, &rank));
+  MPI_CHECK(MPI_Comm_free(&node));
+  return rank;
+}
+
+int node_local_rank() {
+  ensure_mpi_initialized();
+  if (const std::optional<int> launcher = launcher_local_rank()) return *launcher;
+  return shared_memory_local_rank();
 }
 
 bool mpi_active() {

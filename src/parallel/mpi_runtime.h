@@ -5,6 +5,7 @@
 // build and say clearly that this build has no MPI.
 #pragma once
 
+#include <optional>
 #include <span>
 #include <string>
 
@@ -20,8 +21,8 @@ namespace dlbench::parallel {
 // process: it set OMPI_COMM_WORLD_SIZE, PMI_SIZE, PMIX_RANK or a relative of them.
 bool launched_by_mpi();
 // This process's index among the launcher's processes on this node (OMPI_COMM_WORLD_LOCAL_RANK,
-// MPI_LOCALRANKID, SLURM_LOCALID...); 0 when none says.
-int launcher_local_rank();
+// MPI_LOCALRANKID, SLURM_LOCALID...); nullopt when none says. The one place that reads them.
+std::optional<int> launcher_local_rank();
 
 #if DLBENCH_WITH_MPI
 // Waits for `requests` by polling MPI_Testall (spinning briefly, then yielding the core: ranks may share
@@ -30,6 +31,11 @@ void wait_polling(MPI_Request* requests, int count);
 // Initialises MPI once per process (MPI_THREAD_MULTIPLE) and arranges MPI_Finalize at exit. Throws when the
 // library cannot give MPI_THREAD_MULTIPLE.
 void ensure_mpi_initialized();
+// This process's index among the processes on its node: the launcher's local rank, else its rank in
+// MPI_Comm_split_type(MPI_COMM_TYPE_SHARED) (collective then: every rank calls it). Initialises MPI.
+int node_local_rank();
+// The index MPI_Comm_split_type(MPI_COMM_TYPE_SHARED) gives this process (collective).
+int shared_memory_local_rank();
 #endif
 bool mpi_active();  // initialised and not finalised
 
@@ -48,10 +54,10 @@ int finish_mpi_process(int exit_code);
 
 // MPI_CHECK(MPI_Allreduce(...)): the call must return MPI_SUCCESS (the communicators set MPI_ERRORS_RETURN
 // so that errors come back here with MPI_Error_string's message).
-#define MPI_CHECK(expr)                                                           \
-  do {                                                                            \
-    const int mpi_status_ = (expr);                                               \
-    if (mpi_status_ != 0) {                                                       \
+#define MPI_CHECK(expr)                                                               \
+  do {                                                                                \
+    const int mpi_status_ = (expr);                                                   \
+    if (mpi_status_ != 0) {                                                           \
       ::dlbench::parallel::throw_mpi_failure(__FILE__, __LINE__, #expr, mpi_status_); \
-    }                                                                             \
+    }                                                                                 \
   } while (0)

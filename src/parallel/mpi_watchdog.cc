@@ -8,7 +8,9 @@
 #include <cstring>
 #include <exception>
 
+#include "core/signals.h"
 #include "parallel/mpi_runtime.h"
+#include "parallel/placement.h"
 
 namespace dlbench::parallel {
 
@@ -22,8 +24,10 @@ MpiWatchdog::MpiWatchdog(MPI_Comm world, std::shared_ptr<ProgressTracker> progre
   MPI_CHECK(MPI_Comm_set_errhandler(comm_, MPI_ERRORS_RETURN));
   MPI_CHECK(MPI_Comm_rank(comm_, &rank_));
   MPI_CHECK(MPI_Comm_size(comm_, &size_));
+  host_ = this_host();
   received_.resize(static_cast<size_t>(size_));
   thread_ = std::thread([this] { watch(); });
+  signal_thread_ = std::thread([this] { watch_for_signal(); });
 }
 
 MpiWatchdog::~MpiWatchdog() {
@@ -37,6 +41,8 @@ MpiWatchdog::~MpiWatchdog() {
   }
   wake_.notify_all();
   thread_.join();
+  ending_ = true;
+  signal_thread_.join();
   // A round left in flight (abandoned) keeps the communicator: freeing it could wait for that round.
   if (request_ == MPI_REQUEST_NULL) MPI_Comm_free(&comm_);
 }
@@ -52,22 +58,53 @@ bool MpiWatchdog::round(const Record& own) {
   return done != 0;
 }
 
-void MpiWatchdog::stop(const std::string& message) {
-  print_stop_line(fmt::format("(rank {}) ", rank_), message);
+void MpiWatchdog::stop(const std::string& message, bool tell_others, bool about_self) {
+  // One line per rank: a signal arriving from here on (the others' MPI_Abort) adds none, and a stop that
+  // comes second waits for the first one's end of the process.
+  if (speaking_.exchange(true)) {
+    while (true) std::this_thread::sleep_for(std::chrono::seconds(1));
+  }
+  // The line says which rank speaks, unless it speaks of itself.
+  print_stop_line(about_self ? "" : fmt::format("(rank {} on {}) ", rank_, host_), message);
   for (const auto& hook : abort_hooks_) run_bounded(hook, 5.0);
   // One more round tells the others this rank has printed; then the first MPI_Abort ends the job.
   Record own{};
   own.progress = progress_->snapshot();
   own.progress.stopping = 1;
+  std::snprintf(own.host, sizeof own.host, "%s", host_.c_str());
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(5);
   try {
-    while (!round(own) && std::chrono::steady_clock::now() < deadline) {
+    while (tell_others && !round(own) && std::chrono::steady_clock::now() < deadline) {
       std::this_thread::sleep_for(std::chrono::milliseconds(5));
     }
   } catch (...) {
     // The job ends below whatever MPI says now.
   }
   abort_all_ranks(kStalledExitCode);
+}
+
+void MpiWatchdog::watch_for_signal() {
+  // A rank that reaches the step's end stops there on its own (a train run saves its checkpoint first);
+  // one still waiting in a collective this long after the signal is waiting for ranks that are gone. Short:
+  // mpirun's SIGKILL follows its SIGTERM within a second (odls_base_sigkill_timeout), sooner at times.
+  constexpr double kGraceSeconds = 0.1;
+  while (!ending_) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    const int signal_number = stop_signal();
+    if (signal_number == 0) continue;
+    const RankProgress mine = progress_->snapshot();
+    if (mine.pending_seconds < std::min(kGraceSeconds, timeout_seconds_)) continue;
+    if (speaking_.exchange(true)) return;  // the watchdog's own verdict is this rank's line
+    print_stop_line(
+        "", fmt::format(
+                "rank {} (host {}) stopped by {} at step {} while waiting {:.1f} s in {} (collective #{}): "
+                "the launcher is ending the job, as mpirun does after a rank's MPI_Abort or when a rank, "
+                "its host's daemon or the connection to it is lost (the lines before this one say which)",
+                rank_, host_, signal_name(signal_number), mine.step, mine.pending_seconds,
+                op_kind_name(mine.pending_kind), mine.pending_sequence));
+    // MPI cannot be trusted to return now (the launcher is tearing the job down): leave at once.
+    std::_Exit(stopped_exit_code(signal_number));
+  }
 }
 
 void MpiWatchdog::watch() {
@@ -94,40 +131,46 @@ void MpiWatchdog::watch() {
       Record own{};
       own.progress = progress_->snapshot();
       own.progress.closing = closing ? 1 : 0;
+      std::snprintf(own.host, sizeof own.host, "%s", host_.c_str());
       if (!local_failure.empty()) {
         own.progress.stopping = 1;
-        std::snprintf(own.reason, sizeof own.reason, "rank %d: %s", rank_, local_failure.c_str());
+        std::snprintf(own.reason, sizeof own.reason, "rank %d (host %s): %s", rank_, host_.c_str(),
+                      local_failure.c_str());
       }
       if (round(own)) {
         last_round_end = Clock::now();
         std::vector<RankProgress> records;
         bool all_closing = true;
+        hosts_.clear();
         for (const Record& r : received_) {
           if (r.progress.stopping && r.reason[0] != '\0') stop(r.reason);
           records.push_back(r.progress);
+          hosts_.emplace_back(r.host);
           all_closing = all_closing && r.progress.closing;
         }
-        if (auto verdict = stall_verdict(records, timeout_seconds_)) stop(*verdict);
+        if (auto verdict = stall_verdict(records, timeout_seconds_, hosts_)) stop(*verdict);
         if (all_closing) {
           finished_ = true;
           return;
         }
         continue;
       }
-      // The round has not completed: some process is not answering at all. Past twice the timeout of
-      // this rank's own wait, stop with what this rank knows.
+      // The round has not completed: some process is not answering at all (frozen, or cut off). Once this
+      // rank has waited past the timeout in a collective and no round has completed for as long, stop
+      // with what this rank knows; the rounds being stalled, without waiting for the others.
       const RankProgress mine = progress_->snapshot();
       const double silent = std::chrono::duration<double>(Clock::now() - last_round_end).count();
-      if (mine.pending_seconds > timeout_seconds_ && silent > 2 * timeout_seconds_) {
-        stop(
-            fmt::format("rank {} waited {:.1f} s in {} (collective #{}) at step {}, and some rank's "
-                        "watchdog has not answered for {:.1f} s (a process hung whole or gone)",
-                        rank_, mine.pending_seconds, op_kind_name(mine.pending_kind), mine.pending_sequence,
-                        mine.step, silent));
+      if (mine.pending_seconds > timeout_seconds_ && silent > timeout_seconds_) {
+        stop(fmt::format("rank {} (host {}) waited {:.1f} s in {} (collective #{}) at step {}, and some "
+                         "rank's watchdog has not answered for {:.1f} s (a process or host hung whole, or "
+                         "the network to it is cut)",
+                         rank_, host_, mine.pending_seconds, op_kind_name(mine.pending_kind),
+                         mine.pending_sequence, mine.step, silent),
+             /*tell_others=*/false, /*about_self=*/true);
       }
     }
   } catch (const std::exception& e) {
-    stop(fmt::format("rank {}: the watchdog failed: {}", rank_, e.what()));
+    stop(fmt::format("rank {} (host {}): the watchdog failed: {}", rank_, host_, e.what()));
   }
 }
 

@@ -54,6 +54,17 @@ std::optional<InjectedStall> injected_stall_from_environment() {
 
 std::string rank_list(std::span<const int> ranks) { return fmt::format("{}", fmt::join(ranks, ", ")); }
 
+std::string ranks_named(std::span<const int> ranks, std::span<const std::string> hosts) {
+  std::string text = fmt::format("{} {}", ranks.size() == 1 ? "rank" : "ranks", rank_list(ranks));
+  std::vector<std::string> names;
+  for (int r : ranks) {
+    if (r < 0 || r >= static_cast<int>(hosts.size())) return text;  // hosts unknown: ranks only
+    if (std::find(names.begin(), names.end(), hosts[static_cast<size_t>(r)]) == names.end())
+      names.push_back(hosts[static_cast<size_t>(r)]);
+  }
+  return fmt::format("{} ({} {})", text, names.size() == 1 ? "host" : "hosts", fmt::join(names, ", "));
+}
+
 // ---- ProgressTracker ----
 
 ProgressTracker::ProgressTracker(int rank, double timeout_seconds)
@@ -128,7 +139,8 @@ RankProgress ProgressTracker::snapshot() const {
 
 // ---- the verdict ----
 
-std::optional<std::string> stall_verdict(std::span<const RankProgress> ranks, double timeout_seconds) {
+std::optional<std::string> stall_verdict(std::span<const RankProgress> ranks, double timeout_seconds,
+                                         std::span<const std::string> hosts) {
   std::vector<int> waiting;
   int longest = -1;
   int64_t max_issued = 0, min_issued = INT64_MAX;
@@ -159,8 +171,8 @@ std::optional<std::string> stall_verdict(std::span<const RankProgress> ranks, do
     const bool same_step = std::all_of(laggard_steps.begin(), laggard_steps.end(),
                                        [&](int64_t s) { return s == laggard_steps.front(); });
     return fmt::format(
-        "{} {} stalled at step{} {}: {} {} waited {:.1f} s for {} in {} (collective #{}; timeout {} s)",
-        one ? "rank" : "ranks", rank_list(laggards), same_step ? "" : "s",
+        "{} stalled at step{} {}: {} {} waited {:.1f} s for {} in {} (collective #{}; timeout {} s)",
+        ranks_named(laggards, hosts), same_step ? "" : "s",
         same_step ? fmt::format("{}", laggard_steps.front())
                   : fmt::format("{}", fmt::join(laggard_steps, ", ")),
         waiting.size() == 1 ? "rank" : "ranks", rank_list(waiting), w.pending_seconds, one ? "it" : "them",

@@ -92,7 +92,10 @@ class ProgressTracker {
 // The verdict on a set of records, one per rank: nullopt while no rank has waited longer than `timeout`.
 // The message is one line, naming the rank(s) stalled and their step, e.g.
 //   "rank 1 stalled at step 5: ranks 0, 2, 3 waited 2.0 s for it in all_reduce (collective #12)"
-std::optional<std::string> stall_verdict(std::span<const RankProgress> ranks, double timeout_seconds);
+// With `hosts` (rank -> host name; MPI ranks), the stalled ranks' hosts are named too:
+//   "rank 2 (host nodeb) stalled at step 5: ..."
+std::optional<std::string> stall_verdict(std::span<const RankProgress> ranks, double timeout_seconds,
+                                         std::span<const std::string> hosts = {});
 
 // Parses DLBENCH_TEST_STALL ("RANK:STEP:SECONDS"); nullopt when unset. A malformed value is a UserError.
 struct InjectedStall {
@@ -104,5 +107,7 @@ std::optional<InjectedStall> injected_stall_from_environment();
 
 // "0, 2, 3" for {0, 2, 3}.
 std::string rank_list(std::span<const int> ranks);
+// "rank 2", "ranks 2, 3"; with hosts "rank 2 (host nodeb)", "ranks 1, 2 (hosts nodea, nodeb)".
+std::string ranks_named(std::span<const int> ranks, std::span<const std::string> hosts = {});
 
 }  // namespace dlbench::parallel

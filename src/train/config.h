@@ -96,6 +96,7 @@ struct RunConfig {
   std::string comm_priority = "normal";  // normal | high | low: the collectives' stream against compute's
   std::string lr_scaling = "none";       // none | linear (lr x ranks)
   double timeout_seconds = 300;          // a collective unfinished after this stops every rank
+  std::string claimed_version;           // tests only (--test-claim-version): the dlbench this rank reports
 
   // Output.
   // Progress lines: every log_every steps when given; else a train run logs by time (a line when

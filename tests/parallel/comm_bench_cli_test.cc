@@ -3,14 +3,15 @@
 // message naming it. Every run is under `timeout`, so nothing here can hang CI.
 #include <gtest/gtest.h>
 #include <sys/wait.h>
+#include <unistd.h>
 
 #include <chrono>
 #include <nlohmann/json.hpp>
 #include <regex>
 
 #include "cli_util.h"
-#include "parallel/mpi_runtime.h"
 #include "mpi_cli_util.h"
+#include "parallel/mpi_runtime.h"
 #include "temp_dir.h"
 
 namespace dlbench::parallel {
@@ -79,9 +80,11 @@ void expect_stall_stops_every_rank(int ranks, int stalled, int step) {
   EXPECT_NE(r.exit_code, 0) << r.err;
   EXPECT_NE(r.exit_code, 124) << "timed out instead of being stopped by the watchdog: " << r.err;
   // Every rank prints the same verdict, naming the stalled rank and its step.
-  const std::string verdict = fmt::format("rank {} stalled at step {}: ", stalled, step);
+  char host[256] = {0};
+  gethostname(host, sizeof host - 1);
+  const std::string verdict = fmt::format("rank {} (host {}) stalled at step {}: ", stalled, host, step);
   for (int rank = 0; rank < ranks; ++rank) {
-    EXPECT_EQ(count(r.err, fmt::format("dlbench: error: (rank {}) {}", rank, verdict)), 1)
+    EXPECT_EQ(count(r.err, fmt::format("dlbench: error: (rank {} on {}) {}", rank, host, verdict)), 1)
         << "rank " << rank << ":\n"
         << r.err;
   }

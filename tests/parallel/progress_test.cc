@@ -108,20 +108,31 @@ TEST(Progress, InjectedStallFromTheEnvironment) {
   unsetenv("DLBENCH_TEST_STALL");
 }
 
-// A communicator whose all_gather returns what the test says the ranks sent.
-class CannedCommunicator final : public Communicator {
+// The ranks' agreement checks only all-gather: a communicator of `size` ranks, seen from `rank`, whose other
+// collectives do nothing.
+class GatherOnly : public Communicator {
  public:
-  explicit CannedCommunicator(std::vector<nlohmann::json> configs)
-      : Communicator(std::make_shared<ProgressTracker>(0, 10.0)), configs_(std::move(configs)) {}
+  GatherOnly(int rank, int size)
+      : Communicator(std::make_shared<ProgressTracker>(rank, 10.0)), rank_(rank), size_(size) {}
   std::string name() const override { return "canned"; }
-  int rank() const override { return 0; }
-  int size() const override { return static_cast<int>(configs_.size()); }
+  int rank() const override { return rank_; }
+  int size() const override { return size_; }
   void all_reduce_sum(Tensor&) override {}
   void wait_all_reduces() override {}
   void broadcast(Tensor&, int) override {}
   void barrier() override {}
   double sum(double v) override { return v; }
   double max(double v) override { return v; }
+
+ private:
+  int rank_, size_;
+};
+
+// A communicator whose all_gather returns what the test says the ranks sent.
+class CannedCommunicator final : public GatherOnly {
+ public:
+  explicit CannedCommunicator(std::vector<nlohmann::json> configs)
+      : GatherOnly(0, static_cast<int>(configs.size())), configs_(std::move(configs)) {}
   std::vector<std::string> all_gather(const std::string& own) override {
     EXPECT_EQ(nlohmann::json::parse(own), strip(configs_[0]));
     std::vector<std::string> all;
@@ -166,6 +177,62 @@ TEST(ConfigCheck, RankSpecificKeysAreLeftOut) {
       dlbench::testing::user_error_message([&] { check_same_config(comm, c0, {"device"}); }),
       "the ranks were started with different settings: --batch-size (batch_size): rank 0 has 32, rank 1 has "
       "48; start every rank with the same flags");
+}
+
+// Ranks on hosts: each message names every differing rank's host, ranks with the same value together.
+TEST(ConfigCheck, NamesTheHostsOfTheRanksThatDiffer) {
+  nlohmann::json c0 = {{"batch_size", 32}, {"lr", 0.1}};
+  nlohmann::json c2 = {{"batch_size", 32}, {"lr", 0.2}};
+  CannedCommunicator comm({c0, c0, c2, c2});
+  EXPECT_EQ(
+      dlbench::testing::user_error_message([&] {
+        check_same_config(comm, c0, {}, {"nodea", "nodea", "nodeb", "nodeb"});
+      }),
+      "the ranks were started with different settings: --lr (lr): rank 0 (host nodea) has 0.1, ranks 2, 3 "
+      "(host nodeb) have 0.2; start every rank with the same flags");
+}
+
+// all_gather returns the strings the test says the ranks sent.
+class CannedStrings final : public GatherOnly {
+ public:
+  CannedStrings(int rank, std::vector<std::string> values)
+      : GatherOnly(rank, static_cast<int>(values.size())), values_(std::move(values)) {}
+  std::vector<std::string> all_gather(const std::string& own) override {
+    EXPECT_EQ(own, values_[static_cast<size_t>(rank())]);
+    return values_;
+  }
+
+ private:
+  std::vector<std::string> values_;
+};
+
+TEST(ConfigCheck, AnotherVersionOnAHostIsNamedByRankZeroAlone) {
+  const std::vector<std::string> hosts = {"nodea", "nodea", "nodeb", "nodeb"};
+  const std::vector<std::string> versions = {"0.9.0 (commit a)", "0.9.0 (commit a)", "0.8.0 (commit b)",
+                                             "0.9.0 (commit c)"};
+  CannedStrings same(1, {"0.9.0 (commit a)", "0.9.0 (commit a)"});
+  check_same_version(same, "0.9.0 (commit a)", {"nodea", "nodeb"});
+  CannedStrings zero(0, versions);
+  EXPECT_EQ(
+      dlbench::testing::user_error_message([&] { check_same_version(zero, versions[0], hosts); }),
+      "the ranks run different builds of dlbench: rank 0 (host nodea): 0.9.0 (commit a); rank 2 (host "
+      "nodeb): 0.8.0 (commit b); rank 3 (host nodeb): 0.9.0 (commit c); install the same dlbench on every "
+      "host");
+  // The other ranks stop too, silently: one line for the run.
+  CannedStrings three(3, versions);
+  EXPECT_EQ(dlbench::testing::user_error_message([&] { check_same_version(three, versions[3], hosts); }), "");
+}
+
+TEST(ConfigCheck, AnotherDataSetOnAHostIsNamed) {
+  const std::vector<std::string> digests = {"60000 samples, labels crc32 1", "60000 samples, labels crc32 2",
+                                            "60000 samples, labels crc32 2"};
+  CannedStrings zero(0, digests);
+  EXPECT_EQ(
+      dlbench::testing::user_error_message([&] {
+        check_same_data(zero, digests[0], {"nodea", "nodeb", "nodeb"});
+      }),
+      "the ranks load different training data: rank 0 (host nodea): 60000 samples, labels crc32 1; ranks "
+      "1, 2 (host nodeb): 60000 samples, labels crc32 2; give every host the same data set");
 }
 
 TEST(ConfigCheck, DifferingKeysIncludeMissingAndNestedOnes) {
