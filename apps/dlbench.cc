@@ -20,9 +20,9 @@
 #include "core/file_io.h"
 #include "core/signals.h"
 #include "core/status.h"
-#include "parallel/mpi_runtime.h"
 #include "git_commit.h"  // generated: DLBENCH_GIT_COMMIT
 #include "models/resnet.h"
+#include "parallel/mpi_runtime.h"
 #include "train/config.h"
 
 namespace {
@@ -178,10 +178,10 @@ int run_command(bool is_train, bool is_comm_bench, RunConfig& train_config, cons
     RunConfig& config = is_train ? train_config : bench_config;
     config.lr_schedule = parse_schedule(is_train ? train_schedule : bench_schedule);
     dlbench::resolve_config(config, dlbench::cuda_backend_available());
-    nlohmann::json result =
+    const std::optional<dlbench::RunResult> result =
         config.kind == dlbench::RunKind::train ? dlbench::run_train(config) : dlbench::run_bench(config);
-    if (!config.json_path.empty() && !result.is_null()) {  // rank 0 writes
-      dlbench::write_file_atomically(config.json_path, result.dump(2) + "\n");
+    if (!config.json_path.empty() && result) {  // rank 0 writes
+      dlbench::write_file_atomically(config.json_path, dlbench::to_json(*result).dump(2) + "\n");
       std::printf("result written to %s\n", config.json_path.c_str());
     }
   });
@@ -485,7 +485,7 @@ int main(int argc, char** argv) {
   if (data_bench->parsed()) return guarded([&] { dlbench::run_data_bench(data_bench_options); });
   if (export_images->parsed()) return guarded([&] { dlbench::run_export_images(export_options); });
 
-  return dlbench::parallel::finish_mpi_process(run_command(train->parsed(), comm_bench->parsed(), train_config,
-                                                       train_schedule, bench_config, bench_schedule,
-                                                       comm_bench_options));
+  return dlbench::parallel::finish_mpi_process(run_command(train->parsed(), comm_bench->parsed(),
+                                                           train_config, train_schedule, bench_config,
+                                                           bench_schedule, comm_bench_options));
 }

@@ -33,9 +33,9 @@
 #include "data/image_dataset.h"
 #include "data/shard.h"
 #include "data/synthetic.h"
+#include "models/resnet.h"
 #include "parallel/config_check.h"
 #include "parallel/launch.h"
-#include "models/resnet.h"
 #include "train/checkpoint.h"
 #include "train/lr_schedule.h"
 #include "train/memory_fit.h"
@@ -50,8 +50,9 @@ using namespace run_detail;
 
 // Runs `rank_body` on every rank this process holds (one, or one thread per GPU with --gpus N) and returns
 // rank 0's result; null in an MPI process of another rank.
-nlohmann::json run_ranks(const RunConfig& config,
-                         const std::function<nlohmann::json(parallel::Launch&, int slot)>& rank_body) {
+std::optional<RunResult> run_ranks(
+    const RunConfig& config,
+    const std::function<std::optional<RunResult>(parallel::Launch&, int slot)>& rank_body) {
   parallel::LaunchOptions options;
   options.launcher = config.launcher;
   options.device = config.device.kind;
@@ -61,17 +62,17 @@ nlohmann::json run_ranks(const RunConfig& config,
   options.nccl.high_priority = config.comm_priority == "high";
   options.nccl.symmetric = config.nccl_symmetric;
   auto launch = parallel::make_launch(options);
-  nlohmann::json result;
+  std::optional<RunResult> result;
   std::mutex result_mutex;
   parallel::run_local_ranks(*launch, [&](int slot) {
-    nlohmann::json j = rank_body(*launch, slot);
+    std::optional<RunResult> mine = rank_body(*launch, slot);
     std::lock_guard<std::mutex> lock(result_mutex);
-    if (!j.is_null()) result = std::move(j);
+    if (mine) result = std::move(mine);
   });
   return result;
 }
 
-nlohmann::json bench_rank(const RunConfig& given, parallel::Launch& launch, int slot) {
+std::optional<RunResult> bench_rank(const RunConfig& given, parallel::Launch& launch, int slot) {
   RunSetup s = set_up(given, launch, slot);
   const RunConfig config = with_scaled_lr(s.config, s.comm->size());
   Trainer& trainer = *s.trainer;
@@ -173,24 +174,25 @@ nlohmann::json bench_rank(const RunConfig& given, parallel::Launch& launch, int 
   tracer.write();
   Distribution d = window.step_distribution();
 
-  nlohmann::json j = result_skeleton(config, s);
-  j["steps"] = *config.steps;
-  j["warmup_steps"] = *config.warmup_steps;
-  j["final_loss"] = loss;
-  add_throughput(j, s, window);
-  j["step_times_ms"] = window.step_ms();
-  j["window_seconds"] = window.wall_seconds();
-  add_energy(j, s, energy_before, energy_after, static_cast<double>(*config.steps * images_per_step),
-             window.wall_seconds());
-  add_clocks(j, s, clock_summary, clocks.period());
-  j["seconds_to_first_timed_step"] = seconds_to_first_timed_step;
-  j["cuda_graph"] = graph;
-  j["flops_per_image"] =
+  RunResult result = result_skeleton(config, s);
+  result.steps = *config.steps;
+  result.final_loss = loss;
+  result.cuda_graph = graph;
+  add_throughput(result, s, window);
+  BenchFigures& b = result.bench.emplace();
+  b.warmup_steps = *config.warmup_steps;
+  b.step_times_ms = window.step_ms();
+  b.window_seconds = window.wall_seconds();
+  b.energy = window_energy(s, energy_before, energy_after,
+                           static_cast<double>(*config.steps * images_per_step), window.wall_seconds());
+  b.clocks = window_clocks(s, clock_summary, clocks.period());
+  b.seconds_to_first_timed_step = seconds_to_first_timed_step;
+  b.flops_per_image =
       3.0 * 2.0 * static_cast<double>(trainer.net().forward_macs()) / static_cast<double>(*config.batch_size);
   if (s.comm->size() > 1) {
     // What one exchange of all gradients costs alone (the overlap hides part of it inside a step).
-    j["communication_ms"] = trainer.time_gradient_exchange(5);
-    say("gradient exchange alone: %.2f ms per step (%d ranks, %s)\n", j["communication_ms"].get<double>(),
+    result.communication_ms = trainer.time_gradient_exchange(5);
+    say("gradient exchange alone: %.2f ms per step (%d ranks, %s)\n", *result.communication_ms,
         s.comm->size(), s.comm->name().c_str());
   }
   if (config.per_layer && s.comm->rank() == 0) {
@@ -198,29 +200,31 @@ nlohmann::json bench_rank(const RunConfig& given, parallel::Launch& launch, int 
     std::vector<LayerTime> times = profile_layers(trainer.net(), 3);
     say("\nper-layer times (mean of 3 iterations, each layer synchronised):\n%s\n",
         format_layer_profile(times).c_str());
-    j["per_layer"] = to_json(times);
+    b.per_layer = std::move(times);
   }
   say("%s %s batch %lld on %s: %.2f img/s | step median %.1f ms, p5 %.1f, p95 %.1f, mean %.1f +- %.1f ms%s\n",
       config.model.c_str(), precision_name(config.precision), static_cast<long long>(*config.batch_size),
       device_name(config.device).c_str(), window.images_per_second(), d.median, d.p5, d.p95, d.mean, d.ci95,
-      j.contains("measurement_note") ? (" | warning: " + j["measurement_note"].get<std::string>()).c_str()
-                                     : "");
+      result.measurement_note ? (" | warning: " + *result.measurement_note).c_str() : "");
   if (s.comm->size() > 1)
     say("%d ranks: %.2f img/s in total, %.2f per device\n", s.comm->size(),
-        j["images_per_second"].get<double>(), j["images_per_second_per_device"].get<double>());
-  return s.comm->rank() == 0 ? j : nlohmann::json();
+        result.images_per_second.value_or(0), result.images_per_second_per_device.value_or(0));
+  if (s.comm->rank() != 0) return std::nullopt;
+  return result;
 }
 
 }  // namespace
 
-nlohmann::json run_train(const RunConfig& given) {
+std::optional<RunResult> run_train(const RunConfig& given) {
   // SIGINT/SIGTERM stop the run after the step under way, its state saved first (stop_if_asked).
   defer_stop_to_safe_points();
-  return run_ranks(given, [&](parallel::Launch& launch, int slot) { return train_rank(given, launch, slot); });
+  return run_ranks(given,
+                   [&](parallel::Launch& launch, int slot) { return train_rank(given, launch, slot); });
 }
 
-nlohmann::json run_bench(const RunConfig& given) {
-  return run_ranks(given, [&](parallel::Launch& launch, int slot) { return bench_rank(given, launch, slot); });
+std::optional<RunResult> run_bench(const RunConfig& given) {
+  return run_ranks(given,
+                   [&](parallel::Launch& launch, int slot) { return bench_rank(given, launch, slot); });
 }
 
 }  // namespace dlbench

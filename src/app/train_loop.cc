@@ -32,9 +32,9 @@
 #include "data/image_dataset.h"
 #include "data/shard.h"
 #include "data/synthetic.h"
+#include "models/resnet.h"
 #include "parallel/config_check.h"
 #include "parallel/launch.h"
-#include "models/resnet.h"
 #include "train/checkpoint.h"
 #include "train/lr_schedule.h"
 #include "train/memory_fit.h"
@@ -173,7 +173,7 @@ void log_mlperf_start(MlperfLog& mllog, const RunConfig& config, RunSetup& s, in
 
 }  // namespace
 
-nlohmann::json train_rank(const RunConfig& given, parallel::Launch& launch, int slot) {
+std::optional<RunResult> train_rank(const RunConfig& given, parallel::Launch& launch, int slot) {
   // Only rank 0 logs (every rank could not open the same file in threads mode); the rank is known after
   // set-up, so init_start is stamped with the time before it.
   const auto init_start_ms = std::chrono::duration_cast<std::chrono::milliseconds>(
@@ -231,7 +231,7 @@ nlohmann::json train_rank(const RunConfig& given, parallel::Launch& launch, int 
   std::vector<int64_t> order;
   int64_t order_epoch = -1;
   std::vector<double> losses;
-  std::vector<nlohmann::json> evaluations;
+  std::vector<EvaluationResult> evaluations;
   MeasuredWindow window;
   double train_seconds = 0;
   double last_accuracy = NAN;
@@ -289,10 +289,7 @@ nlohmann::json train_rank(const RunConfig& given, parallel::Launch& launch, int 
         last_accuracy = *accuracy;
         mllog.point("eval_accuracy", last_accuracy, {{"epoch_num", epoch_number}});
         mllog.end("eval_stop", nullptr, {{"epoch_num", epoch_number}});
-        evaluations.push_back({{"epoch", epoch_number},
-                               {"step", step},
-                               {"test_accuracy", last_accuracy},
-                               {"test_images", eval_count}});
+        evaluations.push_back({epoch_number, step, last_accuracy, eval_count});
         say("epoch %lld  test accuracy %.2f%% (%lld images, %.1f s)\n", static_cast<long long>(epoch_number),
             100.0 * last_accuracy, static_cast<long long>(eval_count), timer.seconds());
         std::fflush(stdout);
@@ -379,42 +376,39 @@ nlohmann::json train_rank(const RunConfig& given, parallel::Launch& launch, int 
   for (double ms : window.step_ms()) window_seconds += ms / 1e3;
   window.set_wall_seconds(window_seconds);
 
-  nlohmann::json j = result_skeleton(config, s);
+  RunResult result = result_skeleton(config, s);
   Distribution d = window.step_distribution();
-  j["steps"] = total_steps - first_step;
-  j["first_step"] = first_step;
-  j["cuda_graph"] = trainer.step_recorded();
-  j["epochs"] = static_cast<double>(total_steps) / static_cast<double>(steps_per_epoch);
-  j["final_loss"] = losses.empty() ? NAN : losses.back();
-  j["losses"] = losses;
-  add_throughput(j, s, window);
-  add_data_pipeline(j, s, data_feed, window_wait_seconds, window);
+  result.steps = total_steps - first_step;
+  result.cuda_graph = trainer.step_recorded();
+  result.final_loss = losses.empty() ? NAN : losses.back();
+  TrainFigures& t = result.train.emplace();
+  t.first_step = first_step;
+  t.epochs = static_cast<double>(total_steps) / static_cast<double>(steps_per_epoch);
+  t.losses = losses;
+  add_throughput(result, s, window);
+  add_data_pipeline(result, s, data_feed, window_wait_seconds, window);
   // What the run cost the host's cores over the timed steps, every thread (the data pipeline's, and the
   // step's own launches and waits), per 1,000 images of all ranks. The ranks of one process (--gpus N)
   // each read the whole process's time: counted once.
   const bool one_process = s.comm->name() == "nccl-threads" || s.comm->name() == "local";
   const double all_images = s.comm->sum(static_cast<double>(window.images()));
   const double cpu_seconds = s.comm->sum(window_cpu_seconds) / (one_process ? ranks : 1);
-  if (all_images > 0) j["cpu_seconds_per_1000_images"] = 1e3 * cpu_seconds / all_images;
+  if (all_images > 0) t.cpu_seconds_per_1000_images = 1e3 * cpu_seconds / all_images;
   mllog.run_succeeded();
-  j["train_seconds"] = train_seconds;
-  if (s.test_data) {
-    j["test_accuracy"] = last_accuracy;
-    j["test_images"] = eval_count;
-    j["evaluations"] = evaluations;
-  }
+  t.train_seconds = train_seconds;
+  if (s.test_data) t.test = TestFigures{last_accuracy, eval_count, evaluations};
   say("done: %lld steps, final loss %.4f", static_cast<long long>(total_steps - first_step),
       losses.empty() ? NAN : losses.back());
   if (d.count > 0)
-    say(", %.1f img/s (median step %.1f ms, p5 %.1f, p95 %.1f)", j["images_per_second"].get<double>(),
+    say(", %.1f img/s (median step %.1f ms, p5 %.1f, p95 %.1f)", result.images_per_second.value_or(0),
         d.median, d.p5, d.p95);
   else
     say(", no throughput measured (no timed steps)");
   if (s.test_data) say(", test accuracy %.2f%%", 100.0 * last_accuracy);
-  if (d.count > 0 && j.contains("measurement_note"))
-    say(" | warning: %s", j["measurement_note"].get<std::string>().c_str());
+  if (d.count > 0 && result.measurement_note) say(" | warning: %s", result.measurement_note->c_str());
   say("\n");
-  return s.comm->rank() == 0 ? j : nlohmann::json();
+  if (s.comm->rank() != 0) return std::nullopt;
+  return result;
 }
 
 }  // namespace dlbench::run_detail
