@@ -123,12 +123,12 @@ RunSetup set_up(const RunConfig& given, parallel::Launch& launch, int slot) {
 
   ModelOptions options;
   options.label_smoothing = static_cast<float>(config.label_smoothing);
-  if (config.data == "synthetic") {
+  if (config.data_kind == DataKind::synthetic) {
     ImageShape in = default_input_shape(config.model);
     if (config.image_size > 0) in.height = in.width = config.image_size;
     options.input = in;
     options.num_classes = default_num_classes(config.model);
-  } else if (config.data_kind == "images") {
+  } else if (config.data_kind == DataKind::images) {
     auto train_source = std::shared_ptr<const EncodedImageSource>(
         is_shard_set(config.train_images) ? open_shard_set(config.train_images)
                                           : open_image_folder(config.train_images));
@@ -185,7 +185,7 @@ RunSetup set_up(const RunConfig& given, parallel::Launch& launch, int slot) {
     require_host_memory(planned_run_bytes(config, *s.backend, options, *config.batch_size), size_flags,
                         "the run's memory plan");
   }
-  if (config.data == "synthetic") {
+  if (config.data_kind == DataKind::synthetic) {
     const ImageShape in = options.input;
     require_host_memory(static_cast<uint64_t>(*config.batch_size * config.accumulate_steps * ranks) *
                             static_cast<uint64_t>(in.channels * in.height * in.width) * sizeof(float),
@@ -254,8 +254,8 @@ void print_header(const char* command, const RunConfig& config, RunSetup& s, con
   } else if (s.comm->size() > 1) {
     say("  data parallel: %d ranks (%s), gradient buckets of %g MiB summed in %s while backward runs%s\n",
         s.comm->size(), s.comm->name().c_str(), config.bucket_mb,
-        config.allreduce_precision == "fp32" ? "fp32" : precision_name(config.precision),
-        config.lr_scaling == "linear" ? ", lr scaled linearly" : "");
+        config.allreduce_precision == AllreducePrecision::fp32 ? "fp32" : precision_name(config.precision),
+        config.lr_scaling == LrScaling::linear ? ", lr scaled linearly" : "");
   }
   std::fflush(stdout);
 }
@@ -263,7 +263,7 @@ void print_header(const char* command, const RunConfig& config, RunSetup& s, con
 // The learning rate the schedule starts from: --lr, times the ranks with --lr-scaling linear.
 RunConfig with_scaled_lr(const RunConfig& config, int ranks) {
   RunConfig scaled = config;
-  if (config.lr_scaling == "linear") scaled.lr = config.lr * ranks;
+  if (config.lr_scaling == LrScaling::linear) scaled.lr = config.lr * ranks;
   return scaled;
 }
 
@@ -273,7 +273,7 @@ namespace {
 // for image data images_decoded_on_cpu, every rank's training and evaluation images (all of them until
 // the GPU pipeline exists; then the ones it sent back to libjpeg-turbo). A collective: every rank calls it.
 void add_decoding(RunResult& result, const RunConfig& config, RunSetup& s) {
-  const bool images = config.data_kind == "images";
+  const bool images = config.data_kind == DataKind::images;
   result.decode = images ? decode_mode_name(config.decode) : "none";
   if (!images) return;
   double decoded = 0;

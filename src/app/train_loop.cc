@@ -310,7 +310,8 @@ std::optional<RunResult> train_rank(const RunConfig& given, parallel::Launch& la
     }
     // Micro-batch k of this step is batch (batch_in_epoch * K + k) of the epoch's order.
     auto feed = [&](int64_t micro) {
-      if (config.data == "synthetic" && config.accumulate_steps == 1 && step > first_step) return;
+      if (config.data_kind == DataKind::synthetic && config.accumulate_steps == 1 && step > first_step)
+        return;
       if (prefetcher) {
         const BatchPrefetcher::Batch& batch = prefetcher->next();
         trainer.load_batch(batch.images, batch.labels);

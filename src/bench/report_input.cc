@@ -23,15 +23,18 @@ std::optional<double> number_at(const nlohmann::json& j, const char* key) {
   return std::nullopt;
 }
 
-// The numbers of an array field; an entry that is not a number (JSON has no NaN: a diverged loss is
-// written as null) is kept as NaN when `keep_positions`, so that the loss of step i stays at i.
-std::vector<double> numbers_at(const nlohmann::json& j, const char* key, bool keep_positions) {
+// What numbers_at does with an entry that is not a number (JSON has no NaN: a diverged loss is written
+// as null): leaves it out, or keeps it as NaN so that the loss of step i stays at i.
+enum class NonNumbers : uint8_t { left_out, kept_as_nan };
+
+// The numbers of an array field.
+std::vector<double> numbers_at(const nlohmann::json& j, const char* key, NonNumbers non_numbers) {
   std::vector<double> values;
   if (!j.contains(key) || !j[key].is_array()) return values;
   for (const nlohmann::json& v : j[key]) {
     if (v.is_number()) {
       values.push_back(v.get<double>());
-    } else if (keep_positions) {
+    } else if (non_numbers == NonNumbers::kept_as_nan) {
       values.push_back(NAN);
     }
   }
@@ -76,7 +79,7 @@ std::optional<Rejection> impossible_value(const nlohmann::json& r) {
   for (const auto& [key, v] : non_negative)
     if (v && (!std::isfinite(*v) || *v < 0 || *v > 1e15))
       return Rejection{key, "is " + value(*v) + ": not a possible value"};
-  for (double t : numbers_at(r, "step_times_ms", /*keep_positions=*/false))
+  for (double t : numbers_at(r, "step_times_ms", NonNumbers::left_out))
     if (!std::isfinite(t) || t < 0 || t > 1e15)
       return Rejection{"step_times_ms", "holds " + value(t) + ": not a possible step time"};
   if (const std::optional<double> a = number_at(r, "test_accuracy"); a && !(*a >= 0 && *a <= 1))
@@ -153,8 +156,8 @@ void take_other_result(const nlohmann::json& r, ReportPoint& p) {
     p.step_p95_ms = number_at(d, "p95");
     p.jitter = number_at(d, "jitter");
   }
-  p.step_times_ms = numbers_at(r, "step_times_ms", /*keep_positions=*/false);
-  p.losses = numbers_at(r, "losses", /*keep_positions=*/true);
+  p.step_times_ms = numbers_at(r, "step_times_ms", NonNumbers::left_out);
+  p.losses = numbers_at(r, "losses", NonNumbers::kept_as_nan);
   p.test_accuracy = number_at(r, "test_accuracy");
   p.peak_memory_bytes = number_at(r, "peak_memory_bytes");
   p.energy_joules_per_image = number_at(r, "energy_joules_per_image");
