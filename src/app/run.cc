@@ -72,11 +72,125 @@ std::optional<RunResult> run_ranks(
   return result;
 }
 
+using Feed = std::function<void(int64_t micro)>;
+
+// The warm-up steps, each timed on the host and printed.
+void run_warm_up(const RunConfig& config, RunSetup& s, const Feed& feed, const LearningRateSchedule& schedule,
+                 StepTracer& tracer) {
+  for (int64_t step = 0; step < *config.warmup_steps; ++step) {
+    s.comm->set_step(step + 1);
+    tracer.before(step + 1);
+    WallTimer timer;
+    const float loss = static_cast<float>(
+        s.comm->sum(s.trainer->step(feed, schedule.at(step), /*read_loss=*/true)) / s.comm->size());
+    tracer.after(step + 1);
+    DLB_REQUIRE(std::isfinite(loss), "training diverged: loss is {} at warm-up step {}; lower --lr", loss,
+                step + 1);
+    say("warm-up %lld/%lld  loss %.4f  %.1f ms\n", static_cast<long long>(step + 1),
+        static_cast<long long>(*config.warmup_steps), loss, timer.milliseconds());
+    std::fflush(stdout);
+  }
+}
+
+// The timed window and what was read around it.
+struct BenchWindow {
+  MeasuredWindow window;
+  float loss = NAN;  // the last step's (bench reads it)
+  double seconds_to_first_timed_step = 0;
+  std::optional<double> energy_before, energy_after;  // NVML's counter, joules
+  std::optional<ClockSummary> clocks;
+  std::chrono::milliseconds clock_period{0};
+};
+
+// The host never waits inside the window, except to read a logged loss: it enqueues step after step
+// while the device runs, as training does. A marker (a CUDA event on a GPU) after each step times it on
+// the device; the markers are read after the window. Waiting after every step would add the launch of
+// the next step (a whole CUDA graph's, over a thousand kernels) to every step's time.
+BenchWindow run_timed_window(const RunConfig& config, RunSetup& s, const Feed& feed,
+                             const LearningRateSchedule& schedule, StepTracer& tracer) {
+  Trainer& trainer = *s.trainer;
+  const int64_t images_per_step = trainer.images_per_step();
+  BenchWindow w;
+  s.backend->synchronize();
+  const std::string bus_id = s.memory_fit.device ? s.memory_fit.device->pci_bus_id : std::string();
+  w.energy_before = gpu_energy_joules(bus_id);
+  ClockSampler clocks(bus_id);
+  w.seconds_to_first_timed_step = seconds_since_process_start();
+  WallTimer window_timer;
+  std::vector<int64_t> markers = {s.backend->mark()};
+  for (int64_t step = 0; step < *config.steps; ++step) {
+    s.comm->set_step(*config.warmup_steps + step + 1);
+    tracer.before(*config.warmup_steps + step + 1);
+    bool read_loss = (step + 1) % *config.log_every == 0 || step + 1 == *config.steps;
+    w.loss = trainer.step(feed, schedule.at(*config.warmup_steps + step), read_loss);
+    markers.push_back(s.backend->mark());
+    tracer.after(*config.warmup_steps + step + 1);
+    if (read_loss) {
+      s.backend->synchronize();  // the loss was read: the device has (almost) nothing left to do
+      const double ms =
+          s.backend->marker_ms(markers.back()) - s.backend->marker_ms(markers[markers.size() - 2]);
+      w.loss = static_cast<float>(s.comm->sum(w.loss) / s.comm->size());  // the global batch's
+      DLB_REQUIRE(std::isfinite(w.loss), "training diverged: loss is {} at step {}; lower --lr", w.loss,
+                  *config.warmup_steps + step + 1);
+      double eta = ms * static_cast<double>(*config.steps - step - 1) / 1e3;
+      say("step %lld/%lld  loss %.4f  %.1f ms  %.1f img/s  ETA %s\n", static_cast<long long>(step + 1),
+          static_cast<long long>(*config.steps), w.loss, ms, static_cast<double>(images_per_step) * 1e3 / ms,
+          format_duration(eta).c_str());
+      std::fflush(stdout);
+    }
+  }
+  s.backend->synchronize();
+  // The window ends when the device is done: reading the energy counter and the markers stays out of it.
+  w.window.set_wall_seconds(window_timer.seconds());
+  w.energy_after = gpu_energy_joules(bus_id);
+  w.clocks = clocks.stop();
+  w.clock_period = clocks.period();
+  for (size_t i = 1; i < markers.size(); ++i)
+    w.window.add_step(s.backend->marker_ms(markers[i]) - s.backend->marker_ms(markers[i - 1]),
+                      images_per_step);
+  return w;
+}
+
+// The bench run's result, with what is measured after the window (the gradient exchange alone, the
+// layers' times); a collective.
+RunResult bench_result(const RunConfig& config, RunSetup& s, const BenchWindow& w, bool graph) {
+  Trainer& trainer = *s.trainer;
+  RunResult result = result_skeleton(config, s);
+  result.steps = *config.steps;
+  result.final_loss = w.loss;
+  result.cuda_graph = graph;
+  add_throughput(result, s, w.window);
+  BenchFigures& b = result.bench.emplace();
+  b.warmup_steps = *config.warmup_steps;
+  b.step_times_ms = w.window.step_ms();
+  b.window_seconds = w.window.wall_seconds();
+  b.energy =
+      window_energy(s, w.energy_before, w.energy_after,
+                    static_cast<double>(*config.steps * trainer.images_per_step()), w.window.wall_seconds());
+  b.clocks = window_clocks(s, w.clocks, w.clock_period);
+  b.seconds_to_first_timed_step = w.seconds_to_first_timed_step;
+  b.flops_per_image =
+      3.0 * 2.0 * static_cast<double>(trainer.net().forward_macs()) / static_cast<double>(*config.batch_size);
+  if (s.comm->size() > 1) {
+    // What one exchange of all gradients costs alone (the overlap hides part of it inside a step).
+    result.communication_ms = trainer.time_gradient_exchange(5);
+    say("gradient exchange alone: %.2f ms per step (%d ranks, %s)\n", *result.communication_ms,
+        s.comm->size(), s.comm->name().c_str());
+  }
+  if (config.per_layer && s.comm->rank() == 0) {
+    // After the window, so it cannot disturb the measurement.
+    std::vector<LayerTime> times = profile_layers(trainer.net(), 3);
+    say("\nper-layer times (mean of 3 iterations, each layer synchronised):\n%s\n",
+        format_layer_profile(times).c_str());
+    b.per_layer = std::move(times);
+  }
+  return result;
+}
+
 std::optional<RunResult> bench_rank(const RunConfig& given, parallel::Launch& launch, int slot) {
   RunSetup s = set_up(given, launch, slot);
   const RunConfig config = with_scaled_lr(s.config, s.comm->size());
   Trainer& trainer = *s.trainer;
-  const int64_t images_per_step = trainer.images_per_step();
   print_header("bench", config, s,
                fmt::format("{} warm-up + {} timed steps", *config.warmup_steps, *config.steps));
   LearningRateSchedule schedule(config, *config.warmup_steps + *config.steps,
@@ -104,107 +218,25 @@ std::optional<RunResult> bench_rank(const RunConfig& given, parallel::Launch& la
     trainer.load_batch(*s.train_data, EpochSampler::batch(all, micro, *config.batch_size));
   };
   load(0);
-  auto feed = [&](int64_t micro) {
+  const Feed feed = [&](int64_t micro) {
     if (config.accumulate_steps > 1) load(micro);
   };
 
-  float loss = NAN;
   StepTracer tracer(config, s);
-  for (int64_t step = 0; step < *config.warmup_steps; ++step) {
-    s.comm->set_step(step + 1);
-    tracer.before(step + 1);
-    WallTimer timer;
-    loss = static_cast<float>(s.comm->sum(trainer.step(feed, schedule.at(step), /*read_loss=*/true)) /
-                              s.comm->size());
-    tracer.after(step + 1);
-    DLB_REQUIRE(std::isfinite(loss), "training diverged: loss is {} at warm-up step {}; lower --lr", loss,
-                step + 1);
-    say("warm-up %lld/%lld  loss %.4f  %.1f ms\n", static_cast<long long>(step + 1),
-        static_cast<long long>(*config.warmup_steps), loss, timer.milliseconds());
-    std::fflush(stdout);
-  }
+  run_warm_up(config, s, feed, schedule, tracer);
   // After warm-up the step is recorded once and replayed (on backends that can: CUDA graphs).
   const bool graph = config.cuda_graph && *config.warmup_steps > 0 && trainer.record_step();
   say("step as one graph: %s\n", graph ? "yes" : config.cuda_graph ? "no (not supported here)" : "no (off)");
   if (const std::string digest = algorithm_digest(trainer.net()); !digest.empty())
     say("algorithms chosen: digest %s\n", digest.c_str());
-
-  // The host never waits inside the window, except to read a logged loss: it enqueues step after step
-  // while the device runs, as training does. A marker (a CUDA event on a GPU) after each step times it on
-  // the device; the markers are read after the window. Waiting after every step would add the launch of
-  // the next step (a whole CUDA graph's, over a thousand kernels) to every step's time.
-  MeasuredWindow window;
-  std::vector<double> losses;
-  s.backend->synchronize();
-  const std::string bus_id = s.memory_fit.device ? s.memory_fit.device->pci_bus_id : std::string();
-  const std::optional<double> energy_before = gpu_energy_joules(bus_id);
-  ClockSampler clocks(bus_id);
-  const double seconds_to_first_timed_step = seconds_since_process_start();
-  WallTimer window_timer;
-  std::vector<int64_t> markers = {s.backend->mark()};
-  for (int64_t step = 0; step < *config.steps; ++step) {
-    s.comm->set_step(*config.warmup_steps + step + 1);
-    tracer.before(*config.warmup_steps + step + 1);
-    bool read_loss = (step + 1) % *config.log_every == 0 || step + 1 == *config.steps;
-    loss = trainer.step(feed, schedule.at(*config.warmup_steps + step), read_loss);
-    markers.push_back(s.backend->mark());
-    tracer.after(*config.warmup_steps + step + 1);
-    if (read_loss) {
-      s.backend->synchronize();  // the loss was read: the device has (almost) nothing left to do
-      const double ms =
-          s.backend->marker_ms(markers.back()) - s.backend->marker_ms(markers[markers.size() - 2]);
-      loss = static_cast<float>(s.comm->sum(loss) / s.comm->size());  // the global batch's
-      DLB_REQUIRE(std::isfinite(loss), "training diverged: loss is {} at step {}; lower --lr", loss,
-                  *config.warmup_steps + step + 1);
-      losses.push_back(loss);
-      double eta = ms * static_cast<double>(*config.steps - step - 1) / 1e3;
-      say("step %lld/%lld  loss %.4f  %.1f ms  %.1f img/s  ETA %s\n", static_cast<long long>(step + 1),
-          static_cast<long long>(*config.steps), loss, ms, static_cast<double>(images_per_step) * 1e3 / ms,
-          format_duration(eta).c_str());
-      std::fflush(stdout);
-    }
-  }
-  s.backend->synchronize();
-  // The window ends when the device is done: reading the energy counter and the markers stays out of it.
-  window.set_wall_seconds(window_timer.seconds());
-  const std::optional<double> energy_after = gpu_energy_joules(bus_id);
-  const std::optional<ClockSummary> clock_summary = clocks.stop();
-  for (size_t i = 1; i < markers.size(); ++i)
-    window.add_step(s.backend->marker_ms(markers[i]) - s.backend->marker_ms(markers[i - 1]), images_per_step);
+  const BenchWindow w = run_timed_window(config, s, feed, schedule, tracer);
   tracer.write();
-  Distribution d = window.step_distribution();
 
-  RunResult result = result_skeleton(config, s);
-  result.steps = *config.steps;
-  result.final_loss = loss;
-  result.cuda_graph = graph;
-  add_throughput(result, s, window);
-  BenchFigures& b = result.bench.emplace();
-  b.warmup_steps = *config.warmup_steps;
-  b.step_times_ms = window.step_ms();
-  b.window_seconds = window.wall_seconds();
-  b.energy = window_energy(s, energy_before, energy_after,
-                           static_cast<double>(*config.steps * images_per_step), window.wall_seconds());
-  b.clocks = window_clocks(s, clock_summary, clocks.period());
-  b.seconds_to_first_timed_step = seconds_to_first_timed_step;
-  b.flops_per_image =
-      3.0 * 2.0 * static_cast<double>(trainer.net().forward_macs()) / static_cast<double>(*config.batch_size);
-  if (s.comm->size() > 1) {
-    // What one exchange of all gradients costs alone (the overlap hides part of it inside a step).
-    result.communication_ms = trainer.time_gradient_exchange(5);
-    say("gradient exchange alone: %.2f ms per step (%d ranks, %s)\n", *result.communication_ms,
-        s.comm->size(), s.comm->name().c_str());
-  }
-  if (config.per_layer && s.comm->rank() == 0) {
-    // After the window, so it cannot disturb the measurement.
-    std::vector<LayerTime> times = profile_layers(trainer.net(), 3);
-    say("\nper-layer times (mean of 3 iterations, each layer synchronised):\n%s\n",
-        format_layer_profile(times).c_str());
-    b.per_layer = std::move(times);
-  }
+  const RunResult result = bench_result(config, s, w, graph);
+  const Distribution d = w.window.step_distribution();
   say("%s %s batch %lld on %s: %.2f img/s | step median %.1f ms, p5 %.1f, p95 %.1f, mean %.1f +- %.1f ms%s\n",
       config.model.c_str(), precision_name(config.precision), static_cast<long long>(*config.batch_size),
-      device_name(config.device).c_str(), window.images_per_second(), d.median, d.p5, d.p95, d.mean, d.ci95,
+      device_name(config.device).c_str(), w.window.images_per_second(), d.median, d.p5, d.p95, d.mean, d.ci95,
       result.measurement_note ? (" | warning: " + *result.measurement_note).c_str() : "");
   if (s.comm->size() > 1)
     say("%d ranks: %.2f img/s in total, %.2f per device\n", s.comm->size(),
