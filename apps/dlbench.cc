@@ -29,11 +29,39 @@ namespace {
 
 using dlbench::RunConfig;
 
+// The flags of `train` and `bench` that name a choice, as given; parse_run_flags turns them into the
+// RunConfig's types once the command line is read, so that a bad value is one line and exit code 1.
+struct RunFlagTexts {
+  std::string batch_size, precision = "fp32", loss_scale, layout, decode = "auto", device = "auto",
+                          allreduce_precision = "fp32", lr_scaling = "none", cuda_graph = "auto", lr_schedule;
+};
+
+// A `train` or `bench` command: its configuration, and its choices' texts until they are parsed.
+struct RunCommand {
+  RunConfig config;
+  RunFlagTexts flags;
+};
+
+void parse_run_flags(const RunFlagTexts& t, RunConfig& c) {
+  dlbench::parse_batch_size(t.batch_size, c);
+  c.precision = dlbench::parse_precision(t.precision);
+  dlbench::parse_loss_scale(t.loss_scale, c);
+  c.layout = dlbench::parse_layout(t.layout);
+  c.decode_request = dlbench::parse_decode_mode(t.decode, "--decode");
+  c.device_request = dlbench::parse_device(t.device);
+  c.allreduce_precision = dlbench::parse_allreduce_precision(t.allreduce_precision);
+  c.lr_scaling = dlbench::parse_lr_scaling(t.lr_scaling);
+  c.cuda_graph = dlbench::parse_cuda_graph(t.cuda_graph);
+  c.lr_schedule = dlbench::parse_lr_schedule(t.lr_schedule);
+}
+
 // Flags shared by `train` and `bench`.
-void add_run_flags(CLI::App& cmd, RunConfig& c, std::string& lr_schedule) {
+void add_run_flags(CLI::App& cmd, RunCommand& command) {
+  RunConfig& c = command.config;
+  RunFlagTexts& t = command.flags;
   cmd.add_option("--model", c.model, "resnet18 | resnet34 | resnet50 | resnet101 | resnet152 | resnet20")
       ->capture_default_str();
-  cmd.add_option("--batch-size", c.batch_size_text,
+  cmd.add_option("--batch-size", t.batch_size,
                  "images per device per step (the global batch is this x devices x --accumulate-steps), "
                  "or max: the largest that fits every GPU; default: 16 (resnet20: 128) on the CPU, 256 "
                  "(512) on a GPU");
@@ -48,21 +76,21 @@ void add_run_flags(CLI::App& cmd, RunConfig& c, std::string& lr_schedule) {
   cmd.add_flag("--no-decay-bn-bias{false}", c.decay_norm_and_bias, "no weight decay on batch-norm and bias");
   cmd.add_option("--label-smoothing", c.label_smoothing, "label smoothing of the loss")
       ->capture_default_str();
-  cmd.add_option("--lr-schedule", lr_schedule, "constant | step | cosine")->capture_default_str();
+  cmd.add_option("--lr-schedule", t.lr_schedule, "constant | step | cosine")->capture_default_str();
   cmd.add_option("--lr-warmup-epochs", c.lr_warmup_epochs, "linear learning-rate warm-up, in epochs")
       ->capture_default_str();
   cmd.add_option("--lr-decay-epochs", c.lr_decay_epochs, "step schedule: epochs at which the rate drops")
       ->delimiter(',');
   cmd.add_option("--lr-decay-factor", c.lr_decay_factor, "step schedule: factor of each drop")
       ->capture_default_str();
-  cmd.add_option("--precision", c.precision_text, "fp32 | tf32 | fp16 | bf16 (the CPU trains in fp32)")
+  cmd.add_option("--precision", t.precision, "fp32 | tf32 | fp16 | bf16 (the CPU trains in fp32)")
       ->capture_default_str();
-  cmd.add_option("--loss-scale", c.loss_scale_text,
+  cmd.add_option("--loss-scale", t.loss_scale,
                  "dynamic | a fixed factor (default: dynamic for fp16, else 1)");
   cmd.add_option("--loss-scale-growth-interval", c.loss_scale_growth_interval,
                  "dynamic loss scaling: good steps before the scale doubles")
       ->capture_default_str();
-  cmd.add_option("--layout", c.layout_text, "nchw | nhwc (default nhwc)");
+  cmd.add_option("--layout", t.layout, "nchw | nhwc (default nhwc)");
   cmd.add_option("--data", c.data,
                  "synthetic | fashion-mnist | a directory of IDX files | an image folder (CLASS/FILE.jpg) or "
                  "shard set (dlbench pack), or ROOT with train/ and val/ ones")
@@ -76,11 +104,11 @@ void add_run_flags(CLI::App& cmd, RunConfig& c, std::string& lr_schedule) {
   cmd.add_option("--image-size", c.image_size,
                  "side of the training crop (default 224; small grayscale images: their own size)");
   cmd.add_flag("--strict", c.strict, "stop at the first bad image, naming it, instead of skipping it");
-  cmd.add_option("--decode", c.decode_text,
+  cmd.add_option("--decode", t.decode,
                  "auto | cpu | gpu: where JPEGs are decoded (GPU decoding is not in this build yet: auto "
                  "decodes on the CPU, gpu is refused)")
       ->capture_default_str();
-  cmd.add_option("--device", c.device_text, "auto | cpu | cuda")->capture_default_str();
+  cmd.add_option("--device", t.device, "auto | cpu | cuda")->capture_default_str();
   cmd.add_option("--backend", c.backend_name, "CPU backend: onednn (default) | reference");
   cmd.add_option("--threads", c.threads, "CPU threads (0 = all cores)")->capture_default_str();
   cmd.add_option("--seed", c.seed, "seed of weights, data order and synthetic data (0 or more)")
@@ -105,7 +133,7 @@ void add_run_flags(CLI::App& cmd, RunConfig& c, std::string& lr_schedule) {
   cmd.add_option("--bucket-mb", c.bucket_mb,
                  "gradient bucket size: each is summed as soon as backward has it")
       ->capture_default_str();
-  cmd.add_option("--allreduce-precision", c.allreduce_precision,
+  cmd.add_option("--allreduce-precision", t.allreduce_precision,
                  "fp32 | compute: sum mixed-precision gradients in FP32 or in FP16/BF16")
       ->capture_default_str();
   cmd.add_option("--nccl-max-ctas", c.nccl_max_ctas,
@@ -118,7 +146,7 @@ void add_run_flags(CLI::App& cmd, RunConfig& c, std::string& lr_schedule) {
                  "normal | high | low: the stream the gradient sums run on against training's: alike, above "
                  "it, below it")
       ->capture_default_str();
-  cmd.add_option("--lr-scaling", c.lr_scaling, "none | linear: multiply --lr by the number of ranks")
+  cmd.add_option("--lr-scaling", t.lr_scaling, "none | linear: multiply --lr by the number of ranks")
       ->capture_default_str();
   cmd.add_option("--timeout", c.timeout_seconds, "seconds a collective may take before every rank stops")
       ->capture_default_str();
@@ -130,7 +158,7 @@ void add_run_flags(CLI::App& cmd, RunConfig& c, std::string& lr_schedule) {
   cmd.add_option("--trace-steps", c.trace_steps,
                  "A:B, the steps to trace (1-based; traced steps run op by op)")
       ->capture_default_str();
-  cmd.add_option("--cuda-graph", c.cuda_graph_text,
+  cmd.add_option("--cuda-graph", t.cuda_graph,
                  "auto | true | false: record the whole step once and replay it as one CUDA graph (auto: "
                  "true; it measured faster at 2 GPUs and no slower on one)")
       ->capture_default_str();
@@ -140,13 +168,6 @@ void add_run_flags(CLI::App& cmd, RunConfig& c, std::string& lr_schedule) {
   cmd.add_option("--conv-workspace-mb", c.conv_workspace_mb,
                  "GPU: the most workspace one convolution may take; the fastest algorithm within it wins")
       ->capture_default_str();
-}
-
-dlbench::LrSchedule parse_schedule(const std::string& text) {
-  if (text == "constant") return dlbench::LrSchedule::constant;
-  if (text == "step") return dlbench::LrSchedule::step;
-  if (text == "cosine") return dlbench::LrSchedule::cosine;
-  dlbench::throw_user_error("--lr-schedule {}: unknown; choose constant, step or cosine", text);
 }
 
 // Runs a command; returns the exit code: 0, 1 for a UserError (one line on stderr), 3 for an internal
@@ -169,22 +190,16 @@ int guarded(const std::function<void()>& body) {
   }
 }
 
-// Runs the parsed command; returns the exit code.
-int run_command(bool is_train, bool is_comm_bench, RunConfig& train_config, const std::string& train_schedule,
-                RunConfig& bench_config, const std::string& bench_schedule,
-                const dlbench::parallel::CommBenchOptions& comm_bench_options) {
+// Runs `train` or `bench`; returns the exit code.
+int run_command(RunCommand& command) {
   return guarded([&] {
-    if (is_comm_bench) {
-      dlbench::parallel::run_comm_bench(comm_bench_options);
-      return;
-    }
-    RunConfig& config = is_train ? train_config : bench_config;
-    config.lr_schedule = parse_schedule(is_train ? train_schedule : bench_schedule);
+    RunConfig& config = command.config;
+    parse_run_flags(command.flags, config);
     dlbench::resolve_config(config, dlbench::cuda_backend_available());
-    nlohmann::json result =
+    const std::optional<dlbench::RunResult> result =
         config.kind == dlbench::RunKind::train ? dlbench::run_train(config) : dlbench::run_bench(config);
-    if (!config.json_path.empty() && !result.is_null()) {  // rank 0 writes
-      dlbench::write_file_atomically(config.json_path, result.dump(2) + "\n");
+    if (!config.json_path.empty() && result) {  // rank 0 writes
+      dlbench::write_file_atomically(config.json_path, dlbench::to_json(*result).dump(2) + "\n");
       std::printf("result written to %s\n", config.json_path.c_str());
     }
   });
@@ -233,23 +248,29 @@ int report_parse_error(const CLI::App& app, int argc, char** argv, const CLI::Pa
   return 2;
 }
 
-}  // namespace
+// What the command line asks for, filled in by the parser.
+struct Commands {
+  RunCommand train, bench;
+  dlbench::parallel::CommBenchOptions comm_bench;
+  std::string info_json;
+  dlbench::SweepOptions sweep, compare;
+  std::vector<std::string> compare_frameworks = dlbench::peer_frameworks();
+  dlbench::StudyOptions study;
+  std::vector<std::string> report_inputs;
+  std::string report_dir = "report";
+  std::string trace_path, trace_against;
+  dlbench::PackOptions pack;
+  dlbench::DataBenchOptions data_bench;
+  dlbench::ExportOptions export_images;
+};
 
-int main(int argc, char** argv) {
-  std::setlocale(LC_NUMERIC, "C");
-  // Until a command stops at safe points of its own, a signal ends it at once, its temporaries removed.
-  dlbench::install_stop_handler();
-  CLI::App app{"dlbench: how fast does this machine train a ResNet? A training engine and benchmark."};
-  app.set_version_flag("--version",
-                       std::string("dlbench ") + DLBENCH_VERSION + " (" + DLBENCH_GIT_COMMIT + ")");
-  app.require_subcommand(1);
-
-  RunConfig train_config;
+void add_train_command(CLI::App& app, RunCommand& command) {
+  RunConfig& train_config = command.config;
   train_config.kind = dlbench::RunKind::train;
-  std::string train_schedule = "cosine";
+  command.flags.lr_schedule = "cosine";
   CLI::App* train =
       app.add_subcommand("train", "train a model: epochs over a data set, evaluation, checkpoints");
-  add_run_flags(*train, train_config, train_schedule);
+  add_run_flags(*train, command);
   train->add_option("--epochs", train_config.epochs,
                     "passes over the training set (default 1; exclusive with --steps)");
   train->add_option("--checkpoint", train_config.checkpoint_path, "save weights and optimizer state to FILE");
@@ -267,84 +288,83 @@ int main(int argc, char** argv) {
                     "evaluate on the first N test images (default: all of them)");
   train->add_option("--mlperf-log", train_config.mlperf_log_path,
                     "write the run's events as MLPerf Training :::MLLOG lines to FILE");
+}
 
-  RunConfig bench_config;
+void add_bench_command(CLI::App& app, RunCommand& command) {
+  RunConfig& bench_config = command.config;
   bench_config.kind = dlbench::RunKind::bench;
-  std::string bench_schedule = "constant";
+  command.flags.lr_schedule = "constant";
   CLI::App* bench = app.add_subcommand(
       "bench", "measure training throughput: synthetic data by default, or --data images or shards");
-  add_run_flags(*bench, bench_config, bench_schedule);
+  add_run_flags(*bench, command);
   bench->add_flag("--per-layer", bench_config.per_layer,
                   "after the timed window, time each layer's forward and backward");
+}
 
-  dlbench::parallel::CommBenchOptions comm_bench_options;
+void add_comm_bench_command(CLI::App& app, dlbench::parallel::CommBenchOptions& o) {
   CLI::App* comm_bench = app.add_subcommand(
       "comm-bench",
       "all-reduce time and bandwidth over the ranks (--gpus N, or under mpirun), every sum checked");
-  {
-    auto& o = comm_bench_options;
-    comm_bench->add_option("--min-bytes", o.min_bytes, "smallest message")->capture_default_str();
-    comm_bench->add_option("--max-bytes", o.max_bytes, "largest message (sizes double from --min-bytes)")
-        ->capture_default_str();
-    comm_bench->add_option("--iters", o.iters, "timed iterations per size (the median is reported)")
-        ->capture_default_str();
-    comm_bench->add_option("--warmup", o.warmup, "untimed iterations per size")->capture_default_str();
-    comm_bench->add_option("--dtype", o.dtype_text, "f32 | f16 | bf16 (f16 and bf16 on a GPU)")
-        ->capture_default_str();
-    comm_bench->add_option("--device", o.device_text, "cpu | cuda")->capture_default_str();
-    comm_bench->add_option("--gpus", o.gpus, "GPUs of this process, one thread each (not under mpirun)")
-        ->capture_default_str();
-    comm_bench->add_option("--launcher", o.launcher, "auto | threads | mpi")->capture_default_str();
-    comm_bench
-        ->add_option("--timeout", o.timeout_seconds, "seconds a collective may take before every rank stops")
-        ->capture_default_str();
-    comm_bench
-        ->add_option("--nccl-max-ctas", o.nccl_max_ctas,
-                     "thread blocks one all-reduce may use (0 = NCCL's choice)")
-        ->capture_default_str();
-    comm_bench->add_flag("--nccl-symmetric", o.nccl_symmetric,
-                         "the buffer in an NCCL symmetric window (NCCL's symmetric-memory kernels)");
-    comm_bench->add_option("--json", o.json_path, "write the result as one JSON object to FILE (rank 0)");
-  }
+  comm_bench->add_option("--min-bytes", o.min_bytes, "smallest message")->capture_default_str();
+  comm_bench->add_option("--max-bytes", o.max_bytes, "largest message (sizes double from --min-bytes)")
+      ->capture_default_str();
+  comm_bench->add_option("--iters", o.iters, "timed iterations per size (the median is reported)")
+      ->capture_default_str();
+  comm_bench->add_option("--warmup", o.warmup, "untimed iterations per size")->capture_default_str();
+  comm_bench->add_option("--dtype", o.dtype_text, "f32 | f16 | bf16 (f16 and bf16 on a GPU)")
+      ->capture_default_str();
+  comm_bench->add_option("--device", o.device_text, "cpu | cuda")->capture_default_str();
+  comm_bench->add_option("--gpus", o.gpus, "GPUs of this process, one thread each (not under mpirun)")
+      ->capture_default_str();
+  comm_bench->add_option("--launcher", o.launcher, "auto | threads | mpi")->capture_default_str();
+  comm_bench
+      ->add_option("--timeout", o.timeout_seconds, "seconds a collective may take before every rank stops")
+      ->capture_default_str();
+  comm_bench
+      ->add_option("--nccl-max-ctas", o.nccl_max_ctas,
+                   "thread blocks one all-reduce may use (0 = NCCL's choice)")
+      ->capture_default_str();
+  comm_bench->add_flag("--nccl-symmetric", o.nccl_symmetric,
+                       "the buffer in an NCCL symmetric window (NCCL's symmetric-memory kernels)");
+  comm_bench->add_option("--json", o.json_path, "write the result as one JSON object to FILE (rank 0)");
+}
 
-  std::string info_json;
-  CLI::App* info =
-      app.add_subcommand("info", "the system table: CPU, memory, GPUs and their links, software versions");
-  info->add_option("--json", info_json, "also write it as one JSON object to FILE");
+// sweep, compare and study share the grid's flags.
+void add_grid_flags(CLI::App* cmd, dlbench::SweepOptions& o, bool results_required) {
+  auto* results = cmd->add_option("--results", o.results, "the JSON Lines file the points are appended to");
+  if (results_required) results->required();
+  cmd->add_option("--models", o.models, "models, comma-separated (default resnet50; on the CPU resnet20)")
+      ->delimiter(',');
+  cmd->add_option("--precisions", o.precisions, "fp32,tf32,fp16,bf16")->delimiter(',')->capture_default_str();
+  cmd->add_option("--gpus", o.gpus, "GPU counts, comma-separated")->delimiter(',')->capture_default_str();
+  cmd->add_option("--batch-sizes", o.batch_sizes,
+                  "batch sizes per GPU, comma-separated; max: the largest that fits, per precision "
+                  "(default 256; on the CPU bench's: 128 for resnet20, 16 for the others)")
+      ->delimiter(',');
+  cmd->add_option("--device", o.device, "auto | cpu | cuda")->capture_default_str();
+  cmd->add_option("--steps", o.steps,
+                  "timed steps per point (default 60; on the CPU 20, or 10 for ImageNet "
+                  "models)");
+  cmd->add_option("--warmup-steps", o.warmup_steps, "warm-up steps per point (default 20; on the CPU 2)");
+  cmd->add_flag("--retry-failed", o.retry_failed, "also run the points recorded as failed or unavailable");
+  cmd->add_option("--point-timeout", o.point_timeout_seconds, "seconds before a point is stopped")
+      ->capture_default_str();
+  cmd->add_option("--mpirun", o.mpirun, "the MPI launcher")->capture_default_str();
+  cmd->add_option("--mpirun-args", o.mpirun_args, "extra launcher arguments, comma-separated")
+      ->delimiter(',');
+  cmd->add_option("--python", o.python, "the peers' Python interpreter")->capture_default_str();
+  cmd->add_option("--peers", o.peers_dir, "the peers/ folder (default: found beside the binary)");
+}
 
-  // sweep, compare and study share the grid's flags.
-  auto add_grid_flags = [](CLI::App* cmd, dlbench::SweepOptions& o, bool results_required) {
-    auto* results = cmd->add_option("--results", o.results, "the JSON Lines file the points are appended to");
-    if (results_required) results->required();
-    cmd->add_option("--models", o.models, "models, comma-separated (default resnet50; on the CPU resnet20)")
-        ->delimiter(',');
-    cmd->add_option("--precisions", o.precisions, "fp32,tf32,fp16,bf16")
-        ->delimiter(',')
-        ->capture_default_str();
-    cmd->add_option("--gpus", o.gpus, "GPU counts, comma-separated")->delimiter(',')->capture_default_str();
-    cmd->add_option("--batch-sizes", o.batch_sizes,
-                    "batch sizes per GPU, comma-separated; max: the largest that fits, per precision "
-                    "(default 256; on the CPU bench's: 128 for resnet20, 16 for the others)")
-        ->delimiter(',');
-    cmd->add_option("--device", o.device, "auto | cpu | cuda")->capture_default_str();
-    cmd->add_option("--steps", o.steps,
-                    "timed steps per point (default 60; on the CPU 20, or 10 for ImageNet "
-                    "models)");
-    cmd->add_option("--warmup-steps", o.warmup_steps, "warm-up steps per point (default 20; on the CPU 2)");
-    cmd->add_flag("--retry-failed", o.retry_failed, "also run the points recorded as failed or unavailable");
-    cmd->add_option("--point-timeout", o.point_timeout_seconds, "seconds before a point is stopped")
-        ->capture_default_str();
-    cmd->add_option("--mpirun", o.mpirun, "the MPI launcher")->capture_default_str();
-    cmd->add_option("--mpirun-args", o.mpirun_args, "extra launcher arguments, comma-separated")
-        ->delimiter(',');
-    cmd->add_option("--python", o.python, "the peers' Python interpreter")->capture_default_str();
-    cmd->add_option("--peers", o.peers_dir, "the peers/ folder (default: found beside the binary)");
-  };
+void add_grid_commands(CLI::App& app, Commands& commands) {
+  dlbench::SweepOptions& sweep_options = commands.sweep;
+  dlbench::SweepOptions& compare_options = commands.compare;
+  std::vector<std::string>& compare_frameworks = commands.compare_frameworks;
+  dlbench::StudyOptions& study_options = commands.study;
   // sweep and study pass --decode to dlbench's points (peers decode their own way).
   constexpr const char* kGridDecodeHelp =
       "auto | cpu | gpu: dlbench's points' --decode (with --bench-args --data,DIR); part of a point's "
       "identity when not auto";
-  dlbench::SweepOptions sweep_options;
   CLI::App* sweep = app.add_subcommand(
       "sweep", "a grid of bench points, each its own process, appended to a JSON Lines file (resumable)");
   add_grid_flags(sweep, sweep_options, true);
@@ -362,9 +382,7 @@ int main(int argc, char** argv) {
                    "choices are every later one's")
       ->capture_default_str();
 
-  dlbench::SweepOptions compare_options;
   compare_options.launcher = "torchrun";
-  std::vector<std::string> compare_frameworks = dlbench::peer_frameworks();
   CLI::App* compare = app.add_subcommand(
       "compare", "the same grid run by the peers (PyTorch eager/compiled, DDP; JAX), into the same file");
   add_grid_flags(compare, compare_options, true);
@@ -374,7 +392,6 @@ int main(int argc, char** argv) {
   compare->add_option("--launcher", compare_options.launcher, "for several GPUs: torchrun | mpi")
       ->capture_default_str();
 
-  dlbench::StudyOptions study_options;
   study_options.grid.precisions.clear();  // run_study: all four on a GPU, fp32 (its only one) on the CPU
   CLI::App* study = app.add_subcommand(
       "study", "the whole study: system table, dlbench's sweep, the peers' points and the report");
@@ -395,27 +412,38 @@ int main(int argc, char** argv) {
                    "dlbench's GPU points: auto (RESULTS.algorithms.json) | none | FILE: the first point's "
                    "algorithm choices are every later one's")
       ->capture_default_str();
+}
 
-  std::vector<std::string> report_inputs;
-  std::string report_dir = "report";
+void add_info_command(CLI::App& app, std::string& json) {
+  CLI::App* info =
+      app.add_subcommand("info", "the system table: CPU, memory, GPUs and their links, software versions");
+  info->add_option("--json", json, "also write it as one JSON object to FILE");
+}
+
+// report and trace-summary: results and traces in tables and figures.
+void add_study_output_commands(CLI::App& app, Commands& commands) {
   CLI::App* report = app.add_subcommand(
       "report",
       "the study's report from result files: Markdown, a self-contained HTML page, gnuplot figures");
-  report->add_option("RESULTS", report_inputs, "result files: JSON Lines or --json objects")->required();
-  report->add_option("-o,--output", report_dir, "directory for report.md, report.html and figures/")
+  report->add_option("RESULTS", commands.report_inputs, "result files: JSON Lines or --json objects")
+      ->required();
+  report->add_option("-o,--output", commands.report_dir, "directory for report.md, report.html and figures/")
       ->capture_default_str();
 
-  std::string trace_path, trace_against;
   CLI::App* trace_summary = app.add_subcommand(
       "trace-summary",
       "a --trace file in numbers: forward, backward, communication beside backward per step");
-  trace_summary->add_option("TRACE", trace_path, "a Chrome trace written by --trace")->required();
+  trace_summary->add_option("TRACE", commands.trace_path, "a Chrome trace written by --trace")->required();
   trace_summary->add_option(
-      "--against", trace_against,
+      "--against", commands.trace_against,
       "a base trace (e.g. one GPU): how much slower each layer ran, beside a collective "
       "or not");
+}
 
-  dlbench::PackOptions pack_options;
+void add_data_commands(CLI::App& app, Commands& commands) {
+  dlbench::PackOptions& pack_options = commands.pack;
+  dlbench::DataBenchOptions& data_bench_options = commands.data_bench;
+  dlbench::ExportOptions& export_options = commands.export_images;
   CLI::App* pack =
       app.add_subcommand("pack", "pack an image folder (CLASS/FILE.jpg) into shards for sequential reads");
   pack->add_option("SRC", pack_options.source, "image folder, or ROOT with train/ and val/ ones")->required();
@@ -423,7 +451,6 @@ int main(int argc, char** argv) {
   pack->add_option("--shard-mb", pack_options.shard_mb, "size of one shard file")->capture_default_str();
   pack->add_flag("--strict", pack_options.strict, "stop at the first unreadable file instead of skipping it");
 
-  dlbench::DataBenchOptions data_bench_options;
   CLI::App* data_bench =
       app.add_subcommand("data-bench", "the input pipeline alone: decode and augment, no training");
   {
@@ -454,13 +481,61 @@ int main(int argc, char** argv) {
     data_bench->add_option("--json", o.json_path, "write the result as one JSON object to FILE");
   }
 
-  dlbench::ExportOptions export_options;
   CLI::App* export_images = app.add_subcommand(
       "export-images", "write an IDX data set (Fashion-MNIST) as JPEG image folders DST/train and DST/val");
   export_images->add_option("DST", export_options.destination, "new or empty directory")->required();
   export_images->add_option("--data", export_options.data, "fashion-mnist or a directory of IDX files")
       ->capture_default_str();
   export_images->add_option("--quality", export_options.quality, "JPEG quality")->capture_default_str();
+}
+
+// Runs the command the parser found; returns the exit code.
+int run_parsed(CLI::App& app, Commands& commands) {
+  auto parsed = [&](const char* name) { return app.get_subcommand(name)->parsed(); };
+  // The commands that stop at safe points of their own take a signal from the start: one that arrives
+  // while they set up is then seen at their first safe point, not an abrupt end.
+  if (parsed("sweep") || parsed("compare") || parsed("study") || parsed("pack") || parsed("export-images") ||
+      parsed("train"))
+    dlbench::defer_stop_to_safe_points();
+  if (parsed("report"))
+    return guarded([&] { dlbench::run_report(commands.report_inputs, commands.report_dir); });
+  if (parsed("trace-summary"))
+    return guarded([&] { dlbench::run_trace_summary(commands.trace_path, commands.trace_against); });
+  if (parsed("sweep")) return guarded([&] { dlbench::run_sweep(commands.sweep); });
+  if (parsed("compare"))
+    return guarded([&] { dlbench::run_compare(commands.compare, commands.compare_frameworks); });
+  if (parsed("study")) return guarded([&] { dlbench::run_study(commands.study); });
+  if (parsed("info")) return guarded([&] { dlbench::run_info(commands.info_json); });
+  if (parsed("pack")) return guarded([&] { dlbench::run_pack(commands.pack); });
+  if (parsed("data-bench")) return guarded([&] { dlbench::run_data_bench(commands.data_bench); });
+  if (parsed("export-images")) return guarded([&] { dlbench::run_export_images(commands.export_images); });
+
+  if (parsed("comm-bench"))
+    return dlbench::parallel::finish_mpi_process(
+        guarded([&] { dlbench::parallel::run_comm_bench(commands.comm_bench); }));
+  return dlbench::parallel::finish_mpi_process(
+      run_command(parsed("train") ? commands.train : commands.bench));
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  std::setlocale(LC_NUMERIC, "C");
+  // Until a command stops at safe points of its own, a signal ends it at once, its temporaries removed.
+  dlbench::install_stop_handler();
+  CLI::App app{"dlbench: how fast does this machine train a ResNet? A training engine and benchmark."};
+  app.set_version_flag("--version",
+                       std::string("dlbench ") + DLBENCH_VERSION + " (" + DLBENCH_GIT_COMMIT + ")");
+  app.require_subcommand(1);
+
+  Commands commands;
+  add_train_command(app, commands.train);
+  add_bench_command(app, commands.bench);
+  add_comm_bench_command(app, commands.comm_bench);
+  add_info_command(app, commands.info_json);
+  add_grid_commands(app, commands);
+  add_study_output_commands(app, commands);
+  add_data_commands(app, commands);
 
   try {
     app.parse(argc, argv);
@@ -473,22 +548,5 @@ int main(int argc, char** argv) {
   } catch (const CLI::ParseError& e) {
     return report_parse_error(app, argc, argv, e);
   }
-  // The commands that stop at safe points of their own take a signal from the start: one that arrives
-  // while they set up is then seen at their first safe point, not an abrupt end.
-  if (sweep->parsed() || compare->parsed() || study->parsed() || pack->parsed() || export_images->parsed() ||
-      train->parsed())
-    dlbench::defer_stop_to_safe_points();
-  if (report->parsed()) return guarded([&] { dlbench::run_report(report_inputs, report_dir); });
-  if (trace_summary->parsed()) return guarded([&] { dlbench::run_trace_summary(trace_path, trace_against); });
-  if (sweep->parsed()) return guarded([&] { dlbench::run_sweep(sweep_options); });
-  if (compare->parsed()) return guarded([&] { dlbench::run_compare(compare_options, compare_frameworks); });
-  if (study->parsed()) return guarded([&] { dlbench::run_study(study_options); });
-  if (info->parsed()) return guarded([&] { dlbench::run_info(info_json); });
-  if (pack->parsed()) return guarded([&] { dlbench::run_pack(pack_options); });
-  if (data_bench->parsed()) return guarded([&] { dlbench::run_data_bench(data_bench_options); });
-  if (export_images->parsed()) return guarded([&] { dlbench::run_export_images(export_options); });
-
-  return dlbench::parallel::finish_mpi_process(run_command(train->parsed(), comm_bench->parsed(),
-                                                           train_config, train_schedule, bench_config,
-                                                           bench_schedule, comm_bench_options));
+  return run_parsed(app, commands);
 }

@@ -4,13 +4,15 @@
 // returns the result object that --json writes.
 #pragma once
 
-#include <nlohmann/json.hpp>
+#include <optional>
 
+#include "bench/result.h"
 #include "train/config.h"
 
 namespace dlbench {
 
-nlohmann::json run_train(const RunConfig& config);
-nlohmann::json run_bench(const RunConfig& config);
+// Rank 0's result; nothing in an MPI process of another rank.
+std::optional<RunResult> run_train(const RunConfig& config);
+std::optional<RunResult> run_bench(const RunConfig& config);
 
 }  // namespace dlbench

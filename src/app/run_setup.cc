@@ -149,12 +149,12 @@ RunSetup set_up(const RunConfig& given, parallel::Launch& launch, int slot) {
 
   ModelOptions options;
   options.label_smoothing = static_cast<float>(config.label_smoothing);
-  if (config.data == "synthetic") {
+  if (config.data_kind == DataKind::synthetic) {
     ImageShape in = default_input_shape(config.model);
     if (config.image_size > 0) in.height = in.width = config.image_size;
     options.input = in;
     options.num_classes = default_num_classes(config.model);
-  } else if (config.data_kind == "images") {
+  } else if (config.data_kind == DataKind::images) {
     auto train_source = std::shared_ptr<const EncodedImageSource>(
         is_shard_set(config.train_images) ? open_shard_set(config.train_images)
                                           : open_image_folder(config.train_images));
@@ -214,7 +214,7 @@ RunSetup set_up(const RunConfig& given, parallel::Launch& launch, int slot) {
     require_host_memory(planned_run_bytes(config, *s.backend, options, *config.batch_size), size_flags,
                         "the run's memory plan");
   }
-  if (config.data == "synthetic") {
+  if (config.data_kind == DataKind::synthetic) {
     const ImageShape in = options.input;
     require_host_memory(static_cast<uint64_t>(*config.batch_size * config.accumulate_steps * ranks) *
                             static_cast<uint64_t>(in.channels * in.height * in.width) * sizeof(float),
@@ -283,8 +283,8 @@ void print_header(const char* command, const RunConfig& config, RunSetup& s, con
   } else if (s.comm->size() > 1) {
     say("  data parallel: %d ranks (%s), gradient buckets of %g MiB summed in %s while backward runs%s\n",
         s.comm->size(), s.comm->name().c_str(), config.bucket_mb,
-        config.allreduce_precision == "fp32" ? "fp32" : precision_name(config.precision),
-        config.lr_scaling == "linear" ? ", lr scaled linearly" : "");
+        config.allreduce_precision == AllreducePrecision::fp32 ? "fp32" : precision_name(config.precision),
+        config.lr_scaling == LrScaling::linear ? ", lr scaled linearly" : "");
     say("  ranks on %s\n", parallel::hosts_summary(s.places).c_str());
   }
   std::fflush(stdout);
@@ -293,7 +293,7 @@ void print_header(const char* command, const RunConfig& config, RunSetup& s, con
 // The learning rate the schedule starts from: --lr, times the ranks with --lr-scaling linear.
 RunConfig with_scaled_lr(const RunConfig& config, int ranks) {
   RunConfig scaled = config;
-  if (config.lr_scaling == "linear") scaled.lr = config.lr * ranks;
+  if (config.lr_scaling == LrScaling::linear) scaled.lr = config.lr * ranks;
   return scaled;
 }
 
@@ -302,66 +302,66 @@ namespace {
 // Where the run's JPEGs were decoded: `decode`, the mode used ("none" for synthetic and IDX data), and
 // for image data images_decoded_on_cpu, every rank's training and evaluation images (all of them until
 // the GPU pipeline exists; then the ones it sent back to libjpeg-turbo). A collective: every rank calls it.
-void add_decoding(nlohmann::json& j, const RunConfig& config, RunSetup& s) {
-  const bool images = config.data_kind == "images";
-  j["decode"] = images ? decode_mode_name(config.decode) : "none";
+void add_decoding(RunResult& result, const RunConfig& config, RunSetup& s) {
+  const bool images = config.data_kind == DataKind::images;
+  result.decode = images ? decode_mode_name(config.decode) : "none";
   if (!images) return;
   double decoded = 0;
   for (const Dataset* data : {s.train_data.get(), s.test_data.get()})
     if (const auto* image_data = dynamic_cast<const ImageDataset*>(data))
       decoded += static_cast<double>(image_data->stats().decoded);
-  j["images_decoded_on_cpu"] = s.comm->sum(decoded);
+  result.images_decoded_on_cpu = s.comm->sum(decoded);
 }
 
 }  // namespace
 
-nlohmann::json result_skeleton(const RunConfig& config, RunSetup& s) {
-  nlohmann::json j;
-  j["model"] = config.model;
-  j["parameters"] = s.trainer->net().parameter_count();
+RunResult result_skeleton(const RunConfig& config, RunSetup& s) {
+  RunResult r;
+  r.model = config.model;
+  r.parameters = s.trainer->net().parameter_count();
   // "cuda:NVIDIA H200" on a GPU (what results are compared by), "cpu" on the CPU.
-  j["device"] = s.memory_fit.device ? "cuda:" + s.memory_fit.device->name : device_name(config.device);
-  j["device_index"] = device_name(config.device);
-  j["backend"] = s.backend->name();
-  j["precision"] = precision_name(config.precision);
-  j["batch_size"] = *config.batch_size;
-  j["global_batch_size"] = *config.batch_size * config.accumulate_steps * s.comm->size();
-  j["ranks"] = s.comm->size();
-  j["launcher"] = s.comm->name() != "local" ? s.comm->name() : "single";
-  j["threads"] = config.threads;
-  add_decoding(j, config, s);
-  j["communication_ms"] = nullptr;  // bench with several ranks: one exchange of all gradients, alone
-  j["peak_memory_bytes"] = s.trainer->net().memory().total_bytes();
-  j["algorithm_digest"] = algorithm_digest(s.trainer->net());
-  j["largest_batch"] = s.memory_fit.largest_batch ? nlohmann::json(*s.memory_fit.largest_batch) : nullptr;
-  j["loss_scale"] = s.trainer->loss_scale();
-  j["skipped_steps"] = s.trainer->skipped_steps();
-  j["date"] = iso_date_utc();
-  j["config"] = config_to_json(config);
-  j["system"] = system_info();
-  j["system"]["hosts"] = parallel::hosts_json(s.places);
-  return j;
+  r.device = s.memory_fit.device ? "cuda:" + s.memory_fit.device->name : device_name(config.device);
+  r.device_index = device_name(config.device);
+  r.backend = s.backend->name();
+  r.precision = precision_name(config.precision);
+  r.batch_size = *config.batch_size;
+  r.global_batch_size = *config.batch_size * config.accumulate_steps * s.comm->size();
+  r.ranks = s.comm->size();
+  r.launcher = s.comm->name() != "local" ? s.comm->name() : "single";
+  r.threads = config.threads;
+  add_decoding(r, config, s);
+  r.peak_memory_bytes = static_cast<int64_t>(s.trainer->net().memory().total_bytes());
+  r.algorithm_digest = algorithm_digest(s.trainer->net());
+  r.largest_batch = s.memory_fit.largest_batch;
+  r.loss_scale = s.trainer->loss_scale();
+  r.skipped_steps = s.trainer->skipped_steps();
+  r.date = iso_date_utc();
+  r.config = config_to_json(config);
+  r.system = system_info();
+  r.system["hosts"] = parallel::hosts_json(s.places);
+  return r;
 }
 
 // Every rank's measured throughput summed (never rank 0's times the ranks), into the result, with the
 // step times' distribution. A window without a timed step measured nothing: its figures are null, and a
 // line says why, rather than a rate of 0 that reads as a measurement.
-void add_throughput(nlohmann::json& j, RunSetup& s, const MeasuredWindow& window) {
+void add_throughput(RunResult& result, RunSetup& s, const MeasuredWindow& window) {
   const double total = s.comm->sum(window.images_per_second());
   const Distribution d = window.step_distribution();
   if (window.step_ms().empty()) {
-    j["images_per_second"] = j["images_per_second_per_device"] = j["step_ms"] = nullptr;
-    j["measurement_note"] = "no timed steps: every step was a warm-up step";
+    result.images_per_second = result.images_per_second_per_device = std::nullopt;
+    result.step_ms = std::nullopt;
+    result.measurement_note = "no timed steps: every step was a warm-up step";
     say("no throughput measured: every step was a warm-up step (--warmup-steps %lld); run more steps\n",
         static_cast<long long>(*s.config.warmup_steps));
     return;
   }
-  j["images_per_second"] = total;
-  j["images_per_second_per_device"] = total / s.comm->size();
-  j["step_ms"] = to_json(d);
+  result.images_per_second = total;
+  result.images_per_second_per_device = total / s.comm->size();
+  result.step_ms = d;
   // A machine busy with other work makes steps wait at random: say so where the figure is read.
   if (const std::optional<std::string> note = busy_machine_note(d)) {
-    j["measurement_note"] = *note;
+    result.measurement_note = *note;
     say("warning: the step times varied by %.0f%% (stddev / mean, median %.1f ms, p95 %.1f ms): the machine "
         "may be busy with other work; the figure is not a steady measurement\n",
         100 * d.jitter, d.median, d.p95);
@@ -403,39 +403,38 @@ std::unique_ptr<GpuImagePipeline> make_gpu_pipeline(RunSetup& s, const Dataset& 
 
 // The input pipeline's part of a result: how long the loop waited for data, the rate the device would
 // reach without those waits, and the bad images skipped.
-void add_data_pipeline(nlohmann::json& j, RunSetup& s, const DataFeed& feed, double wait_seconds,
+void add_data_pipeline(RunResult& result, RunSetup& s, const DataFeed& feed, double wait_seconds,
                        const MeasuredWindow& window) {
+  DLB_CHECK(result.train.has_value(), "add_data_pipeline: a train run's result");
   const auto* images = dynamic_cast<const ImageDataset*>(s.train_data.get());
   if ((!feed.prefetcher && !feed.gpu) || !images) return;
+  DataPipelineResult d;
   const double steps = static_cast<double>(std::max<size_t>(1, window.step_ms().size()));
-  j["data_wait_ms_per_step"] = 1e3 * s.comm->sum(wait_seconds) / s.comm->size() / steps;
+  d.data_wait_ms_per_step = 1e3 * s.comm->sum(wait_seconds) / s.comm->size() / steps;
   const double compute_seconds = window.wall_seconds() - wait_seconds;
-  j["compute_images_per_second"] =
+  d.compute_images_per_second =
       s.comm->sum(compute_seconds > 0 ? static_cast<double>(window.images()) / compute_seconds : 0.0);
   const ImageDatasetStats stats = images->stats();
-  j["data_threads"] = images->options().threads;
-  j["bad_images_skipped"] = s.comm->sum(static_cast<double>(stats.bad_files));
+  d.data_threads = images->options().threads;
+  d.bad_images_skipped = s.comm->sum(static_cast<double>(stats.bad_files));
   // The GPU pipeline's own counts: where its images were decoded (add_decoding counted the data sets'
   // CPU decodes; the GPU pipeline's fallbacks add to them).
   const GpuPipelineStats g = feed.gpu ? feed.gpu->stats() : GpuPipelineStats{};
   const GpuPipelineStats& e = feed.finished_gpu;
   const double on_cpu = s.comm->sum(static_cast<double>(g.decoded_on_cpu + e.decoded_on_cpu));
-  if (j.contains("images_decoded_on_cpu"))
-    j["images_decoded_on_cpu"] = j["images_decoded_on_cpu"].get<double>() + on_cpu;
-  j["images_decoded_on_gpu_engines"] =
+  if (result.images_decoded_on_cpu) *result.images_decoded_on_cpu += on_cpu;
+  d.images_decoded_on_gpu_engines =
       s.comm->sum(static_cast<double>(g.decoded_on_hardware + e.decoded_on_hardware));
-  j["images_decoded_on_gpu_cuda"] =
+  d.images_decoded_on_gpu_cuda =
       s.comm->sum(static_cast<double>(g.decoded_on_gpu_cuda + e.decoded_on_gpu_cuda));
+  result.train->data_pipeline = d;
   say("  input pipeline: waited %.2f ms per step for data | %.1f img/s without the waits | %lld bad images "
       "skipped\n",
-      j["data_wait_ms_per_step"].get<double>(), j["compute_images_per_second"].get<double>(),
-      static_cast<long long>(j["bad_images_skipped"].get<double>()));
-  if (feed.gpu)
-    say("  decoded on the GPU: %lld on the JPEG engines, %lld by nvJPEG's CUDA backend; %lld on the CPU\n",
-        static_cast<long long>(j["images_decoded_on_gpu_engines"].get<double>()),
-        static_cast<long long>(j["images_decoded_on_gpu_cuda"].get<double>()),
-        static_cast<long long>(on_cpu));
+      d.data_wait_ms_per_step, d.compute_images_per_second, static_cast<long long>(d.bad_images_skipped));
   if (feed.gpu) {
+    say("  decoded on the GPU: %lld on the JPEG engines, %lld by nvJPEG's CUDA backend; %lld on the CPU\n",
+        static_cast<long long>(d.images_decoded_on_gpu_engines),
+        static_cast<long long>(d.images_decoded_on_gpu_cuda), static_cast<long long>(on_cpu));
     const int64_t batches =
         (g.decoded_on_hardware + g.decoded_on_gpu_cuda + g.decoded_on_cpu) / *s.config.batch_size;
     say("  GPU pipeline of rank 0, %lld batches: %s\n", static_cast<long long>(batches),
@@ -444,31 +443,27 @@ void add_data_pipeline(nlohmann::json& j, RunSetup& s, const DataFeed& feed, dou
 }
 
 // The energy every rank's GPU used over the window (NVML's counters), where every rank's driver has it:
-// energy_joules, energy_joules_per_image and average_power_watts (all ranks together), else null.
-void add_energy(nlohmann::json& j, RunSetup& s, std::optional<double> before, std::optional<double> after,
-                double images_per_rank, double window_seconds) {
+// all ranks together, else nothing.
+std::optional<EnergyResult> window_energy(RunSetup& s, std::optional<double> before,
+                                          std::optional<double> after, double images_per_rank,
+                                          double window_seconds) {
   const bool measured = before && after && *after >= *before;
   // Collectives, so every rank calls them whatever it measured.
   const bool everywhere = s.comm->max(measured ? 0.0 : 1.0) == 0.0;
   const double joules = s.comm->sum(measured ? *after - *before : 0.0);
   const double images = images_per_rank * s.comm->size();
-  if (!everywhere || joules <= 0) {
-    j["energy_joules"] = j["energy_joules_per_image"] = j["average_power_watts"] = nullptr;
-    return;
-  }
-  j["energy_joules"] = joules;
-  j["energy_joules_per_image"] = joules / images;
-  j["average_power_watts"] = joules / window_seconds;
+  if (!everywhere || joules <= 0) return std::nullopt;
   say("energy: %.1f J in the window, %.3f J per image, %.0f W on average (%d GPU%s)\n", joules,
       joules / images, joules / window_seconds, s.comm->size(), s.comm->size() > 1 ? "s" : "");
+  return EnergyResult{joules, joules / images, joules / window_seconds};
 }
 
-// The GPUs' clocks over the window (ClockSampler), where every rank's driver reads them: "gpu_clocks" with
-// the lowest of the ranks' median SM clocks (the slowest GPU sets a data-parallel step's pace), rank 0's
-// median, and the mean over the ranks of the fractions of samples held back by the power cap, by heat and by
-// hardware slowdown; else null.
-void add_clocks(nlohmann::json& j, RunSetup& s, const std::optional<ClockSummary>& mine,
-                std::chrono::milliseconds period) {
+// The GPUs' clocks over the window (ClockSampler), where every rank's driver reads them: the lowest of the
+// ranks' median SM clocks (the slowest GPU sets a data-parallel step's pace), rank 0's median, and the mean
+// over the ranks of the fractions of samples held back by the power cap, by heat and by hardware slowdown;
+// else nothing.
+std::optional<GpuClocksResult> window_clocks(RunSetup& s, const std::optional<ClockSummary>& mine,
+                                             std::chrono::milliseconds period) {
   // Collectives, so every rank calls them whatever it measured.
   const bool everywhere = s.comm->max(mine ? 0.0 : 1.0) == 0.0;
   const ClockSummary c = mine.value_or(ClockSummary{});
@@ -477,26 +472,25 @@ void add_clocks(nlohmann::json& j, RunSetup& s, const std::optional<ClockSummary
   const double capped = s.comm->sum(c.power_capped) / ranks;
   const double thermal = s.comm->sum(c.thermal) / ranks;
   const double hardware = s.comm->sum(c.hardware_slowdown) / ranks;
-  if (!everywhere) {
-    j["gpu_clocks"] = nullptr;
-    return;
-  }
-  j["gpu_clocks"] = {{"sm_clock_median_mhz", slowest},
-                     {"sm_clock_median_mhz_rank0", c.sm_clock_median_mhz},
-                     {"sm_clock_min_mhz_rank0", c.sm_clock_min_mhz},
-                     {"sm_clock_max_mhz_rank0", c.sm_clock_max_mhz},
-                     {"power_mean_watts_rank0", c.power_mean_watts},
-                     {"power_capped_fraction", capped},
-                     {"thermal_slowdown_fraction", thermal},
-                     {"hardware_slowdown_fraction", hardware},
-                     {"samples_rank0", c.samples},
-                     {"period_ms", period.count()}};
+  if (!everywhere) return std::nullopt;
+  GpuClocksResult clocks;
+  clocks.sm_clock_median_mhz = slowest;
+  clocks.sm_clock_median_mhz_rank0 = c.sm_clock_median_mhz;
+  clocks.sm_clock_min_mhz_rank0 = c.sm_clock_min_mhz;
+  clocks.sm_clock_max_mhz_rank0 = c.sm_clock_max_mhz;
+  clocks.power_mean_watts_rank0 = c.power_mean_watts;
+  clocks.power_capped_fraction = capped;
+  clocks.thermal_slowdown_fraction = thermal;
+  clocks.hardware_slowdown_fraction = hardware;
+  clocks.samples_rank0 = c.samples;
+  clocks.period_ms = period.count();
   const std::string other_reasons = thermal > 0 || hardware > 0
                                         ? fmt::format(", by heat in {:.0f}%, by hardware slowdown in {:.0f}%",
                                                       100 * thermal, 100 * hardware)
                                         : std::string();
   say("GPU clocks in the window: SM median %.0f MHz%s, held back by the power cap in %.0f%% of samples%s\n",
       slowest, s.comm->size() > 1 ? " (slowest GPU)" : "", 100 * capped, other_reasons.c_str());
+  return clocks;
 }
 
 }  // namespace dlbench::run_detail

@@ -12,6 +12,7 @@
 #include "backend/backend.h"
 #include "bench/clock_sampler.h"
 #include "bench/measure.h"
+#include "bench/result.h"
 #include "core/file_io.h"
 #include "core/status.h"
 #include "core/timeline.h"
@@ -66,7 +67,7 @@ void print_header(const char* command, const RunConfig& config, RunSetup& s, con
 RunConfig with_scaled_lr(const RunConfig& config, int ranks);
 
 // The result's common part: model, device, batch, ranks, memory, config, system.
-nlohmann::json result_skeleton(const RunConfig& config, RunSetup& s);
+RunResult result_skeleton(const RunConfig& config, RunSetup& s);
 
 // --trace: the timeline of steps trace_first..trace_last of this rank; write() gathers every rank's.
 class StepTracer {
@@ -111,7 +112,7 @@ class StepTracer {
 // Every rank's measured throughput summed (never rank 0's times the ranks), into the result, with the
 // step times' distribution; null figures and a line saying why for a window without a timed step, and a
 // warning for one whose steps varied as on a busy machine.
-void add_throughput(nlohmann::json& j, RunSetup& s, const MeasuredWindow& window);
+void add_throughput(RunResult& result, RunSetup& s, const MeasuredWindow& window);
 
 // Real images are decoded ahead of the loop (data/batch_prefetcher.h), in the network's compute dtype and
 // layout where the data set writes it, into page-locked buffers. `indices(n)` is the n-th micro-batch the
@@ -133,20 +134,23 @@ struct DataFeed {
   GpuPipelineStats finished_gpu;  // evaluation's pipelines, summed
 };
 
-// The input pipeline's part of a result: how long the loop waited for data, the rate the device would
-// reach without those waits, the bad images skipped, and where the GPU pipeline decoded. A collective.
-void add_data_pipeline(nlohmann::json& j, RunSetup& s, const DataFeed& feed, double wait_seconds,
+// The input pipeline's part of a train run's result (`train` must be set): how long the loop waited for
+// data, the rate the device would reach without those waits, the bad images skipped, and where the GPU
+// pipeline decoded (added to images_decoded_on_cpu). Nothing for data fed without a pipeline. A collective.
+void add_data_pipeline(RunResult& result, RunSetup& s, const DataFeed& feed, double wait_seconds,
                        const MeasuredWindow& window);
 
 // The energy every rank's GPU used over the window (NVML's counters), where every rank's driver has it.
-void add_energy(nlohmann::json& j, RunSetup& s, std::optional<double> before, std::optional<double> after,
-                double images_per_rank, double window_seconds);
+// A collective.
+std::optional<EnergyResult> window_energy(RunSetup& s, std::optional<double> before,
+                                          std::optional<double> after, double images_per_rank,
+                                          double window_seconds);
 
-// The GPUs' clocks over the window (ClockSampler), where every rank's driver reads them.
-void add_clocks(nlohmann::json& j, RunSetup& s, const std::optional<ClockSummary>& mine,
-                std::chrono::milliseconds period);
+// The GPUs' clocks over the window (ClockSampler), where every rank's driver reads them. A collective.
+std::optional<GpuClocksResult> window_clocks(RunSetup& s, const std::optional<ClockSummary>& mine,
+                                             std::chrono::milliseconds period);
 
-// The two loops (train_loop.cc, run.cc): rank 0's result, null on the other ranks.
-nlohmann::json train_rank(const RunConfig& given, parallel::Launch& launch, int slot);
+// The two loops (train_loop.cc, run.cc): rank 0's result, nothing on the other ranks.
+std::optional<RunResult> train_rank(const RunConfig& given, parallel::Launch& launch, int slot);
 
 }  // namespace dlbench::run_detail

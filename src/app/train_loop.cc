@@ -58,18 +58,35 @@ std::string run_settings(RunSetup& s) {
 // suits both), and always at the end.
 class ProgressClock {
  public:
-  explicit ProgressClock(const RunConfig& config) : config_(config) {}
+  ProgressClock(const RunConfig& config, int64_t total_steps, int64_t images_per_step_of_all_ranks)
+      : config_(config), total_steps_(total_steps), images_per_step_(images_per_step_of_all_ranks) {}
+
+  // After each step: "step 12/100  epoch 1  loss ...  lr ...  img/s  ETA", when a line is due; the rate is
+  // the one since the last line.
+  void after_step(int64_t step_number, int64_t epoch_number, double loss, double lr) {
+    ++steps_since_line_;
+    if (!due(step_number, step_number == total_steps_)) return;
+    const double rate = static_cast<double>(steps_since_line_ * images_per_step_) / since_.seconds();
+    const double eta = static_cast<double>((total_steps_ - step_number) * images_per_step_) / rate;
+    say("step %lld/%lld  epoch %lld  loss %.4f  lr %.4g  %.1f img/s  ETA %s\n",
+        static_cast<long long>(step_number), static_cast<long long>(total_steps_),
+        static_cast<long long>(epoch_number), loss, lr, rate, format_duration(eta).c_str());
+    std::fflush(stdout);
+    since_.restart();
+    steps_since_line_ = 0;
+  }
+
+ private:
   bool due(int64_t step_number, bool last) const {
     if (last) return true;
     if (config_.log_every) return step_number % *config_.log_every == 0;
     return since_.seconds() >= config_.log_seconds;
   }
-  double seconds() const { return since_.seconds(); }
-  void restart() { since_.restart(); }
 
- private:
   const RunConfig& config_;
+  const int64_t total_steps_, images_per_step_;
   WallTimer since_;
+  int64_t steps_since_line_ = 0;
 };
 
 // The train loop's state between steps, and where a stop leaves it.
@@ -154,9 +171,136 @@ void log_mlperf_start(MlperfLog& mllog, const RunConfig& config, RunSetup& s, in
   mllog.start("run_start");
 }
 
+// One pass over the first `count` test images (rank 0's), on the GPU pipeline where the run decodes
+// there; its counts are added to `finished_gpu`. Nothing where a stop was asked during it.
+std::optional<double> evaluate_test_set(const RunConfig& config, RunSetup& s, int64_t count,
+                                        GpuPipelineStats& finished_gpu) {
+  Trainer& trainer = *s.trainer;
+  WallTimer since_line;  // evaluation reports by time whatever --log-every says: it has no steps
+  auto keep_going = [&](int64_t done, int64_t total) {
+    if (stop_requested()) return false;
+    if (since_line.seconds() >= config.log_seconds) {
+      say("evaluating: %lld/%lld test images\n", static_cast<long long>(done), static_cast<long long>(total));
+      std::fflush(stdout);
+      since_line.restart();
+    }
+    return true;
+  };
+  // The evaluation transform on the GPU too where the run decodes there: a pipeline of its own for this
+  // pass over the test images, in order, each batch padded as load_batch pads.
+  const int64_t batch = *config.batch_size;
+  std::unique_ptr<GpuImagePipeline> eval_feed =
+      make_gpu_pipeline(s, *s.test_data, (count + batch - 1) / batch, [&](int64_t n) {
+        std::vector<int64_t> indices(static_cast<size_t>(batch));
+        for (int64_t i = 0; i < batch; ++i)
+          indices[static_cast<size_t>(i)] = n * batch + i < count ? n * batch + i : n * batch;
+        return indices;
+      });
+  if (!eval_feed) return trainer.evaluate(*s.test_data, count, keep_going);
+  std::optional<double> accuracy = trainer.evaluate(
+      count,
+      [&](int64_t, int64_t) {
+        return eval_feed->next(trainer.model().images->value, trainer.model().labels->value,
+                               s.backend->native_stream());
+      },
+      keep_going);
+  const GpuPipelineStats done = eval_feed->stats();
+  finished_gpu.decoded_on_cpu += done.decoded_on_cpu;
+  finished_gpu.decoded_on_hardware += done.decoded_on_hardware;
+  finished_gpu.decoded_on_gpu_cuda += done.decoded_on_gpu_cuda;
+  return accuracy;
+}
+
+// The pipelines that decode a train run's images ahead of its steps (none for data held in memory).
+struct TrainInput {
+  std::unique_ptr<BatchPrefetcher> prefetcher;
+  std::unique_ptr<GpuImagePipeline> gpu;
+  double waited_seconds() const {
+    return prefetcher ? prefetcher->waited_seconds() : gpu ? gpu->waited_seconds() : 0.0;
+  }
+};
+
+// The pipelines walk the batches in the loop's order (train_rank's feed): each on its own thread with its
+// own copy of the epoch's order.
+TrainInput make_train_input(const RunConfig& config, RunSetup& s, const EpochSampler& sampler,
+                            int64_t first_step, int64_t steps_per_epoch, int64_t total_steps) {
+  const int64_t micro_batches = config.accumulate_steps;
+  const int64_t rank = s.comm->rank(), ranks = s.comm->size(), batch_size = *config.batch_size;
+  auto batch_indices = [=, &sampler, order = std::vector<int64_t>(),
+                        order_epoch = int64_t{-1}](int64_t n) mutable {
+    const int64_t step = first_step + n / micro_batches, micro = n % micro_batches;
+    if (step / steps_per_epoch != order_epoch) {
+      order_epoch = step / steps_per_epoch;
+      order = sampler.epoch_order(order_epoch);
+    }
+    const int64_t b = ((step % steps_per_epoch) * ranks + rank) * micro_batches + micro;
+    auto batch = EpochSampler::batch(order, b, batch_size);
+    std::vector<int64_t> indices(batch.begin(), batch.end());
+    indices.resize(static_cast<size_t>(batch_size), indices[0]);  // as load_batch pads
+    return indices;
+  };
+  const int64_t batches_to_feed = (total_steps - first_step) * micro_batches;
+  TrainInput input;
+  input.prefetcher = make_prefetcher(s, batches_to_feed, batch_indices);
+  input.gpu = make_gpu_pipeline(s, *s.train_data, batches_to_feed, batch_indices);
+  if (input.gpu) say("  decoding on the GPU: %s\n", input.gpu->description().c_str());
+  return input;
+}
+
+// What the train loop measured, for its result.
+struct TrainRecord {
+  std::vector<double> losses;
+  std::vector<EvaluationResult> evaluations;
+  double last_accuracy = NAN;
+  MeasuredWindow window;
+  double train_seconds = 0;
+  double window_wait_seconds = 0;  // waits for data over the timed steps
+  double window_cpu_seconds = 0;   // the process's user + system CPU time over the timed steps
+};
+
+// The train run's result; a collective (every rank calls it).
+RunResult train_result(const RunConfig& config, RunSetup& s, const TrainProgress& progress,
+                       int64_t steps_per_epoch, const TrainRecord& record, const DataFeed& data_feed,
+                       int64_t eval_count) {
+  const int ranks = s.comm->size();
+  RunResult result = result_skeleton(config, s);
+  result.steps = progress.total_steps - progress.first_step;
+  result.cuda_graph = s.trainer->step_recorded();
+  result.final_loss = record.losses.empty() ? NAN : record.losses.back();
+  TrainFigures& t = result.train.emplace();
+  t.first_step = progress.first_step;
+  t.epochs = static_cast<double>(progress.total_steps) / static_cast<double>(steps_per_epoch);
+  t.losses = record.losses;
+  add_throughput(result, s, record.window);
+  add_data_pipeline(result, s, data_feed, record.window_wait_seconds, record.window);
+  // What the run cost the host's cores over the timed steps, every thread (the data pipeline's, and the
+  // step's own launches and waits), per 1,000 images of all ranks. The ranks of one process (--gpus N)
+  // each read the whole process's time: counted once.
+  const bool one_process = s.comm->name() == "nccl-threads" || s.comm->name() == "local";
+  const double all_images = s.comm->sum(static_cast<double>(record.window.images()));
+  const double cpu_seconds = s.comm->sum(record.window_cpu_seconds) / (one_process ? ranks : 1);
+  if (all_images > 0) t.cpu_seconds_per_1000_images = 1e3 * cpu_seconds / all_images;
+  t.train_seconds = record.train_seconds;
+  if (s.test_data) t.test = TestFigures{record.last_accuracy, eval_count, record.evaluations};
+  return result;
+}
+
+// "done: 8 steps, final loss 2.1234, 123.4 img/s (median step ...), test accuracy 12.50%"
+void print_train_summary(const RunResult& result, const Distribution& d) {
+  say("done: %lld steps, final loss %.4f", static_cast<long long>(result.steps), result.final_loss);
+  if (d.count > 0)
+    say(", %.1f img/s (median step %.1f ms, p5 %.1f, p95 %.1f)", result.images_per_second.value_or(0),
+        d.median, d.p5, d.p95);
+  else
+    say(", no throughput measured (no timed steps)");
+  if (result.train->test) say(", test accuracy %.2f%%", 100.0 * result.train->test->test_accuracy);
+  if (d.count > 0 && result.measurement_note) say(" | warning: %s", result.measurement_note->c_str());
+  say("\n");
+}
+
 }  // namespace
 
-nlohmann::json train_rank(const RunConfig& given, parallel::Launch& launch, int slot) {
+std::optional<RunResult> train_rank(const RunConfig& given, parallel::Launch& launch, int slot) {
   // Only rank 0 logs (every rank could not open the same file in threads mode); the rank is known after
   // set-up, so init_start is stamped with the time before it.
   const auto init_start_ms = std::chrono::duration_cast<std::chrono::milliseconds>(
@@ -184,42 +328,14 @@ nlohmann::json train_rank(const RunConfig& given, parallel::Launch& launch, int 
                fmt::format("{} steps ({} per epoch){}", total_steps, steps_per_epoch,
                            first_step > 0 ? fmt::format(", resuming at step {}", first_step) : ""));
 
-  const int64_t micro_batches = config.accumulate_steps;
-  // The same walk as the loop's feed below, on the pipeline's thread with its own copy of the order.
-  auto batch_indices = [&, order = std::vector<int64_t>(), order_epoch = int64_t{-1}](int64_t n) mutable {
-    const int64_t step = first_step + n / micro_batches, micro = n % micro_batches;
-    if (step / steps_per_epoch != order_epoch) {
-      order_epoch = step / steps_per_epoch;
-      order = sampler.epoch_order(order_epoch);
-    }
-    const int64_t b = ((step % steps_per_epoch) * ranks + rank) * micro_batches + micro;
-    auto batch = EpochSampler::batch(order, b, *config.batch_size);
-    std::vector<int64_t> indices(batch.begin(), batch.end());
-    indices.resize(static_cast<size_t>(*config.batch_size), indices[0]);  // as load_batch pads
-    return indices;
-  };
-  const int64_t batches_to_feed = (total_steps - first_step) * micro_batches;
-  std::unique_ptr<BatchPrefetcher> prefetcher = make_prefetcher(s, batches_to_feed, batch_indices);
-  std::unique_ptr<GpuImagePipeline> gpu_feed =
-      make_gpu_pipeline(s, *s.train_data, batches_to_feed, batch_indices);
-  if (gpu_feed) say("  decoding on the GPU: %s\n", gpu_feed->description().c_str());
-  DataFeed data_feed{prefetcher.get(), gpu_feed.get(), {}};
-  auto waited_seconds = [&] {
-    return prefetcher ? prefetcher->waited_seconds() : gpu_feed ? gpu_feed->waited_seconds() : 0.0;
-  };
-  double window_wait_seconds = 0;
-  double window_cpu_seconds = 0;  // the process's user + system CPU time over the timed steps
+  TrainInput input = make_train_input(config, s, sampler, first_step, steps_per_epoch, total_steps);
+  DataFeed data_feed{input.prefetcher.get(), input.gpu.get(), {}};
   log_mlperf_start(mllog, config, s, init_start_ms);
 
   std::vector<int64_t> order;
   int64_t order_epoch = -1;
-  std::vector<double> losses;
-  std::vector<nlohmann::json> evaluations;
-  MeasuredWindow window;
-  double train_seconds = 0;
-  double last_accuracy = NAN;
-  ProgressClock progress_clock(config);
-  int64_t steps_since_log = 0;
+  TrainRecord record;
+  ProgressClock progress_clock(config, total_steps, images_per_step * ranks);
 
   StepTracer tracer(config, s);
   const int64_t eval_count =
@@ -230,54 +346,15 @@ nlohmann::json train_rank(const RunConfig& given, parallel::Launch& launch, int 
     if (!s.test_data) return;
     if (rank == 0) {
       WallTimer timer;
-      WallTimer since_line;  // evaluation reports by time whatever --log-every says: it has no steps
       mllog.start("eval_start", nullptr, {{"epoch_num", epoch_number}});
-      auto keep_going = [&](int64_t done, int64_t count) {
-        if (stop_requested()) return false;
-        if (since_line.seconds() >= config.log_seconds) {
-          say("evaluating: %lld/%lld test images\n", static_cast<long long>(done),
-              static_cast<long long>(count));
-          std::fflush(stdout);
-          since_line.restart();
-        }
-        return true;
-      };
-      // The evaluation transform on the GPU too where the run decodes there: a pipeline of its own for
-      // this pass over the test images, in order, each batch padded as load_batch pads.
-      const int64_t batch = *config.batch_size;
-      std::unique_ptr<GpuImagePipeline> eval_feed =
-          make_gpu_pipeline(s, *s.test_data, (eval_count + batch - 1) / batch, [&](int64_t n) {
-            std::vector<int64_t> indices(static_cast<size_t>(batch));
-            for (int64_t i = 0; i < batch; ++i)
-              indices[static_cast<size_t>(i)] = n * batch + i < eval_count ? n * batch + i : n * batch;
-            return indices;
-          });
-      std::optional<double> accuracy;
-      if (eval_feed) {
-        accuracy = trainer.evaluate(
-            eval_count,
-            [&](int64_t, int64_t) {
-              return eval_feed->next(trainer.model().images->value, trainer.model().labels->value,
-                                     s.backend->native_stream());
-            },
-            keep_going);
-        const GpuPipelineStats done = eval_feed->stats();
-        data_feed.finished_gpu.decoded_on_cpu += done.decoded_on_cpu;
-        data_feed.finished_gpu.decoded_on_hardware += done.decoded_on_hardware;
-        data_feed.finished_gpu.decoded_on_gpu_cuda += done.decoded_on_gpu_cuda;
-      } else {
-        accuracy = trainer.evaluate(*s.test_data, eval_count, keep_going);
-      }
+      std::optional<double> accuracy = evaluate_test_set(config, s, eval_count, data_feed.finished_gpu);
       if (accuracy) {
-        last_accuracy = *accuracy;
-        mllog.point("eval_accuracy", last_accuracy, {{"epoch_num", epoch_number}});
+        record.last_accuracy = *accuracy;
+        mllog.point("eval_accuracy", *accuracy, {{"epoch_num", epoch_number}});
         mllog.end("eval_stop", nullptr, {{"epoch_num", epoch_number}});
-        evaluations.push_back({{"epoch", epoch_number},
-                               {"step", step},
-                               {"test_accuracy", last_accuracy},
-                               {"test_images", eval_count}});
+        record.evaluations.push_back({epoch_number, step, *accuracy, eval_count});
         say("epoch %lld  test accuracy %.2f%% (%lld images, %.1f s)\n", static_cast<long long>(epoch_number),
-            100.0 * last_accuracy, static_cast<long long>(eval_count), timer.seconds());
+            100.0 * *accuracy, static_cast<long long>(eval_count), timer.seconds());
         std::fflush(stdout);
       }
     }
@@ -296,16 +373,17 @@ nlohmann::json train_rank(const RunConfig& given, parallel::Launch& launch, int 
     }
     // Micro-batch k of this step is batch (batch_in_epoch * K + k) of the epoch's order.
     auto feed = [&](int64_t micro) {
-      if (config.data == "synthetic" && config.accumulate_steps == 1 && step > first_step) return;
-      if (prefetcher) {
-        const BatchPrefetcher::Batch& batch = prefetcher->next();
+      if (config.data_kind == DataKind::synthetic && config.accumulate_steps == 1 && step > first_step)
+        return;
+      if (input.prefetcher) {
+        const BatchPrefetcher::Batch& batch = input.prefetcher->next();
         trainer.load_batch(batch.images, batch.labels);
         return;
       }
-      if (gpu_feed) {
+      if (input.gpu) {
         TimelineSpan span("load batch", "data");
-        gpu_feed->next(trainer.model().images->value, trainer.model().labels->value,
-                       s.backend->native_stream());
+        input.gpu->next(trainer.model().images->value, trainer.model().labels->value,
+                        s.backend->native_stream());
         return;
       }
       int64_t b = (batch_in_epoch * ranks + rank) * config.accumulate_steps + micro;
@@ -316,35 +394,24 @@ nlohmann::json train_rank(const RunConfig& given, parallel::Launch& launch, int 
     if (step == first_step + 1 && config.cuda_graph) trainer.record_step();
     tracer.before(step + 1);
     WallTimer step_timer;
-    const double waited_before = waited_seconds();
+    const double waited_before = input.waited_seconds();
     const double cpu_before = process_cpu_seconds();
     const float rank_loss = trainer.step(feed, schedule.at(step), /*read_loss=*/true);
     tracer.after(step + 1);
     double step_ms = step_timer.milliseconds();
-    train_seconds += step_ms / 1e3;
+    record.train_seconds += step_ms / 1e3;
     if (step >= first_step + *config.warmup_steps) {
-      window.add_step(step_ms, images_per_step);
-      window_wait_seconds += waited_seconds() - waited_before;
-      window_cpu_seconds += process_cpu_seconds() - cpu_before;
+      record.window.add_step(step_ms, images_per_step);
+      record.window_wait_seconds += input.waited_seconds() - waited_before;
+      record.window_cpu_seconds += process_cpu_seconds() - cpu_before;
     }
     // The step's loss is the global batch's: the mean of the ranks' (equal) shares, as one rank
     // accumulating every rank's micro-batches computes it.
     const double loss = s.comm->sum(rank_loss) / ranks;
-    losses.push_back(loss);
-    ++steps_since_log;
+    record.losses.push_back(loss);
     DLB_REQUIRE(std::isfinite(loss), "training diverged: loss is {} at step {}; lower --lr", loss, step + 1);
 
-    if (progress_clock.due(step + 1, step + 1 == total_steps)) {
-      const double rate =
-          static_cast<double>(steps_since_log * images_per_step * ranks) / progress_clock.seconds();
-      const double eta = static_cast<double>((total_steps - step - 1) * images_per_step * ranks) / rate;
-      say("step %lld/%lld  epoch %lld  loss %.4f  lr %.4g  %.1f img/s  ETA %s\n",
-          static_cast<long long>(step + 1), static_cast<long long>(total_steps),
-          static_cast<long long>(epoch + 1), loss, schedule.at(step), rate, format_duration(eta).c_str());
-      std::fflush(stdout);
-      progress_clock.restart();
-      steps_since_log = 0;
-    }
+    progress_clock.after_step(step + 1, epoch + 1, loss, schedule.at(step));
     const bool epoch_done = batch_in_epoch + 1 == steps_per_epoch;
     if (epoch_done || step + 1 == total_steps) mllog.end("epoch_stop", nullptr, {{"epoch_num", epoch + 1}});
     stop_if_asked(config, s, progress, step + 1, (step + 1) / steps_per_epoch);
@@ -359,45 +426,13 @@ nlohmann::json train_rank(const RunConfig& given, parallel::Launch& launch, int 
     evaluate(total_steps / steps_per_epoch + 1, total_steps);
   // The window of a training run is the sum of its timed steps: evaluation and checkpoints stay out of it.
   double window_seconds = 0;
-  for (double ms : window.step_ms()) window_seconds += ms / 1e3;
-  window.set_wall_seconds(window_seconds);
-
-  nlohmann::json j = result_skeleton(config, s);
-  Distribution d = window.step_distribution();
-  j["steps"] = total_steps - first_step;
-  j["first_step"] = first_step;
-  j["cuda_graph"] = trainer.step_recorded();
-  j["epochs"] = static_cast<double>(total_steps) / static_cast<double>(steps_per_epoch);
-  j["final_loss"] = losses.empty() ? NAN : losses.back();
-  j["losses"] = losses;
-  add_throughput(j, s, window);
-  add_data_pipeline(j, s, data_feed, window_wait_seconds, window);
-  // What the run cost the host's cores over the timed steps, every thread (the data pipeline's, and the
-  // step's own launches and waits), per 1,000 images of all ranks. The ranks of one process (--gpus N)
-  // each read the whole process's time: counted once.
-  const bool one_process = s.comm->name() == "nccl-threads" || s.comm->name() == "local";
-  const double all_images = s.comm->sum(static_cast<double>(window.images()));
-  const double cpu_seconds = s.comm->sum(window_cpu_seconds) / (one_process ? ranks : 1);
-  if (all_images > 0) j["cpu_seconds_per_1000_images"] = 1e3 * cpu_seconds / all_images;
+  for (double ms : record.window.step_ms()) window_seconds += ms / 1e3;
+  record.window.set_wall_seconds(window_seconds);
+  const RunResult result = train_result(config, s, progress, steps_per_epoch, record, data_feed, eval_count);
   mllog.run_succeeded();
-  j["train_seconds"] = train_seconds;
-  if (s.test_data) {
-    j["test_accuracy"] = last_accuracy;
-    j["test_images"] = eval_count;
-    j["evaluations"] = evaluations;
-  }
-  say("done: %lld steps, final loss %.4f", static_cast<long long>(total_steps - first_step),
-      losses.empty() ? NAN : losses.back());
-  if (d.count > 0)
-    say(", %.1f img/s (median step %.1f ms, p5 %.1f, p95 %.1f)", j["images_per_second"].get<double>(),
-        d.median, d.p5, d.p95);
-  else
-    say(", no throughput measured (no timed steps)");
-  if (s.test_data) say(", test accuracy %.2f%%", 100.0 * last_accuracy);
-  if (d.count > 0 && j.contains("measurement_note"))
-    say(" | warning: %s", j["measurement_note"].get<std::string>().c_str());
-  say("\n");
-  return s.comm->rank() == 0 ? j : nlohmann::json();
+  print_train_summary(result, record.window.step_distribution());
+  if (s.comm->rank() != 0) return std::nullopt;
+  return result;
 }
 
 }  // namespace dlbench::run_detail

@@ -10,6 +10,7 @@
 
 #include "bench/measure.h"
 #include "bench/report.h"
+#include "bench/result.h"
 #include "core/file_paths.h"
 #include "core/status.h"
 
@@ -22,15 +23,18 @@ std::optional<double> number_at(const nlohmann::json& j, const char* key) {
   return std::nullopt;
 }
 
-// The numbers of an array field; an entry that is not a number (JSON has no NaN: a diverged loss is
-// written as null) is kept as NaN when `keep_positions`, so that the loss of step i stays at i.
-std::vector<double> numbers_at(const nlohmann::json& j, const char* key, bool keep_positions) {
+// What numbers_at does with an entry that is not a number (JSON has no NaN: a diverged loss is written
+// as null): leaves it out, or keeps it as NaN so that the loss of step i stays at i.
+enum class NonNumbers : uint8_t { left_out, kept_as_nan };
+
+// The numbers of an array field.
+std::vector<double> numbers_at(const nlohmann::json& j, const char* key, NonNumbers non_numbers) {
   std::vector<double> values;
   if (!j.contains(key) || !j[key].is_array()) return values;
   for (const nlohmann::json& v : j[key]) {
     if (v.is_number()) {
       values.push_back(v.get<double>());
-    } else if (keep_positions) {
+    } else if (non_numbers == NonNumbers::kept_as_nan) {
       values.push_back(NAN);
     }
   }
@@ -75,7 +79,7 @@ std::optional<Rejection> impossible_value(const nlohmann::json& r) {
   for (const auto& [key, v] : non_negative)
     if (v && (!std::isfinite(*v) || *v < 0 || *v > 1e15))
       return Rejection{key, "is " + value(*v) + ": not a possible value"};
-  for (double t : numbers_at(r, "step_times_ms", /*keep_positions=*/false))
+  for (double t : numbers_at(r, "step_times_ms", NonNumbers::left_out))
     if (!std::isfinite(t) || t < 0 || t > 1e15)
       return Rejection{"step_times_ms", "holds " + value(t) + ": not a possible step time"};
   if (const std::optional<double> a = number_at(r, "test_accuracy"); a && !(*a >= 0 && *a <= 1))
@@ -97,10 +101,45 @@ void name_the_variant(const nlohmann::json& r, ReportPoint& p) {
   if (p.on_cpu) p.framework += " (CPU)";
 }
 
-// One result object as a point; why it is not one otherwise.
-std::optional<Rejection> to_point(const nlohmann::json& r, const std::string& source, ReportPoint& p) {
-  if (std::optional<Rejection> wrong = impossible_value(r)) return wrong;
-  p.source = source;
+// A dlbench run's result (bench/result.h) as a point.
+void take_run_result(const RunResult& r, ReportPoint& p) {
+  p.framework = "dlbench";
+  p.model = r.model;
+  p.precision = r.precision;
+  p.launcher = r.launcher;
+  p.gpus = static_cast<int>(r.ranks);
+  p.batch_size = r.batch_size;
+  p.images_per_second = r.images_per_second.value_or(0);
+  if (r.step_ms) {
+    p.step_median_ms = r.step_ms->median;
+    p.step_mean_ms = r.step_ms->mean;
+    p.step_ci95_ms = r.step_ms->ci95;
+    p.step_p5_ms = r.step_ms->p5;
+    p.step_p95_ms = r.step_ms->p95;
+    p.jitter = r.step_ms->jitter;
+  }
+  p.peak_memory_bytes = static_cast<double>(r.peak_memory_bytes);
+  if (r.bench) {
+    for (double t : r.bench->step_times_ms)
+      if (!std::isnan(t)) p.step_times_ms.push_back(t);
+    if (r.bench->energy) p.energy_joules_per_image = r.bench->energy->joules_per_image;
+    p.seconds_to_first_timed_step = r.bench->seconds_to_first_timed_step;
+    if (r.bench->clocks) {
+      p.sm_clock_median_mhz = r.bench->clocks->sm_clock_median_mhz;
+      p.power_capped_fraction = r.bench->clocks->power_capped_fraction;
+    }
+  }
+  if (r.train) {
+    p.losses = r.train->losses;
+    if (r.train->test && !std::isnan(r.train->test->test_accuracy))
+      p.test_accuracy = r.train->test->test_accuracy;
+  }
+  p.system = r.system;
+  p.algorithm_digest = r.algorithm_digest;
+}
+
+// A peer's result, or a line of another kind that states a point (a summary of runs), as a point.
+void take_other_result(const nlohmann::json& r, ReportPoint& p) {
   p.framework = r.value("framework", std::string("dlbench"));
   p.model = r["model"];
   p.precision = r["precision"];
@@ -117,7 +156,37 @@ std::optional<Rejection> to_point(const nlohmann::json& r, const std::string& so
     p.step_p95_ms = number_at(d, "p95");
     p.jitter = number_at(d, "jitter");
   }
-  p.step_times_ms = numbers_at(r, "step_times_ms", /*keep_positions=*/false);
+  p.step_times_ms = numbers_at(r, "step_times_ms", NonNumbers::left_out);
+  p.losses = numbers_at(r, "losses", NonNumbers::kept_as_nan);
+  p.test_accuracy = number_at(r, "test_accuracy");
+  p.peak_memory_bytes = number_at(r, "peak_memory_bytes");
+  p.energy_joules_per_image = number_at(r, "energy_joules_per_image");
+  p.seconds_to_first_timed_step = number_at(r, "seconds_to_first_timed_step");
+  if (r.contains("gpu_clocks") && r["gpu_clocks"].is_object()) {
+    p.sm_clock_median_mhz = number_at(r["gpu_clocks"], "sm_clock_median_mhz");
+    p.power_capped_fraction = number_at(r["gpu_clocks"], "power_capped_fraction");
+  }
+  // A compiled peer is another program than the same peer run eagerly: never one cell of the tables.
+  p.compiled = r.contains("compiled") && r["compiled"].is_boolean() && r["compiled"].get<bool>();
+  if (p.compiled && p.framework != "dlbench") p.framework += " (compiled)";
+  p.system = r.contains("system") ? r["system"] : nlohmann::json();
+  if (r.contains("algorithm_digest") && r["algorithm_digest"].is_string())
+    p.algorithm_digest = r["algorithm_digest"].get<std::string>();
+}
+
+// One result object as a point; why it is not one otherwise.
+std::optional<Rejection> to_point(const nlohmann::json& r, const std::string& source, ReportPoint& p) {
+  if (std::optional<Rejection> wrong = impossible_value(r)) return wrong;
+  p.source = source;
+  if (is_run_result(r)) {
+    try {
+      take_run_result(run_result_from_json(r), p);
+    } catch (const ResultFieldError& e) {
+      return Rejection{e.field(), e.why()};
+    }
+  } else {
+    take_other_result(r, p);
+  }
   // Statistics a result does not state (the peers give no confidence interval or jitter) come from its
   // step times, with the same functions dlbench's own results use.
   if (p.step_times_ms.size() >= 2) {
@@ -132,22 +201,7 @@ std::optional<Rejection> to_point(const nlohmann::json& r, const std::string& so
     fill(p.step_p95_ms, d.p95);
     fill(p.jitter, d.jitter);
   }
-  p.losses = numbers_at(r, "losses", /*keep_positions=*/true);
-  p.test_accuracy = number_at(r, "test_accuracy");
-  p.peak_memory_bytes = number_at(r, "peak_memory_bytes");
-  p.energy_joules_per_image = number_at(r, "energy_joules_per_image");
-  p.seconds_to_first_timed_step = number_at(r, "seconds_to_first_timed_step");
-  if (r.contains("gpu_clocks") && r["gpu_clocks"].is_object()) {
-    p.sm_clock_median_mhz = number_at(r["gpu_clocks"], "sm_clock_median_mhz");
-    p.power_capped_fraction = number_at(r["gpu_clocks"], "power_capped_fraction");
-  }
-  // A compiled peer is another program than the same peer run eagerly: never one cell of the tables.
-  p.compiled = r.contains("compiled") && r["compiled"].is_boolean() && r["compiled"].get<bool>();
-  if (p.compiled && p.framework != "dlbench") p.framework += " (compiled)";
   name_the_variant(r, p);
-  p.system = r.contains("system") ? r["system"] : nlohmann::json();
-  if (r.contains("algorithm_digest") && r["algorithm_digest"].is_string())
-    p.algorithm_digest = r["algorithm_digest"].get<std::string>();
   return std::nullopt;
 }
 

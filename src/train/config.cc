@@ -54,7 +54,11 @@ DType compute_dtype(Precision precision) {
   }
 }
 
-namespace {
+const char* allreduce_precision_name(AllreducePrecision precision) {
+  return precision == AllreducePrecision::compute ? "compute" : "fp32";
+}
+
+const char* lr_scaling_name(LrScaling scaling) { return scaling == LrScaling::linear ? "linear" : "none"; }
 
 Precision parse_precision(const std::string& text) {
   if (text == "fp32") return Precision::fp32;
@@ -64,25 +68,107 @@ Precision parse_precision(const std::string& text) {
   throw_user_error("--precision {}: unknown; choose fp32, tf32, fp16 or bf16", text);
 }
 
-}  // namespace
+LrSchedule parse_lr_schedule(const std::string& text) {
+  if (text == "constant") return LrSchedule::constant;
+  if (text == "step") return LrSchedule::step;
+  if (text == "cosine") return LrSchedule::cosine;
+  throw_user_error("--lr-schedule {}: unknown; choose constant, step or cosine", text);
+}
 
-void resolve_config(RunConfig& c, bool cuda_available) {
+// NHWC by default. oneDNN's nhwc kernels beat its NCHW path on ResNet shapes
+// (src/backend/onednn/onednn_conv.cc); on the GPU NHWC is the tensor cores' layout (TF32, FP16, BF16), and
+// FP32's too since its 1x1 convolutions run on cuBLAS's GEMM there (cuda_conv.cc): ResNet-50 b256 on an
+// H200 1,437 img/s in NHWC against 1,029 in NCHW, where cuDNN's own FP32 NHWC kernels had given 535
+// (bench/results/2026-11-30-gpu-2xh200-accumulating-dgrad).
+Layout parse_layout(const std::string& text) {
+  if (text.empty() || text == "nhwc") return Layout::nhwc;
+  if (text == "nchw") return Layout::nchw;
+  throw_user_error("--layout {}: choose nchw or nhwc", text);
+}
+
+DeviceRequest parse_device(const std::string& text) {
+  if (text == "auto") return DeviceRequest::automatic;
+  if (text == "cpu") return DeviceRequest::cpu;
+  if (text.rfind("cuda", 0) == 0) return DeviceRequest::cuda;
+  throw_user_error("--device {}: unknown; choose auto, cpu or cuda", text);
+}
+
+AllreducePrecision parse_allreduce_precision(const std::string& text) {
+  if (text == "fp32") return AllreducePrecision::fp32;
+  if (text == "compute") return AllreducePrecision::compute;
+  throw_user_error("--allreduce-precision {}: choose fp32 or compute", text);
+}
+
+LrScaling parse_lr_scaling(const std::string& text) {
+  if (text == "none") return LrScaling::none;
+  if (text == "linear") return LrScaling::linear;
+  throw_user_error("--lr-scaling {}: choose none or linear", text);
+}
+
+// The recorded step, in every precision: at 2 GPUs (ResNet-50 b256 fp16 on 2x H200, three interleaved
+// runs each) it took 34.8-34.9 ms against 35.5-38.9 op by op, and on one GPU 34.2-34.3 against 34.3-34.4
+// (bench/results/2026-11-30-gpu-2xh200-scaling/). An earlier finding that FP16/BF16 ran 5% slower
+// recorded came from single-shot algorithm searches, whose choice moved a step by 2 ms between
+// processes (see cuda_conv.cc's pick).
+bool parse_cuda_graph(const std::string& text) {
+  if (text == "auto" || text == "true" || text == "1") return true;
+  if (text == "false" || text == "0") return false;
+  throw_user_error("--cuda-graph {}: choose auto, true or false", text);
+}
+
+void parse_loss_scale(const std::string& text, RunConfig& c) {
+  if (text.empty()) {
+    c.loss_scaling = LossScaling::by_precision;
+  } else if (text == "dynamic") {
+    c.loss_scaling = LossScaling::dynamic;
+  } else {
+    char* end = nullptr;
+    c.loss_scaling = LossScaling::fixed;
+    c.loss_scale = std::strtod(text.c_str(), &end);
+    DLB_REQUIRE(end && *end == '\0' && c.loss_scale > 0 && std::isfinite(c.loss_scale),
+                "--loss-scale {}: give dynamic or a positive number", text);
+  }
+}
+
+void parse_batch_size(const std::string& text, RunConfig& c) {
+  if (text.empty()) return;
+  if (text == "max") {
+    c.batch_size_max = true;
+    return;
+  }
+  size_t used = 0;
+  int64_t value = 0;
+  try {
+    value = std::stoll(text, &used);
+  } catch (const std::exception&) {
+    used = 0;
+  }
+  DLB_REQUIRE(used == text.size() && used > 0, "--batch-size {}: give a number of images per device or max",
+              text);
+  c.batch_size = value;
+}
+
+namespace {
+
+// The model, the device it runs on, its backend and threads.
+void resolve_device(RunConfig& c, bool cuda_available) {
   DLB_REQUIRE(is_model_name(c.model), "--model {}: unknown model; choose one of: {}", c.model,
               fmt::join(model_names(), ", "));
 
   // Device and backend.
-  if (c.device_text == "auto") {
-    c.device = cuda_available ? Device{DeviceKind::cuda, 0} : Device{DeviceKind::cpu, 0};
-  } else if (c.device_text == "cpu") {
-    c.device = {DeviceKind::cpu, 0};
-  } else if (c.device_text.rfind("cuda", 0) == 0) {
-    DLB_REQUIRE(cuda_available,
-                "--device {}: this dlbench has no usable CUDA GPU backend (built without CUDA, or no GPU "
-                "found); use --device cpu",
-                c.device_text);
-    c.device = {DeviceKind::cuda, 0};
-  } else {
-    throw_user_error("--device {}: unknown; choose auto, cpu or cuda", c.device_text);
+  switch (c.device_request) {
+    case DeviceRequest::automatic:
+      c.device = cuda_available ? Device{DeviceKind::cuda, 0} : Device{DeviceKind::cpu, 0};
+      break;
+    case DeviceRequest::cpu:
+      c.device = {DeviceKind::cpu, 0};
+      break;
+    case DeviceRequest::cuda:
+      DLB_REQUIRE(cuda_available,
+                  "--device cuda: this dlbench has no usable CUDA GPU backend (built without CUDA, or no GPU "
+                  "found); use --device cpu");
+      c.device = {DeviceKind::cuda, 0};
+      break;
   }
   const bool on_cpu = c.device.kind == DeviceKind::cpu;
   if (c.backend_name.empty()) c.backend_name = on_cpu ? "onednn" : "cuda";
@@ -91,66 +177,28 @@ void resolve_config(RunConfig& c, bool cuda_available) {
                 "--backend {}: unknown CPU backend; choose onednn or reference", c.backend_name);
   }
   c.threads = resolve_threads(c.threads, usable_cores(), "--threads");
+}
 
-  c.precision = parse_precision(c.precision_text);
+// The precision the device can run, and the loss scaling that goes with it.
+void resolve_numerics(RunConfig& c) {
+  const bool on_cpu = c.device.kind == DeviceKind::cpu;
   DLB_REQUIRE(!on_cpu || c.precision == Precision::fp32,
               "--precision {}: the CPU backend trains in fp32 only; use --precision fp32 or --device cuda",
-              c.precision_text);
+              precision_name(c.precision));
   // Only FP16's narrow exponent needs the loss scaled; BF16 has FP32's range.
-  if (c.loss_scale_text.empty()) c.loss_scale_text = c.precision == Precision::fp16 ? "dynamic" : "1";
-  if (c.loss_scale_text == "dynamic") {
-    c.dynamic_loss_scale = true;
-    c.loss_scale = 65536.0;
-  } else {
-    char* end = nullptr;
-    c.loss_scale = std::strtod(c.loss_scale_text.c_str(), &end);
-    DLB_REQUIRE(end && *end == '\0' && c.loss_scale > 0 && std::isfinite(c.loss_scale),
-                "--loss-scale {}: give dynamic or a positive number", c.loss_scale_text);
+  if (c.loss_scaling == LossScaling::by_precision) {
+    c.loss_scaling = c.precision == Precision::fp16 ? LossScaling::dynamic : LossScaling::fixed;
+    c.loss_scale = 1.0;
   }
-  // The recorded step, in every precision: at 2 GPUs (ResNet-50 b256 fp16 on 2x H200, three interleaved
-  // runs each) it took 34.8-34.9 ms against 35.5-38.9 op by op, and on one GPU 34.2-34.3 against 34.3-34.4
-  // (bench/results/2026-11-30-gpu-2xh200-scaling/). An earlier finding that FP16/BF16 ran 5% slower
-  // recorded came from single-shot algorithm searches, whose choice moved a step by 2 ms between
-  // processes (see cuda_conv.cc's pick).
-  if (c.cuda_graph_text == "auto") {
-    c.cuda_graph = true;
-  } else if (c.cuda_graph_text == "true" || c.cuda_graph_text == "1") {
-    c.cuda_graph = true;
-  } else if (c.cuda_graph_text == "false" || c.cuda_graph_text == "0") {
-    c.cuda_graph = false;
-  } else {
-    throw_user_error("--cuda-graph {}: choose auto, true or false", c.cuda_graph_text);
-  }
+  if (c.loss_scaling == LossScaling::dynamic) c.loss_scale = 65536.0;
   DLB_REQUIRE(c.loss_scale_growth_interval > 0, "--loss-scale-growth-interval {}: must be positive",
               c.loss_scale_growth_interval);
-  // NHWC. oneDNN's nhwc kernels beat its NCHW path on ResNet shapes (src/backend/onednn/onednn_conv.cc);
-  // on the GPU NHWC is the tensor cores' layout (TF32, FP16, BF16), and FP32's too since its 1x1
-  // convolutions run on cuBLAS's GEMM there (cuda_conv.cc): ResNet-50 b256 on an H200 1,437 img/s in NHWC
-  // against 1,029 in NCHW, where cuDNN's own FP32 NHWC kernels had given 535
-  // (bench/results/2026-11-30-gpu-2xh200-accumulating-dgrad).
-  if (c.layout_text.empty()) c.layout_text = "nhwc";
-  DLB_REQUIRE(c.layout_text == "nchw" || c.layout_text == "nhwc", "--layout {}: choose nchw or nhwc",
-              c.layout_text);
-  c.layout = c.layout_text == "nchw" ? Layout::nchw : Layout::nhwc;
+}
 
-  // Batch, length of the run. Flags that were given are checked; flags that were not get defaults.
+// Batch, length of the run. Flags that were given are checked; flags that were not get defaults.
+void resolve_length(RunConfig& c) {
+  const bool on_cpu = c.device.kind == DeviceKind::cpu;
   const bool imagenet_model = c.model != "resnet20";
-  if (!c.batch_size_text.empty()) {
-    if (c.batch_size_text == "max") {
-      c.batch_size_max = true;
-    } else {
-      size_t used = 0;
-      int64_t value = 0;
-      try {
-        value = std::stoll(c.batch_size_text, &used);
-      } catch (const std::exception&) {
-        used = 0;
-      }
-      DLB_REQUIRE(used == c.batch_size_text.size() && used > 0,
-                  "--batch-size {}: give a number of images per device or max", c.batch_size_text);
-      c.batch_size = value;
-    }
-  }
   DLB_REQUIRE(!c.batch_size_max || !on_cpu,
               "--batch-size max needs a GPU (the CPU backend states no memory limit to fit); give a number");
   if (!c.batch_size) c.batch_size = on_cpu ? (imagenet_model ? 16 : 128) : (imagenet_model ? 256 : 512);
@@ -176,8 +224,10 @@ void resolve_config(RunConfig& c, bool cuda_available) {
     // The first step plans oneDNN kernels and touches fresh memory: keep it out of the timing statistics.
     if (!c.warmup_steps) c.warmup_steps = 1;
   }
+}
 
-  // Optimizer. Every number finite: an infinite rate trains nothing, a NaN compares false everywhere.
+// Optimizer. Every number finite: an infinite rate trains nothing, a NaN compares false everywhere.
+void resolve_optimizer(RunConfig& c) {
   for (const auto& [flag, value] : {std::pair<const char*, double>{"--lr", c.lr},
                                     {"--momentum", c.momentum},
                                     {"--weight-decay", c.weight_decay},
@@ -207,18 +257,20 @@ void resolve_config(RunConfig& c, bool cuda_available) {
   DLB_REQUIRE(c.lr_decay_epochs.empty() || c.lr_schedule == LrSchedule::step,
               "--lr-decay-epochs: only the step schedule drops at epochs; add --lr-schedule step");
   if (c.lr_schedule == LrSchedule::step && c.lr_decay_epochs.empty()) c.lr_decay_epochs = {30, 60, 80};
+}
 
-  // Data.
+// Data: what --data names, the images' size, and where their JPEGs are decoded.
+void resolve_data(RunConfig& c) {
   c.data_threads = resolve_threads(c.data_threads, usable_cores() - 1, "--data-threads");
   DLB_REQUIRE(c.gpu_decode_threads >= 1 && c.gpu_decode_threads <= 8,
               "--gpu-decode-threads {}: choose 1 to 8", c.gpu_decode_threads);
   DLB_REQUIRE(c.image_size >= 0, "--image-size {}: must be positive", c.image_size);
   if (c.data == "synthetic") {
-    c.data_kind = "synthetic";
+    c.data_kind = DataKind::synthetic;
   } else if (is_shard_set(c.data) || is_image_folder(c.data) || is_shard_set(c.data + "/train") ||
              is_image_folder(c.data + "/train")) {
     // An image set, or ROOT/train (+ ROOT/val) as ImageNet is laid out.
-    c.data_kind = "images";
+    c.data_kind = DataKind::images;
     const bool split = !is_shard_set(c.data) && !is_image_folder(c.data);
     c.train_images = split ? c.data + "/train" : c.data;
     if (!c.val_data.empty()) {
@@ -229,7 +281,7 @@ void resolve_config(RunConfig& c, bool cuda_available) {
       c.val_images = c.data + "/val";
     }
   } else {
-    c.data_kind = "idx";
+    c.data_kind = DataKind::idx;
     std::string dir = c.data == "fashion-mnist" ? "/usr/share/datasets/fashion-mnist" : c.data;
     DLB_REQUIRE(std::filesystem::is_directory(dir),
                 "--data {}: no such directory{}; pass synthetic, fashion-mnist, a directory of IDX files, an "
@@ -242,7 +294,7 @@ void resolve_config(RunConfig& c, bool cuda_available) {
   // --image-size: synthetic images are made at it, real ones cropped to it; IDX images keep their own.
   if (c.image_size > 0) {
     DLB_REQUIRE(
-        c.data_kind != "idx",
+        c.data_kind != DataKind::idx,
         "--image-size {}: IDX images are trained at their own size (28x28 for Fashion-MNIST); leave it "
         "out",
         c.image_size);
@@ -252,19 +304,18 @@ void resolve_config(RunConfig& c, bool cuda_available) {
   }
 
   // Decoding. Synthetic and IDX data hold no JPEGs: auto and cpu mean nothing there, gpu cannot be had.
-  {
-    const DecodeMode requested = parse_decode_mode(c.decode_text, "--decode");
-    if (c.data_kind == "images") {
-      c.decode = resolve_decode(requested, c.device.kind, &c.decode_note);
-    } else {
-      DLB_REQUIRE(requested != DecodeMode::gpu,
-                  "--decode gpu: --data {} holds no JPEGs to decode; give an image folder or shard set",
-                  c.data);
-      c.decode = DecodeMode::cpu;
-    }
+  if (c.data_kind == DataKind::images) {
+    c.decode = resolve_decode(c.decode_request, c.device.kind, &c.decode_note);
+  } else {
+    DLB_REQUIRE(c.decode_request != DecodeMode::gpu,
+                "--decode gpu: --data {} holds no JPEGs to decode; give an image folder or shard set",
+                c.data);
+    c.decode = DecodeMode::cpu;
   }
+}
 
-  // Timeline.
+// --trace-steps A:B.
+void resolve_trace_steps(RunConfig& c) {
   if (!c.trace_path.empty()) {
     char colon = 0;
     long long first = 0, last = 0;
@@ -275,48 +326,51 @@ void resolve_config(RunConfig& c, bool cuda_available) {
     c.trace_first = first;
     c.trace_last = last;
   }
+}
 
-  // The files the run reads and writes, resolved to the files they really name: no output may be an
-  // input (--json over the checkpoint being resumed destroyed it), another output, or lie inside the data.
-  // --checkpoint may name the --resume file: the run continues it.
-  {
-    const bool continues_resume = !c.resume_path.empty() && !c.checkpoint_path.empty() &&
-                                  resolved_path(c.resume_path) == resolved_path(c.checkpoint_path);
-    std::vector<PathUse> uses = {
-        {"--json", c.json_path, PathRole::writes_file},
-        {"--trace", c.trace_path, PathRole::writes_file},
-        {"--checkpoint", c.checkpoint_path, PathRole::writes_file},
-        {"--mlperf-log", c.mlperf_log_path, PathRole::writes_file},
-        {"--algorithm-cache", c.algorithm_cache, PathRole::writes_file},
-        {"--resume", continues_resume ? std::string() : c.resume_path, PathRole::reads_file}};
-    if (c.data_kind == "images") {
-      uses.push_back({"--data", c.data, PathRole::reads_tree});
-      uses.push_back({"--val-data", c.val_data, PathRole::reads_tree});
-    } else if (c.data_kind == "idx") {
-      uses.push_back({"--data", c.data_dir, PathRole::reads_tree});
-    }
-    check_path_uses(uses);
+// The files the run reads and writes, resolved to the files they really name: no output may be an
+// input (--json over the checkpoint being resumed destroyed it), another output, or lie inside the data.
+// --checkpoint may name the --resume file: the run continues it.
+void check_files(const RunConfig& c) {
+  const bool continues_resume = !c.resume_path.empty() && !c.checkpoint_path.empty() &&
+                                resolved_path(c.resume_path) == resolved_path(c.checkpoint_path);
+  std::vector<PathUse> uses = {
+      {"--json", c.json_path, PathRole::writes_file},
+      {"--trace", c.trace_path, PathRole::writes_file},
+      {"--checkpoint", c.checkpoint_path, PathRole::writes_file},
+      {"--mlperf-log", c.mlperf_log_path, PathRole::writes_file},
+      {"--algorithm-cache", c.algorithm_cache, PathRole::writes_file},
+      {"--resume", continues_resume ? std::string() : c.resume_path, PathRole::reads_file}};
+  if (c.data_kind == DataKind::images) {
+    uses.push_back({"--data", c.data, PathRole::reads_tree});
+    uses.push_back({"--val-data", c.val_data, PathRole::reads_tree});
+  } else if (c.data_kind == DataKind::idx) {
+    uses.push_back({"--data", c.data_dir, PathRole::reads_tree});
   }
+  check_path_uses(uses);
+}
 
-  // Data parallelism.
+// Data parallelism.
+void check_distribution(const RunConfig& c) {
+  const bool on_cpu = c.device.kind == DeviceKind::cpu;
   DLB_REQUIRE(c.gpus >= 1, "--gpus {}: must be 1 or more", c.gpus);
   DLB_REQUIRE(c.gpus == 1 || !on_cpu,
               "--gpus {}: the CPU runs one rank per process; start several with mpirun", c.gpus);
   DLB_REQUIRE(c.launcher == "auto" || c.launcher == "threads" || c.launcher == "mpi",
               "--launcher {}: choose auto, threads or mpi", c.launcher);
   DLB_REQUIRE(c.bucket_mb >= 0, "--bucket-mb {}: must be 0 (one bucket) or more", c.bucket_mb);
-  DLB_REQUIRE(c.allreduce_precision == "fp32" || c.allreduce_precision == "compute",
-              "--allreduce-precision {}: choose fp32 or compute", c.allreduce_precision);
   DLB_REQUIRE(c.comm_priority == "normal" || c.comm_priority == "high" || c.comm_priority == "low",
               "--comm-priority {}: choose normal, high or low", c.comm_priority);
   DLB_REQUIRE(!c.nccl_symmetric || !on_cpu,
               "--nccl-symmetric: NCCL windows are GPU memory; use --device cuda");
-  DLB_REQUIRE(c.lr_scaling == "none" || c.lr_scaling == "linear", "--lr-scaling {}: choose none or linear",
-              c.lr_scaling);
   DLB_REQUIRE(c.conv_workspace_mb >= 0, "--conv-workspace-mb {}: must be 0 or more", c.conv_workspace_mb);
   DLB_REQUIRE(c.timeout_seconds > 0, "--timeout {}: must be positive", c.timeout_seconds);
+}
 
-  // A train run without --log-every logs by time (log_seconds); a bench run by steps.
+// Progress lines, evaluation and checkpoints. A train run without --log-every logs by time
+// (log_seconds); a bench run by steps.
+void resolve_logging(RunConfig& c) {
+  const bool on_cpu = c.device.kind == DeviceKind::cpu;
   if (!c.log_every && c.kind == RunKind::bench) c.log_every = on_cpu ? 1 : 100;
   DLB_REQUIRE(!c.log_every || *c.log_every > 0, "--log-every {}: must be positive", c.log_every.value_or(0));
   DLB_REQUIRE(std::isfinite(c.log_seconds) && c.log_seconds > 0, "--log-seconds {}: must be positive",
@@ -327,6 +381,20 @@ void resolve_config(RunConfig& c, bool cuda_available) {
   DLB_REQUIRE(!c.resume_anyway || !c.resume_path.empty(), "--resume-anyway needs --resume FILE");
   DLB_REQUIRE(c.save_every >= 0, "--save-every {}: must be 0 or more", c.save_every);
   DLB_REQUIRE(c.save_every == 0 || !c.checkpoint_path.empty(), "--save-every needs --checkpoint FILE");
+}
+
+}  // namespace
+
+void resolve_config(RunConfig& c, bool cuda_available) {
+  resolve_device(c, cuda_available);
+  resolve_numerics(c);
+  resolve_length(c);
+  resolve_optimizer(c);
+  resolve_data(c);
+  resolve_trace_steps(c);
+  check_files(c);
+  check_distribution(c);
+  resolve_logging(c);
 }
 
 nlohmann::json resume_settings(const RunConfig& c) {
@@ -346,7 +414,7 @@ nlohmann::json resume_settings(const RunConfig& c) {
           {"--lr-warmup-epochs", c.lr_warmup_epochs},
           {"--lr-decay-epochs", c.lr_decay_epochs},
           {"--lr-decay-factor", c.lr_decay_factor},
-          {"--lr-scaling", c.lr_scaling}};
+          {"--lr-scaling", lr_scaling_name(c.lr_scaling)}};
 }
 
 nlohmann::json config_to_json(const RunConfig& c) {
@@ -370,7 +438,8 @@ nlohmann::json config_to_json(const RunConfig& c) {
   j["lr_decay_epochs"] = c.lr_decay_epochs;
   j["lr_decay_factor"] = c.lr_decay_factor;
   j["precision"] = precision_name(c.precision);
-  j["loss_scale"] = c.dynamic_loss_scale ? nlohmann::json("dynamic") : nlohmann::json(c.loss_scale);
+  j["loss_scale"] =
+      c.loss_scaling == LossScaling::dynamic ? nlohmann::json("dynamic") : nlohmann::json(c.loss_scale);
   j["layout"] = layout_name(c.layout);
   j["device"] = device_name(c.device);
   j["backend"] = c.backend_name;
@@ -382,18 +451,18 @@ nlohmann::json config_to_json(const RunConfig& c) {
   j["gpu_decode_threads"] = c.gpu_decode_threads;
   j["image_size"] = c.image_size;
   j["strict"] = c.strict;
-  j["decode"] = c.data_kind == "images" ? decode_mode_name(c.decode) : "none";
+  j["decode"] = c.data_kind == DataKind::images ? decode_mode_name(c.decode) : "none";
   j["log_every"] = c.log_every ? nlohmann::json(*c.log_every) : nlohmann::json(nullptr);
   if (c.eval_images) j["eval_images"] = *c.eval_images;
   j["gpus"] = c.gpus;
   j["launcher"] = c.launcher;
   j["bucket_mb"] = c.bucket_mb;
-  j["allreduce_precision"] = c.allreduce_precision;
+  j["allreduce_precision"] = allreduce_precision_name(c.allreduce_precision);
   j["algorithm_cache"] = c.algorithm_cache;
   j["nccl_max_ctas"] = c.nccl_max_ctas;
   j["comm_priority"] = c.comm_priority;
   j["nccl_symmetric"] = c.nccl_symmetric;
-  j["lr_scaling"] = c.lr_scaling;
+  j["lr_scaling"] = lr_scaling_name(c.lr_scaling);
   j["timeout_seconds"] = c.timeout_seconds;
   j["cuda_graph"] = c.cuda_graph;
   j["conv_workspace_mb"] = c.conv_workspace_mb;

@@ -17,11 +17,33 @@ namespace dlbench {
 enum class RunKind : uint8_t { train, bench };
 enum class Precision : uint8_t { fp32, tf32, fp16, bf16 };
 enum class LrSchedule : uint8_t { constant, step, cosine };
+// --device: auto takes a GPU where this dlbench has a usable one, else the CPU.
+enum class DeviceRequest : uint8_t { automatic, cpu, cuda };
+// --loss-scale: unset, FP16 scales dynamically and every other precision by a fixed 1.
+enum class LossScaling : uint8_t { by_precision, dynamic, fixed };
+// --allreduce-precision: gradients summed in FP32, or in the compute dtype (FP16/BF16).
+enum class AllreducePrecision : uint8_t { fp32, compute };
+// --lr-scaling: linear multiplies --lr by the number of ranks.
+enum class LrScaling : uint8_t { none, linear };
+// What --data names, resolved: synthetic images, IDX files (Fashion-MNIST), or JPEG images.
+enum class DataKind : uint8_t { synthetic, idx, images };
 
 const char* precision_name(Precision precision);
 // The dtype activations and conv/linear weights are computed in (the master weights stay FP32).
 DType compute_dtype(Precision precision);
 const char* lr_schedule_name(LrSchedule schedule);
+const char* allreduce_precision_name(AllreducePrecision precision);
+const char* lr_scaling_name(LrScaling scaling);
+
+// The flags' texts as the user gives them, parsed once (at the CLI); a bad value throws UserError naming
+// the flag and the values to choose from.
+Precision parse_precision(const std::string& text);
+LrSchedule parse_lr_schedule(const std::string& text);
+Layout parse_layout(const std::string& text);
+DeviceRequest parse_device(const std::string& text);
+AllreducePrecision parse_allreduce_precision(const std::string& text);
+LrScaling parse_lr_scaling(const std::string& text);
+bool parse_cuda_graph(const std::string& text);  // auto | true | false (auto: true)
 
 struct RunConfig {
   RunKind kind = RunKind::bench;
@@ -31,7 +53,6 @@ struct RunConfig {
   // --batch-size max: the largest batch whose memory plan fits every rank's device, found before the
   // model is built (the original study's method). batch_size then holds only an anchor for the search.
   bool batch_size_max = false;
-  std::string batch_size_text;          // the flag as given: "" (device default), a number, or "max"
   std::optional<int64_t> epochs;        // train: passes over the training set (exclusive with steps)
   std::optional<int64_t> steps;         // train: total optimizer steps; bench: timed steps
   std::optional<int64_t> warmup_steps;  // steps run before the timed window
@@ -50,19 +71,16 @@ struct RunConfig {
   double lr_decay_factor = 0.1;
 
   // Numerics and placement.
-  std::string precision_text = "fp32";
   Precision precision = Precision::fp32;
-  std::string layout_text;  // "" = device default (cpu: nchw, cuda: nhwc)
-  Layout layout = Layout::nchw;
-  std::string device_text = "auto";
-  Device device{};
+  Layout layout = Layout::nhwc;
+  DeviceRequest device_request = DeviceRequest::automatic;
+  Device device{};           // resolved
   std::string backend_name;  // cpu: onednn (default) or reference
   int threads = 0;           // CPU threads; 0 = all cores
-  // Loss scaling (fp16): "dynamic" (start at 2^16, halve on overflow and skip the step, double after
+  // Loss scaling (fp16): dynamic (start at 2^16, halve on overflow and skip the step, double after
   // loss_scale_growth_interval good steps) or a fixed factor. Other precisions: 1.
-  std::string loss_scale_text;
-  bool dynamic_loss_scale = false;
-  double loss_scale = 1.0;
+  LossScaling loss_scaling = LossScaling::by_precision;  // resolved: dynamic or fixed
+  double loss_scale = 1.0;                               // fixed: the factor; dynamic: the starting scale
   int64_t loss_scale_growth_interval = 2000;
   uint64_t seed = 42;
 
@@ -70,33 +88,33 @@ struct RunConfig {
   std::string data = "synthetic";  // synthetic | fashion-mnist | a directory of IDX files
   std::string data_dir;            // resolved directory for fashion-mnist
   // Real images (an image folder or shards; data/image_dataset.h).
-  std::string data_kind;                 // resolved: synthetic | idx | images
-  std::string train_images, val_images;  // resolved: the training and evaluation image sets ("" = none)
-  std::string val_data;                  // --val-data: the evaluation images, when not PATH/val
-  int data_threads = 0;                  // decoding threads (0 = all cores but one)
-  int gpu_decode_threads = 2;            // --decode gpu: threads that decode and augment batches in turn
+  DataKind data_kind = DataKind::synthetic;  // resolved
+  std::string train_images, val_images;      // resolved: the training and evaluation image sets ("" = none)
+  std::string val_data;                      // --val-data: the evaluation images, when not PATH/val
+  int data_threads = 0;                      // decoding threads (0 = all cores but one)
+  int gpu_decode_threads = 2;                // --decode gpu: threads that decode and augment batches in turn
   int image_size = 0;           // output size of the image transform (0 = 224, or the images' own size)
   bool strict = false;          // stop at the first bad image instead of skipping it
   std::string mlperf_log_path;  // train: MLPerf-style :::MLLOG lines to FILE
   // --decode: where JPEGs are decoded (data/decode_mode.h). `decode` is the mode used for image data
   // (resolved: cpu or gpu; synthetic and IDX data decode nothing), `decode_note` the line that says why
   // auto chose the CPU on a GPU device ("" for none; printed once, by rank 0).
-  std::string decode_text = "auto";
+  DecodeMode decode_request = DecodeMode::automatic;
   DecodeMode decode = DecodeMode::cpu;
   std::string decode_note;
 
   // Data parallelism (src/parallel): ranks are GPUs of this process (--gpus, threads) or mpirun's processes.
-  int gpus = 1;                              // threads: GPUs driven from this process
-  std::string launcher = "auto";             // auto | threads | mpi
-  double bucket_mb = 25;                     // gradient bucket (fusion buffer) size in MiB; 0 = one bucket
-  std::string allreduce_precision = "fp32";  // fp32 | compute (FP16/BF16 under mixed precision)
+  int gpus = 1;                   // threads: GPUs driven from this process
+  std::string launcher = "auto";  // auto | threads | mpi
+  double bucket_mb = 25;          // gradient bucket (fusion buffer) size in MiB; 0 = one bucket
+  AllreducePrecision allreduce_precision = AllreducePrecision::fp32;
   std::string algorithm_cache;           // GPU: FILE of algorithm choices kept between processes ("" = none)
   int nccl_max_ctas = 0;                 // thread blocks one NCCL collective may use (0 = NCCL's choice)
   bool nccl_symmetric = false;           // gradient buffers in NCCL symmetric windows (NcclTuning::symmetric)
   std::string comm_priority = "normal";  // normal | high | low: the collectives' stream against compute's
-  std::string lr_scaling = "none";       // none | linear (lr x ranks)
-  double timeout_seconds = 300;          // a collective unfinished after this stops every rank
-  std::string claimed_version;           // tests only (--test-claim-version): the dlbench this rank reports
+  LrScaling lr_scaling = LrScaling::none;
+  double timeout_seconds = 300;  // a collective unfinished after this stops every rank
+  std::string claimed_version;    // tests only (--test-claim-version): the dlbench this rank reports
 
   // Output.
   // Progress lines: every log_every steps when given; else a train run logs by time (a line when
@@ -104,9 +122,8 @@ struct RunConfig {
   // Evaluation reports by time always.
   std::optional<int64_t> log_every;
   double log_seconds = 5;
-  bool per_layer = false;                // bench: time every layer's forward and backward
-  std::string cuda_graph_text = "auto";  // auto | true | false
-  bool cuda_graph = true;  // replay the whole step as one CUDA graph where the backend can (resolved)
+  bool per_layer = false;  // bench: time every layer's forward and backward
+  bool cuda_graph = true;  // replay the whole step as one CUDA graph where the backend can
   double conv_workspace_mb =
       kDefaultConvWorkspaceLimit >> 20;  // GPU: the most workspace one convolution direction may take
   std::string json_path;
@@ -121,6 +138,11 @@ struct RunConfig {
   bool resume_anyway = false;
   std::optional<int64_t> eval_images;  // train: evaluate on the first N test images (default: all)
 };
+
+// --loss-scale dynamic | FACTOR; "" leaves the precision's default.
+void parse_loss_scale(const std::string& text, RunConfig& config);
+// --batch-size N | max; "" leaves the device's default.
+void parse_batch_size(const std::string& text, RunConfig& config);
 
 // The settings a checkpoint records and a resumed run must repeat to continue exactly, as flag -> value
 // (the flags' names as the user gives them): batch, accumulation, seed, precision, layout, data and

@@ -9,6 +9,7 @@
 #include <nlohmann/json.hpp>
 #include <string>
 
+#include "bench/result.h"
 #include "cli/tiny_data.h"
 #include "cli_util.h"
 #include "core/file_io.h"
@@ -236,6 +237,36 @@ TEST(Results, TrainResultHasTheDocumentedFields) {
   ASSERT_EQ(j["evaluations"].size(), 1u);
   EXPECT_EQ(j["evaluations"][0]["epoch"], 1);
   EXPECT_CONTAINS(r.out, "epoch 1  test accuracy");
+}
+
+// What a run writes is what the result schema (bench/result.h) reads: read and written again, the same
+// bytes, for a train run with its evaluation and a bench run.
+TEST(Results, TheWrittenResultReadsBackAsTheSameBytes) {
+  const fs::path data = make_idx_dir("result_schema");
+  const fs::path dir = temp_dir("result_schema_out");
+  const CommandResult train =
+      run_dlbench(tiny_train(data) + "--steps 3 --eval-images 16 --json " + (dir / "train.json").string());
+  ASSERT_EQ(train.exit_code, 0) << train.err;
+  const CommandResult bench =
+      run_dlbench("bench --model resnet20 --batch-size 4 --threads 1 --steps 2 --warmup-steps 1 --json " +
+                  (dir / "bench.json").string());
+  ASSERT_EQ(bench.exit_code, 0) << bench.err;
+  for (const char* name : {"train.json", "bench.json"}) {
+    const std::string text = read_text((dir / name).string());
+    const RunResult result = run_result_from_json(nlohmann::json::parse(text));
+    EXPECT_TRUE(result.unknown.empty()) << name << ": " << result.unknown.dump();
+    EXPECT_TRUE(result.absent.empty()) << name;
+    EXPECT_EQ(to_json(result).dump(2) + "\n", text) << name;
+  }
+  const RunResult t = run_result_from_json(read_json(dir / "train.json"));
+  ASSERT_TRUE(t.train && t.train->test);
+  EXPECT_EQ(t.train->test->test_images, 16);
+  EXPECT_EQ(t.train->losses.size(), 3u);
+  EXPECT_FALSE(t.bench.has_value());
+  const RunResult b = run_result_from_json(read_json(dir / "bench.json"));
+  ASSERT_TRUE(b.bench.has_value());
+  EXPECT_EQ(b.bench->step_times_ms.size(), 2u);
+  EXPECT_FALSE(b.train.has_value());
 }
 
 TEST(Results, EvalImagesLimitsTheEvaluation) {
