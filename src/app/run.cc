@@ -57,8 +57,6 @@ nlohmann::json run_ranks(const RunConfig& config,
   options.device = config.device.kind;
   options.gpus = config.gpus;
   options.timeout_seconds = config.timeout_seconds;
-  options.nccl.max_ctas = config.nccl_max_ctas;
-  options.nccl.high_priority = config.comm_priority == "high";
   options.nccl.symmetric = config.nccl_symmetric;
   auto launch = parallel::make_launch(options);
   nlohmann::json result;

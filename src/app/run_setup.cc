@@ -106,10 +106,7 @@ RunSetup set_up(const RunConfig& given, parallel::Launch& launch, int slot) {
   Device device = config.device;
   if (device.kind == DeviceKind::cuda) device.index = launch.gpu(slot);
   if (!config.algorithm_cache.empty()) use_algorithm_store(config.algorithm_cache);
-  // --comm-priority low: training's stream above the gradient sums' (they take SMs only when it leaves some).
-  s.backend = make_backend(config.backend_name, device, config.threads, config.precision == Precision::tf32,
-                           static_cast<size_t>(config.conv_workspace_mb * (1 << 20)),
-                           /*priority_stream=*/config.comm_priority == "low");
+  s.backend = make_backend(config.backend_name, device, config.threads, config.cuda);
   s.comm = launch.join(slot, *s.backend);
   rank_speaks = s.comm->rank() == 0;
   const int ranks = s.comm->size();
@@ -243,6 +240,7 @@ void print_header(const char* command, const RunConfig& config, RunSetup& s, con
       config.accumulate_steps > 1 ? fmt::format(" x {} micro-batches", config.accumulate_steps).c_str() : "",
       length.c_str());
   if (!config.decode_note.empty()) say("  %s\n", config.decode_note.c_str());
+  if (config.device.kind == DeviceKind::cuda) say("  cuda: %s\n", describe_cuda_options(config.cuda).c_str());
   say("  sgd lr %g (%s", config.lr, lr_schedule_name(config.lr_schedule));
   if (config.lr_warmup_epochs > 0) say(", warm-up %g epochs", config.lr_warmup_epochs);
   say(") momentum %g%s weight decay %g%s | seed %llu\n", config.momentum, config.nesterov ? " nesterov" : "",

@@ -307,13 +307,13 @@ void resolve_config(RunConfig& c, bool cuda_available) {
   DLB_REQUIRE(c.bucket_mb >= 0, "--bucket-mb {}: must be 0 (one bucket) or more", c.bucket_mb);
   DLB_REQUIRE(c.allreduce_precision == "fp32" || c.allreduce_precision == "compute",
               "--allreduce-precision {}: choose fp32 or compute", c.allreduce_precision);
-  DLB_REQUIRE(c.comm_priority == "normal" || c.comm_priority == "high" || c.comm_priority == "low",
-              "--comm-priority {}: choose normal, high or low", c.comm_priority);
   DLB_REQUIRE(!c.nccl_symmetric || !on_cpu,
               "--nccl-symmetric: NCCL windows are GPU memory; use --device cuda");
   DLB_REQUIRE(c.lr_scaling == "none" || c.lr_scaling == "linear", "--lr-scaling {}: choose none or linear",
               c.lr_scaling);
   DLB_REQUIRE(c.conv_workspace_mb >= 0, "--conv-workspace-mb {}: must be 0 or more", c.conv_workspace_mb);
+  c.cuda.allow_tf32 = c.precision == Precision::tf32;
+  c.cuda.conv_workspace_limit = static_cast<size_t>(c.conv_workspace_mb * (1 << 20));
   DLB_REQUIRE(c.timeout_seconds > 0, "--timeout {}: must be positive", c.timeout_seconds);
 
   // A train run without --log-every logs by time (log_seconds); a bench run by steps.
@@ -390,13 +390,12 @@ nlohmann::json config_to_json(const RunConfig& c) {
   j["bucket_mb"] = c.bucket_mb;
   j["allreduce_precision"] = c.allreduce_precision;
   j["algorithm_cache"] = c.algorithm_cache;
-  j["nccl_max_ctas"] = c.nccl_max_ctas;
-  j["comm_priority"] = c.comm_priority;
   j["nccl_symmetric"] = c.nccl_symmetric;
   j["lr_scaling"] = c.lr_scaling;
   j["timeout_seconds"] = c.timeout_seconds;
   j["cuda_graph"] = c.cuda_graph;
   j["conv_workspace_mb"] = c.conv_workspace_mb;
+  j["cuda"] = cuda_options_to_json(c.cuda);
   return j;
 }
 

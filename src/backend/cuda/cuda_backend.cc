@@ -132,13 +132,12 @@ constexpr size_t kCublasWorkspaceBytes = size_t{32} << 20;
 
 }  // namespace
 
-CudaBackend::CudaBackend(int device, bool allow_tf32, size_t conv_workspace_limit, bool priority_stream)
-    : device_(device), allow_tf32_(allow_tf32), conv_workspace_limit_(conv_workspace_limit) {
+CudaBackend::CudaBackend(int device, const CudaOptions& options) : device_(device), options_(options) {
   const int count = cuda_device_count();
   DLB_REQUIRE(device >= 0 && device < count, "--device cuda:{}: this machine has {} CUDA GPU(s)", device,
               count);
   CUDA_CHECK(cudaSetDevice(device_));
-  stream_ = new_stream(priority_stream);
+  stream_ = new_stream(options_.training_stream == TrainingStreamPriority::greatest);
   CUDNN_CHECK(cudnnCreate(&cudnn_));
   CUDNN_CHECK(cudnnSetStream(cudnn_, stream_));
   CUBLAS_CHECK(cublasCreate(&cublas_));
@@ -146,7 +145,8 @@ CudaBackend::CudaBackend(int device, bool allow_tf32, size_t conv_workspace_limi
   cublas_workspace_ = DeviceBuffer(kCublasWorkspaceBytes);
   CUBLAS_CHECK(cublasSetWorkspace(cublas_, cublas_workspace_.get(), cublas_workspace_.bytes()));
   // FP32 GEMMs: TF32 tensor cores only when allowed. The compute type of each call says the same (gemm).
-  CUBLAS_CHECK(cublasSetMathMode(cublas_, allow_tf32_ ? CUBLAS_TF32_TENSOR_OP_MATH : CUBLAS_DEFAULT_MATH));
+  CUBLAS_CHECK(
+      cublasSetMathMode(cublas_, options_.allow_tf32 ? CUBLAS_TF32_TENSOR_OP_MATH : CUBLAS_DEFAULT_MATH));
 }
 
 CudaBackend::~CudaBackend() {
@@ -401,9 +401,8 @@ int cuda_device_count() {
   return count;
 }
 
-std::unique_ptr<Backend> make_cuda_backend(int device, bool allow_tf32, size_t conv_workspace_limit,
-                                           bool priority_stream) {
-  return std::make_unique<cuda::CudaBackend>(device, allow_tf32, conv_workspace_limit, priority_stream);
+std::unique_ptr<Backend> make_cuda_backend(int device, const CudaOptions& options) {
+  return std::make_unique<cuda::CudaBackend>(device, options);
 }
 
 namespace cuda {

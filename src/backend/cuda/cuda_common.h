@@ -9,7 +9,6 @@
 
 #include <cstddef>
 #include <cstdint>
-#include <cstdlib>
 #include <functional>
 #include <initializer_list>
 #include <map>
@@ -25,6 +24,7 @@
 #include "backend/backend.h"
 #include "backend/cuda/cuda_backend.h"
 #include "backend/cuda/cuda_check.h"
+#include "backend/cuda_options.h"
 #include "core/status.h"
 
 namespace dlbench::cuda {
@@ -114,30 +114,6 @@ struct Scaling {
   double alpha_d, beta_d;
 };
 
-// The value of the environment variable `name` among `choices` (name, value), the first being the default
-// (also when the variable is unset or empty); any other value is one UserError naming the choices.
-template <typename E>
-E env_choice(const char* name, std::initializer_list<std::pair<std::string_view, E>> choices) {
-  const char* value = std::getenv(name);
-  const std::string_view v = value ? value : "";
-  if (v.empty()) return choices.begin()->second;
-  std::string names;
-  size_t index = 0;
-  for (const auto& [choice, result] : choices) {
-    if (v == choice) return result;
-    names += std::string(index == 0 ? "" : index + 1 == choices.size() ? " or " : ", ") + std::string(choice);
-    ++index;
-  }
-  throw UserError(std::string(name) + "=" + std::string(v) + ": choose " + names);
-}
-
-// DLBENCH_CONV_STATISTICS: auto (the default), off or force. Whether batch norms take their statistics
-// from the convolutions before them (off: never), and which engine a convolution sums its output with: one
-// that costs less than the statistics pass it saves (auto), or the fastest whatever it costs (force, for
-// tests and measurements). cuda_conv.cc says more.
-enum class ConvStatistics { off, automatic, force };
-ConvStatistics conv_statistics_mode();
-
 // ---- tensor checks (throw dlbench::Error naming the op and the argument) ----
 void check_device_tensor(const char* op, const char* name, const Tensor& t);
 void check_activation(const char* op, const char* name, const Tensor& t, std::vector<int64_t> dims,
@@ -167,16 +143,18 @@ class WorkspaceLayout {
 
 class CudaBackend final : public Backend {
  public:
-  CudaBackend(int device, bool allow_tf32, size_t conv_workspace_limit, bool priority_stream = false);
+  CudaBackend(int device, const CudaOptions& options);
   ~CudaBackend() override;
   CudaBackend(const CudaBackend&) = delete;
   CudaBackend& operator=(const CudaBackend&) = delete;
 
   std::string name() const override { return "cuda"; }
   Device device() const override { return Device{DeviceKind::cuda, device_}; }
-  bool allow_tf32() const { return allow_tf32_; }
+  // What this backend runs where it has a choice (backend/cuda_options.h).
+  const CudaOptions& options() const { return options_; }
+  bool allow_tf32() const { return options_.allow_tf32; }
   // The largest workspace one convolution direction may take (--conv-workspace-mb).
-  size_t conv_workspace_limit() const { return conv_workspace_limit_; }
+  size_t conv_workspace_limit() const { return options_.conv_workspace_limit; }
   cudaStream_t stream() const { return stream_; }
   cudnnHandle_t cudnn() const { return cudnn_; }
   cublasHandle_t cublas() const { return cublas_; }
@@ -215,8 +193,8 @@ class CudaBackend final : public Backend {
                                   const Tensor& gamma, const Tensor& beta, Tensor& y, Tensor& running_mean,
                                   Tensor& running_var, Tensor& saved_mean, Tensor& saved_inv_std,
                                   void* workspace) override;
-  // Statistics from the convolution before (own kernels; DLBENCH_CONV_STATISTICS=off declines); a plan on
-  // cuDNN's kernels ignores the sums.
+  // Statistics from the convolution before (own kernels; --conv-statistics off declines); an FP64 plan,
+  // on cuDNN's kernels, ignores the sums.
   bool batchnorm_takes_input_sums(const BatchNormGeometry& g) const override;
   void batchnorm_forward_training_from_sums(const BatchNormPlan& plan, const Tensor& x,
                                             const Tensor* residual, const Tensor& gamma, const Tensor& beta,
@@ -231,10 +209,10 @@ class CudaBackend final : public Backend {
                           Tensor& dx, Tensor* dresidual, Tensor& dgamma, Tensor& dbeta, Accumulate accumulate,
                           void* workspace) override;
   // The projection shortcut folded in: training on own NHWC kernels (where the own kernels train and the
-  // channels come in whole vectors; DLBENCH_BN_FOLD_SHORTCUT=off declines), inference on cuDNN's.
+  // channels come in whole vectors; --bn-fold-shortcut off declines), inference on cuDNN's.
   // The stem's batch norm + ReLU and max pool as one op: on the own NHWC kernels (where the own kernels
   // train, the channels come in whole vectors and the pool is the 3x3/2 stem pool;
-  // DLBENCH_STEM_POOL_FUSION=off declines), else Backend's composition.
+  // --stem-pool-fusion off declines), else Backend's composition.
   bool fuses_batchnorm_max_pool(const BatchNormGeometry& bn, const PoolGeometry& pool) const override;
   size_t batchnorm_max_pool_saved_bytes(const BatchNormPlan& plan, const PoolPlan& pool_plan) const override;
   void batchnorm_max_pool_forward_training(const BatchNormPlan& plan, const PoolPlan& pool_plan,
@@ -302,8 +280,7 @@ class CudaBackend final : public Backend {
 
  private:
   int device_;
-  bool allow_tf32_;
-  size_t conv_workspace_limit_;
+  CudaOptions options_;
   cudaStream_t stream_ = nullptr;
   cudnnHandle_t cudnn_ = nullptr;
   cublasHandle_t cublas_ = nullptr;

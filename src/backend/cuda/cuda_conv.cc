@@ -22,25 +22,19 @@
 // activations' layout, which is exactly cuDNN's filter format of that layout (NHWC: K, R, S, C).
 // Accumulate::add is cuDNN's beta = 1.
 //
-// Input channels padded (DLBENCH_CONV_PAD_CHANNELS=auto; off by default: on an H200 its timing kept the
-// stem's 3 channels): NHWC tensor-core kernels read channels in vectors of 8 (FP16/BF16) or 4 (TF32), so
-// an input of 3 channels — the image, at ResNet's stem — runs cuDNN's general kernels, which took 0.55-1.75
-// ms per direction for the stem at batch 256 on an H200 (TF32: 39 TFLOP/s). With the input and the filter
-// padded with zero channels the convolution is the same, and may run the fast kernels.
-//
-// Input as 2x2 blocks (space-to-depth; DLBENCH_CONV_SPACE_TO_DEPTH=auto, the default; off; force): a
+// Input as 2x2 blocks (space-to-depth; --conv-space-to-depth auto, the default; off; force): a
 // stride-2 convolution over C channels is a stride-1 convolution over the 2x2 blocks of its input seen as
 // 4C channels (padded to a vector), with a kernel of ceil((k + pad % 2) / 2) blocks (backend/conv_blocks.h
 // derives it): the stem's 7x7 over 3 channels becomes a 4x4 over 16 (FP16) or 12 (TF32) on 115x115
 // blocks, 1.7x the multiply-adds on tensor-core-sized channels. The filter is converted the same way each
 // call (K images of 7x7 pixels) and the gradients go back by the transpose (space_to_depth.cu).
 //
-// plan_conv plans every allowed form of a shape's input besides the input as it is and keeps the fastest
-// for the forward and filter gradient a layer runs each step, counting the conversions of the input
-// (timed); another form must win by 3%. Such a plan converts x and w into the workspace before each call
-// and takes the gradients back after it. "force" always converts where it can (tests).
+// plan_conv plans the 2x2-block form of a shape's input, where it is allowed, besides the input as it is and
+// keeps the fastest for the forward and filter gradient a layer runs each step, counting the conversions of
+// the input (timed); another form must win by 3%. Such a plan converts x and w into the workspace before each
+// call and takes the gradients back after it. "force" always converts where it can (tests).
 //
-// Graph-API engines (DLBENCH_CONV_GRAPH=auto, the default): after the legacy search, each direction is also
+// Graph-API engines (--conv-graph auto, the default): after the legacy search, each direction is also
 // built as a one-operation graph (cudnn_graph.h) and the engines cuDNN's heuristics rank first for it are
 // timed on the same clock. An engine that beats the fastest legacy algorithm runs instead —
 // except when a tensor is not aligned as the graph declares, or a call's Accumulate is not the one the plan
@@ -51,7 +45,7 @@
 // takes the fastest engine whatever the legacy time (tests). The mode is part of the choice's key, in the
 // process and in --algorithm-cache.
 //
-// 1x1 convolutions as GEMMs (DLBENCH_CONV_GEMM=auto, the default; off; force): in
+// 1x1 convolutions as GEMMs (--conv-gemm auto, the default; off; force): in
 // NHWC a 1x1 convolution of stride 1 without padding is a matrix product over the M = N*H*W pixels,
 // y[M, K] = x[M, C] w[K, C]^T, dx[M, C] = dy[M, K] w[K, C], dw[K, C] = dy[M, K]^T x[M, C] (the filter is
 // KRSC = [K, C]); of stride s, the same over the pixels at the stride, gathered into the workspace first
@@ -65,7 +59,7 @@
 // same call) and NHWC FP32's default; TF32/FP16 steps moved by 0.1%
 // (bench/results/2026-11-30-gpu-2xh200-accumulating-dgrad).
 //
-// The output's statistics (DLBENCH_CONV_STATISTICS=auto, the default; off; force): a convolution planned
+// The output's statistics (--conv-statistics auto, the default; off; force): a convolution planned
 // with ConvGeometry::output_statistics, where a batch norm reads its output, also searches its forward as
 // a graph with a genstats node (per-channel sums of y and y^2 in the epilogue) and runs that in training
 // where it costs less than the statistics pass it saves (the section "the forward with its output's
@@ -113,36 +107,13 @@ struct ConvChoice {
   AlgoChoice forward, backward_data, backward_filter;
 };
 
-enum class GraphEngines { off, automatic, force };
-
-// DLBENCH_CONV_GRAPH: auto (the default), off or force.
-GraphEngines graph_engine_mode() {
-  return env_choice<GraphEngines>(
-      "DLBENCH_CONV_GRAPH",
-      {{"auto", GraphEngines::automatic}, {"off", GraphEngines::off}, {"force", GraphEngines::force}});
-}
-
-// DLBENCH_CONV_GRAPH_CANDIDATES: how many of the engines cuDNN's heuristics rank first are timed per
-// direction: 8 (the default), 16, 32 or all. The rest are rarely faster and each costs a plan: with all of
-// them, a TF32 ResNet-50 step on an H200 took 65.3 / 65.2 ms against 65.0 / 65.4 with 8, and its first
-// start 55 s against 23 (bench/results/2026-11-30-gpu-h200-legacy-search).
-size_t graph_candidate_count() {
-  return env_choice<size_t>("DLBENCH_CONV_GRAPH_CANDIDATES",
-                            {{"8", 8}, {"16", 16}, {"32", 32}, {"all", std::numeric_limits<size_t>::max()}});
-}
+// How many of the engines cuDNN's heuristics rank first are timed per direction. The rest are rarely
+// faster and each costs a plan (docs/PERFORMANCE.md: all of them bought no faster step and cost start-up).
+constexpr size_t kGraphCandidates = 8;
 
 // FP64 has no graph engines here: the legacy API alone.
-bool uses_graph_engines(const ConvGeometry& g) {
-  return g.dtype != DType::f64 && graph_engine_mode() != GraphEngines::off;
-}
-
-enum class GemmMode { off, automatic, force };
-
-// DLBENCH_CONV_GEMM: auto (the default), off or force.
-GemmMode gemm_mode() {
-  return env_choice<GemmMode>(
-      "DLBENCH_CONV_GEMM",
-      {{"auto", GemmMode::automatic}, {"off", GemmMode::off}, {"force", GemmMode::force}});
+bool uses_graph_engines(const ConvGeometry& g, const CudaOptions& o) {
+  return g.dtype != DType::f64 && o.conv_graph != KernelChoice::off;
 }
 
 // Whether `g` is a matrix product cuBLAS can run: NHWC, 1x1, one stride for both axes, no padding, not
@@ -161,7 +132,9 @@ size_t gathered_pixels_bytes(const ConvGeometry& g) {
 }
 
 // Whether the search of `g` times cuBLAS's GEMM.
-bool uses_gemm(const ConvGeometry& g) { return gemm_mode() != GemmMode::off && gemm_shape(g); }
+bool uses_gemm(const ConvGeometry& g, const CudaOptions& o) {
+  return o.conv_gemm != KernelChoice::off && gemm_shape(g);
+}
 
 // One number per GPU model (by name): the GPUs of one model share their searches' results.
 int64_t gpu_model_id(int device_index) {
@@ -182,30 +155,29 @@ int64_t gpu_model_id(int device_index) {
 // at the same time, and the first result stored is the one every rank runs (plan_conv), so all ranks run
 // the same kernels instead of each its own near-equal pick. Also the graph-engine mode and whether the
 // input gradient accumulates (the backward data is searched with beta = 1 then).
-using ConvKey = std::array<int64_t, 20>;
+using ConvKey = std::array<int64_t, 19>;
 
 ConvKey make_key(const ConvGeometry& g, const CudaBackend& backend) {
-  return {
-      g.batch,
-      g.in_channels,
-      g.in_h,
-      g.in_w,
-      g.out_channels,
-      g.kernel_h,
-      g.kernel_w,
-      g.stride_h,
-      g.stride_w,
-      g.pad_h,
-      g.pad_w,
-      static_cast<int64_t>(g.dtype),
-      static_cast<int64_t>(g.layout),
-      backend.allow_tf32() ? 1 : 0,
-      static_cast<int64_t>(backend.conv_workspace_limit()),
-      gpu_model_id(backend.device().index),
-      g.dtype == DType::f64 ? 0 : static_cast<int64_t>(graph_engine_mode()),
-      g.accumulates_input_grad ? 1 : 0,
-      uses_gemm(g) ? static_cast<int64_t>(gemm_mode()) : 0,
-      uses_graph_engines(g) ? static_cast<int64_t>(std::min<size_t>(graph_candidate_count(), INT64_MAX)) : 0};
+  const CudaOptions& o = backend.options();
+  return {g.batch,
+          g.in_channels,
+          g.in_h,
+          g.in_w,
+          g.out_channels,
+          g.kernel_h,
+          g.kernel_w,
+          g.stride_h,
+          g.stride_w,
+          g.pad_h,
+          g.pad_w,
+          static_cast<int64_t>(g.dtype),
+          static_cast<int64_t>(g.layout),
+          backend.allow_tf32() ? 1 : 0,
+          static_cast<int64_t>(backend.conv_workspace_limit()),
+          gpu_model_id(backend.device().index),
+          g.dtype == DType::f64 ? 0 : static_cast<int64_t>(o.conv_graph),
+          g.accumulates_input_grad ? 1 : 0,
+          uses_gemm(g, o) ? static_cast<int64_t>(o.conv_gemm) : 0};
 }
 
 std::mutex& cache_mutex() {
@@ -220,22 +192,20 @@ std::map<ConvKey, ConvChoice>& choice_cache() {
 // The key of a choice in --algorithm-cache: what make_key holds, with the GPU's model and cuDNN's version
 // in place of the device index, so that a file serves every GPU of one model and no other library.
 std::string stored_choice_key(const ConvGeometry& g, CudaBackend& backend) {
+  const CudaOptions& o = backend.options();
   const std::optional<DeviceMemory> device = backend.device_memory();
   return fmt::format("cudnn-conv {} cudnn{} n{} c{} {}x{} k{} {}x{} s{}x{} p{}x{} {} {} tf32:{} ws:{}",
                      device ? device->name : "?", cudnnGetVersion(), g.batch, g.in_channels, g.in_h, g.in_w,
                      g.out_channels, g.kernel_h, g.kernel_w, g.stride_h, g.stride_w, g.pad_h, g.pad_w,
                      dtype_name(g.dtype), layout_name(g.layout), backend.allow_tf32() ? 1 : 0,
                      backend.conv_workspace_limit()) +
-         (!uses_graph_engines(g)                       ? ""
-          : graph_engine_mode() == GraphEngines::force ? " graph:force"
-                                                       : " graph:auto") +
-         (uses_graph_engines(g) && graph_candidate_count() != 8
-              ? fmt::format(" engines:{}", std::min<size_t>(graph_candidate_count(), 999))
-              : "") +
+         (!uses_graph_engines(g, o)             ? ""
+          : o.conv_graph == KernelChoice::force ? " graph:force"
+                                                : " graph:auto") +
          (g.accumulates_input_grad ? " dx:add" : "") +
-         (!uses_gemm(g)                    ? ""
-          : gemm_mode() == GemmMode::force ? " gemm:force"
-                                           : " gemm:auto");
+         (!uses_gemm(g, o)                     ? ""
+          : o.conv_gemm == KernelChoice::force ? " gemm:force"
+                                               : " gemm:auto");
 }
 
 // A stored choice, per direction: algorithm, math type and median time (microseconds); with graph engines
@@ -340,10 +310,10 @@ const char* backward_filter_algo_name(int algo) {
 }
 
 // The form a convolution's input (and filter) take for the convolution that runs (see the top of this file):
-// as they are, padded with zero channels, or as 2x2 blocks of pixels (space-to-depth: a stride-2
-// convolution becomes a stride-1 one over 4x the channels).
+// as they are, or as 2x2 blocks of pixels (space-to-depth: a stride-2 convolution becomes a stride-1 one
+// over 4x the channels).
 struct InputForm {
-  enum Kind : int64_t { as_is = 0, padded_channels = 1, blocks = 2 };
+  enum Kind : int64_t { as_is = 0, blocks = 2 };
   Kind kind = as_is;
   ConvGeometry inner;  // the convolution that runs (kind != as_is)
   // blocks: where the input's and the filter's blocks start (space_to_depth2's offsets)
@@ -392,7 +362,7 @@ class CudaConvPlan final : public ConvPlan {
   // Per direction (ConvDirection's order): the execution plan of the chosen graph engine, if any.
   std::array<std::shared_ptr<const GraphPlan>, 3> graph_plans;
   bool from_cache = false;
-  // The plan of this convolution on its input in another form (padded channels or 2x2 blocks: `form`),
+  // The plan of this convolution on its input in another form (2x2 blocks: `form`),
   // when that runs faster (see the top of this file); the calls then go there.
   std::unique_ptr<CudaConvPlan> inner;
   InputForm form;
@@ -518,56 +488,8 @@ void check_workspace(const CudaConvPlan& p, const AlgoChoice& a, const void* wor
             p.workspace_bytes());
 }
 
-enum class ChannelPadding { off, automatic, force };
-
-// DLBENCH_CONV_PAD_CHANNELS: off (the default), auto or force.
-ChannelPadding channel_padding_mode() {
-  return env_choice<ChannelPadding>(
-      "DLBENCH_CONV_PAD_CHANNELS",
-      {{"off", ChannelPadding::off}, {"auto", ChannelPadding::automatic}, {"force", ChannelPadding::force}});
-}
-
-enum class SpaceToDepth { automatic, off, force };
-
-// DLBENCH_CONV_SPACE_TO_DEPTH: auto (the default), off or force.
-SpaceToDepth space_to_depth_mode() {
-  return env_choice<SpaceToDepth>(
-      "DLBENCH_CONV_SPACE_TO_DEPTH",
-      {{"auto", SpaceToDepth::automatic}, {"off", SpaceToDepth::off}, {"force", SpaceToDepth::force}});
-}
-
 // Elements of a tensor-core vector along NHWC channels: 8 for FP16/BF16, 4 for FP32 (TF32).
 int64_t channel_vector(const ConvGeometry& g) { return g.dtype == DType::f32 ? 4 : 8; }
-
-// `g` on its input padded to `channels` channels. An inner plan's gradients go to the workspace first
-// (overwritten), then into the layer's.
-ConvGeometry with_in_channels(ConvGeometry g, int64_t channels) {
-  g.in_channels = channels;
-  g.accumulates_input_grad = false;
-  return g;
-}
-
-// The padded forms worth trying for the input of `g`: none unless it runs on tensor cores in NHWC with
-// channels that do not fill a vector; else the next multiples of 4 and of the vector.
-std::vector<InputForm> padded_forms(const ConvGeometry& g, bool allow_tf32) {
-  const bool tensor_cores =
-      g.dtype == DType::f16 || g.dtype == DType::bf16 || (g.dtype == DType::f32 && allow_tf32);
-  const int64_t vector = channel_vector(g);
-  if (g.layout != Layout::nhwc || !tensor_cores || g.in_channels % vector == 0) return {};
-  std::vector<InputForm> forms;
-  for (int64_t multiple : {int64_t{4}, vector}) {
-    const int64_t padded = (g.in_channels + multiple - 1) / multiple * multiple;
-    const bool listed = std::any_of(forms.begin(), forms.end(),
-                                    [&](const InputForm& f) { return f.inner.in_channels == padded; });
-    if (padded > g.in_channels && !listed) {
-      InputForm f;
-      f.kind = InputForm::padded_channels;
-      f.inner = with_in_channels(g, padded);
-      forms.push_back(f);
-    }
-  }
-  return forms;
-}
 
 // The 2x2-block form of `g` (backend/conv_blocks.h), for an NHWC convolution whose channels do not fill a
 // tensor-core vector (the stem).
@@ -583,11 +505,10 @@ std::optional<InputForm> blocks_form(const ConvGeometry& g) {
   return f;
 }
 
-// Every form besides `g` as it is that the modes allow.
-std::vector<InputForm> input_forms(const ConvGeometry& g, bool allow_tf32) {
+// Every form besides `g` as it is that the options allow.
+std::vector<InputForm> input_forms(const ConvGeometry& g, const CudaOptions& o) {
   std::vector<InputForm> forms;
-  if (channel_padding_mode() != ChannelPadding::off) forms = padded_forms(g, allow_tf32);
-  if (space_to_depth_mode() != SpaceToDepth::off) {
+  if (o.conv_space_to_depth != KernelChoice::off) {
     if (std::optional<InputForm> f = blocks_form(g)) forms.push_back(*f);
   }
   return forms;
@@ -597,48 +518,29 @@ std::vector<InputForm> input_forms(const ConvGeometry& g, bool allow_tf32) {
 void to_inner_input(const ConvGeometry& g, const InputForm& f, const void* x, void* dst,
                     cudaStream_t stream) {
   const ConvGeometry& in = f.inner;
-  if (f.kind == InputForm::padded_channels) {
-    copy_channels(x, g.in_channels, dst, in.in_channels, g.batch * g.in_h * g.in_w, g.dtype, false, stream);
-  } else {
-    space_to_depth2(x, g.batch, g.in_h, g.in_w, g.in_channels, f.x_off_h, f.x_off_w, dst, in.in_h, in.in_w,
-                    in.in_channels, g.dtype, stream);
-  }
+  space_to_depth2(x, g.batch, g.in_h, g.in_w, g.in_channels, f.x_off_h, f.x_off_w, dst, in.in_h, in.in_w,
+                  in.in_channels, g.dtype, stream);
 }
 // w of `g` into `dst` in form `f`: [K, R, S, C] is an NHWC tensor of K images.
 void to_inner_filter(const ConvGeometry& g, const InputForm& f, const void* w, void* dst,
                      cudaStream_t stream) {
   const ConvGeometry& in = f.inner;
-  if (f.kind == InputForm::padded_channels) {
-    copy_channels(w, g.in_channels, dst, in.in_channels, g.out_channels * g.kernel_h * g.kernel_w, g.dtype,
-                  false, stream);
-  } else {
-    space_to_depth2(w, g.out_channels, g.kernel_h, g.kernel_w, g.in_channels, f.w_off_h, f.w_off_w, dst,
-                    in.kernel_h, in.kernel_w, in.in_channels, g.dtype, stream);
-  }
+  space_to_depth2(w, g.out_channels, g.kernel_h, g.kernel_w, g.in_channels, f.w_off_h, f.w_off_w, dst,
+                  in.kernel_h, in.kernel_w, in.in_channels, g.dtype, stream);
 }
 // The inner convolution's input gradient `src` into dx of `g` (adding with `accumulate`).
 void from_inner_input_grad(const ConvGeometry& g, const InputForm& f, const void* src, void* dx,
                            bool accumulate, cudaStream_t stream) {
   const ConvGeometry& in = f.inner;
-  if (f.kind == InputForm::padded_channels) {
-    copy_channels(src, in.in_channels, dx, g.in_channels, g.batch * g.in_h * g.in_w, g.dtype, accumulate,
-                  stream);
-  } else {
-    depth_to_space2(src, in.in_h, in.in_w, in.in_channels, g.batch, g.in_h, g.in_w, g.in_channels, f.x_off_h,
-                    f.x_off_w, dx, g.dtype, accumulate, stream);
-  }
+  depth_to_space2(src, in.in_h, in.in_w, in.in_channels, g.batch, g.in_h, g.in_w, g.in_channels, f.x_off_h,
+                  f.x_off_w, dx, g.dtype, accumulate, stream);
 }
 // The inner convolution's filter gradient `src` into dw of `g` (adding with `accumulate`).
 void from_inner_filter_grad(const ConvGeometry& g, const InputForm& f, const void* src, void* dw,
                             bool accumulate, cudaStream_t stream) {
   const ConvGeometry& in = f.inner;
-  if (f.kind == InputForm::padded_channels) {
-    copy_channels(src, in.in_channels, dw, g.in_channels, g.out_channels * g.kernel_h * g.kernel_w, g.dtype,
-                  accumulate, stream);
-  } else {
-    depth_to_space2(src, in.kernel_h, in.kernel_w, in.in_channels, g.out_channels, g.kernel_h, g.kernel_w,
-                    g.in_channels, f.w_off_h, f.w_off_w, dw, g.dtype, accumulate, stream);
-  }
+  depth_to_space2(src, in.kernel_h, in.kernel_w, in.in_channels, g.out_channels, g.kernel_h, g.kernel_w,
+                  g.in_channels, f.w_off_h, f.w_off_w, dw, g.dtype, accumulate, stream);
 }
 
 // Two CUDA events around timed work, destroyed with their scope.
@@ -1049,7 +951,7 @@ void search_graph_engines(const CudaBackend& backend, CudaConvPlan& plan, const 
     std::vector<GraphEngine> engines;
     try {
       graph.emplace(handle, g, d);
-      engines = graph->candidates(tensor_cores, graph_candidate_count());
+      engines = graph->candidates(tensor_cores, kGraphCandidates);
     } catch (const Error&) {
       continue;  // cuDNN has no graph of this direction for this shape: the legacy algorithm stays
     }
@@ -1109,11 +1011,11 @@ std::unique_ptr<ConvPlan> CudaBackend::estimate_conv(const ConvGeometry& g) {
     plan->from_cache = true;
     finish(*this, *plan);
   } else {
-    assume_workspace_limit(*plan, conv_workspace_limit_);
+    assume_workspace_limit(*plan, conv_workspace_limit());
   }
-  // A run plan may convert its input (padded channels, 2x2 blocks): then it needs the converted buffers
-  // besides its workspace, at most the largest form's.
-  const std::vector<InputForm> forms = input_forms(g, allow_tf32());
+  // A run plan may convert its input (2x2 blocks): then it needs the converted buffers besides its
+  // workspace, at most the largest form's.
+  const std::vector<InputForm> forms = input_forms(g, options_);
   if (!forms.empty()) {
     auto converted_bytes = [](const InputForm& f) {
       return tensor_bytes(x_dims(f.inner), f.inner.dtype) + tensor_bytes(w_dims(f.inner), f.inner.dtype);
@@ -1122,7 +1024,7 @@ std::unique_ptr<ConvPlan> CudaBackend::estimate_conv(const ConvGeometry& g) {
         forms.begin(), forms.end(),
         [&](const InputForm& a, const InputForm& b) { return converted_bytes(a) < converted_bytes(b); });
     plan->inner = new_plan(*this, biggest->inner);
-    assume_workspace_limit(*plan->inner, conv_workspace_limit_);
+    assume_workspace_limit(*plan->inner, conv_workspace_limit());
     plan->form = *biggest;
   }
   return plan;
@@ -1149,7 +1051,8 @@ std::unique_ptr<CudaConvPlan> searched_plan(CudaBackend& backend, const ConvGeom
     const std::shared_ptr<AlgorithmStore> store = algorithm_store();
     const std::string store_key = store ? stored_choice_key(g, backend) : std::string();
     std::optional<ConvChoice> stored;
-    const bool with_engines = uses_graph_engines(g), with_gemm = uses_gemm(g);
+    const CudaOptions& o = backend.options();
+    const bool with_engines = uses_graph_engines(g, o), with_gemm = uses_gemm(g, o);
     if (store) {
       if (auto entry = store->find(store_key))
         stored = choice_from_integers(*entry, with_engines, with_gemm, store->path(), store_key);
@@ -1164,9 +1067,8 @@ std::unique_ptr<CudaConvPlan> searched_plan(CudaBackend& backend, const ConvGeom
       const LegacyRanking ranking = search_legacy(backend, *plan, scratch, gemm);
       plan->choice = ConvChoice{ranking[0].front(), ranking[1].front(), ranking[2].front()};
       if (with_engines)
-        search_graph_engines(backend, *plan, ranking, scratch, gemm,
-                             graph_engine_mode() == GraphEngines::force);
-      if (with_gemm) choose_gemm(*plan, gemm, gemm_mode() == GemmMode::force);
+        search_graph_engines(backend, *plan, ranking, scratch, gemm, o.conv_graph == KernelChoice::force);
+      if (with_gemm) choose_gemm(*plan, gemm, o.conv_gemm == KernelChoice::force);
       log_debug("conv search {}x{}x{}x{} -> {} {}x{} stride {} {} {}: {:.2f} s", g.batch, g.in_channels,
                 g.in_h, g.in_w, g.out_channels, g.kernel_h, g.kernel_w, g.stride_h, dtype_name(g.dtype),
                 layout_name(g.layout),
@@ -1206,8 +1108,8 @@ InputForm choose_input_form(CudaBackend& backend, const ConvGeometry& g, const C
     const std::unique_ptr<CudaConvPlan> inner = searched_plan(backend, f.inner);
     const double ms = step_ms(*inner) + 2 * time_input_conversion(backend, g, f);
     log_debug("conv {}x{}x{}x{} -> {} {}x{}: {} form {} channels {:.3f} ms (as it is {:.3f})", g.batch,
-              g.in_channels, g.in_h, g.in_w, g.out_channels, g.kernel_h, g.kernel_w,
-              f.kind == InputForm::blocks ? "2x2-block" : "padded", f.inner.in_channels, ms, step_ms(plain));
+              g.in_channels, g.in_h, g.in_w, g.out_channels, g.kernel_h, g.kernel_w, "2x2-block",
+              f.inner.in_channels, ms, step_ms(plain));
     if (ms < best_ms) {
       best_ms = ms;
       best = f;
@@ -1217,12 +1119,6 @@ InputForm choose_input_form(CudaBackend& backend, const ConvGeometry& g, const C
 }
 
 }  // namespace
-
-ConvStatistics conv_statistics_mode() {
-  return env_choice<ConvStatistics>(
-      "DLBENCH_CONV_STATISTICS",
-      {{"auto", ConvStatistics::automatic}, {"off", ConvStatistics::off}, {"force", ConvStatistics::force}});
-}
 
 namespace {
 
@@ -1246,8 +1142,8 @@ struct StatisticsChoice {
 };
 
 // By shape and mode (auto or force).
-std::map<std::pair<ConvKey, ConvStatistics>, StatisticsChoice>& statistics_cache() {
-  static std::map<std::pair<ConvKey, ConvStatistics>, StatisticsChoice> cache;
+std::map<std::pair<ConvKey, KernelChoice>, StatisticsChoice>& statistics_cache() {
+  static std::map<std::pair<ConvKey, KernelChoice>, StatisticsChoice> cache;
   return cache;
 }
 
@@ -1279,8 +1175,8 @@ float statistics_pass_ms(const CudaBackend& backend, const ConvGeometry& g, cons
 
 // Whether cuDNN's statistics engines may take `g`: graph engines on, the input as it is (no inner plan),
 // and the square sums, which follow the sums, on a 16-byte boundary.
-bool statistics_shape(const ConvGeometry& g) {
-  return g.output_statistics && conv_statistics_mode() != ConvStatistics::off && uses_graph_engines(g) &&
+bool statistics_shape(const ConvGeometry& g, const CudaOptions& o) {
+  return g.output_statistics && o.conv_statistics != KernelChoice::off && uses_graph_engines(g, o) &&
          g.out_channels % 4 == 0;
 }
 
@@ -1292,7 +1188,7 @@ StatisticsChoice search_statistics(const CudaBackend& backend, const CudaConvPla
   const DeviceBuffer sums(static_cast<size_t>(2 * g.out_channels) * sizeof(float));
   float* sum = static_cast<float*>(sums.get());
   const size_t limit = std::min(backend.conv_workspace_limit(), scratch.ws_bytes);
-  const bool force = conv_statistics_mode() == ConvStatistics::force;
+  const bool force = backend.options().conv_statistics == KernelChoice::force;
   float worth = std::numeric_limits<float>::infinity();
   if (!force) {
     const DeviceBuffer out(tensor_bytes(y_dims(g), g.dtype));
@@ -1302,7 +1198,7 @@ StatisticsChoice search_statistics(const CudaBackend& backend, const CudaConvPla
   try {
     const ConvGraph graph(backend.cudnn(), g, ConvDirection::forward, /*with_statistics=*/true);
     const bool tensor_cores = g.dtype != DType::f32 || backend.allow_tf32();
-    for (const GraphEngine& engine : graph.candidates(tensor_cores, graph_candidate_count())) {
+    for (const GraphEngine& engine : graph.candidates(tensor_cores, kGraphCandidates)) {
       log_debug("conv statistics {}x{}x{}x{} -> {} {}x{} {}: {}", g.batch, g.in_channels, g.in_h, g.in_w,
                 g.out_channels, g.kernel_h, g.kernel_w, dtype_name(g.dtype), engine_name(engine));
       const std::unique_ptr<GraphPlan> candidate = GraphPlan::build(graph, engine);
@@ -1332,7 +1228,7 @@ std::shared_ptr<const GraphPlan> choose_statistics_engine(CudaBackend& backend, 
   ConvGeometry g = plan.geometry;
   g.accumulates_input_grad = false;
   const ConvKey key = make_key(g, backend);
-  const ConvStatistics mode = conv_statistics_mode();
+  const KernelChoice mode = backend.options().conv_statistics;
   std::optional<StatisticsChoice> chosen;
   {
     std::lock_guard<std::mutex> lock(cache_mutex());
@@ -1342,7 +1238,7 @@ std::shared_ptr<const GraphPlan> choose_statistics_engine(CudaBackend& backend, 
     const std::shared_ptr<AlgorithmStore> store = algorithm_store();
     const std::string store_key =
         store ? stored_choice_key(g, backend) +
-                    (mode == ConvStatistics::force ? " statistics:force" : " statistics")
+                    (mode == KernelChoice::force ? " statistics:force" : " statistics")
               : std::string();
     if (store) {
       if (auto entry = store->find(store_key)) {
@@ -1390,11 +1286,10 @@ std::shared_ptr<const GraphPlan> choose_statistics_engine(CudaBackend& backend, 
 // The form `plan`'s input runs in (InputForm): decided once per shape and modes, from the cache, the store
 // or choose_input_form; another form than the input as it is puts its plan in plan.inner.
 void take_input_form(CudaBackend& backend, const ConvGeometry& g, CudaConvPlan& plan) {
-  const std::vector<InputForm> forms = input_forms(g, backend.allow_tf32());
+  const std::vector<InputForm> forms = input_forms(g, backend.options());
   if (forms.empty()) return;
-  const ChannelPadding padding = channel_padding_mode();
-  const SpaceToDepth blocks = space_to_depth_mode();
-  const int modes = static_cast<int>(padding) * 3 + static_cast<int>(blocks);
+  const KernelChoice blocks = backend.options().conv_space_to_depth;
+  const int modes = static_cast<int>(blocks);
   const std::pair<ConvKey, int> key{make_key(g, backend), modes};
   std::optional<std::pair<int64_t, int64_t>> chosen;  // (kind, inner channels)
   {
@@ -1410,15 +1305,8 @@ void take_input_form(CudaBackend& backend, const ConvGeometry& g, CudaConvPlan& 
         chosen = {(*entry)[0], (*entry)[1]};
     }
     if (!chosen) {
-      // "force" takes the fastest form of the forced kinds.
-      const bool force = padding == ChannelPadding::force || blocks == SpaceToDepth::force;
-      std::vector<InputForm> candidates;
-      for (const InputForm& f : forms) {
-        const bool forced =
-            f.kind == InputForm::blocks ? blocks == SpaceToDepth::force : padding == ChannelPadding::force;
-        if (!force || forced) candidates.push_back(f);
-      }
-      const InputForm f = choose_input_form(backend, g, plan, candidates, force);
+      // "force" takes the fastest other form whatever the times.
+      const InputForm f = choose_input_form(backend, g, plan, forms, blocks == KernelChoice::force);
       chosen = {f.kind, f.kind == InputForm::as_is ? g.in_channels : f.inner.in_channels};
       if (store) store->put(store_key, {chosen->first, chosen->second});
     }
@@ -1438,7 +1326,8 @@ void take_input_form(CudaBackend& backend, const ConvGeometry& g, CudaConvPlan& 
 std::unique_ptr<ConvPlan> CudaBackend::plan_conv(const ConvGeometry& g) {
   std::unique_ptr<CudaConvPlan> plan = searched_plan(*this, g);
   take_input_form(*this, g, *plan);
-  if (!plan->inner && statistics_shape(g)) plan->statistics_plan = choose_statistics_engine(*this, *plan);
+  if (!plan->inner && statistics_shape(g, options_))
+    plan->statistics_plan = choose_statistics_engine(*this, *plan);
   return plan;
 }
 
@@ -1546,12 +1435,8 @@ std::string describe_cuda_conv_plan(const ConvPlan& plan) {
   if (p.inner) {
     const ConvGeometry& g = p.geometry;
     const ConvGeometry& in = p.inner->geometry;
-    if (p.form.kind == cuda::InputForm::blocks) {
-      return fmt::format("input as 2x2 blocks {}x{}x{} -> {}x{}x{}, {}x{} stride 1: {}", g.in_channels,
-                         g.in_h, g.in_w, in.in_channels, in.in_h, in.in_w, in.kernel_h, in.kernel_w,
-                         describe_cuda_conv_plan(*p.inner));
-    }
-    return fmt::format("input channels padded {} -> {}: {}", g.in_channels, in.in_channels,
+    return fmt::format("input as 2x2 blocks {}x{}x{} -> {}x{}x{}, {}x{} stride 1: {}", g.in_channels, g.in_h,
+                       g.in_w, in.in_channels, in.in_h, in.in_w, in.kernel_h, in.kernel_w,
                        describe_cuda_conv_plan(*p.inner));
   }
   const auto& c = p.choice;
