@@ -14,7 +14,6 @@
 #include <optional>
 
 #include "app/run_setup.h"
-#include "backend/algorithm_store.h"
 #include "backend/backend_factory.h"
 #include "bench/clock_sampler.h"
 #include "bench/gpu_info.h"
@@ -69,8 +68,9 @@ nlohmann::json run_ranks(const RunConfig& config,
   return result;
 }
 
-nlohmann::json bench_rank(const RunConfig& given, parallel::Launch& launch, int slot) {
-  RunSetup s = set_up(given, launch, slot);
+nlohmann::json bench_rank(const RunConfig& given, parallel::Launch& launch, int slot,
+                          const std::shared_ptr<tuning::AlgorithmCache>& algorithms) {
+  RunSetup s = set_up(given, launch, slot, algorithms);
   const RunConfig config = with_scaled_lr(s.config, s.comm->size());
   Trainer& trainer = *s.trainer;
   const int64_t images_per_step = trainer.images_per_step();
@@ -214,11 +214,15 @@ nlohmann::json bench_rank(const RunConfig& given, parallel::Launch& launch, int 
 nlohmann::json run_train(const RunConfig& given) {
   // SIGINT/SIGTERM stop the run after the step under way, its state saved first (stop_if_asked).
   defer_stop_to_safe_points();
-  return run_ranks(given, [&](parallel::Launch& launch, int slot) { return train_rank(given, launch, slot); });
+  const std::shared_ptr<tuning::AlgorithmCache> algorithms = open_algorithm_cache(given);
+  return run_ranks(
+      given, [&](parallel::Launch& launch, int slot) { return train_rank(given, launch, slot, algorithms); });
 }
 
 nlohmann::json run_bench(const RunConfig& given) {
-  return run_ranks(given, [&](parallel::Launch& launch, int slot) { return bench_rank(given, launch, slot); });
+  const std::shared_ptr<tuning::AlgorithmCache> algorithms = open_algorithm_cache(given);
+  return run_ranks(
+      given, [&](parallel::Launch& launch, int slot) { return bench_rank(given, launch, slot, algorithms); });
 }
 
 }  // namespace dlbench

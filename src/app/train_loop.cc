@@ -12,7 +12,6 @@
 #include <optional>
 
 #include "app/run_setup.h"
-#include "backend/algorithm_store.h"
 #include "backend/backend_factory.h"
 #include "bench/clock_sampler.h"
 #include "bench/gpu_info.h"
@@ -32,9 +31,9 @@
 #include "data/image_dataset.h"
 #include "data/shard.h"
 #include "data/synthetic.h"
+#include "models/resnet.h"
 #include "parallel/config_check.h"
 #include "parallel/launch.h"
-#include "models/resnet.h"
 #include "train/checkpoint.h"
 #include "train/lr_schedule.h"
 #include "train/memory_fit.h"
@@ -173,13 +172,14 @@ void log_mlperf_start(MlperfLog& mllog, const RunConfig& config, RunSetup& s, in
 
 }  // namespace
 
-nlohmann::json train_rank(const RunConfig& given, parallel::Launch& launch, int slot) {
+nlohmann::json train_rank(const RunConfig& given, parallel::Launch& launch, int slot,
+                          std::shared_ptr<tuning::AlgorithmCache> algorithms) {
   // Only rank 0 logs (every rank could not open the same file in threads mode); the rank is known after
   // set-up, so init_start is stamped with the time before it.
   const auto init_start_ms = std::chrono::duration_cast<std::chrono::milliseconds>(
                                  std::chrono::system_clock::now().time_since_epoch())
                                  .count();
-  RunSetup s = set_up(given, launch, slot);
+  RunSetup s = set_up(given, launch, slot, std::move(algorithms));
   const int rank = s.comm->rank(), ranks = s.comm->size();
   MlperfLog mllog(rank == 0 ? given.mlperf_log_path : std::string());
   const RunConfig config = with_scaled_lr(s.config, ranks);

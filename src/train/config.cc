@@ -287,7 +287,8 @@ void resolve_config(RunConfig& c, bool cuda_available) {
         {"--trace", c.trace_path, PathRole::writes_file},
         {"--checkpoint", c.checkpoint_path, PathRole::writes_file},
         {"--mlperf-log", c.mlperf_log_path, PathRole::writes_file},
-        {"--algorithm-cache", c.algorithm_cache, PathRole::writes_file},
+        {"--algorithm-cache", c.algorithm_cache == "none" ? std::string() : c.algorithm_cache,
+         PathRole::writes_file},
         {"--resume", continues_resume ? std::string() : c.resume_path, PathRole::reads_file}};
     if (c.data_kind == "images") {
       uses.push_back({"--data", c.data, PathRole::reads_tree});

@@ -13,7 +13,9 @@
 #include <tuple>
 
 #include "backend/cuda/cuda_backend.h"
+#include "backend/tuning/algorithm_cache.h"
 #include "cuda_test_util.h"
+#include "temp_dir.h"
 
 namespace dlbench {
 namespace {
@@ -207,10 +209,36 @@ TEST_F(CudaConvTest, SearchIsCachedPerShape) {
       << "fp32 without TF32 must not use tensor cores: " << describe_cuda_conv_plan(*p32);
 }
 
+// A choice saved in a cache file serves a backend given the file later, as a second process would: the
+// same algorithms, no search, and the file names the machine.
+TEST_F(CudaConvTest, ChoicesSurviveInTheCacheFile) {
+  const dlbench::testing::TempDir dir;
+  const std::string path = dir.file("algorithms.json");
+  ConvGeometry g;
+  g.batch = 2, g.in_channels = 32, g.in_h = g.in_w = 7, g.out_channels = 32, g.kernel_h = g.kernel_w = 3;
+  g.pad_h = g.pad_w = 1, g.layout = Layout::nhwc, g.dtype = DType::f16;
+  std::string searched;
+  {
+    auto cache = std::make_shared<tuning::AlgorithmCache>(path);
+    auto gpu = make_cuda_backend(0, {}, cache);
+    searched = describe_cuda_conv_plan(*gpu->plan_conv(g));
+    EXPECT_EQ(searched.find("[cached search]"), std::string::npos) << searched;
+    cache->save();
+  }
+  auto cache = std::make_shared<tuning::AlgorithmCache>(path);
+  auto gpu = make_cuda_backend(0, {}, cache);
+  EXPECT_GT(cache->read_from_file(), 0u) << cache->load_note();
+  const std::string read = describe_cuda_conv_plan(*gpu->plan_conv(g));
+  EXPECT_NE(read.find("[cached search]"), std::string::npos) << read;
+  EXPECT_EQ(searched.substr(0, searched.find(" [")), read.substr(0, read.find(" [")));
+}
+
 TEST_F(CudaConvTest, GpusOfOneModelShareTheSearch) {
   if (cuda_device_count() < 2) GTEST_SKIP() << "one GPU: nothing to share";
-  auto gpu0 = make_backend("cuda", Device{DeviceKind::cuda, 0}, 0);
-  auto gpu1 = make_backend("cuda", Device{DeviceKind::cuda, 1}, 0);
+  // One algorithm cache, as a launch hands its backends.
+  auto algorithms = std::make_shared<tuning::AlgorithmCache>();
+  auto gpu0 = make_backend("cuda", Device{DeviceKind::cuda, 0}, 0, {}, algorithms);
+  auto gpu1 = make_backend("cuda", Device{DeviceKind::cuda, 1}, 0, {}, algorithms);
   if (gpu0->device_memory()->name != gpu1->device_memory()->name) GTEST_SKIP() << "GPUs of two models";
   ConvGeometry g;
   g.batch = 5, g.in_channels = 16, g.in_h = g.in_w = 7, g.out_channels = 24, g.kernel_h = g.kernel_w = 3;

@@ -119,14 +119,12 @@ TEST(BadInput, TraceSummaryOfNoTrace) {
   expect_one_line_error(run_dlbench("trace-summary /nonexistent/trace.json"), "/nonexistent/trace.json");
 }
 
-TEST(BadInput, AlgorithmCacheThatIsNotOneOrCannotBeWritten) {
+// A cache file that cannot be written is refused before any work; one that is not a cache is ignored and
+// rebuilt (tests/backend_tuning).
+TEST(BadInput, AlgorithmCacheThatCannotBeWritten) {
   expect_one_line_error(
       run_dlbench("bench --model resnet20 --algorithm-cache /nonexistent/dir/algorithms.json"),
       "/nonexistent/dir/algorithms.json");
-  const std::string path = (temp_dir("algorithm_cache") / "algorithms.json").string();
-  std::ofstream(path) << "[1, 2, 3]\n";
-  expect_one_line_error(run_dlbench("bench --model resnet20 --algorithm-cache " + path),
-                        "not a dlbench algorithm cache");
 }
 
 TEST(BadInput, ConflictingEpochsAndSteps) {

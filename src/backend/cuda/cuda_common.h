@@ -25,6 +25,7 @@
 #include "backend/cuda/cuda_backend.h"
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda_options.h"
+#include "backend/tuning/algorithm_cache.h"
 #include "core/status.h"
 
 namespace dlbench::cuda {
@@ -143,7 +144,7 @@ class WorkspaceLayout {
 
 class CudaBackend final : public Backend {
  public:
-  CudaBackend(int device, const CudaOptions& options);
+  CudaBackend(int device, const CudaOptions& options, std::shared_ptr<tuning::AlgorithmCache> algorithms);
   ~CudaBackend() override;
   CudaBackend(const CudaBackend&) = delete;
   CudaBackend& operator=(const CudaBackend&) = delete;
@@ -155,6 +156,10 @@ class CudaBackend final : public Backend {
   bool allow_tf32() const { return options_.allow_tf32; }
   // The largest workspace one convolution direction may take (--conv-workspace-mb).
   size_t conv_workspace_limit() const { return options_.conv_workspace_limit; }
+  // Where the searches' choices are kept (shared with the launch's other backends).
+  tuning::AlgorithmCache& algorithms() const { return *algorithms_; }
+  // The GPU model, driver and library versions the choices hold for.
+  tuning::MachineKey machine_key() const;
   cudaStream_t stream() const { return stream_; }
   cudnnHandle_t cudnn() const { return cudnn_; }
   cublasHandle_t cublas() const { return cublas_; }
@@ -281,6 +286,7 @@ class CudaBackend final : public Backend {
  private:
   int device_;
   CudaOptions options_;
+  std::shared_ptr<tuning::AlgorithmCache> algorithms_;
   cudaStream_t stream_ = nullptr;
   cudnnHandle_t cudnn_ = nullptr;
   cublasHandle_t cublas_ = nullptr;

@@ -5,11 +5,12 @@
 // after it: cuBLAS's GEMM where the shape is one (below), the legacy algorithms cuDNN's heuristic lists
 // (search_legacy), then the graph-API engines (below). A candidate far slower than the fastest so far is
 // given up after one call. A search costs tens to hundreds of milliseconds, and a ResNet repeats a handful
-// of shapes dozens of times, so its result is kept in a process-wide cache keyed by everything that decides
-// it (geometry, dtype, layout, the TF32 switch, the GPU's model): each distinct shape is searched once, and
-// the ranks of one process (--gpus N) run the same choice. The fastest candidate whose workspace fits
-// the backend's conv_workspace_limit() (--conv-workspace-mb) wins; workspace_bytes() is the largest of the
-// three chosen workspaces.
+// of shapes dozens of times, so its result is kept in the launch's algorithm cache (backend/tuning/) keyed
+// by everything that decides it (geometry, dtype, layout, the TF32 switch, the options, the GPU's model):
+// each distinct shape is searched once, and the ranks of one process (--gpus N) run the same choice. Of
+// the candidates whose workspace fits the backend's conv_workspace_limit() (--conv-workspace-mb), the first
+// in a fixed order within the timing noise of the fastest wins (tuning/pick.h); workspace_bytes() is the
+// largest of the three chosen workspaces.
 //
 // An estimate plan (estimate_conv) builds the same descriptors but searches nothing: a shape already
 // searched states its cached choice's workspace, any other one the limit, which no search result can
@@ -76,11 +77,13 @@
 #include <optional>
 #include <vector>
 
-#include "backend/algorithm_store.h"
 #include "backend/conv_blocks.h"
 #include "backend/cuda/cuda_common.h"
 #include "backend/cuda/cudnn_graph.h"
 #include "backend/cuda/kernels.h"
+#include "backend/tuning/algorithm_cache.h"
+#include "backend/tuning/cuda_timing.h"
+#include "backend/tuning/pick.h"
 #include "core/log.h"
 
 namespace dlbench {
@@ -136,26 +139,10 @@ bool uses_gemm(const ConvGeometry& g, const CudaOptions& o) {
   return o.conv_gemm != KernelChoice::off && gemm_shape(g);
 }
 
-// One number per GPU model (by name): the GPUs of one model share their searches' results.
-int64_t gpu_model_id(int device_index) {
-  static std::mutex mutex;
-  static std::map<int, int64_t> by_device;
-  static std::map<std::string, int64_t> by_name;
-  std::lock_guard<std::mutex> lock(mutex);
-  if (auto it = by_device.find(device_index); it != by_device.end()) return it->second;
-  cudaDeviceProp properties{};
-  CUDA_CHECK(cudaGetDeviceProperties(&properties, device_index));
-  const int64_t id = by_name.emplace(properties.name, static_cast<int64_t>(by_name.size())).first->second;
-  by_device[device_index] = id;
-  return id;
-}
-
-// Everything the search result depends on: the geometry, dtype, layout, the TF32 switch, the workspace
-// limit and the GPU's model. Not the GPU itself: with --gpus N, the ranks' threads search the same shapes
-// at the same time, and the first result stored is the one every rank runs (plan_conv), so all ranks run
-// the same kernels instead of each its own near-equal pick. Also the graph-engine mode and whether the
-// input gradient accumulates (the backward data is searched with beta = 1 then).
-using ConvKey = std::array<int64_t, 19>;
+// A shape's graph-API plans in the backend's table (CudaBackend::graph_plan): the geometry, dtype, layout,
+// the TF32 switch, the workspace limit, the graph-engine and GEMM modes and whether the input gradient
+// accumulates (the backward data is searched with beta = 1 then).
+using ConvKey = std::array<int64_t, 18>;
 
 ConvKey make_key(const ConvGeometry& g, const CudaBackend& backend) {
   const CudaOptions& o = backend.options();
@@ -174,23 +161,16 @@ ConvKey make_key(const ConvGeometry& g, const CudaBackend& backend) {
           static_cast<int64_t>(g.layout),
           backend.allow_tf32() ? 1 : 0,
           static_cast<int64_t>(backend.conv_workspace_limit()),
-          gpu_model_id(backend.device().index),
           g.dtype == DType::f64 ? 0 : static_cast<int64_t>(o.conv_graph),
           g.accumulates_input_grad ? 1 : 0,
           uses_gemm(g, o) ? static_cast<int64_t>(o.conv_gemm) : 0};
 }
 
-std::mutex& cache_mutex() {
-  static std::mutex mutex;
-  return mutex;
-}
-std::map<ConvKey, ConvChoice>& choice_cache() {
-  static std::map<ConvKey, ConvChoice> cache;
-  return cache;
-}
-
-// The key of a choice in --algorithm-cache: what make_key holds, with the GPU's model and cuDNN's version
-// in place of the device index, so that a file serves every GPU of one model and no other library.
+// The key of a shape's choice in the algorithm cache (backend/tuning/algorithm_cache.h): everything the
+// search result depends on — the geometry, dtype, layout, the TF32 switch, the workspace limit, the
+// options that decide the candidates, whether the input gradient accumulates — and the GPU's model. Not
+// the GPU itself: with --gpus N, the ranks' threads search the same shapes at the same time, and the
+// first result stored is the one every rank runs, so all ranks run the same kernels.
 std::string stored_choice_key(const ConvGeometry& g, CudaBackend& backend) {
   const CudaOptions& o = backend.options();
   const std::optional<DeviceMemory> device = backend.device_memory();
@@ -208,61 +188,60 @@ std::string stored_choice_key(const ConvGeometry& g, CudaBackend& backend) {
                                                : " gemm:auto");
 }
 
-// A stored choice, per direction: algorithm, math type and median time (microseconds); with graph engines
-// (a key ending " graph:..."), then the engine's global index (-1: none), its time and the legacy
-// algorithm's on the same clock (microseconds), the number of knobs and each knob's type and value; with
-// GEMMs (a key with " gemm:..."), then whether the GEMM runs and its time (microseconds).
+// A choice as the cache holds it, per direction: {"algo", "math", "ms" (the legacy algorithm's time back to
+// back), "engine": {"index", "knobs": [[type, value], ...]} or null, "engine_ms", "gemm", "gemm_ms"}.
 // Workspaces are not stored: finish() asks cuDNN for them.
-std::vector<int64_t> choice_to_integers(const ConvChoice& c, bool with_engines, bool with_gemm) {
-  auto us = [](float ms) { return static_cast<int64_t>(std::lround(ms * 1000.0f)); };
-  std::vector<int64_t> v;
-  for (const AlgoChoice* a : {&c.forward, &c.backward_data, &c.backward_filter}) {
-    v.insert(v.end(), {a->algo, static_cast<int64_t>(a->math), us(a->time_ms)});
-    if (!with_engines) continue;
-    v.insert(v.end(), {a->engine ? a->engine->index : -1, us(a->engine_ms), us(a->legacy_ms),
-                       a->engine ? static_cast<int64_t>(a->engine->knobs.size()) : 0});
-    if (a->engine) {
-      for (const auto& [type, value] : a->engine->knobs) v.insert(v.end(), {type, value});
-    }
-    if (with_gemm) v.insert(v.end(), {a->gemm ? 1 : 0, us(a->gemm_ms)});
-  }
-  return v;
+nlohmann::json engine_to_json(const std::optional<GraphEngine>& engine) {
+  if (!engine) return nullptr;
+  nlohmann::json knobs = nlohmann::json::array();
+  for (const auto& [type, value] : engine->knobs) knobs.push_back({type, value});
+  return {{"index", engine->index}, {"knobs", knobs}};
 }
 
-ConvChoice choice_from_integers(const std::vector<int64_t>& v, bool with_engines, bool with_gemm,
-                                const std::string& path, const std::string& key) {
-  size_t at = 0;
-  auto next = [&]() {
-    DLB_REQUIRE(at < v.size(), "--algorithm-cache {}: entry '{}' ends early ({} numbers)", path, key,
-                v.size());
-    return v[at++];
-  };
-  ConvChoice c;
-  for (AlgoChoice* a : {&c.forward, &c.backward_data, &c.backward_filter}) {
-    a->algo = static_cast<int>(next());
-    a->math = static_cast<cudnnMathType_t>(next());
-    a->time_ms = static_cast<float>(next()) / 1000.0f;
-    if (!with_engines) continue;
-    const int64_t index = next();
-    a->engine_ms = static_cast<float>(next()) / 1000.0f;
-    a->legacy_ms = static_cast<float>(next()) / 1000.0f;
-    const int64_t knobs = next();
-    DLB_REQUIRE(knobs >= 0 && knobs <= CUDNN_KNOB_TYPE_COUNTS,
-                "--algorithm-cache {}: entry '{}' has {} knobs", path, key, knobs);
-    if (index >= 0) a->engine = GraphEngine{index, {}};
-    for (int64_t k = 0; k < knobs; ++k) {
-      const int64_t type = next();
-      const int64_t value = next();
-      if (a->engine) a->engine->knobs.emplace_back(type, value);
-    }
-    if (with_gemm) {
-      a->gemm = next() != 0;
-      a->gemm_ms = static_cast<float>(next()) / 1000.0f;
-    }
+// Nullopt (no engine) for null; throws nlohmann::json's exceptions for a malformed value.
+std::optional<GraphEngine> engine_from_json(const nlohmann::json& j) {
+  if (j.is_null()) return std::nullopt;
+  GraphEngine e{j.at("index").get<int64_t>(), {}};
+  for (const auto& knob : j.at("knobs"))
+    e.knobs.emplace_back(knob.at(0).get<int64_t>(), knob.at(1).get<int64_t>());
+  return e;
+}
+
+constexpr const char* kDirectionKeys[] = {"forward", "backward_data", "backward_filter"};
+
+nlohmann::json choice_to_json(const ConvChoice& c) {
+  nlohmann::json j;
+  const AlgoChoice* directions[] = {&c.forward, &c.backward_data, &c.backward_filter};
+  for (size_t d = 0; d < 3; ++d) {
+    const AlgoChoice& a = *directions[d];
+    j[kDirectionKeys[d]] = {{"algo", a.algo},           {"math", static_cast<int>(a.math)},
+                            {"ms", a.legacy_ms},        {"engine", engine_to_json(a.engine)},
+                            {"engine_ms", a.engine_ms}, {"gemm", a.gemm},
+                            {"gemm_ms", a.gemm_ms}};
   }
-  DLB_REQUIRE(at == v.size(), "--algorithm-cache {}: entry '{}' has {} numbers, not {}", path, key, v.size(),
-              at);
-  return c;
+  return j;
+}
+
+// The choice an entry holds; nullopt when it is not one (the cache then forgets it).
+std::optional<ConvChoice> choice_from_json(const nlohmann::json& j) {
+  try {
+    ConvChoice c;
+    AlgoChoice* directions[] = {&c.forward, &c.backward_data, &c.backward_filter};
+    for (size_t d = 0; d < 3; ++d) {
+      const nlohmann::json& e = j.at(kDirectionKeys[d]);
+      AlgoChoice& a = *directions[d];
+      a.algo = e.at("algo").get<int>();
+      a.math = static_cast<cudnnMathType_t>(e.at("math").get<int>());
+      a.time_ms = a.legacy_ms = e.at("ms").get<float>();
+      a.engine = engine_from_json(e.at("engine"));
+      a.engine_ms = e.at("engine_ms").get<float>();
+      a.gemm = e.at("gemm").get<bool>();
+      a.gemm_ms = e.at("gemm_ms").get<float>();
+    }
+    return c;
+  } catch (const nlohmann::json::exception&) {
+    return std::nullopt;
+  }
 }
 
 // The math type a plan starts the search with (and keeps for FP32 without TF32).
@@ -407,11 +386,6 @@ size_t tensor_bytes(const std::vector<int64_t>& dims, DType dtype) {
   return n * dtype_size(dtype);
 }
 
-// Every candidate is timed in kSearchRounds rounds and its median counts (time_calls): one timing made two
-// algorithms within a few percent of each other a coin toss, and processes chose different mixes (a
-// ResNet-50 fp16 step took 34.5 or 36.5 ms on an H200, bench/results/2026-11-30-gpu-2xh200-scaling/).
-constexpr int kSearchRounds = 3;
-
 // The buffers a search runs on: x, w, y of the geometry (zeros: uninitialised memory may hold NaN or
 // denormal patterns that slow some algorithms down) and as much workspace as the limit allows and the GPU
 // has free (halving on failure).
@@ -543,28 +517,6 @@ void from_inner_filter_grad(const ConvGeometry& g, const InputForm& f, const voi
                   g.in_channels, f.w_off_h, f.w_off_w, dw, g.dtype, accumulate, stream);
 }
 
-// Two CUDA events around timed work, destroyed with their scope.
-struct EventPair {
-  cudaEvent_t start = nullptr, stop = nullptr;
-  EventPair() {
-    CUDA_CHECK(cudaEventCreate(&start));
-    CUDA_CHECK(cudaEventCreate(&stop));
-  }
-  ~EventPair() {
-    cudaEventDestroy(start);
-    cudaEventDestroy(stop);
-  }
-  EventPair(const EventPair&) = delete;
-  EventPair& operator=(const EventPair&) = delete;
-  // Milliseconds between the two, once `stop` is reached.
-  float elapsed_ms() const {
-    CUDA_CHECK(cudaEventSynchronize(stop));
-    float ms = 0;
-    CUDA_CHECK(cudaEventElapsedTime(&ms, start, stop));
-    return ms;
-  }
-};
-
 // Milliseconds one conversion of the input of `g` to form `f` takes (best of three, on scratch).
 double time_input_conversion(const CudaBackend& backend, const ConvGeometry& g, const InputForm& f) {
   const size_t src_bytes =
@@ -573,7 +525,7 @@ double time_input_conversion(const CudaBackend& backend, const ConvGeometry& g, 
   DeviceBuffer src(src_bytes),
       dst(static_cast<size_t>(in.batch * in.in_h * in.in_w * in.in_channels) * dtype_size(g.dtype));
   CUDA_CHECK(cudaMemsetAsync(src.get(), 0, src_bytes, backend.stream()));
-  const EventPair events;
+  const tuning::EventPair events;
   float best = INFINITY;
   for (int round = 0; round < 4; ++round) {  // the first is a warm-up
     CUDA_CHECK(cudaEventRecord(events.start, backend.stream()));
@@ -665,11 +617,11 @@ void finish(const CudaBackend& backend, CudaConvPlan& plan) {
     graph_plan = nullptr;
     if (!a.engine) continue;
     const ConvKey shape = make_key(g, backend);
-    std::vector<int64_t> key(shape.begin(), shape.end());
-    key.insert(key.end(), {static_cast<int64_t>(d), a.engine->index});
-    for (const auto& [type, value] : a.engine->knobs) key.insert(key.end(), {type, value});
+    std::vector<int64_t> plan_key(shape.begin(), shape.end());
+    plan_key.insert(plan_key.end(), {static_cast<int64_t>(d), a.engine->index});
+    for (const auto& [type, value] : a.engine->knobs) plan_key.insert(plan_key.end(), {type, value});
     const GraphEngine engine = *a.engine;
-    graph_plan = backend.graph_plan(key, [&]() -> std::unique_ptr<GraphPlan> {
+    graph_plan = backend.graph_plan(plan_key, [&]() -> std::unique_ptr<GraphPlan> {
       try {
         const ConvGraph graph(backend.cudnn(), g, d);
         return GraphPlan::build(graph, engine);
@@ -780,47 +732,33 @@ void run_direction(const CudaBackend& backend, const CudaConvPlan& p, ConvDirect
   CUDNN_CHECK(run_legacy(backend.cudnn(), p, d, a, x, w, y, workspace, s));
 }
 
-// Median over kSearchRounds rounds of the mean time of kCallsPerRound calls of `run` (a cuDNN call on the
-// backend's stream), after one warm-up call; nothing when a call fails. Each round's calls are queued
-// behind hold_stream, so they run back to back as in the step's CUDA graph: timed as calls on an idle
-// stream, a small convolution's time is mostly the API's host work while the GPU waits. cudnnFind's
-// times include that work: 0.16-0.24 ms for 1x1 FP16 convolutions at batch 256 on an H200 that run in
-// 0.04 ms back to back, whichever of the legacy algorithm or a graph engine (the same kernels there).
-constexpr int kCallsPerRound = 3;
-constexpr double kQueueAheadMicroseconds = 2000;
-
-//
-// With `give_up_ms`, a candidate whose first round (one call) takes longer is timed no further: its time is
-// that call's (it cannot win, and a slow algorithm's rounds are what make a search long).
+// The timing harness (tuning/cuda_timing.h) on the backend's stream, for calls that return a cuDNN status.
 template <typename Run>
 std::optional<float> time_calls(const CudaBackend& backend, const Run& run,
                                 float give_up_ms = std::numeric_limits<float>::infinity()) {
-  cudaStream_t stream = backend.stream();
-  if (run() != CUDNN_STATUS_SUCCESS) return std::nullopt;  // warm-up: first-call costs
-  const EventPair events;
-  const bool may_give_up = give_up_ms < std::numeric_limits<float>::infinity();
-  std::vector<float> rounds;
-  for (int round = 0; round < kSearchRounds; ++round) {
-    // The first round that may give up is one call: a slow algorithm costs two calls, warm-up included.
-    const int calls = round == 0 && may_give_up ? 1 : kCallsPerRound;
-    hold_stream(kQueueAheadMicroseconds, stream);
-    CUDA_CHECK(cudaEventRecord(events.start, stream));
-    for (int call = 0; call < calls; ++call)
-      if (run() != CUDNN_STATUS_SUCCESS) return std::nullopt;
-    CUDA_CHECK(cudaEventRecord(events.stop, stream));
-    rounds.push_back(events.elapsed_ms() / calls);
-    if (rounds.back() > give_up_ms) return rounds.back();
-  }
-  std::sort(rounds.begin(), rounds.end());
-  return rounds[rounds.size() / 2];
+  return tuning::time_calls(
+      backend.stream(), [&] { return run() == CUDNN_STATUS_SUCCESS; }, give_up_ms);
+}
+using tuning::give_up_time;
+
+// Names a pick whose two fastest candidates were close in the run's result (through the cache).
+void note_close_call(const CudaBackend& backend, const std::string& key, const char* what,
+                     const tuning::Pick& pick) {
+  if (pick.close())
+    backend.algorithms().record_close_call(
+        {fmt::format("{} {}", key, what), pick.ms, pick.fastest_ms, pick.second_ms});
 }
 
-// A candidate whose first timed call is this many times slower than the fastest of its direction so far
-// (a legacy algorithm's, an engine's or the GEMM's) is timed no further (time_calls).
-constexpr float kGiveUpFactor = 3;
-
-float give_up_time(std::optional<float> fastest) {
-  return fastest ? kGiveUpFactor * *fastest : std::numeric_limits<float>::infinity();
+// Moves the candidate the rule picks (tuning/pick.h: the first in `timed`'s order within the timing noise
+// of the fastest) to the front of `timed`; nullopt when it is empty.
+std::optional<tuning::Pick> pick_first(std::vector<AlgoChoice>& timed) {
+  std::vector<double> ms;
+  for (const AlgoChoice& a : timed) ms.push_back(a.time_ms);
+  const std::optional<tuning::Pick> pick = tuning::pick_within_noise(ms);
+  if (pick)
+    std::rotate(timed.begin(), timed.begin() + static_cast<std::ptrdiff_t>(pick->index),
+                timed.begin() + static_cast<std::ptrdiff_t>(pick->index) + 1);
+  return pick;
 }
 
 // cuBLAS's GEMM time of each direction of the 1x1 convolution `plan`, back to back like the engines (with
@@ -843,7 +781,8 @@ GemmTimes time_gemm(const CudaBackend& backend, const CudaConvPlan& plan, const 
   return times;
 }
 
-// Per direction (ConvDirection's order), the legacy algorithms that ran, fastest first.
+// Per direction (ConvDirection's order), the legacy algorithms that ran, in the heuristic's order but for
+// the one the rule picked (tuning/pick.h), which comes first.
 using LegacyRanking = std::array<std::vector<AlgoChoice>, 3>;
 
 // The legacy algorithms of each direction, ranked on the clock of the engines and the GEMM: cuDNN's
@@ -854,7 +793,7 @@ using LegacyRanking = std::array<std::vector<AlgoChoice>, 3>;
 // (kSearchRounds): cuDNN's FP32 NHWC algorithms take up to 110 ms a call where the GEMM takes 1.5, and the
 // first FP32 NHWC start without an algorithm cache took 50 s.
 LegacyRanking search_legacy(const CudaBackend& backend, CudaConvPlan& plan, const SearchScratch& scratch,
-                            const GemmTimes& gemm) {
+                            const GemmTimes& gemm, const std::string& key) {
   const ConvGeometry& g = plan.geometry;
   cudnnHandle_t handle = backend.cudnn();
   void *x = scratch.x.get(), *w = scratch.w.get(), *y = scratch.y.get(), *ws = scratch.ws.get();
@@ -915,12 +854,11 @@ LegacyRanking search_legacy(const CudaBackend& backend, CudaConvPlan& plan, cons
           backend, [&] { return run_legacy(handle, plan, d, a, x, w, y, ws, s); }, give_up_time(fastest));
       if (!ms) continue;
       a.time_ms = a.legacy_ms = *ms;
-      // Fastest first; a tie keeps the heuristic's order.
-      ranked.insert(std::upper_bound(ranked.begin(), ranked.end(), a.time_ms,
-                                     [](float t, const AlgoChoice& r) { return t < r.time_ms; }),
-                    a);
+      ranked.push_back(a);
       if (!fastest || *ms < *fastest) fastest = *ms;
     }
+    if (const std::optional<tuning::Pick> pick = pick_first(ranked))
+      note_close_call(backend, key, fmt::format("{} legacy", direction_name(d)).c_str(), *pick);
     DLB_CHECK(!ranked.empty(),
               "conv: no {} algorithm of cuDNN ran within {} bytes of workspace for {}x{}x{}x{} -> {} ({}x{} "
               "stride {}x{} pad {}x{}, {} {})",
@@ -934,10 +872,12 @@ LegacyRanking search_legacy(const CudaBackend& backend, CudaConvPlan& plan, cons
 
 // Times, back to back, the graph engines the heuristics offer for each direction of `plan`, on the search's
 // scratch buffers, after its legacy algorithms (search_legacy) and the GEMM (`gemm`); records in
-// `plan.choice` the fastest legacy algorithm and the fastest engine, which runs instead where it beats the
-// legacy algorithm (or whatever the times with `force`).
+// `plan.choice` the legacy algorithm the rule picked and the engine that runs instead where the rule picks
+// one over it: in the order legacy algorithm, then the engines in the heuristics' order (with `force`, the
+// engines alone).
 void search_graph_engines(const CudaBackend& backend, CudaConvPlan& plan, const LegacyRanking& ranking,
-                          const SearchScratch& scratch, const GemmTimes& gemm, bool force) {
+                          const SearchScratch& scratch, const GemmTimes& gemm, bool force,
+                          const std::string& key) {
   const ConvGeometry& g = plan.geometry;
   cudnnHandle_t handle = backend.cudnn();
   void *x = scratch.x.get(), *w = scratch.w.get(), *y = scratch.y.get(), *ws = scratch.ws.get();
@@ -957,8 +897,9 @@ void search_graph_engines(const CudaBackend& backend, CudaConvPlan& plan, const 
     }
     const std::optional<float>& gemm_ms = gemm[static_cast<size_t>(d)];
     float fastest = gemm_ms ? std::min(*gemm_ms, a.legacy_ms) : a.legacy_ms;
-    std::optional<GraphEngine> best;
-    float best_ms = 0;
+    // Candidate 0 is the legacy algorithm (not with `force`), then the engines that ran, in order.
+    std::vector<GraphEngine> timed{GraphEngine{}};
+    std::vector<double> ms_of{force ? INFINITY : static_cast<double>(a.legacy_ms)};
     for (const GraphEngine& engine : engines) {
       const std::unique_ptr<GraphPlan> candidate = GraphPlan::build(*graph, engine);
       if (!candidate || candidate->workspace_bytes() > limit) continue;
@@ -966,27 +907,34 @@ void search_graph_engines(const CudaBackend& backend, CudaConvPlan& plan, const 
       const std::optional<float> ms = time_calls(
           backend, [&] { return candidate->execute(x, w, y, ws); },
           force ? std::numeric_limits<float>::infinity() : give_up_time(fastest));
-      if (ms && (!best || *ms < best_ms)) {
-        best = engine;
-        best_ms = *ms;
-      }
-      if (ms) fastest = std::min(fastest, *ms);
+      if (!ms) continue;
+      timed.push_back(engine);
+      ms_of.push_back(*ms);
+      fastest = std::min(fastest, *ms);
     }
-    if (best && (force || best_ms < a.legacy_ms)) {
-      a.engine = best;
-      a.engine_ms = best_ms;
+    const std::optional<tuning::Pick> pick = tuning::pick_within_noise(ms_of);
+    if (!pick) continue;
+    note_close_call(backend, key, fmt::format("{} engine", direction_name(d)).c_str(), *pick);
+    if (pick->index > 0) {
+      a.engine = timed[pick->index];
+      a.engine_ms = static_cast<float>(pick->ms);
     }
   }
   CUDA_CHECK(cudaStreamSynchronize(backend.stream()));  // the scratch buffers are freed next
 }
 
-// Chooses the GEMM for each direction where it beats what the direction runs (with `force`, wherever it
-// ran).
-void choose_gemm(CudaConvPlan& plan, const GemmTimes& times, bool force) {
+// Chooses the GEMM for each direction where the rule picks it after what the direction runs (with `force`,
+// wherever it ran).
+void choose_gemm(const CudaBackend& backend, CudaConvPlan& plan, const GemmTimes& times, bool force,
+                 const std::string& key) {
   for (ConvDirection d : kDirections) {
     AlgoChoice& a = direction_choice(plan.choice, d);
     const std::optional<float>& ms = times[static_cast<size_t>(d)];
-    if (ms && (force || *ms < a.run_ms())) {
+    if (!ms) continue;
+    const double order[] = {static_cast<double>(a.run_ms()), static_cast<double>(*ms)};
+    const std::optional<tuning::Pick> pick = tuning::pick_within_noise(order);
+    if (!force) note_close_call(backend, key, fmt::format("{} gemm", direction_name(d)).c_str(), *pick);
+    if (force || pick->index == 1) {
       a.gemm = true;
       a.gemm_ms = *ms;
     }
@@ -1002,12 +950,10 @@ void assume_workspace_limit(CudaConvPlan& p, size_t limit) {
 
 std::unique_ptr<ConvPlan> CudaBackend::estimate_conv(const ConvGeometry& g) {
   auto plan = new_plan(*this, g);
-  const ConvKey key = make_key(g, *this);
-  std::lock_guard<std::mutex> lock(cache_mutex());
-  auto it = choice_cache().find(key);
-  if (it != choice_cache().end()) {
+  const std::optional<nlohmann::json> entry = algorithms().find(stored_choice_key(g, *this));
+  if (const std::optional<ConvChoice> choice = entry ? choice_from_json(*entry) : std::nullopt) {
     // A run plan would take this choice: the same sizes.
-    plan->choice = it->second;
+    plan->choice = *choice;
     plan->from_cache = true;
     finish(*this, *plan);
   } else {
@@ -1032,64 +978,43 @@ std::unique_ptr<ConvPlan> CudaBackend::estimate_conv(const ConvGeometry& g) {
 
 namespace {
 
-// The plan of `g` as it is, its algorithms from the cache, the store or a search.
+// The plan of `g` as it is, its algorithms from the cache or a search (recorded there).
 std::unique_ptr<CudaConvPlan> searched_plan(CudaBackend& backend, const ConvGeometry& g) {
   auto plan = new_plan(backend, g);
-  const ConvKey key = make_key(g, backend);
-  bool cached = false;
-  {
-    std::lock_guard<std::mutex> lock(cache_mutex());
-    auto it = choice_cache().find(key);
-    if (it != choice_cache().end()) {
-      plan->choice = it->second;
-      cached = true;
-    }
+  tuning::AlgorithmCache& cache = backend.algorithms();
+  const std::string key = stored_choice_key(g, backend);
+  std::optional<ConvChoice> cached;
+  if (const std::optional<nlohmann::json> entry = cache.find(key)) {
+    cached = choice_from_json(*entry);
+    if (!cached) cache.forget(key, "is not a convolution's choice");
   }
-  if (!cached) {
-    // From --algorithm-cache if it has this shape, else searched (outside the lock: it takes a while; two
-    // threads racing on one shape both search, harmlessly) and recorded there.
-    const std::shared_ptr<AlgorithmStore> store = algorithm_store();
-    const std::string store_key = store ? stored_choice_key(g, backend) : std::string();
-    std::optional<ConvChoice> stored;
+  if (cached) {
+    plan->choice = *cached;
+  } else {
+    // Searched outside any lock (it takes a while; two threads racing on one shape both search, and the
+    // first recorded is what both run).
     const CudaOptions& o = backend.options();
     const bool with_engines = uses_graph_engines(g, o), with_gemm = uses_gemm(g, o);
-    if (store) {
-      if (auto entry = store->find(store_key))
-        stored = choice_from_integers(*entry, with_engines, with_gemm, store->path(), store_key);
-    }
-    if (stored) {
-      plan->choice = *stored;
-    } else {
-      const auto started = std::chrono::steady_clock::now();
-      const SearchScratch scratch = search_scratch(backend, g);
-      // A shape the GEMM can run times it first: the candidates far slower than it are given up early.
-      const GemmTimes gemm = with_gemm ? time_gemm(backend, *plan, scratch) : GemmTimes{};
-      const LegacyRanking ranking = search_legacy(backend, *plan, scratch, gemm);
-      plan->choice = ConvChoice{ranking[0].front(), ranking[1].front(), ranking[2].front()};
-      if (with_engines)
-        search_graph_engines(backend, *plan, ranking, scratch, gemm, o.conv_graph == KernelChoice::force);
-      if (with_gemm) choose_gemm(*plan, gemm, o.conv_gemm == KernelChoice::force);
-      log_debug("conv search {}x{}x{}x{} -> {} {}x{} stride {} {} {}: {:.2f} s", g.batch, g.in_channels,
-                g.in_h, g.in_w, g.out_channels, g.kernel_h, g.kernel_w, g.stride_h, dtype_name(g.dtype),
-                layout_name(g.layout),
-                std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count());
-      if (store) store->put(store_key, choice_to_integers(plan->choice, with_engines, with_gemm));
-    }
-    std::lock_guard<std::mutex> lock(cache_mutex());
-    plan->choice = choice_cache().emplace(key, plan->choice).first->second;
+    const auto started = std::chrono::steady_clock::now();
+    const SearchScratch scratch = search_scratch(backend, g);
+    // A shape the GEMM can run times it first: the candidates far slower than it are given up early.
+    const GemmTimes gemm = with_gemm ? time_gemm(backend, *plan, scratch) : GemmTimes{};
+    const LegacyRanking ranking = search_legacy(backend, *plan, scratch, gemm, key);
+    plan->choice = ConvChoice{ranking[0].front(), ranking[1].front(), ranking[2].front()};
+    if (with_engines)
+      search_graph_engines(backend, *plan, ranking, scratch, gemm, o.conv_graph == KernelChoice::force, key);
+    if (with_gemm) choose_gemm(backend, *plan, gemm, o.conv_gemm == KernelChoice::force, key);
+    log_debug("conv search {}x{}x{}x{} -> {} {}x{} stride {} {} {}: {:.2f} s", g.batch, g.in_channels, g.in_h,
+              g.in_w, g.out_channels, g.kernel_h, g.kernel_w, g.stride_h, dtype_name(g.dtype),
+              layout_name(g.layout),
+              std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count());
+    // What another rank recorded first, if one did, is what this one runs too.
+    plan->choice = choice_from_json(cache.put(key, choice_to_json(plan->choice))).value_or(plan->choice);
   }
-  plan->from_cache = cached;
+  plan->from_cache = cached.has_value();
 
   finish(backend, *plan);
   return plan;
-}
-
-// The form a convolution's input takes (InputForm), decided once per shape and modes, like the algorithms:
-// for the process (every rank of --gpus N runs the same kernels) and in --algorithm-cache; stored as
-// (kind, the inner input's channels).
-std::map<std::pair<ConvKey, int>, std::pair<int64_t, int64_t>>& form_cache() {
-  static std::map<std::pair<ConvKey, int>, std::pair<int64_t, int64_t>> cache;
-  return cache;
 }
 
 // The fastest of `g` as it is and `g` in each of `forms`, for what a layer runs every step: the forward and
@@ -1141,12 +1066,6 @@ struct StatisticsChoice {
   float ms = 0;
 };
 
-// By shape and mode (auto or force).
-std::map<std::pair<ConvKey, KernelChoice>, StatisticsChoice>& statistics_cache() {
-  static std::map<std::pair<ConvKey, KernelChoice>, StatisticsChoice> cache;
-  return cache;
-}
-
 // What the batch norm after the convolution spends on its statistics pass over y (`y`, scratch): its
 // training forward on the own kernels (no fusion; the pass does not depend on it) timed back to back with
 // its statistics made from y and from given sums, the difference. `out` is a scratch of y's size.
@@ -1180,9 +1099,10 @@ bool statistics_shape(const ConvGeometry& g, const CudaOptions& o) {
          g.out_channels % 4 == 0;
 }
 
-// Times the engines of the forward-with-statistics graph back to back on scratch buffers; the fastest that
-// is worth it (all of them with force), or none.
-StatisticsChoice search_statistics(const CudaBackend& backend, const CudaConvPlan& plan) {
+// Times the engines of the forward-with-statistics graph back to back on scratch buffers; of those worth it
+// (all of them with force), the one the rule picks in the heuristics' order (tuning/pick.h), or none.
+StatisticsChoice search_statistics(const CudaBackend& backend, const CudaConvPlan& plan,
+                                   const std::string& key) {
   const ConvGeometry& g = plan.geometry;
   const SearchScratch scratch = search_scratch(backend, g);
   const DeviceBuffer sums(static_cast<size_t>(2 * g.out_channels) * sizeof(float));
@@ -1194,7 +1114,8 @@ StatisticsChoice search_statistics(const CudaBackend& backend, const CudaConvPla
     const DeviceBuffer out(tensor_bytes(y_dims(g), g.dtype));
     worth = plan.choice.forward.run_ms() + statistics_pass_ms(backend, g, scratch.y.get(), out.get());
   }
-  StatisticsChoice best;
+  std::vector<GraphEngine> worth_it;
+  std::vector<double> ms_of;
   try {
     const ConvGraph graph(backend.cudnn(), g, ConvDirection::forward, /*with_statistics=*/true);
     const bool tensor_cores = g.dtype != DType::f32 || backend.allow_tf32();
@@ -1211,65 +1132,53 @@ StatisticsChoice search_statistics(const CudaBackend& backend, const CudaConvPla
                                       sum, sum + g.out_channels);
           },
           give_up_time(worth));
-      if (ms && *ms < worth && (!best.engine || *ms < best.ms)) best = {engine, *ms};
+      if (ms && *ms < worth) {
+        worth_it.push_back(engine);
+        ms_of.push_back(*ms);
+      }
     }
   } catch (const Error&) {
     // cuDNN has no such graph for this shape: the batch norm keeps its statistics pass
   }
   CUDA_CHECK(cudaStreamSynchronize(backend.stream()));  // the scratch buffers are freed next
-  return best;
+  const std::optional<tuning::Pick> pick = tuning::pick_within_noise(ms_of);
+  if (!pick) return {};
+  note_close_call(backend, key, "fwd with statistics", *pick);
+  return {worth_it[pick->index], static_cast<float>(pick->ms)};
 }
 
-// The forward-with-statistics plan of `plan` (null: none is worth it), from the cache, the store or a
-// search.
+// The forward-with-statistics plan of `plan` (null: none is worth it), from the cache or a search. The
+// cache's entry: {"engine": {"index", "knobs"} or null, "ms"}.
 std::shared_ptr<const GraphPlan> choose_statistics_engine(CudaBackend& backend, CudaConvPlan& plan) {
   // Keyed by the forward alone: whether the input gradient accumulates (a backward-data matter) must not
   // make a shape search its statistics twice.
   ConvGeometry g = plan.geometry;
   g.accumulates_input_grad = false;
-  const ConvKey key = make_key(g, backend);
   const KernelChoice mode = backend.options().conv_statistics;
+  tuning::AlgorithmCache& cache = backend.algorithms();
+  const std::string key =
+      stored_choice_key(g, backend) + (mode == KernelChoice::force ? " statistics:force" : " statistics");
+  auto from_json = [](const nlohmann::json& j) -> std::optional<StatisticsChoice> {
+    try {
+      return StatisticsChoice{engine_from_json(j.at("engine")), j.at("ms").get<float>()};
+    } catch (const nlohmann::json::exception&) {
+      return std::nullopt;
+    }
+  };
   std::optional<StatisticsChoice> chosen;
-  {
-    std::lock_guard<std::mutex> lock(cache_mutex());
-    if (auto it = statistics_cache().find({key, mode}); it != statistics_cache().end()) chosen = it->second;
+  if (const std::optional<nlohmann::json> entry = cache.find(key)) {
+    chosen = from_json(*entry);
+    if (!chosen) cache.forget(key, "is not a statistics engine");
   }
   if (!chosen) {
-    const std::shared_ptr<AlgorithmStore> store = algorithm_store();
-    const std::string store_key =
-        store ? stored_choice_key(g, backend) +
-                    (mode == KernelChoice::force ? " statistics:force" : " statistics")
-              : std::string();
-    if (store) {
-      if (auto entry = store->find(store_key)) {
-        const std::vector<int64_t>& v = *entry;
-        DLB_REQUIRE(v.size() >= 3 && v[2] >= 0 && v.size() == 3 + 2 * static_cast<size_t>(v[2]),
-                    "--algorithm-cache {}: entry '{}' is not an engine", store->path(), store_key);
-        StatisticsChoice c;
-        if (v[0] >= 0) {
-          c.engine = GraphEngine{v[0], {}};
-          for (size_t k = 3; k < v.size(); k += 2) c.engine->knobs.emplace_back(v[k], v[k + 1]);
-        }
-        c.ms = static_cast<float>(v[1]) / 1000.0f;
-        chosen = c;
-      }
-    }
-    if (!chosen) {
-      chosen = search_statistics(backend, plan);
-      if (store) {
-        std::vector<int64_t> v{chosen->engine ? chosen->engine->index : -1, std::lround(chosen->ms * 1000.0f),
-                               chosen->engine ? static_cast<int64_t>(chosen->engine->knobs.size()) : 0};
-        if (chosen->engine)
-          for (const auto& [type, value] : chosen->engine->knobs) v.insert(v.end(), {type, value});
-        store->put(store_key, v);
-      }
-    }
-    std::lock_guard<std::mutex> lock(cache_mutex());
-    chosen = statistics_cache().emplace(std::pair{key, mode}, *chosen).first->second;
+    const StatisticsChoice searched = search_statistics(backend, plan, key);
+    chosen = from_json(cache.put(key, {{"engine", engine_to_json(searched.engine)}, {"ms", searched.ms}}))
+                 .value_or(searched);
   }
+  const ConvKey shape = make_key(g, backend);
   if (!chosen->engine) return nullptr;
   plan.statistics_ms = chosen->ms;
-  std::vector<int64_t> plan_key(key.begin(), key.end());
+  std::vector<int64_t> plan_key(shape.begin(), shape.end());
   plan_key.insert(plan_key.end(), {-1, chosen->engine->index});  // -1: not a direction's plan
   for (const auto& [type, value] : chosen->engine->knobs) plan_key.insert(plan_key.end(), {type, value});
   const GraphEngine engine = *chosen->engine;
@@ -1283,35 +1192,35 @@ std::shared_ptr<const GraphPlan> choose_statistics_engine(CudaBackend& backend, 
   });
 }
 
-// The form `plan`'s input runs in (InputForm): decided once per shape and modes, from the cache, the store
-// or choose_input_form; another form than the input as it is puts its plan in plan.inner.
+// The form `plan`'s input runs in (InputForm): decided once per shape and mode, from the cache ({"kind",
+// "in_channels"}: the inner input's) or choose_input_form; another form than the input as it is puts its
+// plan in plan.inner.
 void take_input_form(CudaBackend& backend, const ConvGeometry& g, CudaConvPlan& plan) {
   const std::vector<InputForm> forms = input_forms(g, backend.options());
   if (forms.empty()) return;
   const KernelChoice blocks = backend.options().conv_space_to_depth;
-  const int modes = static_cast<int>(blocks);
-  const std::pair<ConvKey, int> key{make_key(g, backend), modes};
+  tuning::AlgorithmCache& cache = backend.algorithms();
+  const std::string key =
+      stored_choice_key(g, backend) + fmt::format(" input:{}", kernel_choice_name(blocks));
+  auto from_json = [](const nlohmann::json& j) -> std::optional<std::pair<int64_t, int64_t>> {
+    try {
+      return std::pair{j.at("kind").get<int64_t>(), j.at("in_channels").get<int64_t>()};
+    } catch (const nlohmann::json::exception&) {
+      return std::nullopt;
+    }
+  };
   std::optional<std::pair<int64_t, int64_t>> chosen;  // (kind, inner channels)
-  {
-    std::lock_guard<std::mutex> lock(cache_mutex());
-    if (auto it = form_cache().find(key); it != form_cache().end()) chosen = it->second;
+  if (const std::optional<nlohmann::json> entry = cache.find(key)) {
+    chosen = from_json(*entry);
+    if (!chosen) cache.forget(key, "is not an input form");
   }
   if (!chosen) {
-    const std::shared_ptr<AlgorithmStore> store = algorithm_store();
-    const std::string store_key =
-        store ? stored_choice_key(g, backend) + fmt::format(" input:{}", modes) : std::string();
-    if (store) {
-      if (auto entry = store->find(store_key); entry && entry->size() == 2)
-        chosen = {(*entry)[0], (*entry)[1]};
-    }
-    if (!chosen) {
-      // "force" takes the fastest other form whatever the times.
-      const InputForm f = choose_input_form(backend, g, plan, forms, blocks == KernelChoice::force);
-      chosen = {f.kind, f.kind == InputForm::as_is ? g.in_channels : f.inner.in_channels};
-      if (store) store->put(store_key, {chosen->first, chosen->second});
-    }
-    std::lock_guard<std::mutex> lock(cache_mutex());
-    chosen = form_cache().emplace(key, *chosen).first->second;
+    // "force" takes the fastest other form whatever the times.
+    const InputForm f = choose_input_form(backend, g, plan, forms, blocks == KernelChoice::force);
+    const std::pair<int64_t, int64_t> searched{
+        f.kind, f.kind == InputForm::as_is ? g.in_channels : f.inner.in_channels};
+    chosen = from_json(cache.put(key, {{"kind", searched.first}, {"in_channels", searched.second}}))
+                 .value_or(searched);
   }
   for (const InputForm& f : forms) {
     if (f.kind == chosen->first && f.inner.in_channels == chosen->second) {
