@@ -470,12 +470,8 @@ bool pooled_on_own_kernels(const CudaBatchNormPlan& p, const PoolPlan& pool, con
 
 // The fused op's saved memory: the pool's positions (one byte per output element), then room for the
 // running statistics' coefficients at inference (16 bytes a channel).
-size_t aligned_bytes(int64_t bytes) {
-  constexpr int64_t kAlign = 256;
-  return static_cast<size_t>((bytes + kAlign - 1) / kAlign * kAlign);
-}
 size_t argmax_bytes(const PoolGeometry& g) {
-  return aligned_bytes(g.batch * g.channels * g.out_h() * g.out_w());
+  return align_up(static_cast<size_t>(g.batch * g.channels * g.out_h() * g.out_w()), kWorkspaceAlignment);
 }
 
 void check_pooled(const char* op, const CudaBatchNormPlan& p, const PoolPlan& pool, const BatchNormTensors& t,
@@ -502,7 +498,8 @@ size_t CudaBackend::batchnorm_max_pool_saved_bytes(const BatchNormPlan& plan,
   const auto& p = as_cuda_plan(plan);
   if (!pooled_on_own_kernels(p, pool_plan, options_))
     return Backend::batchnorm_max_pool_saved_bytes(plan, pool_plan);
-  return argmax_bytes(pool_plan.geometry) + aligned_bytes(p.geometry.channels * 16);
+  return argmax_bytes(pool_plan.geometry) +
+         align_up(static_cast<size_t>(p.geometry.channels * 16), kWorkspaceAlignment);
 }
 
 void CudaBackend::batchnorm_max_pool_forward_training(const BatchNormPlan& plan, const PoolPlan& pool_plan,

@@ -26,6 +26,7 @@
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda_options.h"
 #include "backend/tuning/algorithm_cache.h"
+#include "core/align.h"
 #include "core/status.h"
 
 namespace dlbench::cuda {
@@ -124,16 +125,15 @@ void check_same_shape(const char* op, const char* name_a, const Tensor& a, const
                       const Tensor& b);
 
 inline void* at_offset(void* base, size_t offset) { return static_cast<std::byte*>(base) + offset; }
-inline size_t align_up(size_t bytes, size_t alignment = 256) {
-  return (bytes + alignment - 1) / alignment * alignment;
-}
+// Byte offsets in a workspace are kept 256-aligned, as cuDNN's allocations are.
+inline constexpr size_t kWorkspaceAlignment = 256;
 
 // Hands out 256-byte aligned slices of a workspace whose total is known at plan time.
 class WorkspaceLayout {
  public:
   size_t reserve(size_t bytes) {
     const size_t offset = total_;
-    total_ += align_up(bytes);
+    total_ += align_up(bytes, kWorkspaceAlignment);
     return offset;
   }
   size_t total() const { return total_; }
@@ -183,7 +183,7 @@ class CudaBackend final : public Backend {
   void conv_forward(const ConvPlan& plan, const Tensor& x, const Tensor& w, Tensor& y,
                     void* workspace) override;
   // The output's statistics in the forward's epilogue (a cuDNN graph with a genstats node), where the plan
-  // found an engine worth it (cuda_conv.cc).
+  // found an engine worth it (conv/statistics.cc).
   bool conv_emits_statistics(const ConvPlan& plan) const override;
   void conv_forward_with_statistics(const ConvPlan& plan, const Tensor& x, const Tensor& w, Tensor& y,
                                     Tensor& sums, void* workspace) override;

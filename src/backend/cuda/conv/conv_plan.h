@@ -95,12 +95,14 @@ class CudaConvPlan final : public ConvPlan {
   // gradient), then its own workspace.
   size_t inner_x_bytes() const {
     const ConvGeometry& p = inner->geometry;
-    return align_up(static_cast<size_t>(p.batch * p.in_channels * p.in_h * p.in_w) * dtype_size(p.dtype));
+    return align_up(static_cast<size_t>(p.batch * p.in_channels * p.in_h * p.in_w) * dtype_size(p.dtype),
+                    kWorkspaceAlignment);
   }
   size_t inner_w_bytes() const {
     const ConvGeometry& p = inner->geometry;
-    return align_up(static_cast<size_t>(p.out_channels * p.in_channels * p.kernel_h * p.kernel_w) *
-                    dtype_size(p.dtype));
+    return align_up(
+        static_cast<size_t>(p.out_channels * p.in_channels * p.kernel_h * p.kernel_w) * dtype_size(p.dtype),
+        kWorkspaceAlignment);
   }
 
   TensorDescriptor x_desc, y_desc;
