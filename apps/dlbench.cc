@@ -8,6 +8,8 @@
 #include <cstdio>
 #include <functional>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "app/comm_bench.h"
 #include "app/data_commands.h"
@@ -53,6 +55,63 @@ void parse_run_flags(const RunFlagTexts& t, RunConfig& c) {
   c.lr_scaling = dlbench::parse_lr_scaling(t.lr_scaling);
   c.cuda_graph = dlbench::parse_cuda_graph(t.cuda_graph);
   c.lr_schedule = dlbench::parse_lr_schedule(t.lr_schedule);
+}
+
+// An option whose text is one of `choices`, stored as its value in `field` (the field's value before
+// parsing is the default); another text is the parser's one-line error naming the choices.
+template <typename E>
+void add_choice(CLI::App& cmd, const std::string& flag, E& field,
+                std::vector<std::pair<std::string, E>> choices, const std::string& help) {
+  std::string names, current;
+  for (size_t i = 0; i < choices.size(); ++i) {
+    names += (i == 0 ? "" : i + 1 == choices.size() ? " or " : ", ") + choices[i].first;
+    if (choices[i].second == field) current = choices[i].first;
+  }
+  cmd.add_option_function<std::string>(
+         flag,
+         [&field, choices](const std::string& text) {
+           for (const auto& [name, value] : choices)
+             if (text == name) field = value;
+         },
+         help)
+      ->check(CLI::Validator(
+          [flag, choices, names](std::string& text) {
+            for (const auto& choice : choices)
+              if (text == choice.first) return std::string();
+            return flag + " " + text + ": choose " + names;
+          },
+          "CHOICE"))
+      ->default_str(current);
+}
+
+// What the CUDA backend runs where it has a choice (backend/cuda_options.h): the kernel paths kept
+// selectable for A/B measurements, each default the one that measured faster (docs/PERFORMANCE.md).
+void add_cuda_flags(CLI::App& cmd, dlbench::CudaOptions& o) {
+  using dlbench::KernelChoice;
+  const std::vector<std::pair<std::string, KernelChoice>> choice{
+      {"auto", KernelChoice::automatic}, {"off", KernelChoice::off}, {"force", KernelChoice::force}};
+  const std::vector<std::pair<std::string, bool>> on_off{{"on", true}, {"off", false}};
+  add_choice(cmd, "--conv-graph", o.conv_graph, choice,
+             "GPU: auto | off | force: convolutions on cuDNN's graph-API engines where one times faster than "
+             "the legacy algorithm (force: wherever there is one)");
+  add_choice(cmd, "--conv-gemm", o.conv_gemm, choice,
+             "GPU: auto | off | force: NHWC 1x1 convolutions on cuBLAS's GEMM where it times faster");
+  add_choice(
+      cmd, "--conv-space-to-depth", o.conv_space_to_depth, choice,
+      "GPU: auto | off | force: stride-2 convolutions on few channels (the stem) as stride-1 ones over "
+      "2x2 input blocks where that times faster");
+  add_choice(cmd, "--conv-statistics", o.conv_statistics, choice,
+             "GPU: auto | off | force: batch norms' statistics summed by the convolutions before them where "
+             "that costs less than their own pass (FP16 runs then no longer repeat bit for bit)");
+  add_choice(cmd, "--bn-fold-shortcut", o.fold_shortcut_batchnorm, on_off,
+             "GPU: on | off: projection shortcuts' batch norms folded into their blocks' closing ones");
+  add_choice(cmd, "--stem-pool-fusion", o.stem_pool_fusion, on_off,
+             "GPU: on | off: the stem's batch norm + ReLU and max pool as one op");
+  add_choice(cmd, "--comm-priority", o.training_stream,
+             {{"normal", dlbench::TrainingStreamPriority::normal},
+              {"low", dlbench::TrainingStreamPriority::greatest}},
+             "GPU ranks: normal | low: the gradient sums' stream alike training's, or below it (training's "
+             "stream at the device's greatest priority)");
 }
 
 // Flags shared by `train` and `bench`.
@@ -136,16 +195,9 @@ void add_run_flags(CLI::App& cmd, RunCommand& command) {
   cmd.add_option("--allreduce-precision", t.allreduce_precision,
                  "fp32 | compute: sum mixed-precision gradients in FP32 or in FP16/BF16")
       ->capture_default_str();
-  cmd.add_option("--nccl-max-ctas", c.nccl_max_ctas,
-                 "GPU ranks: thread blocks one gradient sum may take from training (0 = NCCL's choice)")
-      ->capture_default_str();
   cmd.add_flag(
       "--nccl-symmetric", c.nccl_symmetric,
       "GPU ranks: gradients in NCCL symmetric windows (their sums run NCCL's symmetric-memory kernels)");
-  cmd.add_option("--comm-priority", c.comm_priority,
-                 "normal | high | low: the stream the gradient sums run on against training's: alike, above "
-                 "it, below it")
-      ->capture_default_str();
   cmd.add_option("--lr-scaling", t.lr_scaling, "none | linear: multiply --lr by the number of ranks")
       ->capture_default_str();
   cmd.add_option("--timeout", c.timeout_seconds, "seconds a collective may take before every rank stops")
@@ -168,6 +220,7 @@ void add_run_flags(CLI::App& cmd, RunCommand& command) {
   cmd.add_option("--conv-workspace-mb", c.conv_workspace_mb,
                  "GPU: the most workspace one convolution may take; the fastest algorithm within it wins")
       ->capture_default_str();
+  add_cuda_flags(cmd, c.cuda);
 }
 
 // Runs a command; returns the exit code: 0, 1 for a UserError (one line on stderr), 3 for an internal
@@ -319,10 +372,6 @@ void add_comm_bench_command(CLI::App& app, dlbench::parallel::CommBenchOptions& 
   comm_bench->add_option("--launcher", o.launcher, "auto | threads | mpi")->capture_default_str();
   comm_bench
       ->add_option("--timeout", o.timeout_seconds, "seconds a collective may take before every rank stops")
-      ->capture_default_str();
-  comm_bench
-      ->add_option("--nccl-max-ctas", o.nccl_max_ctas,
-                   "thread blocks one all-reduce may use (0 = NCCL's choice)")
       ->capture_default_str();
   comm_bench->add_flag("--nccl-symmetric", o.nccl_symmetric,
                        "the buffer in an NCCL symmetric window (NCCL's symmetric-memory kernels)");

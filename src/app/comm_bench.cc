@@ -194,7 +194,6 @@ nlohmann::json run_comm_bench(const CommBenchOptions& o) {
   launch_options.device = device;
   launch_options.gpus = o.gpus;
   launch_options.timeout_seconds = o.timeout_seconds;
-  launch_options.nccl.max_ctas = o.nccl_max_ctas;
   launch_options.nccl.symmetric = o.nccl_symmetric;
   auto launch = make_launch(launch_options);
 
@@ -205,8 +204,8 @@ nlohmann::json run_comm_bench(const CommBenchOptions& o) {
   run_local_ranks(*launch, [&](int slot) {
     // The CPU needs a backend only for memory: the reference one starts no threads of its own.
     auto backend = device == DeviceKind::cpu
-                       ? make_backend("reference", Device{}, 1, false)
-                       : make_backend("cuda", Device{DeviceKind::cuda, launch->gpu(slot)}, 0, false);
+                       ? make_backend("reference", Device{}, 1)
+                       : make_backend("cuda", Device{DeviceKind::cuda, launch->gpu(slot)}, 0);
     auto comm = launch->join(slot, *backend);
     auto mine = bench_rank(o, dtype, *backend, *comm);
     auto all_places = gather_places(*comm, place_of(*launch, slot, *backend));
@@ -259,7 +258,6 @@ nlohmann::json run_comm_bench(const CommBenchOptions& o) {
                            {"iters", o.iters},
                            {"warmup", o.warmup},
                            {"timeout_seconds", o.timeout_seconds},
-                           {"nccl_max_ctas", o.nccl_max_ctas},
                            {"nccl_symmetric", o.nccl_symmetric},
                            {"correct", wrong_rows == 0},
                            {"rows", json_rows},

@@ -27,7 +27,6 @@ struct CommBenchOptions {
   std::string launcher = "auto";    // auto | threads | mpi
   int gpus = 1;
   double timeout_seconds = 300;
-  int nccl_max_ctas = 0;        // 0: NCCL's choice
   bool nccl_symmetric = false;  // the buffer from Communicator::allocate_window
   std::string json_path;
 };

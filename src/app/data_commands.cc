@@ -186,7 +186,7 @@ void run_data_bench(const DataBenchOptions& o) {
   Tensor& device_images = on_device.images;
   Tensor& device_labels = on_device.labels;
   if (decode == DecodeMode::gpu) {
-    device = make_backend("cuda", Device{DeviceKind::cuda, 0}, 1, false);
+    device = make_backend("cuda", Device{DeviceKind::cuda, 0}, 1);
     on_device.backend = device.get();
     device_images =
         Tensor(device->allocate(static_cast<size_t>(shape.numel() * o.batch_size) * dtype_size(dtype)), dims,

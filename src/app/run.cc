@@ -14,7 +14,6 @@
 #include <optional>
 
 #include "app/run_setup.h"
-#include "backend/algorithm_store.h"
 #include "backend/backend_factory.h"
 #include "bench/clock_sampler.h"
 #include "bench/gpu_info.h"
@@ -58,8 +57,6 @@ std::optional<RunResult> run_ranks(
   options.device = config.device.kind;
   options.gpus = config.gpus;
   options.timeout_seconds = config.timeout_seconds;
-  options.nccl.max_ctas = config.nccl_max_ctas;
-  options.nccl.high_priority = config.comm_priority == "high";
   options.nccl.symmetric = config.nccl_symmetric;
   auto launch = parallel::make_launch(options);
   std::optional<RunResult> result;
@@ -187,8 +184,9 @@ RunResult bench_result(const RunConfig& config, RunSetup& s, const BenchWindow& 
   return result;
 }
 
-std::optional<RunResult> bench_rank(const RunConfig& given, parallel::Launch& launch, int slot) {
-  RunSetup s = set_up(given, launch, slot);
+std::optional<RunResult> bench_rank(const RunConfig& given, parallel::Launch& launch, int slot,
+                                    const std::shared_ptr<tuning::AlgorithmCache>& algorithms) {
+  RunSetup s = set_up(given, launch, slot, algorithms);
   const RunConfig config = with_scaled_lr(s.config, s.comm->size());
   Trainer& trainer = *s.trainer;
   print_header("bench", config, s,
@@ -250,13 +248,15 @@ std::optional<RunResult> bench_rank(const RunConfig& given, parallel::Launch& la
 std::optional<RunResult> run_train(const RunConfig& given) {
   // SIGINT/SIGTERM stop the run after the step under way, its state saved first (stop_if_asked).
   defer_stop_to_safe_points();
-  return run_ranks(given,
-                   [&](parallel::Launch& launch, int slot) { return train_rank(given, launch, slot); });
+  const std::shared_ptr<tuning::AlgorithmCache> algorithms = open_algorithm_cache(given);
+  return run_ranks(
+      given, [&](parallel::Launch& launch, int slot) { return train_rank(given, launch, slot, algorithms); });
 }
 
 std::optional<RunResult> run_bench(const RunConfig& given) {
-  return run_ranks(given,
-                   [&](parallel::Launch& launch, int slot) { return bench_rank(given, launch, slot); });
+  const std::shared_ptr<tuning::AlgorithmCache> algorithms = open_algorithm_cache(given);
+  return run_ranks(
+      given, [&](parallel::Launch& launch, int slot) { return bench_rank(given, launch, slot, algorithms); });
 }
 
 }  // namespace dlbench

@@ -8,12 +8,13 @@
 #include <csignal>
 #include <cstdarg>
 #include <cstdio>
+#include <cstdlib>
+#include <filesystem>
 #include <functional>
 #include <memory>
 #include <mutex>
 #include <optional>
 
-#include "backend/algorithm_store.h"
 #include "backend/backend_factory.h"
 #include "bench/clock_sampler.h"
 #include "bench/gpu_info.h"
@@ -21,6 +22,7 @@
 #include "bench/measure.h"
 #include "bench/system_info.h"
 #include "core/file_io.h"
+#include "core/log.h"
 #include "core/machine_limits.h"
 #include "core/signals.h"
 #include "core/status.h"
@@ -116,17 +118,41 @@ std::string format_duration(double seconds) {
   return fmt::format("{}s", s);
 }
 
-RunSetup set_up(const RunConfig& given, parallel::Launch& launch, int slot) {
+std::shared_ptr<tuning::AlgorithmCache> open_algorithm_cache(const RunConfig& config) {
+  if (config.algorithm_cache == "none") return std::make_shared<tuning::AlgorithmCache>();
+  // A file named is checked on any device, before any work; only a GPU run reads and writes it.
+  if (!config.algorithm_cache.empty()) check_writable(config.algorithm_cache, "--algorithm-cache");
+  if (config.device.kind != DeviceKind::cuda) return std::make_shared<tuning::AlgorithmCache>();
+  if (!config.algorithm_cache.empty())
+    return std::make_shared<tuning::AlgorithmCache>(config.algorithm_cache);
+  // The XDG base directories: a relative $XDG_CACHE_HOME is to be ignored.
+  std::filesystem::path folder;
+  if (const char* xdg = std::getenv("XDG_CACHE_HOME"); xdg && xdg[0] == '/') {
+    folder = std::filesystem::path(xdg) / "dlbench";
+  } else if (const char* home = std::getenv("HOME"); home && home[0] != '\0') {
+    folder = std::filesystem::path(home) / ".cache" / "dlbench";
+  } else {
+    return std::make_shared<tuning::AlgorithmCache>();
+  }
+  std::error_code error;
+  std::filesystem::create_directories(folder, error);
+  if (error) {
+    log_warning("algorithm cache: cannot make {} ({}): searching afresh, nothing kept", folder.string(),
+                error.message());
+    return std::make_shared<tuning::AlgorithmCache>();
+  }
+  return std::make_shared<tuning::AlgorithmCache>((folder / "algorithms.json").string());
+}
+
+RunSetup set_up(const RunConfig& given, parallel::Launch& launch, int slot,
+                std::shared_ptr<tuning::AlgorithmCache> algorithms) {
   RunSetup s;
   s.config = given;
   RunConfig& config = s.config;
   Device device = config.device;
   if (device.kind == DeviceKind::cuda) device.index = launch.gpu(slot);
-  if (!config.algorithm_cache.empty()) use_algorithm_store(config.algorithm_cache);
-  // --comm-priority low: training's stream above the gradient sums' (they take SMs only when it leaves some).
-  s.backend = make_backend(config.backend_name, device, config.threads, config.precision == Precision::tf32,
-                           static_cast<size_t>(config.conv_workspace_mb * (1 << 20)),
-                           /*priority_stream=*/config.comm_priority == "low");
+  s.algorithms = std::move(algorithms);
+  s.backend = make_backend(config.backend_name, device, config.threads, config.cuda, s.algorithms);
   s.comm = launch.join(slot, *s.backend);
   rank_speaks = s.comm->rank() == 0;
   const int ranks = s.comm->size();
@@ -230,11 +256,10 @@ RunSetup set_up(const RunConfig& given, parallel::Launch& launch, int slot) {
   net_options.dtype = compute_dtype(config.precision);
   s.model = build_model(config.model, *s.backend, net_options, options);
   s.trainer = std::make_unique<Trainer>(*s.backend, s.model, config, s.comm.get());
-  if (auto store = algorithm_store()) {
-    // Every rank has planned (searched) by the barrier; one process writes the file.
-    s.comm->barrier();
-    if (s.comm->rank() == 0) store->save();
-  }
+  // Every rank of this process has planned (searched) by the barrier; each process merges its choices
+  // into the file (the ranks of one process share the cache: the first saves, the others find nothing new).
+  s.comm->barrier();
+  s.algorithms->save();
   return s;
 }
 
@@ -272,6 +297,14 @@ void print_header(const char* command, const RunConfig& config, RunSetup& s, con
       config.accumulate_steps > 1 ? fmt::format(" x {} micro-batches", config.accumulate_steps).c_str() : "",
       length.c_str());
   if (!config.decode_note.empty()) say("  %s\n", config.decode_note.c_str());
+  if (config.device.kind == DeviceKind::cuda) {
+    say("  cuda: %s\n", describe_cuda_options(config.cuda).c_str());
+    const std::string& note = s.algorithms->load_note();
+    say("  algorithm cache: %s\n", s.algorithms->path().empty()
+                                       ? "none (held in memory: every shape searched)"
+                                   : !note.empty() ? note.c_str()
+                                                   : (s.algorithms->path() + " (new)").c_str());
+  }
   say("  sgd lr %g (%s", config.lr, lr_schedule_name(config.lr_schedule));
   if (config.lr_warmup_epochs > 0) say(", warm-up %g epochs", config.lr_warmup_epochs);
   say(") momentum %g%s weight decay %g%s | seed %llu\n", config.momentum, config.nesterov ? " nesterov" : "",
@@ -332,6 +365,10 @@ RunResult result_skeleton(const RunConfig& config, RunSetup& s) {
   add_decoding(r, config, s);
   r.peak_memory_bytes = static_cast<int64_t>(s.trainer->net().memory().total_bytes());
   r.algorithm_digest = algorithm_digest(s.trainer->net());
+  // Where the algorithms came from, and the choices whose two fastest candidates were close (tuning/pick.h).
+  r.algorithm_search = {{"cache", s.algorithms->path().empty() ? "none" : s.algorithms->path()},
+                        {"choices_read", s.algorithms->read_from_file()},
+                        {"close_calls", s.algorithms->close_calls()}};
   r.largest_batch = s.memory_fit.largest_batch;
   r.loss_scale = s.trainer->loss_scale();
   r.skipped_steps = s.trainer->skipped_steps();

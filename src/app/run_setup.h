@@ -10,6 +10,7 @@
 #include <string>
 
 #include "backend/backend.h"
+#include "backend/tuning/algorithm_cache.h"
 #include "bench/clock_sampler.h"
 #include "bench/measure.h"
 #include "bench/result.h"
@@ -40,6 +41,7 @@ std::string format_duration(double seconds);
 
 // Everything a run needs, set up in the order the work happens.
 struct RunSetup {
+  std::shared_ptr<tuning::AlgorithmCache> algorithms;  // the launch's, shared by its ranks
   std::unique_ptr<Backend> backend;
   std::unique_ptr<parallel::Communicator> comm;  // destroyed before the backend it uses, after the trainer
   std::unique_ptr<Dataset> train_data;
@@ -58,7 +60,13 @@ std::string data_digest(const Dataset& data);
 
 // The backend, the ranks, the data, the model and the trainer of rank `slot` of `launch`; every check of
 // the flags that needs them (files, memory, ranks' agreement) before any work.
-RunSetup set_up(const RunConfig& given, parallel::Launch& launch, int slot);
+RunSetup set_up(const RunConfig& given, parallel::Launch& launch, int slot,
+                std::shared_ptr<tuning::AlgorithmCache> algorithms);
+
+// The launch's algorithm cache: held in memory on the CPU and with --algorithm-cache none, else the file
+// --algorithm-cache names, by default $XDG_CACHE_HOME/dlbench/algorithms.json (else ~/.cache/dlbench/).
+// A default folder that cannot be made is named in one warning line and the cache held in memory.
+std::shared_ptr<tuning::AlgorithmCache> open_algorithm_cache(const RunConfig& config);
 
 // The run's header lines: model, device, memory plan, data, optimizer, ranks.
 void print_header(const char* command, const RunConfig& config, RunSetup& s, const std::string& length);
@@ -151,6 +159,7 @@ std::optional<GpuClocksResult> window_clocks(RunSetup& s, const std::optional<Cl
                                              std::chrono::milliseconds period);
 
 // The two loops (train_loop.cc, run.cc): rank 0's result, nothing on the other ranks.
-std::optional<RunResult> train_rank(const RunConfig& given, parallel::Launch& launch, int slot);
+std::optional<RunResult> train_rank(const RunConfig& given, parallel::Launch& launch, int slot,
+                                    std::shared_ptr<tuning::AlgorithmCache> algorithms);
 
 }  // namespace dlbench::run_detail

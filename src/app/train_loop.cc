@@ -12,7 +12,6 @@
 #include <optional>
 
 #include "app/run_setup.h"
-#include "backend/algorithm_store.h"
 #include "backend/backend_factory.h"
 #include "bench/clock_sampler.h"
 #include "bench/gpu_info.h"
@@ -300,13 +299,14 @@ void print_train_summary(const RunResult& result, const Distribution& d) {
 
 }  // namespace
 
-std::optional<RunResult> train_rank(const RunConfig& given, parallel::Launch& launch, int slot) {
+std::optional<RunResult> train_rank(const RunConfig& given, parallel::Launch& launch, int slot,
+                                    std::shared_ptr<tuning::AlgorithmCache> algorithms) {
   // Only rank 0 logs (every rank could not open the same file in threads mode); the rank is known after
   // set-up, so init_start is stamped with the time before it.
   const auto init_start_ms = std::chrono::duration_cast<std::chrono::milliseconds>(
                                  std::chrono::system_clock::now().time_since_epoch())
                                  .count();
-  RunSetup s = set_up(given, launch, slot);
+  RunSetup s = set_up(given, launch, slot, std::move(algorithms));
   const int rank = s.comm->rank(), ranks = s.comm->size();
   MlperfLog mllog(rank == 0 ? given.mlperf_log_path : std::string());
   const RunConfig config = with_scaled_lr(s.config, ranks);

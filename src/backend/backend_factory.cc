@@ -1,5 +1,6 @@
 #include "backend/backend_factory.h"
 
+#include "backend/tuning/algorithm_cache.h"
 #include "core/status.h"
 
 #ifdef DLBENCH_WITH_CUDA
@@ -8,21 +9,20 @@
 
 namespace dlbench {
 
-std::unique_ptr<Backend> make_backend(const std::string& name, Device device, int threads, bool allow_tf32,
-                                      size_t conv_workspace_limit, bool priority_stream) {
+std::unique_ptr<Backend> make_backend(const std::string& name, Device device, int threads,
+                                      const CudaOptions& cuda,
+                                      std::shared_ptr<tuning::AlgorithmCache> algorithms) {
   if (device.kind == DeviceKind::cpu) {
     if (name == "onednn") return make_onednn_backend(threads);
     if (name == "reference") return make_reference_backend();
     throw_user_error("--backend {}: unknown CPU backend; choose onednn or reference", name);
   }
 #ifdef DLBENCH_WITH_CUDA
-  if (name == "cuda")
-    return make_cuda_backend(device.index, allow_tf32, conv_workspace_limit, priority_stream);
+  if (name == "cuda") return make_cuda_backend(device.index, cuda, std::move(algorithms));
   throw_user_error("--backend {}: unknown GPU backend; choose cuda", name);
 #else
-  (void)allow_tf32;
-  (void)conv_workspace_limit;
-  (void)priority_stream;
+  (void)cuda;
+  (void)algorithms;
   throw_user_error("--device {}: this dlbench was built without a CUDA backend; use --device cpu",
                    device_name(device));
 #endif

@@ -6,6 +6,7 @@
 //   * A batch norm + ReLU and the max pool after it: relu(bn(x)) kept in the op's saved memory (as the two
 //     layers keep it), its gradient in a temporary buffer.
 #include "backend/backend.h"
+#include "core/align.h"
 #include "core/status.h"
 
 namespace dlbench {
@@ -57,7 +58,7 @@ constexpr size_t kSavedAlign = 256;
 size_t normalised_bytes(const BatchNormPlan& plan) {
   const BatchNormGeometry& g = plan.geometry;
   const size_t bytes = static_cast<size_t>(g.batch * g.channels * g.h * g.w) * dtype_size(g.dtype);
-  return (bytes + kSavedAlign - 1) / kSavedAlign * kSavedAlign;
+  return align_up(bytes, kSavedAlign);
 }
 
 void check_batchnorm_pool(const char* op, const BatchNormPlan& plan, const PoolPlan& pool_plan,

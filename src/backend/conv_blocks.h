@@ -19,6 +19,7 @@
 #include <optional>
 
 #include "backend/backend.h"
+#include "core/align.h"
 
 namespace dlbench {
 
@@ -39,7 +40,7 @@ inline std::optional<ConvBlocks> conv_blocks(const ConvGeometry& g, int64_t chan
   b.x_off_h = g.pad_h + b.w_off_h, b.x_off_w = g.pad_w + b.w_off_w;
   ConvGeometry& in = b.inner;
   in = g;
-  in.in_channels = (4 * g.in_channels + channel_multiple - 1) / channel_multiple * channel_multiple;
+  in.in_channels = align_up<int64_t>(4 * g.in_channels, channel_multiple);
   in.kernel_h = (g.kernel_h + b.w_off_h + 1) / 2, in.kernel_w = (g.kernel_w + b.w_off_w + 1) / 2;
   in.in_h = g.out_h() + in.kernel_h - 1, in.in_w = g.out_w() + in.kernel_w - 1;
   in.stride_h = in.stride_w = 1, in.pad_h = in.pad_w = 0;

@@ -277,6 +277,7 @@ json to_json(const RunResult& r) {
   j["communication_ms"] = optional_or_null(r.communication_ms);
   j["peak_memory_bytes"] = r.peak_memory_bytes;
   j["algorithm_digest"] = r.algorithm_digest;
+  if (!r.algorithm_search.is_null()) j["algorithm_search"] = r.algorithm_search;
   j["largest_batch"] = optional_or_null(r.largest_batch);
   j["loss_scale"] = r.loss_scale;
   j["skipped_steps"] = r.skipped_steps;
@@ -315,6 +316,7 @@ RunResult run_result_from_json(const json& j) {
   r.read("communication_ms", result.communication_ms);
   r.read("peak_memory_bytes", result.peak_memory_bytes);
   r.read("algorithm_digest", result.algorithm_digest);
+  if (j.contains("algorithm_search")) result.algorithm_search = j["algorithm_search"];
   r.read("largest_batch", result.largest_batch);
   r.read("loss_scale", result.loss_scale);
   r.read("skipped_steps", result.skipped_steps);

@@ -111,6 +111,7 @@ struct RunResult {
   std::optional<double> communication_ms;       // bench with several ranks: one exchange of all gradients
   int64_t peak_memory_bytes = 0;
   std::string algorithm_digest;
+  nlohmann::json algorithm_search;       // GPU runs: the algorithm cache and the close choices (tuning/)
   std::optional<int64_t> largest_batch;  // where the device states its free memory
   double loss_scale = 1;
   int64_t skipped_steps = 0;

@@ -168,6 +168,8 @@ std::vector<std::string> point_command(const SweepOptions& o, const Point& p, co
       argv.insert(argv.end(), {"--launcher", "mpi"});
     if (const std::string cache = sweep_algorithm_cache(o, runs_on_gpu(device)); !cache.empty())
       argv.insert(argv.end(), {"--algorithm-cache", cache});
+    else if (o.algorithm_cache == "none" && runs_on_gpu(device))
+      argv.insert(argv.end(), {"--algorithm-cache", "none"});  // not the user's cache folder either
     if (o.decode != "auto") argv.insert(argv.end(), {"--decode", o.decode});
     argv.insert(argv.end(), o.bench_args.begin(), o.bench_args.end());
     return argv;

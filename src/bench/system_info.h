@@ -10,8 +10,8 @@ namespace dlbench {
 // clocks, power limit and the GPU-GPU topology (NVML); driver, CUDA, cuDNN, cuBLAS, NCCL, MPI, oneDNN and
 // compiler versions; dlbench's version and commit.
 nlohmann::json system_info();
-// The environment variables that change what dlbench, NCCL or CUDA run (DLBENCH_*: diagnostic switches such
-// as DLBENCH_CONV_PAD_CHANNELS; NCCL_*: the collectives' tuning, e.g. NCCL_NVLS_ENABLE;
+// The environment variables that change what dlbench, NCCL or CUDA run (DLBENCH_*: the log level and test
+// hooks; NCCL_*: the collectives' tuning, e.g. NCCL_NVLS_ENABLE;
 // CUDA_VISIBLE_DEVICES), as {name: value}: part of every result's system, since the same flags under another
 // environment are another run.
 nlohmann::json run_environment();

@@ -6,6 +6,7 @@
 #include <cmath>
 #include <random>
 
+#include "core/align.h"
 #include "core/status.h"
 
 namespace dlbench {
@@ -13,7 +14,6 @@ namespace dlbench {
 namespace {
 
 constexpr size_t kAlignment = 256;  // cuDNN/cuBLAS and AVX loads like aligned starts
-size_t align_up(size_t bytes) { return (bytes + kAlignment - 1) / kAlignment * kAlignment; }
 
 // A normal deviate from two uniforms (Box-Muller), written out so every standard library gives the same
 // initial weights for the same seed.
@@ -59,20 +59,20 @@ void MemoryPlan::add_buffer(Tensor& value, float initial_value) {
 void MemoryPlan::add_activation(Tensor& tensor, std::string name) {
   DLB_CHECK(!placed_, "activation {} declared after placement", name);
   per_step_.push_back({&tensor, nullptr});
-  placements_.push_back({std::move(name), 0, align_up(tensor.bytes()), true, 0, 0});
+  placements_.push_back({std::move(name), 0, align_up(tensor.bytes(), kAlignment), true, 0, 0});
 }
 
 void MemoryPlan::add_transient(Tensor& tensor, std::string name, int first, int last) {
   DLB_CHECK(!placed_, "activation {} declared after placement", name);
   DLB_CHECK(first <= last, "{}: live range [{}, {}] is empty", name, first, last);
   per_step_.push_back({&tensor, nullptr});
-  placements_.push_back({std::move(name), 0, align_up(tensor.bytes()), false, first, last});
+  placements_.push_back({std::move(name), 0, align_up(tensor.bytes(), kAlignment), false, first, last});
 }
 
 void MemoryPlan::add_saved_bytes(void** pointer, size_t bytes) {
   DLB_CHECK(!placed_, "saved state declared after placement");
   per_step_.push_back({nullptr, pointer});
-  placements_.push_back({"saved state", 0, align_up(bytes), true, 0, 0});
+  placements_.push_back({"saved state", 0, align_up(bytes, kAlignment), true, 0, 0});
 }
 
 void MemoryPlan::require_workspace(size_t bytes) { workspace_bytes_ = std::max(workspace_bytes_, bytes); }

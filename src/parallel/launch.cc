@@ -100,8 +100,6 @@ std::unique_ptr<Launch> make_launch(const LaunchOptions& options) {
   DLB_REQUIRE(options.timeout_seconds > 0, "--timeout {}: must be a positive number of seconds",
               options.timeout_seconds);
   DLB_REQUIRE(options.gpus >= 1, "--gpus {}: must be at least 1", options.gpus);
-  DLB_REQUIRE(options.nccl.max_ctas >= 0 && options.nccl.max_ctas <= 64,
-              "--nccl-max-ctas {}: must be 0 (NCCL's choice) to 64", options.nccl.max_ctas);
   const bool cuda = options.device == DeviceKind::cuda;
   const bool under_mpi = launched_by_mpi();
 #if !DLBENCH_WITH_CUDA

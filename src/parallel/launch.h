@@ -30,12 +30,6 @@ namespace dlbench::parallel {
 
 // How the GPU communicators' collectives share the GPU with training (nccl-threads and mpi-nccl).
 struct NcclTuning {
-  // Thread blocks (NCCL channels) one collective may occupy; 0 = NCCL's choice. A collective running beside
-  // backward takes these SMs from it, and a rank that is ahead holds them while it waits for the others.
-  int max_ctas = 0;
-  // The collectives' stream outranks the compute stream: their blocks are scheduled before compute's, so a
-  // bucket's sum does not queue behind a large backward kernel.
-  bool high_priority = false;
   // The gradient buffers live in NCCL symmetric windows (ncclMemAlloc, registered with
   // NCCL_WIN_COLL_SYMMETRIC): all-reduces on them run NCCL's symmetric-memory kernels, which read and write
   // the peers' buffers directly over NVLink instead of staging through NCCL's own FIFOs.

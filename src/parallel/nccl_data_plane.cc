@@ -47,10 +47,6 @@ ncclConfig_t nonblocking_nccl_config(const NcclTuning& nccl) {
   setenv("NCCL_NVLS_ENABLE", "0", 0);
   ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
   config.blocking = 0;
-  if (nccl.max_ctas > 0) {
-    config.maxCTAs = nccl.max_ctas;
-    config.minCTAs = 1;  // NCCL refuses a minimum above the maximum
-  }
   return config;
 }
 
@@ -73,7 +69,7 @@ NcclDataPlane::NcclDataPlane(ncclComm_t comm, Backend& backend, std::shared_ptr<
   DLB_CHECK(backend.device().kind == DeviceKind::cuda && compute_ != nullptr,
             "an NCCL communicator needs a GPU backend, not '{}'", backend.name());
   activate();
-  comm_stream_ = cuda::new_stream(nccl.high_priority);
+  comm_stream_ = cuda::new_stream(/*greatest_priority=*/false);
   CUDA_CHECK(cudaEventCreateWithFlags(&fork_, cudaEventDisableTiming));
   CUDA_CHECK(cudaEventCreateWithFlags(&joined_, cudaEventDisableTiming));
   CUDA_CHECK(cudaEventCreateWithFlags(&track_comm_, cudaEventDisableTiming));

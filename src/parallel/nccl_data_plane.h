@@ -32,7 +32,7 @@
 namespace dlbench::parallel {
 
 // Sets NCCL_NVLS_ENABLE=0 unless the user set it (NVLink multicast stays off), and returns the config of
-// a non-blocking communicator with `nccl.max_ctas` (0: NCCL's own).
+// a non-blocking communicator.
 ncclConfig_t nonblocking_nccl_config(const NcclTuning& nccl);
 // Waits while a non-blocking communicator reports ncclInProgress after a call returned `result`; throws on
 // an error (NCCL_CHECK's message). No deadline: the watchdog watches the collective meanwhile.
@@ -41,8 +41,8 @@ void settle(ncclComm_t comm, ncclResult_t result, const char* what);
 class NcclDataPlane {
  public:
   // Takes ownership of `comm` (initialised on `backend`'s GPU). `backend` must be a GPU backend
-  // (native_stream() not null) and outlive this object. `nccl.high_priority`: the communication stream gets
-  // the device's greatest stream priority; `nccl.symmetric`: allocate_window gives registered memory.
+  // (native_stream() not null) and outlive this object. `nccl.symmetric`: allocate_window gives registered
+  // memory.
   NcclDataPlane(ncclComm_t comm, Backend& backend, std::shared_ptr<ProgressTracker> progress,
                 const NcclTuning& nccl = {});
   ~NcclDataPlane();

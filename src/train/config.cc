@@ -339,7 +339,8 @@ void check_files(const RunConfig& c) {
       {"--trace", c.trace_path, PathRole::writes_file},
       {"--checkpoint", c.checkpoint_path, PathRole::writes_file},
       {"--mlperf-log", c.mlperf_log_path, PathRole::writes_file},
-      {"--algorithm-cache", c.algorithm_cache, PathRole::writes_file},
+      {"--algorithm-cache", c.algorithm_cache == "none" ? std::string() : c.algorithm_cache,
+       PathRole::writes_file},
       {"--resume", continues_resume ? std::string() : c.resume_path, PathRole::reads_file}};
   if (c.data_kind == DataKind::images) {
     uses.push_back({"--data", c.data, PathRole::reads_tree});
@@ -359,8 +360,6 @@ void check_distribution(const RunConfig& c) {
   DLB_REQUIRE(c.launcher == "auto" || c.launcher == "threads" || c.launcher == "mpi",
               "--launcher {}: choose auto, threads or mpi", c.launcher);
   DLB_REQUIRE(c.bucket_mb >= 0, "--bucket-mb {}: must be 0 (one bucket) or more", c.bucket_mb);
-  DLB_REQUIRE(c.comm_priority == "normal" || c.comm_priority == "high" || c.comm_priority == "low",
-              "--comm-priority {}: choose normal, high or low", c.comm_priority);
   DLB_REQUIRE(!c.nccl_symmetric || !on_cpu,
               "--nccl-symmetric: NCCL windows are GPU memory; use --device cuda");
   DLB_REQUIRE(c.conv_workspace_mb >= 0, "--conv-workspace-mb {}: must be 0 or more", c.conv_workspace_mb);
@@ -394,6 +393,9 @@ void resolve_config(RunConfig& c, bool cuda_available) {
   resolve_trace_steps(c);
   check_files(c);
   check_distribution(c);
+  // What the CUDA backend takes from the run's choices (backend/cuda_options.h).
+  c.cuda.allow_tf32 = c.precision == Precision::tf32;
+  c.cuda.conv_workspace_limit = static_cast<size_t>(c.conv_workspace_mb * (1 << 20));
   resolve_logging(c);
 }
 
@@ -459,13 +461,12 @@ nlohmann::json config_to_json(const RunConfig& c) {
   j["bucket_mb"] = c.bucket_mb;
   j["allreduce_precision"] = allreduce_precision_name(c.allreduce_precision);
   j["algorithm_cache"] = c.algorithm_cache;
-  j["nccl_max_ctas"] = c.nccl_max_ctas;
-  j["comm_priority"] = c.comm_priority;
   j["nccl_symmetric"] = c.nccl_symmetric;
   j["lr_scaling"] = lr_scaling_name(c.lr_scaling);
   j["timeout_seconds"] = c.timeout_seconds;
   j["cuda_graph"] = c.cuda_graph;
   j["conv_workspace_mb"] = c.conv_workspace_mb;
+  j["cuda"] = cuda_options_to_json(c.cuda);
   return j;
 }
 

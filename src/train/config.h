@@ -108,13 +108,11 @@ struct RunConfig {
   std::string launcher = "auto";  // auto | threads | mpi
   double bucket_mb = 25;          // gradient bucket (fusion buffer) size in MiB; 0 = one bucket
   AllreducePrecision allreduce_precision = AllreducePrecision::fp32;
-  std::string algorithm_cache;           // GPU: FILE of algorithm choices kept between processes ("" = none)
-  int nccl_max_ctas = 0;                 // thread blocks one NCCL collective may use (0 = NCCL's choice)
-  bool nccl_symmetric = false;           // gradient buffers in NCCL symmetric windows (NcclTuning::symmetric)
-  std::string comm_priority = "normal";  // normal | high | low: the collectives' stream against compute's
+  std::string algorithm_cache;  // GPU: FILE of algorithm choices kept between processes, "none", "" = default
+  bool nccl_symmetric = false;  // gradient buffers in NCCL symmetric windows (NcclTuning::symmetric)
   LrScaling lr_scaling = LrScaling::none;
   double timeout_seconds = 300;  // a collective unfinished after this stops every rank
-  std::string claimed_version;    // tests only (--test-claim-version): the dlbench this rank reports
+  std::string claimed_version;   // tests only (--test-claim-version): the dlbench this rank reports
 
   // Output.
   // Progress lines: every log_every steps when given; else a train run logs by time (a line when
@@ -126,6 +124,9 @@ struct RunConfig {
   bool cuda_graph = true;  // replay the whole step as one CUDA graph where the backend can
   double conv_workspace_mb =
       kDefaultConvWorkspaceLimit >> 20;  // GPU: the most workspace one convolution direction may take
+  // GPU: what the CUDA backend runs where it has a choice (the --conv-*, --bn-*, --stem-pool-fusion and
+  // --comm-priority flags); resolve_config adds TF32 and the workspace limit from the flags above.
+  CudaOptions cuda;
   std::string json_path;
   std::string trace_path;           // --trace: a Chrome trace of steps trace_first..trace_last
   std::string trace_steps = "3:4";  // "A:B", 1-based step numbers (warm-up steps count)

@@ -1,15 +1,12 @@
-// CUDA batch norm (cuDNN's kernels and dlbench's own) against the reference backend: training forward with
-// running statistics, backward (overwriting and accumulating dgamma/dbeta), inference, in every fusion (none,
-// relu, add_relu), NCHW and NHWC, f32/f16/bf16 (and f64 without fusion). The plan's path (cuDNN-fused or
-// unfused with DLBENCH_BN_KERNELS=cudnn, or dlbench's own kernels, the default) is printed; all must match
-// the reference.
+// CUDA batch norm (dlbench's own kernels in training, cuDNN in inference and FP64 training) against the
+// reference backend: training forward with running statistics, backward (overwriting and accumulating
+// dgamma/dbeta), inference, in every fusion (none, relu, add_relu), NCHW and NHWC, f32/f16/bf16 (and f64).
+// The plan's path is printed; all must match the reference.
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 
 #include <cmath>
-#include <cstdlib>
 #include <cstring>
-#include <optional>
 #include <ostream>
 #include <span>
 #include <string>
@@ -141,86 +138,51 @@ void run_bn_case(Backend& ref, const BnCase& bc, Layout layout, BatchNormFusion 
   expect_close("inference y", download_wide(ref, yig).tensor(), yi_ref.tensor(), tol);
 }
 
-// Sets an environment variable for a scope and puts back what was there before.
-class ScopedEnv {
- public:
-  ScopedEnv(const char* name, const char* value) : name_(name) {
-    if (const char* old = std::getenv(name)) old_ = old;
-    setenv(name, value, 1);
-  }
-  ~ScopedEnv() {
-    if (old_) {
-      setenv(name_, old_->c_str(), 1);
-    } else {
-      unsetenv(name_);
-    }
-  }
-  ScopedEnv(const ScopedEnv&) = delete;
-  ScopedEnv& operator=(const ScopedEnv&) = delete;
-
- private:
-  const char* name_;
-  std::optional<std::string> old_;
-};
-
-// The training kernels a plan may run: cuDNN's, or dlbench's own (the default); `expected_path` is what
-// the plan's description then says.
-struct Kernels {
-  const char* name;
-  const char* expected_path;
-};
-const Kernels kKernels[] = {{"own", "own "}, {"cudnn", "cuDNN"}};
-
 // How gtest names the parameters in its output.
-void PrintTo(const Kernels& k, std::ostream* os) { *os << k.name; }
 void PrintTo(const BnCase& c, std::ostream* os) { *os << c.n << "x" << c.c << "x" << c.h << "x" << c.w; }
 
 class BatchNormTest
     : public CudaBatchNormTest,
-      public ::testing::WithParamInterface<std::tuple<Kernels, BnCase, Layout, BatchNormFusion, DType>> {};
+      public ::testing::WithParamInterface<std::tuple<BnCase, Layout, BatchNormFusion, DType>> {};
 
 TEST_P(BatchNormTest, MatchesReference) {
-  const auto [kernels, bc, layout, fusion, dtype] = GetParam();
-  ScopedEnv choice("DLBENCH_BN_KERNELS", kernels.name);
-  run_bn_case(*ref, bc, layout, fusion, dtype, kernels.expected_path);
+  const auto [bc, layout, fusion, dtype] = GetParam();
+  run_bn_case(*ref, bc, layout, fusion, dtype, "own ");
 }
 
 INSTANTIATE_TEST_SUITE_P(Shapes, BatchNormTest,
-                         ::testing::Combine(::testing::ValuesIn(kKernels), ::testing::ValuesIn(kBnCases),
+                         ::testing::Combine(::testing::ValuesIn(kBnCases),
                                             ::testing::Values(Layout::nchw, Layout::nhwc),
                                             ::testing::Values(BatchNormFusion::none, BatchNormFusion::relu,
                                                               BatchNormFusion::add_relu),
                                             ::testing::Values(DType::f32, DType::f16, DType::bf16)),
                          [](const auto& info) {
-                           const BnCase& bc = std::get<1>(info.param);
-                           return fmt::format("{}_{}x{}x{}x{}_{}_{}_{}", std::get<0>(info.param).name, bc.n,
-                                              bc.c, bc.h, bc.w, layout_name(std::get<2>(info.param)),
-                                              fusion_name(std::get<3>(info.param)),
-                                              dtype_name(std::get<4>(info.param)));
+                           const BnCase& bc = std::get<0>(info.param);
+                           return fmt::format("own_{}x{}x{}x{}_{}_{}_{}", bc.n, bc.c, bc.h, bc.w,
+                                              layout_name(std::get<1>(info.param)),
+                                              fusion_name(std::get<2>(info.param)),
+                                              dtype_name(std::get<3>(info.param)));
                          });
 
 TEST_F(CudaBatchNormTest, Float64) {
   run_bn_case(*ref, kBnCases[0], Layout::nchw, BatchNormFusion::none, DType::f64);
   run_bn_case(*ref, kBnCases[1], Layout::nhwc, BatchNormFusion::add_relu, DType::f64);
+  run_bn_case(*ref, kBnCases[2], Layout::nchw, BatchNormFusion::relu, DType::f64);
 }
 
-// A ResNet-sized activation, where the NHWC kernels (cuDNN's and ours) reduce over many blocks.
+// A ResNet-sized activation, where the NHWC kernels reduce over many blocks.
 TEST_F(CudaBatchNormTest, LargerShape) {
   const BnCase big{16, 64, 28, 28};
-  for (const Kernels& kernels : kKernels) {
-    ScopedEnv choice("DLBENCH_BN_KERNELS", kernels.name);
-    for (DType dtype : {DType::f32, DType::f16, DType::bf16}) {
-      for (BatchNormFusion fusion :
-           {BatchNormFusion::none, BatchNormFusion::relu, BatchNormFusion::add_relu}) {
-        SCOPED_TRACE(fmt::format("{} {} {}", kernels.name, dtype_name(dtype), fusion_name(fusion)));
-        run_bn_case(*ref, big, Layout::nhwc, fusion, dtype, kernels.expected_path);
-      }
+  for (DType dtype : {DType::f32, DType::f16, DType::bf16}) {
+    for (BatchNormFusion fusion : {BatchNormFusion::none, BatchNormFusion::relu, BatchNormFusion::add_relu}) {
+      SCOPED_TRACE(fmt::format("{} {}", dtype_name(dtype), fusion_name(fusion)));
+      run_bn_case(*ref, big, Layout::nhwc, fusion, dtype, "own ");
     }
-    run_bn_case(*ref, big, Layout::nchw, BatchNormFusion::add_relu, DType::f32, kernels.expected_path);
   }
+  run_bn_case(*ref, big, Layout::nchw, BatchNormFusion::add_relu, DType::f32, "own ");
 }
 
-// DLBENCH_BN_KERNELS=own (the default): training runs dlbench's own kernels and matches the reference in
+// Training runs dlbench's own kernels and matches the reference in
 // every dtype and fusion, on shapes chosen for how the kernels cut the work.
 // NCHW: channels of HW % 4 == 0 (vector loads) and not (7x7, 5x5, 1x1: element by element), a tiny one, a
 // ResNet-sized one, and few channels of many values, reduced in several splits per channel.
@@ -230,7 +192,6 @@ TEST_F(CudaBatchNormTest, LargerShape) {
 // where the two are close, the float mean's rounding is a large part of x - mean.)
 // Inference (same plan) stays on cuDNN and is checked too.
 TEST_F(CudaBatchNormTest, OwnKernelsMatchTheReference) {
-  ScopedEnv kernels("DLBENCH_BN_KERNELS", "own");
   // The last two reduce each channel in several splits (4 and 7), whose ranges start inside a row.
   const BnCase nchw_cases[] = {{2, 3, 5, 5},    {4, 16, 7, 7},   {3, 20, 1, 1},  {4, 8, 6, 6},
                                {8, 64, 28, 28}, {13, 4, 36, 36}, {32, 2, 33, 31}};
@@ -264,7 +225,6 @@ TEST_F(CudaBatchNormTest, OwnKernelsMatchTheReference) {
 // mask from y afterwards: a backward on aligned tensors then reads that mask, and must give exactly what
 // it gives after an aligned forward.
 TEST_F(CudaBatchNormTest, OwnNhwcMaskFromAnUnalignedForward) {
-  ScopedEnv kernels("DLBENCH_BN_KERNELS", "own");
   Backend& gpu = shared_gpu(false);
   BatchNormGeometry g;
   g.batch = 4, g.channels = 64, g.h = 5, g.w = 3, g.layout = Layout::nhwc, g.dtype = DType::f16;
@@ -308,19 +268,17 @@ TEST_F(CudaBatchNormTest, OwnNhwcMaskFromAnUnalignedForward) {
 
 // The training forward with x's statistics from its sums (a convolution's,
 // batchnorm_forward_training_from_sums) on the own kernels: y, the saved and the running statistics as the
-// reference computes them from x, in both layouts, every fusion and dtype (NHWC in vectors and not). cuDNN's
-// plans ignore the sums.
+// reference computes them from x, in both layouts, every fusion and dtype (NHWC in vectors and not).
 TEST_F(CudaBatchNormTest, StatisticsFromTheInputsSums) {
   Backend& gpu = shared_gpu(false);
-  for (const char* kernels : {"own", "cudnn"}) {
-    ScopedEnv choice("DLBENCH_BN_KERNELS", kernels);
+  {
     for (Layout layout : {Layout::nhwc, Layout::nchw}) {
       for (const BnCase& bc : {BnCase{4, 64, 6, 6}, BnCase{3, 20, 5, 7}}) {
         for (DType dtype : {DType::f32, DType::f16, DType::bf16}) {
           for (BatchNormFusion fusion :
                {BatchNormFusion::none, BatchNormFusion::relu, BatchNormFusion::add_relu}) {
-            SCOPED_TRACE(fmt::format("{} {} {}x{}x{}x{} {} {}", kernels, layout_name(layout), bc.n, bc.c,
-                                     bc.h, bc.w, dtype_name(dtype), fusion_name(fusion)));
+            SCOPED_TRACE(fmt::format("{} {}x{}x{}x{} {} {}", layout_name(layout), bc.n, bc.c, bc.h, bc.w,
+                                     dtype_name(dtype), fusion_name(fusion)));
             BatchNormGeometry g;
             g.batch = bc.n, g.channels = bc.c, g.h = bc.h, g.w = bc.w, g.layout = layout, g.fusion = fusion;
             g.dtype = dtype, g.epsilon = 1e-5, g.momentum = 0.1;
@@ -414,9 +372,7 @@ struct FoldSide {
 // channels in whole 16-byte vectors take the own folded kernels (the plan folds); 20 channels of 16-bit
 // do not (the plan does not fold, and the GPU's composed fallback must give the same).
 TEST_F(CudaBatchNormTest, FoldedShortcutMatchesTheReference) {
-  ScopedEnv kernels("DLBENCH_BN_KERNELS", "own");
-  ScopedEnv fold("DLBENCH_BN_FOLD_SHORTCUT", "on");
-  Backend& gpu = shared_gpu(false);
+  Backend& gpu = shared_gpu(false);  // --bn-fold-shortcut on, the default
   for (const BnCase& bc : {BnCase{4, 64, 6, 6}, BnCase{8, 256, 7, 7}, BnCase{4, 20, 5, 5}}) {
     for (DType dtype : {DType::f32, DType::f16, DType::bf16}) {
       SCOPED_TRACE(fmt::format("{}x{}x{}x{} {}", bc.n, bc.c, bc.h, bc.w, dtype_name(dtype)));
@@ -512,7 +468,7 @@ TEST_F(CudaBatchNormTest, FoldedShortcutMatchesTheReference) {
 }
 
 // The stem's batch norm + ReLU and max pool as one op, y = maxpool3x3/2(relu(bn(x))), on the own fused
-// kernels against the same backend's composition of its single ops (DLBENCH_STEM_POOL_FUSION=off: the own
+// kernels against the composition of the single ops (a backend with --stem-pool-fusion off: the own
 // batch-norm kernels, then the own pool kernels, through relu(bn(x)) kept in the saved memory). Both round
 // relu(bn(x)) to the data type alike before the pool compares, so the forward's y and saved statistics
 // must agree bit for bit (which element of a window wins, ties of the ReLU's zeros included); the backward
@@ -522,8 +478,12 @@ TEST_F(CudaBatchNormTest, FoldedShortcutMatchesTheReference) {
 // sizes cut the last blocks; 20 channels of 16-bit do not fit the fused kernels (the backend says so, and
 // runs the composition).
 TEST_F(CudaBatchNormTest, StemBatchNormMaxPoolMatchesTheComposedOps) {
-  ScopedEnv kernels("DLBENCH_BN_KERNELS", "own");
   Backend& gpu = shared_gpu(false);
+  CudaOptions unfused;
+  unfused.stem_pool_fusion = false;
+  // The backend that runs a path: the default one fuses, the other composes. Plans and buffers are the
+  // default one's (both drive GPU 0).
+  auto backend = [&](bool fuse) -> Backend& { return fuse ? gpu : shared_gpu(unfused); };
   auto same_bytes = [](const HostBuffer& a, const HostBuffer& b) {
     return a.tensor().bytes() == b.tensor().bytes() &&
            std::memcmp(a.tensor().data(), b.tensor().data(), a.tensor().bytes()) == 0;
@@ -549,14 +509,16 @@ TEST_F(CudaBatchNormTest, StemBatchNormMaxPoolMatchesTheComposedOps) {
       FoldSide fused(*ref, gpu, g, 70), composed(*ref, gpu, g, 70);
       const double tol = tolerance(dtype);
       auto run = [&](bool fuse, FoldSide& side, DeviceTensor& y, std::unique_ptr<DeviceTensor>& saved) {
-        ScopedEnv choice("DLBENCH_STEM_POOL_FUSION", fuse ? "on" : "off");
-        EXPECT_EQ(gpu.fuses_batchnorm_max_pool(g, pg), fuse && fits);
-        saved = workspace(gpu, gpu.batchnorm_max_pool_saved_bytes(*plan, *pool_plan));
-        gpu.batchnorm_max_pool_forward_training(*plan, *pool_plan, side.gpu_tensors(), y.tensor(),
-                                                saved->tensor().data(), ws->tensor().data());
+        Backend& b = backend(fuse);
+        EXPECT_EQ(b.fuses_batchnorm_max_pool(g, pg), fuse && fits);
+        saved = workspace(gpu, b.batchnorm_max_pool_saved_bytes(*plan, *pool_plan));
+        b.batchnorm_max_pool_forward_training(*plan, *pool_plan, side.gpu_tensors(), y.tensor(),
+                                              saved->tensor().data(), ws->tensor().data());
+        b.synchronize();  // the other backend runs on its own stream
       };
       DeviceTensor y_fused(gpu, ydims, dtype, g.layout), y_composed(gpu, ydims, dtype, g.layout);
       std::unique_ptr<DeviceTensor> saved_fused, saved_composed;
+      gpu.synchronize();  // the uploads, before the other backend reads them
       run(true, fused, y_fused, saved_fused);
       run(false, composed, y_composed, saved_composed);
       EXPECT_TRUE(same_bytes(y_fused.download(), y_composed.download())) << "y";
@@ -586,12 +548,13 @@ TEST_F(CudaBatchNormTest, StemBatchNormMaxPoolMatchesTheComposedOps) {
       for (Accumulate acc : {Accumulate::overwrite, Accumulate::add}) {
         SCOPED_TRACE(acc == Accumulate::add ? "accumulate" : "overwrite");
         for (bool fuse : {true, false}) {
-          ScopedEnv choice("DLBENCH_STEM_POOL_FUSION", fuse ? "on" : "off");
           FoldSide& side = fuse ? fused : composed;
           gpu.fill(side.dxg.tensor(), std::nan(""));  // overwritten, never read
-          gpu.batchnorm_max_pool_backward(
+          gpu.synchronize();
+          backend(fuse).batchnorm_max_pool_backward(
               *plan, *pool_plan, side.gpu_tensors(), (fuse ? y_fused : y_composed).tensor(), dyg.tensor(),
               (fuse ? saved_fused : saved_composed)->tensor().data(), acc, ws->tensor().data());
+          backend(fuse).synchronize();
         }
         const double grad_tol = dtype == DType::f32 ? 5e-5 : tol * 2;
         expect_close("dx", download_wide(*ref, fused.dxg).tensor(),
@@ -615,7 +578,6 @@ TEST_F(CudaBatchNormTest, StemBatchNormMaxPoolMatchesTheComposedOps) {
 
       // The forward with x's statistics from its sums (as the convolution before it hands them over).
       {
-        ScopedEnv choice("DLBENCH_STEM_POOL_FUSION", "on");
         DeviceTensor sums(gpu, converted(*ref, channel_sums(*ref, fused.x), DType::f32));
         BatchNormTensors with_sums = fused.gpu_tensors();
         with_sums.input_sums = &sums.tensor();
@@ -629,13 +591,14 @@ TEST_F(CudaBatchNormTest, StemBatchNormMaxPoolMatchesTheComposedOps) {
       // Inference with the same running statistics on both paths.
       composed.rmeang.upload(fused.rmeang.download());
       composed.rvarg.upload(fused.rvarg.download());
+      gpu.synchronize();
       DeviceTensor yi_fused(gpu, ydims, dtype, g.layout), yi_composed(gpu, ydims, dtype, g.layout);
       for (bool fuse : {true, false}) {
-        ScopedEnv choice("DLBENCH_STEM_POOL_FUSION", fuse ? "on" : "off");
         FoldSide& side = fuse ? fused : composed;
-        gpu.batchnorm_max_pool_forward_inference(*plan, *pool_plan, side.gpu_tensors(),
-                                                 (fuse ? yi_fused : yi_composed).tensor(),
-                                                 (fuse ? saved_fused : saved_composed)->tensor().data());
+        backend(fuse).batchnorm_max_pool_forward_inference(
+            *plan, *pool_plan, side.gpu_tensors(), (fuse ? yi_fused : yi_composed).tensor(),
+            (fuse ? saved_fused : saved_composed)->tensor().data());
+        backend(fuse).synchronize();
       }
       expect_close("inference y", download_wide(*ref, yi_fused).tensor(),
                    download_wide(*ref, yi_composed).tensor(), tol * 2);
@@ -643,36 +606,27 @@ TEST_F(CudaBatchNormTest, StemBatchNormMaxPoolMatchesTheComposedOps) {
   }
 }
 
-TEST_F(CudaBatchNormTest, UnknownStemPoolFusionChoiceIsAnError) {
+// The options decide the fusions the backend offers: the stem's batch norm + max pool and the folded
+// shortcut by default where the kernels fit, neither when turned off; FP64 trains on cuDNN.
+TEST_F(CudaBatchNormTest, OptionsDecideTheFusions) {
   BatchNormGeometry g;
   g.batch = 2, g.channels = 64, g.h = g.w = 8, g.layout = Layout::nhwc, g.dtype = DType::f16;
   g.fusion = BatchNormFusion::relu;
   PoolGeometry pg;
   pg.batch = 2, pg.channels = 64, pg.in_h = pg.in_w = 8, pg.kernel_h = pg.kernel_w = 3;
   pg.stride_h = pg.stride_w = 2, pg.pad_h = pg.pad_w = 1, pg.layout = Layout::nhwc, pg.dtype = DType::f16;
-  ScopedEnv kernels("DLBENCH_BN_KERNELS", "own");
-  {
-    ScopedEnv unset("DLBENCH_STEM_POOL_FUSION", "");  // the default: fused where the kernels fit
-    EXPECT_TRUE(shared_gpu().fuses_batchnorm_max_pool(g, pg));
-  }
-  ScopedEnv choice("DLBENCH_STEM_POOL_FUSION", "sometimes");
-  EXPECT_THROW(shared_gpu().fuses_batchnorm_max_pool(g, pg), UserError);
-}
-
-TEST_F(CudaBatchNormTest, UnknownKernelChoiceIsAnError) {
-  BatchNormGeometry g;
-  g.batch = 2, g.channels = 8, g.h = g.w = 4;
-  {
-    ScopedEnv kernels("DLBENCH_BN_KERNELS", "cudnn");
-    EXPECT_EQ(describe_cuda_batchnorm_plan(*shared_gpu().plan_batchnorm(g)).find("own"), std::string::npos);
-  }
-  {
-    // Unset, the default: dlbench's own.
-    ScopedEnv kernels("DLBENCH_BN_KERNELS", "");
-    EXPECT_NE(describe_cuda_batchnorm_plan(*shared_gpu().plan_batchnorm(g)).find("own"), std::string::npos);
-  }
-  ScopedEnv kernels("DLBENCH_BN_KERNELS", "sometimes");
-  EXPECT_THROW(shared_gpu().plan_batchnorm(g), UserError);
+  BatchNormGeometry closing = g;
+  closing.fusion = BatchNormFusion::add_relu;
+  EXPECT_TRUE(shared_gpu().fuses_batchnorm_max_pool(g, pg));
+  EXPECT_TRUE(shared_gpu().folds_shortcut_batchnorm(closing));
+  CudaOptions off;
+  off.stem_pool_fusion = false;
+  off.fold_shortcut_batchnorm = false;
+  EXPECT_FALSE(shared_gpu(off).fuses_batchnorm_max_pool(g, pg));
+  EXPECT_FALSE(shared_gpu(off).folds_shortcut_batchnorm(closing));
+  EXPECT_NE(describe_cuda_batchnorm_plan(*shared_gpu().plan_batchnorm(g)).find("own"), std::string::npos);
+  g.dtype = DType::f64;
+  EXPECT_EQ(describe_cuda_batchnorm_plan(*shared_gpu().plan_batchnorm(g)).find("own"), std::string::npos);
 }
 
 TEST_F(CudaBatchNormTest, RunningStatsFollowPyTorch) {

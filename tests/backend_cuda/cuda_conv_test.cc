@@ -1,8 +1,8 @@
 // CUDA convolutions (cuDNN) against the reference backend: forward, backward data and backward filter,
 // overwriting and accumulating (also on plans made for an accumulating input gradient), in f32 (TF32 off
 // and on), f16, bf16 and f64, NCHW and NHWC, on odd sizes, strides 2, 1x1 and 7x7 kernels. Also: the
-// per-shape algorithm search is cached, inputs padded with zero channels (DLBENCH_CONV_PAD_CHANNELS) and
-// cuDNN's graph-API engines (DLBENCH_CONV_GRAPH) give the same results.
+// per-shape algorithm search is cached, and the paths CudaOptions force (2x2-block input, cuDNN's graph-API
+// engines, cuBLAS's GEMM, the output's statistics) give the same results.
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 
@@ -13,7 +13,9 @@
 #include <tuple>
 
 #include "backend/cuda/cuda_backend.h"
+#include "backend/tuning/algorithm_cache.h"
 #include "cuda_test_util.h"
+#include "temp_dir.h"
 
 namespace dlbench {
 namespace {
@@ -66,8 +68,9 @@ int occurrences(const std::string& text, const std::string& what) {
   return count;
 }
 
-void run_conv_case(Backend& ref, const ConvCase& cc, Layout layout, DType dtype, bool tf32) {
-  Backend* gpu = &shared_gpu(tf32);
+void run_conv_case(Backend& ref, const ConvCase& cc, Layout layout, DType dtype, bool tf32,
+                   const CudaOptions& options = {}) {
+  Backend* gpu = &shared_gpu(with_tf32(options, tf32));
   const ConvGeometry g = geometry_of(cc, layout, dtype);
   const DType wide = reference_dtype(dtype);
   const std::vector<int64_t> xd{cc.n, cc.c, cc.h, cc.w}, wd{cc.k, cc.c, cc.r, cc.s},
@@ -206,10 +209,36 @@ TEST_F(CudaConvTest, SearchIsCachedPerShape) {
       << "fp32 without TF32 must not use tensor cores: " << describe_cuda_conv_plan(*p32);
 }
 
+// A choice saved in a cache file serves a backend given the file later, as a second process would: the
+// same algorithms, no search, and the file names the machine.
+TEST_F(CudaConvTest, ChoicesSurviveInTheCacheFile) {
+  const dlbench::testing::TempDir dir;
+  const std::string path = dir.file("algorithms.json");
+  ConvGeometry g;
+  g.batch = 2, g.in_channels = 32, g.in_h = g.in_w = 7, g.out_channels = 32, g.kernel_h = g.kernel_w = 3;
+  g.pad_h = g.pad_w = 1, g.layout = Layout::nhwc, g.dtype = DType::f16;
+  std::string searched;
+  {
+    auto cache = std::make_shared<tuning::AlgorithmCache>(path);
+    auto gpu = make_cuda_backend(0, {}, cache);
+    searched = describe_cuda_conv_plan(*gpu->plan_conv(g));
+    EXPECT_EQ(searched.find("[cached search]"), std::string::npos) << searched;
+    cache->save();
+  }
+  auto cache = std::make_shared<tuning::AlgorithmCache>(path);
+  auto gpu = make_cuda_backend(0, {}, cache);
+  EXPECT_GT(cache->read_from_file(), 0u) << cache->load_note();
+  const std::string read = describe_cuda_conv_plan(*gpu->plan_conv(g));
+  EXPECT_NE(read.find("[cached search]"), std::string::npos) << read;
+  EXPECT_EQ(searched.substr(0, searched.find(" [")), read.substr(0, read.find(" [")));
+}
+
 TEST_F(CudaConvTest, GpusOfOneModelShareTheSearch) {
   if (cuda_device_count() < 2) GTEST_SKIP() << "one GPU: nothing to share";
-  auto gpu0 = make_backend("cuda", Device{DeviceKind::cuda, 0}, 0, false);
-  auto gpu1 = make_backend("cuda", Device{DeviceKind::cuda, 1}, 0, false);
+  // One algorithm cache, as a launch hands its backends.
+  auto algorithms = std::make_shared<tuning::AlgorithmCache>();
+  auto gpu0 = make_backend("cuda", Device{DeviceKind::cuda, 0}, 0, {}, algorithms);
+  auto gpu1 = make_backend("cuda", Device{DeviceKind::cuda, 1}, 0, {}, algorithms);
   if (gpu0->device_memory()->name != gpu1->device_memory()->name) GTEST_SKIP() << "GPUs of two models";
   ConvGeometry g;
   g.batch = 5, g.in_channels = 16, g.in_h = g.in_w = 7, g.out_channels = 24, g.kernel_h = g.kernel_w = 3;
@@ -221,56 +250,13 @@ TEST_F(CudaConvTest, GpusOfOneModelShareTheSearch) {
   EXPECT_EQ(a.substr(0, a.find(" [")), b.substr(0, b.find(" [")));
 }
 
-// DLBENCH_CONV_PAD_CHANNELS=force: convolutions on inputs of 3 channels (and 12 in FP16/BF16) run on their
-// inputs padded with zero channels (to 4 or 8, 16), and still match the reference in every direction,
-// overwriting and accumulating. "off" pads nothing; another value is one clear error.
-TEST_F(CudaConvTest, PaddedInputChannelsMatchTheReference) {
-  struct EnvGuard {
-    ~EnvGuard() {
-      unsetenv("DLBENCH_CONV_PAD_CHANNELS");
-      unsetenv("DLBENCH_CONV_SPACE_TO_DEPTH");
-    }
-  } guard;
-  setenv("DLBENCH_CONV_SPACE_TO_DEPTH", "off", 1);
-  ConvGeometry g;
-  g.batch = 2, g.in_channels = 3, g.in_h = g.in_w = 9, g.out_channels = 8, g.kernel_h = g.kernel_w = 3;
-  g.pad_h = g.pad_w = 1, g.layout = Layout::nhwc, g.dtype = DType::f16;
-  setenv("DLBENCH_CONV_PAD_CHANNELS", "force", 1);
-  for (const ConvCase& cc : {kConvCases[0], kConvCases[1], kConvCases[5]}) {
-    for (Precision precision :
-         {Precision{DType::f16, false}, Precision{DType::bf16, false}, Precision{DType::f32, true}}) {
-      SCOPED_TRACE(fmt::format("{} channels, {}", cc.c, precision_name(precision)));
-      run_conv_case(*ref, cc, Layout::nhwc, precision.dtype, precision.tf32);
-      ConvGeometry h = g;
-      h.batch = cc.n, h.in_channels = cc.c, h.in_h = cc.h, h.in_w = cc.w, h.out_channels = cc.k;
-      h.kernel_h = cc.r, h.kernel_w = cc.s, h.stride_h = cc.stride_h, h.stride_w = cc.stride_w;
-      h.pad_h = cc.pad_h, h.pad_w = cc.pad_w, h.dtype = precision.dtype;
-      const std::string plan = describe_cuda_conv_plan(*shared_gpu(precision.tf32).plan_conv(h));
-      // Vectors of 8 FP16/BF16 or 4 TF32 channels: 12 channels fill TF32's already.
-      const bool pads = precision.dtype == DType::f32 ? cc.c % 4 != 0 : cc.c % 8 != 0;
-      EXPECT_EQ(plan.find(fmt::format("input channels padded {} -> ", cc.c)) != std::string::npos, pads)
-          << plan;
-    }
-  }
-  // FP32 without TF32 and NCHW run cuDNN's general kernels anyway: nothing to pad.
-  ConvGeometry nchw = g;
-  nchw.layout = Layout::nchw;
-  EXPECT_EQ(describe_cuda_conv_plan(*shared_gpu().plan_conv(nchw)).find("padded"), std::string::npos);
-  setenv("DLBENCH_CONV_PAD_CHANNELS", "off", 1);
-  EXPECT_EQ(describe_cuda_conv_plan(*shared_gpu().plan_conv(g)).find("padded"), std::string::npos);
-  setenv("DLBENCH_CONV_PAD_CHANNELS", "sometimes", 1);
-  EXPECT_THROW(shared_gpu().plan_conv(g), UserError);
-}
-
-// DLBENCH_CONV_SPACE_TO_DEPTH=force: NHWC convolutions of stride 2 whose input channels do not fill a
+// --conv-space-to-depth force: NHWC convolutions of stride 2 whose input channels do not fill a
 // tensor-core vector run as stride-1 convolutions over 2x2 blocks of their input (odd and even padding,
 // 3x3 to 7x7 kernels, odd sizes), and still match the reference in every direction, overwriting and
-// accumulating, in every precision. "off" converts nothing; another value is one clear error.
+// accumulating, in every precision. "off" converts nothing.
 TEST_F(CudaConvTest, BlockInputMatchesTheReference) {
-  struct EnvGuard {
-    ~EnvGuard() { unsetenv("DLBENCH_CONV_SPACE_TO_DEPTH"); }
-  } guard;
-  setenv("DLBENCH_CONV_SPACE_TO_DEPTH", "force", 1);
+  CudaOptions force;
+  force.conv_space_to_depth = KernelChoice::force;
   const ConvCase stem = kConvCases[5], odd_pad{2, 3, 12, 10, 16, 3, 3, 2, 2, 1, 1},
                  even_pad{2, 3, 11, 9, 8, 5, 5, 2, 2, 2, 2};
   for (const ConvCase& cc : {stem, odd_pad, even_pad}) {
@@ -278,40 +264,38 @@ TEST_F(CudaConvTest, BlockInputMatchesTheReference) {
                                 Precision{DType::f32, true}, Precision{DType::f32, false}}) {
       SCOPED_TRACE(fmt::format("{}x{}x{} kernel {} pad {}, {}", cc.c, cc.h, cc.w, cc.r, cc.pad_h,
                                precision_name(precision)));
-      run_conv_case(*ref, cc, Layout::nhwc, precision.dtype, precision.tf32);
+      run_conv_case(*ref, cc, Layout::nhwc, precision.dtype, precision.tf32, force);
       const ConvGeometry g = geometry_of(cc, Layout::nhwc, precision.dtype);
-      const std::string plan = describe_cuda_conv_plan(*shared_gpu(precision.tf32).plan_conv(g));
+      const std::string plan =
+          describe_cuda_conv_plan(*shared_gpu(with_tf32(force, precision.tf32)).plan_conv(g));
       EXPECT_NE(plan.find(fmt::format("input as 2x2 blocks {}x{}x{} -> ", cc.c, cc.h, cc.w)),
                 std::string::npos)
           << plan;
     }
   }
   // Stride 1, or channels that fill a vector: no blocks.
-  EXPECT_EQ(
-      describe_cuda_conv_plan(*shared_gpu().plan_conv(geometry_of(kConvCases[0], Layout::nhwc, DType::f16)))
-          .find("blocks"),
-      std::string::npos);
-  EXPECT_EQ(
-      describe_cuda_conv_plan(*shared_gpu().plan_conv(geometry_of(kConvCases[1], Layout::nhwc, DType::f16)))
-          .find("blocks"),
-      std::string::npos);
-  setenv("DLBENCH_CONV_SPACE_TO_DEPTH", "off", 1);
-  EXPECT_EQ(describe_cuda_conv_plan(*shared_gpu().plan_conv(geometry_of(stem, Layout::nhwc, DType::f16)))
+  EXPECT_EQ(describe_cuda_conv_plan(
+                *shared_gpu(force).plan_conv(geometry_of(kConvCases[0], Layout::nhwc, DType::f16)))
                 .find("blocks"),
             std::string::npos);
-  setenv("DLBENCH_CONV_SPACE_TO_DEPTH", "sometimes", 1);
-  EXPECT_THROW(shared_gpu().plan_conv(geometry_of(stem, Layout::nhwc, DType::f16)), UserError);
+  EXPECT_EQ(describe_cuda_conv_plan(
+                *shared_gpu(force).plan_conv(geometry_of(kConvCases[1], Layout::nhwc, DType::f16)))
+                .find("blocks"),
+            std::string::npos);
+  CudaOptions off;
+  off.conv_space_to_depth = KernelChoice::off;
+  EXPECT_EQ(describe_cuda_conv_plan(*shared_gpu(off).plan_conv(geometry_of(stem, Layout::nhwc, DType::f16)))
+                .find("blocks"),
+            std::string::npos);
 }
 
-// DLBENCH_CONV_GRAPH=force: every direction cuDNN's graph API has an engine for runs on the fastest one,
+// --conv-graph force: every direction cuDNN's graph API has an engine for runs on the fastest one,
 // whatever the legacy algorithm's time, and still matches the reference in every direction, also the
 // backward data of plans made for an accumulating input gradient (graphs with beta 1). "off" keeps the
-// legacy API; another value is one clear error.
+// legacy API.
 TEST_F(CudaConvTest, GraphEnginesMatchTheReference) {
-  struct EnvGuard {
-    ~EnvGuard() { unsetenv("DLBENCH_CONV_GRAPH"); }
-  } guard;
-  setenv("DLBENCH_CONV_GRAPH", "force", 1);
+  CudaOptions force;
+  force.conv_graph = KernelChoice::force;
   int graph_directions = 0, adding_graph_directions = 0;
   for (const ConvCase& cc : kConvCases) {
     for (Precision precision : {Precision{DType::f16, false}, Precision{DType::bf16, false},
@@ -319,9 +303,10 @@ TEST_F(CudaConvTest, GraphEnginesMatchTheReference) {
       for (Layout layout : {Layout::nhwc, Layout::nchw}) {
         SCOPED_TRACE(fmt::format("{}x{}x{}x{} -> {} {}x{}, {} {}", cc.n, cc.c, cc.h, cc.w, cc.k, cc.r, cc.s,
                                  precision_name(precision), layout_name(layout)));
-        run_conv_case(*ref, cc, layout, precision.dtype, precision.tf32);
+        run_conv_case(*ref, cc, layout, precision.dtype, precision.tf32, force);
         const ConvGeometry g = geometry_of(cc, layout, precision.dtype);
-        const std::string plan = describe_cuda_conv_plan(*shared_gpu(precision.tf32).plan_conv(g));
+        Backend& gpu = shared_gpu(with_tf32(force, precision.tf32));
+        const std::string plan = describe_cuda_conv_plan(*gpu.plan_conv(g));
         graph_directions += occurrences(plan, "graph engine");
         if (precision.dtype == DType::f32 && !precision.tf32) {
           EXPECT_EQ(plan.find("tensor op"), std::string::npos)
@@ -329,7 +314,7 @@ TEST_F(CudaConvTest, GraphEnginesMatchTheReference) {
         }
         ConvGeometry g_add = g;
         g_add.accumulates_input_grad = true;
-        const std::string plan_add = describe_cuda_conv_plan(*shared_gpu(precision.tf32).plan_conv(g_add));
+        const std::string plan_add = describe_cuda_conv_plan(*gpu.plan_conv(g_add));
         const size_t data = plan_add.find("bwd_data (adds to dx): "), filter = plan_add.find("| bwd_filter");
         ASSERT_NE(data, std::string::npos) << plan_add;
         if (plan_add.substr(data, filter - data).find("graph engine") != std::string::npos) {
@@ -348,23 +333,20 @@ TEST_F(CudaConvTest, GraphEnginesMatchTheReference) {
   ConvGeometry g;
   g.batch = 2, g.in_channels = 16, g.in_h = g.in_w = 8, g.out_channels = 16, g.kernel_h = g.kernel_w = 1;
   g.layout = Layout::nhwc, g.dtype = DType::f16;
-  setenv("DLBENCH_CONV_GRAPH", "off", 1);
-  EXPECT_EQ(describe_cuda_conv_plan(*shared_gpu().plan_conv(g)).find("graph"), std::string::npos);
-  setenv("DLBENCH_CONV_GRAPH", "sometimes", 1);
-  EXPECT_THROW(shared_gpu().plan_conv(g), UserError);
+  CudaOptions off;
+  off.conv_graph = KernelChoice::off;
+  EXPECT_EQ(describe_cuda_conv_plan(*shared_gpu(off).plan_conv(g)).find("graph"), std::string::npos);
 }
 
-// A convolution planned with output_statistics (DLBENCH_CONV_STATISTICS=force: the fastest engine whatever
+// A convolution planned with output_statistics (--conv-statistics force: the fastest engine whatever
 // it costs) writes y as the reference computes it and, per output channel, the sum and the sum of squares
 // of y, written or before its rounding to the dtype: overwritten, not added to (the sums start as NaN, and
 // a second call gives the same).
 // In FP16, BF16 and TF32, NHWC, on ResNet-like shapes (1x1, 3x3 strided); most must have an engine (a test
 // that would pass with none is no test). "off" plans none; a plan without the request has none either.
 TEST_F(CudaConvTest, OutputStatisticsMatchTheOutput) {
-  struct EnvGuard {
-    ~EnvGuard() { unsetenv("DLBENCH_CONV_STATISTICS"); }
-  } guard;
-  setenv("DLBENCH_CONV_STATISTICS", "force", 1);
+  CudaOptions force;
+  force.conv_statistics = KernelChoice::force;
   const ConvCase cases[] = {{8, 64, 14, 14, 256, 1, 1, 1, 1, 0, 0},
                             {4, 32, 9, 9, 64, 3, 3, 2, 2, 1, 1},
                             {2, 128, 7, 7, 32, 3, 3, 1, 1, 1, 1}};
@@ -374,7 +356,7 @@ TEST_F(CudaConvTest, OutputStatisticsMatchTheOutput) {
          {Precision{DType::f16, false}, Precision{DType::bf16, false}, Precision{DType::f32, true}}) {
       SCOPED_TRACE(fmt::format("{}x{}x{}x{} -> {} {}x{}, {}", cc.n, cc.c, cc.h, cc.w, cc.k, cc.r, cc.s,
                                precision_name(precision)));
-      Backend& gpu = shared_gpu(precision.tf32);
+      Backend& gpu = shared_gpu(with_tf32(force, precision.tf32));
       ConvGeometry g = geometry_of(cc, Layout::nhwc, precision.dtype);
       g.output_statistics = true;
       auto plan = gpu.plan_conv(g);
@@ -416,12 +398,11 @@ TEST_F(CudaConvTest, OutputStatisticsMatchTheOutput) {
   std::printf("  output statistics engines: %d of %d plans\n", with_engine, tried);
   EXPECT_GE(with_engine, tried / 2) << "statistics engines in only " << with_engine << " of " << tried;
   ConvGeometry g = geometry_of(cases[0], Layout::nhwc, DType::f16);
-  EXPECT_FALSE(shared_gpu().conv_emits_statistics(*shared_gpu().plan_conv(g)));  // not asked
+  EXPECT_FALSE(shared_gpu(force).conv_emits_statistics(*shared_gpu(force).plan_conv(g)));  // not asked
   g.output_statistics = true;
-  setenv("DLBENCH_CONV_STATISTICS", "off", 1);
-  EXPECT_FALSE(shared_gpu().conv_emits_statistics(*shared_gpu().plan_conv(g)));
-  setenv("DLBENCH_CONV_STATISTICS", "sometimes", 1);
-  EXPECT_THROW(shared_gpu().plan_conv(g), UserError);
+  CudaOptions off;
+  off.conv_statistics = KernelChoice::off;
+  EXPECT_FALSE(shared_gpu(off).conv_emits_statistics(*shared_gpu(off).plan_conv(g)));
 }
 
 // ResNet-50's own shapes at batch 256 in FP16, with the engines the default search takes (auto; they are
@@ -431,11 +412,7 @@ TEST_F(CudaConvTest, OutputStatisticsMatchTheOutput) {
 // before the rounding to FP16 differs by less. Whether repeated calls give the same sums bit for bit is
 // printed (an engine may reduce in no fixed order).
 TEST_F(CudaConvTest, OutputStatisticsAtResNetSizes) {
-  struct EnvGuard {
-    ~EnvGuard() { unsetenv("DLBENCH_CONV_STATISTICS"); }
-  } guard;
-  setenv("DLBENCH_CONV_STATISTICS", "auto", 1);
-  Backend& gpu = shared_gpu(false);
+  Backend& gpu = shared_gpu(false);  // --conv-statistics auto, the default
   int with_engine = 0;
   for (const ConvCase& cc : {ConvCase{256, 64, 56, 56, 256, 1, 1, 1, 1, 0, 0},
                              ConvCase{256, 256, 14, 14, 256, 3, 3, 1, 1, 1, 1}}) {
@@ -475,15 +452,13 @@ TEST_F(CudaConvTest, OutputStatisticsAtResNetSizes) {
   EXPECT_EQ(with_engine, 2) << "the default search took no statistics engine for a ResNet-50 shape";
 }
 
-// DLBENCH_CONV_GEMM=force: a 1x1 convolution without padding in NHWC (stride 1, or 2 on odd sizes: its
+// --conv-gemm force: a 1x1 convolution without padding in NHWC (stride 1, or 2 on odd sizes: its
 // pixels gathered and its input gradient scattered) runs all three directions on cuBLAS's GEMM and matches
 // the reference, overwriting and accumulating, also planned for an accumulating input gradient; other
-// shapes and NCHW stay on cuDNN. Another value is one clear error.
+// shapes and NCHW stay on cuDNN.
 TEST_F(CudaConvTest, GemmMatchesTheReference) {
-  struct EnvGuard {
-    ~EnvGuard() { unsetenv("DLBENCH_CONV_GEMM"); }
-  } guard;
-  setenv("DLBENCH_CONV_GEMM", "force", 1);
+  CudaOptions force;
+  force.conv_gemm = KernelChoice::force;
   const ConvCase one_by_one{3, 16, 10, 10, 24, 1, 1, 1, 1, 0, 0},
       odd_sizes{2, 24, 7, 9, 40, 1, 1, 1, 1, 0, 0};
   for (const ConvCase& cc : {one_by_one, odd_sizes, kConvCases[3]}) {
@@ -491,9 +466,9 @@ TEST_F(CudaConvTest, GemmMatchesTheReference) {
                                 Precision{DType::f16, false}, Precision{DType::bf16, false}}) {
       SCOPED_TRACE(
           fmt::format("{}x{}x{}x{} -> {}, {}", cc.n, cc.c, cc.h, cc.w, cc.k, precision_name(precision)));
-      run_conv_case(*ref, cc, Layout::nhwc, precision.dtype, precision.tf32);
+      run_conv_case(*ref, cc, Layout::nhwc, precision.dtype, precision.tf32, force);
       ConvGeometry g = geometry_of(cc, Layout::nhwc, precision.dtype);
-      Backend& gpu = shared_gpu(precision.tf32);
+      Backend& gpu = shared_gpu(with_tf32(force, precision.tf32));
       const std::string plan = describe_cuda_conv_plan(*gpu.plan_conv(g));
       EXPECT_EQ(occurrences(plan, "cuBLAS GEMM"), 3) << plan;
       EXPECT_EQ(plan.find("tensor op") != std::string::npos, precision.dtype != DType::f32) << plan;
@@ -510,16 +485,14 @@ TEST_F(CudaConvTest, GemmMatchesTheReference) {
     }
   }
   // A 3x3 convolution and NCHW are no matrix products of the pixels.
+  EXPECT_EQ(describe_cuda_conv_plan(
+                *shared_gpu(force).plan_conv(geometry_of(kConvCases[7], Layout::nhwc, DType::f16)))
+                .find("cuBLAS"),
+            std::string::npos);
   EXPECT_EQ(
-      describe_cuda_conv_plan(*shared_gpu().plan_conv(geometry_of(kConvCases[7], Layout::nhwc, DType::f16)))
+      describe_cuda_conv_plan(*shared_gpu(force).plan_conv(geometry_of(one_by_one, Layout::nchw, DType::f32)))
           .find("cuBLAS"),
       std::string::npos);
-  EXPECT_EQ(
-      describe_cuda_conv_plan(*shared_gpu().plan_conv(geometry_of(one_by_one, Layout::nchw, DType::f32)))
-          .find("cuBLAS"),
-      std::string::npos);
-  setenv("DLBENCH_CONV_GEMM", "sometimes", 1);
-  EXPECT_THROW(shared_gpu().plan_conv(geometry_of(one_by_one, Layout::nhwc, DType::f32)), UserError);
 }
 
 TEST_F(CudaConvTest, RejectsMismatchedTensors) {

@@ -428,10 +428,12 @@ TEST_F(CudaOpsTest, MemoryAndCopies) {
 
 TEST_F(CudaOpsTest, Factory) {
   EXPECT_TRUE(cuda_backend_available());
-  auto b = make_backend("cuda", Device{DeviceKind::cuda, 0}, 0, true);
+  CudaOptions tf32;
+  tf32.allow_tf32 = true;
+  auto b = make_backend("cuda", Device{DeviceKind::cuda, 0}, 0, tf32);
   EXPECT_EQ(b->name(), "cuda");
-  EXPECT_THROW(make_backend("onednn", Device{DeviceKind::cuda, 0}, 0, false), UserError);
-  EXPECT_THROW(make_cuda_backend(cuda_device_count(), false), UserError);
+  EXPECT_THROW(make_backend("onednn", Device{DeviceKind::cuda, 0}, 0), UserError);
+  EXPECT_THROW(make_cuda_backend(cuda_device_count()), UserError);
 }
 
 // A training-like sequence captured in a CUDA graph (global mode: a host synchronisation, a blocking copy
@@ -520,7 +522,10 @@ TEST_F(CudaOpsTest, StreamPriority) {
   int lowest = 0, greatest = 0;
   ASSERT_EQ(cudaDeviceGetStreamPriorityRange(&lowest, &greatest), cudaSuccess);
   for (bool priority_stream : {false, true}) {
-    auto backend = make_cuda_backend(0, false, kDefaultConvWorkspaceLimit, priority_stream);
+    CudaOptions options;
+    options.training_stream =
+        priority_stream ? TrainingStreamPriority::greatest : TrainingStreamPriority::normal;
+    auto backend = make_cuda_backend(0, options);
     int priority = 1;
     ASSERT_EQ(cudaStreamGetPriority(static_cast<cudaStream_t>(backend->native_stream()), &priority),
               cudaSuccess);

@@ -12,10 +12,12 @@
 #include <cstdio>
 #include <cstring>
 #include <memory>
+#include <utility>
 #include <vector>
 
 #include "backend/backend.h"
 #include "backend/cuda/cuda_backend.h"
+#include "backend/cuda_options.h"
 #include "core/status.h"
 #include "core/tensor.h"
 #include "test_util.h"
@@ -27,13 +29,25 @@ using testing::relative_error;
 
 inline constexpr Device kGpu{DeviceKind::cuda, 0};
 
-// One backend per TF32 setting for the whole test binary (creating cuDNN and cuBLAS handles is slow);
-// never destroyed, so that nothing touches CUDA after the runtime has shut down at exit.
+// One backend per distinct CudaOptions for the whole test binary (creating cuDNN and cuBLAS handles is
+// slow); never destroyed, so that nothing touches CUDA after the runtime has shut down at exit.
+inline Backend& shared_gpu(const CudaOptions& options) {
+  static std::vector<std::pair<CudaOptions, Backend*>> backends;
+  for (const auto& [o, b] : backends)
+    if (o == options) return *b;
+  backends.emplace_back(options, make_cuda_backend(0, options).release());
+  return *backends.back().second;
+}
+// The default options, TF32 allowed or not.
 inline Backend& shared_gpu(bool allow_tf32 = false) {
-  static Backend* backends[2] = {nullptr, nullptr};
-  Backend*& b = backends[allow_tf32 ? 1 : 0];
-  if (!b) b = make_cuda_backend(0, allow_tf32).release();
-  return *b;
+  CudaOptions options;
+  options.allow_tf32 = allow_tf32;
+  return shared_gpu(options);
+}
+// `options` with TF32 allowed or not.
+inline CudaOptions with_tf32(CudaOptions options, bool allow_tf32) {
+  options.allow_tf32 = allow_tf32;
+  return options;
 }
 
 // The dtype the reference computes in for a GPU dtype: f64 stays f64, the rest run in f32.

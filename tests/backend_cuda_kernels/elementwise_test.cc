@@ -227,47 +227,6 @@ TEST_F(CudaElementwise, BiasBackwardSumsRowsInF32AndHonoursAccumulate) {
   }
 }
 
-// Padding [rows, 3] to [rows, 8] with zero channels, and taking the first 3 of 8 back, overwriting and
-// adding: what a convolution on padded input channels does around cuDNN.
-TEST_F(CudaElementwise, CopyChannelsPadsWithZerosAndTakesTheFirstOnesBack) {
-  for (DType dtype : float_dtypes()) {
-    SCOPED_TRACE(dtype_name(dtype));
-    const int64_t rows = 37, narrow_c = 3, wide_c = 8;
-    const HostBuffer narrow = random_values(rows * narrow_c, dtype, 11);
-    DeviceBuffer src(rows * narrow_c * dtype_size(dtype)), wide(rows * wide_c * dtype_size(dtype));
-    src.upload(narrow);
-    // Pad: the first 3 channels are the source, the 5 after them zero (the buffer held 7s before).
-    HostBuffer padded({rows * wide_c}, dtype);
-    for (int64_t i = 0; i < rows * wide_c; ++i) set(padded, i, 7);
-    wide.upload(padded);
-    cuda::copy_channels(src.get(), narrow_c, wide.get(), wide_c, rows, dtype, false, stream_);
-    sync();
-    wide.download(padded);
-    int64_t wrong = 0;
-    for (int64_t r = 0; r < rows; ++r)
-      for (int64_t c = 0; c < wide_c; ++c)
-        wrong += get(padded, r * wide_c + c) != (c < narrow_c ? get(narrow, r * narrow_c + c) : 0.0);
-    EXPECT_EQ(wrong, 0);
-    // Back: the first 3 of 8 into [rows, 3], overwriting, then adding (one rounding to the dtype).
-    HostBuffer out({rows * narrow_c}, dtype);
-    const HostBuffer before = random_values(rows * narrow_c, dtype, 12);
-    DeviceBuffer dst(rows * narrow_c * dtype_size(dtype));
-    dst.upload(before);
-    cuda::copy_channels(wide.get(), wide_c, dst.get(), narrow_c, rows, dtype, false, stream_);
-    sync();
-    dst.download(out);
-    EXPECT_EQ(values(out), values(narrow));
-    dst.upload(before);
-    cuda::copy_channels(wide.get(), wide_c, dst.get(), narrow_c, rows, dtype, true, stream_);
-    sync();
-    dst.download(out);
-    std::vector<double> expected(static_cast<size_t>(rows * narrow_c));
-    for (int64_t i = 0; i < rows * narrow_c; ++i)
-      expected[static_cast<size_t>(i)] = rounded(get(before, i) + get(narrow, i), dtype);
-    EXPECT_LE(max_relative_error(values(out), expected), tolerance(dtype));
-  }
-}
-
 TEST_F(CudaElementwise, CheckFiniteSetsTheFlagAndNeverClearsIt) {
   const double specials[] = {INFINITY, -INFINITY, NAN};
   for (DType dtype : float_dtypes()) {

@@ -24,7 +24,7 @@ std::string digest_of(const std::string& model_name, Backend& backend, int64_t b
 }
 
 TEST(AlgorithmDigest, SamePlansSameDigestOtherPlansAnother) {
-  auto backend = make_backend("onednn", Device{}, 1, false);
+  auto backend = make_backend("onednn", Device{}, 1);
   const std::string a = digest_of("resnet20", *backend, 2);
   ASSERT_EQ(a.size(), 16u) << a;
   EXPECT_EQ(a.find_first_not_of("0123456789abcdef"), std::string::npos) << a;

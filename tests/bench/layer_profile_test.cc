@@ -15,7 +15,7 @@ namespace dlbench {
 namespace {
 
 TEST(LayerProfile, TimesEveryLayerInBothDirections) {
-  auto backend = make_backend("onednn", Device{}, 1, false);
+  auto backend = make_backend("onednn", Device{}, 1);
   NetworkOptions options;
   options.batch = 4;
   ModelOptions model_options;

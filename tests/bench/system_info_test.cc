@@ -24,20 +24,20 @@ TEST(SystemInfo, DescribesThisMachine) {
 
 // The switches and tunings a run was made under travel with its result; the rest of the environment does not.
 TEST(SystemInfo, RecordsTheEnvironmentThatChangesARun) {
-  setenv("DLBENCH_CONV_PAD_CHANNELS", "auto", 1);
+  setenv("DLBENCH_LOG_LEVEL", "info", 1);
   setenv("NCCL_NVLS_ENABLE", "0", 1);
   setenv("DLBENCH_UNRELATED_LOOKING", "x y", 1);
   const nlohmann::json s = system_info();
-  unsetenv("DLBENCH_CONV_PAD_CHANNELS");
+  unsetenv("DLBENCH_LOG_LEVEL");
   unsetenv("NCCL_NVLS_ENABLE");
   unsetenv("DLBENCH_UNRELATED_LOOKING");
   ASSERT_TRUE(s["environment"].is_object());
-  EXPECT_EQ(s["environment"].value("DLBENCH_CONV_PAD_CHANNELS", ""), "auto");
+  EXPECT_EQ(s["environment"].value("DLBENCH_LOG_LEVEL", ""), "info");
   EXPECT_EQ(s["environment"].value("NCCL_NVLS_ENABLE", ""), "0");
   EXPECT_FALSE(s["environment"].contains("HOME"));
   EXPECT_FALSE(s["environment"].contains("PATH"));
   const std::string table = system_table(s);
-  EXPECT_NE(table.find("DLBENCH_CONV_PAD_CHANNELS=auto"), std::string::npos) << table;
+  EXPECT_NE(table.find("DLBENCH_LOG_LEVEL=info"), std::string::npos) << table;
   EXPECT_NE(table.find("NCCL_NVLS_ENABLE=0"), std::string::npos) << table;
 }
 

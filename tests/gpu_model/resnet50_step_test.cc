@@ -167,7 +167,7 @@ class GpuModel : public ::testing::Test {
     size = env_or("DLBENCH_TEST_SIZE", 112);
     step_inputs(batch, size, image_values, labels);
     cpu = make_onednn_backend(0);
-    gpu = make_cuda_backend(0, /*allow_tf32=*/false);
+    gpu = make_cuda_backend(0);  // FP32 without TF32
 #endif
   }
   int64_t batch = 0, size = 0;

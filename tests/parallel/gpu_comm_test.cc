@@ -58,18 +58,12 @@ void exercise_window(Communicator& comm, Backend& backend, bool symmetric) {
   }
 }
 
-// Every tuning of the collectives (NCCL's own, one thread block on a high-priority stream, symmetric
-// windows) sums exactly.
+// Every tuning of the collectives (NCCL's own, symmetric windows) sums exactly.
 class NcclThreads : public ::testing::TestWithParam<NcclTuning> {};
 
 INSTANTIATE_TEST_SUITE_P(Tunings, NcclThreads,
-                         ::testing::Values(NcclTuning{}, NcclTuning{/*max_ctas=*/1, /*high_priority=*/true},
-                                           NcclTuning{/*max_ctas=*/0, /*high_priority=*/false,
-                                                      /*symmetric=*/true}),
-                         [](const auto& info) {
-                           if (info.param.symmetric) return "Symmetric";
-                           return info.param.max_ctas == 0 ? "Default" : "OneCtaHigh";
-                         });
+                         ::testing::Values(NcclTuning{}, NcclTuning{/*symmetric=*/true}),
+                         [](const auto& info) { return info.param.symmetric ? "Symmetric" : "Default"; });
 
 TEST_P(NcclThreads, AllReduceBroadcastAndControlPlaneOnEveryGpu) {
   const int gpus = gpus_here();
@@ -81,7 +75,7 @@ TEST_P(NcclThreads, AllReduceBroadcastAndControlPlaneOnEveryGpu) {
   std::vector<std::thread> threads;
   for (int r = 0; r < n; ++r) {
     threads.emplace_back([&, r] {
-      auto backend = make_backend("cuda", Device{DeviceKind::cuda, r}, 0, false);
+      auto backend = make_backend("cuda", Device{DeviceKind::cuda, r}, 0);
       auto comm = group.join(r, *backend);
       EXPECT_EQ(comm->name(), "nccl-threads");
       EXPECT_EQ(comm->rank(), r);
@@ -95,7 +89,8 @@ TEST_P(NcclThreads, AllReduceBroadcastAndControlPlaneOnEveryGpu) {
 }
 
 TEST(MpiRanksNccl, AllReduceBroadcastAndControlPlane) {
-  if (!launched_by_mpi()) GTEST_SKIP() << "not started by mpirun: ctest runs these as parallel_mpi_2ranks/4ranks";
+  if (!launched_by_mpi())
+    GTEST_SKIP() << "not started by mpirun: ctest runs these as parallel_mpi_2ranks/4ranks";
   // Every rank sees the same machine in these tests (one node), so all skip together.
   if (gpus_here() == 0) GTEST_SKIP() << "no CUDA GPU (or no CUDA in this build): mpi-nccl needs one per rank";
   const char* per_node = std::getenv("OMPI_COMM_WORLD_LOCAL_SIZE");
@@ -108,7 +103,7 @@ TEST(MpiRanksNccl, AllReduceBroadcastAndControlPlane) {
   options.device = DeviceKind::cuda;
   options.timeout_seconds = 60;
   auto launch = make_launch(options);
-  auto backend = make_backend("cuda", Device{DeviceKind::cuda, launch->gpu(0)}, 0, false);
+  auto backend = make_backend("cuda", Device{DeviceKind::cuda, launch->gpu(0)}, 0);
   auto comm = launch->join(0, *backend);
   EXPECT_EQ(comm->name(), "mpi-nccl");
   exercise(*comm, *backend);

@@ -69,10 +69,6 @@ TEST_F(Launching, UnavailableLaunchersAreOneClearLine) {
   EXPECT_EQ(user_error_message([&] { make_launch(o); }),
             "--gpus 4 needs --device cuda; CPU ranks run one per process: mpirun -np 4 dlbench ...");
   o = LaunchOptions{};
-  o.nccl.max_ctas = 65;
-  EXPECT_EQ(user_error_message([&] { make_launch(o); }),
-            "--nccl-max-ctas 65: must be 0 (NCCL's choice) to 64");
-  o = LaunchOptions{};
   o.timeout_seconds = 0;
   EXPECT_EQ(user_error_message([&] { make_launch(o); }), "--timeout 0: must be a positive number of seconds");
 }

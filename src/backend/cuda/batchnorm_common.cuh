@@ -16,6 +16,7 @@
 #include "backend/cuda/batchnorm_launch.h"
 #include "backend/cuda/kernel_common.cuh"
 #include "backend/cuda/kernels.h"
+#include "core/align.h"
 
 namespace dlbench::cuda::bn {
 
@@ -45,9 +46,7 @@ struct WorkspaceParts {
 };
 
 inline size_t coefficient_bytes(int64_t channels) {
-  constexpr size_t kAlign = 256;
-  const size_t bytes = static_cast<size_t>(channels) * sizeof(float4);
-  return (bytes + kAlign - 1) / kAlign * kAlign;
+  return align_up(static_cast<size_t>(channels) * sizeof(float4), size_t{256});
 }
 
 inline WorkspaceParts workspace_parts(const OwnBatchNormLaunch& launch, void* workspace) {
@@ -228,16 +227,17 @@ void nhwc_backward(const OwnBatchNormLaunch& launch, const void* x, const void* 
                    void* dresidual, float* dgamma, float* dbeta, bool accumulate, void* workspace,
                    const float4* forward, cudaStream_t stream);
 
-// A projection block's shortcut folded into its closing batch norm (NHWC; batchnorm_nhwc.cu). False, with
-// nothing launched, where the kernels cannot take the tensors (channels not in whole 16-byte vectors,
+// A projection block's shortcut folded into its closing batch norm (NHWC; batchnorm_nhwc_folded.cu). False,
+// with nothing launched, where the kernels cannot take the tensors (channels not in whole 16-byte vectors,
 // pointers not aligned for them): the caller composes the single ops.
 bool nhwc_folded_forward_training(const OwnBatchNormSide& main, const OwnBatchNormSide& shortcut, void* y,
                                   void* workspace, cudaStream_t stream);
 bool nhwc_folded_backward(const OwnBatchNormSide& main, const OwnBatchNormSide& shortcut, const void* dy,
                           bool accumulate, void* workspace, cudaStream_t stream);
 
-// The ImageNet stem's batch norm (relu) + 3 x 3 stride-2 max pool as one op (batchnorm_nhwc.cu). False, with
-// nothing launched, where the kernels cannot take it (nhwc_pooled_fits, pointers not aligned for vectors).
+// The ImageNet stem's batch norm (relu) + 3 x 3 stride-2 max pool as one op (batchnorm_nhwc_pooled.cu).
+// False, with nothing launched, where the kernels cannot take it (nhwc_pooled_fits, pointers not aligned for
+// vectors).
 bool nhwc_pooled_fits(const BatchNormGeometry& g, const MaxPoolShape& pool);
 bool nhwc_pooled_forward_training(const OwnBatchNormSide& bn, const MaxPoolShape& pool, void* y,
                                   uint8_t* argmax, void* workspace, cudaStream_t stream);

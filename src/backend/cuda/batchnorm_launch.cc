@@ -4,6 +4,7 @@
 #include <climits>
 
 #include "backend/cuda/kernel_check.h"
+#include "core/align.h"
 
 namespace dlbench::cuda::bn {
 
@@ -31,11 +32,10 @@ OwnBatchNormLaunch size_launch(const BatchNormGeometry& g, int multiprocessors) 
   }
   const int64_t most_splits = std::max<int64_t>(1, values / least_values);
   const int64_t splits =
-      std::clamp<int64_t>((wanted_blocks + blocks_per_split - 1) / blocks_per_split, 1, most_splits);
+      std::clamp<int64_t>(ceil_div<int64_t>(wanted_blocks, blocks_per_split), 1, most_splits);
   // Ranges of whole NCHW vectors (in NHWC, where a value is a row, it costs nothing).
-  const int64_t per_split = (values + splits - 1) / splits;
-  launch.chunk = (per_split + kNchwVector - 1) / kNchwVector * kNchwVector;
-  launch.splits = (values + launch.chunk - 1) / launch.chunk;
+  launch.chunk = align_up<int64_t>(ceil_div<int64_t>(values, splits), kNchwVector);
+  launch.splits = ceil_div<int64_t>(values, launch.chunk);
   return launch;
 }
 

@@ -9,6 +9,7 @@
 
 #include "backend/backend.h"
 #include "backend/cuda/kernels.h"
+#include "core/align.h"
 
 namespace dlbench::cuda::bn {
 
@@ -50,7 +51,7 @@ inline RowTiles row_tiles(const BatchNormGeometry& g, int vector) {
   const int64_t vectors = g.channels / vector;
   const auto columns = static_cast<uint32_t>(std::min<int64_t>(vectors, kMostColumns));
   return {static_cast<uint32_t>(vector), columns, kReduceThreads / columns,
-          static_cast<uint32_t>((vectors + columns - 1) / columns)};
+          static_cast<uint32_t>(ceil_div<int64_t>(vectors, columns))};
 }
 
 // The launch for `g` on a device of `multiprocessors` multiprocessors: `splits` ranges of `chunk` values

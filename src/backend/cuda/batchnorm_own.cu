@@ -2,7 +2,7 @@
 // layouts, the checks, the dispatch to batchnorm_nchw.cu or batchnorm_nhwc.cu) and the two finalize
 // kernels both layouts share.
 //
-// Why our own: cuDNN's NCHW batch norm ran 2-5x slower than the bytes it moves (cuda_batchnorm.cc has the
+// Why our own: cuDNN's NCHW batch norm ran 2-5x slower than the bytes it moves (docs/PERFORMANCE.md has the
 // numbers). In NHWC, cuDNN's semi-persistent kernels run near the memory's speed but read y in every ReLU
 // backward and take longer than their bytes for add + ReLU; these kernels made the whole ResNet-50 step
 // 2-6% faster (docs/PERFORMANCE.md). They also have no grid-wide barrier (every pass is independent
@@ -24,7 +24,7 @@ constexpr int kFinalizeThreads = 128;
 constexpr int kChannelsPerFinalizeBlock = kFinalizeThreads / 32;
 
 unsigned finalize_blocks(int64_t channels) {
-  return static_cast<unsigned>((channels + kChannelsPerFinalizeBlock - 1) / kChannelsPerFinalizeBlock);
+  return static_cast<unsigned>(ceil_div<int64_t>(channels, kChannelsPerFinalizeBlock));
 }
 
 // The number of values of range `split` (the last one may be short).
@@ -197,10 +197,9 @@ size_t own_batchnorm_held_bytes(const OwnBatchNormLaunch& launch) {
 size_t own_batchnorm_workspace_bytes(const OwnBatchNormLaunch& launch) {
   // A multiple of 256 bytes: the folded shortcut's workspace follows this one, its float4 coefficients
   // first.
-  constexpr size_t kAlign = 256;
-  const size_t bytes = bn::coefficient_bytes(launch.geometry.channels) +
-                       static_cast<size_t>(launch.geometry.channels * launch.splits) * sizeof(float2);
-  return (bytes + kAlign - 1) / kAlign * kAlign;
+  return align_up(bn::coefficient_bytes(launch.geometry.channels) +
+                      static_cast<size_t>(launch.geometry.channels * launch.splits) * sizeof(float2),
+                  size_t{256});
 }
 
 void own_batchnorm_forward_training(const OwnBatchNormLaunch& launch, const void* x, const void* residual,

@@ -132,13 +132,16 @@ constexpr size_t kCublasWorkspaceBytes = size_t{32} << 20;
 
 }  // namespace
 
-CudaBackend::CudaBackend(int device, bool allow_tf32, size_t conv_workspace_limit, bool priority_stream)
-    : device_(device), allow_tf32_(allow_tf32), conv_workspace_limit_(conv_workspace_limit) {
+CudaBackend::CudaBackend(int device, const CudaOptions& options,
+                         std::shared_ptr<tuning::AlgorithmCache> algorithms)
+    : device_(device),
+      options_(options),
+      algorithms_(algorithms ? std::move(algorithms) : std::make_shared<tuning::AlgorithmCache>()) {
   const int count = cuda_device_count();
   DLB_REQUIRE(device >= 0 && device < count, "--device cuda:{}: this machine has {} CUDA GPU(s)", device,
               count);
   CUDA_CHECK(cudaSetDevice(device_));
-  stream_ = new_stream(priority_stream);
+  stream_ = new_stream(options_.training_stream == TrainingStreamPriority::greatest);
   CUDNN_CHECK(cudnnCreate(&cudnn_));
   CUDNN_CHECK(cudnnSetStream(cudnn_, stream_));
   CUBLAS_CHECK(cublasCreate(&cublas_));
@@ -146,7 +149,22 @@ CudaBackend::CudaBackend(int device, bool allow_tf32, size_t conv_workspace_limi
   cublas_workspace_ = DeviceBuffer(kCublasWorkspaceBytes);
   CUBLAS_CHECK(cublasSetWorkspace(cublas_, cublas_workspace_.get(), cublas_workspace_.bytes()));
   // FP32 GEMMs: TF32 tensor cores only when allowed. The compute type of each call says the same (gemm).
-  CUBLAS_CHECK(cublasSetMathMode(cublas_, allow_tf32_ ? CUBLAS_TF32_TENSOR_OP_MATH : CUBLAS_DEFAULT_MATH));
+  CUBLAS_CHECK(
+      cublasSetMathMode(cublas_, options_.allow_tf32 ? CUBLAS_TF32_TENSOR_OP_MATH : CUBLAS_DEFAULT_MATH));
+  algorithms_->bind(machine_key());
+}
+
+tuning::MachineKey CudaBackend::machine_key() const {
+  cudaDeviceProp properties{};
+  CUDA_CHECK(cudaGetDeviceProperties(&properties, device_));
+  int driver = 0;
+  if (cudaDriverGetVersion(&driver) != cudaSuccess) (void)cudaGetLastError();
+  int major = 0, minor = 0, patch = 0;
+  cublasGetProperty(MAJOR_VERSION, &major);
+  cublasGetProperty(MINOR_VERSION, &minor);
+  cublasGetProperty(PATCH_LEVEL, &patch);
+  return {properties.name, std::to_string(driver),
+          fmt::format("cudnn {} cublas {}.{}.{}", cudnnGetVersion(), major, minor, patch), DLBENCH_VERSION};
 }
 
 CudaBackend::~CudaBackend() {
@@ -401,9 +419,9 @@ int cuda_device_count() {
   return count;
 }
 
-std::unique_ptr<Backend> make_cuda_backend(int device, bool allow_tf32, size_t conv_workspace_limit,
-                                           bool priority_stream) {
-  return std::make_unique<cuda::CudaBackend>(device, allow_tf32, conv_workspace_limit, priority_stream);
+std::unique_ptr<Backend> make_cuda_backend(int device, const CudaOptions& options,
+                                           std::shared_ptr<tuning::AlgorithmCache> algorithms) {
+  return std::make_unique<cuda::CudaBackend>(device, options, std::move(algorithms));
 }
 
 namespace cuda {

@@ -12,17 +12,16 @@
 
 #include "backend/backend.h"
 #include "backend/backend_factory.h"
+#include "backend/tuning/algorithm_cache.h"
 
 namespace dlbench {
 
-// One stream, one cuDNN and one cuBLAS handle on GPU `device`. FP32 convolutions and GEMMs may use TF32
-// tensor cores only when `allow_tf32` (FP16/BF16 always use tensor cores, accumulating in FP32).
-// A convolution algorithm may take at most `conv_workspace_limit` bytes of workspace per direction.
-// `priority_stream`: the stream at the device's greatest priority. Throws UserError when there is no such
-// GPU.
-std::unique_ptr<Backend> make_cuda_backend(int device, bool allow_tf32,
-                                           size_t conv_workspace_limit = kDefaultConvWorkspaceLimit,
-                                           bool priority_stream = false);
+// One stream, one cuDNN and one cuBLAS handle on GPU `device`, running what `options` choose (FP32
+// convolutions and GEMMs on TF32 tensor cores only with options.allow_tf32; FP16/BF16 always use tensor
+// cores, accumulating in FP32). Its searches' choices go to `algorithms` (null: a cache of its own, in
+// memory). Throws UserError when there is no such GPU.
+std::unique_ptr<Backend> make_cuda_backend(int device, const CudaOptions& options = {},
+                                           std::shared_ptr<tuning::AlgorithmCache> algorithms = nullptr);
 
 // GPUs the CUDA runtime sees; 0 when there is no driver or no GPU. Never throws.
 int cuda_device_count();

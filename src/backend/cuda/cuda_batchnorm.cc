@@ -1,46 +1,27 @@
-// Batch normalisation on cuDNN: cudnnBatchNormalizationForwardTrainingEx / BackwardEx for training,
-// cudnnBatchNormalizationForwardInference for inference, dlbench's kernels for what cuDNN does not fuse.
+// Batch normalisation on the CUDA backend: training on dlbench's own kernels (batchnorm_own.cu,
+// batchnorm_nhwc.cu, batchnorm_nchw.cu) in FP32/TF32/FP16/BF16, inference on cuDNN
+// (cudnnBatchNormalizationForwardInference), FP64 training on cuDNN's plain spatial batch norm followed by
+// our add and ReLU kernels (FP64 is the tests' precision; no run trains in it).
 //
-// Training on dlbench's own kernels (DLBENCH_BN_KERNELS=own, the default; cudnn keeps training on cuDNN
-// too). cuDNN's NCHW training batch norm (plain SPATIAL, plus our add and ReLU kernels) ran 2-5x slower
-// than the bytes it moves on an H200 (ResNet-50 FP32 NCHW: 59 ms of a 248 ms step). In NHWC cuDNN's
-// semi-persistent kernels run near the memory's speed, but its add + ReLU forward does not, it reads y in
-// every ReLU backward, and its grid-wide barriers hold up a collective beside them; ours measured faster
-// in the whole step in every precision (docs/PERFORMANCE.md). With `own`, a plan in f32/f16/bf16 trains on
-// batchnorm_own.cu's kernels (no cuDNN workspace; the plan's reserve holds the forward's per-channel
-// coefficients for the backward); inference and FP64 stay on cuDNN.
+// The own kernels replaced cuDNN's training batch norm in every precision and layout (docs/PERFORMANCE.md,
+// "Own NHWC batch norm"): a plan trains on them with no cuDNN workspace; its reserve holds the forward's
+// per-channel coefficients for the backward. A projection block's shortcut batch norm folds into its
+// closing one (batchnorm_shortcut_*) where both train on the own NHWC kernels with channels in whole
+// 16-byte vectors (--bn-fold-shortcut off declines): the folded kernels store neither bn_s(s) nor the
+// gradient between the two. Inference blends bn(x) onto bn_s(s) in y on cuDNN.
 //
-// A projection block's shortcut batch norm folds into its closing one (batchnorm_shortcut_*) by default
-// where both train on the own NHWC kernels with channels in whole 16-byte vectors
-// (DLBENCH_BN_FOLD_SHORTCUT=off declines): training on the own folded kernels, which store neither
-// bn_s(s) nor the gradient between the two (ResNet-50 steps ~3% faster); inference on cuDNN, blending
-// bn(x) onto bn_s(s) in y.
-//
-// Mode: CUDNN_BATCHNORM_SPATIAL_PERSISTENT for NHWC (the semi-persistent NHWC kernels); plain SPATIAL for
-// NCHW, whose persistent variant reduces in scaled integers that can overflow on large activations.
-//
-// Fusion (relu, add_relu): cuDNN's bnOps BN_ACTIVATION / BN_ADD_ACTIVATION when cuDNN takes them (NHWC
-// only; which dtypes and channel counts it takes depends on the cuDNN release). The plan asks cuDNN for
-// the workspace and reserve sizes of the fused ops and then runs the fused forward and backward once on
-// scratch buffers of the plan's shape; if any of that fails, the plan is "unfused": plain BN (bnOps BN)
-// followed by our add and ReLU kernels, and in the backward our ReLU-backward kernel masks dy with y first
-// (into dresidual for add_relu, which is exactly that gradient, or into the workspace for relu). The
-// verdict is cached per shape for the process, so identical layers run one trial. An estimate plan
-// (estimate_batchnorm) runs no trial and allocates nothing: it states the larger of both paths' sizes.
-//
-// Reserve space: cuDNN's training forward leaves state in it that the backward of the same layer reads.
-// The interface's workspace is shared by all layers, so the reserve cannot live there: each plan owns
-// its reserve, allocated at plan time (one plan per layer). Only the cuDNN workspace proper (and the
-// masked-dy buffer of the unfused relu path) is part of workspace_bytes(); the reserve is held_bytes().
+// FP64 training: the unfused path. The backward's ReLU passes the gradient where it passed the value: our
+// ReLU-backward kernel masks dy with y first (into dresidual for add_relu, which is exactly that gradient,
+// or into the workspace for relu). cuDNN's training forward leaves state in its reserve that the backward
+// of the same layer reads; the interface's workspace is shared by all layers, so each plan owns its reserve
+// (held_bytes()), allocated at plan time; only cuDNN's workspace proper (and the masked-dy buffer of the
+// relu path) is part of workspace_bytes().
 //
 // cuDNN's conventions match the contract: exponentialAverageFactor is the momentum (running = (1 - m) *
 // running + m * batch), the running variance is the unbiased one (x M / (M - 1)), resultSaveInvVariance
-// is 1 / sqrt(var + eps). Accumulating dgamma/dbeta is cuDNN's betaParamDiff = 1. The fused backward also
-// reads beta (bnBiasData) while the interface hands it only to the forward: the plan remembers the beta
-// of the last training forward, which is the same parameter tensor the backward of that step belongs to.
+// is 1 / sqrt(var + eps). Accumulating dgamma/dbeta is cuDNN's betaParamDiff = 1.
 #include <algorithm>
 #include <array>
-#include <cstdlib>
 #include <string>
 
 #include "backend/cuda/batchnorm_launch.h"
@@ -58,18 +39,13 @@ class CudaBatchNormPlan final : public BatchNormPlan {
   size_t held_bytes() const override { return reserve_bytes; }
 
   TensorDescriptor x_desc, param_desc;
-  ActivationDescriptor relu_desc;
-  cudnnBatchNormMode_t mode = CUDNN_BATCHNORM_SPATIAL;
-  bool fused = false;  // cuDNN applies the fusion itself
-  cudnnBatchNormOps_t ops = CUDNN_BATCHNORM_OPS_BN;
   std::string path;  // how the plan runs, for describe_cuda_batchnorm_plan
   size_t forward_workspace = 0, backward_workspace = 0;
   size_t cudnn_workspace_offset = 0, masked_dy_offset = 0, total_workspace = 0;
   DeviceBuffer reserve;
   size_t reserve_bytes = 0;  // what the plan holds (an estimate plan holds no reserve but states its size)
   DType param_dtype = DType::f32;
-  mutable const void* last_beta = nullptr;  // beta of the last training forward (the fused backward reads it)
-  bool own = false;                         // training runs dlbench's own kernels (DLBENCH_BN_KERNELS)
+  bool own = false;  // training runs dlbench's own kernels (every dtype but FP64)
   OwnBatchNormLaunch own_launch;
 };
 
@@ -77,30 +53,6 @@ const CudaBatchNormPlan& as_cuda_plan(const BatchNormPlan& plan) {
   auto* p = dynamic_cast<const CudaBatchNormPlan*>(&plan);
   DLB_CHECK(p != nullptr, "batch-norm plan was not made by the cuda backend");
   return *p;
-}
-
-cudnnBatchNormOps_t fused_ops(BatchNormFusion fusion) {
-  switch (fusion) {
-    case BatchNormFusion::relu:
-      return CUDNN_BATCHNORM_OPS_BN_ACTIVATION;
-    case BatchNormFusion::add_relu:
-      return CUDNN_BATCHNORM_OPS_BN_ADD_ACTIVATION;
-    case BatchNormFusion::none:
-      break;
-  }
-  return CUDNN_BATCHNORM_OPS_BN;
-}
-
-const char* ops_name(cudnnBatchNormOps_t ops) {
-  switch (ops) {
-    case CUDNN_BATCHNORM_OPS_BN:
-      return "BN";
-    case CUDNN_BATCHNORM_OPS_BN_ACTIVATION:
-      return "BN_ACTIVATION";
-    case CUDNN_BATCHNORM_OPS_BN_ADD_ACTIVATION:
-      return "BN_ADD_ACTIVATION";
-  }
-  return "?";
 }
 
 std::vector<int64_t> activation_dims(const BatchNormGeometry& g) { return {g.batch, g.channels, g.h, g.w}; }
@@ -117,88 +69,21 @@ void check_geometry(const BatchNormGeometry& g) {
 }
 
 struct Sizes {
-  cudnnStatus_t status = CUDNN_STATUS_SUCCESS;
-  const char* failed = "";
   size_t forward = 0, backward = 0, reserve = 0;
 };
 
-// cuDNN's workspace and reserve sizes for `ops` (status says whether cuDNN takes the combination).
-Sizes query_sizes(cudnnHandle_t handle, const CudaBatchNormPlan& p, cudnnBatchNormOps_t ops) {
+// cuDNN's workspace and reserve sizes for its plain spatial batch norm (the FP64 training path).
+Sizes query_sizes(cudnnHandle_t handle, const CudaBatchNormPlan& p) {
   Sizes s;
-  const bool add = ops == CUDNN_BATCHNORM_OPS_BN_ADD_ACTIVATION;
-  const bool act = ops != CUDNN_BATCHNORM_OPS_BN;
-  cudnnActivationDescriptor_t relu = act ? p.relu_desc.get() : nullptr;
-  cudnnTensorDescriptor_t z = add ? p.x_desc.get() : nullptr;
-  s.status = cudnnGetBatchNormalizationForwardTrainingExWorkspaceSize(
-      handle, p.mode, ops, p.x_desc, z, p.x_desc, p.param_desc, relu, &s.forward);
-  if (s.status != CUDNN_STATUS_SUCCESS) {
-    s.failed = "forward workspace size";
-    return s;
-  }
-  s.status = cudnnGetBatchNormalizationBackwardExWorkspaceSize(handle, p.mode, ops, p.x_desc,
-                                                               act ? p.x_desc.get() : nullptr, p.x_desc, z,
-                                                               p.x_desc, p.param_desc, relu, &s.backward);
-  if (s.status != CUDNN_STATUS_SUCCESS) {
-    s.failed = "backward workspace size";
-    return s;
-  }
-  s.status =
-      cudnnGetBatchNormalizationTrainingExReserveSpaceSize(handle, p.mode, ops, relu, p.x_desc, &s.reserve);
-  if (s.status != CUDNN_STATUS_SUCCESS) s.failed = "reserve space size";
+  constexpr cudnnBatchNormMode_t mode = CUDNN_BATCHNORM_SPATIAL;
+  constexpr cudnnBatchNormOps_t ops = CUDNN_BATCHNORM_OPS_BN;
+  CUDNN_CHECK(cudnnGetBatchNormalizationForwardTrainingExWorkspaceSize(
+      handle, mode, ops, p.x_desc, nullptr, p.x_desc, p.param_desc, nullptr, &s.forward));
+  CUDNN_CHECK(cudnnGetBatchNormalizationBackwardExWorkspaceSize(
+      handle, mode, ops, p.x_desc, nullptr, p.x_desc, nullptr, p.x_desc, p.param_desc, nullptr, &s.backward));
+  CUDNN_CHECK(
+      cudnnGetBatchNormalizationTrainingExReserveSpaceSize(handle, mode, ops, nullptr, p.x_desc, &s.reserve));
   return s;
-}
-
-// Runs the fused forward and backward once on zeroed scratch buffers of the plan's shape. Returns "" when
-// cuDNN ran both, else what failed.
-std::string trial_run(const CudaBackend& backend, const CudaBatchNormPlan& p, const Sizes& sizes) {
-  const BatchNormGeometry& g = p.geometry;
-  const bool add = p.ops == CUDNN_BATCHNORM_OPS_BN_ADD_ACTIVATION;
-  const size_t bytes = activation_bytes(g);
-  const size_t param_bytes = static_cast<size_t>(g.channels) * dtype_size(p.param_dtype);
-  DeviceBuffer x = DeviceBuffer::try_allocate(bytes), y = DeviceBuffer::try_allocate(bytes),
-               dx = DeviceBuffer::try_allocate(bytes);
-  DeviceBuffer z = add ? DeviceBuffer::try_allocate(bytes) : DeviceBuffer(),
-               dz = add ? DeviceBuffer::try_allocate(bytes) : DeviceBuffer();
-  DeviceBuffer params = DeviceBuffer::try_allocate(8 * align_up(param_bytes));
-  DeviceBuffer ws = DeviceBuffer::try_allocate(std::max(sizes.forward, sizes.backward));
-  DeviceBuffer reserve = DeviceBuffer::try_allocate(sizes.reserve);
-  if (!x.get() || !y.get() || !dx.get() || (add && (!z.get() || !dz.get())) || !params.get() ||
-      (std::max(sizes.forward, sizes.backward) > 0 && !ws.get()) || (sizes.reserve > 0 && !reserve.get())) {
-    return "no memory for the trial run";
-  }
-  cudaStream_t stream = backend.stream();
-  CUDA_CHECK(cudaMemsetAsync(x.get(), 0, bytes, stream));
-  if (add) CUDA_CHECK(cudaMemsetAsync(z.get(), 0, bytes, stream));
-  CUDA_CHECK(cudaMemsetAsync(params.get(), 0, params.bytes(), stream));
-  auto param = [&](int i) { return at_offset(params.get(), static_cast<size_t>(i) * align_up(param_bytes)); };
-  const Scaling s(g.dtype, 1.0, 0.0);
-  cudnnStatus_t status = cudnnBatchNormalizationForwardTrainingEx(
-      backend.cudnn(), p.mode, p.ops, s.alpha(), s.beta(), p.x_desc, x.get(), add ? p.x_desc.get() : nullptr,
-      z.get(), p.x_desc, y.get(), p.param_desc, param(0), param(1), g.momentum, param(2), param(3), g.epsilon,
-      param(4), param(5), p.relu_desc, ws.get(), ws.bytes(), reserve.get(), reserve.bytes());
-  if (status != CUDNN_STATUS_SUCCESS) return fmt::format("forward: {}", cudnnGetErrorString(status));
-  status = cudnnBatchNormalizationBackwardEx(
-      backend.cudnn(), p.mode, p.ops, s.alpha(), s.beta(), s.alpha(), s.beta(), p.x_desc, x.get(), p.x_desc,
-      y.get(), p.x_desc, x.get(), add ? p.x_desc.get() : nullptr, dz.get(), p.x_desc, dx.get(), p.param_desc,
-      param(0), param(1), param(6), param(7), g.epsilon, param(4), param(5), p.relu_desc, ws.get(),
-      ws.bytes(), reserve.get(), reserve.bytes());
-  if (status != CUDNN_STATUS_SUCCESS) return fmt::format("backward: {}", cudnnGetErrorString(status));
-  const cudaError_t ran = cudaStreamSynchronize(stream);
-  if (ran != cudaSuccess) {
-    (void)cudaGetLastError();
-    return fmt::format("execution: {}", cudaGetErrorString(ran));
-  }
-  return "";
-}
-
-// Process-wide verdicts of trial runs: "" (cuDNN fuses this shape) or the reason it does not.
-std::mutex& trial_mutex() {
-  static std::mutex mutex;
-  return mutex;
-}
-std::map<std::array<int64_t, 8>, std::string>& trial_cache() {
-  static std::map<std::array<int64_t, 8>, std::string> cache;
-  return cache;
 }
 
 // A parameter or statistics tensor's data (f32 on the own kernels' path: check_param saw to it).
@@ -219,15 +104,6 @@ void check_residual(const char* op, const char* name, const BatchNormGeometry& g
   }
 }
 
-enum class BatchNormKernels { cudnn, own };
-
-// DLBENCH_BN_KERNELS: own (the default, also when unset or empty) or cudnn. Read at every plan, so that a
-// process (a test) can plan both ways.
-BatchNormKernels batchnorm_kernels() {
-  return env_choice<BatchNormKernels>("DLBENCH_BN_KERNELS",
-                                      {{"own", BatchNormKernels::own}, {"cudnn", BatchNormKernels::cudnn}});
-}
-
 const char* fusion_name(BatchNormFusion fusion) {
   switch (fusion) {
     case BatchNormFusion::none:
@@ -244,10 +120,8 @@ const char* fusion_name(BatchNormFusion fusion) {
 
 namespace {
 
-// A plan's fused verdict and sizes, without the reserve. An estimate makes no trial run: when no verdict
-// is cached for the shape, its sizes are the larger of the fused and the unfused path's, each part
-// separately, so that they bound whichever path the run plan takes.
-void choose_path(const CudaBackend& backend, CudaBatchNormPlan& p, bool estimate) {
+// A plan's path and sizes, without the reserve (a run plan and an estimate agree: nothing is tried).
+void choose_path(const CudaBackend& backend, CudaBatchNormPlan& p) {
   const BatchNormGeometry& g = p.geometry;
   if (p.own) {
     // Training holds the forward's coefficients for the backward (in the reserve); inference needs no
@@ -260,73 +134,15 @@ void choose_path(const CudaBackend& backend, CudaBatchNormPlan& p, bool estimate
     p.reserve_bytes = own_batchnorm_held_bytes(p.own_launch);
     return;
   }
-  cudnnHandle_t handle = backend.cudnn();
-  Sizes sizes;
-  bool unknown = false;  // an estimate that does not know whether cuDNN fuses this shape
-  Sizes fused_sizes;
-  if (g.fusion != BatchNormFusion::none) {
-    std::string why_not;
-    if (g.layout != Layout::nhwc) {
-      why_not = "cuDNN fuses in NHWC only";
-    } else if (g.dtype == DType::f64) {
-      why_not = "cuDNN does not fuse FP64";
-    } else {
-      p.ops = fused_ops(g.fusion);
-      sizes = query_sizes(handle, p, p.ops);
-      if (sizes.status != CUDNN_STATUS_SUCCESS) {
-        why_not = fmt::format("cuDNN refused the {}: {}", sizes.failed, cudnnGetErrorString(sizes.status));
-      } else {
-        const std::array<int64_t, 8> key{g.batch,
-                                         g.channels,
-                                         g.h,
-                                         g.w,
-                                         static_cast<int64_t>(g.dtype),
-                                         static_cast<int64_t>(g.layout),
-                                         static_cast<int64_t>(g.fusion),
-                                         backend.device().index};
-        std::lock_guard<std::mutex> lock(trial_mutex());
-        auto it = trial_cache().find(key);
-        if (it == trial_cache().end() && estimate) {
-          unknown = true;
-          fused_sizes = sizes;
-          why_not = "estimate: not tried";
-        } else {
-          if (it == trial_cache().end()) it = trial_cache().emplace(key, trial_run(backend, p, sizes)).first;
-          if (!it->second.empty()) why_not = fmt::format("cuDNN's trial run failed: {}", it->second);
-        }
-      }
-    }
-    p.fused = why_not.empty();
-    p.path = p.fused ? fmt::format("fused (cuDNN {})", ops_name(p.ops))
-                     : fmt::format("unfused (cuDNN BN + our kernels): {}", why_not);
-  } else {
-    p.path = "cuDNN BN";
-  }
-  if (!p.fused) {
-    p.ops = CUDNN_BATCHNORM_OPS_BN;
-    sizes = query_sizes(handle, p, p.ops);
-    if (sizes.status != CUDNN_STATUS_SUCCESS && p.mode == CUDNN_BATCHNORM_SPATIAL_PERSISTENT) {
-      // No semi-persistent kernel for this case: the plain spatial one.
-      p.mode = CUDNN_BATCHNORM_SPATIAL;
-      CUDNN_CHECK(cudnnDeriveBNTensorDescriptor(p.param_desc, p.x_desc, p.mode));
-      sizes = query_sizes(handle, p, p.ops);
-      p.path += " (spatial mode)";
-    }
-    CUDNN_CHECK(sizes.status);
-  }
-  if (unknown) {
-    sizes.forward = std::max(sizes.forward, fused_sizes.forward);
-    sizes.backward = std::max(sizes.backward, fused_sizes.backward);
-    sizes.reserve = std::max(sizes.reserve, fused_sizes.reserve);
-  }
+  p.path = g.fusion == BatchNormFusion::none ? "cuDNN BN" : "cuDNN BN + our kernels";
+  const Sizes sizes = query_sizes(backend.cudnn(), p);
   p.forward_workspace = sizes.forward;
   p.backward_workspace = sizes.backward;
   p.reserve_bytes = sizes.reserve;
-
   WorkspaceLayout layout;
   p.cudnn_workspace_offset = layout.reserve(std::max(sizes.forward, sizes.backward));
-  // The unfused relu path masks dy into the workspace (an unknown verdict may take it).
-  if (!p.fused && g.fusion == BatchNormFusion::relu) p.masked_dy_offset = layout.reserve(activation_bytes(g));
+  // The relu path masks dy into the workspace.
+  if (g.fusion == BatchNormFusion::relu) p.masked_dy_offset = layout.reserve(activation_bytes(g));
   p.total_workspace = layout.total();
 }
 
@@ -335,21 +151,11 @@ std::unique_ptr<CudaBatchNormPlan> new_plan(const CudaBackend& backend, const Ba
   backend.activate();
   auto plan = std::make_unique<CudaBatchNormPlan>(g);
   CudaBatchNormPlan& p = *plan;
-  // DLBENCH_CUDNN_BN_PERSISTENT=0 turns the semi-persistent NHWC kernels off: a diagnostic switch, to
-  // measure what they cost or buy inside a CUDA graph (docs/PERFORMANCE.md).
-  static const bool persistent = [] {
-    const char* value = std::getenv("DLBENCH_CUDNN_BN_PERSISTENT");
-    return !(value && std::string(value) == "0");
-  }();
-  p.mode =
-      g.layout == Layout::nhwc && persistent ? CUDNN_BATCHNORM_SPATIAL_PERSISTENT : CUDNN_BATCHNORM_SPATIAL;
   p.param_dtype = g.dtype == DType::f64 ? DType::f64 : DType::f32;
   set_tensor_4d(p.x_desc, g.dtype, g.layout, g.batch, g.channels, g.h, g.w);
-  CUDNN_CHECK(cudnnDeriveBNTensorDescriptor(p.param_desc, p.x_desc, p.mode));
-  CUDNN_CHECK(cudnnSetActivationDescriptor(p.relu_desc, CUDNN_ACTIVATION_RELU, CUDNN_PROPAGATE_NAN, 0.0));
-  // The descriptors above still serve inference, which stays on cuDNN.
-  const BatchNormKernels kernels = batchnorm_kernels();
-  p.own = kernels == BatchNormKernels::own && g.dtype != DType::f64;
+  CUDNN_CHECK(cudnnDeriveBNTensorDescriptor(p.param_desc, p.x_desc, CUDNN_BATCHNORM_SPATIAL));
+  // The descriptors above serve inference, which stays on cuDNN, and FP64 training.
+  p.own = g.dtype != DType::f64;
   if (p.own) p.own_launch = own_batchnorm_launch(g);  // sized for the device activate() made current
   return plan;
 }
@@ -358,14 +164,14 @@ std::unique_ptr<CudaBatchNormPlan> new_plan(const CudaBackend& backend, const Ba
 
 std::unique_ptr<BatchNormPlan> CudaBackend::plan_batchnorm(const BatchNormGeometry& g) {
   auto plan = new_plan(*this, g);
-  choose_path(*this, *plan, /*estimate=*/false);
+  choose_path(*this, *plan);
   plan->reserve = DeviceBuffer(plan->reserve_bytes);
   return plan;
 }
 
 std::unique_ptr<BatchNormPlan> CudaBackend::estimate_batchnorm(const BatchNormGeometry& g) {
   auto plan = new_plan(*this, g);
-  choose_path(*this, *plan, /*estimate=*/true);
+  choose_path(*this, *plan);
   return plan;
 }
 
@@ -401,8 +207,7 @@ void check_input_sums(const char* op, const BatchNormGeometry& g, const Tensor& 
 }  // namespace
 
 bool CudaBackend::batchnorm_takes_input_sums(const BatchNormGeometry& g) const {
-  return conv_statistics_mode() != ConvStatistics::off && batchnorm_kernels() == BatchNormKernels::own &&
-         g.dtype != DType::f64;
+  return options_.conv_statistics != KernelChoice::off && g.dtype != DType::f64;
 }
 
 void CudaBackend::batchnorm_forward_training_from_sums(const BatchNormPlan& plan, const Tensor& x,
@@ -412,7 +217,7 @@ void CudaBackend::batchnorm_forward_training_from_sums(const BatchNormPlan& plan
                                                        Tensor& saved_inv_std, const Tensor& input_sums,
                                                        void* workspace) {
   const auto& p = as_cuda_plan(plan);
-  if (!p.own) {  // cuDNN's kernels make their own statistics
+  if (!p.own) {  // cuDNN's FP64 kernels make their own statistics
     batchnorm_forward_training(plan, x, residual, gamma, beta, y, running_mean, running_var, saved_mean,
                                saved_inv_std, workspace);
     return;
@@ -445,14 +250,11 @@ void CudaBackend::batchnorm_forward_training(const BatchNormPlan& plan, const Te
   }
   const Scaling s(g.dtype, 1.0, 0.0);
   void* ws = p.forward_workspace ? at_offset(workspace, p.cudnn_workspace_offset) : nullptr;
-  const bool add = p.fused && p.ops == CUDNN_BATCHNORM_OPS_BN_ADD_ACTIVATION;
   CUDNN_CHECK(cudnnBatchNormalizationForwardTrainingEx(
-      cudnn_, p.mode, p.ops, s.alpha(), s.beta(), p.x_desc, x.data(), add ? p.x_desc.get() : nullptr,
-      add ? residual->data() : nullptr, p.x_desc, y.data(), p.param_desc, gamma.data(), beta.data(),
-      g.momentum, running_mean.data(), running_var.data(), g.epsilon, saved_mean.data(), saved_inv_std.data(),
-      p.fused ? p.relu_desc.get() : nullptr, ws, p.forward_workspace, p.reserve.get(), p.reserve_bytes));
-  p.last_beta = beta.data();
-  if (p.fused) return;
+      cudnn_, CUDNN_BATCHNORM_SPATIAL, CUDNN_BATCHNORM_OPS_BN, s.alpha(), s.beta(), p.x_desc, x.data(),
+      nullptr, nullptr, p.x_desc, y.data(), p.param_desc, gamma.data(), beta.data(), g.momentum,
+      running_mean.data(), running_var.data(), g.epsilon, saved_mean.data(), saved_inv_std.data(), nullptr,
+      ws, p.forward_workspace, p.reserve.get(), p.reserve_bytes));
   const int64_t n = y.numel();
   if (g.fusion == BatchNormFusion::add_relu)
     cuda::add(y.data(), residual->data(), y.data(), g.dtype, n, stream_);
@@ -527,20 +329,7 @@ void CudaBackend::batchnorm_backward(const BatchNormPlan& plan, const Tensor& x,
   const Scaling param(g.dtype, 1.0, accumulate == Accumulate::add ? 1.0 : 0.0);
   void* ws = p.backward_workspace ? at_offset(workspace, p.cudnn_workspace_offset) : nullptr;
 
-  if (p.fused) {
-    DLB_CHECK(p.last_beta != nullptr,
-              "{}: the fused backward needs the layer's training forward to run first", op);
-    const bool add = p.ops == CUDNN_BATCHNORM_OPS_BN_ADD_ACTIVATION;
-    CUDNN_CHECK(cudnnBatchNormalizationBackwardEx(
-        cudnn_, p.mode, p.ops, data.alpha(), data.beta(), param.alpha(), param.beta(), p.x_desc, x.data(),
-        p.x_desc, y.data(), p.x_desc, dy.data(), add ? p.x_desc.get() : nullptr,
-        add ? dresidual->data() : nullptr, p.x_desc, dx.data(), p.param_desc, gamma.data(), p.last_beta,
-        dgamma.data(), dbeta.data(), g.epsilon, saved_mean.data(), saved_inv_std.data(), p.relu_desc, ws,
-        p.backward_workspace, p.reserve.get(), p.reserve_bytes));
-    return;
-  }
-
-  // Unfused: the ReLU passes the gradient where it passed the value (y > 0).
+  // The ReLU passes the gradient where it passed the value (y > 0).
   const void* dy_bn = dy.data();
   if (g.fusion != BatchNormFusion::none) {
     void* masked =
@@ -549,21 +338,17 @@ void CudaBackend::batchnorm_backward(const BatchNormPlan& plan, const Tensor& x,
     dy_bn = masked;
   }
   CUDNN_CHECK(cudnnBatchNormalizationBackwardEx(
-      cudnn_, p.mode, CUDNN_BATCHNORM_OPS_BN, data.alpha(), data.beta(), param.alpha(), param.beta(),
-      p.x_desc, x.data(), nullptr, nullptr, p.x_desc, dy_bn, nullptr, nullptr, p.x_desc, dx.data(),
-      p.param_desc, gamma.data(), nullptr, dgamma.data(), dbeta.data(), g.epsilon, saved_mean.data(),
-      saved_inv_std.data(), nullptr, ws, p.backward_workspace, p.reserve.get(), p.reserve_bytes));
+      cudnn_, CUDNN_BATCHNORM_SPATIAL, CUDNN_BATCHNORM_OPS_BN, data.alpha(), data.beta(), param.alpha(),
+      param.beta(), p.x_desc, x.data(), nullptr, nullptr, p.x_desc, dy_bn, nullptr, nullptr, p.x_desc,
+      dx.data(), p.param_desc, gamma.data(), nullptr, dgamma.data(), dbeta.data(), g.epsilon,
+      saved_mean.data(), saved_inv_std.data(), nullptr, ws, p.backward_workspace, p.reserve.get(),
+      p.reserve_bytes));
 }
 
 namespace {
 
 constexpr const char* kFoldedForward = "batchnorm_shortcut_forward_training";
 constexpr const char* kFoldedBackward = "batchnorm_shortcut_backward";
-
-// DLBENCH_BN_FOLD_SHORTCUT: on (the default, also when unset) or off.
-bool fold_shortcut_asked() {
-  return env_choice<bool>("DLBENCH_BN_FOLD_SHORTCUT", {{"on", true}, {"off", false}});
-}
 
 // A batch norm of a two-layer op (the folded shortcut's pair, the stem's batch norm + max pool) on the own
 // kernels' terms; `op` names the op in messages.
@@ -601,8 +386,7 @@ bool own_pair(const CudaBatchNormPlan& p, const CudaBatchNormPlan& s) {
 }  // namespace
 
 bool CudaBackend::folds_shortcut_batchnorm(const BatchNormGeometry& g) const {
-  return fold_shortcut_asked() && batchnorm_kernels() == BatchNormKernels::own && g.dtype != DType::f64 &&
-         bn::keeps_relu_mask(g);
+  return options_.fold_shortcut_batchnorm && g.dtype != DType::f64 && bn::keeps_relu_mask(g);
 }
 
 void CudaBackend::batchnorm_shortcut_forward_training(const BatchNormPlan& plan,
@@ -667,11 +451,6 @@ void CudaBackend::batchnorm_shortcut_backward(const BatchNormPlan& plan, const B
 
 namespace {
 
-// DLBENCH_STEM_POOL_FUSION: on (the default, also when unset) or off.
-bool stem_pool_fusion_asked() {
-  return env_choice<bool>("DLBENCH_STEM_POOL_FUSION", {{"on", true}, {"off", false}});
-}
-
 MaxPoolShape pool_shape(const PoolGeometry& g) {
   return {g.batch,    g.channels, g.in_h,     g.in_w,     g.out_h(), g.out_w(),
           g.kernel_h, g.kernel_w, g.stride_h, g.stride_w, g.pad_h,   g.pad_w};
@@ -680,23 +459,19 @@ MaxPoolShape pool_shape(const PoolGeometry& g) {
 // Whether a plan pair runs on the own fused kernels (else Backend's composition, which keeps relu(bn(x))
 // in the saved memory): the saved memory's size follows from it, so a run and an estimate plan agree.
 // Asked for, and a max pool the own fused kernels take after this batch norm (whose own kernels train).
-bool pooled_fits(const BatchNormGeometry& bn, const PoolGeometry& pool) {
-  return stem_pool_fusion_asked() && pool.kind == PoolKind::max &&
+bool pooled_fits(const BatchNormGeometry& bn, const PoolGeometry& pool, const CudaOptions& o) {
+  return o.stem_pool_fusion && pool.kind == PoolKind::max &&
          own_batchnorm_max_pool_fits(bn, pool_shape(pool));
 }
 
-bool pooled_on_own_kernels(const CudaBatchNormPlan& p, const PoolPlan& pool) {
-  return p.own && pooled_fits(p.geometry, pool.geometry);
+bool pooled_on_own_kernels(const CudaBatchNormPlan& p, const PoolPlan& pool, const CudaOptions& o) {
+  return p.own && pooled_fits(p.geometry, pool.geometry, o);
 }
 
 // The fused op's saved memory: the pool's positions (one byte per output element), then room for the
 // running statistics' coefficients at inference (16 bytes a channel).
-size_t aligned_bytes(int64_t bytes) {
-  constexpr int64_t kAlign = 256;
-  return static_cast<size_t>((bytes + kAlign - 1) / kAlign * kAlign);
-}
 size_t argmax_bytes(const PoolGeometry& g) {
-  return aligned_bytes(g.batch * g.channels * g.out_h() * g.out_w());
+  return align_up(static_cast<size_t>(g.batch * g.channels * g.out_h() * g.out_w()), kWorkspaceAlignment);
 }
 
 void check_pooled(const char* op, const CudaBatchNormPlan& p, const PoolPlan& pool, const BatchNormTensors& t,
@@ -715,21 +490,23 @@ void check_pooled(const char* op, const CudaBatchNormPlan& p, const PoolPlan& po
 
 bool CudaBackend::fuses_batchnorm_max_pool(const BatchNormGeometry& bn, const PoolGeometry& pool) const {
   // What makes a plan's `own` (new_plan), without planning.
-  return batchnorm_kernels() == BatchNormKernels::own && bn.dtype != DType::f64 && pooled_fits(bn, pool);
+  return bn.dtype != DType::f64 && pooled_fits(bn, pool, options_);
 }
 
 size_t CudaBackend::batchnorm_max_pool_saved_bytes(const BatchNormPlan& plan,
                                                    const PoolPlan& pool_plan) const {
   const auto& p = as_cuda_plan(plan);
-  if (!pooled_on_own_kernels(p, pool_plan)) return Backend::batchnorm_max_pool_saved_bytes(plan, pool_plan);
-  return argmax_bytes(pool_plan.geometry) + aligned_bytes(p.geometry.channels * 16);
+  if (!pooled_on_own_kernels(p, pool_plan, options_))
+    return Backend::batchnorm_max_pool_saved_bytes(plan, pool_plan);
+  return argmax_bytes(pool_plan.geometry) +
+         align_up(static_cast<size_t>(p.geometry.channels * 16), kWorkspaceAlignment);
 }
 
 void CudaBackend::batchnorm_max_pool_forward_training(const BatchNormPlan& plan, const PoolPlan& pool_plan,
                                                       const BatchNormTensors& bn, Tensor& y, void* saved,
                                                       void* workspace) {
   const auto& p = as_cuda_plan(plan);
-  if (!pooled_on_own_kernels(p, pool_plan)) {
+  if (!pooled_on_own_kernels(p, pool_plan, options_)) {
     Backend::batchnorm_max_pool_forward_training(plan, pool_plan, bn, y, saved, workspace);
     return;
   }
@@ -746,7 +523,7 @@ void CudaBackend::batchnorm_max_pool_forward_training(const BatchNormPlan& plan,
 void CudaBackend::batchnorm_max_pool_forward_inference(const BatchNormPlan& plan, const PoolPlan& pool_plan,
                                                        const BatchNormTensors& bn, Tensor& y, void* saved) {
   const auto& p = as_cuda_plan(plan);
-  if (!pooled_on_own_kernels(p, pool_plan)) {
+  if (!pooled_on_own_kernels(p, pool_plan, options_)) {
     Backend::batchnorm_max_pool_forward_inference(plan, pool_plan, bn, y, saved);
     return;
   }
@@ -767,7 +544,7 @@ void CudaBackend::batchnorm_max_pool_backward(const BatchNormPlan& plan, const P
                                               const BatchNormTensors& bn, const Tensor& y, const Tensor& dy,
                                               const void* saved, Accumulate accumulate, void* workspace) {
   const auto& p = as_cuda_plan(plan);
-  if (!pooled_on_own_kernels(p, pool_plan)) {
+  if (!pooled_on_own_kernels(p, pool_plan, options_)) {
     Backend::batchnorm_max_pool_backward(plan, pool_plan, bn, y, dy, saved, accumulate, workspace);
     return;
   }

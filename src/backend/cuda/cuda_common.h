@@ -9,7 +9,6 @@
 
 #include <cstddef>
 #include <cstdint>
-#include <cstdlib>
 #include <functional>
 #include <initializer_list>
 #include <map>
@@ -25,6 +24,9 @@
 #include "backend/backend.h"
 #include "backend/cuda/cuda_backend.h"
 #include "backend/cuda/cuda_check.h"
+#include "backend/cuda_options.h"
+#include "backend/tuning/algorithm_cache.h"
+#include "core/align.h"
 #include "core/status.h"
 
 namespace dlbench::cuda {
@@ -114,30 +116,6 @@ struct Scaling {
   double alpha_d, beta_d;
 };
 
-// The value of the environment variable `name` among `choices` (name, value), the first being the default
-// (also when the variable is unset or empty); any other value is one UserError naming the choices.
-template <typename E>
-E env_choice(const char* name, std::initializer_list<std::pair<std::string_view, E>> choices) {
-  const char* value = std::getenv(name);
-  const std::string_view v = value ? value : "";
-  if (v.empty()) return choices.begin()->second;
-  std::string names;
-  size_t index = 0;
-  for (const auto& [choice, result] : choices) {
-    if (v == choice) return result;
-    names += std::string(index == 0 ? "" : index + 1 == choices.size() ? " or " : ", ") + std::string(choice);
-    ++index;
-  }
-  throw UserError(std::string(name) + "=" + std::string(v) + ": choose " + names);
-}
-
-// DLBENCH_CONV_STATISTICS: auto (the default), off or force. Whether batch norms take their statistics
-// from the convolutions before them (off: never), and which engine a convolution sums its output with: one
-// that costs less than the statistics pass it saves (auto), or the fastest whatever it costs (force, for
-// tests and measurements). cuda_conv.cc says more.
-enum class ConvStatistics { off, automatic, force };
-ConvStatistics conv_statistics_mode();
-
 // ---- tensor checks (throw dlbench::Error naming the op and the argument) ----
 void check_device_tensor(const char* op, const char* name, const Tensor& t);
 void check_activation(const char* op, const char* name, const Tensor& t, std::vector<int64_t> dims,
@@ -147,16 +125,15 @@ void check_same_shape(const char* op, const char* name_a, const Tensor& a, const
                       const Tensor& b);
 
 inline void* at_offset(void* base, size_t offset) { return static_cast<std::byte*>(base) + offset; }
-inline size_t align_up(size_t bytes, size_t alignment = 256) {
-  return (bytes + alignment - 1) / alignment * alignment;
-}
+// Byte offsets in a workspace are kept 256-aligned, as cuDNN's allocations are.
+inline constexpr size_t kWorkspaceAlignment = 256;
 
 // Hands out 256-byte aligned slices of a workspace whose total is known at plan time.
 class WorkspaceLayout {
  public:
   size_t reserve(size_t bytes) {
     const size_t offset = total_;
-    total_ += align_up(bytes);
+    total_ += align_up(bytes, kWorkspaceAlignment);
     return offset;
   }
   size_t total() const { return total_; }
@@ -167,16 +144,22 @@ class WorkspaceLayout {
 
 class CudaBackend final : public Backend {
  public:
-  CudaBackend(int device, bool allow_tf32, size_t conv_workspace_limit, bool priority_stream = false);
+  CudaBackend(int device, const CudaOptions& options, std::shared_ptr<tuning::AlgorithmCache> algorithms);
   ~CudaBackend() override;
   CudaBackend(const CudaBackend&) = delete;
   CudaBackend& operator=(const CudaBackend&) = delete;
 
   std::string name() const override { return "cuda"; }
   Device device() const override { return Device{DeviceKind::cuda, device_}; }
-  bool allow_tf32() const { return allow_tf32_; }
+  // What this backend runs where it has a choice (backend/cuda_options.h).
+  const CudaOptions& options() const { return options_; }
+  bool allow_tf32() const { return options_.allow_tf32; }
   // The largest workspace one convolution direction may take (--conv-workspace-mb).
-  size_t conv_workspace_limit() const { return conv_workspace_limit_; }
+  size_t conv_workspace_limit() const { return options_.conv_workspace_limit; }
+  // Where the searches' choices are kept (shared with the launch's other backends).
+  tuning::AlgorithmCache& algorithms() const { return *algorithms_; }
+  // The GPU model, driver and library versions the choices hold for.
+  tuning::MachineKey machine_key() const;
   cudaStream_t stream() const { return stream_; }
   cudnnHandle_t cudnn() const { return cudnn_; }
   cublasHandle_t cublas() const { return cublas_; }
@@ -200,7 +183,7 @@ class CudaBackend final : public Backend {
   void conv_forward(const ConvPlan& plan, const Tensor& x, const Tensor& w, Tensor& y,
                     void* workspace) override;
   // The output's statistics in the forward's epilogue (a cuDNN graph with a genstats node), where the plan
-  // found an engine worth it (cuda_conv.cc).
+  // found an engine worth it (conv/statistics.cc).
   bool conv_emits_statistics(const ConvPlan& plan) const override;
   void conv_forward_with_statistics(const ConvPlan& plan, const Tensor& x, const Tensor& w, Tensor& y,
                                     Tensor& sums, void* workspace) override;
@@ -215,8 +198,8 @@ class CudaBackend final : public Backend {
                                   const Tensor& gamma, const Tensor& beta, Tensor& y, Tensor& running_mean,
                                   Tensor& running_var, Tensor& saved_mean, Tensor& saved_inv_std,
                                   void* workspace) override;
-  // Statistics from the convolution before (own kernels; DLBENCH_CONV_STATISTICS=off declines); a plan on
-  // cuDNN's kernels ignores the sums.
+  // Statistics from the convolution before (own kernels; --conv-statistics off declines); an FP64 plan,
+  // on cuDNN's kernels, ignores the sums.
   bool batchnorm_takes_input_sums(const BatchNormGeometry& g) const override;
   void batchnorm_forward_training_from_sums(const BatchNormPlan& plan, const Tensor& x,
                                             const Tensor* residual, const Tensor& gamma, const Tensor& beta,
@@ -231,10 +214,10 @@ class CudaBackend final : public Backend {
                           Tensor& dx, Tensor* dresidual, Tensor& dgamma, Tensor& dbeta, Accumulate accumulate,
                           void* workspace) override;
   // The projection shortcut folded in: training on own NHWC kernels (where the own kernels train and the
-  // channels come in whole vectors; DLBENCH_BN_FOLD_SHORTCUT=off declines), inference on cuDNN's.
+  // channels come in whole vectors; --bn-fold-shortcut off declines), inference on cuDNN's.
   // The stem's batch norm + ReLU and max pool as one op: on the own NHWC kernels (where the own kernels
   // train, the channels come in whole vectors and the pool is the 3x3/2 stem pool;
-  // DLBENCH_STEM_POOL_FUSION=off declines), else Backend's composition.
+  // --stem-pool-fusion off declines), else Backend's composition.
   bool fuses_batchnorm_max_pool(const BatchNormGeometry& bn, const PoolGeometry& pool) const override;
   size_t batchnorm_max_pool_saved_bytes(const BatchNormPlan& plan, const PoolPlan& pool_plan) const override;
   void batchnorm_max_pool_forward_training(const BatchNormPlan& plan, const PoolPlan& pool_plan,
@@ -302,8 +285,8 @@ class CudaBackend final : public Backend {
 
  private:
   int device_;
-  bool allow_tf32_;
-  size_t conv_workspace_limit_;
+  CudaOptions options_;
+  std::shared_ptr<tuning::AlgorithmCache> algorithms_;
   cudaStream_t stream_ = nullptr;
   cudnnHandle_t cudnn_ = nullptr;
   cublasHandle_t cublas_ = nullptr;

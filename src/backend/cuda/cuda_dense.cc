@@ -88,7 +88,7 @@ void CudaBackend::gemm(Transpose ta, Transpose tb, int64_t m, int64_t n, int64_t
   cublasComputeType_t compute = CUBLAS_COMPUTE_32F;
   if (dtype == DType::f64) {
     compute = CUBLAS_COMPUTE_64F;
-  } else if (dtype == DType::f32 && allow_tf32_) {
+  } else if (dtype == DType::f32 && allow_tf32()) {
     compute = CUBLAS_COMPUTE_32F_FAST_TF32;
   }
   const double alpha_d = alpha, beta_d = beta;

@@ -241,25 +241,6 @@ __global__ void __launch_bounds__(kBiasThreads)
   }
 }
 
-// dst[row, c] (=|+=) src[row, c] for c < src_c, 0 beyond: a copy between row-major [rows, channels]
-// buffers of other channel counts (NHWC activations, KRSC filters). Element by element: it moves small
-// channel counts (3 -> 4 or 8), which no vector width divides.
-template <typename T, typename I>
-struct CopyChannelsOp {
-  const T* src;
-  T* dst;
-  I src_c, dst_c;
-  bool accumulate;
-  template <int W>
-  __device__ void apply(int64_t e) const {
-    static_assert(W == 1, "channel copies run element by element");
-    const I i = I(e), row = i / dst_c, c = i % dst_c;
-    Acc<T> value = c < src_c ? widen(src[row * src_c + c]) : Acc<T>(0);
-    if (accumulate) value += widen(dst[i]);
-    dst[i] = narrow<T>(value);
-  }
-};
-
 // The pixels of an NHWC tensor at a stride, element by element over the `dense` (gathered) tensor's or,
 // for the overwriting scatter, over the full one's elements. I is the index type.
 template <typename T, typename I>
@@ -436,24 +417,6 @@ void bias_backward(const void* dy, DType dy_dtype, void* dbias, DType dbias_dtyp
         }
         DLB_KERNEL_LAUNCH_CHECK();
       }
-    });
-  });
-}
-
-void copy_channels(const void* src, int64_t src_channels, void* dst, int64_t dst_channels, int64_t rows,
-                   DType dtype, bool accumulate, cudaStream_t stream) {
-  DLB_KERNEL_REQUIRE(rows >= 0 && src_channels > 0 && dst_channels > 0, "copy_channels",
-                     "rows must not be negative, channel counts must be positive");
-  const int64_t n = rows * dst_channels;
-  if (n == 0) return;
-  dispatch_float(dtype, "copy_channels", [&](auto tag) {
-    using T = decltype(tag);
-    dispatch_index(std::max(n, rows * src_channels), [&](auto index_tag) {
-      using I = decltype(index_tag);
-      launch_elementwise<1>(n, false,
-                            CopyChannelsOp<T, I>{static_cast<const T*>(src), static_cast<T*>(dst),
-                                                 I(src_channels), I(dst_channels), accumulate},
-                            stream);
     });
   });
 }

@@ -11,6 +11,7 @@
 
 #include "backend/backend.h"
 #include "backend/cuda/kernel_check.h"
+#include "core/align.h"
 
 namespace dlbench::cuda::detail {
 
@@ -23,7 +24,7 @@ int multiprocessor_count();
 // Blocks for `items` work items of one thread each, capped at `blocks_per_sm` resident blocks per
 // multiprocessor (the kernels stride over the rest). Never 0.
 inline unsigned grid_for(int64_t items, int threads = kThreads, int blocks_per_sm = 8) {
-  const int64_t wanted = (items + threads - 1) / threads;
+  const int64_t wanted = ceil_div<int64_t>(items, threads);
   const int64_t cap = int64_t(multiprocessor_count()) * blocks_per_sm;
   return static_cast<unsigned>(std::max<int64_t>(1, std::min(wanted, cap)));
 }

@@ -40,12 +40,6 @@ void softmax_cross_entropy_backward(const float* probs, const int32_t* labels, i
                                     float label_smoothing, float scale, const float* loss_scale,
                                     void* dlogits, DType dlogits_dtype, cudaStream_t stream);
 
-// dst[row, c] (=|+=) src[row, c] for c < src_channels and 0 for the channels beyond, over row-major
-// [rows, channels] buffers: pads an NHWC tensor or KRSC filter with zero channels (dst_channels >
-// src_channels) or takes its first channels back, adding to dst when `accumulate`.
-void copy_channels(const void* src, int64_t src_channels, void* dst, int64_t dst_channels, int64_t rows,
-                   DType dtype, bool accumulate, cudaStream_t stream);
-
 // Space-to-depth by 2 (space_to_depth.cu): dst[n, i, j, (bh * 2 + bw) * c + k] = src[n, 2i + bh - off_h,
 // 2j + bw - off_w, k] over the blocks_h x blocks_w x block_channels result, zero outside src and past 4c
 // channels. depth_to_space2 is its transpose: each of src's pixels (the [batch, h, w, c] dst) takes (or with

@@ -1,7 +1,7 @@
-// What max_pool.cu's kernels share with the stem's fused batch norm + max pool (batchnorm_nhwc.cu): NHWC
-// index arithmetic, which value takes over a window's maximum, a window's first maximum and its position,
-// and the 2 x 2 block gather of the stem pool's backward. max_pool.cu says why these kernels and how they
-// pool.
+// What max_pool.cu's kernels share with the stem's fused batch norm + max pool (batchnorm_nhwc_pooled.cu):
+// NHWC index arithmetic, which value takes over a window's maximum, a window's first maximum and its
+// position, and the 2 x 2 block gather of the stem pool's backward. max_pool.cu says why these kernels and
+// how they pool.
 #pragma once
 
 #include "backend/cuda/kernel_common.cuh"
@@ -105,7 +105,7 @@ __device__ __forceinline__ void window_max(const T* x, const PoolIndex<I>& g, I 
 // (p, q + 1), (p + 1, q), (p + 1, q + 1) once, all loads issued before any sum, where a per-pixel gather
 // (MaxPoolBackwardOp) makes nine dependent reads for the same four pixels and divides per pixel. The sums
 // go in the gather's order (window rows, then columns), so both give the same bits. max_pool.cu's backward
-// and the stem's fused batch norm + max pool (batchnorm_nhwc.cu) both gather this way.
+// and the stem's fused batch norm + max pool (batchnorm_nhwc_pooled.cu) both gather this way.
 template <int W, typename T, typename I>
 struct StemBlock {
   I n, p, q, c;

@@ -1,9 +1,9 @@
 // Space-to-depth by 2 over NHWC tensors, and its transpose: a stride-2 convolution over C channels is a
-// stride-1 convolution over the 2 x 2 blocks of its input, seen as 4C channels (cuda_conv.cc says when and
-// why). With offsets (off_h, off_w), block (i, j) of the result holds the input pixels (2i + bh - off_h,
-// 2j + bw - off_w) for bh, bw in {0, 1}, channel (bh * 2 + bw) * C + c; pixels outside the input are zeros,
-// and so are the channels past 4C up to the result's count (a whole tensor-core vector). The same layout
-// serves filters ([K, R, S, C] is an NHWC tensor of K images of R x S pixels).
+// stride-1 convolution over the 2 x 2 blocks of its input, seen as 4C channels (conv/space_to_depth.cc says
+// when and why). With offsets (off_h, off_w), block (i, j) of the result holds the input pixels (2i + bh -
+// off_h, 2j + bw - off_w) for bh, bw in {0, 1}, channel (bh * 2 + bw) * C + c; pixels outside the input are
+// zeros, and so are the channels past 4C up to the result's count (a whole tensor-core vector). The same
+// layout serves filters ([K, R, S, C] is an NHWC tensor of K images of R x S pixels).
 #include "backend/cuda/kernel_common.cuh"
 #include "backend/cuda/kernels.h"
 

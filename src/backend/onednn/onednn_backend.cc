@@ -38,7 +38,7 @@ OneDnnBackend::OneDnnBackend(int threads)
 // ---- memory ----
 
 void* OneDnnBackend::allocate(size_t bytes) {
-  void* p = std::aligned_alloc(64, align_up(std::max<size_t>(bytes, 1)));
+  void* p = std::aligned_alloc(kOnednnAlignment, align_up(std::max<size_t>(bytes, 1), kOnednnAlignment));
   DLB_CHECK(p != nullptr, "onednn backend: out of memory allocating {} bytes", bytes);
   return p;
 }

@@ -10,6 +10,7 @@
 
 #include "backend/backend.h"
 #include "backend/onednn/onednn_backend.h"
+#include "core/align.h"
 #include "core/status.h"
 
 namespace dlbench::onednn {
@@ -44,16 +45,15 @@ inline dnnl::memory::desc f32_desc(const dnnl::memory::dims& dims, tag format) {
   return dnnl::memory::desc(dims, dt::f32, format);
 }
 
-inline size_t align_up(size_t bytes, size_t alignment = 64) {
-  return (bytes + alignment - 1) / alignment * alignment;
-}
+// oneDNN's buffers and a workspace's slices start on 64 bytes (a cache line, AVX-512's loads).
+inline constexpr size_t kOnednnAlignment = 64;
 
 // Hands out 64-byte aligned slices of a workspace whose total is known at plan time.
 class WorkspaceLayout {
  public:
   size_t reserve(size_t bytes) {
     size_t offset = total_;
-    total_ += align_up(bytes);
+    total_ += align_up(bytes, kOnednnAlignment);
     return offset;
   }
   size_t total() const { return total_; }
