@@ -18,8 +18,8 @@
 #include <vector>
 
 #include "backend/backend.h"
-#include "parallel/communicator.h"
 #include "nn/memory_plan.h"
+#include "parallel/communicator.h"
 
 namespace dlbench::parallel {
 

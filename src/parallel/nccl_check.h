@@ -22,12 +22,12 @@ namespace dlbench::parallel {
 
 // NCCL_CHECK(ncclAllReduce(...)): the call must return ncclSuccess, or ncclInProgress (a non-blocking
 // communicator still working: see settle() in parallel/nccl_data_plane.h).
-#define NCCL_CHECK(expr)                                                            \
-  do {                                                                              \
-    const ncclResult_t nccl_status_ = (expr);                                       \
-    if (nccl_status_ != ncclSuccess && nccl_status_ != ncclInProgress) {            \
+#define NCCL_CHECK(expr)                                                                \
+  do {                                                                                  \
+    const ncclResult_t nccl_status_ = (expr);                                           \
+    if (nccl_status_ != ncclSuccess && nccl_status_ != ncclInProgress) {                \
       ::dlbench::parallel::throw_nccl_failure(__FILE__, __LINE__, #expr, nccl_status_); \
-    }                                                                               \
+    }                                                                                   \
   } while (0)
 
 #endif

@@ -9,9 +9,9 @@
 
 #include "core/tensor.h"
 #include "data/dataset.h"
+#include "models/resnet.h"
 #include "parallel/communicator.h"
 #include "parallel/gradient_exchange.h"
-#include "models/resnet.h"
 #include "train/checkpoint.h"
 #include "train/config.h"
 #include "train/optimizer.h"

@@ -6,9 +6,9 @@
 #include <vector>
 
 #include "backend/backend.h"
-#include "parallel/gradient_exchange.h"
 #include "models/resnet.h"
 #include "nn/memory_plan.h"
+#include "parallel/gradient_exchange.h"
 
 namespace dlbench::parallel {
 namespace {
