@@ -60,6 +60,10 @@ struct ConvGeometry {
   }
 };
 
+// Stops (an internal error) where `g` is no convolution: sizes, kernel, stride or padding out of range,
+// or a kernel larger than the padded input. Every backend checks a geometry so before planning it.
+void check_conv_geometry(const ConvGeometry& g);
+
 class ConvPlan {
  public:
   explicit ConvPlan(const ConvGeometry& g) : geometry(g) {}
