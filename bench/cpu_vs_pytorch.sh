@@ -6,7 +6,7 @@
 #   peers/pytorch/train.py --device cpu ...                 (channels_last off, then on)
 # with the same model, batch size, threads, steps and warm-up steps, keeps the peer's faster
 # layout, prints a table and appends one JSON line per point to
-#   bench/results/<YYYY-MM-DD>-cpu-<tag>.jsonl
+#   bench/results/cpu-vs-pytorch/<YYYY-MM-DD>-cpu-<tag>.jsonl
 #
 # Settings (flag, or environment variable; flags win):
 #   --points "resnet50:16 resnet20:128"   POINTS     model:batch pairs, space or comma separated
@@ -15,7 +15,7 @@
 #   --warmup-steps 2                      WARMUP     untimed steps before them
 #   --precision fp32                      PRECISION  fp32 or bf16
 #   --tag <hostname>                      TAG        names the results file
-#   --out-dir bench/results               OUT_DIR
+#   --out-dir bench/results/cpu-vs-pytorch  OUT_DIR
 #   DLBENCH=build/dlbench  PYTHON=<first python3 on PATH, else /usr/bin/python3, that has torch>
 # Run it on an otherwise idle machine: each line records the 1-minute load average before its point.
 # Relative DLBENCH / OUT_DIR paths are taken from the directory you call the script from;
@@ -54,7 +54,7 @@ done
 
 abspath() { case "$1" in /*) echo "$1" ;; *) echo "$CALLER_DIR/$1" ;; esac; }
 DLBENCH="$( [[ -n "$DLBENCH" ]] && abspath "$DLBENCH" || echo "$REPO/build/dlbench" )"
-OUT_DIR="$( [[ -n "$OUT_DIR" ]] && abspath "$OUT_DIR" || echo "$REPO/bench/results" )"
+OUT_DIR="$( [[ -n "$OUT_DIR" ]] && abspath "$OUT_DIR" || echo "$REPO/bench/results/cpu-vs-pytorch" )"
 PEER="$REPO/peers/pytorch/train.py"
 
 for n in THREADS STEPS; do [[ "${!n}" =~ ^[1-9][0-9]*$ ]] || die "$n must be a positive integer, got '${!n}'"; done

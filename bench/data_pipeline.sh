@@ -7,7 +7,7 @@
 # bench/make_photos.py when missing), COUNT (4000 images), THREADS ("1 <cores-1>": decoding threads /
 # DataLoader workers, each a point), BATCHES (timed batches, 30), TRAIN (0|1), STEPS (train steps, 60),
 # PRECISION (fp16), GPU_PEER (1 where nvidia-smi is: also torchvision's GPU decode, --decode gpu), RESULTS
-# (JSON Lines file; default $OUT or bench/results/<date>-data-pipeline.jsonl), LOGS.
+# (JSON Lines file; default $OUT/<date>-data-pipeline.jsonl, or bench/results/jpeg-input-pipeline/<date>-data-pipeline.jsonl), LOGS.
 set -euo pipefail
 REPO="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 DLBENCH="${DLBENCH:-$REPO/build/dlbench}"; PYTHON="${PYTHON:-python3}"
@@ -15,7 +15,7 @@ CORES=$(nproc); PHOTOS="${PHOTOS:-$(mktemp -d)/photos}"; COUNT="${COUNT:-4000}"
 THREADS="${THREADS:-1 $((CORES > 1 ? CORES - 1 : 1))}"; BATCHES="${BATCHES:-30}"
 TRAIN="${TRAIN:-0}"; STEPS="${STEPS:-60}"; PRECISION="${PRECISION:-fp16}"
 GPU_PEER="${GPU_PEER:-$(command -v nvidia-smi >/dev/null && echo 1 || echo 0)}"
-RESULTS="${RESULTS:-${OUT:-$REPO/bench/results}/$(date -u +%Y-%m-%d)-data-pipeline.jsonl}"
+RESULTS="${RESULTS:-${OUT:-$REPO/bench/results/jpeg-input-pipeline}/$(date -u +%Y-%m-%d)-data-pipeline.jsonl}"
 LOGS="${LOGS:-$(mktemp -d)}"
 export NCCL_NVLS_ENABLE=0
 [[ -x "$DLBENCH" ]] || { echo "data_pipeline.sh: no dlbench binary at $DLBENCH" >&2; exit 2; }

@@ -7,14 +7,14 @@
 # torch.compile; the peer's faster run is kept. Prints one table last and appends one JSON line per point to $RESULTS.
 #
 # Settings (environment): DLBENCH (binary), PRECISIONS ("fp32 tf32 fp16 bf16"), BATCH (256), STEPS (60),
-# WARMUP (20), COMPILE (precisions also run compiled; default all of PRECISIONS), RESULTS (file; default $OUT/gpu-resnet50.jsonl or bench/results/...), PYTHON.
+# WARMUP (20), COMPILE (precisions also run compiled; default all of PRECISIONS), RESULTS (file; default $OUT/<date>-gpu-resnet50.jsonl, or bench/results/resnet50-vs-pytorch-1-gpu/<date>-gpu-resnet50.jsonl), PYTHON.
 set -euo pipefail
 REPO="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 DLBENCH="${DLBENCH:-$REPO/build/dlbench}"
 PRECISIONS="${PRECISIONS:-fp32 tf32 fp16 bf16}"
 BATCH="${BATCH:-256}"; STEPS="${STEPS:-60}"; WARMUP="${WARMUP:-20}"; COMPILE="${COMPILE-$PRECISIONS}"
 PYTHON="${PYTHON:-python3}"
-RESULTS="${RESULTS:-${OUT:-$REPO/bench/results}/$(date -u +%Y-%m-%d)-gpu-resnet50.jsonl}"
+RESULTS="${RESULTS:-${OUT:-$REPO/bench/results/resnet50-vs-pytorch-1-gpu}/$(date -u +%Y-%m-%d)-gpu-resnet50.jsonl}"
 LOGS="${LOGS:-$(mktemp -d)}"
 export NCCL_NVLS_ENABLE=0  # NVLink multicast stays off on shared machines
 [[ -x "$DLBENCH" ]] || { echo "gpu_resnet50.sh: no dlbench binary at $DLBENCH" >&2; exit 2; }

@@ -16,7 +16,7 @@
 # up to the GPUs visible, and that count itself), BATCH (256, per GPU), STEPS (50), WARMUP (15), COMPILE
 # (precisions whose peer also runs with torch.compile, the faster run counts; default none: compiling once
 # per rank costs minutes), RUN_TIMEOUT (seconds per run; 300), RESULTS (file; default
-# $OUT/gpu-scaling.jsonl or bench/results/...), LOGS (per-run logs and JSON; default a temporary folder),
+# $OUT/<date>-gpu-scaling.jsonl, or bench/results/scaling-2-gpus/<date>-gpu-scaling.jsonl), LOGS (per-run logs and JSON; default a temporary folder),
 # PYTHON (the interpreter with torch), MPIRUN_FLAGS (extra mpirun flags; default "--bind-to none"),
 # SUMMARY_ONLY=1 (run nothing: summarise the JSON already in $LOGS, e.g. after a run was cut short).
 set -euo pipefail
@@ -29,7 +29,7 @@ PYTHON="${PYTHON:-python3}"
 # Open MPI binds each rank to one core when there are two ranks or fewer; dlbench's host thread would then
 # share it with NCCL's proxy thread, while torchrun leaves the peer unbound.
 MPIRUN_FLAGS="${MPIRUN_FLAGS:---bind-to none}"
-RESULTS="${RESULTS:-${OUT:-$REPO/bench/results}/$(date -u +%Y-%m-%d)-gpu-scaling.jsonl}"
+RESULTS="${RESULTS:-${OUT:-$REPO/bench/results/scaling-2-gpus}/$(date -u +%Y-%m-%d)-gpu-scaling.jsonl}"
 LOGS="${LOGS:-$(mktemp -d)}"
 SUMMARY_ONLY="${SUMMARY_ONLY:-0}"
 export NCCL_NVLS_ENABLE=0  # NVLink multicast stays off on shared machines

@@ -3,7 +3,7 @@
 // dlbench runs every convolution on cuDNN's legacy API (the fastest of cudnnFind's algorithms) followed by
 // cuDNN's fused batch norm + ReLU, a separate pass that reads the convolution's output twice (statistics,
 // then normalisation) and writes it once. Batch norm is a third of the per-layer time in FP16 and TF32
-// (bench/results/2026-11-30-gpu-2xh200-maxpool-power). cuDNN's graph API has runtime-fusion engines that
+// (bench/results/where-the-time-goes). cuDNN's graph API has runtime-fusion engines that
 // can fold that work into the convolutions: the statistics (sum and sum of squares per channel) in the
 // convolution's epilogue, and the normalisation + ReLU of the input in its prologue:
 //
@@ -250,7 +250,7 @@ __global__ void hold_kernel(unsigned long long ns) {
 
 // Mean milliseconds per call of `body` over `reps` calls back to back, best of three trials. The calls
 // are queued behind a hold of 0.5 ms per call, so that they run back to back on the GPU whatever the
-// host's time per call: without it (the first runs, bench/results/2026-11-30-gpu-2xh200-conv-graph-engines)
+// host's time per call: without it (the first runs, bench/results/convolution-algorithms)
 // a 0.04 ms 1x1 convolution timed 0.12-0.19 ms through the legacy API, its host work.
 template <typename Body>
 double time_ms(int reps, Body&& body) {

@@ -2,7 +2,7 @@
 //
 // A data-parallel step forks each gradient bucket's sum off the compute stream during backward and joins
 // it before the optimizer. On an H200 that structure cost 0.5 ms of a 34 ms ResNet-50 step even with
-// nothing to send (a one-rank group; bench/results/2026-11-30-gpu-2xh200-power). This program rebuilds the
+// nothing to send (a one-rank group; bench/results/gradient-exchange). This program rebuilds the
 // structure with synthetic kernels, so each suspect can be timed alone:
 //
 //   linear      --layers kernels in one stream: the reference

@@ -9,8 +9,8 @@
 // With --against BASE (typically the same model traced on one GPU), every compute span is compared with
 // the mean time of the span of the same name in BASE: the layers that ran beside a collective and those
 // that did not, how much slower each group ran, and the layers slowed most. This is how the cost of
-// overlapping communication with backward is seen (docs/PERFORMANCE.md, "Where the 2-GPU step loses its
-// 2%").
+// overlapping communication with backward is seen (bench/results/gradient-exchange, the overlap
+// measurement).
 #pragma once
 
 #include <string>

@@ -79,7 +79,7 @@ LrSchedule parse_lr_schedule(const std::string& text) {
 // (src/backend/onednn/onednn_conv.cc); on the GPU NHWC is the tensor cores' layout (TF32, FP16, BF16), and
 // FP32's too since its 1x1 convolutions run on cuBLAS's GEMM there (cuda_conv.cc): ResNet-50 b256 on an
 // H200 1,437 img/s in NHWC against 1,029 in NCHW, where cuDNN's own FP32 NHWC kernels had given 535
-// (bench/results/2026-11-30-gpu-2xh200-accumulating-dgrad).
+// (bench/results/convolution-algorithms).
 Layout parse_layout(const std::string& text) {
   if (text.empty() || text == "nhwc") return Layout::nhwc;
   if (text == "nchw") return Layout::nchw;
@@ -107,7 +107,7 @@ LrScaling parse_lr_scaling(const std::string& text) {
 
 // The recorded step, in every precision: at 2 GPUs (ResNet-50 b256 fp16 on 2x H200, three interleaved
 // runs each) it took 34.8-34.9 ms against 35.5-38.9 op by op, and on one GPU 34.2-34.3 against 34.3-34.4
-// (bench/results/2026-11-30-gpu-2xh200-scaling/). An earlier finding that FP16/BF16 ran 5% slower
+// (bench/results/cuda-graph-and-workspace/). An earlier finding that FP16/BF16 ran 5% slower
 // recorded came from single-shot algorithm searches, whose choice moved a step by 2 ms between
 // processes (see cuda_conv.cc's pick).
 bool parse_cuda_graph(const std::string& text) {

@@ -2,7 +2,7 @@
 //
 // Why not cuDNN's: its average pooling took 0.042 ms forward and 0.071 ms backward for ResNet-50's head in
 // FP16 at batch 256 (256 x 7 x 7 x 2048: 51 MB, ~13 us at the memory's speed each way;
-// bench/results/2026-12-01-gpu-2xh200-conv-statistics, call 4). A global average is a sum down each
+// bench/results/pooling-kernels). A global average is a sum down each
 // channel's H * W values: one thread per (image, vector of channels) walks the pixels with 16-byte loads
 // (a warp reads whole rows of channels), sums in float in pixel order (deterministic) and divides once;
 // the backward writes dy / (H * W) to every pixel.

@@ -3,8 +3,8 @@
 // (cudnnBatchNormalizationForwardInference), FP64 training on cuDNN's plain spatial batch norm followed by
 // our add and ReLU kernels (FP64 is the tests' precision; no run trains in it).
 //
-// The own kernels replaced cuDNN's training batch norm in every precision and layout (docs/PERFORMANCE.md,
-// "Own NHWC batch norm"): a plan trains on them with no cuDNN workspace; its reserve holds the forward's
+// The own kernels replaced cuDNN's training batch norm in every precision and layout (bench/results/
+// batch-norm-kernels): a plan trains on them with no cuDNN workspace; its reserve holds the forward's
 // per-channel coefficients for the backward. A projection block's shortcut batch norm folds into its
 // closing one (batchnorm_shortcut_*) where both train on the own NHWC kernels with channels in whole
 // 16-byte vectors (--bn-fold-shortcut off declines): the folded kernels store neither bn_s(s) nor the

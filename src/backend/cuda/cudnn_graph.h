@@ -4,7 +4,7 @@
 // cuDNN's legacy API (cudnnConvolutionForward & co.) reaches the kernels behind its fixed algorithm
 // numbers; the graph API reaches every engine cuDNN has for a graph. conv/search.cc times both and runs the
 // faster (--conv-graph). What that is worth, measured on an H200 with cuDNN 9.19 (bench/results/
-// 2026-11-30-gpu-h200-conv-graph-engines): timed as single calls on a stream (as cudnnFind and
+// convolution-algorithms): timed as single calls on a stream (as cudnnFind and
 // bench/kernels/conv_bn_fusion_probe.cu time them), engines looked up to 4x faster for ResNet-50's 1x1
 // FP16 convolutions at batch 256; timed back to back, the legacy algorithm and the engine ran the same
 // 0.04 ms there: the difference was the legacy API's host work per call, which a CUDA graph does not

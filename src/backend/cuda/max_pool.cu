@@ -3,7 +3,7 @@
 // Why not cuDNN's: on an H200, cudnnPoolingBackward took 1.74 ms for ResNet-50's stem pool at batch 256
 // (3x3, stride 2, 64 x 112 x 112 inputs) in FP16 and in TF32 — 5% of an FP16 step, where the bytes it must
 // move take ~0.15 ms at HBM speed; its forward 0.34 ms (FP16) for ~0.13 ms of traffic. These kernels: 0.30
-// and 0.60 ms in FP16, a 0.34 ms forward in TF32 (bench/results/2026-11-30-gpu-2xh200-maxpool-power). Both
+// and 0.60 ms in FP16, a 0.34 ms forward in TF32 (bench/results/pooling-kernels). Both
 // still take twice the traffic's time or more: room left.
 //
 // The forward writes, besides y, the position of each output's maximum inside its window (one byte,
