@@ -313,8 +313,9 @@ TEST_F(GpuImagePipelineTest, EveryBadFileDecodesFallsBackOrIsSkippedAndStrictNam
     cpu_data.gather(indices_of(n, batch, source->size()), cpu_images.tensor(), cpu_labels.tensor());
   std::printf("  the CPU path: %lld skipped (%lld distinct bad files)\n", (long long)cpu_data.stats().skipped,
               (long long)cpu_data.stats().bad_files);
-  if (cpu_data.stats().bad_files == data.stats().bad_files)
+  if (cpu_data.stats().bad_files == data.stats().bad_files) {
     EXPECT_EQ(stats.skipped, cpu_data.stats().skipped);
+  }
   EXPECT_GE(stats.skipped, 3 * data.stats().bad_files);
 
   ImageDatasetOptions strict = options;
