@@ -24,6 +24,7 @@
 #include "backend/backend.h"
 #include "backend/cuda/cuda_backend.h"
 #include "backend/cuda/cuda_check.h"
+#include "backend/cuda/stream_gate.h"
 #include "backend/cuda_options.h"
 #include "backend/tuning/algorithm_cache.h"
 #include "core/align.h"
@@ -161,6 +162,8 @@ class CudaBackend final : public Backend {
   // The GPU model, driver and library versions the choices hold for.
   tuning::MachineKey machine_key() const;
   cudaStream_t stream() const { return stream_; }
+  // Holds the searches' timed calls on stream() until they are queued (tuning/cuda_timing.h).
+  StreamGate& search_gate() const { return search_gate_; }
   cudnnHandle_t cudnn() const { return cudnn_; }
   cublasHandle_t cublas() const { return cublas_; }
   // Makes this backend's GPU the calling thread's current device (cheap when it already is).
@@ -288,6 +291,7 @@ class CudaBackend final : public Backend {
   CudaOptions options_;
   std::shared_ptr<tuning::AlgorithmCache> algorithms_;
   cudaStream_t stream_ = nullptr;
+  mutable StreamGate search_gate_;
   cudnnHandle_t cudnn_ = nullptr;
   cublasHandle_t cublas_ = nullptr;
   DeviceBuffer cublas_workspace_;

@@ -4,8 +4,9 @@
 //
 // Why back to back: timed as calls on an idle stream (as cudnnFind does), a small convolution's time is
 // mostly the API's host work while the GPU waits — 0.16-0.24 ms for 1x1 FP16 convolutions at batch 256 on
-// an H200 that run in 0.04 ms back to back. Each round's calls are queued behind hold_stream, so they run
-// one after the other as in the graph. Why rounds: one timing made two candidates within a few percent of
+// an H200 that run in 0.04 ms back to back. Each round's calls are queued behind a closed gate
+// (cuda/stream_gate.h) that opens once they are all queued, so they run one after the other as in the
+// graph. Why rounds: one timing made two candidates within a few percent of
 // each other a coin toss; the median of kRounds rounds counts.
 #pragma once
 
@@ -17,7 +18,7 @@
 #include <vector>
 
 #include "backend/cuda/cuda_check.h"
-#include "backend/cuda/kernels.h"
+#include "backend/cuda/stream_gate.h"
 
 namespace dlbench::tuning {
 
@@ -45,22 +46,27 @@ struct EventPair {
 
 inline constexpr int kRounds = 3;
 inline constexpr int kCallsPerRound = 3;
-inline constexpr double kQueueAheadMicroseconds = 2000;
+// A call at least this long is timed one per round: its events' resolution and the GPU's gaps between
+// calls are then well under the timing noise, and FP32 convolutions of a few milliseconds each made
+// three calls per round most of a first start's search.
+inline constexpr float kLongCallMs = 1.0f;
 
 // A candidate whose first timed call is this many times slower than the fastest of its kind so far is
-// timed no further (time_calls' give_up_ms).
-inline constexpr float kGiveUpFactor = 3;
+// timed no further (time_calls' give_up_ms). Far outside the noise of one call timed back to back, so a
+// candidate given up could not have won.
+inline constexpr float kGiveUpFactor = 1.5f;
 
 inline float give_up_time(std::optional<float> fastest) {
   return fastest ? kGiveUpFactor * *fastest : std::numeric_limits<float>::infinity();
 }
 
 // Median over kRounds rounds of the mean time of kCallsPerRound calls of `run` on `stream` (a call that
-// returns whether it ran), after one warm-up call; nothing when a call fails. With `give_up_ms`, a
-// candidate whose first round (one call) takes longer is timed no further: its time is that call's (it
-// cannot win, and a slow candidate's rounds are what make a search long).
+// returns whether it ran; one call per round once a round has shown calls of kLongCallMs or more), after
+// one warm-up call; nothing when a call fails. `gate` holds each round's calls until they are queued.
+// With `give_up_ms`, a candidate whose first round (one call) takes longer is timed no further: its time
+// is that call's (it cannot win, and a slow candidate's rounds are what make a search long).
 template <typename Run>
-std::optional<float> time_calls(cudaStream_t stream, const Run& run,
+std::optional<float> time_calls(cudaStream_t stream, cuda::StreamGate& gate, const Run& run,
                                 float give_up_ms = std::numeric_limits<float>::infinity()) {
   if (!run()) return std::nullopt;  // warm-up: first-call costs
   const EventPair events;
@@ -68,12 +74,15 @@ std::optional<float> time_calls(cudaStream_t stream, const Run& run,
   std::vector<float> rounds;
   for (int round = 0; round < kRounds; ++round) {
     // The first round that may give up is one call: a slow candidate costs two calls, warm-up included.
-    const int calls = round == 0 && may_give_up ? 1 : kCallsPerRound;
-    cuda::hold_stream(kQueueAheadMicroseconds, stream);
-    CUDA_CHECK(cudaEventRecord(events.start, stream));
-    for (int call = 0; call < calls; ++call)
-      if (!run()) return std::nullopt;
-    CUDA_CHECK(cudaEventRecord(events.stop, stream));
+    const bool long_calls = !rounds.empty() && rounds.front() >= kLongCallMs;
+    const int calls = (round == 0 && may_give_up) || long_calls ? 1 : kCallsPerRound;
+    {
+      const cuda::ClosedGate closed(gate, stream);
+      CUDA_CHECK(cudaEventRecord(events.start, stream));
+      for (int call = 0; call < calls; ++call)
+        if (!run()) return std::nullopt;
+      CUDA_CHECK(cudaEventRecord(events.stop, stream));
+    }
     rounds.push_back(events.elapsed_ms() / calls);
     if (rounds.back() > give_up_ms) return rounds.back();
   }

@@ -178,7 +178,7 @@ template <typename Run>
 std::optional<float> time_calls(const CudaBackend& backend, const Run& run,
                                 float give_up_ms = std::numeric_limits<float>::infinity()) {
   return tuning::time_calls(
-      backend.stream(), [&] { return run() == CUDNN_STATUS_SUCCESS; }, give_up_ms);
+      backend.stream(), backend.search_gate(), [&] { return run() == CUDNN_STATUS_SUCCESS; }, give_up_ms);
 }
 using tuning::give_up_time;
 

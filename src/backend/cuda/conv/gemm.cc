@@ -7,6 +7,7 @@
 // its output for any call (BLAS's beta). It won every FP32 direction of ResNet-50's 1x1 convolutions, which
 // made NHWC FP32's default (docs/PERFORMANCE.md).
 #include "backend/cuda/conv/conv_plan.h"
+#include "backend/cuda/kernels.h"
 
 namespace dlbench::cuda::conv {
 
