@@ -14,6 +14,7 @@
 #include "app/comm_bench.h"
 #include "app/data_commands.h"
 #include "app/run.h"
+#include "app/tokenize_command.h"
 #include "backend/backend_factory.h"
 #include "bench/report.h"
 #include "bench/sweep.h"
@@ -315,6 +316,7 @@ struct Commands {
   dlbench::PackOptions pack;
   dlbench::DataBenchOptions data_bench;
   dlbench::ExportOptions export_images;
+  dlbench::TokenizeOptions tokenize;
 };
 
 void add_train_command(CLI::App& app, RunCommand& command) {
@@ -536,6 +538,18 @@ void add_data_commands(CLI::App& app, Commands& commands) {
   export_images->add_option("--data", export_options.data, "fashion-mnist or a directory of IDX files")
       ->capture_default_str();
   export_images->add_option("--quality", export_options.quality, "JPEG quality")->capture_default_str();
+
+  dlbench::TokenizeOptions& t = commands.tokenize;
+  CLI::App* tokenize = app.add_subcommand(
+      "tokenize", "text files into byte-level token files DIR/train.bin and DIR/val.bin (llm.c's format)");
+  tokenize->add_option("FILES", t.inputs, "text files, read in this order as one text")->required();
+  tokenize->add_option("-o,--output", t.output_dir, "directory for train.bin and val.bin")->required();
+  tokenize
+      ->add_option("--val-fraction", t.val_fraction,
+                   "the share of the text, in (0, 0.5], that is val: its end by position, over the files "
+                   "in order; the rest is train")
+      ->capture_default_str();
+  tokenize->add_flag("--force", t.force, "replace DIR/train.bin and DIR/val.bin if they exist");
 }
 
 // Runs the command the parser found; returns the exit code.
@@ -558,6 +572,7 @@ int run_parsed(CLI::App& app, Commands& commands) {
   if (parsed("pack")) return guarded([&] { dlbench::run_pack(commands.pack); });
   if (parsed("data-bench")) return guarded([&] { dlbench::run_data_bench(commands.data_bench); });
   if (parsed("export-images")) return guarded([&] { dlbench::run_export_images(commands.export_images); });
+  if (parsed("tokenize")) return guarded([&] { dlbench::run_tokenize(commands.tokenize); });
 
   if (parsed("comm-bench"))
     return dlbench::parallel::finish_mpi_process(
