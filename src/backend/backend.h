@@ -167,6 +167,31 @@ struct StepScalars {
   int32_t unused = 0;
 };
 
+// One AdamW step (Backend::adamw_update; PyTorch's torch.optim.AdamW, GPT-2's settings by default).
+// Gradient clipping by the global norm (PyTorch's clip_grad_norm_) is folded into the update: the caller
+// first sums the squares of every gradient buffer into one f32 in backend memory (Backend::sum_of_squares
+// on `grads` as they are stored, after any all-reduce) and points `grad_norm_squared` at it. Stored
+// gradients are not yet multiplied by grad_scale (1 / ranks, 1 / micro-batches) and still carry the loss
+// scale, so the update takes the true gradient's norm as
+//   norm = sqrt(*grad_norm_squared) * grad_scale / loss_scale   (loss_scale: scalars->loss_scale, or 1)
+// and clips by min(1, max_grad_norm / (norm + 1e-6)): the norm PyTorch would clip after GradScaler's
+// unscale_. Reading the sum in backend memory lets a recorded step clip without the host.
+struct AdamWStep {
+  float lr = 0.f;  // ignored with StepScalars (scalars->lr)
+  float beta1 = 0.9f;
+  float beta2 = 0.95f;
+  float eps = 1e-8f;
+  float weight_decay = 0.1f;  // decoupled; only on segments with weight_decay set (matrices)
+  // t, from 1: the bias corrections 1 - beta^t. Read from the host at the call, so a recorded step would
+  // replay one t (a CUDA graph will need t in backend memory).
+  int64_t step = 1;
+  float grad_scale = 1.f;     // gradients are multiplied by this first (1 / ranks, 1 / micro-batches)
+  float max_grad_norm = 0.f;  // 0: no clipping
+  // Backend memory: the sum of squares of the stored `grads` (before grad_scale and the loss scale).
+  // Needed when max_grad_norm > 0, ignored otherwise.
+  const float* grad_norm_squared = nullptr;
+};
+
 #if defined(__CUDACC__)
 #define DLB_HOST_DEVICE __host__ __device__
 #else
@@ -436,6 +461,63 @@ class Backend : public StreamClock {
                           const StepScalars* scalars = nullptr) = 0;
   // advance_loss_scale(*scalars), in stream order after the update.
   virtual void update_loss_scale(StepScalars* scalars) = 0;
+
+  // ---- transformer ops (GPT-2) ----
+  // Activations are row-major, a token's features last ([B, T, C]; [N, C] with N = B * T). Parameters have
+  // the activations' dtype. Statistics saved for a backward (layer norm's mean and rstd, attention's stats)
+  // are f32 (f64 activations may have f64 ones). Gradients of parameters honour `accumulate`; gradients
+  // of activations overwrite. The defaults throw dlbench::Error "<op> is not implemented on backend <name>".
+  //
+  // out[b,t,:] = wte[tokens[b,t],:] + wpe[t,:]; tokens i32 [B,T] in [0, V), wte [V,C], wpe [Tmax >= T, C].
+  virtual void embedding_forward(const Tensor& tokens, const Tensor& wte, const Tensor& wpe, Tensor& out);
+  // dwte[tokens[b,t],:] += dout[b,t,:] (a token seen twice sums both); dwpe[t,:] += sum over b of
+  // dout[b,t,:] (rows t >= T receive nothing). Accumulate::overwrite zeroes all of dwte and dwpe first.
+  virtual void embedding_backward(const Tensor& tokens, const Tensor& dout, Tensor& dwte, Tensor& dwpe,
+                                  Accumulate accumulate);
+  // Each row of x [..., C] (N rows): y = (x - mean) * rstd * weight + bias, rstd = 1 / sqrt(var + eps)
+  // (biased variance); mean and rstd [N] are saved for the backward.
+  virtual void layernorm_forward(const Tensor& x, const Tensor& weight, const Tensor& bias, float eps,
+                                 Tensor& y, Tensor& mean, Tensor& rstd);
+  // dx is overwritten; dweight and dbias by `accumulate` (accumulation over micro-batches).
+  virtual void layernorm_backward(const Tensor& x, const Tensor& weight, const Tensor& mean,
+                                  const Tensor& rstd, const Tensor& dy, Tensor& dx, Tensor& dweight,
+                                  Tensor& dbias, Accumulate accumulate);
+  // GELU, tanh form (GPT-2's): y = 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))), any shape.
+  virtual void gelu_forward(const Tensor& x, Tensor& y);
+  virtual void gelu_backward(const Tensor& x, const Tensor& dy, Tensor& dx);  // dx = dy * gelu'(x)
+  // Causal multi-head self-attention. qkv [B,T,3C]: q, k, v side by side in each row (columns [0,C),
+  // [C,2C), [2C,3C)), head h on columns [h*d, (h+1)*d) of each, d = C / heads; out [B,T,C] with the heads
+  // side by side. Position t attends to positions <= t with weights softmax(q.k * scale), scale 1/sqrt(d).
+  // stats [B,heads,T]: each row's log-sum-exp of its scaled (masked) scores, what cuDNN's SDPA training
+  // forward saves as Stats: with it the backward rebuilds the softmax exactly without storing [T, T].
+  virtual void attention_forward(const Tensor& qkv, int64_t heads, Tensor& out, Tensor& stats);
+  // dqkv [B,T,3C] overwritten; `out` and `stats` are the forward's.
+  virtual void attention_backward(const Tensor& qkv, const Tensor& out, const Tensor& stats,
+                                  const Tensor& dout, int64_t heads, Tensor& dqkv);
+  // Softmax cross-entropy over a vocabulary padded to K = logits.dim(1) columns, of which the first
+  // `valid_classes` are real: as softmax_cross_entropy_forward/backward over those columns alone, with
+  // the padded columns absent (probability 0, gradient 0, never in the smoothing) and labels in
+  // [0, valid_classes). The defaults run the unpadded ops where valid_classes == K.
+  virtual void softmax_cross_entropy_padded_forward(const Tensor& logits, const Tensor& labels,
+                                                    int64_t valid_classes, float label_smoothing,
+                                                    Tensor& probs, Tensor& loss);
+  virtual void softmax_cross_entropy_padded_backward(const Tensor& probs, const Tensor& labels,
+                                                     int64_t valid_classes, float label_smoothing,
+                                                     float scale, Tensor& dlogits,
+                                                     const float* loss_scale = nullptr);
+  // out (f32 [1]) = (or +=, by `accumulate`: several buffers into one norm) the sum of squares of x (an
+  // FP32 flat buffer): the global gradient norm for AdamWStep::grad_norm_squared.
+  virtual void sum_of_squares(const Tensor& x, Tensor& out, Accumulate accumulate);
+  // AdamW over the flat FP32 buffers, per element of each segment (PyTorch's torch.optim.AdamW):
+  //   g = grad * grad_scale * clip          (clip: see AdamWStep; 1 without clipping)
+  //   m = beta1 m + (1 - beta1) g;  v = beta2 v + (1 - beta2) g^2
+  //   p -= lr * (mhat / (sqrt(vhat) + eps) + weight_decay * p)   (the decay where the segment decays)
+  //   mhat = m / (1 - beta1^t), vhat = v / (1 - beta2^t).
+  // With `scalars` (as sgd_update): nothing happens while scalars->overflow is set; otherwise lr is
+  // scalars->lr and the gradients (and their norm) are also divided by scalars->loss_scale.
+  virtual void adamw_update(Tensor& params, const Tensor& grads, Tensor& m, Tensor& v,
+                            std::span<const ParamSegment> segments, const AdamWStep& step,
+                            const StepScalars* scalars = nullptr);
 };
 
 // Factories; `threads` = 0 means all cores.

@@ -120,5 +120,89 @@ TEST(SoftmaxCrossEntropy, LabelOutOfRangeThrows) {
                Error);
 }
 
+// ---- GPT-2's cross-entropy over a vocabulary padded to K columns, the first V of them real ----
+
+// The padded columns hold large logits that would dominate a softmax over all K: the loss, probabilities
+// and gradient must equal the unpadded op's on the first V columns, with 0 in the padded ones.
+class TransformerCrossEntropy : public ::testing::TestWithParam<float> {};
+
+TEST_P(TransformerCrossEntropy, PaddedColumnsAreAbsent) {
+  const float smoothing = GetParam();
+  ReferenceBackend backend;
+  const int64_t N = 4, V = 6, K = 8;
+  for (DType dtype : {DType::f32, DType::f64}) {
+    SCOPED_TRACE(dtype_name(dtype));
+    HostBuffer padded = random_buffer({N, K}, dtype, Layout::nchw, 81, -3.0, 3.0);
+    HostBuffer plain = zeros({N, V}, dtype);
+    for (int64_t n = 0; n < N; ++n) {
+      for (int64_t j = 0; j < V; ++j)
+        testing::set_element(plain.tensor(), n * V + j, testing::get_element(padded.tensor(), n * K + j));
+      for (int64_t j = V; j < K; ++j) testing::set_element(padded.tensor(), n * K + j, 50.0);
+    }
+    HostBuffer labels = labels_of({0, 5, 2, 5});
+    HostBuffer padded_probs = zeros({N, K}, dtype), padded_loss = zeros({1}, dtype);
+    HostBuffer plain_probs = zeros({N, V}, dtype), plain_loss = zeros({1}, dtype);
+    backend.softmax_cross_entropy_padded_forward(padded.tensor(), labels.tensor(), V, smoothing,
+                                                 padded_probs.tensor(), padded_loss.tensor());
+    backend.softmax_cross_entropy_forward(plain.tensor(), labels.tensor(), smoothing, plain_probs.tensor(),
+                                          plain_loss.tensor());
+    EXPECT_EQ(testing::get_element(padded_loss.tensor(), 0), testing::get_element(plain_loss.tensor(), 0));
+    HostBuffer padded_dlogits = testing::filled({N, K}, dtype, 9.0), plain_dlogits = zeros({N, V}, dtype);
+    backend.softmax_cross_entropy_padded_backward(padded_probs.tensor(), labels.tensor(), V, smoothing, 2.0f,
+                                                  padded_dlogits.tensor());
+    backend.softmax_cross_entropy_backward(plain_probs.tensor(), labels.tensor(), smoothing, 2.0f,
+                                           plain_dlogits.tensor());
+    for (int64_t n = 0; n < N; ++n)
+      for (int64_t j = 0; j < K; ++j) {
+        const double prob = j < V ? testing::get_element(plain_probs.tensor(), n * V + j) : 0.0;
+        const double grad = j < V ? testing::get_element(plain_dlogits.tensor(), n * V + j) : 0.0;
+        EXPECT_EQ(testing::get_element(padded_probs.tensor(), n * K + j), prob) << n << ", " << j;
+        EXPECT_EQ(testing::get_element(padded_dlogits.tensor(), n * K + j), grad) << n << ", " << j;
+      }
+  }
+}
+
+TEST_P(TransformerCrossEntropy, GradientMatchesCentralDifferences) {
+  const float smoothing = GetParam();
+  ReferenceBackend backend;
+  const int64_t N = 4, V = 6, K = 8;
+  HostBuffer logits = random_buffer({N, K}, DType::f64, Layout::nchw, 82, -3.0, 3.0);
+  HostBuffer labels = labels_of({1, 5, 0, 3});
+  HostBuffer probs = zeros({N, K}, DType::f64), loss_value = zeros({1}, DType::f64);
+  HostBuffer dlogits = zeros({N, K}, DType::f64);
+  backend.softmax_cross_entropy_padded_forward(logits.tensor(), labels.tensor(), V, smoothing, probs.tensor(),
+                                               loss_value.tensor());
+  backend.softmax_cross_entropy_padded_backward(probs.tensor(), labels.tensor(), V, smoothing, 1.0f,
+                                                dlogits.tensor());
+  auto loss = [&] {
+    backend.softmax_cross_entropy_padded_forward(logits.tensor(), labels.tensor(), V, smoothing,
+                                                 probs.tensor(), loss_value.tensor());
+    return loss_value.ptr<double>()[0];
+  };
+  EXPECT_TRUE(gradient_matches(loss, logits.tensor(), dlogits.tensor(), testing::kGradientTolerance));
+}
+
+INSTANTIATE_TEST_SUITE_P(LabelSmoothing, TransformerCrossEntropy, ::testing::Values(0.0f, 0.1f),
+                         [](const auto& info) { return info.param == 0 ? "none" : "s0_1"; });
+
+TEST(TransformerCrossEntropyLabels, LabelInThePaddingThrows) {
+  ReferenceBackend backend;
+  HostBuffer logits = zeros({2, 8}, DType::f32), probs = zeros({2, 8}, DType::f32),
+             loss = zeros({1}, DType::f32);
+  HostBuffer labels = labels_of({0, 6});
+  try {
+    backend.softmax_cross_entropy_padded_forward(logits.tensor(), labels.tensor(), 6, 0.0f, probs.tensor(),
+                                                 loss.tensor());
+    FAIL() << "no throw";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("label 6 of row 1 is outside [0, 6)"), std::string::npos)
+        << e.what();
+  }
+  HostBuffer ok_labels = labels_of({0, 1});
+  EXPECT_THROW(backend.softmax_cross_entropy_padded_forward(logits.tensor(), ok_labels.tensor(), 9, 0.0f,
+                                                            probs.tensor(), loss.tensor()),
+               Error);  // more valid classes than columns
+}
+
 }  // namespace
 }  // namespace dlbench

@@ -1,11 +1,9 @@
 // Memory, the factory, elementwise utilities and the optimizer step of the reference backend.
 #include "backend/reference/reference_backend.h"
 
-#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <new>
-#include <vector>
 
 #include "backend/reference/reference_common.h"
 
@@ -93,26 +91,9 @@ void ReferenceBackend::sgd_update(Tensor& params, const Tensor& grads, Tensor& m
                                   std::span<const ParamSegment> segments, const SgdStep& step,
                                   const StepScalars* scalars) {
   const char* op = "sgd_update";
-  reference::check_host(op, "params", params);
-  DLB_CHECK(params.rank() == 1 && (params.dtype() == DType::f32 || params.dtype() == DType::f64),
-            "{}: params is {}, expected a flat f32 (or f64) buffer", op, params.describe());
+  reference::check_flat_params(op, params, segments);
   reference::check_same(op, "params", params, "grads", grads);
   reference::check_same(op, "params", params, "momentum_buffer", momentum_buffer);
-
-  // Segments must lie inside the buffer and not overlap: an element updated twice would take two steps.
-  std::vector<ParamSegment> sorted(segments.begin(), segments.end());
-  std::sort(sorted.begin(), sorted.end(), [](const auto& a, const auto& b) {
-    return a.offset != b.offset ? a.offset < b.offset : a.count < b.count;  // an empty segment never overlaps
-  });
-  int64_t covered_until = 0;
-  for (const ParamSegment& s : sorted) {
-    DLB_CHECK(s.offset >= 0 && s.count >= 0 && s.offset + s.count <= params.numel(),
-              "{}: segment [{}, {}) is outside params {}", op, s.offset, s.offset + s.count,
-              params.describe());
-    DLB_CHECK(s.offset >= covered_until, "{}: segment at {} overlaps the previous one (ending at {})", op,
-              s.offset, covered_until);
-    covered_until = s.offset + s.count;
-  }
 
   if (scalars && scalars->overflow) return;  // an overflowed step is skipped
   const double lr = scalars ? double(scalars->lr) : double(step.lr);

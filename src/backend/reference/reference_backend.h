@@ -8,6 +8,8 @@
 //
 // Beyond the contract of backend.h (a superset, so that gradient checks can run entirely in double):
 //   * softmax_cross_entropy accepts f64 probs and loss as well as f32;
+//   * the transformer ops' f32 statistics and scalars (layer norm's mean and rstd, attention's stats,
+//     sum_of_squares' out) may be f64, and the AdamW buffers f64, so a gradient check stays in double;
 //   * plans of any backend are accepted: only their geometry is read.
 // Choices the contract leaves open:
 //   * max-pool backward recomputes the argmax from x (saved_bytes() == 0; `saved` is ignored);
@@ -90,6 +92,30 @@ class ReferenceBackend : public Backend {
                   std::span<const ParamSegment> segments, const SgdStep& step,
                   const StepScalars* scalars = nullptr) override;
   void update_loss_scale(StepScalars* scalars) override;
+
+  // ---- transformer ops: f32 and f64 (f64 activations take f64 statistics and scalars too) ----
+  void embedding_forward(const Tensor& tokens, const Tensor& wte, const Tensor& wpe, Tensor& out) override;
+  void embedding_backward(const Tensor& tokens, const Tensor& dout, Tensor& dwte, Tensor& dwpe,
+                          Accumulate accumulate) override;
+  void layernorm_forward(const Tensor& x, const Tensor& weight, const Tensor& bias, float eps, Tensor& y,
+                         Tensor& mean, Tensor& rstd) override;
+  void layernorm_backward(const Tensor& x, const Tensor& weight, const Tensor& mean, const Tensor& rstd,
+                          const Tensor& dy, Tensor& dx, Tensor& dweight, Tensor& dbias,
+                          Accumulate accumulate) override;
+  void gelu_forward(const Tensor& x, Tensor& y) override;
+  void gelu_backward(const Tensor& x, const Tensor& dy, Tensor& dx) override;
+  void attention_forward(const Tensor& qkv, int64_t heads, Tensor& out, Tensor& stats) override;
+  void attention_backward(const Tensor& qkv, const Tensor& out, const Tensor& stats, const Tensor& dout,
+                          int64_t heads, Tensor& dqkv) override;
+  void softmax_cross_entropy_padded_forward(const Tensor& logits, const Tensor& labels, int64_t valid_classes,
+                                            float label_smoothing, Tensor& probs, Tensor& loss) override;
+  void softmax_cross_entropy_padded_backward(const Tensor& probs, const Tensor& labels, int64_t valid_classes,
+                                             float label_smoothing, float scale, Tensor& dlogits,
+                                             const float* loss_scale = nullptr) override;
+  void sum_of_squares(const Tensor& x, Tensor& out, Accumulate accumulate) override;
+  void adamw_update(Tensor& params, const Tensor& grads, Tensor& m, Tensor& v,
+                    std::span<const ParamSegment> segments, const AdamWStep& step,
+                    const StepScalars* scalars = nullptr) override;
 };
 
 }  // namespace dlbench

@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cmath>
 
 #include "backend/reference/half_float.h"
@@ -42,6 +43,31 @@ void check_same(const char* op, const char* name_a, const Tensor& a, const char*
   const bool same_order = a.rank() != 4 || a.layout() == b.layout();
   DLB_CHECK(a.dims() == b.dims() && a.dtype() == b.dtype() && same_order, "{}: {} is {} but {} is {}", op,
             name_a, a.describe(), name_b, b.describe());
+}
+
+void check_f32_or_f64(const char* op, const char* name, const Tensor& t, const std::vector<int64_t>& dims) {
+  check_host(op, name, t);
+  DLB_CHECK(t.dims() == dims && (t.dtype() == DType::f32 || t.dtype() == DType::f64),
+            "{}: {} is {}, expected f32[{}]", op, name, t.describe(), fmt::join(dims, ", "));
+}
+
+void check_flat_params(const char* op, const Tensor& params, std::span<const ParamSegment> segments) {
+  check_host(op, "params", params);
+  DLB_CHECK(params.rank() == 1 && (params.dtype() == DType::f32 || params.dtype() == DType::f64),
+            "{}: params is {}, expected a flat f32 (or f64) buffer", op, params.describe());
+  std::vector<ParamSegment> sorted(segments.begin(), segments.end());
+  std::sort(sorted.begin(), sorted.end(), [](const auto& a, const auto& b) {
+    return a.offset != b.offset ? a.offset < b.offset : a.count < b.count;  // an empty segment never overlaps
+  });
+  int64_t covered_until = 0;
+  for (const ParamSegment& s : sorted) {
+    DLB_CHECK(s.offset >= 0 && s.count >= 0 && s.offset + s.count <= params.numel(),
+              "{}: segment [{}, {}) is outside params {}", op, s.offset, s.offset + s.count,
+              params.describe());
+    DLB_CHECK(s.offset >= covered_until, "{}: segment at {} overlaps the previous one (ending at {})", op,
+              s.offset, covered_until);
+    covered_until = s.offset + s.count;
+  }
 }
 
 std::vector<double> read_channels(const Tensor& t) {

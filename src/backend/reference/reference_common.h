@@ -2,6 +2,7 @@
 #pragma once
 
 #include <cstdint>
+#include <span>
 #include <vector>
 
 #include "backend/backend.h"
@@ -72,6 +73,14 @@ void check_tensor(const char* op, const char* name, const Tensor& t, const std::
 void check_host(const char* op, const char* name, const Tensor& t);
 // Same dims, dtype and (rank 4) layout: the two tensors can be walked element by element in memory order.
 void check_same(const char* op, const char* name_a, const Tensor& a, const char* name_b, const Tensor& b);
+
+// A host tensor of these dims that is f32 or f64: the FP32 statistics and scalars of the contract, which
+// the reference also takes in f64 so that gradient checks run entirely in double.
+void check_f32_or_f64(const char* op, const char* name, const Tensor& t, const std::vector<int64_t>& dims);
+
+// The optimizers' flat parameter buffer (rank 1, f32 or f64) and its segments: each inside the buffer, none
+// overlapping another (an element updated twice would take two steps).
+void check_flat_params(const char* op, const Tensor& params, std::span<const ParamSegment> segments);
 
 // FP32 per-channel vectors (batch-norm parameters and statistics) read into / written from double.
 std::vector<double> read_channels(const Tensor& t);
