@@ -190,7 +190,7 @@ nlohmann::json run_comm_bench(const CommBenchOptions& o) {
   if (!o.json_path.empty()) check_writable(o.json_path, "--json");
 
   LaunchOptions launch_options;
-  launch_options.launcher = o.launcher;
+  launch_options.launcher = parse_launcher(o.launcher);
   launch_options.device = device;
   launch_options.gpus = o.gpus;
   launch_options.timeout_seconds = o.timeout_seconds;

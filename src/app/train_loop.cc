@@ -78,8 +78,8 @@ class ProgressClock {
  private:
   bool due(int64_t step_number, bool last) const {
     if (last) return true;
-    if (config_.log_every) return step_number % *config_.log_every == 0;
-    return since_.seconds() >= config_.log_seconds;
+    if (config_.output.log_every) return step_number % *config_.output.log_every == 0;
+    return since_.seconds() >= config_.output.log_seconds;
   }
 
   const RunConfig& config_;
@@ -96,15 +96,15 @@ struct TrainProgress {
 
 void save_checkpoint_announced(const RunConfig& config, RunSetup& s, TrainProgress& progress, int64_t step,
                                int64_t epoch) {
-  if (config.checkpoint_path.empty() || progress.saved_step == step) return;
+  if (config.output.checkpoint_path.empty() || progress.saved_step == step) return;
   progress.saved_step = step;
   if (s.comm->rank() != 0) return;
   WallTimer timer;
   Checkpoint checkpoint = s.trainer->make_checkpoint(step, epoch);
   checkpoint.settings = run_settings(s);
-  save_checkpoint(config.checkpoint_path, checkpoint);
+  save_checkpoint(config.output.checkpoint_path, checkpoint);
   say("checkpoint of step %lld saved to %s (%.1f s)\n", static_cast<long long>(step),
-      config.checkpoint_path.c_str(), timer.seconds());
+      config.output.checkpoint_path.c_str(), timer.seconds());
   std::fflush(stdout);
 }
 
@@ -118,9 +118,9 @@ void stop_if_asked(const RunConfig& config, RunSetup& s, TrainProgress& progress
   std::string kept;
   if (progress.saved_step >= 0) {
     kept = fmt::format("checkpoint of step {} in {}; continue with --resume {}", progress.saved_step,
-                       config.checkpoint_path, config.checkpoint_path);
-  } else if (!config.resume_path.empty()) {
-    kept = fmt::format("nothing saved (no --checkpoint); {} is as it was", config.resume_path);
+                       config.output.checkpoint_path, config.output.checkpoint_path);
+  } else if (!config.output.resume_path.empty()) {
+    kept = fmt::format("nothing saved (no --checkpoint); {} is as it was", config.output.resume_path);
   } else {
     kept = "nothing saved (give --checkpoint FILE to keep a stopped run's state)";
   }
@@ -133,38 +133,38 @@ void stop_if_asked(const RunConfig& config, RunSetup& s, TrainProgress& progress
 
 // --resume: the checkpoint's state, after checking it continues this run; returns its step.
 int64_t resume_from_checkpoint(const RunConfig& config, RunSetup& s, int64_t total_steps) {
-  Checkpoint checkpoint = load_checkpoint(config.resume_path);
+  Checkpoint checkpoint = load_checkpoint(config.output.resume_path);
   s.trainer->restore(checkpoint);  // first the model and its sizes, then the settings
   const std::vector<std::string> differences = check_checkpoint_settings(
       checkpoint, run_settings(s),
-      config.resume_anyway ? SettingsMismatch::continue_anyway : SettingsMismatch::refuse,
-      config.resume_path);
+      config.output.resume_anyway ? SettingsMismatch::continue_anyway : SettingsMismatch::refuse,
+      config.output.resume_path);
   for (const std::string& difference : differences)
     say("--resume-anyway: continuing with %s\n", difference.c_str());
   DLB_REQUIRE(checkpoint.step < total_steps,
               "--resume {}: the checkpoint is at step {}, the run ends at step {}; "
               "ask for more --steps or --epochs",
-              config.resume_path, checkpoint.step, total_steps);
+              config.output.resume_path, checkpoint.step, total_steps);
   return checkpoint.step;
 }
 
 void log_mlperf_start(MlperfLog& mllog, const RunConfig& config, RunSetup& s, int64_t init_start_ms) {
   if (!mllog.enabled()) return;
   mllog.start("init_start", nullptr, {{"time_at_process_start_ms", init_start_ms}});
-  mllog.point("submission_benchmark", config.model);
+  mllog.point("submission_benchmark", config.model.name);
   mllog.point("submission_platform",
               s.memory_fit.device ? s.memory_fit.device->name : device_name(config.device));
   mllog.point("global_batch_size", s.trainer->images_per_step() * s.comm->size());
   mllog.point("gradient_accumulation_steps", config.accumulate_steps);
   mllog.point("train_samples", s.train_data->size());
   if (s.test_data) mllog.point("eval_samples", s.test_data->size());
-  mllog.point("opt_name", config.nesterov ? "sgd_nesterov" : "sgd");
-  mllog.point("opt_base_learning_rate", config.lr);
-  mllog.point("opt_momentum", config.momentum);
-  mllog.point("opt_weight_decay", config.weight_decay);
-  mllog.point("opt_learning_rate_warmup_epochs", config.lr_warmup_epochs);
-  mllog.point("opt_learning_rate_schedule", lr_schedule_name(config.lr_schedule));
-  mllog.point("precision", precision_name(config.precision));
+  mllog.point("opt_name", config.optimizer.nesterov ? "sgd_nesterov" : "sgd");
+  mllog.point("opt_base_learning_rate", config.optimizer.lr);
+  mllog.point("opt_momentum", config.optimizer.momentum);
+  mllog.point("opt_weight_decay", config.optimizer.weight_decay);
+  mllog.point("opt_learning_rate_warmup_epochs", config.optimizer.lr_warmup_epochs);
+  mllog.point("opt_learning_rate_schedule", lr_schedule_name(config.optimizer.lr_schedule));
+  mllog.point("precision", precision_name(config.model.precision));
   mllog.point("seed", config.seed);
   mllog.end("init_stop");
   mllog.start("run_start");
@@ -178,7 +178,7 @@ std::optional<double> evaluate_test_set(const RunConfig& config, RunSetup& s, in
   WallTimer since_line;  // evaluation reports by time whatever --log-every says: it has no steps
   auto keep_going = [&](int64_t done, int64_t total) {
     if (stop_requested()) return false;
-    if (since_line.seconds() >= config.log_seconds) {
+    if (since_line.seconds() >= config.output.log_seconds) {
       say("evaluating: %lld/%lld test images\n", static_cast<long long>(done), static_cast<long long>(total));
       std::fflush(stdout);
       since_line.restart();
@@ -308,7 +308,7 @@ std::optional<RunResult> train_rank(const RunConfig& given, parallel::Launch& la
                                  .count();
   RunSetup s = set_up(given, launch, slot, std::move(algorithms));
   const int rank = s.comm->rank(), ranks = s.comm->size();
-  MlperfLog mllog(rank == 0 ? given.mlperf_log_path : std::string());
+  MlperfLog mllog(rank == 0 ? given.output.mlperf_log_path : std::string());
   const RunConfig config = with_scaled_lr(s.config, ranks);
   Trainer& trainer = *s.trainer;
   const int64_t images_per_step = trainer.images_per_step();
@@ -322,7 +322,8 @@ std::optional<RunResult> train_rank(const RunConfig& given, parallel::Launch& la
   const int64_t total_steps = progress.total_steps;
   LearningRateSchedule schedule(config, steps_per_epoch, total_steps);
 
-  const int64_t first_step = config.resume_path.empty() ? 0 : resume_from_checkpoint(config, s, total_steps);
+  const int64_t first_step =
+      config.output.resume_path.empty() ? 0 : resume_from_checkpoint(config, s, total_steps);
   progress.first_step = first_step;
   print_header("train", config, s,
                fmt::format("{} steps ({} per epoch){}", total_steps, steps_per_epoch,
@@ -339,7 +340,7 @@ std::optional<RunResult> train_rank(const RunConfig& given, parallel::Launch& la
 
   StepTracer tracer(config, s);
   const int64_t eval_count =
-      s.test_data ? std::min(config.eval_images.value_or(s.test_data->size()), s.test_data->size()) : 0;
+      s.test_data ? std::min(config.data.eval_images.value_or(s.test_data->size()), s.test_data->size()) : 0;
   // Rank 0 evaluates (its batch-norm statistics); the others wait for it at the stop check after it.
   // Epochs count from 1, in the console, the result and the MLPerf log alike.
   auto evaluate = [&](int64_t epoch_number, int64_t step) {
@@ -373,7 +374,7 @@ std::optional<RunResult> train_rank(const RunConfig& given, parallel::Launch& la
     }
     // Micro-batch k of this step is batch (batch_in_epoch * K + k) of the epoch's order.
     auto feed = [&](int64_t micro) {
-      if (config.data_kind == DataKind::synthetic && config.accumulate_steps == 1 && step > first_step)
+      if (config.data.kind == DataKind::synthetic && config.accumulate_steps == 1 && step > first_step)
         return;
       if (input.prefetcher) {
         const BatchPrefetcher::Batch& batch = input.prefetcher->next();
@@ -416,7 +417,7 @@ std::optional<RunResult> train_rank(const RunConfig& given, parallel::Launch& la
     if (epoch_done || step + 1 == total_steps) mllog.end("epoch_stop", nullptr, {{"epoch_num", epoch + 1}});
     stop_if_asked(config, s, progress, step + 1, (step + 1) / steps_per_epoch);
     if (epoch_done) evaluate(epoch + 1, step + 1);
-    if (epoch_done || (config.save_every > 0 && (step + 1) % config.save_every == 0) ||
+    if (epoch_done || (config.output.save_every > 0 && (step + 1) % config.output.save_every == 0) ||
         step + 1 == total_steps)
       save_checkpoint_announced(config, s, progress, step + 1, (step + 1) / steps_per_epoch);
   }

@@ -22,9 +22,9 @@ struct Estimate {
 Estimate estimate_at(const RunConfig& config, Backend& backend, const ModelOptions& options, int64_t batch) {
   NetworkOptions net_options;
   net_options.batch = batch;
-  net_options.layout = config.layout;
-  net_options.dtype = compute_dtype(config.precision);
-  Model model = build_model(config.model, backend, net_options, options);
+  net_options.layout = config.model.layout;
+  net_options.dtype = compute_dtype(config.model.precision);
+  Model model = build_model(config.model.name, backend, net_options, options);
   Network& net = *model.net;
   net.plan_memory_only();
   Estimate e;
