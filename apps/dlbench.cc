@@ -118,10 +118,8 @@ void add_cuda_flags(CLI::App& cmd, dlbench::CudaOptions& o) {
              "stream at the device's greatest priority)");
 }
 
-// Flags shared by `train` and `bench`.
-void add_run_flags(CLI::App& cmd, RunCommand& command) {
-  RunConfig& c = command.config;
-  RunFlagTexts& t = command.flags;
+// The model, the batch and the run's length.
+void add_model_flags(CLI::App& cmd, RunConfig& c, RunFlagTexts& t) {
   cmd.add_option("--model", c.model.name, "resnet18 | resnet34 | resnet50 | resnet101 | resnet152 | resnet20")
       ->capture_default_str();
   cmd.add_option("--batch-size", t.batch_size,
@@ -132,6 +130,10 @@ void add_run_flags(CLI::App& cmd, RunCommand& command) {
   cmd.add_option("--warmup-steps", c.warmup_steps, "steps run before the timed window and left out of it");
   cmd.add_option("--accumulate-steps", c.accumulate_steps, "micro-batches whose gradients make one step")
       ->capture_default_str();
+}
+
+// The optimizer and its schedule, the numbers the network computes in and the loss's scaling.
+void add_optimizer_flags(CLI::App& cmd, RunConfig& c, RunFlagTexts& t) {
   cmd.add_option("--lr", c.optimizer.lr, "peak learning rate")->capture_default_str();
   cmd.add_option("--momentum", c.optimizer.momentum, "SGD momentum")->capture_default_str();
   cmd.add_flag("--nesterov", c.optimizer.nesterov, "Nesterov momentum");
@@ -157,6 +159,10 @@ void add_run_flags(CLI::App& cmd, RunCommand& command) {
                  "dynamic loss scaling: good steps before the scale doubles")
       ->capture_default_str();
   cmd.add_option("--layout", t.layout, "nchw | nhwc (default nhwc)");
+}
+
+// The data and how its images are decoded.
+void add_data_flags(CLI::App& cmd, RunConfig& c, RunFlagTexts& t) {
   cmd.add_option("--data", c.data.source,
                  "synthetic | fashion-mnist | a directory of IDX files | an image folder (CLASS/FILE.jpg) or "
                  "shard set (dlbench pack), or ROOT with train/ and val/ ones")
@@ -174,6 +180,10 @@ void add_run_flags(CLI::App& cmd, RunCommand& command) {
                  "auto | cpu | gpu: where JPEGs are decoded (GPU decoding is not in this build yet: auto "
                  "decodes on the CPU, gpu is refused)")
       ->capture_default_str();
+}
+
+// The device, its backend and threads, and the seed.
+void add_device_flags(CLI::App& cmd, RunConfig& c, RunFlagTexts& t) {
   cmd.add_option("--device", t.device, "auto | cpu | cuda")->capture_default_str();
   cmd.add_option("--backend", c.backend_name, "CPU backend: onednn (default) | reference");
   cmd.add_option("--threads", c.threads, "CPU threads (0 = all cores)")->capture_default_str();
@@ -187,10 +197,18 @@ void add_run_flags(CLI::App& cmd, RunCommand& command) {
           },
           "SEED"))
       ->capture_default_str();
+}
+
+// Progress lines and the result file.
+void add_output_flags(CLI::App& cmd, RunConfig& c) {
   cmd.add_option("--log-every", c.output.log_every,
                  "steps between progress lines (default: train, a line every 5 s; bench, every step on the "
                  "CPU and every 100 on a GPU)");
   cmd.add_option("--json", c.output.json_path, "write the result as one JSON object to FILE");
+}
+
+// Data parallelism: the ranks, their gradient sums and the learning rate's scaling.
+void add_parallel_flags(CLI::App& cmd, RunConfig& c, RunFlagTexts& t) {
   cmd.add_option("--gpus", c.parallel.gpus,
                  "GPUs driven from this process, one thread each (data parallel, NCCL)")
       ->capture_default_str();
@@ -213,12 +231,20 @@ void add_run_flags(CLI::App& cmd, RunCommand& command) {
       ->capture_default_str();
   // Tests only, left out of --help: this rank reports another dlbench version to the others.
   cmd.add_option("--test-claim-version", c.parallel.claimed_version)->group("");
+}
+
+// --trace and the steps it records.
+void add_trace_flags(CLI::App& cmd, RunConfig& c, RunFlagTexts& t) {
   cmd.add_option("--trace", c.output.trace_path,
                  "write a Chrome trace (chrome://tracing) of --trace-steps: every rank's compute, "
                  "communication and data rows");
   cmd.add_option("--trace-steps", t.trace_steps,
                  "A:B, the steps to trace (1-based; traced steps run op by op)")
       ->capture_default_str();
+}
+
+// What the GPU runs: the step as a graph, the convolutions' algorithms and kernel paths.
+void add_gpu_flags(CLI::App& cmd, RunConfig& c, RunFlagTexts& t) {
   cmd.add_option("--cuda-graph", t.cuda_graph,
                  "auto | true | false: record the whole step once and replay it as one CUDA graph (auto: "
                  "true; it measured faster at 2 GPUs and no slower on one)")
@@ -230,6 +256,20 @@ void add_run_flags(CLI::App& cmd, RunCommand& command) {
                  "GPU: the most workspace one convolution may take; the fastest algorithm within it wins")
       ->capture_default_str();
   add_cuda_flags(cmd, c.cuda);
+}
+
+// Flags shared by `train` and `bench`, in the order --help lists them.
+void add_run_flags(CLI::App& cmd, RunCommand& command) {
+  RunConfig& c = command.config;
+  RunFlagTexts& t = command.flags;
+  add_model_flags(cmd, c, t);
+  add_optimizer_flags(cmd, c, t);
+  add_data_flags(cmd, c, t);
+  add_device_flags(cmd, c, t);
+  add_output_flags(cmd, c);
+  add_parallel_flags(cmd, c, t);
+  add_trace_flags(cmd, c, t);
+  add_gpu_flags(cmd, c, t);
 }
 
 // Runs a command; returns the exit code: 0, 1 for a UserError (one line on stderr), 3 for an internal

@@ -83,6 +83,15 @@ int64_t resolve_largest_batch(const RunConfig& config, Backend& backend, const M
   return batch;
 }
 
+// The flags that size what the run holds in host memory, for the line that refuses a run past half of it.
+std::string size_flags(const RunConfig& config) {
+  return fmt::format(
+      "--batch-size {}{}{}", *config.batch_size,
+      config.accumulate_steps > 1 ? fmt::format(" --accumulate-steps {}", config.accumulate_steps)
+                                  : std::string(),
+      config.model.image_size > 0 ? fmt::format(" --image-size {}", config.model.image_size) : std::string());
+}
+
 }  // namespace
 
 std::string data_digest(const Dataset& data) {
@@ -144,21 +153,20 @@ std::shared_ptr<tuning::AlgorithmCache> open_algorithm_cache(const RunConfig& co
   return std::make_shared<tuning::AlgorithmCache>((folder / "algorithms.json").string());
 }
 
-RunSetup set_up(const RunConfig& given, parallel::Launch& launch, int slot,
-                std::shared_ptr<tuning::AlgorithmCache> algorithms) {
-  RunSetup s;
-  s.config = given;
-  RunConfig& config = s.config;
+namespace {
+
+// Rank `slot`'s backend and communicator, and the checks that every rank runs the same dlbench with the
+// same flags. Returns every rank's host name, for the messages that name a rank.
+std::vector<std::string> join_ranks(RunSetup& s, parallel::Launch& launch, int slot) {
+  const RunConfig& config = s.config;
   Device device = config.device;
   if (device.kind == DeviceKind::cuda) device.index = launch.gpu(slot);
-  s.algorithms = std::move(algorithms);
   s.backend = make_backend(config.backend_name, device, config.threads, config.cuda, s.algorithms);
   s.comm = launch.join(slot, *s.backend);
   rank_speaks = s.comm->rank() == 0;
-  const int ranks = s.comm->size();
   // Where the launcher put every rank: the result's system.hosts, and the host each message names.
   s.places = parallel::gather_places(*s.comm, parallel::place_of(launch, slot, *s.backend));
-  const std::vector<std::string> hosts = parallel::host_names(s.places);
+  std::vector<std::string> hosts = parallel::host_names(s.places);
   // Ranks of another build, or started with different flags, would train different things: stop them all,
   // naming the rank, its host and what differs.
   parallel::check_same_version(*s.comm,
@@ -167,12 +175,52 @@ RunSetup set_up(const RunConfig& given, parallel::Launch& launch, int slot,
                                    : config.parallel.claimed_version,
                                hosts);
   parallel::check_same_config(*s.comm, config_to_json(config), {"device", "threads", "data_threads"}, hosts);
-  // Fail on bad output paths before any work.
-  if (!config.output.json_path.empty()) check_writable(config.output.json_path, "--json");
-  if (!config.output.checkpoint_path.empty()) check_writable(config.output.checkpoint_path, "--checkpoint");
-  if (!config.output.trace_path.empty()) check_writable(config.output.trace_path, "--trace");
-  if (!config.output.mlperf_log_path.empty()) check_writable(config.output.mlperf_log_path, "--mlperf-log");
+  return hosts;
+}
 
+// Bad output paths fail before any work.
+void check_outputs_writable(const OutputConfig& output) {
+  if (!output.json_path.empty()) check_writable(output.json_path, "--json");
+  if (!output.checkpoint_path.empty()) check_writable(output.checkpoint_path, "--checkpoint");
+  if (!output.trace_path.empty()) check_writable(output.trace_path, "--trace");
+  if (!output.mlperf_log_path.empty()) check_writable(output.mlperf_log_path, "--mlperf-log");
+}
+
+std::shared_ptr<const EncodedImageSource> open_image_source(const std::string& path) {
+  return std::shared_ptr<const EncodedImageSource>(is_shard_set(path) ? open_shard_set(path)
+                                                                      : open_image_folder(path));
+}
+
+// An image folder or shard set, and a train run's evaluation images beside it.
+void open_image_data(RunSetup& s) {
+  const RunConfig& config = s.config;
+  auto train_source = open_image_source(config.data.train_images);
+  ImageDatasetOptions image_options = default_image_options(*train_source);
+  if (config.model.image_size > 0) image_options.image_size = config.model.image_size;
+  // The batches decoded ahead of the step (BatchPrefetcher's 3, and the one being loaded) in host memory.
+  check_image_size(image_options.image_size, image_options.channels,
+                   *config.batch_size * config.accumulate_steps, compute_dtype(config.model.precision), 4,
+                   "--image-size");
+  image_options.threads = config.data.threads;
+  image_options.seed = config.seed + 3 + static_cast<uint64_t>(s.comm->rank());
+  image_options.strict = config.data.strict;
+  if (config.kind == RunKind::train && !config.data.val_images.empty()) {
+    auto val_source = open_image_source(config.data.val_images);
+    DLB_REQUIRE(val_source->class_names() == train_source->class_names(),
+                "{} and {} name different classes ({} and {}); the labels would not agree",
+                train_source->description(), val_source->description(), train_source->class_names().size(),
+                val_source->class_names().size());
+    ImageDatasetOptions val_options = image_options;
+    val_options.train = false;
+    s.test_data = std::make_unique<ImageDataset>(val_source, val_options);
+  }
+  s.train_data = std::make_unique<ImageDataset>(train_source, image_options);
+}
+
+// The data sets read from files (synthetic images are made once the batch is known: make_synthetic_data),
+// and the model's input and classes, which the data decides.
+ModelOptions open_data(RunSetup& s) {
+  const RunConfig& config = s.config;
   ModelOptions options;
   options.label_smoothing = static_cast<float>(config.optimizer.label_smoothing);
   if (config.data.kind == DataKind::synthetic) {
@@ -180,76 +228,68 @@ RunSetup set_up(const RunConfig& given, parallel::Launch& launch, int slot,
     if (config.model.image_size > 0) in.height = in.width = config.model.image_size;
     options.input = in;
     options.num_classes = default_num_classes(config.model.name);
-  } else if (config.data.kind == DataKind::images) {
-    auto train_source = std::shared_ptr<const EncodedImageSource>(
-        is_shard_set(config.data.train_images) ? open_shard_set(config.data.train_images)
-                                               : open_image_folder(config.data.train_images));
-    ImageDatasetOptions image_options = default_image_options(*train_source);
-    if (config.model.image_size > 0) image_options.image_size = config.model.image_size;
-    // The batches decoded ahead of the step (BatchPrefetcher's 3, and the one being loaded) in host memory.
-    check_image_size(image_options.image_size, image_options.channels,
-                     *config.batch_size * config.accumulate_steps, compute_dtype(config.model.precision), 4,
-                     "--image-size");
-    image_options.threads = config.data.threads;
-    image_options.seed = config.seed + 3 + static_cast<uint64_t>(s.comm->rank());
-    image_options.strict = config.data.strict;
-    if (config.kind == RunKind::train && !config.data.val_images.empty()) {
-      auto val_source = std::shared_ptr<const EncodedImageSource>(
-          is_shard_set(config.data.val_images) ? open_shard_set(config.data.val_images)
-                                               : open_image_folder(config.data.val_images));
-      DLB_REQUIRE(val_source->class_names() == train_source->class_names(),
-                  "{} and {} name different classes ({} and {}); the labels would not agree",
-                  train_source->description(), val_source->description(), train_source->class_names().size(),
-                  val_source->class_names().size());
-      ImageDatasetOptions val_options = image_options;
-      val_options.train = false;
-      s.test_data = std::make_unique<ImageDataset>(val_source, val_options);
-    }
-    s.train_data = std::make_unique<ImageDataset>(train_source, image_options);
-    SampleShape shape = s.train_data->sample_shape();
-    options.input = {shape.channels, shape.height, shape.width};
-    options.num_classes = s.train_data->num_classes();
+    return options;
+  }
+  if (config.data.kind == DataKind::images) {
+    open_image_data(s);
   } else {
     s.train_data = std::make_unique<IdxDataset>(load_fashion_mnist(config.data.idx_dir, Split::train));
     if (config.kind == RunKind::train) {
       s.test_data = std::make_unique<IdxDataset>(load_fashion_mnist(config.data.idx_dir, Split::test));
     }
-    SampleShape shape = s.train_data->sample_shape();
-    options.input = {shape.channels, shape.height, shape.width};
-    options.num_classes = s.train_data->num_classes();
   }
-  // Each host reads its own copy of the data: ranks whose copies differ stop here. (Synthetic data is made
-  // from the seed, which the config check compared.)
-  if (s.train_data) parallel::check_same_data(*s.comm, data_digest(*s.train_data), hosts);
+  const SampleShape shape = s.train_data->sample_shape();
+  options.input = {shape.channels, shape.height, shape.width};
+  options.num_classes = s.train_data->num_classes();
+  return options;
+}
 
+// --batch-size max resolved, and the batch checked against the device's and the host's memory before the
+// model takes any memory or searches an algorithm: a batch that does not fit stops here.
+void fit_batch(RunSetup& s, const ModelOptions& options) {
+  RunConfig& config = s.config;
   if (config.batch_size_max) {
     config.batch_size = resolve_largest_batch(config, *s.backend, options, *s.comm);
     say("--batch-size max: %lld images per device\n", static_cast<long long>(*config.batch_size));
   }
-  // What the flags make the run hold in host memory, refused past half of it before any is taken.
-  const std::string size_flags = fmt::format(
-      "--batch-size {}{}{}", *config.batch_size,
-      config.accumulate_steps > 1 ? fmt::format(" --accumulate-steps {}", config.accumulate_steps)
-                                  : std::string(),
-      config.model.image_size > 0 ? fmt::format(" --image-size {}", config.model.image_size) : std::string());
-  // Before the model takes any memory or searches an algorithm: a batch that does not fit stops here.
   s.memory_fit = largest_batch_that_fits(config, *s.backend, options);
   require_fit(s.memory_fit);
   if (!s.memory_fit.device) {
     // The CPU states no free memory to fit a batch to; half of the machine is the most a run may plan.
-    require_host_memory(planned_run_bytes(config, *s.backend, options, *config.batch_size), size_flags,
-                        "the run's memory plan");
+    require_host_memory(planned_run_bytes(config, *s.backend, options, *config.batch_size),
+                        size_flags(config), "the run's memory plan");
   }
-  if (config.data.kind == DataKind::synthetic) {
-    const ImageShape in = options.input;
-    require_host_memory(static_cast<uint64_t>(*config.batch_size * config.accumulate_steps * ranks) *
-                            static_cast<uint64_t>(in.channels * in.height * in.width) * sizeof(float),
-                        size_flags, "the synthetic images");
-    // Generated once, as the classic benchmarks do: one step's worth of distinct samples.
-    s.train_data = std::make_unique<SyntheticDataset>(*config.batch_size * config.accumulate_steps * ranks,
-                                                      SampleShape{in.channels, in.height, in.width},
-                                                      static_cast<int>(options.num_classes), config.seed + 2);
-  }
+}
+
+// Synthetic images, generated once as the classic benchmarks do: one step's worth of distinct samples.
+void make_synthetic_data(RunSetup& s, const ModelOptions& options) {
+  const RunConfig& config = s.config;
+  const ImageShape in = options.input;
+  const int64_t samples = *config.batch_size * config.accumulate_steps * s.comm->size();
+  require_host_memory(static_cast<uint64_t>(samples) *
+                          static_cast<uint64_t>(in.channels * in.height * in.width) * sizeof(float),
+                      size_flags(config), "the synthetic images");
+  s.train_data = std::make_unique<SyntheticDataset>(samples, SampleShape{in.channels, in.height, in.width},
+                                                    static_cast<int>(options.num_classes), config.seed + 2);
+}
+
+}  // namespace
+
+RunSetup set_up(const RunConfig& given, parallel::Launch& launch, int slot,
+                std::shared_ptr<tuning::AlgorithmCache> algorithms) {
+  RunSetup s;
+  s.config = given;
+  s.algorithms = std::move(algorithms);
+  const std::vector<std::string> hosts = join_ranks(s, launch, slot);
+  check_outputs_writable(s.config.output);
+  const ModelOptions options = open_data(s);
+  // Each host reads its own copy of the data: ranks whose copies differ stop here. (Synthetic data is made
+  // from the seed, which the config check compared.)
+  if (s.train_data) parallel::check_same_data(*s.comm, data_digest(*s.train_data), hosts);
+  fit_batch(s, options);
+  if (s.config.data.kind == DataKind::synthetic) make_synthetic_data(s, options);
+
+  const RunConfig& config = s.config;
   NetworkOptions net_options;
   net_options.batch = *config.batch_size;
   net_options.layout = config.model.layout;
