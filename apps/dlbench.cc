@@ -36,7 +36,8 @@ using dlbench::RunConfig;
 // RunConfig's types once the command line is read, so that a bad value is one line and exit code 1.
 struct RunFlagTexts {
   std::string batch_size, precision = "fp32", loss_scale, layout, decode = "auto", device = "auto",
-                          allreduce_precision = "fp32", lr_scaling = "none", cuda_graph = "auto", lr_schedule;
+                          allreduce_precision = "fp32", lr_scaling = "none", cuda_graph = "auto", lr_schedule,
+                          launcher = "auto", trace_steps = "3:4";
 };
 
 // A `train` or `bench` command: its configuration, and its choices' texts until they are parsed.
@@ -47,15 +48,18 @@ struct RunCommand {
 
 void parse_run_flags(const RunFlagTexts& t, RunConfig& c) {
   dlbench::parse_batch_size(t.batch_size, c);
-  c.precision = dlbench::parse_precision(t.precision);
-  dlbench::parse_loss_scale(t.loss_scale, c);
-  c.layout = dlbench::parse_layout(t.layout);
-  c.decode_request = dlbench::parse_decode_mode(t.decode, "--decode");
+  c.model.precision = dlbench::parse_precision(t.precision);
+  dlbench::parse_loss_scale(t.loss_scale, c.optimizer);
+  c.model.layout = dlbench::parse_layout(t.layout);
+  c.data.decode_request = dlbench::parse_decode_mode(t.decode, "--decode");
   c.device_request = dlbench::parse_device(t.device);
-  c.allreduce_precision = dlbench::parse_allreduce_precision(t.allreduce_precision);
-  c.lr_scaling = dlbench::parse_lr_scaling(t.lr_scaling);
+  c.parallel.allreduce_precision = dlbench::parse_allreduce_precision(t.allreduce_precision);
+  c.parallel.lr_scaling = dlbench::parse_lr_scaling(t.lr_scaling);
   c.cuda_graph = dlbench::parse_cuda_graph(t.cuda_graph);
-  c.lr_schedule = dlbench::parse_lr_schedule(t.lr_schedule);
+  c.optimizer.lr_schedule = dlbench::parse_lr_schedule(t.lr_schedule);
+  c.parallel.launcher = dlbench::parallel::parse_launcher(t.launcher);
+  // Read only with --trace, as before the steps were parsed at the command line.
+  if (!c.output.trace_path.empty()) c.output.trace_steps = dlbench::parse_trace_steps(t.trace_steps);
 }
 
 // An option whose text is one of `choices`, stored as its value in `field` (the field's value before
@@ -115,11 +119,9 @@ void add_cuda_flags(CLI::App& cmd, dlbench::CudaOptions& o) {
              "stream at the device's greatest priority)");
 }
 
-// Flags shared by `train` and `bench`.
-void add_run_flags(CLI::App& cmd, RunCommand& command) {
-  RunConfig& c = command.config;
-  RunFlagTexts& t = command.flags;
-  cmd.add_option("--model", c.model, "resnet18 | resnet34 | resnet50 | resnet101 | resnet152 | resnet20")
+// The model, the batch and the run's length.
+void add_model_flags(CLI::App& cmd, RunConfig& c, RunFlagTexts& t) {
+  cmd.add_option("--model", c.model.name, "resnet18 | resnet34 | resnet50 | resnet101 | resnet152 | resnet20")
       ->capture_default_str();
   cmd.add_option("--batch-size", t.batch_size,
                  "images per device per step (the global batch is this x devices x --accumulate-steps), "
@@ -129,45 +131,60 @@ void add_run_flags(CLI::App& cmd, RunCommand& command) {
   cmd.add_option("--warmup-steps", c.warmup_steps, "steps run before the timed window and left out of it");
   cmd.add_option("--accumulate-steps", c.accumulate_steps, "micro-batches whose gradients make one step")
       ->capture_default_str();
-  cmd.add_option("--lr", c.lr, "peak learning rate")->capture_default_str();
-  cmd.add_option("--momentum", c.momentum, "SGD momentum")->capture_default_str();
-  cmd.add_flag("--nesterov", c.nesterov, "Nesterov momentum");
-  cmd.add_option("--weight-decay", c.weight_decay, "L2 weight decay")->capture_default_str();
-  cmd.add_flag("--no-decay-bn-bias{false}", c.decay_norm_and_bias, "no weight decay on batch-norm and bias");
-  cmd.add_option("--label-smoothing", c.label_smoothing, "label smoothing of the loss")
+}
+
+// The optimizer and its schedule, the numbers the network computes in and the loss's scaling.
+void add_optimizer_flags(CLI::App& cmd, RunConfig& c, RunFlagTexts& t) {
+  cmd.add_option("--lr", c.optimizer.lr, "peak learning rate")->capture_default_str();
+  cmd.add_option("--momentum", c.optimizer.momentum, "SGD momentum")->capture_default_str();
+  cmd.add_flag("--nesterov", c.optimizer.nesterov, "Nesterov momentum");
+  cmd.add_option("--weight-decay", c.optimizer.weight_decay, "L2 weight decay")->capture_default_str();
+  cmd.add_flag("--no-decay-bn-bias{false}", c.optimizer.decay_norm_and_bias,
+               "no weight decay on batch-norm and bias");
+  cmd.add_option("--label-smoothing", c.optimizer.label_smoothing, "label smoothing of the loss")
       ->capture_default_str();
   cmd.add_option("--lr-schedule", t.lr_schedule, "constant | step | cosine")->capture_default_str();
-  cmd.add_option("--lr-warmup-epochs", c.lr_warmup_epochs, "linear learning-rate warm-up, in epochs")
+  cmd.add_option("--lr-warmup-epochs", c.optimizer.lr_warmup_epochs,
+                 "linear learning-rate warm-up, in epochs")
       ->capture_default_str();
-  cmd.add_option("--lr-decay-epochs", c.lr_decay_epochs, "step schedule: epochs at which the rate drops")
+  cmd.add_option("--lr-decay-epochs", c.optimizer.lr_decay_epochs,
+                 "step schedule: epochs at which the rate drops")
       ->delimiter(',');
-  cmd.add_option("--lr-decay-factor", c.lr_decay_factor, "step schedule: factor of each drop")
+  cmd.add_option("--lr-decay-factor", c.optimizer.lr_decay_factor, "step schedule: factor of each drop")
       ->capture_default_str();
   cmd.add_option("--precision", t.precision, "fp32 | tf32 | fp16 | bf16 (the CPU trains in fp32)")
       ->capture_default_str();
   cmd.add_option("--loss-scale", t.loss_scale,
                  "dynamic | a fixed factor (default: dynamic for fp16, else 1)");
-  cmd.add_option("--loss-scale-growth-interval", c.loss_scale_growth_interval,
+  cmd.add_option("--loss-scale-growth-interval", c.optimizer.loss_scale_growth_interval,
                  "dynamic loss scaling: good steps before the scale doubles")
       ->capture_default_str();
   cmd.add_option("--layout", t.layout, "nchw | nhwc (default nhwc)");
-  cmd.add_option("--data", c.data,
+}
+
+// The data and how its images are decoded.
+void add_data_flags(CLI::App& cmd, RunConfig& c, RunFlagTexts& t) {
+  cmd.add_option("--data", c.data.source,
                  "synthetic | fashion-mnist | a directory of IDX files | an image folder (CLASS/FILE.jpg) or "
                  "shard set (dlbench pack), or ROOT with train/ and val/ ones")
       ->capture_default_str();
-  cmd.add_option("--val-data", c.val_data, "the evaluation images, when not ROOT/val");
-  cmd.add_option("--gpu-decode-threads", c.gpu_decode_threads,
+  cmd.add_option("--val-data", c.data.val_data, "the evaluation images, when not ROOT/val");
+  cmd.add_option("--gpu-decode-threads", c.data.gpu_decode_threads,
                  "--decode gpu: threads that decode and augment batches in turn (1-8)")
       ->capture_default_str();
-  cmd.add_option("--data-threads", c.data_threads, "image decoding threads (0 = all cores but one)")
+  cmd.add_option("--data-threads", c.data.threads, "image decoding threads (0 = all cores but one)")
       ->capture_default_str();
-  cmd.add_option("--image-size", c.image_size,
+  cmd.add_option("--image-size", c.model.image_size,
                  "side of the training crop (default 224; small grayscale images: their own size)");
-  cmd.add_flag("--strict", c.strict, "stop at the first bad image, naming it, instead of skipping it");
+  cmd.add_flag("--strict", c.data.strict, "stop at the first bad image, naming it, instead of skipping it");
   cmd.add_option("--decode", t.decode,
                  "auto | cpu | gpu: where JPEGs are decoded (GPU decoding is not in this build yet: auto "
                  "decodes on the CPU, gpu is refused)")
       ->capture_default_str();
+}
+
+// The device, its backend and threads, and the seed.
+void add_device_flags(CLI::App& cmd, RunConfig& c, RunFlagTexts& t) {
   cmd.add_option("--device", t.device, "auto | cpu | cuda")->capture_default_str();
   cmd.add_option("--backend", c.backend_name, "CPU backend: onednn (default) | reference");
   cmd.add_option("--threads", c.threads, "CPU threads (0 = all cores)")->capture_default_str();
@@ -181,36 +198,54 @@ void add_run_flags(CLI::App& cmd, RunCommand& command) {
           },
           "SEED"))
       ->capture_default_str();
-  cmd.add_option("--log-every", c.log_every,
+}
+
+// Progress lines and the result file.
+void add_output_flags(CLI::App& cmd, RunConfig& c) {
+  cmd.add_option("--log-every", c.output.log_every,
                  "steps between progress lines (default: train, a line every 5 s; bench, every step on the "
                  "CPU and every 100 on a GPU)");
-  cmd.add_option("--json", c.json_path, "write the result as one JSON object to FILE");
-  cmd.add_option("--gpus", c.gpus, "GPUs driven from this process, one thread each (data parallel, NCCL)")
+  cmd.add_option("--json", c.output.json_path, "write the result as one JSON object to FILE");
+}
+
+// Data parallelism: the ranks, their gradient sums and the learning rate's scaling.
+void add_parallel_flags(CLI::App& cmd, RunConfig& c, RunFlagTexts& t) {
+  cmd.add_option("--gpus", c.parallel.gpus,
+                 "GPUs driven from this process, one thread each (data parallel, NCCL)")
       ->capture_default_str();
-  cmd.add_option("--launcher", c.launcher,
+  cmd.add_option("--launcher", t.launcher,
                  "auto | threads (--gpus N in one process) | mpi (one process per rank, under mpirun)")
       ->capture_default_str();
-  cmd.add_option("--bucket-mb", c.bucket_mb,
+  cmd.add_option("--bucket-mb", c.parallel.bucket_mb,
                  "gradient bucket size: each is summed as soon as backward has it")
       ->capture_default_str();
   cmd.add_option("--allreduce-precision", t.allreduce_precision,
                  "fp32 | compute: sum mixed-precision gradients in FP32 or in FP16/BF16")
       ->capture_default_str();
   cmd.add_flag(
-      "--nccl-symmetric", c.nccl_symmetric,
+      "--nccl-symmetric", c.parallel.nccl_symmetric,
       "GPU ranks: gradients in NCCL symmetric windows (their sums run NCCL's symmetric-memory kernels)");
   cmd.add_option("--lr-scaling", t.lr_scaling, "none | linear: multiply --lr by the number of ranks")
       ->capture_default_str();
-  cmd.add_option("--timeout", c.timeout_seconds, "seconds a collective may take before every rank stops")
+  cmd.add_option("--timeout", c.parallel.timeout_seconds,
+                 "seconds a collective may take before every rank stops")
       ->capture_default_str();
   // Tests only, left out of --help: this rank reports another dlbench version to the others.
-  cmd.add_option("--test-claim-version", c.claimed_version)->group("");
-  cmd.add_option("--trace", c.trace_path,
+  cmd.add_option("--test-claim-version", c.parallel.claimed_version)->group("");
+}
+
+// --trace and the steps it records.
+void add_trace_flags(CLI::App& cmd, RunConfig& c, RunFlagTexts& t) {
+  cmd.add_option("--trace", c.output.trace_path,
                  "write a Chrome trace (chrome://tracing) of --trace-steps: every rank's compute, "
                  "communication and data rows");
-  cmd.add_option("--trace-steps", c.trace_steps,
+  cmd.add_option("--trace-steps", t.trace_steps,
                  "A:B, the steps to trace (1-based; traced steps run op by op)")
       ->capture_default_str();
+}
+
+// What the GPU runs: the step as a graph, the convolutions' algorithms and kernel paths.
+void add_gpu_flags(CLI::App& cmd, RunConfig& c, RunFlagTexts& t) {
   cmd.add_option("--cuda-graph", t.cuda_graph,
                  "auto | true | false: record the whole step once and replay it as one CUDA graph (auto: "
                  "true; it measured faster at 2 GPUs and no slower on one)")
@@ -222,6 +257,20 @@ void add_run_flags(CLI::App& cmd, RunCommand& command) {
                  "GPU: the most workspace one convolution may take; the fastest algorithm within it wins")
       ->capture_default_str();
   add_cuda_flags(cmd, c.cuda);
+}
+
+// Flags shared by `train` and `bench`, in the order --help lists them.
+void add_run_flags(CLI::App& cmd, RunCommand& command) {
+  RunConfig& c = command.config;
+  RunFlagTexts& t = command.flags;
+  add_model_flags(cmd, c, t);
+  add_optimizer_flags(cmd, c, t);
+  add_data_flags(cmd, c, t);
+  add_device_flags(cmd, c, t);
+  add_output_flags(cmd, c);
+  add_parallel_flags(cmd, c, t);
+  add_trace_flags(cmd, c, t);
+  add_gpu_flags(cmd, c, t);
 }
 
 // Runs a command; returns the exit code: 0, 1 for a UserError (one line on stderr), 3 for an internal
@@ -252,9 +301,9 @@ int run_command(RunCommand& command) {
     dlbench::resolve_config(config, dlbench::cuda_backend_available());
     const std::optional<dlbench::RunResult> result =
         config.kind == dlbench::RunKind::train ? dlbench::run_train(config) : dlbench::run_bench(config);
-    if (!config.json_path.empty() && result) {  // rank 0 writes
-      dlbench::write_file_atomically(config.json_path, dlbench::to_json(*result).dump(2) + "\n");
-      std::printf("result written to %s\n", config.json_path.c_str());
+    if (!config.output.json_path.empty() && result) {  // rank 0 writes
+      dlbench::write_file_atomically(config.output.json_path, dlbench::to_json(*result).dump(2) + "\n");
+      std::printf("result written to %s\n", config.output.json_path.c_str());
     }
   });
 }
@@ -328,20 +377,21 @@ void add_train_command(CLI::App& app, RunCommand& command) {
   add_run_flags(*train, command);
   train->add_option("--epochs", train_config.epochs,
                     "passes over the training set (default 1; exclusive with --steps)");
-  train->add_option("--checkpoint", train_config.checkpoint_path, "save weights and optimizer state to FILE");
-  train->add_option("--save-every", train_config.save_every, "also save every N steps");
-  train->add_option("--resume", train_config.resume_path,
+  train->add_option("--checkpoint", train_config.output.checkpoint_path,
+                    "save weights and optimizer state to FILE");
+  train->add_option("--save-every", train_config.output.save_every, "also save every N steps");
+  train->add_option("--resume", train_config.output.resume_path,
                     "continue from a checkpoint FILE (its batch, seed, precision, layout, data and optimizer "
                     "settings must match)");
-  train->add_flag("--resume-anyway", train_config.resume_anyway,
+  train->add_flag("--resume-anyway", train_config.output.resume_anyway,
                   "continue a checkpoint written with other settings (the layout must still match)");
   train
-      ->add_option("--log-seconds", train_config.log_seconds,
+      ->add_option("--log-seconds", train_config.output.log_seconds,
                    "without --log-every: seconds between progress lines, of training and of evaluation")
       ->capture_default_str();
-  train->add_option("--eval-images", train_config.eval_images,
+  train->add_option("--eval-images", train_config.data.eval_images,
                     "evaluate on the first N test images (default: all of them)");
-  train->add_option("--mlperf-log", train_config.mlperf_log_path,
+  train->add_option("--mlperf-log", train_config.output.mlperf_log_path,
                     "write the run's events as MLPerf Training :::MLLOG lines to FILE");
 }
 
@@ -352,7 +402,7 @@ void add_bench_command(CLI::App& app, RunCommand& command) {
   CLI::App* bench = app.add_subcommand(
       "bench", "measure training throughput: synthetic data by default, or --data images or shards");
   add_run_flags(*bench, command);
-  bench->add_flag("--per-layer", bench_config.per_layer,
+  bench->add_flag("--per-layer", bench_config.output.per_layer,
                   "after the timed window, time each layer's forward and backward");
 }
 

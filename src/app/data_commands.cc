@@ -126,11 +126,169 @@ void run_pack(const PackOptions& options) {
   for (const std::string& line : reports) std::printf("%s\n", line.c_str());
 }
 
-void run_data_bench(const DataBenchOptions& o) {
+namespace {
+
+// The image set --data names: it, or ROOT/train where ROOT holds one.
+std::string data_bench_path(const DataBenchOptions& o) {
   std::string path = o.data;
   if (!is_image_set(path) && is_image_set(path + "/train")) path += "/train";
   DLB_REQUIRE(is_image_set(path), "--data {}: neither an image folder (CLASS/FILE.jpg) nor a shard set",
               o.data);
+  return path;
+}
+
+// Where data-bench's batches go: on the CPU into host memory through the prefetcher; on the GPU where
+// training takes them, the device's memory, through the same pipeline. The device runs nothing else, so
+// this is the most the pipeline feeds.
+class DataBenchFeed {
+ public:
+  DataBenchFeed(const ImageDataset& data, const DataBenchOptions& o, DType dtype, Layout layout,
+                DecodeMode decode, int64_t count) {
+    const SampleShape shape = data.sample_shape();
+    const std::vector<int64_t> dims = {o.batch_size, shape.channels, shape.height, shape.width};
+    auto batch_indices = [batch = o.batch_size, n = data.size()](int64_t b) {
+      std::vector<int64_t> indices(static_cast<size_t>(batch));
+      for (int64_t i = 0; i < batch; ++i) indices[static_cast<size_t>(i)] = (b * batch + i) % n;
+      return indices;
+    };
+    if (decode != DecodeMode::gpu) {
+      cpu_ = std::make_unique<BatchPrefetcher>(
+          data, dims, dtype, layout, count, batch_indices, kBuffersInFlight,
+          [](size_t bytes) { return ::operator new (bytes, std::align_val_t{64}); },
+          [](void* p) { ::operator delete (p, std::align_val_t{64}); });
+      return;
+    }
+    device_ = make_backend("cuda", Device{DeviceKind::cuda, 0}, 1);
+    on_device_.backend = device_.get();
+    on_device_.images =
+        Tensor(device_->allocate(static_cast<size_t>(shape.numel() * o.batch_size) * dtype_size(dtype)), dims,
+               dtype, layout, device_->device());
+    on_device_.labels = Tensor(device_->allocate(static_cast<size_t>(o.batch_size) * sizeof(int32_t)),
+                               {o.batch_size}, DType::i32, Layout::nchw, device_->device());
+    GpuPipelineOptions g;
+    g.image_dims = dims;
+    g.dtype = dtype;
+    g.layout = layout;
+    g.count = count;
+    g.indices = batch_indices;
+    g.device = 0;
+    DLB_REQUIRE(o.gpu_decode_threads >= 1 && o.gpu_decode_threads <= 8,
+                "--gpu-decode-threads {}: choose 1 to 8", o.gpu_decode_threads);
+    g.decode_threads = o.gpu_decode_threads;
+    g.depth = g.decode_threads + 2;
+    gpu_ = make_gpu_image_pipeline(data, g);
+    std::printf("data-bench: decoding with %s\n", gpu_->description().c_str());
+  }
+
+  void next() {
+    if (gpu_) {
+      gpu_->next(on_device_.images, on_device_.labels, device_->native_stream());
+    } else {
+      cpu_->next();
+    }
+  }
+  // Until the batches handed out are in place.
+  void synchronize() {
+    if (device_) device_->synchronize();
+  }
+  const GpuImagePipeline* gpu() const { return gpu_.get(); }
+
+ private:
+  // The batch's place on the device, given back before the backend goes (declared after it).
+  struct DeviceBatch {
+    Backend* backend = nullptr;
+    Tensor images, labels;
+    ~DeviceBatch() {
+      if (!backend) return;
+      backend->deallocate(images.data());
+      backend->deallocate(labels.data());
+    }
+  };
+  std::unique_ptr<Backend> device_;
+  DeviceBatch on_device_;
+  std::unique_ptr<GpuImagePipeline> gpu_;
+  std::unique_ptr<BatchPrefetcher> cpu_;
+};
+
+// data-bench's timed batches, in numbers.
+struct DataBenchWindow {
+  double seconds = 0, cpu_seconds = 0;
+  ImageDatasetStats before, after;
+  GpuPipelineStats gpu_before, gpu_after;
+};
+
+// The warm-up batches, then the timed ones.
+DataBenchWindow time_batches(const DataBenchOptions& o, const ImageDataset& data, DataBenchFeed& feed) {
+  for (int64_t b = 0; b < o.warmup_batches; ++b) feed.next();
+  feed.synchronize();
+  DataBenchWindow w;
+  w.before = data.stats();
+  if (feed.gpu()) w.gpu_before = feed.gpu()->stats();
+  const double cpu_before = process_cpu_seconds();
+  const auto start = std::chrono::steady_clock::now();
+  for (int64_t b = 0; b < o.batches; ++b) feed.next();
+  feed.synchronize();  // the last batch is in place
+  w.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  // What the pipeline costs the machine: every thread's user + system time over the window.
+  w.cpu_seconds = process_cpu_seconds() - cpu_before;
+  w.after = data.stats();
+  if (feed.gpu()) w.gpu_after = feed.gpu()->stats();
+  return w;
+}
+
+// The window's lines, and its JSON with --json.
+void report_data_bench(const DataBenchOptions& o, const ImageDataset& data, const DataBenchWindow& w,
+                       const DataBenchFeed& feed, DType dtype, int threads, DecodeMode decode) {
+  const SampleShape shape = data.sample_shape();
+  const double images = static_cast<double>(o.batches * o.batch_size);
+  const double cpu_per_1000 = 1e3 * w.cpu_seconds / images;
+  const double rate = images / w.seconds;
+  const double busy = w.after.decode_seconds - w.before.decode_seconds;
+  const bool gpu = feed.gpu() != nullptr;
+  // Images libjpeg-turbo decoded in the window: all of them on the CPU path, the fallbacks on the GPU's.
+  const int64_t on_cpu =
+      gpu ? w.gpu_after.decoded_on_cpu - w.gpu_before.decoded_on_cpu : w.after.decoded - w.before.decoded;
+  if (gpu) {
+    std::printf("data-bench: %lld on the JPEG engines, %lld by nvJPEG's CUDA backend, %lld on the CPU\n",
+                static_cast<long long>(w.gpu_after.decoded_on_hardware - w.gpu_before.decoded_on_hardware),
+                static_cast<long long>(w.gpu_after.decoded_on_gpu_cuda - w.gpu_before.decoded_on_gpu_cuda),
+                static_cast<long long>(on_cpu));
+    std::printf("data-bench: host time of the stages: %s\n",
+                pipeline_profile(w.gpu_before, w.gpu_after, o.batches).c_str());
+  }
+  std::printf(
+      "data-bench: %.1f img/s with %d threads = %.1f img/s per thread | %.2f ms of one thread per image | "
+      "%.2f CPU seconds per 1000 images | %lld bad files skipped\n",
+      rate, threads, rate / threads, 1e3 * busy / images, cpu_per_1000,
+      static_cast<long long>(w.after.bad_files));
+  if (o.json_path.empty()) return;
+  nlohmann::json j = {{"command", "data-bench"},
+                      {"data", o.data},
+                      {"images", data.size()},
+                      {"transform", o.train ? "train" : "eval"},
+                      {"image_size", shape.height},
+                      {"channels", shape.channels},
+                      {"dtype", dtype_name(dtype)},
+                      {"layout", o.layout},
+                      {"batch_size", o.batch_size},
+                      {"batches", o.batches},
+                      {"threads", threads},
+                      {"gpu_decode_threads", gpu ? nlohmann::json(o.gpu_decode_threads) : nlohmann::json()},
+                      {"images_per_second", rate},
+                      {"images_per_second_per_thread", rate / threads},
+                      {"thread_ms_per_image", 1e3 * busy / images},
+                      {"cpu_seconds_per_1000_images", cpu_per_1000},
+                      {"bad_files", w.after.bad_files},
+                      {"decode", decode_mode_name(decode)},
+                      {"images_decoded_on_cpu", on_cpu}};
+  write_file_atomically(o.json_path, j.dump(2) + "\n");
+  std::printf("result written to %s\n", o.json_path.c_str());
+}
+
+}  // namespace
+
+void run_data_bench(const DataBenchOptions& o) {
+  const std::string path = data_bench_path(o);
   DLB_REQUIRE(o.batch_size >= 1 && o.batches >= 1 && o.warmup_batches >= 0,
               "data-bench: --batch-size and --batches must be positive");
   const DType dtype = dtype_of_precision(o.precision);
@@ -152,129 +310,17 @@ void run_data_bench(const DataBenchOptions& o) {
   options.strict = o.strict;
   ImageDataset data(source, options);
   const SampleShape shape = data.sample_shape();
-  const int64_t total = o.warmup_batches + o.batches;
-  const int64_t n = data.size();
   std::printf(
       "data-bench | %s: %lld images, %d classes | %s transform -> %lldx%lldx%lld %s %s | batch %lld | "
       "%d decoding threads\n",
-      data.name().c_str(), static_cast<long long>(n), data.num_classes(), o.train ? "training" : "evaluation",
-      static_cast<long long>(shape.channels), static_cast<long long>(shape.height),
-      static_cast<long long>(shape.width), dtype_name(dtype), o.layout.c_str(),
-      static_cast<long long>(o.batch_size), options.threads);
+      data.name().c_str(), static_cast<long long>(data.size()), data.num_classes(),
+      o.train ? "training" : "evaluation", static_cast<long long>(shape.channels),
+      static_cast<long long>(shape.height), static_cast<long long>(shape.width), dtype_name(dtype),
+      o.layout.c_str(), static_cast<long long>(o.batch_size), options.threads);
   if (!decode_note.empty()) std::printf("data-bench: %s\n", decode_note.c_str());
-  auto batch_indices = [&](int64_t b) {
-    std::vector<int64_t> indices(static_cast<size_t>(o.batch_size));
-    for (int64_t i = 0; i < o.batch_size; ++i) indices[static_cast<size_t>(i)] = (b * o.batch_size + i) % n;
-    return indices;
-  };
-  const std::vector<int64_t> dims = {o.batch_size, shape.channels, shape.height, shape.width};
-  // On the GPU the batches go where training takes them, the device's memory, through the same pipeline;
-  // the device runs nothing else, so this is the most the pipeline feeds.
-  std::unique_ptr<Backend> device;
-  // The batch's place on the device, given back before the backend goes (declared after it).
-  struct DeviceBatch {
-    Backend* backend = nullptr;
-    Tensor images, labels;
-    ~DeviceBatch() {
-      if (!backend) return;
-      backend->deallocate(images.data());
-      backend->deallocate(labels.data());
-    }
-  } on_device;
-  std::unique_ptr<GpuImagePipeline> gpu;
-  std::unique_ptr<BatchPrefetcher> cpu;
-  Tensor& device_images = on_device.images;
-  Tensor& device_labels = on_device.labels;
-  if (decode == DecodeMode::gpu) {
-    device = make_backend("cuda", Device{DeviceKind::cuda, 0}, 1);
-    on_device.backend = device.get();
-    device_images =
-        Tensor(device->allocate(static_cast<size_t>(shape.numel() * o.batch_size) * dtype_size(dtype)), dims,
-               dtype, layout, device->device());
-    device_labels = Tensor(device->allocate(static_cast<size_t>(o.batch_size) * sizeof(int32_t)),
-                           {o.batch_size}, DType::i32, Layout::nchw, device->device());
-    GpuPipelineOptions g;
-    g.image_dims = dims;
-    g.dtype = dtype;
-    g.layout = layout;
-    g.count = total;
-    g.indices = batch_indices;
-    g.device = 0;
-    DLB_REQUIRE(o.gpu_decode_threads >= 1 && o.gpu_decode_threads <= 8,
-                "--gpu-decode-threads {}: choose 1 to 8", o.gpu_decode_threads);
-    g.decode_threads = o.gpu_decode_threads;
-    g.depth = g.decode_threads + 2;
-    gpu = make_gpu_image_pipeline(data, g);
-    std::printf("data-bench: decoding with %s\n", gpu->description().c_str());
-  } else {
-    cpu = std::make_unique<BatchPrefetcher>(
-        data, dims, dtype, layout, total, batch_indices, kBuffersInFlight,
-        [](size_t bytes) { return ::operator new (bytes, std::align_val_t{64}); },
-        [](void* p) { ::operator delete (p, std::align_val_t{64}); });
-  }
-  auto next = [&] {
-    if (gpu) {
-      gpu->next(device_images, device_labels, device->native_stream());
-    } else {
-      cpu->next();
-    }
-  };
-  for (int64_t b = 0; b < o.warmup_batches; ++b) next();
-  if (device) device->synchronize();
-  const ImageDatasetStats before = data.stats();
-  const GpuPipelineStats gpu_before = gpu ? gpu->stats() : GpuPipelineStats{};
-  const double cpu_before = process_cpu_seconds();
-  const auto start = std::chrono::steady_clock::now();
-  for (int64_t b = 0; b < o.batches; ++b) next();
-  if (device) device->synchronize();  // the last batch is in place
-  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-  // What the pipeline costs the machine: every thread's user + system time over the window.
-  const double cpu_per_1000 =
-      1e3 * (process_cpu_seconds() - cpu_before) / static_cast<double>(o.batches * o.batch_size);
-  const ImageDatasetStats after = data.stats();
-  const double images = static_cast<double>(o.batches * o.batch_size);
-  const double rate = images / seconds;
-  const double busy = after.decode_seconds - before.decode_seconds;
-  const GpuPipelineStats gpu_after = gpu ? gpu->stats() : GpuPipelineStats{};
-  // Images libjpeg-turbo decoded in the window: all of them on the CPU path, the fallbacks on the GPU's.
-  const int64_t on_cpu =
-      gpu ? gpu_after.decoded_on_cpu - gpu_before.decoded_on_cpu : after.decoded - before.decoded;
-  if (gpu)
-    std::printf("data-bench: %lld on the JPEG engines, %lld by nvJPEG's CUDA backend, %lld on the CPU\n",
-                static_cast<long long>(gpu_after.decoded_on_hardware - gpu_before.decoded_on_hardware),
-                static_cast<long long>(gpu_after.decoded_on_gpu_cuda - gpu_before.decoded_on_gpu_cuda),
-                static_cast<long long>(on_cpu));
-  if (gpu)
-    std::printf("data-bench: host time of the stages: %s\n",
-                pipeline_profile(gpu_before, gpu_after, o.batches).c_str());
-  std::printf(
-      "data-bench: %.1f img/s with %d threads = %.1f img/s per thread | %.2f ms of one thread per image | "
-      "%.2f CPU seconds per 1000 images | %lld bad files skipped\n",
-      rate, options.threads, rate / options.threads, 1e3 * busy / images, cpu_per_1000,
-      static_cast<long long>(after.bad_files));
-  if (!o.json_path.empty()) {
-    nlohmann::json j = {{"command", "data-bench"},
-                        {"data", o.data},
-                        {"images", n},
-                        {"transform", o.train ? "train" : "eval"},
-                        {"image_size", shape.height},
-                        {"channels", shape.channels},
-                        {"dtype", dtype_name(dtype)},
-                        {"layout", o.layout},
-                        {"batch_size", o.batch_size},
-                        {"batches", o.batches},
-                        {"threads", options.threads},
-                        {"gpu_decode_threads", gpu ? nlohmann::json(o.gpu_decode_threads) : nlohmann::json()},
-                        {"images_per_second", rate},
-                        {"images_per_second_per_thread", rate / options.threads},
-                        {"thread_ms_per_image", 1e3 * busy / images},
-                        {"cpu_seconds_per_1000_images", cpu_per_1000},
-                        {"bad_files", after.bad_files},
-                        {"decode", decode_mode_name(decode)},
-                        {"images_decoded_on_cpu", on_cpu}};
-    write_file_atomically(o.json_path, j.dump(2) + "\n");
-    std::printf("result written to %s\n", o.json_path.c_str());
-  }
+  DataBenchFeed feed(data, o, dtype, layout, decode, o.warmup_batches + o.batches);
+  const DataBenchWindow window = time_batches(o, data, feed);
+  report_data_bench(o, data, window, feed, dtype, options.threads, decode);
 }
 
 void run_export_images(const ExportOptions& o) {

@@ -53,11 +53,11 @@ std::optional<RunResult> run_ranks(
     const RunConfig& config,
     const std::function<std::optional<RunResult>(parallel::Launch&, int slot)>& rank_body) {
   parallel::LaunchOptions options;
-  options.launcher = config.launcher;
+  options.launcher = config.parallel.launcher;
   options.device = config.device.kind;
-  options.gpus = config.gpus;
-  options.timeout_seconds = config.timeout_seconds;
-  options.nccl.symmetric = config.nccl_symmetric;
+  options.gpus = config.parallel.gpus;
+  options.timeout_seconds = config.parallel.timeout_seconds;
+  options.nccl.symmetric = config.parallel.nccl_symmetric;
   auto launch = parallel::make_launch(options);
   std::optional<RunResult> result;
   std::mutex result_mutex;
@@ -118,7 +118,7 @@ BenchWindow run_timed_window(const RunConfig& config, RunSetup& s, const Feed& f
   for (int64_t step = 0; step < *config.steps; ++step) {
     s.comm->set_step(*config.warmup_steps + step + 1);
     tracer.before(*config.warmup_steps + step + 1);
-    bool read_loss = (step + 1) % *config.log_every == 0 || step + 1 == *config.steps;
+    bool read_loss = (step + 1) % *config.output.log_every == 0 || step + 1 == *config.steps;
     w.loss = trainer.step(feed, schedule.at(*config.warmup_steps + step), read_loss);
     markers.push_back(s.backend->mark());
     tracer.after(*config.warmup_steps + step + 1);
@@ -174,7 +174,7 @@ RunResult bench_result(const RunConfig& config, RunSetup& s, const BenchWindow& 
     say("gradient exchange alone: %.2f ms per step (%d ranks, %s)\n", *result.communication_ms,
         s.comm->size(), s.comm->name().c_str());
   }
-  if (config.per_layer && s.comm->rank() == 0) {
+  if (config.output.per_layer && s.comm->rank() == 0) {
     // After the window, so it cannot disturb the measurement.
     std::vector<LayerTime> times = profile_layers(trainer.net(), 3);
     say("\nper-layer times (mean of 3 iterations, each layer synchronised):\n%s\n",
@@ -233,8 +233,9 @@ std::optional<RunResult> bench_rank(const RunConfig& given, parallel::Launch& la
   const RunResult result = bench_result(config, s, w, graph);
   const Distribution d = w.window.step_distribution();
   say("%s %s batch %lld on %s: %.2f img/s | step median %.1f ms, p5 %.1f, p95 %.1f, mean %.1f +- %.1f ms%s\n",
-      config.model.c_str(), precision_name(config.precision), static_cast<long long>(*config.batch_size),
-      device_name(config.device).c_str(), w.window.images_per_second(), d.median, d.p5, d.p95, d.mean, d.ci95,
+      config.model.name.c_str(), precision_name(config.model.precision),
+      static_cast<long long>(*config.batch_size), device_name(config.device).c_str(),
+      w.window.images_per_second(), d.median, d.p5, d.p95, d.mean, d.ci95,
       result.measurement_note ? (" | warning: " + *result.measurement_note).c_str() : "");
   if (s.comm->size() > 1)
     say("%d ranks: %.2f img/s in total, %.2f per device\n", s.comm->size(),

@@ -83,6 +83,15 @@ int64_t resolve_largest_batch(const RunConfig& config, Backend& backend, const M
   return batch;
 }
 
+// The flags that size what the run holds in host memory, for the line that refuses a run past half of it.
+std::string size_flags(const RunConfig& config) {
+  return fmt::format(
+      "--batch-size {}{}{}", *config.batch_size,
+      config.accumulate_steps > 1 ? fmt::format(" --accumulate-steps {}", config.accumulate_steps)
+                                  : std::string(),
+      config.model.image_size > 0 ? fmt::format(" --image-size {}", config.model.image_size) : std::string());
+}
+
 }  // namespace
 
 std::string data_digest(const Dataset& data) {
@@ -144,117 +153,148 @@ std::shared_ptr<tuning::AlgorithmCache> open_algorithm_cache(const RunConfig& co
   return std::make_shared<tuning::AlgorithmCache>((folder / "algorithms.json").string());
 }
 
-RunSetup set_up(const RunConfig& given, parallel::Launch& launch, int slot,
-                std::shared_ptr<tuning::AlgorithmCache> algorithms) {
-  RunSetup s;
-  s.config = given;
-  RunConfig& config = s.config;
+namespace {
+
+// Rank `slot`'s backend and communicator, and the checks that every rank runs the same dlbench with the
+// same flags. Returns every rank's host name, for the messages that name a rank.
+std::vector<std::string> join_ranks(RunSetup& s, parallel::Launch& launch, int slot) {
+  const RunConfig& config = s.config;
   Device device = config.device;
   if (device.kind == DeviceKind::cuda) device.index = launch.gpu(slot);
-  s.algorithms = std::move(algorithms);
   s.backend = make_backend(config.backend_name, device, config.threads, config.cuda, s.algorithms);
   s.comm = launch.join(slot, *s.backend);
   rank_speaks = s.comm->rank() == 0;
-  const int ranks = s.comm->size();
   // Where the launcher put every rank: the result's system.hosts, and the host each message names.
   s.places = parallel::gather_places(*s.comm, parallel::place_of(launch, slot, *s.backend));
-  const std::vector<std::string> hosts = parallel::host_names(s.places);
+  std::vector<std::string> hosts = parallel::host_names(s.places);
   // Ranks of another build, or started with different flags, would train different things: stop them all,
   // naming the rank, its host and what differs.
   parallel::check_same_version(*s.comm,
-                               config.claimed_version.empty()
+                               config.parallel.claimed_version.empty()
                                    ? fmt::format("{} (commit {})", DLBENCH_VERSION, DLBENCH_GIT_COMMIT)
-                                   : config.claimed_version,
+                                   : config.parallel.claimed_version,
                                hosts);
   parallel::check_same_config(*s.comm, config_to_json(config), {"device", "threads", "data_threads"}, hosts);
-  // Fail on bad output paths before any work.
-  if (!config.json_path.empty()) check_writable(config.json_path, "--json");
-  if (!config.checkpoint_path.empty()) check_writable(config.checkpoint_path, "--checkpoint");
-  if (!config.trace_path.empty()) check_writable(config.trace_path, "--trace");
-  if (!config.mlperf_log_path.empty()) check_writable(config.mlperf_log_path, "--mlperf-log");
+  return hosts;
+}
 
-  ModelOptions options;
-  options.label_smoothing = static_cast<float>(config.label_smoothing);
-  if (config.data_kind == DataKind::synthetic) {
-    ImageShape in = default_input_shape(config.model);
-    if (config.image_size > 0) in.height = in.width = config.image_size;
-    options.input = in;
-    options.num_classes = default_num_classes(config.model);
-  } else if (config.data_kind == DataKind::images) {
-    auto train_source = std::shared_ptr<const EncodedImageSource>(
-        is_shard_set(config.train_images) ? open_shard_set(config.train_images)
-                                          : open_image_folder(config.train_images));
-    ImageDatasetOptions image_options = default_image_options(*train_source);
-    if (config.image_size > 0) image_options.image_size = config.image_size;
-    // The batches decoded ahead of the step (BatchPrefetcher's 3, and the one being loaded) in host memory.
-    check_image_size(image_options.image_size, image_options.channels,
-                     *config.batch_size * config.accumulate_steps, compute_dtype(config.precision), 4,
-                     "--image-size");
-    image_options.threads = config.data_threads;
-    image_options.seed = config.seed + 3 + static_cast<uint64_t>(s.comm->rank());
-    image_options.strict = config.strict;
-    if (config.kind == RunKind::train && !config.val_images.empty()) {
-      auto val_source = std::shared_ptr<const EncodedImageSource>(is_shard_set(config.val_images)
-                                                                      ? open_shard_set(config.val_images)
-                                                                      : open_image_folder(config.val_images));
-      DLB_REQUIRE(val_source->class_names() == train_source->class_names(),
-                  "{} and {} name different classes ({} and {}); the labels would not agree",
-                  train_source->description(), val_source->description(), train_source->class_names().size(),
-                  val_source->class_names().size());
-      ImageDatasetOptions val_options = image_options;
-      val_options.train = false;
-      s.test_data = std::make_unique<ImageDataset>(val_source, val_options);
-    }
-    s.train_data = std::make_unique<ImageDataset>(train_source, image_options);
-    SampleShape shape = s.train_data->sample_shape();
-    options.input = {shape.channels, shape.height, shape.width};
-    options.num_classes = s.train_data->num_classes();
-  } else {
-    s.train_data = std::make_unique<IdxDataset>(load_fashion_mnist(config.data_dir, Split::train));
-    if (config.kind == RunKind::train) {
-      s.test_data = std::make_unique<IdxDataset>(load_fashion_mnist(config.data_dir, Split::test));
-    }
-    SampleShape shape = s.train_data->sample_shape();
-    options.input = {shape.channels, shape.height, shape.width};
-    options.num_classes = s.train_data->num_classes();
+// Bad output paths fail before any work.
+void check_outputs_writable(const OutputConfig& output) {
+  if (!output.json_path.empty()) check_writable(output.json_path, "--json");
+  if (!output.checkpoint_path.empty()) check_writable(output.checkpoint_path, "--checkpoint");
+  if (!output.trace_path.empty()) check_writable(output.trace_path, "--trace");
+  if (!output.mlperf_log_path.empty()) check_writable(output.mlperf_log_path, "--mlperf-log");
+}
+
+std::shared_ptr<const EncodedImageSource> open_image_source(const std::string& path) {
+  return std::shared_ptr<const EncodedImageSource>(is_shard_set(path) ? open_shard_set(path)
+                                                                      : open_image_folder(path));
+}
+
+// An image folder or shard set, and a train run's evaluation images beside it.
+void open_image_data(RunSetup& s) {
+  const RunConfig& config = s.config;
+  auto train_source = open_image_source(config.data.train_images);
+  ImageDatasetOptions image_options = default_image_options(*train_source);
+  if (config.model.image_size > 0) image_options.image_size = config.model.image_size;
+  // The batches decoded ahead of the step (BatchPrefetcher's 3, and the one being loaded) in host memory.
+  check_image_size(image_options.image_size, image_options.channels,
+                   *config.batch_size * config.accumulate_steps, compute_dtype(config.model.precision), 4,
+                   "--image-size");
+  image_options.threads = config.data.threads;
+  image_options.seed = config.seed + 3 + static_cast<uint64_t>(s.comm->rank());
+  image_options.strict = config.data.strict;
+  if (config.kind == RunKind::train && !config.data.val_images.empty()) {
+    auto val_source = open_image_source(config.data.val_images);
+    DLB_REQUIRE(val_source->class_names() == train_source->class_names(),
+                "{} and {} name different classes ({} and {}); the labels would not agree",
+                train_source->description(), val_source->description(), train_source->class_names().size(),
+                val_source->class_names().size());
+    ImageDatasetOptions val_options = image_options;
+    val_options.train = false;
+    s.test_data = std::make_unique<ImageDataset>(val_source, val_options);
   }
-  // Each host reads its own copy of the data: ranks whose copies differ stop here. (Synthetic data is made
-  // from the seed, which the config check compared.)
-  if (s.train_data) parallel::check_same_data(*s.comm, data_digest(*s.train_data), hosts);
+  s.train_data = std::make_unique<ImageDataset>(train_source, image_options);
+}
 
+// The data sets read from files (synthetic images are made once the batch is known: make_synthetic_data),
+// and the model's input and classes, which the data decides.
+ModelOptions open_data(RunSetup& s) {
+  const RunConfig& config = s.config;
+  ModelOptions options;
+  options.label_smoothing = static_cast<float>(config.optimizer.label_smoothing);
+  if (config.data.kind == DataKind::synthetic) {
+    ImageShape in = default_input_shape(config.model.name);
+    if (config.model.image_size > 0) in.height = in.width = config.model.image_size;
+    options.input = in;
+    options.num_classes = default_num_classes(config.model.name);
+    return options;
+  }
+  if (config.data.kind == DataKind::images) {
+    open_image_data(s);
+  } else {
+    s.train_data = std::make_unique<IdxDataset>(load_fashion_mnist(config.data.idx_dir, Split::train));
+    if (config.kind == RunKind::train) {
+      s.test_data = std::make_unique<IdxDataset>(load_fashion_mnist(config.data.idx_dir, Split::test));
+    }
+  }
+  const SampleShape shape = s.train_data->sample_shape();
+  options.input = {shape.channels, shape.height, shape.width};
+  options.num_classes = s.train_data->num_classes();
+  return options;
+}
+
+// --batch-size max resolved, and the batch checked against the device's and the host's memory before the
+// model takes any memory or searches an algorithm: a batch that does not fit stops here.
+void fit_batch(RunSetup& s, const ModelOptions& options) {
+  RunConfig& config = s.config;
   if (config.batch_size_max) {
     config.batch_size = resolve_largest_batch(config, *s.backend, options, *s.comm);
     say("--batch-size max: %lld images per device\n", static_cast<long long>(*config.batch_size));
   }
-  // What the flags make the run hold in host memory, refused past half of it before any is taken.
-  const std::string size_flags =
-      fmt::format("--batch-size {}{}{}", *config.batch_size,
-                  config.accumulate_steps > 1 ? fmt::format(" --accumulate-steps {}", config.accumulate_steps)
-                                              : std::string(),
-                  config.image_size > 0 ? fmt::format(" --image-size {}", config.image_size) : std::string());
-  // Before the model takes any memory or searches an algorithm: a batch that does not fit stops here.
   s.memory_fit = largest_batch_that_fits(config, *s.backend, options);
   require_fit(s.memory_fit);
   if (!s.memory_fit.device) {
     // The CPU states no free memory to fit a batch to; half of the machine is the most a run may plan.
-    require_host_memory(planned_run_bytes(config, *s.backend, options, *config.batch_size), size_flags,
-                        "the run's memory plan");
+    require_host_memory(planned_run_bytes(config, *s.backend, options, *config.batch_size),
+                        size_flags(config), "the run's memory plan");
   }
-  if (config.data_kind == DataKind::synthetic) {
-    const ImageShape in = options.input;
-    require_host_memory(static_cast<uint64_t>(*config.batch_size * config.accumulate_steps * ranks) *
-                            static_cast<uint64_t>(in.channels * in.height * in.width) * sizeof(float),
-                        size_flags, "the synthetic images");
-    // Generated once, as the classic benchmarks do: one step's worth of distinct samples.
-    s.train_data = std::make_unique<SyntheticDataset>(*config.batch_size * config.accumulate_steps * ranks,
-                                                      SampleShape{in.channels, in.height, in.width},
-                                                      static_cast<int>(options.num_classes), config.seed + 2);
-  }
+}
+
+// Synthetic images, generated once as the classic benchmarks do: one step's worth of distinct samples.
+void make_synthetic_data(RunSetup& s, const ModelOptions& options) {
+  const RunConfig& config = s.config;
+  const ImageShape in = options.input;
+  const int64_t samples = *config.batch_size * config.accumulate_steps * s.comm->size();
+  require_host_memory(static_cast<uint64_t>(samples) *
+                          static_cast<uint64_t>(in.channels * in.height * in.width) * sizeof(float),
+                      size_flags(config), "the synthetic images");
+  s.train_data = std::make_unique<SyntheticDataset>(samples, SampleShape{in.channels, in.height, in.width},
+                                                    static_cast<int>(options.num_classes), config.seed + 2);
+}
+
+}  // namespace
+
+RunSetup set_up(const RunConfig& given, parallel::Launch& launch, int slot,
+                std::shared_ptr<tuning::AlgorithmCache> algorithms) {
+  RunSetup s;
+  s.config = given;
+  s.algorithms = std::move(algorithms);
+  const std::vector<std::string> hosts = join_ranks(s, launch, slot);
+  check_outputs_writable(s.config.output);
+  const ModelOptions options = open_data(s);
+  // Each host reads its own copy of the data: ranks whose copies differ stop here. (Synthetic data is made
+  // from the seed, which the config check compared.)
+  if (s.train_data) parallel::check_same_data(*s.comm, data_digest(*s.train_data), hosts);
+  fit_batch(s, options);
+  if (s.config.data.kind == DataKind::synthetic) make_synthetic_data(s, options);
+
+  const RunConfig& config = s.config;
   NetworkOptions net_options;
   net_options.batch = *config.batch_size;
-  net_options.layout = config.layout;
-  net_options.dtype = compute_dtype(config.precision);
-  s.model = build_model(config.model, *s.backend, net_options, options);
+  net_options.layout = config.model.layout;
+  net_options.dtype = compute_dtype(config.model.precision);
+  s.model = build_model(config.model.name, *s.backend, net_options, options);
   s.trainer = std::make_unique<Trainer>(*s.backend, s.model, config, s.comm.get());
   // Every rank of this process has planned (searched) by the barrier; each process merges its choices
   // into the file (the ranks of one process share the cache: the first saves, the others find nothing new).
@@ -266,13 +306,13 @@ RunSetup set_up(const RunConfig& given, parallel::Launch& launch, int slot,
 void print_header(const char* command, const RunConfig& config, RunSetup& s, const std::string& length) {
   Network& net = s.trainer->net();
   const Tensor& images = s.model.images->value;
-  say("dlbench %s | %s, %s parameters, %.2f GMAC per image forward\n", command, config.model.c_str(),
+  say("dlbench %s | %s, %s parameters, %.2f GMAC per image forward\n", command, config.model.name.c_str(),
       with_thousands(net.parameter_count()).c_str(),
       static_cast<double>(net.forward_macs()) / static_cast<double>(*config.batch_size) / 1e9);
   const double planned = static_cast<double>(net.memory().total_bytes());
   say("  device %s (%s backend, %d threads) | precision %s | layout %s | memory %.1f %s planned%s\n",
       device_name(config.device).c_str(), s.backend->name().c_str(), config.threads,
-      precision_name(config.precision), layout_name(config.layout),
+      precision_name(config.model.precision), layout_name(config.model.layout),
       planned >= (1 << 30) ? planned / (1 << 30) : planned / (1 << 20), planned >= (1 << 30) ? "GiB" : "MiB",
       s.memory_fit.largest_batch
           ? fmt::format(" (largest batch that fits: {})", *s.memory_fit.largest_batch).c_str()
@@ -289,14 +329,15 @@ void print_header(const char* command, const RunConfig& config, RunSetup& s, con
         plan.held_bytes() ? fmt::format(" | batch-norm reserves {:.2f} GiB", gib(plan.held_bytes())).c_str()
                           : "");
   }
-  say("  data %s: %lld samples of %lldx%lldx%lld%s | batch %lld per device%s | %s\n", config.data.c_str(),
-      static_cast<long long>(s.train_data->size()), static_cast<long long>(images.c()),
-      static_cast<long long>(images.h()), static_cast<long long>(images.w()),
+  say("  data %s: %lld samples of %lldx%lldx%lld%s | batch %lld per device%s | %s\n",
+      config.data.source.c_str(), static_cast<long long>(s.train_data->size()),
+      static_cast<long long>(images.c()), static_cast<long long>(images.h()),
+      static_cast<long long>(images.w()),
       s.test_data ? fmt::format(", {} test", s.test_data->size()).c_str() : "",
       static_cast<long long>(*config.batch_size),
       config.accumulate_steps > 1 ? fmt::format(" x {} micro-batches", config.accumulate_steps).c_str() : "",
       length.c_str());
-  if (!config.decode_note.empty()) say("  %s\n", config.decode_note.c_str());
+  if (!config.data.decode_note.empty()) say("  %s\n", config.data.decode_note.c_str());
   if (config.device.kind == DeviceKind::cuda) {
     say("  cuda: %s\n", describe_cuda_options(config.cuda).c_str());
     const std::string& note = s.algorithms->load_note();
@@ -305,19 +346,22 @@ void print_header(const char* command, const RunConfig& config, RunSetup& s, con
                                    : !note.empty() ? note.c_str()
                                                    : (s.algorithms->path() + " (new)").c_str());
   }
-  say("  sgd lr %g (%s", config.lr, lr_schedule_name(config.lr_schedule));
-  if (config.lr_warmup_epochs > 0) say(", warm-up %g epochs", config.lr_warmup_epochs);
-  say(") momentum %g%s weight decay %g%s | seed %llu\n", config.momentum, config.nesterov ? " nesterov" : "",
-      config.weight_decay, config.decay_norm_and_bias ? "" : " (not on BN/bias)",
+  say("  sgd lr %g (%s", config.optimizer.lr, lr_schedule_name(config.optimizer.lr_schedule));
+  if (config.optimizer.lr_warmup_epochs > 0) say(", warm-up %g epochs", config.optimizer.lr_warmup_epochs);
+  say(") momentum %g%s weight decay %g%s | seed %llu\n", config.optimizer.momentum,
+      config.optimizer.nesterov ? " nesterov" : "", config.optimizer.weight_decay,
+      config.optimizer.decay_norm_and_bias ? "" : " (not on BN/bias)",
       static_cast<unsigned long long>(config.seed));
   if (s.comm->size() == 1 && s.comm->name() != "local") {
     say("  one rank (%s): no gradients to exchange, it runs as a single device does\n",
         s.comm->name().c_str());
   } else if (s.comm->size() > 1) {
     say("  data parallel: %d ranks (%s), gradient buckets of %g MiB summed in %s while backward runs%s\n",
-        s.comm->size(), s.comm->name().c_str(), config.bucket_mb,
-        config.allreduce_precision == AllreducePrecision::fp32 ? "fp32" : precision_name(config.precision),
-        config.lr_scaling == LrScaling::linear ? ", lr scaled linearly" : "");
+        s.comm->size(), s.comm->name().c_str(), config.parallel.bucket_mb,
+        config.parallel.allreduce_precision == AllreducePrecision::fp32
+            ? "fp32"
+            : precision_name(config.model.precision),
+        config.parallel.lr_scaling == LrScaling::linear ? ", lr scaled linearly" : "");
     say("  ranks on %s\n", parallel::hosts_summary(s.places).c_str());
   }
   std::fflush(stdout);
@@ -326,7 +370,7 @@ void print_header(const char* command, const RunConfig& config, RunSetup& s, con
 // The learning rate the schedule starts from: --lr, times the ranks with --lr-scaling linear.
 RunConfig with_scaled_lr(const RunConfig& config, int ranks) {
   RunConfig scaled = config;
-  if (config.lr_scaling == LrScaling::linear) scaled.lr = config.lr * ranks;
+  if (config.parallel.lr_scaling == LrScaling::linear) scaled.optimizer.lr = config.optimizer.lr * ranks;
   return scaled;
 }
 
@@ -336,8 +380,8 @@ namespace {
 // for image data images_decoded_on_cpu, every rank's training and evaluation images (all of them until
 // the GPU pipeline exists; then the ones it sent back to libjpeg-turbo). A collective: every rank calls it.
 void add_decoding(RunResult& result, const RunConfig& config, RunSetup& s) {
-  const bool images = config.data_kind == DataKind::images;
-  result.decode = images ? decode_mode_name(config.decode) : "none";
+  const bool images = config.data.kind == DataKind::images;
+  result.decode = images ? decode_mode_name(config.data.decode) : "none";
   if (!images) return;
   double decoded = 0;
   for (const Dataset* data : {s.train_data.get(), s.test_data.get()})
@@ -350,13 +394,13 @@ void add_decoding(RunResult& result, const RunConfig& config, RunSetup& s) {
 
 RunResult result_skeleton(const RunConfig& config, RunSetup& s) {
   RunResult r;
-  r.model = config.model;
+  r.model = config.model.name;
   r.parameters = s.trainer->net().parameter_count();
   // "cuda:NVIDIA H200" on a GPU (what results are compared by), "cpu" on the CPU.
   r.device = s.memory_fit.device ? "cuda:" + s.memory_fit.device->name : device_name(config.device);
   r.device_index = device_name(config.device);
   r.backend = s.backend->name();
-  r.precision = precision_name(config.precision);
+  r.precision = precision_name(config.model.precision);
   r.batch_size = *config.batch_size;
   r.global_batch_size = *config.batch_size * config.accumulate_steps * s.comm->size();
   r.ranks = s.comm->size();
@@ -410,7 +454,7 @@ void add_throughput(RunResult& result, RunSetup& s, const MeasuredWindow& window
 // loop will feed.
 std::unique_ptr<BatchPrefetcher> make_prefetcher(RunSetup& s, int64_t count,
                                                  BatchPrefetcher::BatchIndices indices) {
-  if (!dynamic_cast<const ImageDataset*>(s.train_data.get()) || s.config.decode == DecodeMode::gpu)
+  if (!dynamic_cast<const ImageDataset*>(s.train_data.get()) || s.config.data.decode == DecodeMode::gpu)
     return nullptr;
   const Tensor& images = s.trainer->model().images->value;
   const DType dtype = s.train_data->writes_dtype(images.dtype()) ? images.dtype() : DType::f32;
@@ -424,7 +468,7 @@ std::unique_ptr<BatchPrefetcher> make_prefetcher(RunSetup& s, int64_t count,
 std::unique_ptr<GpuImagePipeline> make_gpu_pipeline(RunSetup& s, const Dataset& data, int64_t count,
                                                     BatchPrefetcher::BatchIndices indices) {
   const auto* images = dynamic_cast<const ImageDataset*>(&data);
-  if (!images || s.config.decode != DecodeMode::gpu) return nullptr;
+  if (!images || s.config.data.decode != DecodeMode::gpu) return nullptr;
   const Tensor& input = s.trainer->model().images->value;
   GpuPipelineOptions options;
   options.image_dims = input.dims();
@@ -433,7 +477,7 @@ std::unique_ptr<GpuImagePipeline> make_gpu_pipeline(RunSetup& s, const Dataset& 
   options.count = count;
   options.indices = std::move(indices);
   options.device = s.backend->device().index;
-  options.decode_threads = s.config.gpu_decode_threads;
+  options.decode_threads = s.config.data.gpu_decode_threads;
   options.depth = options.decode_threads + 2;
   return make_gpu_image_pipeline(*images, std::move(options));
 }

@@ -85,29 +85,32 @@ class StepTracer {
     if (timeline_) Timeline::set_current(nullptr);
   }
   void before(int64_t step_number) {
-    if (config_.trace_path.empty() || step_number != config_.trace_first) return;
+    if (config_.output.trace_path.empty() || step_number != config_.output.trace_steps.first) return;
     timeline_ = std::make_unique<Timeline>(*s_.backend, s_.comm->rank());
     Timeline::set_current(timeline_.get());
   }
   void after(int64_t step_number) {
-    if (!timeline_ || step_number != config_.trace_last) return;
+    if (!timeline_ || step_number != config_.output.trace_steps.last) return;
     events_ = timeline_->events();
     Timeline::set_current(nullptr);
     timeline_.reset();
   }
   // Collective: every rank calls it once, at the end of the run.
   void write() {
-    if (config_.trace_path.empty()) return;
+    if (config_.output.trace_path.empty()) return;
     std::vector<std::string> all = s_.comm->all_gather(events_.dump());
     if (s_.comm->rank() != 0) return;
     nlohmann::json merged = nlohmann::json::array();
     for (const std::string& text : all)
       for (auto& event : nlohmann::json::parse(text)) merged.push_back(std::move(event));
-    DLB_REQUIRE(!merged.empty(), "--trace-steps {}: the run has no such steps", config_.trace_steps);
+    const StepRange& steps = config_.output.trace_steps;
+    DLB_REQUIRE(!merged.empty(), "--trace-steps {}:{}: the run has no such steps", steps.first, steps.last);
     nlohmann::json trace = {{"traceEvents", merged}, {"displayTimeUnit", "ms"}};
-    write_file_atomically(config_.trace_path, trace.dump() + "\n");
-    say("trace of steps %lld-%lld (%zu events) written to %s\n", static_cast<long long>(config_.trace_first),
-        static_cast<long long>(config_.trace_last), merged.size(), config_.trace_path.c_str());
+    write_file_atomically(config_.output.trace_path, trace.dump() + "\n");
+    say("trace of steps %lld-%lld (%zu events) written to %s\n",
+        static_cast<long long>(config_.output.trace_steps.first),
+        static_cast<long long>(config_.output.trace_steps.last), merged.size(),
+        config_.output.trace_path.c_str());
   }
 
  private:

@@ -60,6 +60,9 @@ class ProgressClock {
   ProgressClock(const RunConfig& config, int64_t total_steps, int64_t images_per_step_of_all_ranks)
       : config_(config), total_steps_(total_steps), images_per_step_(images_per_step_of_all_ranks) {}
 
+  // The first line's rate counts from here: the loop's start, not the set-up before it.
+  void start() { since_.restart(); }
+
   // After each step: "step 12/100  epoch 1  loss ...  lr ...  img/s  ETA", when a line is due; the rate is
   // the one since the last line.
   void after_step(int64_t step_number, int64_t epoch_number, double loss, double lr) {
@@ -78,8 +81,8 @@ class ProgressClock {
  private:
   bool due(int64_t step_number, bool last) const {
     if (last) return true;
-    if (config_.log_every) return step_number % *config_.log_every == 0;
-    return since_.seconds() >= config_.log_seconds;
+    if (config_.output.log_every) return step_number % *config_.output.log_every == 0;
+    return since_.seconds() >= config_.output.log_seconds;
   }
 
   const RunConfig& config_;
@@ -96,15 +99,15 @@ struct TrainProgress {
 
 void save_checkpoint_announced(const RunConfig& config, RunSetup& s, TrainProgress& progress, int64_t step,
                                int64_t epoch) {
-  if (config.checkpoint_path.empty() || progress.saved_step == step) return;
+  if (config.output.checkpoint_path.empty() || progress.saved_step == step) return;
   progress.saved_step = step;
   if (s.comm->rank() != 0) return;
   WallTimer timer;
   Checkpoint checkpoint = s.trainer->make_checkpoint(step, epoch);
   checkpoint.settings = run_settings(s);
-  save_checkpoint(config.checkpoint_path, checkpoint);
+  save_checkpoint(config.output.checkpoint_path, checkpoint);
   say("checkpoint of step %lld saved to %s (%.1f s)\n", static_cast<long long>(step),
-      config.checkpoint_path.c_str(), timer.seconds());
+      config.output.checkpoint_path.c_str(), timer.seconds());
   std::fflush(stdout);
 }
 
@@ -118,9 +121,9 @@ void stop_if_asked(const RunConfig& config, RunSetup& s, TrainProgress& progress
   std::string kept;
   if (progress.saved_step >= 0) {
     kept = fmt::format("checkpoint of step {} in {}; continue with --resume {}", progress.saved_step,
-                       config.checkpoint_path, config.checkpoint_path);
-  } else if (!config.resume_path.empty()) {
-    kept = fmt::format("nothing saved (no --checkpoint); {} is as it was", config.resume_path);
+                       config.output.checkpoint_path, config.output.checkpoint_path);
+  } else if (!config.output.resume_path.empty()) {
+    kept = fmt::format("nothing saved (no --checkpoint); {} is as it was", config.output.resume_path);
   } else {
     kept = "nothing saved (give --checkpoint FILE to keep a stopped run's state)";
   }
@@ -133,38 +136,38 @@ void stop_if_asked(const RunConfig& config, RunSetup& s, TrainProgress& progress
 
 // --resume: the checkpoint's state, after checking it continues this run; returns its step.
 int64_t resume_from_checkpoint(const RunConfig& config, RunSetup& s, int64_t total_steps) {
-  Checkpoint checkpoint = load_checkpoint(config.resume_path);
+  Checkpoint checkpoint = load_checkpoint(config.output.resume_path);
   s.trainer->restore(checkpoint);  // first the model and its sizes, then the settings
   const std::vector<std::string> differences = check_checkpoint_settings(
       checkpoint, run_settings(s),
-      config.resume_anyway ? SettingsMismatch::continue_anyway : SettingsMismatch::refuse,
-      config.resume_path);
+      config.output.resume_anyway ? SettingsMismatch::continue_anyway : SettingsMismatch::refuse,
+      config.output.resume_path);
   for (const std::string& difference : differences)
     say("--resume-anyway: continuing with %s\n", difference.c_str());
   DLB_REQUIRE(checkpoint.step < total_steps,
               "--resume {}: the checkpoint is at step {}, the run ends at step {}; "
               "ask for more --steps or --epochs",
-              config.resume_path, checkpoint.step, total_steps);
+              config.output.resume_path, checkpoint.step, total_steps);
   return checkpoint.step;
 }
 
 void log_mlperf_start(MlperfLog& mllog, const RunConfig& config, RunSetup& s, int64_t init_start_ms) {
   if (!mllog.enabled()) return;
   mllog.start("init_start", nullptr, {{"time_at_process_start_ms", init_start_ms}});
-  mllog.point("submission_benchmark", config.model);
+  mllog.point("submission_benchmark", config.model.name);
   mllog.point("submission_platform",
               s.memory_fit.device ? s.memory_fit.device->name : device_name(config.device));
   mllog.point("global_batch_size", s.trainer->images_per_step() * s.comm->size());
   mllog.point("gradient_accumulation_steps", config.accumulate_steps);
   mllog.point("train_samples", s.train_data->size());
   if (s.test_data) mllog.point("eval_samples", s.test_data->size());
-  mllog.point("opt_name", config.nesterov ? "sgd_nesterov" : "sgd");
-  mllog.point("opt_base_learning_rate", config.lr);
-  mllog.point("opt_momentum", config.momentum);
-  mllog.point("opt_weight_decay", config.weight_decay);
-  mllog.point("opt_learning_rate_warmup_epochs", config.lr_warmup_epochs);
-  mllog.point("opt_learning_rate_schedule", lr_schedule_name(config.lr_schedule));
-  mllog.point("precision", precision_name(config.precision));
+  mllog.point("opt_name", config.optimizer.nesterov ? "sgd_nesterov" : "sgd");
+  mllog.point("opt_base_learning_rate", config.optimizer.lr);
+  mllog.point("opt_momentum", config.optimizer.momentum);
+  mllog.point("opt_weight_decay", config.optimizer.weight_decay);
+  mllog.point("opt_learning_rate_warmup_epochs", config.optimizer.lr_warmup_epochs);
+  mllog.point("opt_learning_rate_schedule", lr_schedule_name(config.optimizer.lr_schedule));
+  mllog.point("precision", precision_name(config.model.precision));
   mllog.point("seed", config.seed);
   mllog.end("init_stop");
   mllog.start("run_start");
@@ -178,7 +181,7 @@ std::optional<double> evaluate_test_set(const RunConfig& config, RunSetup& s, in
   WallTimer since_line;  // evaluation reports by time whatever --log-every says: it has no steps
   auto keep_going = [&](int64_t done, int64_t total) {
     if (stop_requested()) return false;
-    if (since_line.seconds() >= config.log_seconds) {
+    if (since_line.seconds() >= config.output.log_seconds) {
       say("evaluating: %lld/%lld test images\n", static_cast<long long>(done), static_cast<long long>(total));
       std::fflush(stdout);
       since_line.restart();
@@ -297,6 +300,167 @@ void print_train_summary(const RunResult& result, const Distribution& d) {
   say("\n");
 }
 
+// One rank's train run after its set-up: the state its steps share, and the steps' parts in the order
+// they happen. Every rank draws the same global order of the epoch; a step of the whole run takes ranks x
+// micro-batches consecutive batches of it, and rank r's micro-batch k is batch r * K + k of those. One
+// rank accumulating R x K micro-batches therefore sees exactly the samples of R ranks.
+class TrainLoop {
+ public:
+  // Resumes a --resume checkpoint, prints the header and starts the input pipelines.
+  TrainLoop(RunSetup& s, const RunConfig& config, MlperfLog& mllog)
+      : s_(s),
+        config_(config),
+        mllog_(mllog),
+        trainer_(*s.trainer),
+        rank_(s.comm->rank()),
+        ranks_(s.comm->size()),
+        images_per_step_(trainer_.images_per_step()),
+        sampler_(s.train_data->size(), config.seed + 1, /*shuffle=*/true),
+        steps_per_epoch_(sampler_.batches_per_epoch(images_per_step_ * ranks_)),
+        total_steps_(*config.epochs > 0 ? *config.epochs * steps_per_epoch_ : *config.steps),
+        schedule_(config, steps_per_epoch_, total_steps_),
+        progress_clock_(config, total_steps_, images_per_step_ * ranks_),
+        tracer_(config, s),
+        eval_count_(s.test_data
+                        ? std::min(config.data.eval_images.value_or(s.test_data->size()), s.test_data->size())
+                        : 0) {
+    progress_.total_steps = total_steps_;
+    progress_.first_step =
+        config.output.resume_path.empty() ? 0 : resume_from_checkpoint(config, s, total_steps_);
+    first_step_ = progress_.first_step;
+    print_header("train", config, s,
+                 fmt::format("{} steps ({} per epoch){}", total_steps_, steps_per_epoch_,
+                             first_step_ > 0 ? fmt::format(", resuming at step {}", first_step_) : ""));
+    input_ = make_train_input(config, s, sampler_, first_step_, steps_per_epoch_, total_steps_);
+    data_feed_ = {input_.prefetcher.get(), input_.gpu.get(), {}};
+  }
+
+  // The steps, evaluation after each epoch (and at a mid-epoch end) and checkpoints; the result.
+  RunResult run() {
+    progress_clock_.start();
+    for (int64_t step = first_step_; step < total_steps_; ++step) train_step(step);
+    tracer_.write();
+    // A run that stops mid-epoch is still evaluated at its end.
+    if (s_.test_data && (total_steps_ % steps_per_epoch_ != 0))
+      evaluate(total_steps_ / steps_per_epoch_ + 1, total_steps_);
+    // The window of a training run is the sum of its timed steps: evaluation and checkpoints stay out of it.
+    double window_seconds = 0;
+    for (double ms : record_.window.step_ms()) window_seconds += ms / 1e3;
+    record_.window.set_wall_seconds(window_seconds);
+    return train_result(config_, s_, progress_, steps_per_epoch_, record_, data_feed_, eval_count_);
+  }
+
+  const MeasuredWindow& window() const { return record_.window; }
+
+ private:
+  // Step `step` (0-based): its micro-batches, the optimizer step, its timing and loss, and what follows it
+  // (the progress line, a stop asked for, the epoch's evaluation, a checkpoint).
+  void train_step(int64_t step) {
+    s_.comm->set_step(step + 1);
+    const int64_t epoch = step / steps_per_epoch_;
+    const int64_t batch_in_epoch = step % steps_per_epoch_;
+    if (batch_in_epoch == 0 || step == first_step_)
+      mllog_.start("epoch_start", nullptr, {{"epoch_num", epoch + 1}});
+    if (epoch != order_epoch_) {
+      order_ = sampler_.epoch_order(epoch);
+      order_epoch_ = epoch;
+    }
+    // After one ordinary step (libraries initialise lazily), the step is recorded and replayed where the
+    // backend can (CUDA graphs); the data, the rate and the loss scale still change every step.
+    if (step == first_step_ + 1 && config_.cuda_graph) trainer_.record_step();
+    tracer_.before(step + 1);
+    WallTimer step_timer;
+    const double waited_before = input_.waited_seconds();
+    const double cpu_before = process_cpu_seconds();
+    const float rank_loss = trainer_.step([&](int64_t micro) { load_micro_batch(step, micro); },
+                                          schedule_.at(step), /*read_loss=*/true);
+    tracer_.after(step + 1);
+    double step_ms = step_timer.milliseconds();
+    record_.train_seconds += step_ms / 1e3;
+    if (step >= first_step_ + *config_.warmup_steps) {
+      record_.window.add_step(step_ms, images_per_step_);
+      record_.window_wait_seconds += input_.waited_seconds() - waited_before;
+      record_.window_cpu_seconds += process_cpu_seconds() - cpu_before;
+    }
+    // The step's loss is the global batch's: the mean of the ranks' (equal) shares, as one rank
+    // accumulating every rank's micro-batches computes it.
+    const double loss = s_.comm->sum(rank_loss) / ranks_;
+    record_.losses.push_back(loss);
+    DLB_REQUIRE(std::isfinite(loss), "training diverged: loss is {} at step {}; lower --lr", loss, step + 1);
+
+    progress_clock_.after_step(step + 1, epoch + 1, loss, schedule_.at(step));
+    const bool epoch_done = batch_in_epoch + 1 == steps_per_epoch_;
+    if (epoch_done || step + 1 == total_steps_) mllog_.end("epoch_stop", nullptr, {{"epoch_num", epoch + 1}});
+    stop_if_asked(config_, s_, progress_, step + 1, (step + 1) / steps_per_epoch_);
+    if (epoch_done) evaluate(epoch + 1, step + 1);
+    const int64_t save_every = config_.output.save_every;
+    if (epoch_done || (save_every > 0 && (step + 1) % save_every == 0) || step + 1 == total_steps_)
+      save_checkpoint_announced(config_, s_, progress_, step + 1, (step + 1) / steps_per_epoch_);
+  }
+
+  // Micro-batch k of step `step` is batch (batch_in_epoch * K + k) of the epoch's order, from the
+  // pipeline that decoded it ahead where there is one. Synthetic data stays where the first step put it.
+  void load_micro_batch(int64_t step, int64_t micro) {
+    if (config_.data.kind == DataKind::synthetic && config_.accumulate_steps == 1 && step > first_step_)
+      return;
+    if (input_.prefetcher) {
+      const BatchPrefetcher::Batch& batch = input_.prefetcher->next();
+      trainer_.load_batch(batch.images, batch.labels);
+      return;
+    }
+    if (input_.gpu) {
+      TimelineSpan span("load batch", "data");
+      input_.gpu->next(trainer_.model().images->value, trainer_.model().labels->value,
+                       s_.backend->native_stream());
+      return;
+    }
+    const int64_t batch_in_epoch = step % steps_per_epoch_;
+    const int64_t b = (batch_in_epoch * ranks_ + rank_) * config_.accumulate_steps + micro;
+    trainer_.load_batch(*s_.train_data, EpochSampler::batch(order_, b, *config_.batch_size));
+  }
+
+  // Rank 0 evaluates (its batch-norm statistics); the others wait for it at the stop check after it.
+  // Epochs count from 1, in the console, the result and the MLPerf log alike.
+  void evaluate(int64_t epoch_number, int64_t step) {
+    if (!s_.test_data) return;
+    if (rank_ == 0) {
+      WallTimer timer;
+      mllog_.start("eval_start", nullptr, {{"epoch_num", epoch_number}});
+      std::optional<double> accuracy = evaluate_test_set(config_, s_, eval_count_, data_feed_.finished_gpu);
+      if (accuracy) {
+        record_.last_accuracy = *accuracy;
+        mllog_.point("eval_accuracy", *accuracy, {{"epoch_num", epoch_number}});
+        mllog_.end("eval_stop", nullptr, {{"epoch_num", epoch_number}});
+        record_.evaluations.push_back({epoch_number, step, *accuracy, eval_count_});
+        say("epoch %lld  test accuracy %.2f%% (%lld images, %.1f s)\n", static_cast<long long>(epoch_number),
+            100.0 * *accuracy, static_cast<long long>(eval_count_), timer.seconds());
+        std::fflush(stdout);
+      }
+    }
+    stop_if_asked(config_, s_, progress_, step, step / steps_per_epoch_);
+  }
+
+  RunSetup& s_;
+  const RunConfig config_;  // with the learning rate scaled to the ranks
+  MlperfLog& mllog_;
+  Trainer& trainer_;
+  const int rank_, ranks_;
+  const int64_t images_per_step_;
+  EpochSampler sampler_;
+  const int64_t steps_per_epoch_, total_steps_;
+  LearningRateSchedule schedule_;
+  ProgressClock progress_clock_;
+  StepTracer tracer_;
+  const int64_t eval_count_;
+  int64_t first_step_ = 0;
+  TrainProgress progress_;
+  TrainInput input_;
+  DataFeed data_feed_;
+  TrainRecord record_;
+  std::vector<int64_t> order_;  // the epoch order_epoch_'s sample indices
+  int64_t order_epoch_ = -1;
+};
+
 }  // namespace
 
 std::optional<RunResult> train_rank(const RunConfig& given, parallel::Launch& launch, int slot,
@@ -307,130 +471,13 @@ std::optional<RunResult> train_rank(const RunConfig& given, parallel::Launch& la
                                  std::chrono::system_clock::now().time_since_epoch())
                                  .count();
   RunSetup s = set_up(given, launch, slot, std::move(algorithms));
-  const int rank = s.comm->rank(), ranks = s.comm->size();
-  MlperfLog mllog(rank == 0 ? given.mlperf_log_path : std::string());
-  const RunConfig config = with_scaled_lr(s.config, ranks);
-  Trainer& trainer = *s.trainer;
-  const int64_t images_per_step = trainer.images_per_step();
-  // Every rank draws the same global order of the epoch; a step of the whole run takes ranks x
-  // micro-batches consecutive batches of it, and rank r's micro-batch k is batch r * K + k of those. One
-  // rank accumulating R x K micro-batches therefore sees exactly the samples of R ranks.
-  EpochSampler sampler(s.train_data->size(), config.seed + 1, /*shuffle=*/true);
-  const int64_t steps_per_epoch = sampler.batches_per_epoch(images_per_step * ranks);
-  TrainProgress progress;
-  progress.total_steps = *config.epochs > 0 ? *config.epochs * steps_per_epoch : *config.steps;
-  const int64_t total_steps = progress.total_steps;
-  LearningRateSchedule schedule(config, steps_per_epoch, total_steps);
-
-  const int64_t first_step = config.resume_path.empty() ? 0 : resume_from_checkpoint(config, s, total_steps);
-  progress.first_step = first_step;
-  print_header("train", config, s,
-               fmt::format("{} steps ({} per epoch){}", total_steps, steps_per_epoch,
-                           first_step > 0 ? fmt::format(", resuming at step {}", first_step) : ""));
-
-  TrainInput input = make_train_input(config, s, sampler, first_step, steps_per_epoch, total_steps);
-  DataFeed data_feed{input.prefetcher.get(), input.gpu.get(), {}};
+  MlperfLog mllog(s.comm->rank() == 0 ? given.output.mlperf_log_path : std::string());
+  const RunConfig config = with_scaled_lr(s.config, s.comm->size());
+  TrainLoop loop(s, config, mllog);
   log_mlperf_start(mllog, config, s, init_start_ms);
-
-  std::vector<int64_t> order;
-  int64_t order_epoch = -1;
-  TrainRecord record;
-  ProgressClock progress_clock(config, total_steps, images_per_step * ranks);
-
-  StepTracer tracer(config, s);
-  const int64_t eval_count =
-      s.test_data ? std::min(config.eval_images.value_or(s.test_data->size()), s.test_data->size()) : 0;
-  // Rank 0 evaluates (its batch-norm statistics); the others wait for it at the stop check after it.
-  // Epochs count from 1, in the console, the result and the MLPerf log alike.
-  auto evaluate = [&](int64_t epoch_number, int64_t step) {
-    if (!s.test_data) return;
-    if (rank == 0) {
-      WallTimer timer;
-      mllog.start("eval_start", nullptr, {{"epoch_num", epoch_number}});
-      std::optional<double> accuracy = evaluate_test_set(config, s, eval_count, data_feed.finished_gpu);
-      if (accuracy) {
-        record.last_accuracy = *accuracy;
-        mllog.point("eval_accuracy", *accuracy, {{"epoch_num", epoch_number}});
-        mllog.end("eval_stop", nullptr, {{"epoch_num", epoch_number}});
-        record.evaluations.push_back({epoch_number, step, *accuracy, eval_count});
-        say("epoch %lld  test accuracy %.2f%% (%lld images, %.1f s)\n", static_cast<long long>(epoch_number),
-            100.0 * *accuracy, static_cast<long long>(eval_count), timer.seconds());
-        std::fflush(stdout);
-      }
-    }
-    stop_if_asked(config, s, progress, step, step / steps_per_epoch);
-  };
-
-  for (int64_t step = first_step; step < total_steps; ++step) {
-    s.comm->set_step(step + 1);
-    const int64_t epoch = step / steps_per_epoch;
-    const int64_t batch_in_epoch = step % steps_per_epoch;
-    if (batch_in_epoch == 0 || step == first_step)
-      mllog.start("epoch_start", nullptr, {{"epoch_num", epoch + 1}});
-    if (epoch != order_epoch) {
-      order = sampler.epoch_order(epoch);
-      order_epoch = epoch;
-    }
-    // Micro-batch k of this step is batch (batch_in_epoch * K + k) of the epoch's order.
-    auto feed = [&](int64_t micro) {
-      if (config.data_kind == DataKind::synthetic && config.accumulate_steps == 1 && step > first_step)
-        return;
-      if (input.prefetcher) {
-        const BatchPrefetcher::Batch& batch = input.prefetcher->next();
-        trainer.load_batch(batch.images, batch.labels);
-        return;
-      }
-      if (input.gpu) {
-        TimelineSpan span("load batch", "data");
-        input.gpu->next(trainer.model().images->value, trainer.model().labels->value,
-                        s.backend->native_stream());
-        return;
-      }
-      int64_t b = (batch_in_epoch * ranks + rank) * config.accumulate_steps + micro;
-      trainer.load_batch(*s.train_data, EpochSampler::batch(order, b, *config.batch_size));
-    };
-    // After one ordinary step (libraries initialise lazily), the step is recorded and replayed where the
-    // backend can (CUDA graphs); the data, the rate and the loss scale still change every step.
-    if (step == first_step + 1 && config.cuda_graph) trainer.record_step();
-    tracer.before(step + 1);
-    WallTimer step_timer;
-    const double waited_before = input.waited_seconds();
-    const double cpu_before = process_cpu_seconds();
-    const float rank_loss = trainer.step(feed, schedule.at(step), /*read_loss=*/true);
-    tracer.after(step + 1);
-    double step_ms = step_timer.milliseconds();
-    record.train_seconds += step_ms / 1e3;
-    if (step >= first_step + *config.warmup_steps) {
-      record.window.add_step(step_ms, images_per_step);
-      record.window_wait_seconds += input.waited_seconds() - waited_before;
-      record.window_cpu_seconds += process_cpu_seconds() - cpu_before;
-    }
-    // The step's loss is the global batch's: the mean of the ranks' (equal) shares, as one rank
-    // accumulating every rank's micro-batches computes it.
-    const double loss = s.comm->sum(rank_loss) / ranks;
-    record.losses.push_back(loss);
-    DLB_REQUIRE(std::isfinite(loss), "training diverged: loss is {} at step {}; lower --lr", loss, step + 1);
-
-    progress_clock.after_step(step + 1, epoch + 1, loss, schedule.at(step));
-    const bool epoch_done = batch_in_epoch + 1 == steps_per_epoch;
-    if (epoch_done || step + 1 == total_steps) mllog.end("epoch_stop", nullptr, {{"epoch_num", epoch + 1}});
-    stop_if_asked(config, s, progress, step + 1, (step + 1) / steps_per_epoch);
-    if (epoch_done) evaluate(epoch + 1, step + 1);
-    if (epoch_done || (config.save_every > 0 && (step + 1) % config.save_every == 0) ||
-        step + 1 == total_steps)
-      save_checkpoint_announced(config, s, progress, step + 1, (step + 1) / steps_per_epoch);
-  }
-  tracer.write();
-  // A run that stops mid-epoch is still evaluated at its end.
-  if (s.test_data && (total_steps % steps_per_epoch != 0))
-    evaluate(total_steps / steps_per_epoch + 1, total_steps);
-  // The window of a training run is the sum of its timed steps: evaluation and checkpoints stay out of it.
-  double window_seconds = 0;
-  for (double ms : record.window.step_ms()) window_seconds += ms / 1e3;
-  record.window.set_wall_seconds(window_seconds);
-  const RunResult result = train_result(config, s, progress, steps_per_epoch, record, data_feed, eval_count);
+  const RunResult result = loop.run();
   mllog.run_succeeded();
-  print_train_summary(result, record.window.step_distribution());
+  print_train_summary(result, loop.window().step_distribution());
   if (s.comm->rank() != 0) return std::nullopt;
   return result;
 }

@@ -306,18 +306,9 @@ std::vector<Point> grid_points(const SweepOptions& o, bool on_gpu) {
   return points;
 }
 
-SweepTally sweep_points(const SweepOptions& o) {
-  // Stopped by `timeout` or Ctrl-C, from here on: the running point's processes are killed and the point
-  // recorded as interrupted (run again on the next start), instead of vanishing with the sweep.
-  defer_stop_to_safe_points();
-  const bool peer = o.framework != "dlbench";
-  const bool on_gpu = runs_on_gpu(o.device);
-  check_grid(o, on_gpu);
-  const std::string logs = o.results + ".logs";
-  check_sweep_paths(o, logs, on_gpu);
-  std::error_code ec;
-  fs::create_directories(logs, ec);
-  DLB_REQUIRE(!ec, "sweep: cannot create {}: {}", logs, ec.message());
+// The results' points already run (ok, or failed unless --retry-failed) are skipped; the others returned
+// in the grid's order.
+std::vector<Point> points_to_run(const SweepOptions& o, bool on_gpu, SweepTally& tally) {
   const auto recorded = read_sweep_points(o.results);
   auto already = [&](const nlohmann::json& key) {
     for (const auto& [point, status] : recorded)
@@ -325,9 +316,7 @@ SweepTally sweep_points(const SweepOptions& o) {
       if (point == key && (status == "ok" || (status != "interrupted" && !o.retry_failed))) return true;
     return false;
   };
-
   std::vector<Point> todo;
-  SweepTally tally;
   for (const Point& p : grid_points(o, on_gpu)) {
     if (already(point_key(o, p.model, p.precision, p.gpus, p.batch))) {
       ++tally.skipped;
@@ -335,62 +324,97 @@ SweepTally sweep_points(const SweepOptions& o) {
       todo.push_back(p);
     }
   }
-  const char* who = peer ? "compare" : "sweep";
-  std::printf("%s: %s: %zu points to run, %d already in %s\n", who, o.framework.c_str(), todo.size(),
+  return todo;
+}
+
+// What every point of one sweep shares.
+struct SweepRun {
+  explicit SweepRun(const SweepOptions& options) : o(options) {}
+  const SweepOptions& o;
+  bool on_gpu = false, peer = false;
+  const char* who = "sweep";  // the command, in the lines it prints
+  std::string logs;           // the folder of the points' logs and result files
+  std::string peers_dir, device;
+  nlohmann::json system;
+};
+
+// Point i of `count`: run as its own process, or recorded as unavailable without starting anything; its
+// line appended to the results. `spent`: the seconds the points so far took, for the time left.
+void run_point(const SweepRun& r, const Point& p, size_t i, size_t count, double& spent, SweepTally& tally) {
+  const SweepOptions& o = r.o;
+  const std::string name = fmt::format("{}-{}-{}-{}{}-b{}-{}", o.framework, p.model, p.precision, p.gpus,
+                                       r.on_gpu ? "gpu" : "rank", p.batch, o.launcher);
+  const std::string json_path = r.logs + "/" + name + ".json", log_path = r.logs + "/" + name + ".log";
+  nlohmann::json line = {{"date", iso_date_utc()},
+                         {"sweep_point", point_key(o, p.model, p.precision, p.gpus, p.batch)}};
+  // A peer found missing, or a point it cannot run, is recorded without starting anything.
+  std::string not_run = tally.unavailable_reason;
+  if (not_run.empty() && o.framework == "jax" && p.gpus > 1) not_run = "the JAX peer trains on one GPU only";
+  if (!not_run.empty()) {
+    line["status"] = "unavailable";
+    line["error"] = not_run;
+    line["system"] = r.system;
+    ++tally.unavailable;
+    append_line(o.results, line.dump());
+    return;
+  }
+  std::error_code ec;
+  fs::remove(json_path, ec);
+  const std::vector<std::string> argv = point_command(o, p, json_path, r.peers_dir, r.device);
+
+  const double eta = i > 0 ? spent / static_cast<double>(i) * static_cast<double>(count - i) : 0;
+  std::printf("%s: point %zu of %zu: %s %s %s, %s, batch %s, %s%s\n", r.who, i + 1, count,
+              o.framework.c_str(), p.model.c_str(), p.precision.c_str(),
+              workers_text(p.gpus, r.on_gpu).c_str(), p.batch.c_str(), o.launcher.c_str(),
+              i > 0 ? fmt::format(" | about {} left", duration_text(eta)).c_str() : "");
+  std::fflush(stdout);
+  ProcessOptions run;
+  run.log_path = log_path;
+  run.timeout_seconds = o.point_timeout_seconds;
+  const ProcessResult outcome = run_process(argv, run);
+  spent += outcome.seconds;
+  ++tally.run;
+  line["seconds"] = outcome.seconds;
+  line["log"] = log_path;
+  if (!r.peer && !outcome.stopped && is_usage_error(outcome.exit_code))
+    refuse_command_line(o, error_of(log_path, outcome), log_path);
+  record_outcome(o, outcome, json_path, log_path, r.system, line, tally);
+  append_line(o.results, line.dump());
+}
+
+SweepTally sweep_points(const SweepOptions& o) {
+  // Stopped by `timeout` or Ctrl-C, from here on: the running point's processes are killed and the point
+  // recorded as interrupted (run again on the next start), instead of vanishing with the sweep.
+  defer_stop_to_safe_points();
+  SweepRun r(o);
+  r.peer = o.framework != "dlbench";
+  r.on_gpu = runs_on_gpu(o.device);
+  r.who = r.peer ? "compare" : "sweep";
+  check_grid(o, r.on_gpu);
+  r.logs = o.results + ".logs";
+  check_sweep_paths(o, r.logs, r.on_gpu);
+  std::error_code ec;
+  fs::create_directories(r.logs, ec);
+  DLB_REQUIRE(!ec, "sweep: cannot create {}: {}", r.logs, ec.message());
+
+  SweepTally tally;
+  const std::vector<Point> todo = points_to_run(o, r.on_gpu, tally);
+  std::printf("%s: %s: %zu points to run, %d already in %s\n", r.who, o.framework.c_str(), todo.size(),
               tally.skipped, o.results.c_str());
-  if (!peer) {
-    if (const std::string cache = sweep_algorithm_cache(o, on_gpu); !cache.empty())
-      std::printf("%s: algorithm choices kept in %s: every point runs the first one's kernels\n", who,
+  if (!r.peer) {
+    if (const std::string cache = sweep_algorithm_cache(o, r.on_gpu); !cache.empty())
+      std::printf("%s: algorithm choices kept in %s: every point runs the first one's kernels\n", r.who,
                   cache.c_str());
   }
   std::fflush(stdout);
 
-  const std::string peers_dir = peer ? find_peers_dir(o.peers_dir) : std::string();
-  const std::string device = o.device != "auto" || !peer ? o.device : (on_gpu ? "cuda" : "cpu");
-  const nlohmann::json system = system_info();
+  r.peers_dir = r.peer ? find_peers_dir(o.peers_dir) : std::string();
+  r.device = o.device != "auto" || !r.peer ? o.device : (r.on_gpu ? "cuda" : "cpu");
+  r.system = system_info();
   double spent = 0;
-  for (size_t i = 0; i < todo.size() && !stop_requested(); ++i) {
-    const Point& p = todo[i];
-    const std::string name = fmt::format("{}-{}-{}-{}{}-b{}-{}", o.framework, p.model, p.precision, p.gpus,
-                                         on_gpu ? "gpu" : "rank", p.batch, o.launcher);
-    const std::string json_path = logs + "/" + name + ".json", log_path = logs + "/" + name + ".log";
-    nlohmann::json line = {{"date", iso_date_utc()},
-                           {"sweep_point", point_key(o, p.model, p.precision, p.gpus, p.batch)}};
-    // A peer found missing, or a point it cannot run, is recorded without starting anything.
-    std::string not_run = tally.unavailable_reason;
-    if (not_run.empty() && o.framework == "jax" && p.gpus > 1)
-      not_run = "the JAX peer trains on one GPU only";
-    if (!not_run.empty()) {
-      line["status"] = "unavailable";
-      line["error"] = not_run;
-      line["system"] = system;
-      ++tally.unavailable;
-      append_line(o.results, line.dump());
-      continue;
-    }
-    fs::remove(json_path, ec);
-    const std::vector<std::string> argv = point_command(o, p, json_path, peers_dir, device);
-
-    const double eta = i > 0 ? spent / static_cast<double>(i) * static_cast<double>(todo.size() - i) : 0;
-    std::printf("%s: point %zu of %zu: %s %s %s, %s, batch %s, %s%s\n", who, i + 1, todo.size(),
-                o.framework.c_str(), p.model.c_str(), p.precision.c_str(),
-                workers_text(p.gpus, on_gpu).c_str(), p.batch.c_str(), o.launcher.c_str(),
-                i > 0 ? fmt::format(" | about {} left", duration_text(eta)).c_str() : "");
-    std::fflush(stdout);
-    ProcessOptions run;
-    run.log_path = log_path;
-    run.timeout_seconds = o.point_timeout_seconds;
-    const ProcessResult outcome = run_process(argv, run);
-    spent += outcome.seconds;
-    ++tally.run;
-    line["seconds"] = outcome.seconds;
-    line["log"] = log_path;
-    if (!peer && !outcome.stopped && is_usage_error(outcome.exit_code))
-      refuse_command_line(o, error_of(log_path, outcome), log_path);
-    record_outcome(o, outcome, json_path, log_path, system, line, tally);
-    append_line(o.results, line.dump());
-  }
-  std::printf("%s: %s done: %zu run, %d failed, %d not available, %d skipped; results in %s\n", who,
+  for (size_t i = 0; i < todo.size() && !stop_requested(); ++i)
+    run_point(r, todo[i], i, todo.size(), spent, tally);
+  std::printf("%s: %s done: %zu run, %d failed, %d not available, %d skipped; results in %s\n", r.who,
               o.framework.c_str(), tally.run, tally.failed, tally.unavailable, tally.skipped,
               o.results.c_str());
   std::fflush(stdout);

@@ -17,6 +17,25 @@
 
 namespace dlbench::parallel {
 
+Launcher parse_launcher(const std::string& text) {
+  if (text == "auto") return Launcher::automatic;
+  if (text == "threads") return Launcher::threads;
+  if (text == "mpi") return Launcher::mpi;
+  throw_user_error("--launcher {}: unknown; choose auto, threads or mpi", text);
+}
+
+const char* launcher_name(Launcher launcher) {
+  switch (launcher) {
+    case Launcher::automatic:
+      return "auto";
+    case Launcher::threads:
+      return "threads";
+    case Launcher::mpi:
+      return "mpi";
+  }
+  return "?";
+}
+
 namespace {
 
 class SingleLaunch final : public Launch {
@@ -94,9 +113,7 @@ class ThreadsLaunch final : public Launch {
 }  // namespace
 
 std::unique_ptr<Launch> make_launch(const LaunchOptions& options) {
-  const std::string& launcher = options.launcher;
-  DLB_REQUIRE(launcher == "auto" || launcher == "threads" || launcher == "mpi",
-              "--launcher {}: unknown; choose auto, threads or mpi", launcher);
+  const Launcher launcher = options.launcher;
   DLB_REQUIRE(options.timeout_seconds > 0, "--timeout {}: must be a positive number of seconds",
               options.timeout_seconds);
   DLB_REQUIRE(options.gpus >= 1, "--gpus {}: must be at least 1", options.gpus);
@@ -109,7 +126,7 @@ std::unique_ptr<Launch> make_launch(const LaunchOptions& options) {
               "--gpus {} needs --device cuda; CPU ranks run one per process: mpirun -np {} dlbench ...",
               options.gpus, options.gpus);
 
-  bool use_mpi = launcher == "mpi" || (launcher == "auto" && under_mpi);
+  bool use_mpi = launcher == Launcher::mpi || (launcher == Launcher::automatic && under_mpi);
   if (use_mpi) {
 #if DLBENCH_WITH_MPI
     DLB_REQUIRE(under_mpi,
@@ -122,17 +139,17 @@ std::unique_ptr<Launch> make_launch(const LaunchOptions& options) {
     return std::make_unique<MpiLaunch>(options.device, options.timeout_seconds, options.nccl);
 #else
     throw_user_error("{}: this build has no MPI; rebuild with OpenMPI installed (-DDLBENCH_WITH_MPI=ON){}",
-                     launcher == "mpi" ? "--launcher mpi" : "started by mpirun",
-                     launcher == "mpi" ? "" : ", or run without mpirun");
+                     launcher == Launcher::mpi ? "--launcher mpi" : "started by mpirun",
+                     launcher == Launcher::mpi ? "" : ", or run without mpirun");
 #endif
   }
   DLB_REQUIRE(
-      !(launcher == "threads" && under_mpi),
+      !(launcher == Launcher::threads && under_mpi),
       "--launcher threads under mpirun: start one process (no mpirun) with --gpus N, or use --launcher mpi");
 #if DLBENCH_WITH_CUDA
   // --launcher threads with one GPU still runs NCCL (a one-rank group): the path of --gpus N, checkable on
   // a machine with one GPU.
-  if (cuda && (options.gpus > 1 || launcher == "threads"))
+  if (cuda && (options.gpus > 1 || launcher == Launcher::threads))
     return std::make_unique<ThreadsLaunch>(options.gpus, options.timeout_seconds, options.nccl);
 #endif
   return std::make_unique<SingleLaunch>(options.device);

@@ -25,6 +25,7 @@
 
 #include "backend/backend.h"
 #include "parallel/communicator.h"
+#include "parallel/launcher.h"
 
 namespace dlbench::parallel {
 
@@ -37,7 +38,7 @@ struct NcclTuning {
 };
 
 struct LaunchOptions {
-  std::string launcher = "auto";  // auto | threads | mpi
+  Launcher launcher = Launcher::automatic;
   DeviceKind device = DeviceKind::cpu;
   int gpus = 1;                  // threads: ranks (GPUs) this process runs
   double timeout_seconds = 300;  // a collective unfinished after this stops every rank

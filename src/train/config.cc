@@ -116,16 +116,25 @@ bool parse_cuda_graph(const std::string& text) {
   throw_user_error("--cuda-graph {}: choose auto, true or false", text);
 }
 
-void parse_loss_scale(const std::string& text, RunConfig& c) {
+StepRange parse_trace_steps(const std::string& text) {
+  char colon = 0;
+  long long first = 0, last = 0;
+  const int n = std::sscanf(text.c_str(), "%lld%c%lld", &first, &colon, &last);
+  DLB_REQUIRE(n == 3 && colon == ':' && first >= 1 && last >= first,
+              "--trace-steps {}: give A:B, the first and last step to trace (1-based, A <= B)", text);
+  return {first, last};
+}
+
+void parse_loss_scale(const std::string& text, OptimizerConfig& o) {
   if (text.empty()) {
-    c.loss_scaling = LossScaling::by_precision;
+    o.loss_scaling = LossScaling::by_precision;
   } else if (text == "dynamic") {
-    c.loss_scaling = LossScaling::dynamic;
+    o.loss_scaling = LossScaling::dynamic;
   } else {
     char* end = nullptr;
-    c.loss_scaling = LossScaling::fixed;
-    c.loss_scale = std::strtod(text.c_str(), &end);
-    DLB_REQUIRE(end && *end == '\0' && c.loss_scale > 0 && std::isfinite(c.loss_scale),
+    o.loss_scaling = LossScaling::fixed;
+    o.loss_scale = std::strtod(text.c_str(), &end);
+    DLB_REQUIRE(end && *end == '\0' && o.loss_scale > 0 && std::isfinite(o.loss_scale),
                 "--loss-scale {}: give dynamic or a positive number", text);
   }
 }
@@ -152,7 +161,7 @@ namespace {
 
 // The model, the device it runs on, its backend and threads.
 void resolve_device(RunConfig& c, bool cuda_available) {
-  DLB_REQUIRE(is_model_name(c.model), "--model {}: unknown model; choose one of: {}", c.model,
+  DLB_REQUIRE(is_model_name(c.model.name), "--model {}: unknown model; choose one of: {}", c.model.name,
               fmt::join(model_names(), ", "));
 
   // Device and backend.
@@ -182,23 +191,24 @@ void resolve_device(RunConfig& c, bool cuda_available) {
 // The precision the device can run, and the loss scaling that goes with it.
 void resolve_numerics(RunConfig& c) {
   const bool on_cpu = c.device.kind == DeviceKind::cpu;
-  DLB_REQUIRE(!on_cpu || c.precision == Precision::fp32,
+  DLB_REQUIRE(!on_cpu || c.model.precision == Precision::fp32,
               "--precision {}: the CPU backend trains in fp32 only; use --precision fp32 or --device cuda",
-              precision_name(c.precision));
+              precision_name(c.model.precision));
   // Only FP16's narrow exponent needs the loss scaled; BF16 has FP32's range.
-  if (c.loss_scaling == LossScaling::by_precision) {
-    c.loss_scaling = c.precision == Precision::fp16 ? LossScaling::dynamic : LossScaling::fixed;
-    c.loss_scale = 1.0;
+  if (c.optimizer.loss_scaling == LossScaling::by_precision) {
+    c.optimizer.loss_scaling =
+        c.model.precision == Precision::fp16 ? LossScaling::dynamic : LossScaling::fixed;
+    c.optimizer.loss_scale = 1.0;
   }
-  if (c.loss_scaling == LossScaling::dynamic) c.loss_scale = 65536.0;
-  DLB_REQUIRE(c.loss_scale_growth_interval > 0, "--loss-scale-growth-interval {}: must be positive",
-              c.loss_scale_growth_interval);
+  if (c.optimizer.loss_scaling == LossScaling::dynamic) c.optimizer.loss_scale = 65536.0;
+  DLB_REQUIRE(c.optimizer.loss_scale_growth_interval > 0, "--loss-scale-growth-interval {}: must be positive",
+              c.optimizer.loss_scale_growth_interval);
 }
 
 // Batch, length of the run. Flags that were given are checked; flags that were not get defaults.
 void resolve_length(RunConfig& c) {
   const bool on_cpu = c.device.kind == DeviceKind::cpu;
-  const bool imagenet_model = c.model != "resnet20";
+  const bool imagenet_model = c.model.name != "resnet20";
   DLB_REQUIRE(!c.batch_size_max || !on_cpu,
               "--batch-size max needs a GPU (the CPU backend states no memory limit to fit); give a number");
   if (!c.batch_size) c.batch_size = on_cpu ? (imagenet_model ? 16 : 128) : (imagenet_model ? 256 : 512);
@@ -211,7 +221,7 @@ void resolve_length(RunConfig& c) {
               c.warmup_steps.value_or(0));
   if (c.kind == RunKind::bench) {
     DLB_REQUIRE(!c.epochs, "--epochs: dlbench bench runs a number of --steps; use dlbench train for epochs");
-    DLB_REQUIRE(c.resume_path.empty() && c.checkpoint_path.empty(),
+    DLB_REQUIRE(c.output.resume_path.empty() && c.output.checkpoint_path.empty(),
                 "--checkpoint/--resume: dlbench bench does not save state; use dlbench train");
     if (!c.steps) c.steps = on_cpu ? (imagenet_model ? 10 : 20) : 100;
     if (!c.warmup_steps) c.warmup_steps = on_cpu ? 2 : 20;
@@ -228,103 +238,96 @@ void resolve_length(RunConfig& c) {
 
 // Optimizer. Every number finite: an infinite rate trains nothing, a NaN compares false everywhere.
 void resolve_optimizer(RunConfig& c) {
-  for (const auto& [flag, value] : {std::pair<const char*, double>{"--lr", c.lr},
-                                    {"--momentum", c.momentum},
-                                    {"--weight-decay", c.weight_decay},
-                                    {"--label-smoothing", c.label_smoothing},
-                                    {"--lr-warmup-epochs", c.lr_warmup_epochs},
-                                    {"--lr-decay-factor", c.lr_decay_factor},
-                                    {"--bucket-mb", c.bucket_mb},
+  for (const auto& [flag, value] : {std::pair<const char*, double>{"--lr", c.optimizer.lr},
+                                    {"--momentum", c.optimizer.momentum},
+                                    {"--weight-decay", c.optimizer.weight_decay},
+                                    {"--label-smoothing", c.optimizer.label_smoothing},
+                                    {"--lr-warmup-epochs", c.optimizer.lr_warmup_epochs},
+                                    {"--lr-decay-factor", c.optimizer.lr_decay_factor},
+                                    {"--bucket-mb", c.parallel.bucket_mb},
                                     {"--conv-workspace-mb", c.conv_workspace_mb},
-                                    {"--timeout", c.timeout_seconds}}) {
+                                    {"--timeout", c.parallel.timeout_seconds}}) {
     DLB_REQUIRE(std::isfinite(value), "{} {}: must be a finite number", flag, value);
   }
-  DLB_REQUIRE(c.lr > 0, "--lr {}: must be positive", c.lr);
-  DLB_REQUIRE(c.momentum >= 0 && c.momentum < 1, "--momentum {}: must be in [0, 1)", c.momentum);
-  DLB_REQUIRE(!c.nesterov || c.momentum > 0, "--nesterov needs --momentum above 0");
-  DLB_REQUIRE(c.weight_decay >= 0, "--weight-decay {}: must be 0 or more", c.weight_decay);
-  DLB_REQUIRE(c.label_smoothing >= 0 && c.label_smoothing < 1, "--label-smoothing {}: must be in [0, 1)",
-              c.label_smoothing);
-  DLB_REQUIRE(c.lr_warmup_epochs >= 0, "--lr-warmup-epochs {}: must be 0 or more", c.lr_warmup_epochs);
-  DLB_REQUIRE(c.lr_decay_factor > 0 && c.lr_decay_factor <= 1, "--lr-decay-factor {}: must be in (0, 1]",
-              c.lr_decay_factor);
-  for (double epoch : c.lr_decay_epochs)
+  DLB_REQUIRE(c.optimizer.lr > 0, "--lr {}: must be positive", c.optimizer.lr);
+  DLB_REQUIRE(c.optimizer.momentum >= 0 && c.optimizer.momentum < 1, "--momentum {}: must be in [0, 1)",
+              c.optimizer.momentum);
+  DLB_REQUIRE(!c.optimizer.nesterov || c.optimizer.momentum > 0, "--nesterov needs --momentum above 0");
+  DLB_REQUIRE(c.optimizer.weight_decay >= 0, "--weight-decay {}: must be 0 or more",
+              c.optimizer.weight_decay);
+  DLB_REQUIRE(c.optimizer.label_smoothing >= 0 && c.optimizer.label_smoothing < 1,
+              "--label-smoothing {}: must be in [0, 1)", c.optimizer.label_smoothing);
+  DLB_REQUIRE(c.optimizer.lr_warmup_epochs >= 0, "--lr-warmup-epochs {}: must be 0 or more",
+              c.optimizer.lr_warmup_epochs);
+  DLB_REQUIRE(c.optimizer.lr_decay_factor > 0 && c.optimizer.lr_decay_factor <= 1,
+              "--lr-decay-factor {}: must be in (0, 1]", c.optimizer.lr_decay_factor);
+  for (double epoch : c.optimizer.lr_decay_epochs)
     DLB_REQUIRE(std::isfinite(epoch) && epoch > 0,
                 "--lr-decay-epochs {}: each must be a positive number of epochs",
-                fmt::join(c.lr_decay_epochs, ","));
-  DLB_REQUIRE(std::is_sorted(c.lr_decay_epochs.begin(), c.lr_decay_epochs.end()),
-              "--lr-decay-epochs {}: give them in increasing order", fmt::join(c.lr_decay_epochs, ","));
-  DLB_REQUIRE(c.lr_decay_epochs.empty() || c.lr_schedule == LrSchedule::step,
+                fmt::join(c.optimizer.lr_decay_epochs, ","));
+  DLB_REQUIRE(std::is_sorted(c.optimizer.lr_decay_epochs.begin(), c.optimizer.lr_decay_epochs.end()),
+              "--lr-decay-epochs {}: give them in increasing order",
+              fmt::join(c.optimizer.lr_decay_epochs, ","));
+  DLB_REQUIRE(c.optimizer.lr_decay_epochs.empty() || c.optimizer.lr_schedule == LrSchedule::step,
               "--lr-decay-epochs: only the step schedule drops at epochs; add --lr-schedule step");
-  if (c.lr_schedule == LrSchedule::step && c.lr_decay_epochs.empty()) c.lr_decay_epochs = {30, 60, 80};
+  if (c.optimizer.lr_schedule == LrSchedule::step && c.optimizer.lr_decay_epochs.empty())
+    c.optimizer.lr_decay_epochs = {30, 60, 80};
 }
 
 // Data: what --data names, the images' size, and where their JPEGs are decoded.
 void resolve_data(RunConfig& c) {
-  c.data_threads = resolve_threads(c.data_threads, usable_cores() - 1, "--data-threads");
-  DLB_REQUIRE(c.gpu_decode_threads >= 1 && c.gpu_decode_threads <= 8,
-              "--gpu-decode-threads {}: choose 1 to 8", c.gpu_decode_threads);
-  DLB_REQUIRE(c.image_size >= 0, "--image-size {}: must be positive", c.image_size);
-  if (c.data == "synthetic") {
-    c.data_kind = DataKind::synthetic;
-  } else if (is_shard_set(c.data) || is_image_folder(c.data) || is_shard_set(c.data + "/train") ||
-             is_image_folder(c.data + "/train")) {
+  c.data.threads = resolve_threads(c.data.threads, usable_cores() - 1, "--data-threads");
+  DLB_REQUIRE(c.data.gpu_decode_threads >= 1 && c.data.gpu_decode_threads <= 8,
+              "--gpu-decode-threads {}: choose 1 to 8", c.data.gpu_decode_threads);
+  DLB_REQUIRE(c.model.image_size >= 0, "--image-size {}: must be positive", c.model.image_size);
+  if (c.data.source == "synthetic") {
+    c.data.kind = DataKind::synthetic;
+  } else if (is_shard_set(c.data.source) || is_image_folder(c.data.source) ||
+             is_shard_set(c.data.source + "/train") || is_image_folder(c.data.source + "/train")) {
     // An image set, or ROOT/train (+ ROOT/val) as ImageNet is laid out.
-    c.data_kind = DataKind::images;
-    const bool split = !is_shard_set(c.data) && !is_image_folder(c.data);
-    c.train_images = split ? c.data + "/train" : c.data;
-    if (!c.val_data.empty()) {
-      DLB_REQUIRE(is_shard_set(c.val_data) || is_image_folder(c.val_data),
-                  "--val-data {}: neither an image folder (CLASS/FILE.jpg) nor a shard set", c.val_data);
-      c.val_images = c.val_data;
-    } else if (split && (is_shard_set(c.data + "/val") || is_image_folder(c.data + "/val"))) {
-      c.val_images = c.data + "/val";
+    c.data.kind = DataKind::images;
+    const bool split = !is_shard_set(c.data.source) && !is_image_folder(c.data.source);
+    c.data.train_images = split ? c.data.source + "/train" : c.data.source;
+    if (!c.data.val_data.empty()) {
+      DLB_REQUIRE(is_shard_set(c.data.val_data) || is_image_folder(c.data.val_data),
+                  "--val-data {}: neither an image folder (CLASS/FILE.jpg) nor a shard set", c.data.val_data);
+      c.data.val_images = c.data.val_data;
+    } else if (split && (is_shard_set(c.data.source + "/val") || is_image_folder(c.data.source + "/val"))) {
+      c.data.val_images = c.data.source + "/val";
     }
   } else {
-    c.data_kind = DataKind::idx;
-    std::string dir = c.data == "fashion-mnist" ? "/usr/share/datasets/fashion-mnist" : c.data;
-    DLB_REQUIRE(std::filesystem::is_directory(dir),
-                "--data {}: no such directory{}; pass synthetic, fashion-mnist, a directory of IDX files, an "
-                "image folder (CLASS/FILE.jpg) or a shard set (dlbench pack)",
-                c.data,
-                c.data == "fashion-mnist" ? " (install the Debian package dataset-fashion-mnist)" : "");
-    c.data_dir = dir;
+    c.data.kind = DataKind::idx;
+    std::string dir = c.data.source == "fashion-mnist" ? "/usr/share/datasets/fashion-mnist" : c.data.source;
+    DLB_REQUIRE(
+        std::filesystem::is_directory(dir),
+        "--data {}: no such directory{}; pass synthetic, fashion-mnist, a directory of IDX files, an "
+        "image folder (CLASS/FILE.jpg) or a shard set (dlbench pack)",
+        c.data.source,
+        c.data.source == "fashion-mnist" ? " (install the Debian package dataset-fashion-mnist)" : "");
+    c.data.idx_dir = dir;
   }
 
   // --image-size: synthetic images are made at it, real ones cropped to it; IDX images keep their own.
-  if (c.image_size > 0) {
+  if (c.model.image_size > 0) {
     DLB_REQUIRE(
-        c.data_kind != DataKind::idx,
+        c.data.kind != DataKind::idx,
         "--image-size {}: IDX images are trained at their own size (28x28 for Fashion-MNIST); leave it "
         "out",
-        c.image_size);
-    const int smallest = smallest_input_size(c.model);
-    DLB_REQUIRE(c.image_size >= smallest, "--image-size {}: {} reduces its input {}-fold; give at least {}",
-                c.image_size, c.model, smallest, smallest);
+        c.model.image_size);
+    const int smallest = smallest_input_size(c.model.name);
+    DLB_REQUIRE(c.model.image_size >= smallest,
+                "--image-size {}: {} reduces its input {}-fold; give at least {}", c.model.image_size,
+                c.model.name, smallest, smallest);
   }
 
   // Decoding. Synthetic and IDX data hold no JPEGs: auto and cpu mean nothing there, gpu cannot be had.
-  if (c.data_kind == DataKind::images) {
-    c.decode = resolve_decode(c.decode_request, c.device.kind, &c.decode_note);
+  if (c.data.kind == DataKind::images) {
+    c.data.decode = resolve_decode(c.data.decode_request, c.device.kind, &c.data.decode_note);
   } else {
-    DLB_REQUIRE(c.decode_request != DecodeMode::gpu,
+    DLB_REQUIRE(c.data.decode_request != DecodeMode::gpu,
                 "--decode gpu: --data {} holds no JPEGs to decode; give an image folder or shard set",
-                c.data);
-    c.decode = DecodeMode::cpu;
-  }
-}
-
-// --trace-steps A:B.
-void resolve_trace_steps(RunConfig& c) {
-  if (!c.trace_path.empty()) {
-    char colon = 0;
-    long long first = 0, last = 0;
-    int n = std::sscanf(c.trace_steps.c_str(), "%lld%c%lld", &first, &colon, &last);
-    DLB_REQUIRE(n == 3 && colon == ':' && first >= 1 && last >= first,
-                "--trace-steps {}: give A:B, the first and last step to trace (1-based, A <= B)",
-                c.trace_steps);
-    c.trace_first = first;
-    c.trace_last = last;
+                c.data.source);
+    c.data.decode = DecodeMode::cpu;
   }
 }
 
@@ -332,21 +335,22 @@ void resolve_trace_steps(RunConfig& c) {
 // input (--json over the checkpoint being resumed destroyed it), another output, or lie inside the data.
 // --checkpoint may name the --resume file: the run continues it.
 void check_files(const RunConfig& c) {
-  const bool continues_resume = !c.resume_path.empty() && !c.checkpoint_path.empty() &&
-                                resolved_path(c.resume_path) == resolved_path(c.checkpoint_path);
+  const bool continues_resume =
+      !c.output.resume_path.empty() && !c.output.checkpoint_path.empty() &&
+      resolved_path(c.output.resume_path) == resolved_path(c.output.checkpoint_path);
   std::vector<PathUse> uses = {
-      {"--json", c.json_path, PathRole::writes_file},
-      {"--trace", c.trace_path, PathRole::writes_file},
-      {"--checkpoint", c.checkpoint_path, PathRole::writes_file},
-      {"--mlperf-log", c.mlperf_log_path, PathRole::writes_file},
+      {"--json", c.output.json_path, PathRole::writes_file},
+      {"--trace", c.output.trace_path, PathRole::writes_file},
+      {"--checkpoint", c.output.checkpoint_path, PathRole::writes_file},
+      {"--mlperf-log", c.output.mlperf_log_path, PathRole::writes_file},
       {"--algorithm-cache", c.algorithm_cache == "none" ? std::string() : c.algorithm_cache,
        PathRole::writes_file},
-      {"--resume", continues_resume ? std::string() : c.resume_path, PathRole::reads_file}};
-  if (c.data_kind == DataKind::images) {
-    uses.push_back({"--data", c.data, PathRole::reads_tree});
-    uses.push_back({"--val-data", c.val_data, PathRole::reads_tree});
-  } else if (c.data_kind == DataKind::idx) {
-    uses.push_back({"--data", c.data_dir, PathRole::reads_tree});
+      {"--resume", continues_resume ? std::string() : c.output.resume_path, PathRole::reads_file}};
+  if (c.data.kind == DataKind::images) {
+    uses.push_back({"--data", c.data.source, PathRole::reads_tree});
+    uses.push_back({"--val-data", c.data.val_data, PathRole::reads_tree});
+  } else if (c.data.kind == DataKind::idx) {
+    uses.push_back({"--data", c.data.idx_dir, PathRole::reads_tree});
   }
   check_path_uses(uses);
 }
@@ -354,32 +358,34 @@ void check_files(const RunConfig& c) {
 // Data parallelism.
 void check_distribution(const RunConfig& c) {
   const bool on_cpu = c.device.kind == DeviceKind::cpu;
-  DLB_REQUIRE(c.gpus >= 1, "--gpus {}: must be 1 or more", c.gpus);
-  DLB_REQUIRE(c.gpus == 1 || !on_cpu,
-              "--gpus {}: the CPU runs one rank per process; start several with mpirun", c.gpus);
-  DLB_REQUIRE(c.launcher == "auto" || c.launcher == "threads" || c.launcher == "mpi",
-              "--launcher {}: choose auto, threads or mpi", c.launcher);
-  DLB_REQUIRE(c.bucket_mb >= 0, "--bucket-mb {}: must be 0 (one bucket) or more", c.bucket_mb);
-  DLB_REQUIRE(!c.nccl_symmetric || !on_cpu,
+  DLB_REQUIRE(c.parallel.gpus >= 1, "--gpus {}: must be 1 or more", c.parallel.gpus);
+  DLB_REQUIRE(c.parallel.gpus == 1 || !on_cpu,
+              "--gpus {}: the CPU runs one rank per process; start several with mpirun", c.parallel.gpus);
+  DLB_REQUIRE(c.parallel.bucket_mb >= 0, "--bucket-mb {}: must be 0 (one bucket) or more",
+              c.parallel.bucket_mb);
+  DLB_REQUIRE(!c.parallel.nccl_symmetric || !on_cpu,
               "--nccl-symmetric: NCCL windows are GPU memory; use --device cuda");
   DLB_REQUIRE(c.conv_workspace_mb >= 0, "--conv-workspace-mb {}: must be 0 or more", c.conv_workspace_mb);
-  DLB_REQUIRE(c.timeout_seconds > 0, "--timeout {}: must be positive", c.timeout_seconds);
+  DLB_REQUIRE(c.parallel.timeout_seconds > 0, "--timeout {}: must be positive", c.parallel.timeout_seconds);
 }
 
 // Progress lines, evaluation and checkpoints. A train run without --log-every logs by time
 // (log_seconds); a bench run by steps.
 void resolve_logging(RunConfig& c) {
   const bool on_cpu = c.device.kind == DeviceKind::cpu;
-  if (!c.log_every && c.kind == RunKind::bench) c.log_every = on_cpu ? 1 : 100;
-  DLB_REQUIRE(!c.log_every || *c.log_every > 0, "--log-every {}: must be positive", c.log_every.value_or(0));
-  DLB_REQUIRE(std::isfinite(c.log_seconds) && c.log_seconds > 0, "--log-seconds {}: must be positive",
-              c.log_seconds);
-  DLB_REQUIRE(!c.eval_images || *c.eval_images > 0, "--eval-images {}: must be positive",
-              c.eval_images.value_or(0));
-  DLB_REQUIRE(!c.eval_images || c.kind == RunKind::train, "--eval-images: only dlbench train evaluates");
-  DLB_REQUIRE(!c.resume_anyway || !c.resume_path.empty(), "--resume-anyway needs --resume FILE");
-  DLB_REQUIRE(c.save_every >= 0, "--save-every {}: must be 0 or more", c.save_every);
-  DLB_REQUIRE(c.save_every == 0 || !c.checkpoint_path.empty(), "--save-every needs --checkpoint FILE");
+  if (!c.output.log_every && c.kind == RunKind::bench) c.output.log_every = on_cpu ? 1 : 100;
+  DLB_REQUIRE(!c.output.log_every || *c.output.log_every > 0, "--log-every {}: must be positive",
+              c.output.log_every.value_or(0));
+  DLB_REQUIRE(std::isfinite(c.output.log_seconds) && c.output.log_seconds > 0,
+              "--log-seconds {}: must be positive", c.output.log_seconds);
+  DLB_REQUIRE(!c.data.eval_images || *c.data.eval_images > 0, "--eval-images {}: must be positive",
+              c.data.eval_images.value_or(0));
+  DLB_REQUIRE(!c.data.eval_images || c.kind == RunKind::train, "--eval-images: only dlbench train evaluates");
+  DLB_REQUIRE(!c.output.resume_anyway || !c.output.resume_path.empty(),
+              "--resume-anyway needs --resume FILE");
+  DLB_REQUIRE(c.output.save_every >= 0, "--save-every {}: must be 0 or more", c.output.save_every);
+  DLB_REQUIRE(c.output.save_every == 0 || !c.output.checkpoint_path.empty(),
+              "--save-every needs --checkpoint FILE");
 }
 
 }  // namespace
@@ -390,11 +396,10 @@ void resolve_config(RunConfig& c, bool cuda_available) {
   resolve_length(c);
   resolve_optimizer(c);
   resolve_data(c);
-  resolve_trace_steps(c);
   check_files(c);
   check_distribution(c);
   // What the CUDA backend takes from the run's choices (backend/cuda_options.h).
-  c.cuda.allow_tf32 = c.precision == Precision::tf32;
+  c.cuda.allow_tf32 = c.model.precision == Precision::tf32;
   c.cuda.conv_workspace_limit = static_cast<size_t>(c.conv_workspace_mb * (1 << 20));
   resolve_logging(c);
 }
@@ -403,67 +408,67 @@ nlohmann::json resume_settings(const RunConfig& c) {
   return {{"--batch-size", c.batch_size.value_or(0)},
           {"--accumulate-steps", c.accumulate_steps},
           {"--seed", c.seed},
-          {"--precision", precision_name(c.precision)},
-          {"--layout", layout_name(c.layout)},
-          {"--image-size", c.image_size},
-          {"--lr", c.lr},
-          {"--momentum", c.momentum},
-          {"--nesterov", c.nesterov},
-          {"--weight-decay", c.weight_decay},
-          {"--no-decay-bn-bias", !c.decay_norm_and_bias},
-          {"--label-smoothing", c.label_smoothing},
-          {"--lr-schedule", lr_schedule_name(c.lr_schedule)},
-          {"--lr-warmup-epochs", c.lr_warmup_epochs},
-          {"--lr-decay-epochs", c.lr_decay_epochs},
-          {"--lr-decay-factor", c.lr_decay_factor},
-          {"--lr-scaling", lr_scaling_name(c.lr_scaling)}};
+          {"--precision", precision_name(c.model.precision)},
+          {"--layout", layout_name(c.model.layout)},
+          {"--image-size", c.model.image_size},
+          {"--lr", c.optimizer.lr},
+          {"--momentum", c.optimizer.momentum},
+          {"--nesterov", c.optimizer.nesterov},
+          {"--weight-decay", c.optimizer.weight_decay},
+          {"--no-decay-bn-bias", !c.optimizer.decay_norm_and_bias},
+          {"--label-smoothing", c.optimizer.label_smoothing},
+          {"--lr-schedule", lr_schedule_name(c.optimizer.lr_schedule)},
+          {"--lr-warmup-epochs", c.optimizer.lr_warmup_epochs},
+          {"--lr-decay-epochs", c.optimizer.lr_decay_epochs},
+          {"--lr-decay-factor", c.optimizer.lr_decay_factor},
+          {"--lr-scaling", lr_scaling_name(c.parallel.lr_scaling)}};
 }
 
 nlohmann::json config_to_json(const RunConfig& c) {
   nlohmann::json j;
   j["command"] = c.kind == RunKind::train ? "train" : "bench";
-  j["model"] = c.model;
+  j["model"] = c.model.name;
   j["batch_size"] = c.batch_size.value_or(0);
   if (c.batch_size_max) j["batch_size_max"] = true;
   j["epochs"] = c.epochs.value_or(0);
   j["steps"] = c.steps.value_or(0);
   j["warmup_steps"] = c.warmup_steps.value_or(0);
   j["accumulate_steps"] = c.accumulate_steps;
-  j["lr"] = c.lr;
-  j["momentum"] = c.momentum;
-  j["nesterov"] = c.nesterov;
-  j["weight_decay"] = c.weight_decay;
-  j["decay_norm_and_bias"] = c.decay_norm_and_bias;
-  j["label_smoothing"] = c.label_smoothing;
-  j["lr_schedule"] = lr_schedule_name(c.lr_schedule);
-  j["lr_warmup_epochs"] = c.lr_warmup_epochs;
-  j["lr_decay_epochs"] = c.lr_decay_epochs;
-  j["lr_decay_factor"] = c.lr_decay_factor;
-  j["precision"] = precision_name(c.precision);
-  j["loss_scale"] =
-      c.loss_scaling == LossScaling::dynamic ? nlohmann::json("dynamic") : nlohmann::json(c.loss_scale);
-  j["layout"] = layout_name(c.layout);
+  j["lr"] = c.optimizer.lr;
+  j["momentum"] = c.optimizer.momentum;
+  j["nesterov"] = c.optimizer.nesterov;
+  j["weight_decay"] = c.optimizer.weight_decay;
+  j["decay_norm_and_bias"] = c.optimizer.decay_norm_and_bias;
+  j["label_smoothing"] = c.optimizer.label_smoothing;
+  j["lr_schedule"] = lr_schedule_name(c.optimizer.lr_schedule);
+  j["lr_warmup_epochs"] = c.optimizer.lr_warmup_epochs;
+  j["lr_decay_epochs"] = c.optimizer.lr_decay_epochs;
+  j["lr_decay_factor"] = c.optimizer.lr_decay_factor;
+  j["precision"] = precision_name(c.model.precision);
+  j["loss_scale"] = c.optimizer.loss_scaling == LossScaling::dynamic ? nlohmann::json("dynamic")
+                                                                     : nlohmann::json(c.optimizer.loss_scale);
+  j["layout"] = layout_name(c.model.layout);
   j["device"] = device_name(c.device);
   j["backend"] = c.backend_name;
   j["threads"] = c.threads;
   j["seed"] = c.seed;
-  j["data"] = c.data;
-  j["val_data"] = c.val_data;
-  j["data_threads"] = c.data_threads;
-  j["gpu_decode_threads"] = c.gpu_decode_threads;
-  j["image_size"] = c.image_size;
-  j["strict"] = c.strict;
-  j["decode"] = c.data_kind == DataKind::images ? decode_mode_name(c.decode) : "none";
-  j["log_every"] = c.log_every ? nlohmann::json(*c.log_every) : nlohmann::json(nullptr);
-  if (c.eval_images) j["eval_images"] = *c.eval_images;
-  j["gpus"] = c.gpus;
-  j["launcher"] = c.launcher;
-  j["bucket_mb"] = c.bucket_mb;
-  j["allreduce_precision"] = allreduce_precision_name(c.allreduce_precision);
+  j["data"] = c.data.source;
+  j["val_data"] = c.data.val_data;
+  j["data_threads"] = c.data.threads;
+  j["gpu_decode_threads"] = c.data.gpu_decode_threads;
+  j["image_size"] = c.model.image_size;
+  j["strict"] = c.data.strict;
+  j["decode"] = c.data.kind == DataKind::images ? decode_mode_name(c.data.decode) : "none";
+  j["log_every"] = c.output.log_every ? nlohmann::json(*c.output.log_every) : nlohmann::json(nullptr);
+  if (c.data.eval_images) j["eval_images"] = *c.data.eval_images;
+  j["gpus"] = c.parallel.gpus;
+  j["launcher"] = parallel::launcher_name(c.parallel.launcher);
+  j["bucket_mb"] = c.parallel.bucket_mb;
+  j["allreduce_precision"] = allreduce_precision_name(c.parallel.allreduce_precision);
   j["algorithm_cache"] = c.algorithm_cache;
-  j["nccl_symmetric"] = c.nccl_symmetric;
-  j["lr_scaling"] = lr_scaling_name(c.lr_scaling);
-  j["timeout_seconds"] = c.timeout_seconds;
+  j["nccl_symmetric"] = c.parallel.nccl_symmetric;
+  j["lr_scaling"] = lr_scaling_name(c.parallel.lr_scaling);
+  j["timeout_seconds"] = c.parallel.timeout_seconds;
   j["cuda_graph"] = c.cuda_graph;
   j["conv_workspace_mb"] = c.conv_workspace_mb;
   j["cuda"] = cuda_options_to_json(c.cuda);

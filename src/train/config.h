@@ -11,6 +11,7 @@
 #include "backend/backend_factory.h"
 #include "core/tensor.h"
 #include "data/decode_mode.h"
+#include "parallel/launcher.h"
 
 namespace dlbench {
 
@@ -35,6 +36,11 @@ const char* lr_schedule_name(LrSchedule schedule);
 const char* allreduce_precision_name(AllreducePrecision precision);
 const char* lr_scaling_name(LrScaling scaling);
 
+// --trace-steps A:B: the steps a --trace records, 1-based (warm-up steps count).
+struct StepRange {
+  int64_t first = 3, last = 4;
+};
+
 // The flags' texts as the user gives them, parsed once (at the CLI); a bad value throws UserError naming
 // the flag and the values to choose from.
 Precision parse_precision(const std::string& text);
@@ -43,22 +49,20 @@ Layout parse_layout(const std::string& text);
 DeviceRequest parse_device(const std::string& text);
 AllreducePrecision parse_allreduce_precision(const std::string& text);
 LrScaling parse_lr_scaling(const std::string& text);
-bool parse_cuda_graph(const std::string& text);  // auto | true | false (auto: true)
+bool parse_cuda_graph(const std::string& text);        // auto | true | false (auto: true)
+StepRange parse_trace_steps(const std::string& text);  // A:B, 1 <= A <= B
 
-struct RunConfig {
-  RunKind kind = RunKind::bench;
-  std::string model = "resnet50";
-  // Unset (nullopt) fields take the device's default in resolve_config.
-  std::optional<int64_t> batch_size;  // per device
-  // --batch-size max: the largest batch whose memory plan fits every rank's device, found before the
-  // model is built (the original study's method). batch_size then holds only an anchor for the search.
-  bool batch_size_max = false;
-  std::optional<int64_t> epochs;        // train: passes over the training set (exclusive with steps)
-  std::optional<int64_t> steps;         // train: total optimizer steps; bench: timed steps
-  std::optional<int64_t> warmup_steps;  // steps run before the timed window
-  int64_t accumulate_steps = 1;         // micro-batches per optimizer step
+// The network and the numbers it computes in. (A transformer's sequence length lands here.)
+struct ModelConfig {
+  std::string name = "resnet50";
+  Precision precision = Precision::fp32;
+  Layout layout = Layout::nhwc;
+  int image_size = 0;  // output size of the image transform (0 = 224, or the images' own size)
+};
 
-  // Optimizer and schedule.
+// The optimizer, its learning-rate schedule, the loss and its scaling. (AdamW's betas and gradient
+// clipping land here.)
+struct OptimizerConfig {
   double lr = 0.1;
   double momentum = 0.9;
   bool nesterov = false;
@@ -69,79 +73,102 @@ struct RunConfig {
   double lr_warmup_epochs = 0.0;
   std::vector<double> lr_decay_epochs;  // step schedule: multiply by lr_decay_factor at each
   double lr_decay_factor = 0.1;
-
-  // Numerics and placement.
-  Precision precision = Precision::fp32;
-  Layout layout = Layout::nhwc;
-  DeviceRequest device_request = DeviceRequest::automatic;
-  Device device{};           // resolved
-  std::string backend_name;  // cpu: onednn (default) or reference
-  int threads = 0;           // CPU threads; 0 = all cores
   // Loss scaling (fp16): dynamic (start at 2^16, halve on overflow and skip the step, double after
   // loss_scale_growth_interval good steps) or a fixed factor. Other precisions: 1.
   LossScaling loss_scaling = LossScaling::by_precision;  // resolved: dynamic or fixed
   double loss_scale = 1.0;                               // fixed: the factor; dynamic: the starting scale
   int64_t loss_scale_growth_interval = 2000;
-  uint64_t seed = 42;
+};
 
-  // Data.
-  std::string data = "synthetic";  // synthetic | fashion-mnist | a directory of IDX files
-  std::string data_dir;            // resolved directory for fashion-mnist
+// What the run trains and evaluates on, and how its images are read.
+struct DataConfig {
+  std::string source = "synthetic";  // --data: synthetic | fashion-mnist | a directory of IDX files | images
+  std::string idx_dir;               // resolved: the directory of IDX files (fashion-mnist's too)
   // Real images (an image folder or shards; data/image_dataset.h).
-  DataKind data_kind = DataKind::synthetic;  // resolved
-  std::string train_images, val_images;      // resolved: the training and evaluation image sets ("" = none)
-  std::string val_data;                      // --val-data: the evaluation images, when not PATH/val
-  int data_threads = 0;                      // decoding threads (0 = all cores but one)
-  int gpu_decode_threads = 2;                // --decode gpu: threads that decode and augment batches in turn
-  int image_size = 0;           // output size of the image transform (0 = 224, or the images' own size)
-  bool strict = false;          // stop at the first bad image instead of skipping it
-  std::string mlperf_log_path;  // train: MLPerf-style :::MLLOG lines to FILE
+  DataKind kind = DataKind::synthetic;   // resolved
+  std::string train_images, val_images;  // resolved: the training and evaluation image sets ("" = none)
+  std::string val_data;                  // --val-data: the evaluation images, when not PATH/val
+  int threads = 0;                       // decoding threads (0 = all cores but one)
+  int gpu_decode_threads = 2;            // --decode gpu: threads that decode and augment batches in turn
+  bool strict = false;                   // stop at the first bad image instead of skipping it
   // --decode: where JPEGs are decoded (data/decode_mode.h). `decode` is the mode used for image data
   // (resolved: cpu or gpu; synthetic and IDX data decode nothing), `decode_note` the line that says why
   // auto chose the CPU on a GPU device ("" for none; printed once, by rank 0).
   DecodeMode decode_request = DecodeMode::automatic;
   DecodeMode decode = DecodeMode::cpu;
   std::string decode_note;
+  std::optional<int64_t> eval_images;  // train: evaluate on the first N test images (default: all)
+};
 
-  // Data parallelism (src/parallel): ranks are GPUs of this process (--gpus, threads) or mpirun's processes.
-  int gpus = 1;                   // threads: GPUs driven from this process
-  std::string launcher = "auto";  // auto | threads | mpi
-  double bucket_mb = 25;          // gradient bucket (fusion buffer) size in MiB; 0 = one bucket
+// Data parallelism (src/parallel): ranks are GPUs of this process (--gpus, threads) or mpirun's processes.
+// (Tensor or pipeline parallelism's degrees land here.)
+struct ParallelConfig {
+  int gpus = 1;  // threads: GPUs driven from this process
+  parallel::Launcher launcher = parallel::Launcher::automatic;
+  double bucket_mb = 25;  // gradient bucket (fusion buffer) size in MiB; 0 = one bucket
   AllreducePrecision allreduce_precision = AllreducePrecision::fp32;
-  std::string algorithm_cache;  // GPU: FILE of algorithm choices kept between processes, "none", "" = default
   bool nccl_symmetric = false;  // gradient buffers in NCCL symmetric windows (NcclTuning::symmetric)
   LrScaling lr_scaling = LrScaling::none;
   double timeout_seconds = 300;  // a collective unfinished after this stops every rank
   std::string claimed_version;   // tests only (--test-claim-version): the dlbench this rank reports
+};
 
-  // Output.
+// What the run writes, and the checkpoint it reads back.
+struct OutputConfig {
   // Progress lines: every log_every steps when given; else a train run logs by time (a line when
   // log_seconds have passed, and at the end), a bench run every step on the CPU and 100 on a GPU.
   // Evaluation reports by time always.
   std::optional<int64_t> log_every;
   double log_seconds = 5;
   bool per_layer = false;  // bench: time every layer's forward and backward
-  bool cuda_graph = true;  // replay the whole step as one CUDA graph where the backend can
-  double conv_workspace_mb =
-      kDefaultConvWorkspaceLimit >> 20;  // GPU: the most workspace one convolution direction may take
-  // GPU: what the CUDA backend runs where it has a choice (the --conv-*, --bn-*, --stem-pool-fusion and
-  // --comm-priority flags); resolve_config adds TF32 and the workspace limit from the flags above.
-  CudaOptions cuda;
   std::string json_path;
-  std::string trace_path;           // --trace: a Chrome trace of steps trace_first..trace_last
-  std::string trace_steps = "3:4";  // "A:B", 1-based step numbers (warm-up steps count)
-  int64_t trace_first = 0, trace_last = 0;
+  std::string trace_path;  // --trace: a Chrome trace of the steps trace_steps names
+  StepRange trace_steps;
+  std::string mlperf_log_path;  // train: MLPerf-style :::MLLOG lines to FILE
   std::string checkpoint_path;
   int64_t save_every = 0;  // steps between checkpoints; 0 = at the end (and each epoch) only
   std::string resume_path;
   // --resume-anyway: continue a checkpoint written with other settings (batch, seed, precision, data,
   // optimizer), which then no longer repeats the run that was stopped. The layout must still match.
   bool resume_anyway = false;
-  std::optional<int64_t> eval_images;  // train: evaluate on the first N test images (default: all)
+};
+
+// A run: its kind, batch and length, the device it runs on, and the parts above.
+struct RunConfig {
+  RunKind kind = RunKind::bench;
+  // Unset (nullopt) fields take the device's default in resolve_config.
+  std::optional<int64_t> batch_size;  // per device
+  // --batch-size max: the largest batch whose memory plan fits every rank's device, found before the
+  // model is built (the original study's method). batch_size then holds only an anchor for the search.
+  bool batch_size_max = false;
+  std::optional<int64_t> epochs;        // train: passes over the training set (exclusive with steps)
+  std::optional<int64_t> steps;         // train: total optimizer steps; bench: timed steps
+  std::optional<int64_t> warmup_steps;  // steps run before the timed window
+  int64_t accumulate_steps = 1;         // micro-batches per optimizer step
+  uint64_t seed = 42;
+
+  // Placement, and what the device runs where it has a choice.
+  DeviceRequest device_request = DeviceRequest::automatic;
+  Device device{};           // resolved
+  std::string backend_name;  // cpu: onednn (default) or reference
+  int threads = 0;           // CPU threads; 0 = all cores
+  bool cuda_graph = true;    // replay the whole step as one CUDA graph where the backend can
+  double conv_workspace_mb =
+      kDefaultConvWorkspaceLimit >> 20;  // GPU: the most workspace one convolution direction may take
+  // GPU: what the CUDA backend runs where it has a choice (the --conv-*, --bn-*, --stem-pool-fusion and
+  // --comm-priority flags); resolve_config adds TF32 and the workspace limit from the flags above.
+  CudaOptions cuda;
+  std::string algorithm_cache;  // GPU: FILE of algorithm choices kept between processes, "none", "" = default
+
+  ModelConfig model;
+  OptimizerConfig optimizer;
+  DataConfig data;
+  ParallelConfig parallel;
+  OutputConfig output;
 };
 
 // --loss-scale dynamic | FACTOR; "" leaves the precision's default.
-void parse_loss_scale(const std::string& text, RunConfig& config);
+void parse_loss_scale(const std::string& text, OptimizerConfig& optimizer);
 // --batch-size N | max; "" leaves the device's default.
 void parse_batch_size(const std::string& text, RunConfig& config);
 

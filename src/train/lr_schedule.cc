@@ -7,12 +7,12 @@ namespace dlbench {
 
 LearningRateSchedule::LearningRateSchedule(const RunConfig& config, int64_t steps_per_epoch,
                                            int64_t total_steps)
-    : base_lr_(config.lr),
-      kind_(config.lr_schedule),
-      warmup_steps_(static_cast<int64_t>(std::llround(config.lr_warmup_epochs * steps_per_epoch))),
+    : base_lr_(config.optimizer.lr),
+      kind_(config.optimizer.lr_schedule),
+      warmup_steps_(static_cast<int64_t>(std::llround(config.optimizer.lr_warmup_epochs * steps_per_epoch))),
       total_steps_(total_steps),
-      decay_factor_(config.lr_decay_factor) {
-  for (double epoch : config.lr_decay_epochs) {
+      decay_factor_(config.optimizer.lr_decay_factor) {
+  for (double epoch : config.optimizer.lr_decay_epochs) {
     decay_steps_.push_back(static_cast<int64_t>(std::llround(epoch * steps_per_epoch)));
   }
 }

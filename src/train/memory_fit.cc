@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <climits>
 #include <cmath>
+#include <functional>
 #include <map>
 
 #include "core/status.h"
@@ -22,9 +23,9 @@ struct Estimate {
 Estimate estimate_at(const RunConfig& config, Backend& backend, const ModelOptions& options, int64_t batch) {
   NetworkOptions net_options;
   net_options.batch = batch;
-  net_options.layout = config.layout;
-  net_options.dtype = compute_dtype(config.precision);
-  Model model = build_model(config.model, backend, net_options, options);
+  net_options.layout = config.model.layout;
+  net_options.dtype = compute_dtype(config.model.precision);
+  Model model = build_model(config.model.name, backend, net_options, options);
   Network& net = *model.net;
   net.plan_memory_only();
   Estimate e;
@@ -40,6 +41,39 @@ Estimate estimate_at(const RunConfig& config, Backend& backend, const ModelOptio
       e.largest_activation = std::max(e.largest_activation, input->value.numel());
   }
   return e;
+}
+
+// The largest batch in [1, limit] that fits (0 if none), confirmed against the plan itself from `guess`
+// (the line is exact but for alignment and the placement's greed): find `low` that fits and `high` that
+// does not (or the limit), widening from the guess, then bisect.
+int64_t largest_that_fits(const std::function<bool(int64_t)>& fits, int64_t guess, int64_t limit) {
+  int64_t low = 0, high = 0;
+  if (fits(guess)) {
+    low = guess;
+    for (int64_t step = 1; low < limit; step *= 2) {
+      const int64_t next = std::min(limit, low + step);
+      if (!fits(next)) {
+        high = next;
+        break;
+      }
+      low = next;
+    }
+  } else {
+    high = guess;
+    for (int64_t step = 1; high > 1; step *= 2) {
+      const int64_t next = std::max<int64_t>(1, high - step);
+      if (fits(next)) {
+        low = next;
+        break;
+      }
+      high = next;
+    }
+  }
+  while (high > low + 1) {
+    const int64_t middle = low + (high - low) / 2;
+    (fits(middle) ? low : high) = middle;
+  }
+  return low;
 }
 
 std::string gib(size_t bytes) { return fmt::format("{:.1f} GiB", static_cast<double>(bytes) / (1 << 30)); }
@@ -106,35 +140,7 @@ MemoryFit largest_batch_that_fits(const RunConfig& config, Backend& backend, con
         std::floor((static_cast<double>(fit.usable_bytes) - static_cast<double>(asked.bytes)) / slope);
     guess = static_cast<int64_t>(std::clamp(crossing, 1.0, static_cast<double>(limit)));
   }
-  // Confirmed against the plan itself (the line is exact but for alignment and the placement's greed): find
-  // `low` that fits and `high` that does not (or the limit), widening from the guess, then bisect.
-  int64_t low = 0, high = 0;
-  if (fits(guess)) {
-    low = guess;
-    for (int64_t step = 1; low < limit; step *= 2) {
-      const int64_t next = std::min(limit, low + step);
-      if (!fits(next)) {
-        high = next;
-        break;
-      }
-      low = next;
-    }
-  } else {
-    high = guess;
-    for (int64_t step = 1; high > 1; step *= 2) {
-      const int64_t next = std::max<int64_t>(1, high - step);
-      if (fits(next)) {
-        low = next;
-        break;
-      }
-      high = next;
-    }
-  }
-  while (high > low + 1) {
-    const int64_t middle = low + (high - low) / 2;
-    (fits(middle) ? low : high) = middle;
-  }
-  fit.largest_batch = low;
+  fit.largest_batch = largest_that_fits(fits, guess, limit);
   return fit;
 }
 

@@ -3,10 +3,10 @@
 namespace dlbench {
 
 SgdOptimizer::SgdOptimizer(Backend& backend, MemoryPlan& memory, const RunConfig& config)
-    : backend_(backend), memory_(memory), segments_(memory.segments(config.decay_norm_and_bias)) {
-  hyper_.momentum = static_cast<float>(config.momentum);
-  hyper_.weight_decay = static_cast<float>(config.weight_decay);
-  hyper_.nesterov = config.nesterov;
+    : backend_(backend), memory_(memory), segments_(memory.segments(config.optimizer.decay_norm_and_bias)) {
+  hyper_.momentum = static_cast<float>(config.optimizer.momentum);
+  hyper_.weight_decay = static_cast<float>(config.optimizer.weight_decay);
+  hyper_.nesterov = config.optimizer.nesterov;
 }
 
 void SgdOptimizer::step(float grad_scale, const StepScalars* scalars) {

@@ -39,8 +39,8 @@ Trainer::Trainer(Backend& backend, Model& model, const RunConfig& config, parall
     comm_->broadcast(memory.flat_buffers(), 0);
     memory.parameters_to_compute();
     exchange_ = std::make_unique<parallel::GradientExchange>(
-        backend, memory, *comm_, static_cast<size_t>(config.bucket_mb * (1 << 20)),
-        config.allreduce_precision == AllreducePrecision::compute);
+        backend, memory, *comm_, static_cast<size_t>(config.parallel.bucket_mb * (1 << 20)),
+        config.parallel.allreduce_precision == AllreducePrecision::compute);
     network.set_backward_observer([this](int layer) { exchange_->layer_done(layer); });
   }
   optimizer_ = std::make_unique<SgdOptimizer>(backend, network.memory(), config);
@@ -50,12 +50,12 @@ Trainer::Trainer(Backend& backend, Model& model, const RunConfig& config, parall
   config_digest_ = fmt::format("{} input {}x{}x{} classes {}", model_.name, images.c(), images.h(),
                                images.w(), model_.num_classes);
   if (images.dtype() != DType::f32) device_staging_ = backend.allocate(staging_images_.tensor().bytes());
-  dynamic_loss_scale_ = config.loss_scaling == LossScaling::dynamic;
+  dynamic_loss_scale_ = config.optimizer.loss_scaling == LossScaling::dynamic;
   StepScalars initial;
-  initial.loss_scale = static_cast<float>(config.loss_scale);
+  initial.loss_scale = static_cast<float>(config.optimizer.loss_scale);
   initial.dynamic = dynamic_loss_scale_ ? 1 : 0;
   initial.growth_interval =
-      static_cast<int32_t>(std::min<int64_t>(config.loss_scale_growth_interval, INT32_MAX));
+      static_cast<int32_t>(std::min<int64_t>(config.optimizer.loss_scale_growth_interval, INT32_MAX));
   scalars_ = static_cast<StepScalars*>(backend.allocate(sizeof(StepScalars)));
   backend.copy_to_device(scalars_, &initial, sizeof initial);
   network.set_loss_scale_source(&scalars_->loss_scale);  // an address in device memory, not dereferenced here

@@ -99,7 +99,7 @@ TEST(MpiRanksNccl, AllReduceBroadcastAndControlPlane) {
                  << " GPU(s): mpi-nccl needs one per rank";
   }
   LaunchOptions options;
-  options.launcher = "mpi";
+  options.launcher = Launcher::mpi;
   options.device = DeviceKind::cuda;
   options.timeout_seconds = 60;
   auto launch = make_launch(options);

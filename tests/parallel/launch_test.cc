@@ -23,7 +23,7 @@ class Launching : public ::testing::Test {
 
 TEST_F(Launching, OneRankIsLocal) {
   auto backend = make_reference_backend();
-  for (const char* launcher : {"auto", "threads"}) {
+  for (Launcher launcher : {Launcher::automatic, Launcher::threads}) {
     LaunchOptions options;
     options.launcher = launcher;
     auto launch = make_launch(options);
@@ -50,13 +50,16 @@ TEST_F(Launching, LocalLeavesTensorsAsTheyAreAndEchoesTheControlPlane) {
   EXPECT_EQ(ran, 1);
 }
 
+// --launcher's text is parsed once, at the command line, and named back in results and headers.
+TEST(LauncherFlag, ParsesEveryChoiceAndNamesItBack) {
+  for (const char* text : {"auto", "threads", "mpi"}) EXPECT_STREQ(launcher_name(parse_launcher(text)), text);
+}
+
 TEST_F(Launching, UnavailableLaunchersAreOneClearLine) {
-  LaunchOptions o;
-  o.launcher = "slurm";
-  EXPECT_EQ(user_error_message([&] { make_launch(o); }),
+  EXPECT_EQ(user_error_message([&] { parse_launcher("slurm"); }),
             "--launcher slurm: unknown; choose auto, threads or mpi");
-  o = LaunchOptions{};
-  o.launcher = "mpi";
+  LaunchOptions o;
+  o.launcher = Launcher::mpi;
 #if DLBENCH_WITH_MPI
   EXPECT_EQ(user_error_message([&] { make_launch(o); }),
             "--launcher mpi: this process was not started by mpirun; run mpirun -np N dlbench ...");

@@ -65,7 +65,7 @@ TEST_F(MpiHosts, LocalRankIsThePlaceOnTheHostNotTheGlobalRank) {
 
 TEST_F(MpiHosts, SystemHostsListsEveryNodeAndSumsAreExact) {
   LaunchOptions options;
-  options.launcher = "mpi";
+  options.launcher = Launcher::mpi;
   options.timeout_seconds = 20;
   auto backend = make_reference_backend();
   auto launch = make_launch(options);

@@ -29,7 +29,7 @@ class MpiRanks : public ::testing::Test {
 #if DLBENCH_WITH_MPI
     if (!launched_by_mpi()) return;
     LaunchOptions options;
-    options.launcher = "mpi";
+    options.launcher = Launcher::mpi;
     options.timeout_seconds = 20;
     backend_ = make_reference_backend();
     comm_ = make_communicator(options, *backend_);

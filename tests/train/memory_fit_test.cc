@@ -15,10 +15,10 @@ namespace {
 
 RunConfig config_for(const std::string& model, int64_t batch, Precision precision = Precision::fp32) {
   RunConfig config;
-  config.model = model;
+  config.model.name = model;
   config.batch_size = batch;
-  config.precision = precision;
-  config.layout = Layout::nhwc;
+  config.model.precision = precision;
+  config.model.layout = Layout::nhwc;
   return config;
 }
 
