@@ -131,14 +131,28 @@ struct BatchNorm {
   }
   void forward(Net& net, const Tensor& x, const Tensor* residual, Tensor& y) {
     net.timed("batchnorm fwd", [&] {
-      net.be.batchnorm_forward_training(*plan, x, residual, gamma, beta, y, rmean, rvar, smean, sinv,
-                                        net.workspace);
+      net.be.batchnorm_forward_training(*plan,
+                                        BatchNormTensors{.x = &x,
+                                                         .gamma = &gamma,
+                                                         .beta = &beta,
+                                                         .running_mean = &rmean,
+                                                         .running_var = &rvar,
+                                                         .saved_mean = &smean,
+                                                         .saved_inv_std = &sinv},
+                                        residual, y, net.workspace);
     });
   }
   void backward(Net& net, const Tensor& x, const Tensor& y, const Tensor& dy, Tensor& dx, Tensor* dres) {
     net.timed("batchnorm bwd", [&] {
-      net.be.batchnorm_backward(*plan, x, y, dy, gamma, smean, sinv, dx, dres, dgamma, dbeta,
-                                Accumulate::overwrite, net.workspace);
+      net.be.batchnorm_backward(*plan,
+                                BatchNormTensors{.x = &x,
+                                                 .gamma = &gamma,
+                                                 .saved_mean = &smean,
+                                                 .saved_inv_std = &sinv,
+                                                 .dx = &dx,
+                                                 .dgamma = &dgamma,
+                                                 .dbeta = &dbeta},
+                                y, dy, dres, Accumulate::overwrite, net.workspace);
     });
   }
 };

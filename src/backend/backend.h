@@ -49,7 +49,7 @@ struct ConvGeometry {
   // every backend still takes either Accumulate in the call.
   bool accumulates_input_grad = false;
   // The training forward also sums its output per channel for the batch norm that reads it
-  // (Backend::conv_forward_with_statistics), where the backend's plan can (conv_emits_statistics).
+  // (Backend::conv_forward_with_statistics), where the backend's plan can (ConvPlan::emits_statistics).
   bool output_statistics = false;
 
   int64_t out_h() const { return (in_h + 2 * pad_h - kernel_h) / stride_h + 1; }
@@ -70,6 +70,9 @@ class ConvPlan {
   virtual ~ConvPlan() = default;
   // Scratch memory each of the three conv ops may use (the largest of them).
   virtual size_t workspace_bytes() const { return 0; }
+  // Whether the training forward sums its output per channel (Backend::conv_forward_with_statistics): at
+  // most where the geometry asks (output_statistics), and there where the backend's plan found it worth it.
+  virtual bool emits_statistics() const { return false; }
   const ConvGeometry geometry;
 };
 
@@ -97,8 +100,11 @@ class BatchNormPlan {
   const BatchNormGeometry geometry;
 };
 
-// One batch norm's tensors, for the ops that take two (a projection block's shortcut folded into its
-// closing batch norm). The backward fills dx (overwritten), dgamma and dbeta (as `accumulate` says).
+// One batch norm's tensors, as every batch-norm op takes them. The training forward reads x, gamma, beta
+// (and input_sums where set), updates running_mean and running_var and writes saved_mean and
+// saved_inv_std; inference reads x, gamma, beta, running_mean and running_var; the backward reads x, gamma,
+// saved_mean and saved_inv_std and fills dx (overwritten), dgamma and dbeta (as `accumulate` says). A
+// tensor an op does not read may be null.
 struct BatchNormTensors {
   const Tensor* x = nullptr;
   const Tensor* gamma = nullptr;
@@ -111,8 +117,15 @@ struct BatchNormTensors {
   Tensor* dgamma = nullptr;
   Tensor* dbeta = nullptr;
   // x's sums from Backend::conv_forward_with_statistics, or null: the training forward reads x for them.
+  // mean = sum / M, var = sum of squares / M - mean^2; a backend may ignore them (the same statistics).
   const Tensor* input_sums = nullptr;
 };
+
+// The batch-norm ops, for check_batchnorm_tensors: which of BatchNormTensors' tensors each reads or writes.
+enum class BatchNormPass : uint8_t { training, inference, backward };
+
+// Stops (an internal error) where `t` lacks a tensor `pass` needs (BatchNormTensors says which).
+void check_batchnorm_tensors(const char* op, const BatchNormTensors& t, BatchNormPass pass);
 
 enum class PoolKind : uint8_t { max, average };
 
@@ -134,6 +147,37 @@ class PoolPlan {
   // Bytes of state the training forward saves for the backward (e.g. max-pool argmax); may be 0.
   virtual size_t saved_bytes() const { return 0; }
   const PoolGeometry geometry;
+};
+
+// The layer patterns a backend may run as one op (the fusion pass, nn/fusion_pass.h, asks Backend::fuses
+// before it rewrites a network's layers; every backend runs the fused ops, composing the single ones
+// where it has no kernels for them, so the answer is about speed and memory, never about results):
+//   * conv_statistics: a convolution that sums its output per channel in its forward, for the batch norm
+//     of `batchnorm` reading that output (conv_forward_with_statistics, ConvPlan::emits_statistics);
+//   * shortcut_batchnorm: a projection block's shortcut batch norm (`shortcut`, over the shortcut
+//     convolution's output, fusion none) folded into the block's closing one (`batchnorm`, add_relu):
+//     batchnorm_shortcut_*;
+//   * batchnorm_max_pool: a batch norm + ReLU (`batchnorm`) and the max pool after it (`pool`):
+//     batchnorm_max_pool_*.
+enum class Fusion : uint8_t { conv_statistics, shortcut_batchnorm, batchnorm_max_pool };
+
+struct FusionCandidate {
+  Fusion fusion = Fusion::conv_statistics;
+  BatchNormGeometry batchnorm;  // every fusion's batch norm (the closing one for shortcut_batchnorm)
+  ConvGeometry conv;            // conv_statistics: the convolution whose output the batch norm reads
+  BatchNormGeometry shortcut;   // shortcut_batchnorm: the shortcut's batch norm
+  PoolGeometry pool;            // batchnorm_max_pool: the max pool
+
+  static FusionCandidate conv_statistics(const ConvGeometry& conv, const BatchNormGeometry& batchnorm) {
+    return {Fusion::conv_statistics, batchnorm, conv, {}, {}};
+  }
+  static FusionCandidate shortcut_batchnorm(const BatchNormGeometry& closing,
+                                            const BatchNormGeometry& shortcut) {
+    return {Fusion::shortcut_batchnorm, closing, {}, shortcut, {}};
+  }
+  static FusionCandidate batchnorm_max_pool(const BatchNormGeometry& batchnorm, const PoolGeometry& pool) {
+    return {Fusion::batchnorm_max_pool, batchnorm, {}, {}, pool};
+  }
 };
 
 // A stretch of the flat parameter buffer with its own weight-decay rule (BN and bias may be exempt).
@@ -311,67 +355,40 @@ class Backend : public StreamClock {
   virtual std::unique_ptr<BatchNormPlan> estimate_batchnorm(const BatchNormGeometry& geometry) {
     return plan_batchnorm(geometry);
   }
-  // Training: normalise with batch statistics; update running stats; save mean and 1/sqrt(var+eps).
-  // `residual` is read only for BatchNormFusion::add_relu (pass nullptr otherwise).
-  virtual void batchnorm_forward_training(const BatchNormPlan& plan, const Tensor& x, const Tensor* residual,
-                                          const Tensor& gamma, const Tensor& beta, Tensor& y,
-                                          Tensor& running_mean, Tensor& running_var, Tensor& saved_mean,
-                                          Tensor& saved_inv_std, void* workspace) = 0;
-  virtual void batchnorm_forward_inference(const BatchNormPlan& plan, const Tensor& x, const Tensor* residual,
-                                           const Tensor& gamma, const Tensor& beta,
-                                           const Tensor& running_mean, const Tensor& running_var,
-                                           Tensor& y) = 0;
+  // Training: normalise with batch statistics (from bn.input_sums where set); update running stats; save
+  // mean and 1/sqrt(var+eps). `residual` is read only for BatchNormFusion::add_relu (pass nullptr otherwise).
+  virtual void batchnorm_forward_training(const BatchNormPlan& plan, const BatchNormTensors& bn,
+                                          const Tensor* residual, Tensor& y, void* workspace) = 0;
+  virtual void batchnorm_forward_inference(const BatchNormPlan& plan, const BatchNormTensors& bn,
+                                           const Tensor* residual, Tensor& y) = 0;
   // `y` is the forward output (it masks the ReLU; with BatchNormFusion::none it must not be read: the
-  // memory plan may have reused its memory by then). dx is overwritten; `dresidual` (add_relu only) is
-  // overwritten with the gradient reaching the residual input; dgamma/dbeta honour `accumulate`.
-  virtual void batchnorm_backward(const BatchNormPlan& plan, const Tensor& x, const Tensor& y,
-                                  const Tensor& dy, const Tensor& gamma, const Tensor& saved_mean,
-                                  const Tensor& saved_inv_std, Tensor& dx, Tensor* dresidual, Tensor& dgamma,
-                                  Tensor& dbeta, Accumulate accumulate, void* workspace) = 0;
+  // memory plan may have reused its memory by then). bn.dx is overwritten; `dresidual` (add_relu only) is
+  // overwritten with the gradient reaching the residual input; bn.dgamma/dbeta honour `accumulate`.
+  virtual void batchnorm_backward(const BatchNormPlan& plan, const BatchNormTensors& bn, const Tensor& y,
+                                  const Tensor& dy, Tensor* dresidual, Accumulate accumulate,
+                                  void* workspace) = 0;
+
+  // ---- which layer patterns run as one op (Fusion); false by default ----
+  virtual bool fuses(const FusionCandidate& candidate) const {
+    (void)candidate;
+    return false;
+  }
 
   // ---- a convolution's output statistics, made in its forward for the batch norm after it ----
   // A convolution planned with ConvGeometry::output_statistics may sum its output per channel in the same
   // pass: `sums` ([2, K] in the master dtype) receives sum(y) then sum(y^2) over N, H, W for each output
-  // channel, and the batch norm that reads y takes its statistics from them instead of a pass over y
-  // (batchnorm_forward_training_from_sums). Whether `plan` does: conv_emits_statistics (false by default;
-  // conv_forward_with_statistics is then never called, and its default throws).
-  virtual bool conv_emits_statistics(const ConvPlan& plan) const {
-    (void)plan;
-    return false;
-  }
+  // channel, and the batch norm that reads y takes its statistics from them (BatchNormTensors::input_sums)
+  // instead of a pass over y. Called only where the plan says it does (ConvPlan::emits_statistics); the
+  // default throws.
   virtual void conv_forward_with_statistics(const ConvPlan& plan, const Tensor& x, const Tensor& w, Tensor& y,
                                             Tensor& sums, void* workspace);
-  // Whether a batch norm of `g` trains faster with its input's sums made by the convolution before it:
-  // where a network asks its convolutions for them (false by default).
-  virtual bool batchnorm_takes_input_sums(const BatchNormGeometry& g) const {
-    (void)g;
-    return false;
-  }
-  // batchnorm_forward_training with the batch's statistics from `input_sums` (as conv_forward_with_statistics
-  // writes them; mean = sum / M, var = sum of squares / M - mean^2). The default ignores them and runs
-  // batchnorm_forward_training (the same statistics, computed from x).
-  virtual void batchnorm_forward_training_from_sums(const BatchNormPlan& plan, const Tensor& x,
-                                                    const Tensor* residual, const Tensor& gamma,
-                                                    const Tensor& beta, Tensor& y, Tensor& running_mean,
-                                                    Tensor& running_var, Tensor& saved_mean,
-                                                    Tensor& saved_inv_std, const Tensor& input_sums,
-                                                    void* workspace) {
-    (void)input_sums;
-    batchnorm_forward_training(plan, x, residual, gamma, beta, y, running_mean, running_var, saved_mean,
-                               saved_inv_std, workspace);
-  }
 
   // ---- a projection block's shortcut batch norm folded into the block's closing one ----
   // The closing batch norm (`plan`, fusion add_relu) computes y = relu(bn(x) + bn_s(s)), with s the
   // shortcut convolution's output and bn_s the shortcut's own batch norm (`shortcut_plan`, fusion none, s's
   // shape): bn_s(s), and the gradient that flows between the two, need never be stored. The backward
   // writes both inputs' gradients. These defaults compose the ops above through temporary buffers (the
-  // same results, no saving); a backend with kernels for it says so in folds_shortcut_batchnorm, and the
-  // network folds only there (or where asked to, as the tests do).
-  virtual bool folds_shortcut_batchnorm(const BatchNormGeometry& closing) const {
-    (void)closing;
-    return false;
-  }
+  // same results, no saving); a backend with kernels for it says so in fuses (Fusion::shortcut_batchnorm).
   virtual void batchnorm_shortcut_forward_training(const BatchNormPlan& plan,
                                                    const BatchNormPlan& shortcut_plan,
                                                    const BatchNormTensors& main,
@@ -395,12 +412,8 @@ class Backend : public StreamClock {
   // and the pool's saved positions. `saved` holds batchnorm_max_pool_saved_bytes() from the training forward
   // to the backward (and is at hand at inference). These defaults compose the single ops, keeping
   // relu(bn(x)) in `saved` — what the two layers would have kept — and its gradient in a temporary buffer:
-  // the same results bit for bit, no saving. A backend with kernels says so in fuses_batchnorm_max_pool,
-  // and a network fuses only there (or where asked to, as the tests do).
-  virtual bool fuses_batchnorm_max_pool(const BatchNormGeometry& bn, const PoolGeometry& pool) const {
-    (void)bn, (void)pool;
-    return false;
-  }
+  // the same results bit for bit, no saving. A backend with kernels says so in fuses
+  // (Fusion::batchnorm_max_pool).
   virtual size_t batchnorm_max_pool_saved_bytes(const BatchNormPlan& plan, const PoolPlan& pool_plan) const;
   virtual void batchnorm_max_pool_forward_training(const BatchNormPlan& plan, const PoolPlan& pool_plan,
                                                    const BatchNormTensors& bn, Tensor& y, void* saved,

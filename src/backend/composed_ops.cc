@@ -40,19 +40,6 @@ void check_pair(const char* op, const BatchNormPlan& plan, const BatchNormPlan& 
             main.x->describe(), shortcut.x->describe());
 }
 
-// One side's training forward, from its input's sums where it has them.
-void forward_training(Backend& backend, const BatchNormPlan& plan, const BatchNormTensors& t,
-                      const Tensor* residual, Tensor& y, void* workspace) {
-  if (t.input_sums) {
-    backend.batchnorm_forward_training_from_sums(plan, *t.x, residual, *t.gamma, *t.beta, y, *t.running_mean,
-                                                 *t.running_var, *t.saved_mean, *t.saved_inv_std,
-                                                 *t.input_sums, workspace);
-  } else {
-    backend.batchnorm_forward_training(plan, *t.x, residual, *t.gamma, *t.beta, y, *t.running_mean,
-                                       *t.running_var, *t.saved_mean, *t.saved_inv_std, workspace);
-  }
-}
-
 // The composed batch norm + max pool's saved memory: relu(bn(x)) first, then the pool's own saved state.
 constexpr size_t kSavedAlign = 256;
 size_t normalised_bytes(const BatchNormPlan& plan) {
@@ -98,8 +85,8 @@ void Backend::batchnorm_shortcut_forward_training(const BatchNormPlan& plan,
                                                   void* workspace) {
   check_pair("batchnorm_shortcut_forward_training", plan, shortcut_plan, main, shortcut);
   Scratch normalised(*this, *shortcut.x);
-  forward_training(*this, shortcut_plan, shortcut, nullptr, normalised.tensor(), workspace);
-  forward_training(*this, plan, main, &normalised.tensor(), y, workspace);
+  batchnorm_forward_training(shortcut_plan, shortcut, nullptr, normalised.tensor(), workspace);
+  batchnorm_forward_training(plan, main, &normalised.tensor(), y, workspace);
 }
 
 void Backend::batchnorm_shortcut_forward_inference(const BatchNormPlan& plan,
@@ -108,10 +95,8 @@ void Backend::batchnorm_shortcut_forward_inference(const BatchNormPlan& plan,
                                                    const BatchNormTensors& shortcut, Tensor& y) {
   check_pair("batchnorm_shortcut_forward_inference", plan, shortcut_plan, main, shortcut);
   Scratch normalised(*this, *shortcut.x);
-  batchnorm_forward_inference(shortcut_plan, *shortcut.x, nullptr, *shortcut.gamma, *shortcut.beta,
-                              *shortcut.running_mean, *shortcut.running_var, normalised.tensor());
-  batchnorm_forward_inference(plan, *main.x, &normalised.tensor(), *main.gamma, *main.beta,
-                              *main.running_mean, *main.running_var, y);
+  batchnorm_forward_inference(shortcut_plan, shortcut, nullptr, normalised.tensor());
+  batchnorm_forward_inference(plan, main, &normalised.tensor(), y);
 }
 
 void Backend::batchnorm_shortcut_backward(const BatchNormPlan& plan, const BatchNormPlan& shortcut_plan,
@@ -119,16 +104,11 @@ void Backend::batchnorm_shortcut_backward(const BatchNormPlan& plan, const Batch
                                           const Tensor& y, const Tensor& dy, Accumulate accumulate,
                                           void* workspace) {
   check_pair("batchnorm_shortcut_backward", plan, shortcut_plan, main, shortcut);
-  DLB_CHECK(main.dx && main.dgamma && main.dbeta && shortcut.dx && shortcut.dgamma && shortcut.dbeta,
-            "batchnorm_shortcut_backward: the gradients of both batch norms are needed");
   // The gradient reaching bn_s(s): what the closing batch norm hands its residual.
   Scratch between(*this, *shortcut.x);
-  batchnorm_backward(plan, *main.x, y, dy, *main.gamma, *main.saved_mean, *main.saved_inv_std, *main.dx,
-                     &between.tensor(), *main.dgamma, *main.dbeta, accumulate, workspace);
+  batchnorm_backward(plan, main, y, dy, &between.tensor(), accumulate, workspace);
   // Fusion none: the shortcut's output is not read (y stands in for it).
-  batchnorm_backward(shortcut_plan, *shortcut.x, y, between.tensor(), *shortcut.gamma, *shortcut.saved_mean,
-                     *shortcut.saved_inv_std, *shortcut.dx, nullptr, *shortcut.dgamma, *shortcut.dbeta,
-                     accumulate, workspace);
+  batchnorm_backward(shortcut_plan, shortcut, y, between.tensor(), nullptr, accumulate, workspace);
 }
 
 size_t Backend::batchnorm_max_pool_saved_bytes(const BatchNormPlan& plan, const PoolPlan& pool_plan) const {
@@ -140,18 +120,15 @@ void Backend::batchnorm_max_pool_forward_training(const BatchNormPlan& plan, con
                                                   void* workspace) {
   check_batchnorm_pool("batchnorm_max_pool_forward_training", plan, pool_plan, bn);
   Tensor normalised = normalised_in(*bn.x, saved);
-  forward_training(*this, plan, bn, nullptr, normalised, workspace);
+  batchnorm_forward_training(plan, bn, nullptr, normalised, workspace);
   pool_forward(pool_plan, normalised, y, pool_saved_in(plan, pool_plan, saved));
 }
 
 void Backend::batchnorm_max_pool_forward_inference(const BatchNormPlan& plan, const PoolPlan& pool_plan,
                                                    const BatchNormTensors& bn, Tensor& y, void* saved) {
   check_batchnorm_pool("batchnorm_max_pool_forward_inference", plan, pool_plan, bn);
-  DLB_CHECK(bn.running_mean && bn.running_var,
-            "batchnorm_max_pool_forward_inference: running statistics needed");
   Tensor normalised = normalised_in(*bn.x, saved);
-  batchnorm_forward_inference(plan, *bn.x, nullptr, *bn.gamma, *bn.beta, *bn.running_mean, *bn.running_var,
-                              normalised);
+  batchnorm_forward_inference(plan, bn, nullptr, normalised);
   pool_forward(pool_plan, normalised, y, pool_saved_in(plan, pool_plan, saved));
 }
 
@@ -159,13 +136,10 @@ void Backend::batchnorm_max_pool_backward(const BatchNormPlan& plan, const PoolP
                                           const BatchNormTensors& bn, const Tensor& y, const Tensor& dy,
                                           const void* saved, Accumulate accumulate, void* workspace) {
   check_batchnorm_pool("batchnorm_max_pool_backward", plan, pool_plan, bn);
-  DLB_CHECK(bn.dx && bn.dgamma && bn.dbeta && bn.saved_mean && bn.saved_inv_std,
-            "batchnorm_max_pool_backward: the batch norm's gradients and saved statistics are needed");
   const Tensor normalised = normalised_in(*bn.x, saved);
   Scratch gradient(*this, normalised);  // reaching relu(bn(x))
   pool_backward(pool_plan, normalised, y, dy, pool_saved_in(plan, pool_plan, saved), gradient.tensor());
-  batchnorm_backward(plan, *bn.x, normalised, gradient.tensor(), *bn.gamma, *bn.saved_mean, *bn.saved_inv_std,
-                     *bn.dx, nullptr, *bn.dgamma, *bn.dbeta, accumulate, workspace);
+  batchnorm_backward(plan, bn, normalised, gradient.tensor(), nullptr, accumulate, workspace);
 }
 
 }  // namespace dlbench

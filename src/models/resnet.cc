@@ -2,11 +2,8 @@
 
 #include <fmt/format.h>
 
-#include <optional>
-
 #include "core/status.h"
 #include "nn/batchnorm.h"
-#include "nn/batchnorm_max_pool.h"
 #include "nn/conv.h"
 #include "nn/linear.h"
 #include "nn/pool.h"
@@ -35,93 +32,50 @@ ResNetSpec spec_for(const std::string& name) {
   throw_user_error("unknown model '{}'; choose one of: {}", name, fmt::join(model_names(), ", "));
 }
 
-// Whether a batch norm of `g` takes its input's statistics from the convolution before it: where `options`
-// says (unset: where the backend says that trains faster).
-bool wants_sums(Network& net, const ModelOptions& options, const BatchNormGeometry& g) {
-  return options.conv_statistics.value_or(net.backend().batchnorm_takes_input_sums(g));
-}
-
-// Input `index` of `bn`, made by `conv`: its statistics from the convolution where wants_sums says.
-void sums_from(Network& net, const ModelOptions& options, BatchNormLayer& bn, int index, ConvLayer& conv,
-               BatchNormFusion fusion) {
-  if (wants_sums(net, options, batchnorm_geometry(net, conv.output()->value, fusion)))
-    bn.take_input_sums_from(index, conv);
-}
-
 // conv -> batch norm (+ ReLU), the unit every ResNet is made of.
-Activation& conv_bn(Network& net, const ModelOptions& options, const std::string& prefix,
-                    const std::string& suffix, Activation& x, int64_t channels, int64_t kernel,
-                    int64_t stride, BatchNormFusion fusion) {
+Activation& conv_bn(Network& net, const std::string& prefix, const std::string& suffix, Activation& x,
+                    int64_t channels, int64_t kernel, int64_t stride, BatchNormFusion fusion) {
   auto& conv =
       net.add<ConvLayer>(prefix + "conv" + suffix, x, ConvOptions{channels, kernel, stride, kernel / 2});
-  auto& bn = net.add<BatchNormLayer>(prefix + "bn" + suffix, *conv.output(), fusion);
-  sums_from(net, options, bn, 0, conv, fusion);
-  return *bn.output();
+  return *net.add<BatchNormLayer>(prefix + "bn" + suffix, *conv.output(), fusion).output();
 }
 
 // A block's end: relu(bn(main) + shortcut(x)), main the output of `conv`, the shortcut the identity or,
-// where the shape changes, a strided 1x1 projection and its batch norm — folded into the closing batch norm
-// where options.fold_shortcut_bn says (unset: where the backend has kernels for it).
-Activation& block_end(Network& net, const ModelOptions& options, const std::string& prefix,
-                      const std::string& closing_name, ConvLayer& conv, Activation& x, int64_t channels,
-                      int64_t stride) {
-  const std::string closing = prefix + closing_name;
-  Activation& main = *conv.output();
-  if (stride == 1 && x.value.c() == channels) {
-    auto& bn = net.add<BatchNormLayer>(closing, main, BatchNormFusion::add_relu, &x);
-    sums_from(net, options, bn, 0, conv, BatchNormFusion::add_relu);
-    return *bn.output();
+// where the shape changes, a strided 1x1 projection and its batch norm (torchvision's downsample).
+Activation& block_end(Network& net, const std::string& prefix, const std::string& closing_name,
+                      ConvLayer& conv, Activation& x, int64_t channels, int64_t stride) {
+  Activation* shortcut = &x;
+  if (stride != 1 || x.value.c() != channels) {
+    auto& projection = net.add<ConvLayer>(prefix + "downsample.0", x, ConvOptions{channels, 1, stride, 0});
+    shortcut = net.add<BatchNormLayer>(prefix + "downsample.1", *projection.output(), BatchNormFusion::none)
+                   .output();
   }
-  auto& projection = net.add<ConvLayer>(prefix + "downsample.0", x, ConvOptions{channels, 1, stride, 0});
-  const BatchNormGeometry g = batchnorm_geometry(net, main.value, BatchNormFusion::add_relu);
-  if (options.fold_shortcut_bn.value_or(net.backend().folds_shortcut_batchnorm(g))) {
-    auto& bn = net.add<BatchNormLayer>(closing, main, BatchNormFusion::add_relu, projection.output(),
-                                       prefix + "downsample.1");
-    sums_from(net, options, bn, 0, conv, BatchNormFusion::add_relu);
-    sums_from(net, options, bn, 1, projection, BatchNormFusion::none);
-    return *bn.output();
-  }
-  auto& shortcut =
-      net.add<BatchNormLayer>(prefix + "downsample.1", *projection.output(), BatchNormFusion::none);
-  sums_from(net, options, shortcut, 0, projection, BatchNormFusion::none);
-  auto& bn = net.add<BatchNormLayer>(closing, main, BatchNormFusion::add_relu, shortcut.output());
-  sums_from(net, options, bn, 0, conv, BatchNormFusion::add_relu);
-  return *bn.output();
+  return *net.add<BatchNormLayer>(prefix + closing_name, *conv.output(), BatchNormFusion::add_relu, shortcut)
+              .output();
 }
 
 // BasicBlock: relu(bn2(conv3x3(relu(bn1(conv3x3(x))))) + shortcut(x)).
-Activation& basic_block(Network& net, const ModelOptions& options, const std::string& prefix, Activation& x,
-                        int64_t channels, int64_t stride) {
-  Activation& a = conv_bn(net, options, prefix, "1", x, channels, 3, stride, BatchNormFusion::relu);
+Activation& basic_block(Network& net, const std::string& prefix, Activation& x, int64_t channels,
+                        int64_t stride) {
+  Activation& a = conv_bn(net, prefix, "1", x, channels, 3, stride, BatchNormFusion::relu);
   auto& conv2 = net.add<ConvLayer>(prefix + "conv2", a, ConvOptions{channels, 3, 1, 1});
-  return block_end(net, options, prefix, "bn2", conv2, x, channels, stride);
+  return block_end(net, prefix, "bn2", conv2, x, channels, stride);
 }
 
 // Bottleneck (v1.5): 1x1 reduce -> 3x3 (strided) -> 1x1 expand x4, plus the shortcut.
-Activation& bottleneck_block(Network& net, const ModelOptions& options, const std::string& prefix,
-                             Activation& x, int64_t width, int64_t stride) {
+Activation& bottleneck_block(Network& net, const std::string& prefix, Activation& x, int64_t width,
+                             int64_t stride) {
   const int64_t out_channels = width * 4;
-  Activation& a = conv_bn(net, options, prefix, "1", x, width, 1, 1, BatchNormFusion::relu);
-  Activation& b = conv_bn(net, options, prefix, "2", a, width, 3, stride, BatchNormFusion::relu);
+  Activation& a = conv_bn(net, prefix, "1", x, width, 1, 1, BatchNormFusion::relu);
+  Activation& b = conv_bn(net, prefix, "2", a, width, 3, stride, BatchNormFusion::relu);
   auto& conv3 = net.add<ConvLayer>(prefix + "conv3", b, ConvOptions{out_channels, 1, 1, 0});
-  return block_end(net, options, prefix, "bn3", conv3, x, out_channels, stride);
+  return block_end(net, prefix, "bn3", conv3, x, out_channels, stride);
 }
 
-// The ImageNet stem: 7x7/2 convolution, batch norm + ReLU, 3x3/2 max pool — the last two as one layer
-// where options.fuse_stem_pool says (unset: where the backend has kernels for the pair).
-Activation& imagenet_stem(Network& net, const ModelOptions& options, Activation& images, int64_t channels) {
-  auto& conv = net.add<ConvLayer>("conv1", images, ConvOptions{channels, 7, 2, 3});
-  const Tensor& c = conv.output()->value;
-  const BatchNormGeometry g = batchnorm_geometry(net, c, BatchNormFusion::relu);
-  if (!options.fuse_stem_pool.value_or(
-          net.backend().fuses_batchnorm_max_pool(g, max_pool_geometry(net, c, 3, 2, 1)))) {
-    auto& bn = net.add<BatchNormLayer>("bn1", *conv.output(), BatchNormFusion::relu);
-    if (wants_sums(net, options, g)) bn.take_input_sums_from(0, conv);
-    return *net.add<MaxPoolLayer>("maxpool", *bn.output(), 3, 2, 1).output();
-  }
-  auto& stem = net.add<BatchNormMaxPoolLayer>("bn1", *conv.output(), 3, 2, 1);
-  if (wants_sums(net, options, g)) stem.take_input_sums_from(conv);
-  return *stem.output();
+// The ImageNet stem: 7x7/2 convolution, batch norm + ReLU, 3x3/2 max pool.
+Activation& imagenet_stem(Network& net, Activation& images, int64_t channels) {
+  Activation& a = conv_bn(net, "", "1", images, channels, 7, 2, BatchNormFusion::relu);
+  return *net.add<MaxPoolLayer>("maxpool", a, 3, 2, 1).output();
 }
 
 }  // namespace
@@ -171,17 +125,17 @@ Model build_model(const std::string& name, Backend& backend, const NetworkOption
 
   Activation* x;
   if (spec.imagenet_stem) {
-    x = &imagenet_stem(net, options, *model.images, spec.stage_channels[0]);
+    x = &imagenet_stem(net, *model.images, spec.stage_channels[0]);
   } else {
-    x = &conv_bn(net, options, "", "1", *model.images, spec.stage_channels[0], 3, 1, BatchNormFusion::relu);
+    x = &conv_bn(net, "", "1", *model.images, spec.stage_channels[0], 3, 1, BatchNormFusion::relu);
   }
   for (size_t stage = 0; stage < spec.blocks_per_stage.size(); ++stage) {
     for (int block = 0; block < spec.blocks_per_stage[stage]; ++block) {
       int64_t stride = (stage > 0 && block == 0) ? 2 : 1;
       std::string prefix = fmt::format("layer{}.{}.", stage + 1, block);
       x = spec.block == BlockKind::basic
-              ? &basic_block(net, options, prefix, *x, spec.stage_channels[stage], stride)
-              : &bottleneck_block(net, options, prefix, *x, spec.stage_channels[stage], stride);
+              ? &basic_block(net, prefix, *x, spec.stage_channels[stage], stride)
+              : &bottleneck_block(net, prefix, *x, spec.stage_channels[stage], stride);
     }
   }
   x = net.add<GlobalAvgPoolLayer>("avgpool", *x).output();

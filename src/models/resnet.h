@@ -10,7 +10,6 @@
 #pragma once
 
 #include <memory>
-#include <optional>
 #include <string>
 #include <vector>
 
@@ -46,22 +45,11 @@ struct ModelOptions {
   ImageShape input;
   int64_t num_classes = 1000;
   float label_smoothing = 0.f;
-  // Projection shortcuts' batch norms folded into their blocks' closing ones (BatchNormLayer): unset, where
-  // the backend has kernels for it (Backend::folds_shortcut_batchnorm); true or false forces it, as the
-  // tests that compare both do.
-  std::optional<bool> fold_shortcut_bn;
-  // Batch norms take their statistics from the convolutions before them, which sum their outputs in their
-  // own pass (ConvLayer::statistics): unset, where the backend says that trains faster
-  // (Backend::batchnorm_takes_input_sums); true or false forces the asking (a backend that cannot sum a
-  // convolution's output still leaves the statistics to the batch norm).
-  std::optional<bool> conv_statistics;
-  // The ImageNet stem's batch norm + ReLU and max pool as one layer (BatchNormMaxPoolLayer): unset, where
-  // the backend has kernels for the pair (Backend::fuses_batchnorm_max_pool); true or false forces it
-  // (a backend without the kernels composes the single ops).
-  std::optional<bool> fuse_stem_pool;
 };
 
-// Builds (but does not finalize) the model. Throws UserError for an unknown name or an input the model
+// Builds (but does not finalize) the model: torchvision's layers, each batch norm with the ReLU or residual
+// add + ReLU after it; where the backend fuses more, the network rewrites them when it is finalized
+// (nn/fusion_pass.h). Throws UserError for an unknown name or an input the model
 // cannot take.
 Model build_model(const std::string& name, Backend& backend, const NetworkOptions& net_options,
                   const ModelOptions& options);

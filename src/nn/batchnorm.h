@@ -7,18 +7,11 @@
 //   buffers  running mean = 0, var = 1 [C] (used at inference, saved in checkpoints)
 //   saved    batch mean, 1/sqrt(var + eps) [C] (forward -> backward)
 //
-// A projection block's closing batch norm may fold in the shortcut's (`shortcut_name`, the shortcut
-// batch norm's own name): its residual input is then the shortcut convolution's output s, and the layer
-// computes y = relu(bn(x) + bn_s(s)), holding bn_s's parameters, buffers and saved statistics under the
-// shortcut's names (so parameters, checkpoints and their order are those of the two layers), through
-// Backend::batchnorm_shortcut_*: bn_s(s) and the gradient between the two need never be stored.
-//
-// The training forward takes an input's statistics from the convolution that produced it where that
-// convolution sums its output in its own pass (take_input_sums_from, ConvLayer::statistics): no pass over
-// the input for them.
+// The training forward takes x's statistics from the convolution that produced it where the fusion pass
+// wired them (BatchNormState::take_input_sums_from) and that convolution sums its output in its own pass
+// (ConvLayer::statistics): no pass over x for them.
 #pragma once
 
-#include <array>
 #include <memory>
 
 #include "nn/layer.h"
@@ -31,57 +24,53 @@ class ConvLayer;
 BatchNormGeometry batchnorm_geometry(const Network& net, const Tensor& x, BatchNormFusion fusion);
 
 // One batch norm's plan, parameters, buffers and saved statistics, as the layers that hold batch norms keep
-// them (BatchNormLayer one or two, BatchNormMaxPoolLayer one).
+// them (BatchNormLayer and BatchNormMaxPoolLayer one, BatchNormShortcutLayer two).
 struct BatchNormState {
   BatchNormGeometry geometry;
   std::unique_ptr<BatchNormPlan> plan;
   Tensor gamma, beta, dgamma, dbeta;
   Tensor running_mean, running_var, saved_mean, saved_inv_std;
+  // The convolution that produces the normalised input and sums it for the training forward, or null.
+  ConvLayer* sums_from = nullptr;
 
   // Shapes every tensor ([C], the master dtype) for `geometry`, before planning.
   void shape_tensors(Network& net);
   // Plans the batch norm and declares its parameters ("<name>.weight", "<name>.bias"), buffers and saved
   // statistics, in the order a checkpoint holds them.
   void plan_with(Network& net, MemoryPlan& memory, const std::string& name);
-  // The tensors for the ops that take BatchNormTensors: normalising `input` (its gradient as dx), with its
-  // sums from a convolution or null.
-  BatchNormTensors tensors(Activation& input, const Tensor* input_sums);
+  // The normalised input's statistics from `conv`, which produces it (before either is planned): asks the
+  // convolution for its output's sums, which the training forward uses where the backend makes them.
+  void take_input_sums_from(ConvLayer& conv);
+  // The tensors for the batch-norm ops: normalising `input` (its gradient as dx), with its sums where the
+  // convolution makes them.
+  BatchNormTensors tensors(Activation& input);
+  // The plan in words, and where the statistics come from, for the per-layer profile.
+  std::string describe(Backend& backend) const;
 };
 
 class BatchNormLayer final : public Layer {
  public:
   BatchNormLayer(Network& net, std::string name, Activation& input, BatchNormFusion fusion,
-                 Activation* residual = nullptr, std::string shortcut_name = "");
+                 Activation* residual = nullptr);
   const char* kind() const override { return "batchnorm"; }
   void plan(MemoryPlan& plan) override;
   void forward(Phase phase) override;
   void backward() override;
   std::string plan_summary() const override;
-  // The residual's value is added in the forward pass only (its gradient is a masked copy of dy; a folded
-  // shortcut's input is normalised again in the backward, so read there), and the
+  // The residual's value is added in the forward pass only (its gradient is a masked copy of dy), and the
   // output's masks the ReLU: without one it is not read (Backend::batchnorm_backward).
-  bool backward_reads_input(int index) const override { return index == 0 || folds_shortcut(); }
-  bool backward_reads_output() const override { return own_.geometry.fusion != BatchNormFusion::none; }
+  bool backward_reads_input(int index) const override { return index == 0; }
+  bool backward_reads_output() const override { return norm_.geometry.fusion != BatchNormFusion::none; }
 
-  // Input `index`'s statistics from `conv`, the layer that produces it (before either is planned): asks the
-  // convolution for its output's sums, which the training forward uses where the backend makes them.
-  void take_input_sums_from(int index, ConvLayer& conv);
-
-  Tensor& gamma() { return own_.gamma; }
-  Tensor& beta() { return own_.beta; }
-  Tensor& running_mean() { return own_.running_mean; }
-  Tensor& running_var() { return own_.running_var; }
+  BatchNormState& state() { return norm_; }
+  const BatchNormGeometry& geometry() const { return norm_.geometry; }
+  Tensor& gamma() { return norm_.gamma; }
+  Tensor& beta() { return norm_.beta; }
+  Tensor& running_mean() { return norm_.running_mean; }
+  Tensor& running_var() { return norm_.running_var; }
 
  private:
-  bool folds_shortcut() const { return !shortcut_name_.empty(); }
-  BatchNormTensors tensors(BatchNormState& norm, int input);
-
-  // The sums of the input this batch norm normalises (own_: input 0, shortcut_: input 1), or null.
-  const Tensor* input_sums(const BatchNormState& norm) const;
-
-  BatchNormState own_, shortcut_;
-  std::string shortcut_name_;              // "" when nothing is folded in
-  std::array<ConvLayer*, 2> sums_from_{};  // the convolutions asked for input 0's and 1's sums
+  BatchNormState norm_;
 };
 
 }  // namespace dlbench

@@ -1,7 +1,6 @@
 #include "nn/batchnorm_max_pool.h"
 
 #include "core/status.h"
-#include "nn/conv.h"
 #include "nn/memory_plan.h"
 #include "nn/network.h"
 #include "nn/pool.h"
@@ -9,13 +8,18 @@
 namespace dlbench {
 
 BatchNormMaxPoolLayer::BatchNormMaxPoolLayer(Network& net, std::string name, Activation& input,
-                                             int64_t kernel, int64_t stride, int64_t pad)
-    : Layer(net, std::move(name)) {
+                                             const PoolGeometry& pool, Activation& output)
+    : Layer(net, std::move(name)), pool_geometry_(pool) {
   norm_.geometry = batchnorm_geometry(net, input.value, BatchNormFusion::relu);
-  pool_geometry_ = max_pool_geometry(net, input.value, kernel, stride, pad);
+  const Tensor& x = input.value;
+  DLB_CHECK(pool.kind == PoolKind::max && pool.batch == x.n() && pool.channels == x.c() &&
+                pool.in_h == x.h() && pool.in_w == x.w(),
+            "{}: the pool must be a max pool over x", name_);
+  DLB_CHECK(
+      output.value.dims() == std::vector<int64_t>({pool.batch, pool.channels, pool.out_h(), pool.out_w()}),
+      "{}: the output must have the pool's shape", name_);
   set_inputs({&input});
-  output_ = &net.new_activation(name_ + ".out", {pool_geometry_.batch, pool_geometry_.channels,
-                                                 pool_geometry_.out_h(), pool_geometry_.out_w()});
+  output_ = &output;
   norm_.shape_tensors(net);
 }
 
@@ -25,41 +29,30 @@ void BatchNormMaxPoolLayer::plan(MemoryPlan& plan) {
   plan.add_saved_bytes(&saved_, net_.backend().batchnorm_max_pool_saved_bytes(*norm_.plan, *pool_plan_));
 }
 
-void BatchNormMaxPoolLayer::take_input_sums_from(ConvLayer& conv) {
-  DLB_CHECK(conv.output() == inputs_[0], "{}: {} does not produce its input", name_, conv.name());
-  conv.request_statistics();
-  sums_from_ = &conv;
-}
-
-BatchNormTensors BatchNormMaxPoolLayer::tensors() {
-  return norm_.tensors(*inputs_[0], sums_from_ ? sums_from_->statistics() : nullptr);
-}
-
 void BatchNormMaxPoolLayer::forward(Phase phase) {
   Backend& backend = net_.backend();
   if (phase == Phase::train) {
-    backend.batchnorm_max_pool_forward_training(*norm_.plan, *pool_plan_, tensors(), output_->value, saved_,
-                                                net_.workspace());
+    backend.batchnorm_max_pool_forward_training(*norm_.plan, *pool_plan_, norm_.tensors(*inputs_[0]),
+                                                output_->value, saved_, net_.workspace());
   } else {
-    backend.batchnorm_max_pool_forward_inference(*norm_.plan, *pool_plan_, tensors(), output_->value, saved_);
+    backend.batchnorm_max_pool_forward_inference(*norm_.plan, *pool_plan_, norm_.tensors(*inputs_[0]),
+                                                 output_->value, saved_);
   }
 }
 
 void BatchNormMaxPoolLayer::backward() {
   DLB_CHECK(input_grad_mode(0) == GradMode::overwrite, "{}: input gradient must be overwritten", name_);
-  net_.backend().batchnorm_max_pool_backward(*norm_.plan, *pool_plan_, tensors(), output_->value,
-                                             output_->grad, saved_, net_.parameter_grad_mode(),
-                                             net_.workspace());
+  net_.backend().batchnorm_max_pool_backward(*norm_.plan, *pool_plan_, norm_.tensors(*inputs_[0]),
+                                             output_->value, output_->grad, saved_,
+                                             net_.parameter_grad_mode(), net_.workspace());
 }
 
 std::string BatchNormMaxPoolLayer::plan_summary() const {
   if (!norm_.plan) return std::string();
-  std::string summary = net_.backend().describe(*norm_.plan);
-  if (sums_from_ && sums_from_->statistics())
-    summary += fmt::format("; statistics from {}", sums_from_->name());
-  const bool fused = net_.backend().fuses_batchnorm_max_pool(norm_.geometry, pool_geometry_);
-  return fmt::format("{}; max pool {}x{}/{} {}", summary, pool_geometry_.kernel_h, pool_geometry_.kernel_w,
-                     pool_geometry_.stride_h, fused ? "fused" : "composed");
+  const bool fused =
+      net_.backend().fuses(FusionCandidate::batchnorm_max_pool(norm_.geometry, pool_geometry_));
+  return fmt::format("{}; max pool {}x{}/{} {}", norm_.describe(net_.backend()), pool_geometry_.kernel_h,
+                     pool_geometry_.kernel_w, pool_geometry_.stride_h, fused ? "fused" : "composed");
 }
 
 }  // namespace dlbench

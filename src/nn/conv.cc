@@ -35,8 +35,7 @@ void ConvLayer::plan(MemoryPlan& plan) {
                      ParamUse::compute);
   plan.require_workspace(plan_->workspace_bytes());
   // An estimate plan has searched nothing: it counts the sums wherever they were asked for.
-  emits_statistics_ =
-      geometry_.output_statistics && (plan.estimate_only() || net_.backend().conv_emits_statistics(*plan_));
+  emits_statistics_ = geometry_.output_statistics && (plan.estimate_only() || plan_->emits_statistics());
   if (emits_statistics_) {
     sums_ = Tensor(nullptr, {2, geometry_.out_channels}, net_.master_dtype(), Layout::nchw,
                    net_.backend().device());

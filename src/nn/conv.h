@@ -4,8 +4,9 @@
 //                            dtype (an FP16/BF16 copy of the FP32 master under mixed precision)
 //   output y  [N, K, P, Q]   P = (H + 2*pad - R) / stride + 1
 //   sums      [2, K]         master dtype, where the batch norm reading y asked for them
-//                            (request_statistics) and the backend makes them: sum(y), sum(y^2) per channel,
-//                            written by the training forward (Backend::conv_forward_with_statistics)
+//                            (request_statistics: the fusion pass, Fusion::conv_statistics) and the plan
+//                            makes them (ConvPlan::emits_statistics): sum(y), sum(y^2) per channel, written
+//                            by the training forward (Backend::conv_forward_with_statistics)
 #pragma once
 
 #include <memory>

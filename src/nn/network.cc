@@ -25,6 +25,29 @@ Activation& Network::new_input(std::string name, std::vector<int64_t> dims, DTyp
   return a;
 }
 
+size_t Network::index_of(const Layer& layer) const {
+  for (size_t i = 0; i < layers_.size(); ++i)
+    if (layers_[i].get() == &layer) return i;
+  DLB_CHECK(false, "layer {} is not in the network", layer.name());
+  return 0;
+}
+
+void Network::replace_layer(const Layer& layer, std::unique_ptr<Layer> fused) {
+  DLB_CHECK(!planned_, "layer {} replaced after finalize", layer.name());
+  layers_[index_of(layer)] = std::move(fused);
+}
+
+void Network::remove_layer(const Layer& layer) {
+  DLB_CHECK(!planned_, "layer {} removed after finalize", layer.name());
+  const Activation* output = layer.output();
+  for (const auto& other : layers_) {
+    for (const Activation* input : other->inputs())
+      DLB_CHECK(input != output, "layer {} is removed, but {} reads its output", layer.name(), other->name());
+  }
+  layers_.erase(layers_.begin() + static_cast<std::ptrdiff_t>(index_of(layer)));
+  activations_.remove_if([&](const Activation& a) { return &a == output; });
+}
+
 void Network::finalize(uint64_t seed) {
   DLB_CHECK(!finalized_ && !planned_, "network finalized twice");
   plan();
@@ -39,6 +62,7 @@ void Network::plan_memory_only() {
 }
 
 void Network::plan() {
+  fuse_layers(*this, options_.fusions);
   planned_ = true;
   // The timeline of one step: layer i runs its forward at step i and its backward at step 2L-1-i.
   const int layer_count = static_cast<int>(layers_.size());

@@ -1,16 +1,18 @@
 // Network: the activations, the layers in execution order, and the memory plan that backs them.
 //
-// Built in three stages: add layers (shapes only), finalize() (plans every op, allocates the arenas, works
-// out each activation's gradient mode), then run forward/backward as often as needed.
+// Built in three stages: add layers (shapes only), finalize() (rewrites the layers where the backend fuses
+// them, nn/fusion_pass.h; plans every op, allocates the arenas, works out each activation's gradient mode),
+// then run forward/backward as often as needed.
 #pragma once
 
-#include <deque>
 #include <functional>
+#include <list>
 #include <memory>
 #include <string>
 #include <vector>
 
 #include "backend/backend.h"
+#include "nn/fusion_pass.h"
 #include "nn/layer.h"
 #include "nn/memory_plan.h"
 
@@ -20,6 +22,8 @@ struct NetworkOptions {
   DType dtype = DType::f32;      // activation (compute) dtype
   Layout layout = Layout::nchw;  // activation layout
   int64_t batch = 1;
+  // Fusions forced on or off whatever the backend says (unset: the backend decides).
+  FusionChoices fusions;
 };
 
 class Network {
@@ -53,7 +57,12 @@ class Network {
     return ref;
   }
 
-  // Plans every layer, allocates all memory, initialises parameters from `seed`.
+  // The fusion pass's edits, before planning. `fused` takes `layer`'s place in the execution order (and
+  // `layer` is destroyed); remove_layer takes a layer out with its output, which no layer may read any more.
+  void replace_layer(const Layer& layer, std::unique_ptr<Layer> fused);
+  void remove_layer(const Layer& layer);
+
+  // Fuses layers (fuse_layers), plans every layer, allocates all memory, initialises parameters from `seed`.
   void finalize(uint64_t seed);
   // Plans every layer with estimate plans and places every tensor, allocating nothing: memory() then
   // states the bytes finalize() would take (at most: estimate plans bound workspaces from above). The
@@ -87,7 +96,7 @@ class Network {
  private:
   Backend& backend_;
   NetworkOptions options_;
-  std::deque<Activation> activations_;  // deque: stable addresses
+  std::list<Activation> activations_;  // list: stable addresses, and the fusion pass removes some
   std::vector<std::unique_ptr<Layer>> layers_;
   MemoryPlan memory_;
   Accumulate parameter_grad_mode_ = Accumulate::overwrite;
@@ -95,7 +104,8 @@ class Network {
   std::function<void(int)> backward_observer_;
   bool finalized_ = false, planned_ = false;
 
-  void plan();  // gradient modes, live ranges, layer plans, placement
+  void plan();  // fusions, gradient modes, live ranges, layer plans, placement
+  size_t index_of(const Layer& layer) const;
 };
 
 }  // namespace dlbench

@@ -21,6 +21,7 @@ class MaxPoolLayer final : public Layer {
   void plan(MemoryPlan& plan) override;
   void forward(Phase phase) override;
   void backward() override;
+  const PoolGeometry& geometry() const { return geometry_; }
 
  private:
   PoolGeometry geometry_;

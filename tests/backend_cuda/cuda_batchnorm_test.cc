@@ -78,12 +78,24 @@ void run_bn_case(Backend& ref, const BnCase& bc, Layout layout, BatchNormFusion 
       inv_stdg(gpu, cdims, pd);
   HostBuffer rmean_ref = copy_of(rmean), rvar_ref = copy_of(rvar), y_ref(dims, wide, layout),
              mean_ref(cdims, pd), inv_std_ref(cdims, pd);
-  gpu.batchnorm_forward_training(*plan, xg.tensor(), add ? rg.ptr() : nullptr, gammag.tensor(),
-                                 betag.tensor(), yg.tensor(), rmeang.tensor(), rvarg.tensor(), meang.tensor(),
-                                 inv_stdg.tensor(), ws.tensor().data());
-  ref.batchnorm_forward_training(*ref_plan, x_ref.tensor(), add ? &residual_ref.tensor() : nullptr,
-                                 gamma.tensor(), beta.tensor(), y_ref.tensor(), rmean_ref.tensor(),
-                                 rvar_ref.tensor(), mean_ref.tensor(), inv_std_ref.tensor(), nullptr);
+  gpu.batchnorm_forward_training(*plan,
+                                 BatchNormTensors{.x = &xg.tensor(),
+                                                  .gamma = &gammag.tensor(),
+                                                  .beta = &betag.tensor(),
+                                                  .running_mean = &rmeang.tensor(),
+                                                  .running_var = &rvarg.tensor(),
+                                                  .saved_mean = &meang.tensor(),
+                                                  .saved_inv_std = &inv_stdg.tensor()},
+                                 add ? rg.ptr() : nullptr, yg.tensor(), ws.tensor().data());
+  ref.batchnorm_forward_training(*ref_plan,
+                                 BatchNormTensors{.x = &x_ref.tensor(),
+                                                  .gamma = &gamma.tensor(),
+                                                  .beta = &beta.tensor(),
+                                                  .running_mean = &rmean_ref.tensor(),
+                                                  .running_var = &rvar_ref.tensor(),
+                                                  .saved_mean = &mean_ref.tensor(),
+                                                  .saved_inv_std = &inv_std_ref.tensor()},
+                                 add ? &residual_ref.tensor() : nullptr, y_ref.tensor(), nullptr);
   HostBuffer y_gpu = download_wide(ref, yg);
   const double stat_tol = dtype == DType::f64 ? 1e-12 : 1e-5;  // statistics are f32 (f64) whatever the data
   expect_close("y", y_gpu.tensor(), y_ref.tensor(), tol);
@@ -102,13 +114,24 @@ void run_bn_case(Backend& ref, const BnCase& bc, Layout layout, BatchNormFusion 
     DeviceTensor dxg(gpu, dims, dtype, layout), dresg(gpu, dims, dtype, layout), dgammag(gpu, dgamma),
         dbetag(gpu, dbeta);
     gpu.fill(dxg.tensor(), std::nan(""));  // overwritten, never read
-    gpu.batchnorm_backward(*plan, xg.tensor(), yg.tensor(), dyg.tensor(), gammag.tensor(), meang.tensor(),
-                           inv_stdg.tensor(), dxg.tensor(), add ? dresg.ptr() : nullptr, dgammag.tensor(),
-                           dbetag.tensor(), acc, ws.tensor().data());
-    ref.batchnorm_backward(*ref_plan, x_ref.tensor(), y_gpu.tensor(), dy_ref.tensor(), gamma.tensor(),
-                           mean_ref.tensor(), inv_std_ref.tensor(), dx_ref.tensor(),
-                           add ? &dres_ref.tensor() : nullptr, dgamma_ref.tensor(), dbeta_ref.tensor(), acc,
-                           nullptr);
+    gpu.batchnorm_backward(*plan,
+                           BatchNormTensors{.x = &xg.tensor(),
+                                            .gamma = &gammag.tensor(),
+                                            .saved_mean = &meang.tensor(),
+                                            .saved_inv_std = &inv_stdg.tensor(),
+                                            .dx = &dxg.tensor(),
+                                            .dgamma = &dgammag.tensor(),
+                                            .dbeta = &dbetag.tensor()},
+                           yg.tensor(), dyg.tensor(), add ? dresg.ptr() : nullptr, acc, ws.tensor().data());
+    ref.batchnorm_backward(*ref_plan,
+                           BatchNormTensors{.x = &x_ref.tensor(),
+                                            .gamma = &gamma.tensor(),
+                                            .saved_mean = &mean_ref.tensor(),
+                                            .saved_inv_std = &inv_std_ref.tensor(),
+                                            .dx = &dx_ref.tensor(),
+                                            .dgamma = &dgamma_ref.tensor(),
+                                            .dbeta = &dbeta_ref.tensor()},
+                           y_gpu.tensor(), dy_ref.tensor(), add ? &dres_ref.tensor() : nullptr, acc, nullptr);
     const double grad_tol = dtype == DType::f32 ? 5e-5 : tol * 2;
     expect_close("dx", download_wide(ref, dxg).tensor(), dx_ref.tensor(), grad_tol);
     expect_close(acc == Accumulate::add ? "dgamma (+=)" : "dgamma", dgammag.download().tensor(),
@@ -119,22 +142,43 @@ void run_bn_case(Backend& ref, const BnCase& bc, Layout layout, BatchNormFusion 
   }
 
   // A second training step on the same plan: the running statistics keep following the reference.
-  gpu.batchnorm_forward_training(*plan, xg.tensor(), add ? rg.ptr() : nullptr, gammag.tensor(),
-                                 betag.tensor(), yg.tensor(), rmeang.tensor(), rvarg.tensor(), meang.tensor(),
-                                 inv_stdg.tensor(), ws.tensor().data());
-  ref.batchnorm_forward_training(*ref_plan, x_ref.tensor(), add ? &residual_ref.tensor() : nullptr,
-                                 gamma.tensor(), beta.tensor(), y_ref.tensor(), rmean_ref.tensor(),
-                                 rvar_ref.tensor(), mean_ref.tensor(), inv_std_ref.tensor(), nullptr);
+  gpu.batchnorm_forward_training(*plan,
+                                 BatchNormTensors{.x = &xg.tensor(),
+                                                  .gamma = &gammag.tensor(),
+                                                  .beta = &betag.tensor(),
+                                                  .running_mean = &rmeang.tensor(),
+                                                  .running_var = &rvarg.tensor(),
+                                                  .saved_mean = &meang.tensor(),
+                                                  .saved_inv_std = &inv_stdg.tensor()},
+                                 add ? rg.ptr() : nullptr, yg.tensor(), ws.tensor().data());
+  ref.batchnorm_forward_training(*ref_plan,
+                                 BatchNormTensors{.x = &x_ref.tensor(),
+                                                  .gamma = &gamma.tensor(),
+                                                  .beta = &beta.tensor(),
+                                                  .running_mean = &rmean_ref.tensor(),
+                                                  .running_var = &rvar_ref.tensor(),
+                                                  .saved_mean = &mean_ref.tensor(),
+                                                  .saved_inv_std = &inv_std_ref.tensor()},
+                                 add ? &residual_ref.tensor() : nullptr, y_ref.tensor(), nullptr);
   expect_close("running var, step 2", rvarg.download().tensor(), rvar_ref.tensor(), stat_tol * 2);
 
   // Inference with the running statistics (the GPU's, given to both).
   DeviceTensor yig(gpu, dims, dtype, layout);
   HostBuffer yi_ref(dims, wide, layout), rmean_now = rmeang.download(), rvar_now = rvarg.download();
-  gpu.batchnorm_forward_inference(*plan, xg.tensor(), add ? rg.ptr() : nullptr, gammag.tensor(),
-                                  betag.tensor(), rmeang.tensor(), rvarg.tensor(), yig.tensor());
-  ref.batchnorm_forward_inference(*ref_plan, x_ref.tensor(), add ? &residual_ref.tensor() : nullptr,
-                                  gamma.tensor(), beta.tensor(), rmean_now.tensor(), rvar_now.tensor(),
-                                  yi_ref.tensor());
+  gpu.batchnorm_forward_inference(*plan,
+                                  BatchNormTensors{.x = &xg.tensor(),
+                                                   .gamma = &gammag.tensor(),
+                                                   .beta = &betag.tensor(),
+                                                   .running_mean = &rmeang.tensor(),
+                                                   .running_var = &rvarg.tensor()},
+                                  add ? rg.ptr() : nullptr, yig.tensor());
+  ref.batchnorm_forward_inference(*ref_plan,
+                                  BatchNormTensors{.x = &x_ref.tensor(),
+                                                   .gamma = &gamma.tensor(),
+                                                   .beta = &beta.tensor(),
+                                                   .running_mean = &rmean_now.tensor(),
+                                                   .running_var = &rvar_now.tensor()},
+                                  add ? &residual_ref.tensor() : nullptr, yi_ref.tensor());
   expect_close("inference y", download_wide(ref, yig).tensor(), yi_ref.tensor(), tol);
 }
 
@@ -247,14 +291,26 @@ TEST_F(CudaBatchNormTest, OwnNhwcMaskFromAnUnalignedForward) {
         dres(gpu, dims, g.dtype, g.layout), dgamma(gpu, cdims, DType::f32), dbeta(gpu, cdims, DType::f32);
     gpu.fill(rmean.tensor(), 0.0);
     gpu.fill(rvar.tensor(), 1.0);
-    gpu.batchnorm_forward_training(*plan, x.tensor(), residual.ptr(), gamma.tensor(), beta.tensor(),
-                                   y_forward, rmean.tensor(), rvar.tensor(), mean.tensor(), inv_std.tensor(),
-                                   ws->tensor().data());
+    gpu.batchnorm_forward_training(*plan,
+                                   BatchNormTensors{.x = &x.tensor(),
+                                                    .gamma = &gamma.tensor(),
+                                                    .beta = &beta.tensor(),
+                                                    .running_mean = &rmean.tensor(),
+                                                    .running_var = &rvar.tensor(),
+                                                    .saved_mean = &mean.tensor(),
+                                                    .saved_inv_std = &inv_std.tensor()},
+                                   residual.ptr(), y_forward, ws->tensor().data());
     // The backward's y, aligned, with the forward's values.
     gpu.copy(y.tensor().data(), y_forward.data(), y.tensor().bytes());
-    gpu.batchnorm_backward(*plan, x.tensor(), y.tensor(), dy.tensor(), gamma.tensor(), mean.tensor(),
-                           inv_std.tensor(), dx.tensor(), dres.ptr(), dgamma.tensor(), dbeta.tensor(),
-                           Accumulate::overwrite, ws->tensor().data());
+    gpu.batchnorm_backward(*plan,
+                           BatchNormTensors{.x = &x.tensor(),
+                                            .gamma = &gamma.tensor(),
+                                            .saved_mean = &mean.tensor(),
+                                            .saved_inv_std = &inv_std.tensor(),
+                                            .dx = &dx.tensor(),
+                                            .dgamma = &dgamma.tensor(),
+                                            .dbeta = &dbeta.tensor()},
+                           y.tensor(), dy.tensor(), dres.ptr(), Accumulate::overwrite, ws->tensor().data());
     return std::make_pair(download_wide(*ref, dx), download_wide(*ref, dres));
   };
   // The unaligned forward first, on a plan whose mask no forward has written yet: if it left the mask
@@ -266,8 +322,8 @@ TEST_F(CudaBatchNormTest, OwnNhwcMaskFromAnUnalignedForward) {
   expect_close("dresidual after an unaligned forward", dres_unaligned.tensor(), dres_aligned.tensor(), 0.0);
 }
 
-// The training forward with x's statistics from its sums (a convolution's,
-// batchnorm_forward_training_from_sums) on the own kernels: y, the saved and the running statistics as the
+// The training forward with x's statistics from its sums (a convolution's, BatchNormTensors::input_sums)
+// on the own kernels: y, the saved and the running statistics as the
 // reference computes them from x, in both layouts, every fusion and dtype (NHWC in vectors and not).
 TEST_F(CudaBatchNormTest, StatisticsFromTheInputsSums) {
   Backend& gpu = shared_gpu(false);
@@ -296,20 +352,31 @@ TEST_F(CudaBatchNormTest, StatisticsFromTheInputsSums) {
                 rmeang(gpu, rmean), rvarg(gpu, rvar), yg(gpu, dims, dtype, layout),
                 meang(gpu, cdims, DType::f32), inv_stdg(gpu, cdims, DType::f32),
                 sums(gpu, converted(*ref, channel_sums(*ref, x), DType::f32));
-            gpu.batchnorm_forward_training_from_sums(*plan, xg.tensor(), add ? rg.ptr() : nullptr,
-                                                     gammag.tensor(), betag.tensor(), yg.tensor(),
-                                                     rmeang.tensor(), rvarg.tensor(), meang.tensor(),
-                                                     inv_stdg.tensor(), sums.tensor(), ws->tensor().data());
+            gpu.batchnorm_forward_training(*plan,
+                                           BatchNormTensors{.x = &xg.tensor(),
+                                                            .gamma = &gammag.tensor(),
+                                                            .beta = &betag.tensor(),
+                                                            .running_mean = &rmeang.tensor(),
+                                                            .running_var = &rvarg.tensor(),
+                                                            .saved_mean = &meang.tensor(),
+                                                            .saved_inv_std = &inv_stdg.tensor(),
+                                                            .input_sums = &sums.tensor()},
+                                           add ? rg.ptr() : nullptr, yg.tensor(), ws->tensor().data());
             BatchNormGeometry g_ref = g;
             g_ref.dtype = reference_dtype(dtype);
             const HostBuffer x_ref = converted(*ref, x, g_ref.dtype),
                              residual_ref = converted(*ref, residual, g_ref.dtype);
             HostBuffer y_ref(dims, g_ref.dtype, layout), mean_ref(cdims, DType::f32),
                 inv_std_ref(cdims, DType::f32);
-            ref->batchnorm_forward_training(*ref->plan_batchnorm(g_ref), x_ref.tensor(),
-                                            add ? &residual_ref.tensor() : nullptr, gamma.tensor(),
-                                            beta.tensor(), y_ref.tensor(), rmean.tensor(), rvar.tensor(),
-                                            mean_ref.tensor(), inv_std_ref.tensor(), nullptr);
+            ref->batchnorm_forward_training(*ref->plan_batchnorm(g_ref),
+                                            BatchNormTensors{.x = &x_ref.tensor(),
+                                                             .gamma = &gamma.tensor(),
+                                                             .beta = &beta.tensor(),
+                                                             .running_mean = &rmean.tensor(),
+                                                             .running_var = &rvar.tensor(),
+                                                             .saved_mean = &mean_ref.tensor(),
+                                                             .saved_inv_std = &inv_std_ref.tensor()},
+                                            add ? &residual_ref.tensor() : nullptr, y_ref.tensor(), nullptr);
             expect_close("y", download_wide(*ref, yg).tensor(), y_ref.tensor(), tolerance(dtype));
             expect_close("saved mean", meang.download().tensor(), mean_ref.tensor(), 1e-5);
             expect_close("saved inv std", inv_stdg.download().tensor(), inv_std_ref.tensor(), 2e-5);
@@ -381,7 +448,7 @@ TEST_F(CudaBatchNormTest, FoldedShortcutMatchesTheReference) {
       g.fusion = BatchNormFusion::add_relu, g.epsilon = 1e-5, g.momentum = 0.1;
       BatchNormGeometry gs = g;
       gs.fusion = BatchNormFusion::none;
-      EXPECT_EQ(gpu.folds_shortcut_batchnorm(g), bc.c % (16 / dtype_size(dtype)) == 0);
+      EXPECT_EQ(gpu.fuses(FusionCandidate::shortcut_batchnorm(g, gs)), bc.c % (16 / dtype_size(dtype)) == 0);
       auto plan = gpu.plan_batchnorm(g), shortcut_plan = gpu.plan_batchnorm(gs);
       BatchNormGeometry g_ref = g, gs_ref = gs;
       g_ref.dtype = gs_ref.dtype = reference_dtype(dtype);
@@ -510,7 +577,7 @@ TEST_F(CudaBatchNormTest, StemBatchNormMaxPoolMatchesTheComposedOps) {
       const double tol = tolerance(dtype);
       auto run = [&](bool fuse, FoldSide& side, DeviceTensor& y, std::unique_ptr<DeviceTensor>& saved) {
         Backend& b = backend(fuse);
-        EXPECT_EQ(b.fuses_batchnorm_max_pool(g, pg), fuse && fits);
+        EXPECT_EQ(b.fuses(FusionCandidate::batchnorm_max_pool(g, pg)), fuse && fits);
         saved = workspace(gpu, b.batchnorm_max_pool_saved_bytes(*plan, *pool_plan));
         b.batchnorm_max_pool_forward_training(*plan, *pool_plan, side.gpu_tensors(), y.tensor(),
                                               saved->tensor().data(), ws->tensor().data());
@@ -606,8 +673,9 @@ TEST_F(CudaBatchNormTest, StemBatchNormMaxPoolMatchesTheComposedOps) {
   }
 }
 
-// The options decide the fusions the backend offers: the stem's batch norm + max pool and the folded
-// shortcut by default where the kernels fit, neither when turned off; FP64 trains on cuDNN.
+// The options decide the fusions the backend offers: the stem's batch norm + max pool, the folded shortcut
+// and the convolutions' statistics by default where the kernels fit, none when turned off; FP64 trains on
+// cuDNN, which takes none of them.
 TEST_F(CudaBatchNormTest, OptionsDecideTheFusions) {
   BatchNormGeometry g;
   g.batch = 2, g.channels = 64, g.h = g.w = 8, g.layout = Layout::nhwc, g.dtype = DType::f16;
@@ -615,15 +683,31 @@ TEST_F(CudaBatchNormTest, OptionsDecideTheFusions) {
   PoolGeometry pg;
   pg.batch = 2, pg.channels = 64, pg.in_h = pg.in_w = 8, pg.kernel_h = pg.kernel_w = 3;
   pg.stride_h = pg.stride_w = 2, pg.pad_h = pg.pad_w = 1, pg.layout = Layout::nhwc, pg.dtype = DType::f16;
-  BatchNormGeometry closing = g;
+  BatchNormGeometry closing = g, shortcut = g;
   closing.fusion = BatchNormFusion::add_relu;
-  EXPECT_TRUE(shared_gpu().fuses_batchnorm_max_pool(g, pg));
-  EXPECT_TRUE(shared_gpu().folds_shortcut_batchnorm(closing));
+  shortcut.fusion = BatchNormFusion::none;
+  ConvGeometry conv;
+  conv.batch = 2, conv.in_channels = 64, conv.in_h = conv.in_w = 8, conv.out_channels = 64;
+  conv.kernel_h = conv.kernel_w = 3, conv.pad_h = conv.pad_w = 1, conv.layout = Layout::nhwc;
+  conv.dtype = DType::f16;
+  const FusionCandidate pooled = FusionCandidate::batchnorm_max_pool(g, pg),
+                        folded = FusionCandidate::shortcut_batchnorm(closing, shortcut),
+                        statistics = FusionCandidate::conv_statistics(conv, g);
+  EXPECT_TRUE(shared_gpu().fuses(pooled));
+  EXPECT_TRUE(shared_gpu().fuses(folded));
+  EXPECT_TRUE(shared_gpu().fuses(statistics));
   CudaOptions off;
   off.stem_pool_fusion = false;
   off.fold_shortcut_batchnorm = false;
-  EXPECT_FALSE(shared_gpu(off).fuses_batchnorm_max_pool(g, pg));
-  EXPECT_FALSE(shared_gpu(off).folds_shortcut_batchnorm(closing));
+  off.conv_statistics = KernelChoice::off;
+  EXPECT_FALSE(shared_gpu(off).fuses(pooled));
+  EXPECT_FALSE(shared_gpu(off).fuses(folded));
+  EXPECT_FALSE(shared_gpu(off).fuses(statistics));
+  for (FusionCandidate candidate : {pooled, folded, statistics}) {
+    candidate.batchnorm.dtype = candidate.shortcut.dtype = candidate.pool.dtype = candidate.conv.dtype =
+        DType::f64;
+    EXPECT_FALSE(shared_gpu().fuses(candidate));
+  }
   EXPECT_NE(describe_cuda_batchnorm_plan(*shared_gpu().plan_batchnorm(g)).find("own"), std::string::npos);
   g.dtype = DType::f64;
   EXPECT_EQ(describe_cuda_batchnorm_plan(*shared_gpu().plan_batchnorm(g)).find("own"), std::string::npos);
@@ -644,8 +728,15 @@ TEST_F(CudaBatchNormTest, RunningStatsFollowPyTorch) {
     auto plan = gpu.plan_batchnorm(g);
     auto ws_buffer = workspace(gpu, plan->workspace_bytes());
     DeviceTensor& ws = *ws_buffer;
-    gpu.batchnorm_forward_training(*plan, xg.tensor(), nullptr, gamma.tensor(), beta.tensor(), y.tensor(),
-                                   rm.tensor(), rv.tensor(), sm.tensor(), sis.tensor(), ws.tensor().data());
+    gpu.batchnorm_forward_training(*plan,
+                                   BatchNormTensors{.x = &xg.tensor(),
+                                                    .gamma = &gamma.tensor(),
+                                                    .beta = &beta.tensor(),
+                                                    .running_mean = &rm.tensor(),
+                                                    .running_var = &rv.tensor(),
+                                                    .saved_mean = &sm.tensor(),
+                                                    .saved_inv_std = &sis.tensor()},
+                                   nullptr, y.tensor(), ws.tensor().data());
     EXPECT_NEAR(sm.download().ptr<float>()[0], 2.5f, 1e-6);
     EXPECT_NEAR(sis.download().ptr<float>()[0], 1.0 / std::sqrt(1.25 + 1e-5), 1e-6);
     EXPECT_NEAR(rm.download().ptr<float>()[0], 0.75 * 1.0 + 0.25 * 2.5, 1e-6);
@@ -692,15 +783,28 @@ TEST_F(CudaBatchNormTest, ReservePersistsPerPlan) {
   const BatchNormPlan* plans[2] = {plan_a.get(), plan_b.get()};
   for (int i = 0; i < 2; ++i) {
     Layer& l = layers[i];
-    gpu.batchnorm_forward_training(*plans[i], l.xg->tensor(), l.rg->ptr(), gammag.tensor(), betag.tensor(),
-                                   l.yg->tensor(), rm.tensor(), rv.tensor(), l.mean->tensor(),
-                                   l.inv_std->tensor(), ws.tensor().data());
+    gpu.batchnorm_forward_training(*plans[i],
+                                   BatchNormTensors{.x = &l.xg->tensor(),
+                                                    .gamma = &gammag.tensor(),
+                                                    .beta = &betag.tensor(),
+                                                    .running_mean = &rm.tensor(),
+                                                    .running_var = &rv.tensor(),
+                                                    .saved_mean = &l.mean->tensor(),
+                                                    .saved_inv_std = &l.inv_std->tensor()},
+                                   l.rg->ptr(), l.yg->tensor(), ws.tensor().data());
   }
   for (int i = 1; i >= 0; --i) {
     Layer& l = layers[i];
-    gpu.batchnorm_backward(*plans[i], l.xg->tensor(), l.yg->tensor(), l.dyg->tensor(), gammag.tensor(),
-                           l.mean->tensor(), l.inv_std->tensor(), l.dx->tensor(), l.dr->ptr(),
-                           l.dgamma->tensor(), l.dbeta->tensor(), Accumulate::overwrite, ws.tensor().data());
+    gpu.batchnorm_backward(*plans[i],
+                           BatchNormTensors{.x = &l.xg->tensor(),
+                                            .gamma = &gammag.tensor(),
+                                            .saved_mean = &l.mean->tensor(),
+                                            .saved_inv_std = &l.inv_std->tensor(),
+                                            .dx = &l.dx->tensor(),
+                                            .dgamma = &l.dgamma->tensor(),
+                                            .dbeta = &l.dbeta->tensor()},
+                           l.yg->tensor(), l.dyg->tensor(), l.dr->ptr(), Accumulate::overwrite,
+                           ws.tensor().data());
   }
   for (int i = 0; i < 2; ++i) {
     SCOPED_TRACE(fmt::format("layer {}", i));
@@ -713,12 +817,25 @@ TEST_F(CudaBatchNormTest, ReservePersistsPerPlan) {
     HostBuffer y_ref(dims, DType::f32, Layout::nhwc), rm_ref(cdims, DType::f32), rv_ref(cdims, DType::f32),
         mean_ref(cdims, DType::f32), inv_std_ref(cdims, DType::f32), dx_ref(dims, DType::f32, Layout::nhwc),
         dr_ref(dims, DType::f32, Layout::nhwc), dgamma_ref(cdims, DType::f32), dbeta_ref(cdims, DType::f32);
-    ref->batchnorm_forward_training(*ref_plan, x_ref.tensor(), &r_ref.tensor(), gamma.tensor(), beta.tensor(),
-                                    y_ref.tensor(), rm_ref.tensor(), rv_ref.tensor(), mean_ref.tensor(),
-                                    inv_std_ref.tensor(), nullptr);
-    ref->batchnorm_backward(*ref_plan, x_ref.tensor(), y_gpu.tensor(), dy_ref.tensor(), gamma.tensor(),
-                            mean_ref.tensor(), inv_std_ref.tensor(), dx_ref.tensor(), &dr_ref.tensor(),
-                            dgamma_ref.tensor(), dbeta_ref.tensor(), Accumulate::overwrite, nullptr);
+    ref->batchnorm_forward_training(*ref_plan,
+                                    BatchNormTensors{.x = &x_ref.tensor(),
+                                                     .gamma = &gamma.tensor(),
+                                                     .beta = &beta.tensor(),
+                                                     .running_mean = &rm_ref.tensor(),
+                                                     .running_var = &rv_ref.tensor(),
+                                                     .saved_mean = &mean_ref.tensor(),
+                                                     .saved_inv_std = &inv_std_ref.tensor()},
+                                    &r_ref.tensor(), y_ref.tensor(), nullptr);
+    ref->batchnorm_backward(*ref_plan,
+                            BatchNormTensors{.x = &x_ref.tensor(),
+                                             .gamma = &gamma.tensor(),
+                                             .saved_mean = &mean_ref.tensor(),
+                                             .saved_inv_std = &inv_std_ref.tensor(),
+                                             .dx = &dx_ref.tensor(),
+                                             .dgamma = &dgamma_ref.tensor(),
+                                             .dbeta = &dbeta_ref.tensor()},
+                            y_gpu.tensor(), dy_ref.tensor(), &dr_ref.tensor(), Accumulate::overwrite,
+                            nullptr);
     expect_close("y", y_gpu.tensor(), y_ref.tensor(), tolerance(DType::f16));
     expect_close("dx", download_wide(*ref, *l.dx).tensor(), dx_ref.tensor(), tolerance(DType::f16, false, 2));
     expect_close("dgamma", l.dgamma->download().tensor(), dgamma_ref.tensor(),

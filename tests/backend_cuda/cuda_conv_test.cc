@@ -362,7 +362,7 @@ TEST_F(CudaConvTest, OutputStatisticsMatchTheOutput) {
       auto plan = gpu.plan_conv(g);
       std::printf("  [plan] %s\n", describe_cuda_conv_plan(*plan).c_str());
       ++tried;
-      if (!gpu.conv_emits_statistics(*plan)) continue;
+      if (!plan->emits_statistics()) continue;
       ++with_engine;
       const DType wide = reference_dtype(g.dtype);
       const std::vector<int64_t> xd{cc.n, cc.c, cc.h, cc.w}, wd{cc.k, cc.c, cc.r, cc.s},
@@ -398,11 +398,11 @@ TEST_F(CudaConvTest, OutputStatisticsMatchTheOutput) {
   std::printf("  output statistics engines: %d of %d plans\n", with_engine, tried);
   EXPECT_GE(with_engine, tried / 2) << "statistics engines in only " << with_engine << " of " << tried;
   ConvGeometry g = geometry_of(cases[0], Layout::nhwc, DType::f16);
-  EXPECT_FALSE(shared_gpu(force).conv_emits_statistics(*shared_gpu(force).plan_conv(g)));  // not asked
+  EXPECT_FALSE(shared_gpu(force).plan_conv(g)->emits_statistics());  // not asked
   g.output_statistics = true;
   CudaOptions off;
   off.conv_statistics = KernelChoice::off;
-  EXPECT_FALSE(shared_gpu(off).conv_emits_statistics(*shared_gpu(off).plan_conv(g)));
+  EXPECT_FALSE(shared_gpu(off).plan_conv(g)->emits_statistics());
 }
 
 // ResNet-50's own shapes at batch 256 in FP16, with the engines the default search takes (auto; they are
@@ -421,7 +421,7 @@ TEST_F(CudaConvTest, OutputStatisticsAtResNetSizes) {
     g.output_statistics = true;
     auto plan = gpu.plan_conv(g);
     std::printf("  [plan] %s\n", describe_cuda_conv_plan(*plan).c_str());
-    if (!gpu.conv_emits_statistics(*plan)) continue;
+    if (!plan->emits_statistics()) continue;
     ++with_engine;
     const std::vector<int64_t> xd{cc.n, cc.c, cc.h, cc.w}, wd{cc.k, cc.c, cc.r, cc.s},
         yd{cc.n, cc.k, g.out_h(), g.out_w()};

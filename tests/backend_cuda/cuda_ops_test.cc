@@ -477,8 +477,15 @@ TEST_F(CudaOpsTest, StepCapturesInCudaGraph) {
     gpu.fill(rv.tensor(), 1.0);
     gpu.fill(flag.tensor(), 0.0);
     gpu.conv_forward(*conv, x.tensor(), w.tensor(), y.tensor(), ws.tensor().data());
-    gpu.batchnorm_forward_training(*bn, y.tensor(), nullptr, gamma.tensor(), beta.tensor(), z.tensor(),
-                                   rm.tensor(), rv.tensor(), sm.tensor(), sis.tensor(), ws.tensor().data());
+    gpu.batchnorm_forward_training(*bn,
+                                   BatchNormTensors{.x = &y.tensor(),
+                                                    .gamma = &gamma.tensor(),
+                                                    .beta = &beta.tensor(),
+                                                    .running_mean = &rm.tensor(),
+                                                    .running_var = &rv.tensor(),
+                                                    .saved_mean = &sm.tensor(),
+                                                    .saved_inv_std = &sis.tensor()},
+                                   nullptr, z.tensor(), ws.tensor().data());
     gpu.pool_forward(*pool, z.tensor(), pooled.tensor(), nullptr);
     Tensor flat = pooled.tensor().reshaped({4, 32});
     gpu.gemm(Transpose::no, Transpose::no, 4, 10, 32, 1.f, flat, fc.tensor(), 0.f, logits.tensor());
@@ -488,9 +495,15 @@ TEST_F(CudaOpsTest, StepCapturesInCudaGraph) {
     Tensor dflat = dpooled.tensor().reshaped({4, 32});
     gpu.gemm(Transpose::no, Transpose::yes, 4, 32, 10, 1.f, dlogits.tensor(), fc.tensor(), 0.f, dflat);
     gpu.pool_backward(*pool, z.tensor(), pooled.tensor(), dpooled.tensor(), nullptr, dz.tensor());
-    gpu.batchnorm_backward(*bn, y.tensor(), z.tensor(), dz.tensor(), gamma.tensor(), sm.tensor(),
-                           sis.tensor(), dy.tensor(), nullptr, dgamma.tensor(), dbeta.tensor(),
-                           Accumulate::overwrite, ws.tensor().data());
+    gpu.batchnorm_backward(*bn,
+                           BatchNormTensors{.x = &y.tensor(),
+                                            .gamma = &gamma.tensor(),
+                                            .saved_mean = &sm.tensor(),
+                                            .saved_inv_std = &sis.tensor(),
+                                            .dx = &dy.tensor(),
+                                            .dgamma = &dgamma.tensor(),
+                                            .dbeta = &dbeta.tensor()},
+                           z.tensor(), dz.tensor(), nullptr, Accumulate::overwrite, ws.tensor().data());
     gpu.conv_backward_data(*conv, dy.tensor(), w.tensor(), dx.tensor(), Accumulate::overwrite,
                            ws.tensor().data());
     gpu.conv_backward_filter(*conv, x.tensor(), dy.tensor(), dw.tensor(), Accumulate::overwrite,

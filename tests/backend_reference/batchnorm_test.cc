@@ -60,15 +60,27 @@ struct BnBuffers {
     return g.fusion == BatchNormFusion::add_relu ? &residual.tensor() : nullptr;
   }
   void forward(Backend& backend, const BatchNormPlan& plan) {
-    backend.batchnorm_forward_training(plan, x.tensor(), residual_or_null(plan.geometry), gamma.tensor(),
-                                       beta.tensor(), y.tensor(), running_mean.tensor(), running_var.tensor(),
-                                       saved_mean.tensor(), saved_inv_std.tensor(), nullptr);
+    backend.batchnorm_forward_training(plan,
+                                       BatchNormTensors{.x = &x.tensor(),
+                                                        .gamma = &gamma.tensor(),
+                                                        .beta = &beta.tensor(),
+                                                        .running_mean = &running_mean.tensor(),
+                                                        .running_var = &running_var.tensor(),
+                                                        .saved_mean = &saved_mean.tensor(),
+                                                        .saved_inv_std = &saved_inv_std.tensor()},
+                                       residual_or_null(plan.geometry), y.tensor(), nullptr);
   }
   void backward(Backend& backend, const BatchNormPlan& plan, Accumulate accumulate = Accumulate::overwrite) {
     Tensor* dres = plan.geometry.fusion == BatchNormFusion::add_relu ? &dresidual.tensor() : nullptr;
-    backend.batchnorm_backward(plan, x.tensor(), y.tensor(), dy.tensor(), gamma.tensor(), saved_mean.tensor(),
-                               saved_inv_std.tensor(), dx.tensor(), dres, dgamma.tensor(), dbeta.tensor(),
-                               accumulate, nullptr);
+    backend.batchnorm_backward(plan,
+                               BatchNormTensors{.x = &x.tensor(),
+                                                .gamma = &gamma.tensor(),
+                                                .saved_mean = &saved_mean.tensor(),
+                                                .saved_inv_std = &saved_inv_std.tensor(),
+                                                .dx = &dx.tensor(),
+                                                .dgamma = &dgamma.tensor(),
+                                                .dbeta = &dbeta.tensor()},
+                               y.tensor(), dy.tensor(), dres, accumulate, nullptr);
   }
 
   HostBuffer x, residual, y, dy, dx, dresidual, gamma, beta, running_mean, running_var, saved_mean,
@@ -197,9 +209,13 @@ TEST(BatchNorm, InferenceUsesRunningStatistics) {
     b.running_mean = from_values({2}, DType::f32, {4, 1});
     b.running_var = from_values({2}, DType::f32, {0.25, 4});
     Tensor* residual = fusion == BatchNormFusion::add_relu ? &b.residual.tensor() : nullptr;
-    backend.batchnorm_forward_inference(*backend.plan_batchnorm(g), b.x.tensor(), residual, b.gamma.tensor(),
-                                        b.beta.tensor(), b.running_mean.tensor(), b.running_var.tensor(),
-                                        b.y.tensor());
+    backend.batchnorm_forward_inference(*backend.plan_batchnorm(g),
+                                        BatchNormTensors{.x = &b.x.tensor(),
+                                                         .gamma = &b.gamma.tensor(),
+                                                         .beta = &b.beta.tensor(),
+                                                         .running_mean = &b.running_mean.tensor(),
+                                                         .running_var = &b.running_var.tensor()},
+                                        residual, b.y.tensor());
     const double add = fusion == BatchNormFusion::add_relu ? -0.25 : 0;
     auto act = [&](double z) { return fusion == BatchNormFusion::none ? z : std::max(z, 0.0); };
     const double e = 1e-5;
@@ -317,17 +333,29 @@ TEST(BatchNorm, ChecksResidualAndParameterShapes) {
   auto plan = backend.plan_batchnorm(g);
   BnBuffers b(g, 1);
   // A residual given to a fusion that has none is a caller bug.
-  EXPECT_THROW(backend.batchnorm_forward_training(*plan, b.x.tensor(), &b.residual.tensor(), b.gamma.tensor(),
-                                                  b.beta.tensor(), b.y.tensor(), b.running_mean.tensor(),
-                                                  b.running_var.tensor(), b.saved_mean.tensor(),
-                                                  b.saved_inv_std.tensor(), nullptr),
-               Error);
+  EXPECT_THROW(
+      backend.batchnorm_forward_training(*plan,
+                                         BatchNormTensors{.x = &b.x.tensor(),
+                                                          .gamma = &b.gamma.tensor(),
+                                                          .beta = &b.beta.tensor(),
+                                                          .running_mean = &b.running_mean.tensor(),
+                                                          .running_var = &b.running_var.tensor(),
+                                                          .saved_mean = &b.saved_mean.tensor(),
+                                                          .saved_inv_std = &b.saved_inv_std.tensor()},
+                                         &b.residual.tensor(), b.y.tensor(), nullptr),
+      Error);
   // Parameters are FP32 [C] even for f64 activations.
   HostBuffer gamma64 = zeros({3}, DType::f64);
   try {
-    backend.batchnorm_forward_training(*plan, b.x.tensor(), nullptr, gamma64.tensor(), b.beta.tensor(),
-                                       b.y.tensor(), b.running_mean.tensor(), b.running_var.tensor(),
-                                       b.saved_mean.tensor(), b.saved_inv_std.tensor(), nullptr);
+    backend.batchnorm_forward_training(*plan,
+                                       BatchNormTensors{.x = &b.x.tensor(),
+                                                        .gamma = &gamma64.tensor(),
+                                                        .beta = &b.beta.tensor(),
+                                                        .running_mean = &b.running_mean.tensor(),
+                                                        .running_var = &b.running_var.tensor(),
+                                                        .saved_mean = &b.saved_mean.tensor(),
+                                                        .saved_inv_std = &b.saved_inv_std.tensor()},
+                                       nullptr, b.y.tensor(), nullptr);
     FAIL() << "no throw";
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("gamma is f64[3] nchw cpu, expected f32[3]"), std::string::npos)

@@ -49,7 +49,7 @@ StepResult one_step(Backend& backend, Layout layout, const std::vector<float>& i
   ModelOptions model_options;
   model_options.input = {3, size, size};
   model_options.num_classes = 1000;
-  model_options.fold_shortcut_bn = fold_shortcut_bn;
+  options.fusions.shortcut_batchnorm = fold_shortcut_bn;
   Model model = build_model("resnet50", backend, options, model_options);
   model.net->finalize(/*seed=*/123);
   // Images are given in NCHW; convert to the network layout on the host.

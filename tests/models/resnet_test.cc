@@ -89,19 +89,21 @@ TEST(ResNet, RejectsUnknownNamesAndTinyInputs) {
 }
 
 // One training step of `model` (default: resnet20 on a batch 4 of 1x12x12 images; 10 classes, fixed inputs
-// and seed) on the reference backend in f64 or oneDNN in f32, built with `model_options`' choices; the
+// and seed) on the reference backend in f64 or oneDNN in f32, with the fusions `fusions` forces; the
 // backend outlives the model.
 struct OneStep {
   std::unique_ptr<Backend> backend;
   Model model;
 };
-OneStep one_training_step(bool onednn, ModelOptions model_options, const std::string& model = "resnet20",
+OneStep one_training_step(bool onednn, const FusionChoices& fusions, const std::string& model = "resnet20",
                           ImageShape input = {1, 12, 12}) {
   OneStep s;
   s.backend = onednn ? make_onednn_backend(2) : make_reference_backend();
   NetworkOptions options;
   options.dtype = onednn ? DType::f32 : DType::f64;
   options.batch = 4;
+  options.fusions = fusions;
+  ModelOptions model_options;
   model_options.input = input;
   model_options.num_classes = 10;
   s.model = build_model(model, *s.backend, options, model_options);
@@ -155,9 +157,9 @@ TEST(ResNet, FoldedShortcutBatchNormsComputeWhatTheLayersDo) {
   for (const bool onednn : {false, true}) {
     SCOPED_TRACE(onednn ? "onednn" : "reference");
     auto step = [&](bool fold) {
-      ModelOptions model_options;
-      model_options.fold_shortcut_bn = fold;
-      OneStep one = one_training_step(onednn, model_options);
+      FusionChoices fusions;
+      fusions.shortcut_batchnorm = fold;
+      OneStep one = one_training_step(onednn, fusions);
       return step_bytes(one);
     };
     const StepBytes layers = step(false), folded = step(true);
@@ -175,9 +177,9 @@ TEST(ResNet, StemBatchNormAndMaxPoolAsOneLayerComputeWhatTheLayersDo) {
   for (const bool onednn : {false, true}) {
     SCOPED_TRACE(onednn ? "onednn" : "reference");
     auto step = [&](bool fuse) {
-      ModelOptions model_options;
-      model_options.fuse_stem_pool = fuse;
-      OneStep one = one_training_step(onednn, model_options, "resnet18", {3, 33, 33});
+      FusionChoices fusions;
+      fusions.batchnorm_max_pool = fuse;
+      OneStep one = one_training_step(onednn, fusions, "resnet18", {3, 33, 33});
       return step_bytes(one);
     };
     const StepBytes layers = step(false), fused = step(true);
@@ -190,7 +192,7 @@ TEST(ResNet, StemBatchNormAndMaxPoolAsOneLayerComputeWhatTheLayersDo) {
 }
 
 // The batch norms' statistics taken from the convolutions before them (each convolution sums its output
-// in its forward, ModelOptions::conv_statistics) change no more than rounding: one step of resnet20 on the
+// in its forward, FusionChoices::conv_statistics) change no more than rounding: one step of resnet20 on the
 // reference backend (f64) with them and without, folded and not, gives the same loss, parameter gradients,
 // running statistics and inference logits to 1e-10 (E[x^2] - E[x]^2 against two passes over x); every
 // batch norm takes its statistics from its convolution (the plans say so). On oneDNN, which sums no
@@ -207,10 +209,10 @@ TEST(ResNet, ConvolutionsHandTheBatchNormsTheirStatistics) {
     return v;
   };
   auto step = [&](bool onednn, bool fold, bool statistics) {
-    ModelOptions model_options;
-    model_options.fold_shortcut_bn = fold;
-    model_options.conv_statistics = statistics;
-    OneStep one = one_training_step(onednn, model_options);
+    FusionChoices fusions;
+    fusions.shortcut_batchnorm = fold;
+    fusions.conv_statistics = statistics;
+    OneStep one = one_training_step(onednn, fusions);
     Model& model = one.model;
     Step s;
     for (const auto& layer : model.net->layers()) {

@@ -155,7 +155,7 @@ TEST_P(LayerGradient, WholeResNet20) {
   model_options.num_classes = 10;
   // The projection shortcuts' batch norms folded into their blocks' closing ones: their gradients then
   // come from Backend::batchnorm_shortcut_backward.
-  model_options.fold_shortcut_bn = true;
+  options.fusions.shortcut_batchnorm = true;
   Model model = build_model("resnet20", *backend, options, model_options);
   model.net->finalize(3);
   testing::fill_uniform(model.images->value, 5);

@@ -206,48 +206,28 @@ void check_input_sums(const char* op, const BatchNormGeometry& g, const Tensor& 
 
 }  // namespace
 
-bool CudaBackend::batchnorm_takes_input_sums(const BatchNormGeometry& g) const {
-  return options_.conv_statistics != KernelChoice::off && g.dtype != DType::f64;
-}
-
-void CudaBackend::batchnorm_forward_training_from_sums(const BatchNormPlan& plan, const Tensor& x,
-                                                       const Tensor* residual, const Tensor& gamma,
-                                                       const Tensor& beta, Tensor& y, Tensor& running_mean,
-                                                       Tensor& running_var, Tensor& saved_mean,
-                                                       Tensor& saved_inv_std, const Tensor& input_sums,
-                                                       void* workspace) {
-  const auto& p = as_cuda_plan(plan);
-  if (!p.own) {  // cuDNN's FP64 kernels make their own statistics
-    batchnorm_forward_training(plan, x, residual, gamma, beta, y, running_mean, running_var, saved_mean,
-                               saved_inv_std, workspace);
-    return;
-  }
-  const char* op = "batchnorm_forward_training_from_sums";
-  check_forward_training(op, p, x, residual, gamma, beta, y, running_mean, running_var, saved_mean,
-                         saved_inv_std, workspace);
-  check_input_sums(op, p.geometry, input_sums);
-  activate();
-  own_batchnorm_forward_training(p.own_launch, x.data(), residual ? residual->data() : nullptr, f32(gamma),
-                                 f32(beta), y.data(), f32(running_mean), f32(running_var), f32(saved_mean),
-                                 f32(saved_inv_std), workspace, p.reserve.get(), stream_, f32(input_sums));
-}
-
-void CudaBackend::batchnorm_forward_training(const BatchNormPlan& plan, const Tensor& x,
-                                             const Tensor* residual, const Tensor& gamma, const Tensor& beta,
-                                             Tensor& y, Tensor& running_mean, Tensor& running_var,
-                                             Tensor& saved_mean, Tensor& saved_inv_std, void* workspace) {
+void CudaBackend::batchnorm_forward_training(const BatchNormPlan& plan, const BatchNormTensors& bn,
+                                             const Tensor* residual, Tensor& y, void* workspace) {
+  const char* op = "batchnorm_forward_training";
+  check_batchnorm_tensors(op, bn, BatchNormPass::training);
+  const Tensor &x = *bn.x, &gamma = *bn.gamma, &beta = *bn.beta;
+  Tensor &running_mean = *bn.running_mean, &running_var = *bn.running_var;
+  Tensor &saved_mean = *bn.saved_mean, &saved_inv_std = *bn.saved_inv_std;
   const auto& p = as_cuda_plan(plan);
   const BatchNormGeometry& g = p.geometry;
-  const char* op = "batchnorm_forward_training";
   check_forward_training(op, p, x, residual, gamma, beta, y, running_mean, running_var, saved_mean,
                          saved_inv_std, workspace);
   activate();
   if (p.own) {
+    // The statistics from the convolution's sums where it made them.
+    if (bn.input_sums) check_input_sums(op, g, *bn.input_sums);
     own_batchnorm_forward_training(p.own_launch, x.data(), residual ? residual->data() : nullptr, f32(gamma),
                                    f32(beta), y.data(), f32(running_mean), f32(running_var), f32(saved_mean),
-                                   f32(saved_inv_std), workspace, p.reserve.get(), stream_);
+                                   f32(saved_inv_std), workspace, p.reserve.get(), stream_,
+                                   bn.input_sums ? f32(*bn.input_sums) : nullptr);
     return;
   }
+  // cuDNN's FP64 kernels make their own statistics (input_sums unread).
   const Scaling s(g.dtype, 1.0, 0.0);
   void* ws = p.forward_workspace ? at_offset(workspace, p.cudnn_workspace_offset) : nullptr;
   CUDNN_CHECK(cudnnBatchNormalizationForwardTrainingEx(
@@ -276,13 +256,14 @@ void cudnn_inference(cudnnHandle_t cudnn, const CudaBatchNormPlan& p, const Tens
 
 }  // namespace
 
-void CudaBackend::batchnorm_forward_inference(const BatchNormPlan& plan, const Tensor& x,
-                                              const Tensor* residual, const Tensor& gamma, const Tensor& beta,
-                                              const Tensor& running_mean, const Tensor& running_var,
-                                              Tensor& y) {
+void CudaBackend::batchnorm_forward_inference(const BatchNormPlan& plan, const BatchNormTensors& bn,
+                                              const Tensor* residual, Tensor& y) {
+  const char* op = "batchnorm_forward_inference";
+  check_batchnorm_tensors(op, bn, BatchNormPass::inference);
+  const Tensor &x = *bn.x, &gamma = *bn.gamma, &beta = *bn.beta;
+  const Tensor &running_mean = *bn.running_mean, &running_var = *bn.running_var;
   const auto& p = as_cuda_plan(plan);
   const BatchNormGeometry& g = p.geometry;
-  const char* op = "batchnorm_forward_inference";
   check_activation(op, "x", x, activation_dims(g), g.dtype, g.layout);
   check_activation(op, "y", y, activation_dims(g), g.dtype, g.layout);
   check_residual(op, "residual", g, residual);
@@ -298,13 +279,16 @@ void CudaBackend::batchnorm_forward_inference(const BatchNormPlan& plan, const T
   if (g.fusion != BatchNormFusion::none) cuda::relu_forward(y.data(), y.data(), g.dtype, n, stream_);
 }
 
-void CudaBackend::batchnorm_backward(const BatchNormPlan& plan, const Tensor& x, const Tensor& y,
-                                     const Tensor& dy, const Tensor& gamma, const Tensor& saved_mean,
-                                     const Tensor& saved_inv_std, Tensor& dx, Tensor* dresidual,
-                                     Tensor& dgamma, Tensor& dbeta, Accumulate accumulate, void* workspace) {
+void CudaBackend::batchnorm_backward(const BatchNormPlan& plan, const BatchNormTensors& bn, const Tensor& y,
+                                     const Tensor& dy, Tensor* dresidual, Accumulate accumulate,
+                                     void* workspace) {
+  const char* op = "batchnorm_backward";
+  check_batchnorm_tensors(op, bn, BatchNormPass::backward);
+  const Tensor &x = *bn.x, &gamma = *bn.gamma, &saved_mean = *bn.saved_mean,
+               &saved_inv_std = *bn.saved_inv_std;
+  Tensor &dx = *bn.dx, &dgamma = *bn.dgamma, &dbeta = *bn.dbeta;
   const auto& p = as_cuda_plan(plan);
   const BatchNormGeometry& g = p.geometry;
-  const char* op = "batchnorm_backward";
   check_activation(op, "x", x, activation_dims(g), g.dtype, g.layout);
   check_activation(op, "y", y, activation_dims(g), g.dtype, g.layout);
   check_activation(op, "dy", dy, activation_dims(g), g.dtype, g.layout);
@@ -384,10 +368,6 @@ bool own_pair(const CudaBatchNormPlan& p, const CudaBatchNormPlan& s) {
 }
 
 }  // namespace
-
-bool CudaBackend::folds_shortcut_batchnorm(const BatchNormGeometry& g) const {
-  return options_.fold_shortcut_batchnorm && g.dtype != DType::f64 && bn::keeps_relu_mask(g);
-}
 
 void CudaBackend::batchnorm_shortcut_forward_training(const BatchNormPlan& plan,
                                                       const BatchNormPlan& shortcut_plan,
@@ -488,9 +468,18 @@ void check_pooled(const char* op, const CudaBatchNormPlan& p, const PoolPlan& po
 
 }  // namespace
 
-bool CudaBackend::fuses_batchnorm_max_pool(const BatchNormGeometry& bn, const PoolGeometry& pool) const {
-  // What makes a plan's `own` (new_plan), without planning.
-  return bn.dtype != DType::f64 && pooled_fits(bn, pool, options_);
+bool CudaBackend::fuses(const FusionCandidate& c) const {
+  // What makes a plan's `own` (new_plan), without planning: FP64 trains on cuDNN's batch norm.
+  if (c.batchnorm.dtype == DType::f64) return false;
+  switch (c.fusion) {
+    case Fusion::conv_statistics:
+      return options_.conv_statistics != KernelChoice::off;
+    case Fusion::shortcut_batchnorm:
+      return options_.fold_shortcut_batchnorm && bn::keeps_relu_mask(c.batchnorm);
+    case Fusion::batchnorm_max_pool:
+      return pooled_fits(c.batchnorm, c.pool, options_);
+  }
+  return false;
 }
 
 size_t CudaBackend::batchnorm_max_pool_saved_bytes(const BatchNormPlan& plan,

@@ -185,9 +185,7 @@ class CudaBackend final : public Backend {
   std::unique_ptr<ConvPlan> estimate_conv(const ConvGeometry& geometry) override;
   void conv_forward(const ConvPlan& plan, const Tensor& x, const Tensor& w, Tensor& y,
                     void* workspace) override;
-  // The output's statistics in the forward's epilogue (a cuDNN graph with a genstats node), where the plan
-  // found an engine worth it (conv/statistics.cc).
-  bool conv_emits_statistics(const ConvPlan& plan) const override;
+  // Where the plan found an engine worth it (CudaConvPlan::emits_statistics).
   void conv_forward_with_statistics(const ConvPlan& plan, const Tensor& x, const Tensor& w, Tensor& y,
                                     Tensor& sums, void* workspace) override;
   void conv_backward_data(const ConvPlan& plan, const Tensor& dy, const Tensor& w, Tensor& dx,
@@ -197,31 +195,24 @@ class CudaBackend final : public Backend {
 
   std::unique_ptr<BatchNormPlan> plan_batchnorm(const BatchNormGeometry& geometry) override;
   std::unique_ptr<BatchNormPlan> estimate_batchnorm(const BatchNormGeometry& geometry) override;
-  void batchnorm_forward_training(const BatchNormPlan& plan, const Tensor& x, const Tensor* residual,
-                                  const Tensor& gamma, const Tensor& beta, Tensor& y, Tensor& running_mean,
-                                  Tensor& running_var, Tensor& saved_mean, Tensor& saved_inv_std,
-                                  void* workspace) override;
-  // Statistics from the convolution before (own kernels; --conv-statistics off declines); an FP64 plan,
-  // on cuDNN's kernels, ignores the sums.
-  bool batchnorm_takes_input_sums(const BatchNormGeometry& g) const override;
-  void batchnorm_forward_training_from_sums(const BatchNormPlan& plan, const Tensor& x,
-                                            const Tensor* residual, const Tensor& gamma, const Tensor& beta,
-                                            Tensor& y, Tensor& running_mean, Tensor& running_var,
-                                            Tensor& saved_mean, Tensor& saved_inv_std,
-                                            const Tensor& input_sums, void* workspace) override;
-  void batchnorm_forward_inference(const BatchNormPlan& plan, const Tensor& x, const Tensor* residual,
-                                   const Tensor& gamma, const Tensor& beta, const Tensor& running_mean,
-                                   const Tensor& running_var, Tensor& y) override;
-  void batchnorm_backward(const BatchNormPlan& plan, const Tensor& x, const Tensor& y, const Tensor& dy,
-                          const Tensor& gamma, const Tensor& saved_mean, const Tensor& saved_inv_std,
-                          Tensor& dx, Tensor* dresidual, Tensor& dgamma, Tensor& dbeta, Accumulate accumulate,
+  // Statistics from the convolution before where given (own kernels); an FP64 plan, on cuDNN's kernels,
+  // ignores the sums.
+  void batchnorm_forward_training(const BatchNormPlan& plan, const BatchNormTensors& bn,
+                                  const Tensor* residual, Tensor& y, void* workspace) override;
+  void batchnorm_forward_inference(const BatchNormPlan& plan, const BatchNormTensors& bn,
+                                   const Tensor* residual, Tensor& y) override;
+  void batchnorm_backward(const BatchNormPlan& plan, const BatchNormTensors& bn, const Tensor& y,
+                          const Tensor& dy, Tensor* dresidual, Accumulate accumulate,
                           void* workspace) override;
-  // The projection shortcut folded in: training on own NHWC kernels (where the own kernels train and the
-  // channels come in whole vectors; --bn-fold-shortcut off declines), inference on cuDNN's.
-  // The stem's batch norm + ReLU and max pool as one op: on the own NHWC kernels (where the own kernels
-  // train, the channels come in whole vectors and the pool is the 3x3/2 stem pool;
-  // --stem-pool-fusion off declines), else Backend's composition.
-  bool fuses_batchnorm_max_pool(const BatchNormGeometry& bn, const PoolGeometry& pool) const override;
+  // Each fusion where its own kernels run it and CudaOptions leaves it on: the convolutions' statistics
+  // (--conv-statistics off declines; each plan still takes them only where its search finds them worth
+  // it), the folded shortcut (the own kernels train and the channels come in whole vectors;
+  // --bn-fold-shortcut off declines), the stem's batch norm + max pool (the own kernels train, the
+  // channels come in whole vectors and the pool is the 3x3/2 stem pool; --stem-pool-fusion off declines).
+  // None in FP64, which trains on cuDNN's batch norm.
+  bool fuses(const FusionCandidate& candidate) const override;
+  // The stem's batch norm + ReLU and max pool as one op: on the own NHWC kernels where fuses says so, else
+  // Backend's composition.
   size_t batchnorm_max_pool_saved_bytes(const BatchNormPlan& plan, const PoolPlan& pool_plan) const override;
   void batchnorm_max_pool_forward_training(const BatchNormPlan& plan, const PoolPlan& pool_plan,
                                            const BatchNormTensors& bn, Tensor& y, void* saved,
@@ -231,7 +222,7 @@ class CudaBackend final : public Backend {
   void batchnorm_max_pool_backward(const BatchNormPlan& plan, const PoolPlan& pool_plan,
                                    const BatchNormTensors& bn, const Tensor& y, const Tensor& dy,
                                    const void* saved, Accumulate accumulate, void* workspace) override;
-  bool folds_shortcut_batchnorm(const BatchNormGeometry& closing) const override;
+  // The projection shortcut folded in: training on own NHWC kernels, inference on cuDNN's.
   void batchnorm_shortcut_forward_training(const BatchNormPlan& plan, const BatchNormPlan& shortcut_plan,
                                            const BatchNormTensors& main, const BatchNormTensors& shortcut,
                                            Tensor& y, void* workspace) override;

@@ -383,11 +383,13 @@ std::unique_ptr<BatchNormPlan> OneDnnBackend::plan_batchnorm(const BatchNormGeom
   return std::make_unique<OneDnnBatchNormPlan>(g, threads_);
 }
 
-void OneDnnBackend::batchnorm_forward_training(const BatchNormPlan& plan, const Tensor& x,
-                                               const Tensor* residual, const Tensor& gamma,
-                                               const Tensor& beta, Tensor& y, Tensor& running_mean,
-                                               Tensor& running_var, Tensor& saved_mean, Tensor& saved_inv_std,
-                                               void* workspace) {
+void OneDnnBackend::batchnorm_forward_training(const BatchNormPlan& plan, const BatchNormTensors& bn,
+                                               const Tensor* residual, Tensor& y, void* workspace) {
+  // bn.input_sums are never set here (no oneDNN convolution sums its output): the statistics come from x.
+  check_batchnorm_tensors("batchnorm_forward_training", bn, BatchNormPass::training);
+  const Tensor &x = *bn.x, &gamma = *bn.gamma, &beta = *bn.beta;
+  Tensor &running_mean = *bn.running_mean, &running_var = *bn.running_var;
+  Tensor &saved_mean = *bn.saved_mean, &saved_inv_std = *bn.saved_inv_std;
   const auto& p = as_onednn(plan);
   const BatchNormGeometry& g = p.geometry;
   check_data(x, g, "batchnorm_forward_training x");
@@ -439,10 +441,11 @@ void OneDnnBackend::batchnorm_forward_training(const BatchNormPlan& plan, const 
   }
 }
 
-void OneDnnBackend::batchnorm_forward_inference(const BatchNormPlan& plan, const Tensor& x,
-                                                const Tensor* residual, const Tensor& gamma,
-                                                const Tensor& beta, const Tensor& running_mean,
-                                                const Tensor& running_var, Tensor& y) {
+void OneDnnBackend::batchnorm_forward_inference(const BatchNormPlan& plan, const BatchNormTensors& bn,
+                                                const Tensor* residual, Tensor& y) {
+  check_batchnorm_tensors("batchnorm_forward_inference", bn, BatchNormPass::inference);
+  const Tensor &x = *bn.x, &gamma = *bn.gamma, &beta = *bn.beta;
+  const Tensor &running_mean = *bn.running_mean, &running_var = *bn.running_var;
   const auto& p = as_onednn(plan);
   const BatchNormGeometry& g = p.geometry;
   check_data(x, g, "batchnorm_forward_inference x");
@@ -479,11 +482,13 @@ void OneDnnBackend::batchnorm_forward_inference(const BatchNormPlan& plan, const
   });
 }
 
-void OneDnnBackend::batchnorm_backward(const BatchNormPlan& plan, const Tensor& x, const Tensor& y,
-                                       const Tensor& dy, const Tensor& gamma, const Tensor& saved_mean,
-                                       const Tensor& saved_inv_std, Tensor& dx, Tensor* dresidual,
-                                       Tensor& dgamma, Tensor& dbeta, Accumulate accumulate,
+void OneDnnBackend::batchnorm_backward(const BatchNormPlan& plan, const BatchNormTensors& bn, const Tensor& y,
+                                       const Tensor& dy, Tensor* dresidual, Accumulate accumulate,
                                        void* workspace) {
+  check_batchnorm_tensors("batchnorm_backward", bn, BatchNormPass::backward);
+  const Tensor &x = *bn.x, &gamma = *bn.gamma, &saved_mean = *bn.saved_mean,
+               &saved_inv_std = *bn.saved_inv_std;
+  Tensor &dx = *bn.dx, &dgamma = *bn.dgamma, &dbeta = *bn.dbeta;
   const auto& p = as_onednn(plan);
   const BatchNormGeometry& g = p.geometry;
   check_data(x, g, "batchnorm_backward x");

@@ -98,16 +98,12 @@ class OneDnnBackend final : public Backend {
                             Accumulate accumulate, void* workspace) override;
 
   std::unique_ptr<BatchNormPlan> plan_batchnorm(const BatchNormGeometry& geometry) override;
-  void batchnorm_forward_training(const BatchNormPlan& plan, const Tensor& x, const Tensor* residual,
-                                  const Tensor& gamma, const Tensor& beta, Tensor& y, Tensor& running_mean,
-                                  Tensor& running_var, Tensor& saved_mean, Tensor& saved_inv_std,
-                                  void* workspace) override;
-  void batchnorm_forward_inference(const BatchNormPlan& plan, const Tensor& x, const Tensor* residual,
-                                   const Tensor& gamma, const Tensor& beta, const Tensor& running_mean,
-                                   const Tensor& running_var, Tensor& y) override;
-  void batchnorm_backward(const BatchNormPlan& plan, const Tensor& x, const Tensor& y, const Tensor& dy,
-                          const Tensor& gamma, const Tensor& saved_mean, const Tensor& saved_inv_std,
-                          Tensor& dx, Tensor* dresidual, Tensor& dgamma, Tensor& dbeta, Accumulate accumulate,
+  void batchnorm_forward_training(const BatchNormPlan& plan, const BatchNormTensors& bn,
+                                  const Tensor* residual, Tensor& y, void* workspace) override;
+  void batchnorm_forward_inference(const BatchNormPlan& plan, const BatchNormTensors& bn,
+                                   const Tensor* residual, Tensor& y) override;
+  void batchnorm_backward(const BatchNormPlan& plan, const BatchNormTensors& bn, const Tensor& y,
+                          const Tensor& dy, Tensor* dresidual, Accumulate accumulate,
                           void* workspace) override;
 
   std::unique_ptr<PoolPlan> plan_pool(const PoolGeometry& geometry) override;

@@ -36,8 +36,8 @@ class ReferenceBackend : public Backend {
   std::unique_ptr<ConvPlan> plan_conv(const ConvGeometry& geometry) override;
   void conv_forward(const ConvPlan& plan, const Tensor& x, const Tensor& w, Tensor& y,
                     void* workspace) override;
-  // Where the plan asks (ConvGeometry::output_statistics): the forward, then its output's sums in double.
-  bool conv_emits_statistics(const ConvPlan& plan) const override { return plan.geometry.output_statistics; }
+  // Where the plan asks (ConvGeometry::output_statistics, its plans' emits_statistics): the forward, then
+  // its output's sums in double.
   void conv_forward_with_statistics(const ConvPlan& plan, const Tensor& x, const Tensor& w, Tensor& y,
                                     Tensor& sums, void* workspace) override;
   void conv_backward_data(const ConvPlan& plan, const Tensor& dy, const Tensor& w, Tensor& dx,
@@ -46,21 +46,13 @@ class ReferenceBackend : public Backend {
                             Accumulate accumulate, void* workspace) override;
 
   std::unique_ptr<BatchNormPlan> plan_batchnorm(const BatchNormGeometry& geometry) override;
-  void batchnorm_forward_training(const BatchNormPlan& plan, const Tensor& x, const Tensor* residual,
-                                  const Tensor& gamma, const Tensor& beta, Tensor& y, Tensor& running_mean,
-                                  Tensor& running_var, Tensor& saved_mean, Tensor& saved_inv_std,
-                                  void* workspace) override;
-  void batchnorm_forward_training_from_sums(const BatchNormPlan& plan, const Tensor& x,
-                                            const Tensor* residual, const Tensor& gamma, const Tensor& beta,
-                                            Tensor& y, Tensor& running_mean, Tensor& running_var,
-                                            Tensor& saved_mean, Tensor& saved_inv_std,
-                                            const Tensor& input_sums, void* workspace) override;
-  void batchnorm_forward_inference(const BatchNormPlan& plan, const Tensor& x, const Tensor* residual,
-                                   const Tensor& gamma, const Tensor& beta, const Tensor& running_mean,
-                                   const Tensor& running_var, Tensor& y) override;
-  void batchnorm_backward(const BatchNormPlan& plan, const Tensor& x, const Tensor& y, const Tensor& dy,
-                          const Tensor& gamma, const Tensor& saved_mean, const Tensor& saved_inv_std,
-                          Tensor& dx, Tensor* dresidual, Tensor& dgamma, Tensor& dbeta, Accumulate accumulate,
+  // Takes the input's sums where given (in double, as the convolution made them).
+  void batchnorm_forward_training(const BatchNormPlan& plan, const BatchNormTensors& bn,
+                                  const Tensor* residual, Tensor& y, void* workspace) override;
+  void batchnorm_forward_inference(const BatchNormPlan& plan, const BatchNormTensors& bn,
+                                   const Tensor* residual, Tensor& y) override;
+  void batchnorm_backward(const BatchNormPlan& plan, const BatchNormTensors& bn, const Tensor& y,
+                          const Tensor& dy, Tensor* dresidual, Accumulate accumulate,
                           void* workspace) override;
 
   std::unique_ptr<PoolPlan> plan_pool(const PoolGeometry& geometry) override;

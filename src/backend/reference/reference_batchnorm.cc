@@ -200,99 +200,76 @@ std::unique_ptr<BatchNormPlan> ReferenceBackend::plan_batchnorm(const BatchNormG
   return std::make_unique<BatchNormPlan>(geometry);
 }
 
-namespace {
-
-void forward_training_checked(const BatchNormPlan& plan, const Tensor& x, const Tensor* residual,
-                              const Tensor& gamma, const Tensor& beta, Tensor& y, Tensor& running_mean,
-                              Tensor& running_var, Tensor& saved_mean, Tensor& saved_inv_std,
-                              const Tensor* input_sums) {
+void ReferenceBackend::batchnorm_forward_training(const BatchNormPlan& plan, const BatchNormTensors& bn,
+                                                  const Tensor* residual, Tensor& y, void*) {
   const BatchNormGeometry& g = plan.geometry;
   const char* op = "batchnorm_forward_training";
   check_geometry(g);
+  check_batchnorm_tensors(op, bn, BatchNormPass::training);
+  const Tensor& x = *bn.x;
   // The unbiased variance divides by M - 1 (PyTorch refuses a single value per channel too).
   DLB_CHECK(values_per_channel(g) > 1, "{}: training needs more than one value per channel, x is {}", op,
             x.describe());
   check_activation(op, "x", g, x);
   check_residual(op, "residual", g, residual);
   check_activation(op, "y", g, y);
-  check_channels(op, "gamma", g, gamma);
-  check_channels(op, "beta", g, beta);
-  check_channels(op, "running_mean", g, running_mean);
-  check_channels(op, "running_var", g, running_var);
-  check_channels(op, "saved_mean", g, saved_mean);
-  check_channels(op, "saved_inv_std", g, saved_inv_std);
+  check_channels(op, "gamma", g, *bn.gamma);
+  check_channels(op, "beta", g, *bn.beta);
+  check_channels(op, "running_mean", g, *bn.running_mean);
+  check_channels(op, "running_var", g, *bn.running_var);
+  check_channels(op, "saved_mean", g, *bn.saved_mean);
+  check_channels(op, "saved_inv_std", g, *bn.saved_inv_std);
+  if (const Tensor* sums = bn.input_sums) {
+    DLB_CHECK(sums->numel() == 2 * g.channels && (sums->dtype() == DType::f32 || sums->dtype() == DType::f64),
+              "{}: input_sums must hold 2 x {} FP32 or FP64 values, got {}", op, g.channels,
+              sums->describe());
+    reference::check_host(op, "input_sums", *sums);
+  }
   reference::dispatch_float(g.dtype, op, [&](auto tag) {
-    forward_training<decltype(tag)>(g, x, residual, gamma, beta, y, running_mean, running_var, saved_mean,
-                                    saved_inv_std, input_sums);
+    forward_training<decltype(tag)>(g, x, residual, *bn.gamma, *bn.beta, y, *bn.running_mean, *bn.running_var,
+                                    *bn.saved_mean, *bn.saved_inv_std, bn.input_sums);
   });
 }
 
-}  // namespace
-
-void ReferenceBackend::batchnorm_forward_training(const BatchNormPlan& plan, const Tensor& x,
-                                                  const Tensor* residual, const Tensor& gamma,
-                                                  const Tensor& beta, Tensor& y, Tensor& running_mean,
-                                                  Tensor& running_var, Tensor& saved_mean,
-                                                  Tensor& saved_inv_std, void*) {
-  forward_training_checked(plan, x, residual, gamma, beta, y, running_mean, running_var, saved_mean,
-                           saved_inv_std, nullptr);
-}
-
-void ReferenceBackend::batchnorm_forward_training_from_sums(const BatchNormPlan& plan, const Tensor& x,
-                                                            const Tensor* residual, const Tensor& gamma,
-                                                            const Tensor& beta, Tensor& y,
-                                                            Tensor& running_mean, Tensor& running_var,
-                                                            Tensor& saved_mean, Tensor& saved_inv_std,
-                                                            const Tensor& input_sums, void*) {
-  const BatchNormGeometry& g = plan.geometry;
-  DLB_CHECK(input_sums.numel() == 2 * g.channels &&
-                (input_sums.dtype() == DType::f32 || input_sums.dtype() == DType::f64),
-            "batchnorm_forward_training_from_sums: input_sums must hold 2 x {} FP32 or FP64 values, got {}",
-            g.channels, input_sums.describe());
-  reference::check_host("batchnorm_forward_training_from_sums", "input_sums", input_sums);
-  forward_training_checked(plan, x, residual, gamma, beta, y, running_mean, running_var, saved_mean,
-                           saved_inv_std, &input_sums);
-}
-
-void ReferenceBackend::batchnorm_forward_inference(const BatchNormPlan& plan, const Tensor& x,
-                                                   const Tensor* residual, const Tensor& gamma,
-                                                   const Tensor& beta, const Tensor& running_mean,
-                                                   const Tensor& running_var, Tensor& y) {
+void ReferenceBackend::batchnorm_forward_inference(const BatchNormPlan& plan, const BatchNormTensors& bn,
+                                                   const Tensor* residual, Tensor& y) {
   const BatchNormGeometry& g = plan.geometry;
   const char* op = "batchnorm_forward_inference";
   check_geometry(g);
-  check_activation(op, "x", g, x);
+  check_batchnorm_tensors(op, bn, BatchNormPass::inference);
+  check_activation(op, "x", g, *bn.x);
   check_residual(op, "residual", g, residual);
   check_activation(op, "y", g, y);
-  check_channels(op, "gamma", g, gamma);
-  check_channels(op, "beta", g, beta);
-  check_channels(op, "running_mean", g, running_mean);
-  check_channels(op, "running_var", g, running_var);
+  check_channels(op, "gamma", g, *bn.gamma);
+  check_channels(op, "beta", g, *bn.beta);
+  check_channels(op, "running_mean", g, *bn.running_mean);
+  check_channels(op, "running_var", g, *bn.running_var);
   reference::dispatch_float(g.dtype, op, [&](auto tag) {
-    forward_inference<decltype(tag)>(g, x, residual, gamma, beta, running_mean, running_var, y);
+    forward_inference<decltype(tag)>(g, *bn.x, residual, *bn.gamma, *bn.beta, *bn.running_mean,
+                                     *bn.running_var, y);
   });
 }
 
-void ReferenceBackend::batchnorm_backward(const BatchNormPlan& plan, const Tensor& x, const Tensor& y,
-                                          const Tensor& dy, const Tensor& gamma, const Tensor& saved_mean,
-                                          const Tensor& saved_inv_std, Tensor& dx, Tensor* dresidual,
-                                          Tensor& dgamma, Tensor& dbeta, Accumulate accumulate, void*) {
+void ReferenceBackend::batchnorm_backward(const BatchNormPlan& plan, const BatchNormTensors& bn,
+                                          const Tensor& y, const Tensor& dy, Tensor* dresidual,
+                                          Accumulate accumulate, void*) {
   const BatchNormGeometry& g = plan.geometry;
   const char* op = "batchnorm_backward";
   check_geometry(g);
-  check_activation(op, "x", g, x);
+  check_batchnorm_tensors(op, bn, BatchNormPass::backward);
+  check_activation(op, "x", g, *bn.x);
   check_activation(op, "y", g, y);
   check_activation(op, "dy", g, dy);
-  check_activation(op, "dx", g, dx);
+  check_activation(op, "dx", g, *bn.dx);
   check_residual(op, "dresidual", g, dresidual);
-  check_channels(op, "gamma", g, gamma);
-  check_channels(op, "saved_mean", g, saved_mean);
-  check_channels(op, "saved_inv_std", g, saved_inv_std);
-  check_channels(op, "dgamma", g, dgamma);
-  check_channels(op, "dbeta", g, dbeta);
+  check_channels(op, "gamma", g, *bn.gamma);
+  check_channels(op, "saved_mean", g, *bn.saved_mean);
+  check_channels(op, "saved_inv_std", g, *bn.saved_inv_std);
+  check_channels(op, "dgamma", g, *bn.dgamma);
+  check_channels(op, "dbeta", g, *bn.dbeta);
   reference::dispatch_float(g.dtype, op, [&](auto tag) {
-    backward<decltype(tag)>(g, x, y, dy, gamma, saved_mean, saved_inv_std, dx, dresidual, dgamma, dbeta,
-                            accumulate);
+    backward<decltype(tag)>(g, *bn.x, y, dy, *bn.gamma, *bn.saved_mean, *bn.saved_inv_std, *bn.dx, dresidual,
+                            *bn.dgamma, *bn.dbeta, accumulate);
   });
 }
 

@@ -87,6 +87,9 @@ class CudaConvPlan final : public ConvPlan {
     if (statistics_plan) bytes = std::max(bytes, statistics_plan->workspace_bytes());
     return bytes;
   }
+  // The output's statistics in the forward's epilogue (a cuDNN graph with a genstats node), where the
+  // search found an engine worth it (conv/statistics.cc).
+  bool emits_statistics() const override { return statistics_plan != nullptr; }
   // The graph-API plan `direction` runs on, or null (the legacy algorithm).
   const GraphPlan* graph_plan(ConvDirection direction) const {
     return graph_plans[static_cast<size_t>(direction)].get();

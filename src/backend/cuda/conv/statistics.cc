@@ -172,10 +172,6 @@ namespace dlbench::cuda {
 
 using namespace conv;
 
-bool CudaBackend::conv_emits_statistics(const ConvPlan& plan) const {
-  return as_cuda_plan(plan).statistics_plan != nullptr;
-}
-
 void CudaBackend::conv_forward_with_statistics(const ConvPlan& plan, const Tensor& x, const Tensor& w,
                                                Tensor& y, Tensor& sums, void* workspace) {
   const auto& p = as_cuda_plan(plan);

@@ -1,0 +1,32 @@
+// The fusion pass: a model builder adds the plain layers (torchvision's graph: convolution, batch norm
+// with its ReLU or residual add + ReLU, max pool), and before planning the network rewrites its layer list
+// where the backend says it runs a pattern as one op (Backend::fuses, Fusion):
+//   * a batch norm + ReLU read only by a max pool, and the pool  ->  BatchNormMaxPoolLayer (the pool's
+//   place);
+//   * a block's closing batch norm (add_relu) whose residual is a shortcut batch norm read by it alone, and
+//     the shortcut's batch norm  ->  BatchNormShortcutLayer (the closing one's place);
+//   * a batch norm whose input a convolution makes  ->  the convolution sums its output for it
+//     (ConvLayer::request_statistics, BatchNormState::take_input_sums_from).
+// The fused layers hold the same parameters, in the same order and under the same names, as the layers
+// they replace, so checkpoints do not depend on what was fused; every backend runs every fused op (composing
+// the single ones where it has no kernels for it), so results do not either.
+#pragma once
+
+#include <optional>
+
+namespace dlbench {
+
+class Network;
+
+// Fusions forced on or off whatever the backend says (unset: Backend::fuses decides): for the tests that
+// compare a fusion with the layers it replaces, on backends that compose the fused ops.
+struct FusionChoices {
+  std::optional<bool> conv_statistics;
+  std::optional<bool> shortcut_batchnorm;
+  std::optional<bool> batchnorm_max_pool;
+};
+
+// Rewrites `net`'s layers (built, not planned) where `choices` or else the backend says so.
+void fuse_layers(Network& net, const FusionChoices& choices);
+
+}  // namespace dlbench
