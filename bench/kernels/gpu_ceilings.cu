@@ -5,7 +5,8 @@
 //   * memory bandwidth: a device-to-device copy (cudaMemcpyAsync) and dlbench's own grid-stride copy and
 //     read-only sum kernels over --gib GiB buffers, far larger than the L2 (bytes read + written / time).
 // Each figure is the median of --reps timed repetitions between two CUDA events, after one warm-up.
-// Prints a table and, with --json FILE, one JSON object per ceiling (JSON Lines) for bench/results/gpu-ceilings/.
+// Prints a table and, with --json FILE, one JSON object per ceiling (JSON Lines) for
+// bench/results/gpu-ceilings/.
 //
 //   gpu_ceilings [--size N] [--gib G] [--reps R] [--json FILE]
 #include <cublas_v2.h>
