@@ -213,5 +213,21 @@ TEST(PickWithinNoise, TimesThatMoveWithinTheNoiseGiveTheSamePick) {
   EXPECT_EQ(pick_within_noise(one)->index, pick_within_noise(other)->index);
 }
 
+// The candidates timed again before a pick: those a time near the margin's edge could swing. The pairs
+// two processes measured 2.0% and 2.5% apart (one a little under the 2% margin, one over) are both
+// looked at again; a pick with no time near the edge is not.
+TEST(PickWithinNoise, TimesNearTheMarginsEdgeAreLookedAtAgain) {
+  const std::vector<double> under{0.1251, 0.1227}, over{0.1258, 0.1227};
+  EXPECT_EQ(ambiguous_contenders(under), (std::vector<size_t>{0, 1}));
+  EXPECT_EQ(ambiguous_contenders(over), (std::vector<size_t>{0, 1}));
+  // Clear outcomes: 0.5% apart (within the noise), 5% apart (outside it), a lone candidate.
+  EXPECT_TRUE(ambiguous_contenders(std::vector<double>{1.005, 1.0}).empty());
+  EXPECT_TRUE(ambiguous_contenders(std::vector<double>{1.05, 1.0}).empty());
+  EXPECT_TRUE(ambiguous_contenders(std::vector<double>{1.0, NAN}).empty());
+  // With one near the edge, every candidate within the margin and the band is a contender, far ones not.
+  const std::vector<double> mixed{1.022, 1.0, 1.5, 1.012, INFINITY};
+  EXPECT_EQ(ambiguous_contenders(mixed), (std::vector<size_t>{0, 1, 3}));
+}
+
 }  // namespace
 }  // namespace dlbench::tuning

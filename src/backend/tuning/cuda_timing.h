@@ -60,6 +60,26 @@ inline float give_up_time(std::optional<float> fastest) {
   return fastest ? kGiveUpFactor * *fastest : std::numeric_limits<float>::infinity();
 }
 
+// The mean time of `calls` calls of `run` on `stream`, queued behind `gate` (one round); nothing when a call
+// fails.
+template <typename Run>
+std::optional<float> time_round(cudaStream_t stream, cuda::StreamGate& gate, const EventPair& events,
+                                const Run& run, int calls) {
+  {
+    const cuda::ClosedGate closed(gate, stream);
+    CUDA_CHECK(cudaEventRecord(events.start, stream));
+    for (int call = 0; call < calls; ++call)
+      if (!run()) return std::nullopt;
+    CUDA_CHECK(cudaEventRecord(events.stop, stream));
+  }  // the gate opens: the calls run
+  return events.elapsed_ms() / calls;
+}
+
+inline float median(std::vector<float> v) {
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2];
+}
+
 // Median over kRounds rounds of the mean time of kCallsPerRound calls of `run` on `stream` (a call that
 // returns whether it ran; one call per round once a round has shown calls of kLongCallMs or more), after
 // one warm-up call; nothing when a call fails. `gate` holds each round's calls until they are queued.
@@ -76,18 +96,43 @@ std::optional<float> time_calls(cudaStream_t stream, cuda::StreamGate& gate, con
     // The first round that may give up is one call: a slow candidate costs two calls, warm-up included.
     const bool long_calls = !rounds.empty() && rounds.front() >= kLongCallMs;
     const int calls = (round == 0 && may_give_up) || long_calls ? 1 : kCallsPerRound;
-    {
-      const cuda::ClosedGate closed(gate, stream);
-      CUDA_CHECK(cudaEventRecord(events.start, stream));
-      for (int call = 0; call < calls; ++call)
-        if (!run()) return std::nullopt;
-      CUDA_CHECK(cudaEventRecord(events.stop, stream));
-    }
-    rounds.push_back(events.elapsed_ms() / calls);
+    const std::optional<float> ms = time_round(stream, gate, events, run, calls);
+    if (!ms) return std::nullopt;
+    rounds.push_back(*ms);
     if (rounds.back() > give_up_ms) return rounds.back();
   }
-  std::sort(rounds.begin(), rounds.end());
-  return rounds[rounds.size() / 2];
+  return median(std::move(rounds));
+}
+
+// Rounds of the second, closer look at candidates a pick would decide by a hair (tuning/pick.h).
+inline constexpr int kCloseLookRounds = 9;
+
+// The closer look: `count` candidates (`run(i)` calls candidate i once and returns whether it ran) timed
+// in kCloseLookRounds rounds each, interleaved round by round so that a drift of the GPU's clocks during
+// them touches all alike; each one's median, nothing for one whose call failed.
+template <typename Run>
+std::vector<std::optional<float>> time_interleaved(cudaStream_t stream, cuda::StreamGate& gate, size_t count,
+                                                   const Run& run) {
+  const EventPair events;
+  std::vector<std::vector<float>> rounds(count);
+  std::vector<bool> failed(count, false);
+  for (size_t i = 0; i < count; ++i) failed[i] = !run(i);  // warm-up
+  for (int round = 0; round < kCloseLookRounds; ++round) {
+    for (size_t i = 0; i < count; ++i) {
+      if (failed[i]) continue;
+      const int calls = !rounds[i].empty() && rounds[i].front() >= kLongCallMs ? 1 : kCallsPerRound;
+      const std::optional<float> ms = time_round(
+          stream, gate, events, [&] { return run(i); }, calls);
+      if (ms)
+        rounds[i].push_back(*ms);
+      else
+        failed[i] = true;
+    }
+  }
+  std::vector<std::optional<float>> medians(count);
+  for (size_t i = 0; i < count; ++i)
+    if (!failed[i]) medians[i] = median(std::move(rounds[i]));
+  return medians;
 }
 
 }  // namespace dlbench::tuning

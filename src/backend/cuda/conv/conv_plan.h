@@ -12,6 +12,7 @@
 #pragma once
 
 #include <array>
+#include <cmath>
 #include <cstdint>
 #include <initializer_list>
 #include <limits>
@@ -25,6 +26,7 @@
 #include "backend/cuda/cudnn_graph.h"
 #include "backend/tuning/cuda_timing.h"
 #include "backend/tuning/pick.h"
+#include "core/log.h"
 
 namespace dlbench::cuda::conv {
 
@@ -185,6 +187,25 @@ std::optional<float> time_calls(const CudaBackend& backend, const Run& run,
 }
 using tuning::give_up_time;
 
+// Before a pick: the candidates whose times would decide it by a hair (tuning::ambiguous_contenders) are
+// timed again, in more rounds and interleaved (tuning::time_interleaved), and their times in `ms` replaced
+// by those (infinity for one that fails). `run(i)` calls candidate i once and returns a cuDNN status.
+// Returns how many were looked at again.
+template <typename Run>
+size_t look_again_at_close_times(const CudaBackend& backend, std::vector<double>& ms, const Run& run) {
+  const std::vector<size_t> contenders = tuning::ambiguous_contenders(ms);
+  if (contenders.empty()) return 0;
+  const std::vector<std::optional<float>> again =
+      tuning::time_interleaved(backend.stream(), backend.search_gate(), contenders.size(),
+                               [&](size_t k) { return run(contenders[k]) == CUDNN_STATUS_SUCCESS; });
+  for (size_t k = 0; k < contenders.size(); ++k) {
+    log_debug("  looked at again: candidate {} {:.4f} -> {:.4f} ms", contenders[k], ms[contenders[k]],
+              again[k] ? static_cast<double>(*again[k]) : INFINITY);
+    ms[contenders[k]] = again[k] ? static_cast<double>(*again[k]) : INFINITY;
+  }
+  return contenders.size();
+}
+
 // ---- the GEMM's calls and times (gemm.cc) ----
 cublasStatus_t run_gemm(const CudaBackend& backend, const ConvGeometry& g, ConvDirection d, void* x, void* w,
                         void* y, bool add, void* workspace);
@@ -224,8 +245,8 @@ LegacyRanking search_legacy(const CudaBackend& backend, CudaConvPlan& plan, cons
 void search_graph_engines(const CudaBackend& backend, CudaConvPlan& plan, const LegacyRanking& ranking,
                           const SearchScratch& scratch, const GemmTimes& gemm, bool force,
                           const std::string& key);
-void choose_gemm(const CudaBackend& backend, CudaConvPlan& plan, const GemmTimes& times, bool force,
-                 const std::string& key);
+void choose_gemm(const CudaBackend& backend, CudaConvPlan& plan, const GemmTimes& times,
+                 const SearchScratch& scratch, bool force, const std::string& key);
 std::unique_ptr<CudaConvPlan> searched_plan(CudaBackend& backend, const ConvGeometry& g);
 
 // ---- the input as 2x2 blocks (space_to_depth.cc) ----

@@ -62,10 +62,16 @@ void note_close_call(const CudaBackend& backend, const std::string& key, const c
 namespace {
 
 // Moves the candidate the rule picks (tuning/pick.h: the first in `timed`'s order within the timing noise
-// of the fastest) to the front of `timed`; nullopt when it is empty.
-std::optional<tuning::Pick> pick_first(std::vector<AlgoChoice>& timed) {
+// of the fastest, times near the margin's edge looked at again by `run(algorithm)`) to the front of
+// `timed`; nullopt when it is empty.
+template <typename Run>
+std::optional<tuning::Pick> pick_first(const CudaBackend& backend, std::vector<AlgoChoice>& timed,
+                                       const Run& run) {
   std::vector<double> ms;
   for (const AlgoChoice& a : timed) ms.push_back(a.time_ms);
+  if (look_again_at_close_times(backend, ms, [&](size_t i) { return run(timed[i]); }))
+    for (size_t i = 0; i < timed.size(); ++i)
+      timed[i].time_ms = timed[i].legacy_ms = static_cast<float>(ms[i]);
   const std::optional<tuning::Pick> pick = tuning::pick_within_noise(ms);
   if (pick)  // the others keep their order behind it
     for (size_t k = pick->index; k > 0; --k) std::swap(timed[k], timed[k - 1]);
@@ -142,11 +148,17 @@ LegacyRanking search_legacy(const CudaBackend& backend, CudaConvPlan& plan, cons
       const std::optional<float> ms = time_calls(
           backend, [&] { return run_legacy(handle, plan, d, a, x, w, y, ws, s); }, give_up_time(fastest));
       if (!ms) continue;
+      log_debug("conv {} {} legacy {} math {}: {:.4f} ms", key, direction_name(d), a.algo, math_name(a.math),
+                *ms);
       a.time_ms = a.legacy_ms = *ms;
       ranked.push_back(a);
       if (!fastest || *ms < *fastest) fastest = *ms;
     }
-    if (const std::optional<tuning::Pick> pick = pick_first(ranked))
+    auto run = [&](AlgoChoice& a) {
+      set_execution(backend, plan, d, a);
+      return run_legacy(handle, plan, d, a, x, w, y, ws, s);
+    };
+    if (const std::optional<tuning::Pick> pick = pick_first(backend, ranked, run))
       note_close_call(backend, key, fmt::format("{} legacy", direction_name(d)).c_str(), *pick);
     DLB_CHECK(!ranked.empty(),
               "conv: no {} algorithm of cuDNN ran within {} bytes of workspace for {}x{}x{}x{} -> {} ({}x{} "
@@ -189,18 +201,26 @@ void search_graph_engines(const CudaBackend& backend, CudaConvPlan& plan, const 
     // Candidate 0 is the legacy algorithm (not with `force`), then the engines that ran, in order.
     std::vector<GraphEngine> timed{GraphEngine{}};
     std::vector<double> ms_of{force ? INFINITY : static_cast<double>(a.legacy_ms)};
+    std::vector<std::unique_ptr<GraphPlan>> built(1);  // kept for a second look at close times
     for (const GraphEngine& engine : engines) {
-      const std::unique_ptr<GraphPlan> candidate = GraphPlan::build(*graph, engine);
+      std::unique_ptr<GraphPlan> candidate = GraphPlan::build(*graph, engine);
       if (!candidate || candidate->workspace_bytes() > limit) continue;
       // With `force` an engine must be chosen: each is timed in full.
       const std::optional<float> ms = time_calls(
           backend, [&] { return candidate->execute(x, w, y, ws); },
           force ? std::numeric_limits<float>::infinity() : give_up_time(fastest));
       if (!ms) continue;
+      log_debug("conv {} {} {}: {:.4f} ms", key, direction_name(d), engine_name(engine), *ms);
       timed.push_back(engine);
       ms_of.push_back(*ms);
+      built.push_back(std::move(candidate));
       fastest = std::min(fastest, *ms);
     }
+    const Scaling s = direction_scaling(g, d);
+    look_again_at_close_times(backend, ms_of, [&](size_t i) {
+      return i == 0 ? run_legacy(handle, plan, d, a, x, w, y, ws, s) : built[i]->execute(x, w, y, ws);
+    });
+    if (!force && std::isfinite(ms_of[0])) a.legacy_ms = static_cast<float>(ms_of[0]);
     const std::optional<tuning::Pick> pick = tuning::pick_within_noise(ms_of);
     if (!pick) continue;
     note_close_call(backend, key, fmt::format("{} engine", direction_name(d)).c_str(), *pick);
@@ -214,18 +234,41 @@ void search_graph_engines(const CudaBackend& backend, CudaConvPlan& plan, const 
 
 // Chooses the GEMM for each direction where the rule picks it after what the direction runs (with `force`,
 // wherever it ran).
-void choose_gemm(const CudaBackend& backend, CudaConvPlan& plan, const GemmTimes& times, bool force,
-                 const std::string& key) {
+void choose_gemm(const CudaBackend& backend, CudaConvPlan& plan, const GemmTimes& times,
+                 const SearchScratch& scratch, bool force, const std::string& key) {
+  const ConvGeometry& g = plan.geometry;
+  void *x = scratch.x.get(), *w = scratch.w.get(), *y = scratch.y.get(), *ws = scratch.ws.get();
   for (ConvDirection d : kDirections) {
     AlgoChoice& a = direction_choice(plan.choice, d);
     const std::optional<float>& ms = times[static_cast<size_t>(d)];
     if (!ms) continue;
-    const double order[] = {static_cast<double>(a.run_ms()), static_cast<double>(*ms)};
+    std::vector<double> order{static_cast<double>(a.run_ms()), static_cast<double>(*ms)};
+    if (!force) {
+      // Candidate 0 is what the direction runs: the legacy algorithm, or its engine (built again here
+      // only if the two times are close enough to look at again); candidate 1 the GEMM.
+      std::optional<ConvGraph> graph;
+      std::unique_ptr<GraphPlan> engine_plan;
+      look_again_at_close_times(backend, order, [&](size_t i) -> cudnnStatus_t {
+        if (i == 1)
+          return run_gemm(backend, g, d, x, w, y, graph_adds_to_output(g, d), ws) == CUBLAS_STATUS_SUCCESS
+                     ? CUDNN_STATUS_SUCCESS
+                     : CUDNN_STATUS_EXECUTION_FAILED;
+        if (!a.engine) {
+          set_execution(backend, plan, d, a);
+          return run_legacy(backend.cudnn(), plan, d, a, x, w, y, ws, direction_scaling(g, d));
+        }
+        if (!graph) {
+          graph.emplace(backend.cudnn(), g, d);
+          engine_plan = GraphPlan::build(*graph, *a.engine);
+        }
+        return engine_plan ? engine_plan->execute(x, w, y, ws) : CUDNN_STATUS_NOT_SUPPORTED;
+      });
+    }
     const std::optional<tuning::Pick> pick = tuning::pick_within_noise(order);
     if (!force) note_close_call(backend, key, fmt::format("{} gemm", direction_name(d)).c_str(), *pick);
     if (force || pick->index == 1) {
       a.gemm = true;
-      a.gemm_ms = *ms;
+      a.gemm_ms = static_cast<float>(order[1]);
     }
   }
 }
@@ -255,7 +298,7 @@ std::unique_ptr<CudaConvPlan> searched_plan(CudaBackend& backend, const ConvGeom
     plan->choice = ConvChoice{ranking[0].front(), ranking[1].front(), ranking[2].front()};
     if (with_engines)
       search_graph_engines(backend, *plan, ranking, scratch, gemm, o.conv_graph == KernelChoice::force, key);
-    if (with_gemm) choose_gemm(backend, *plan, gemm, o.conv_gemm == KernelChoice::force, key);
+    if (with_gemm) choose_gemm(backend, *plan, gemm, scratch, o.conv_gemm == KernelChoice::force, key);
     log_debug("conv search {}x{}x{}x{} -> {} {}x{} stride {} {} {}: {:.2f} s", g.batch, g.in_channels, g.in_h,
               g.in_w, g.out_channels, g.kernel_h, g.kernel_w, g.stride_h, dtype_name(g.dtype),
               layout_name(g.layout),
