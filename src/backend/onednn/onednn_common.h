@@ -3,6 +3,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <cstdlib>
 #include <memory>
 #include <oneapi/dnnl/dnnl.hpp>
 #include <string>
@@ -37,6 +38,17 @@ inline void check_f32(DType dtype, const char* op) {
   DLB_CHECK(dtype == DType::f32, "onednn backend: {} supports f32 only, got {}", op, dtype_name(dtype));
 }
 
+// Below this many elements a loop runs on one thread: waking the team costs more than it saves.
+inline constexpr int64_t kParallelThreshold = 1 << 14;
+
+// The transformer ops take f32 alone (as every other op here): another dtype is the user's choice of
+// precision reaching a backend that lacks it, so it is a UserError naming the way out.
+inline void require_f32(const Tensor& t, const char* op, const char* name) {
+  DLB_REQUIRE(t.dtype() == DType::f32,
+              "the onednn backend runs {} in f32 only, but {} is {}: use --precision fp32 on the CPU", op,
+              name, dtype_name(t.dtype()));
+}
+
 // Activations [N,C,H,W] in our layout, and conv weights [K,C,R,S] stored in the activations' layout.
 inline tag activation_tag(Layout layout) { return layout == Layout::nchw ? tag::nchw : tag::nhwc; }
 inline tag weights_tag(Layout layout) { return layout == Layout::nchw ? tag::oihw : tag::ohwi; }
@@ -60,6 +72,28 @@ class WorkspaceLayout {
 
  private:
   size_t total_ = 0;
+};
+
+// Memory an op uses only while it runs (per-thread score blocks, saved statistics in oneDNN's form), kept
+// from one call to the next: it grows to the largest request at the first steps and is never allocated
+// again, so the timed loop allocates nothing.
+class ScratchBuffer {
+ public:
+  float* floats(size_t count) {
+    if (count > capacity_) {
+      data_.reset(static_cast<float*>(std::aligned_alloc(64, align_up(count * sizeof(float), size_t{64}))));
+      DLB_CHECK(data_ != nullptr, "onednn backend: out of memory allocating {} floats of scratch", count);
+      capacity_ = count;
+    }
+    return data_.get();
+  }
+
+ private:
+  struct Free {
+    void operator()(float* p) const { std::free(p); }
+  };
+  std::unique_ptr<float, Free> data_;
+  size_t capacity_ = 0;
 };
 
 inline void* at_offset(void* base, size_t offset) { return static_cast<std::byte*>(base) + offset; }
@@ -136,10 +170,47 @@ class OneDnnBackend final : public Backend {
                   const StepScalars* scalars = nullptr) override;
   void update_loss_scale(StepScalars* scalars) override;
 
+  // ---- transformer ops (f32; one file each: onednn_embedding, _layernorm, _gelu, _attention, _loss,
+  // _adamw) ----
+  void embedding_forward(const Tensor& tokens, const Tensor& wte, const Tensor& wpe, Tensor& out) override;
+  void embedding_backward(const Tensor& tokens, const Tensor& dout, Tensor& dwte, Tensor& dwpe,
+                          Accumulate accumulate) override;
+  void layernorm_forward(const Tensor& x, const Tensor& weight, const Tensor& bias, float eps, Tensor& y,
+                         Tensor& mean, Tensor& rstd) override;
+  void layernorm_backward(const Tensor& x, const Tensor& weight, const Tensor& mean, const Tensor& rstd,
+                          const Tensor& dy, Tensor& dx, Tensor& dweight, Tensor& dbias,
+                          Accumulate accumulate) override;
+  void gelu_forward(const Tensor& x, Tensor& y) override;
+  void gelu_backward(const Tensor& x, const Tensor& dy, Tensor& dx) override;
+  void attention_forward(const Tensor& qkv, int64_t heads, Tensor& out, Tensor& stats) override;
+  void attention_backward(const Tensor& qkv, const Tensor& out, const Tensor& stats, const Tensor& dout,
+                          int64_t heads, Tensor& dqkv) override;
+  void softmax_cross_entropy_padded_forward(const Tensor& logits, const Tensor& labels, int64_t valid_classes,
+                                            float label_smoothing, Tensor& probs, Tensor& loss) override;
+  void softmax_cross_entropy_padded_backward(const Tensor& probs, const Tensor& labels, int64_t valid_classes,
+                                             float label_smoothing, float scale, Tensor& dlogits,
+                                             const float* loss_scale = nullptr) override;
+  void sum_of_squares(const Tensor& x, Tensor& out, Accumulate accumulate) override;
+  void adamw_update(Tensor& params, const Tensor& grads, Tensor& m, Tensor& v,
+                    std::span<const ParamSegment> segments, const AdamWStep& step,
+                    const StepScalars* scalars = nullptr) override;
+
+  // The transformer ops have no plans (their shapes arrive with each call), so their oneDNN primitives are
+  // made at the first call of a shape and kept under a key naming the op and the shape.
+  template <typename Make>
+  const dnnl::primitive& cached_primitive(const std::string& key, Make make) {
+    auto it = primitives_.find(key);
+    if (it == primitives_.end()) it = primitives_.emplace(key, make()).first;
+    return it->second;
+  }
+  ScratchBuffer& scratch() { return scratch_; }
+
  private:
   int threads_;
   dnnl::engine engine_;
   dnnl::stream stream_;
+  std::unordered_map<std::string, dnnl::primitive> primitives_;
+  ScratchBuffer scratch_;
 };
 
 }  // namespace dlbench::onednn
