@@ -75,11 +75,11 @@ void softmax_rows(float* scores, int64_t t0, int64_t rows, int64_t keys, float* 
   for (int64_t i = 0; i < rows; ++i) {
     float* row = scores + i * keys;
     const int64_t n = t0 + i + 1;
-    float max = row[0];
-    for (int64_t j = 1; j < n; ++j) max = std::max(max, row[j]);
+    const float max = max_of(row, n);
     float sum = 0;
+#pragma omp simd reduction(+ : sum)
     for (int64_t j = 0; j < n; ++j) {
-      row[j] = std::exp(row[j] - max);
+      row[j] = exp_for_simd(row[j] - max);
       sum += row[j];
     }
     const float inv = 1.f / sum;
@@ -155,7 +155,9 @@ void OneDnnBackend::attention_backward(const Tensor& qkv, const Tensor& out, con
       for (int64_t i = 0; i < rows; ++i) {
         float* row = p + i * keys;
         const int64_t n = t0 + i + 1;
-        for (int64_t j = 0; j < n; ++j) row[j] = std::exp(row[j] - row_lse[i]);
+        const float row_lse_i = row_lse[i];
+#pragma omp simd
+        for (int64_t j = 0; j < n; ++j) row[j] = exp_for_simd(row[j] - row_lse_i);
         std::fill(row + n, row + keys, 0.f);
       }
       sgemm('T', 'N', keys, s.d, rows, 1.f, p, keys, dy_block, s.C, beta, dv, ld);

@@ -1,6 +1,8 @@
 // Internals shared by the oneDNN backend's files: the backend class, checks, and small memory helpers.
 #pragma once
 
+#include <algorithm>
+#include <bit>
 #include <cstddef>
 #include <cstdint>
 #include <cstdlib>
@@ -40,6 +42,45 @@ inline void check_f32(DType dtype, const char* op) {
 
 // Below this many elements a loop runs on one thread: waking the team costs more than it saves.
 inline constexpr int64_t kParallelThreshold = 1 << 14;
+
+// exp(x) in f32 to about 1 ulp, written so that a `#pragma omp simd` loop vectorises it (the build targets
+// plain x86-64, where GCC calls libm's scalar expf one element at a time; softmax rows over a vocabulary or
+// T keys spend most of their time there). Cephes' expf: x = n ln2 + r with |r| <= ln2/2, a degree-7
+// polynomial for e^r, 2^n put in the exponent bits. Below -87.33 it returns 0 (e^x is subnormal there),
+// above 88.72 it saturates at e^88.72; NaN stays NaN. The range tests are bit masks, not branches or
+// float selects: GCC vectorises neither (with -ftrapping-math, its default, a compare-and-select is not
+// if-converted).
+inline float select_bits(int32_t mask, float if_set, float if_clear) {
+  return std::bit_cast<float>((std::bit_cast<int32_t>(if_set) & mask) |
+                              (std::bit_cast<int32_t>(if_clear) & ~mask));
+}
+inline float exp_for_simd(float x) {
+  constexpr float kLow = -87.33f, kHigh = 88.72f;
+  const int32_t below = -static_cast<int32_t>(x < kLow), above = -static_cast<int32_t>(x > kHigh);
+  const float clamped = select_bits(above, kHigh, select_bits(below, kLow, x));
+  // x / ln2 rounded to the nearest integer n by the 1.5 * 2^23 trick: the sum's low mantissa bits hold n.
+  constexpr float kRound = 12582912.f;
+  const float shifted = clamped * 1.44269504f + kRound;
+  const float n = shifted - kRound;
+  const int32_t exponent = std::bit_cast<int32_t>(shifted) - std::bit_cast<int32_t>(kRound) + 127;
+  const float r = (clamped - n * 0.693359375f) + n * 2.12194440e-4f;  // ln2 in two parts: r is exact
+  float p = 1.9875691500e-4f;
+  p = p * r + 1.3981999507e-3f;
+  p = p * r + 8.3334519073e-3f;
+  p = p * r + 4.1665795894e-2f;
+  p = p * r + 1.6666665459e-1f;
+  p = p * r + 5.0000001201e-1f;
+  p = p * r * r + r + 1.f;
+  return select_bits(below, 0.f, p * std::bit_cast<float>(exponent << 23));
+}
+
+// The largest of x[0, n), n >= 1, in a loop that vectorises (select_bits, not std::max).
+inline float max_of(const float* x, int64_t n) {
+  float max = x[0];
+#pragma omp simd reduction(max : max)
+  for (int64_t i = 1; i < n; ++i) max = select_bits(-static_cast<int32_t>(x[i] > max), x[i], max);
+  return max;
+}
 
 // The transformer ops take f32 alone (as every other op here): another dtype is the user's choice of
 // precision reaching a backend that lacks it, so it is a UserError naming the way out.

@@ -65,11 +65,11 @@ void OneDnnBackend::softmax_cross_entropy_padded_forward(const Tensor& logits, c
   for (int64_t r = 0; r < rows; ++r) {
     const float* z = in + r * classes;
     float* p = out + r * classes;
-    float zmax = z[0];
-    for (int64_t k = 1; k < V; ++k) zmax = std::max(zmax, z[k]);
+    const float zmax = max_of(z, V);
     double sum = 0, sum_z = 0;
+#pragma omp simd reduction(+ : sum, sum_z)
     for (int64_t k = 0; k < V; ++k) {
-      const float e = std::exp(z[k] - zmax);
+      const float e = exp_for_simd(z[k] - zmax);
       p[k] = e;
       sum += e;
       sum_z += z[k] - zmax;
