@@ -1,5 +1,6 @@
 // The oneDNN backend: construction, memory, GEMM (dnnl_sgemm) and the OpenMP loops for everything that
-// oneDNN primitives would not make faster (elementwise ops, bias, loss, casts, the optimizer update).
+// oneDNN primitives would not make faster (elementwise ops, bias, casts, the SGD update). The loss is in
+// onednn_loss.cc, the transformer ops in a file each.
 #include <omp.h>
 
 #include <algorithm>
@@ -13,9 +14,6 @@
 namespace dlbench {
 namespace onednn {
 namespace {
-
-// Below this many elements a loop runs on one thread: waking the team costs more than it saves.
-constexpr int64_t kParallelThreshold = 1 << 14;
 
 void check_same_count(const Tensor& a, const Tensor& b, const char* op) {
   DLB_CHECK(a.numel() == b.numel(), "{}: {} and {} differ in element count", op, a.describe(), b.describe());
@@ -137,88 +135,6 @@ void OneDnnBackend::bias_backward(const Tensor& dy, Tensor& dbias, Accumulate ac
     }
     for (int64_t f = f0; f < f1; ++f) db[f] = add ? db[f] + sum[f - f0] : sum[f - f0];
   }
-}
-
-// ---- loss ----
-
-void OneDnnBackend::softmax_cross_entropy_forward(const Tensor& logits, const Tensor& labels,
-                                                  float label_smoothing, Tensor& probs, Tensor& loss) {
-  check_f32(logits, "softmax_cross_entropy_forward");
-  check_f32(probs, "softmax_cross_entropy_forward probs");
-  check_f32(loss, "softmax_cross_entropy_forward loss");
-  DLB_CHECK(labels.dtype() == DType::i32, "labels must be i32, got {}", labels.describe());
-  DLB_CHECK(logits.rank() == 2 && probs.numel() == logits.numel() && labels.numel() == logits.dim(0) &&
-                loss.numel() >= 1,
-            "softmax_cross_entropy_forward: logits {} labels {} probs {} loss {}", logits.describe(),
-            labels.describe(), probs.describe(), loss.describe());
-  const int64_t rows = logits.dim(0), classes = logits.dim(1);
-  const float* in = logits.ptr<float>();
-  const int32_t* lab = labels.ptr<int32_t>();
-  float* out = probs.ptr<float>();
-  const double s = label_smoothing, off = s / static_cast<double>(classes);
-  double total = 0;
-  bool bad_label = false;
-#pragma omp parallel for schedule(static) num_threads(threads_) reduction(+ : total) reduction(|| : bad_label) if (rows * classes > kParallelThreshold)
-  for (int64_t r = 0; r < rows; ++r) {
-    const float* z = in + r * classes;
-    float* p = out + r * classes;
-    float zmax = z[0];
-    for (int64_t k = 1; k < classes; ++k) zmax = std::max(zmax, z[k]);
-    double sum = 0, sum_z = 0;
-    for (int64_t k = 0; k < classes; ++k) {
-      const float e = std::exp(z[k] - zmax);
-      p[k] = e;
-      sum += e;
-      sum_z += z[k] - zmax;
-    }
-    const float inv = static_cast<float>(1.0 / sum);
-#pragma omp simd
-    for (int64_t k = 0; k < classes; ++k) p[k] *= inv;
-    const int32_t label = lab[r];
-    if (label < 0 || label >= classes) {
-      bad_label = true;
-      continue;
-    }
-    // log p_k = z_k - zmax - log(sum); loss = -((1 - s) log p_label + s/K sum_k log p_k)
-    const double log_sum = std::log(sum);
-    const double log_p_label = z[label] - zmax - log_sum;
-    const double sum_log_p = sum_z - static_cast<double>(classes) * log_sum;
-    total += -((1.0 - s) * log_p_label + off * sum_log_p);
-  }
-  DLB_CHECK(!bad_label, "softmax_cross_entropy_forward: a label is outside [0, {})", classes);
-  loss.ptr<float>()[0] = static_cast<float>(total / static_cast<double>(rows));
-}
-
-void OneDnnBackend::softmax_cross_entropy_backward(const Tensor& probs, const Tensor& labels,
-                                                   float label_smoothing, float scale, Tensor& dlogits,
-                                                   const float* loss_scale) {
-  check_f32(probs, "softmax_cross_entropy_backward probs");
-  check_f32(dlogits, "softmax_cross_entropy_backward");
-  DLB_CHECK(labels.dtype() == DType::i32, "labels must be i32, got {}", labels.describe());
-  DLB_CHECK(probs.rank() == 2 && dlogits.numel() == probs.numel() && labels.numel() == probs.dim(0),
-            "softmax_cross_entropy_backward: probs {} labels {} dlogits {}", probs.describe(),
-            labels.describe(), dlogits.describe());
-  const int64_t rows = probs.dim(0), classes = probs.dim(1);
-  const float* p = probs.ptr<float>();
-  const int32_t* lab = labels.ptr<int32_t>();
-  float* d = dlogits.ptr<float>();
-  const float f = scale * (loss_scale ? *loss_scale : 1.f) / static_cast<float>(rows);
-  const float off = label_smoothing / static_cast<float>(classes), on = 1.f - label_smoothing + off;
-  bool bad_label = false;
-#pragma omp parallel for schedule(static) num_threads(threads_) \
-    reduction(||                                                \
-              : bad_label) if (rows * classes > kParallelThreshold)
-  for (int64_t r = 0; r < rows; ++r) {
-    const int32_t label = lab[r];
-    if (label < 0 || label >= classes) {
-      bad_label = true;
-      continue;
-    }
-#pragma omp simd
-    for (int64_t k = 0; k < classes; ++k) d[r * classes + k] = f * (p[r * classes + k] - off);
-    d[r * classes + label] = f * (p[r * classes + label] - on);
-  }
-  DLB_CHECK(!bad_label, "softmax_cross_entropy_backward: a label is outside [0, {})", classes);
 }
 
 // ---- elementwise and utilities ----

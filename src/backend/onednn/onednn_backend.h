@@ -1,5 +1,9 @@
 // The oneDNN CPU backend: convolutions, batch norm and pooling on oneDNN primitives planned once per shape,
 // GEMM on dnnl_sgemm, everything else in OpenMP loops. FP32 only; NCHW and NHWC activations.
+// The transformer ops (GPT-2): layer norm and GELU on oneDNN primitives made at a shape's first call and
+// kept; causal attention on dnnl_sgemm over blocks of queries; embedding, the padded cross-entropy, the
+// sum of squares and AdamW in OpenMP loops. Their overrides are declared with the class (onednn_common.h);
+// another dtype is a UserError.
 //
 // make_onednn_backend(threads) (declared in backend/backend.h) is the normal way in; this header adds what
 // the kernel timing program and the tests need to look inside a plan.

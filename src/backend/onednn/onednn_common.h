@@ -1,8 +1,11 @@
 // Internals shared by the oneDNN backend's files: the backend class, checks, and small memory helpers.
 #pragma once
 
+#include <algorithm>
+#include <bit>
 #include <cstddef>
 #include <cstdint>
+#include <cstdlib>
 #include <memory>
 #include <oneapi/dnnl/dnnl.hpp>
 #include <string>
@@ -37,6 +40,56 @@ inline void check_f32(DType dtype, const char* op) {
   DLB_CHECK(dtype == DType::f32, "onednn backend: {} supports f32 only, got {}", op, dtype_name(dtype));
 }
 
+// Below this many elements a loop runs on one thread: waking the team costs more than it saves.
+inline constexpr int64_t kParallelThreshold = 1 << 14;
+
+// exp(x) in f32 to about 1 ulp, written so that a `#pragma omp simd` loop vectorises it (the build targets
+// plain x86-64, where GCC calls libm's scalar expf one element at a time; softmax rows over a vocabulary or
+// T keys spend most of their time there). Cephes' expf: x = n ln2 + r with |r| <= ln2/2, a degree-7
+// polynomial for e^r, 2^n put in the exponent bits. Below -87.33 it returns 0 (e^x is subnormal there),
+// above 88.72 it saturates at e^88.72; NaN stays NaN. The range tests are bit masks, not branches or
+// float selects: GCC vectorises neither (with -ftrapping-math, its default, a compare-and-select is not
+// if-converted).
+inline float select_bits(int32_t mask, float if_set, float if_clear) {
+  return std::bit_cast<float>((std::bit_cast<int32_t>(if_set) & mask) |
+                              (std::bit_cast<int32_t>(if_clear) & ~mask));
+}
+inline float exp_for_simd(float x) {
+  constexpr float kLow = -87.33f, kHigh = 88.72f;
+  const int32_t below = -static_cast<int32_t>(x < kLow), above = -static_cast<int32_t>(x > kHigh);
+  const float clamped = select_bits(above, kHigh, select_bits(below, kLow, x));
+  // x / ln2 rounded to the nearest integer n by the 1.5 * 2^23 trick: the sum's low mantissa bits hold n.
+  constexpr float kRound = 12582912.f;
+  const float shifted = clamped * 1.44269504f + kRound;
+  const float n = shifted - kRound;
+  const int32_t exponent = std::bit_cast<int32_t>(shifted) - std::bit_cast<int32_t>(kRound) + 127;
+  const float r = (clamped - n * 0.693359375f) + n * 2.12194440e-4f;  // ln2 in two parts: r is exact
+  float p = 1.9875691500e-4f;
+  p = p * r + 1.3981999507e-3f;
+  p = p * r + 8.3334519073e-3f;
+  p = p * r + 4.1665795894e-2f;
+  p = p * r + 1.6666665459e-1f;
+  p = p * r + 5.0000001201e-1f;
+  p = p * r * r + r + 1.f;
+  return select_bits(below, 0.f, p * std::bit_cast<float>(exponent << 23));
+}
+
+// The largest of x[0, n), n >= 1, in a loop that vectorises (select_bits, not std::max).
+inline float max_of(const float* x, int64_t n) {
+  float max = x[0];
+#pragma omp simd reduction(max : max)
+  for (int64_t i = 1; i < n; ++i) max = select_bits(-static_cast<int32_t>(x[i] > max), x[i], max);
+  return max;
+}
+
+// The transformer ops take f32 alone (as every other op here): another dtype is the user's choice of
+// precision reaching a backend that lacks it, so it is a UserError naming the way out.
+inline void require_f32(const Tensor& t, const char* op, const char* name) {
+  DLB_REQUIRE(t.dtype() == DType::f32,
+              "the onednn backend runs {} in f32 only, but {} is {}: use --precision fp32 on the CPU", op,
+              name, dtype_name(t.dtype()));
+}
+
 // Activations [N,C,H,W] in our layout, and conv weights [K,C,R,S] stored in the activations' layout.
 inline tag activation_tag(Layout layout) { return layout == Layout::nchw ? tag::nchw : tag::nhwc; }
 inline tag weights_tag(Layout layout) { return layout == Layout::nchw ? tag::oihw : tag::ohwi; }
@@ -60,6 +113,28 @@ class WorkspaceLayout {
 
  private:
   size_t total_ = 0;
+};
+
+// Memory an op uses only while it runs (per-thread score blocks, saved statistics in oneDNN's form), kept
+// from one call to the next: it grows to the largest request at the first steps and is never allocated
+// again, so the timed loop allocates nothing.
+class ScratchBuffer {
+ public:
+  float* floats(size_t count) {
+    if (count > capacity_) {
+      data_.reset(static_cast<float*>(std::aligned_alloc(64, align_up(count * sizeof(float), size_t{64}))));
+      DLB_CHECK(data_ != nullptr, "onednn backend: out of memory allocating {} floats of scratch", count);
+      capacity_ = count;
+    }
+    return data_.get();
+  }
+
+ private:
+  struct Free {
+    void operator()(float* p) const { std::free(p); }
+  };
+  std::unique_ptr<float, Free> data_;
+  size_t capacity_ = 0;
 };
 
 inline void* at_offset(void* base, size_t offset) { return static_cast<std::byte*>(base) + offset; }
@@ -136,10 +211,47 @@ class OneDnnBackend final : public Backend {
                   const StepScalars* scalars = nullptr) override;
   void update_loss_scale(StepScalars* scalars) override;
 
+  // ---- transformer ops (f32; one file each: onednn_embedding, _layernorm, _gelu, _attention, _loss,
+  // _adamw) ----
+  void embedding_forward(const Tensor& tokens, const Tensor& wte, const Tensor& wpe, Tensor& out) override;
+  void embedding_backward(const Tensor& tokens, const Tensor& dout, Tensor& dwte, Tensor& dwpe,
+                          Accumulate accumulate) override;
+  void layernorm_forward(const Tensor& x, const Tensor& weight, const Tensor& bias, float eps, Tensor& y,
+                         Tensor& mean, Tensor& rstd) override;
+  void layernorm_backward(const Tensor& x, const Tensor& weight, const Tensor& mean, const Tensor& rstd,
+                          const Tensor& dy, Tensor& dx, Tensor& dweight, Tensor& dbias,
+                          Accumulate accumulate) override;
+  void gelu_forward(const Tensor& x, Tensor& y) override;
+  void gelu_backward(const Tensor& x, const Tensor& dy, Tensor& dx) override;
+  void attention_forward(const Tensor& qkv, int64_t heads, Tensor& out, Tensor& stats) override;
+  void attention_backward(const Tensor& qkv, const Tensor& out, const Tensor& stats, const Tensor& dout,
+                          int64_t heads, Tensor& dqkv) override;
+  void softmax_cross_entropy_padded_forward(const Tensor& logits, const Tensor& labels, int64_t valid_classes,
+                                            float label_smoothing, Tensor& probs, Tensor& loss) override;
+  void softmax_cross_entropy_padded_backward(const Tensor& probs, const Tensor& labels, int64_t valid_classes,
+                                             float label_smoothing, float scale, Tensor& dlogits,
+                                             const float* loss_scale = nullptr) override;
+  void sum_of_squares(const Tensor& x, Tensor& out, Accumulate accumulate) override;
+  void adamw_update(Tensor& params, const Tensor& grads, Tensor& m, Tensor& v,
+                    std::span<const ParamSegment> segments, const AdamWStep& step,
+                    const StepScalars* scalars = nullptr) override;
+
+  // The transformer ops have no plans (their shapes arrive with each call), so their oneDNN primitives are
+  // made at the first call of a shape and kept under a key naming the op and the shape.
+  template <typename Make>
+  const dnnl::primitive& cached_primitive(const std::string& key, Make make) {
+    auto it = primitives_.find(key);
+    if (it == primitives_.end()) it = primitives_.emplace(key, make()).first;
+    return it->second;
+  }
+  ScratchBuffer& scratch() { return scratch_; }
+
  private:
   int threads_;
   dnnl::engine engine_;
   dnnl::stream stream_;
+  std::unordered_map<std::string, dnnl::primitive> primitives_;
+  ScratchBuffer scratch_;
 };
 
 }  // namespace dlbench::onednn
