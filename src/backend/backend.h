@@ -226,9 +226,13 @@ struct AdamWStep {
   float beta2 = 0.95f;
   float eps = 1e-8f;
   float weight_decay = 0.1f;  // decoupled; only on segments with weight_decay set (matrices)
-  // t, from 1: the bias corrections 1 - beta^t. Read from the host at the call, so a recorded step would
-  // replay one t (a CUDA graph will need t in backend memory).
+  // t, from 1: the bias corrections 1 - beta^t, read from the host at the call (ignored with step_count).
   int64_t step = 1;
+  // Backend memory (i32 [1]), or null: how many updates were applied so far, read when the op runs, so
+  // that a recorded step (a CUDA graph) replays with a rising t. With it the update takes
+  // t = *step_count + 1 and stores t there; a step skipped for an overflow (StepScalars) leaves it. One
+  // counter per set of buffers, as PyTorch keeps one per parameter.
+  int32_t* step_count = nullptr;
   float grad_scale = 1.f;     // gradients are multiplied by this first (1 / ranks, 1 / micro-batches)
   float max_grad_norm = 0.f;  // 0: no clipping
   // Backend memory: the sum of squares of the stored `grads` (before grad_scale and the loss scale).

@@ -173,6 +173,7 @@ CudaBackend::~CudaBackend() {
   if (stream_) cudaStreamSynchronize(stream_);
   segment_tables_.clear();
   graph_plans_.clear();  // before the cuDNN handle they were built on
+  attention_choices_.clear();
   for (cudaEvent_t event : markers_) cudaEventDestroy(event);
   if (cublas_) cublasDestroy(cublas_);
   cublas_workspace_.reset();
@@ -370,7 +371,13 @@ void CudaBackend::sgd_update(Tensor& params, const Tensor& grads, Tensor& moment
   check_same_shape(op, "params", params, "momentum_buffer", momentum_buffer);
   if (segments.empty()) return;
   activate();
+  const ParamSegment* table = segment_table(op, params, segments);
+  cuda::sgd_update(params.ptr<float>(), grads.ptr<float>(), momentum_buffer.ptr<float>(), table,
+                   static_cast<int>(segments.size()), step, scalars, stream_);
+}
 
+const ParamSegment* CudaBackend::segment_table(const char* op, const Tensor& params,
+                                               std::span<const ParamSegment> segments) {
   std::vector<std::tuple<int64_t, int64_t, bool>> key;
   key.reserve(segments.size());
   for (const ParamSegment& s : segments) key.emplace_back(s.offset, s.count, s.weight_decay);
@@ -396,8 +403,27 @@ void CudaBackend::sgd_update(Tensor& params, const Tensor& grads, Tensor& moment
     }
     table = static_cast<const ParamSegment*>(it->second.get());
   }
-  cuda::sgd_update(params.ptr<float>(), grads.ptr<float>(), momentum_buffer.ptr<float>(), table,
-                   static_cast<int>(segments.size()), step, scalars, stream_);
+  return table;
+}
+
+void* CudaBackend::scratch(size_t bytes, const char* op) {
+  if (bytes <= scratch_.bytes()) return scratch_.get();
+  cudaStreamCaptureStatus capturing = cudaStreamCaptureStatusNone;
+  CUDA_CHECK(cudaStreamIsCapturing(stream_, &capturing));
+  DLB_CHECK(capturing == cudaStreamCaptureStatusNone,
+            "{}: needs {} bytes of scratch memory, more than any op before, inside a CUDA graph capture; run "
+            "the step once before recording it",
+            op, bytes);
+  CUDA_CHECK(cudaStreamSynchronize(stream_));  // work queued on the smaller buffer still reads it
+  scratch_ = DeviceBuffer(bytes);
+  return scratch_.get();
+}
+
+const CudaBackend::AttentionChoice& CudaBackend::attention_choice(
+    const std::vector<int64_t>& key, const std::function<AttentionChoice()>& build) const {
+  std::lock_guard<std::mutex> lock(attention_mutex_);
+  if (auto it = attention_choices_.find(key); it != attention_choices_.end()) return it->second;
+  return attention_choices_.emplace(key, build()).first->second;
 }
 
 void CudaBackend::update_loss_scale(StepScalars* scalars) {

@@ -35,6 +35,12 @@ std::string describe_cuda_conv_plan(const ConvPlan& plan);
 // "fused (cuDNN BN_ADD_ACTIVATION)" or "unfused: ...reason...": how a batch-norm plan runs its fusion.
 std::string describe_cuda_batchnorm_plan(const BatchNormPlan& plan);
 
+// "fwd: cuDNN engine N | bwd: own kernels (why)": what runs causal attention (Backend::attention_*) of qkv
+// [batch, time, 3 * channels] in `dtype` with `heads` heads on `backend` (a cuda backend), cuDNN's fused
+// flash attention or dlbench's own kernels; builds and keeps the plans if the shape had none yet.
+std::string describe_cuda_attention(Backend& backend, DType dtype, int64_t batch, int64_t time,
+                                    int64_t channels, int64_t heads);
+
 // Records what `body` issues on the backend's stream into a CUDA graph (global capture mode: a host
 // synchronisation, a blocking copy or an allocation inside `body` fails the capture and throws), then
 // launches the graph `replays` times and waits. `backend` must be a cuda backend.

@@ -33,6 +33,7 @@
 namespace dlbench::cuda {
 
 class GraphPlan;
+class AttentionPlan;
 
 // Owning device memory (cudaMalloc / cudaFree); move-only.
 class DeviceBuffer {
@@ -263,6 +264,33 @@ class CudaBackend final : public Backend {
                   std::span<const ParamSegment> segments, const SgdStep& step,
                   const StepScalars* scalars = nullptr) override;
   void update_loss_scale(StepScalars* scalars) override;
+
+  // The transformer ops (GPT-2) on dlbench's own kernels (cuda_transformer.cc) and, for attention in
+  // f16/bf16, cuDNN's fused flash attention (attention.cc). f32, f16 and bf16 activations and parameters;
+  // statistics and the optimizer's buffers in f32.
+  void embedding_forward(const Tensor& tokens, const Tensor& wte, const Tensor& wpe, Tensor& out) override;
+  void embedding_backward(const Tensor& tokens, const Tensor& dout, Tensor& dwte, Tensor& dwpe,
+                          Accumulate accumulate) override;
+  void layernorm_forward(const Tensor& x, const Tensor& weight, const Tensor& bias, float eps, Tensor& y,
+                         Tensor& mean, Tensor& rstd) override;
+  void layernorm_backward(const Tensor& x, const Tensor& weight, const Tensor& mean, const Tensor& rstd,
+                          const Tensor& dy, Tensor& dx, Tensor& dweight, Tensor& dbias,
+                          Accumulate accumulate) override;
+  void gelu_forward(const Tensor& x, Tensor& y) override;
+  void gelu_backward(const Tensor& x, const Tensor& dy, Tensor& dx) override;
+  void attention_forward(const Tensor& qkv, int64_t heads, Tensor& out, Tensor& stats) override;
+  void attention_backward(const Tensor& qkv, const Tensor& out, const Tensor& stats, const Tensor& dout,
+                          int64_t heads, Tensor& dqkv) override;
+  void softmax_cross_entropy_padded_forward(const Tensor& logits, const Tensor& labels, int64_t valid_classes,
+                                            float label_smoothing, Tensor& probs, Tensor& loss) override;
+  void softmax_cross_entropy_padded_backward(const Tensor& probs, const Tensor& labels, int64_t valid_classes,
+                                             float label_smoothing, float scale, Tensor& dlogits,
+                                             const float* loss_scale = nullptr) override;
+  void sum_of_squares(const Tensor& x, Tensor& out, Accumulate accumulate) override;
+  void adamw_update(Tensor& params, const Tensor& grads, Tensor& m, Tensor& v,
+                    std::span<const ParamSegment> segments, const AdamWStep& step,
+                    const StepScalars* scalars = nullptr) override;
+
   void hold_queue(double microseconds) override;
   int64_t mark(void* stream) override;
   double marker_ms(int64_t marker) override;
@@ -276,6 +304,26 @@ class CudaBackend final : public Backend {
   // engine that compiles its kernel compiles it once). Null when `build` gave null.
   std::shared_ptr<const GraphPlan> graph_plan(const std::vector<int64_t>& key,
                                               const std::function<std::unique_ptr<GraphPlan>()>& build) const;
+
+  // cuDNN's fused attention plan of one pass and shape (attention.cc), built and kept at the shape's first
+  // call; null, with the reason kept beside it, where cuDNN builds none (the own kernels then run).
+  struct AttentionChoice {
+    std::shared_ptr<const AttentionPlan> plan;
+    std::string why_not;
+  };
+  const AttentionChoice& attention_choice(const std::vector<int64_t>& key,
+                                          const std::function<AttentionChoice()>& build) const;
+
+  // Scratch device memory on the stream of the ops (the transformer ops' partial sums and sort buffers),
+  // used by one op at a time in stream order. It grows only at a call that needs more than any before: an
+  // allocation, so that call must not be inside a capture (the first, ordinary step of a training run
+  // sizes it); inside one it throws, saying so.
+  void* scratch(size_t bytes, const char* op);
+
+  // The device table of `segments` (checked against `params`: inside it, no overlap), uploaded at its
+  // first use and kept: the optimizer updates read it.
+  const ParamSegment* segment_table(const char* op, const Tensor& params,
+                                    std::span<const ParamSegment> segments);
 
  private:
   int device_;
@@ -292,6 +340,9 @@ class CudaBackend final : public Backend {
   std::map<std::vector<std::tuple<int64_t, int64_t, bool>>, DeviceBuffer> segment_tables_;
   mutable std::mutex graph_plans_mutex_;
   mutable std::map<std::vector<int64_t>, std::shared_ptr<const GraphPlan>> graph_plans_;
+  mutable std::mutex attention_mutex_;
+  mutable std::map<std::vector<int64_t>, AttentionChoice> attention_choices_;
+  DeviceBuffer scratch_;
 };
 
 const CudaBackend& as_cuda(const Backend& backend);

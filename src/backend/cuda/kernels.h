@@ -40,6 +40,68 @@ void softmax_cross_entropy_backward(const float* probs, const int32_t* labels, i
                                     float label_smoothing, float scale, const float* loss_scale,
                                     void* dlogits, DType dlogits_dtype, cudaStream_t stream);
 
+// The padded softmax cross-entropy (Backend::softmax_cross_entropy_padded_*): rows of k columns of which
+// the first `valid` are classes; the padded columns get probability 0 and gradient 0 and take no part in
+// the smoothing (s / valid). Labels must be in [0, valid). The unpadded launchers above are valid == k.
+void softmax_cross_entropy_padded_forward(const void* logits, DType logits_dtype, const int32_t* labels,
+                                          int64_t n, int64_t k, int64_t valid, float label_smoothing,
+                                          float* probs, float* loss, cudaStream_t stream);
+void softmax_cross_entropy_padded_backward(const float* probs, const int32_t* labels, int64_t n, int64_t k,
+                                           int64_t valid, float label_smoothing, float scale,
+                                           const float* loss_scale, void* dlogits, DType dlogits_dtype,
+                                           cudaStream_t stream);
+
+// ---- transformer ops (GPT-2): the semantics of Backend's ops of the same names ----
+
+// out[b, t, :] = wte[tokens[b, t], :] + wpe[t, :]; rows = B * T tokens, all tensors in `dtype`.
+void embedding_forward(const int32_t* tokens, const void* wte, const void* wpe, void* out, int64_t batch,
+                       int64_t time, int64_t channels, int64_t vocabulary, DType dtype, cudaStream_t stream);
+// The deterministic scatter-add of embedding_backward: the tokens' positions sorted by token (a stable
+// radix sort, so each token's positions stay in ascending order), then one block per vocabulary row sums
+// its positions' rows of dout in that order (rows no token names become 0 when overwriting). `scratch` holds
+// embedding_backward_scratch_bytes(batch * time, vocabulary).
+size_t embedding_backward_scratch_bytes(int64_t tokens, int64_t vocabulary);
+void embedding_backward(const int32_t* tokens, const void* dout, void* dwte, void* dwpe, int64_t batch,
+                        int64_t time, int64_t channels, int64_t vocabulary, int64_t positions, DType dtype,
+                        bool accumulate, void* scratch, cudaStream_t stream);
+
+// Layer norm over rows of `channels` (x, y, weight, bias in `dtype`; mean and rstd f32 [rows]).
+void layernorm_forward(const void* x, const void* weight, const void* bias, float eps, void* y, float* mean,
+                       float* rstd, int64_t rows, int64_t channels, DType dtype, cudaStream_t stream);
+// dx overwritten; dweight and dbias reduced over the rows in two deterministic passes: per-block partial
+// sums of row ranges into `scratch` (layernorm_backward_scratch_bytes), then one fixed-order sum per channel.
+size_t layernorm_backward_scratch_bytes(int64_t rows, int64_t channels);
+void layernorm_backward(const void* x, const void* weight, const float* mean, const float* rstd,
+                        const void* dy, void* dx, void* dweight, void* dbias, int64_t rows, int64_t channels,
+                        DType dtype, bool accumulate, void* scratch, cudaStream_t stream);
+
+// GELU, tanh form: y = gelu(x); dx = dy * gelu'(x).
+void gelu_forward(const void* x, void* y, DType dtype, int64_t n, cudaStream_t stream);
+void gelu_backward(const void* x, const void* dy, void* dx, DType dtype, int64_t n, cudaStream_t stream);
+
+// Causal self-attention on dlbench's own kernels (attention_kernel.cu), any float dtype and head size up to
+// kOwnAttentionMaxHead: what runs where cuDNN's fused attention does not (f32, shapes it refuses). qkv
+// [B, T, 3C], out [B, T, C], stats f32 [B, heads, T] (natural-log log-sum-exp of the scaled scores).
+inline constexpr int64_t kOwnAttentionMaxHead = 256;
+void attention_forward(const void* qkv, void* out, float* stats, int64_t batch, int64_t time,
+                       int64_t channels, int64_t heads, DType dtype, cudaStream_t stream);
+// dqkv overwritten (no atomics: one warp per query row for dq, one per key row for dk and dv).
+void attention_backward(const void* qkv, const void* out, const float* stats, const void* dout, void* dqkv,
+                        int64_t batch, int64_t time, int64_t channels, int64_t heads, DType dtype,
+                        cudaStream_t stream);
+
+// out[0] (=|+=) the sum of squares of x[0..n) (f32), in f64 partial sums per block (`scratch`,
+// sum_of_squares_scratch_bytes()) added in a fixed order: the same bits every run.
+size_t sum_of_squares_scratch_bytes();
+void sum_of_squares(const float* x, int64_t n, float* out, bool accumulate, void* scratch,
+                    cudaStream_t stream);
+// Backend::adamw_update over f32 buffers, all segments in one launch (as sgd_update). Everything a
+// recorded step must see change is read in device memory when the kernel runs: scalars (lr, loss scale,
+// overflow; may be null), step.grad_norm_squared and step.step_count (may be null: step.step is t), which a
+// second one-thread kernel advances after the update unless the step overflowed.
+void adamw_update(float* params, const float* grads, float* m, float* v, const ParamSegment* segments,
+                  int count, const AdamWStep& step, const StepScalars* scalars, cudaStream_t stream);
+
 // Space-to-depth by 2 (space_to_depth.cu): dst[n, i, j, (bh * 2 + bw) * c + k] = src[n, 2i + bh - off_h,
 // 2j + bw - off_w, k] over the blocks_h x blocks_w x block_channels result, zero outside src and past 4c
 // channels. depth_to_space2 is its transpose: each of src's pixels (the [batch, h, w, c] dst) takes (or with

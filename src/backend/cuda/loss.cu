@@ -23,6 +23,10 @@
 // Arithmetic is f32 for f32/f16/bf16 logits and f64 for f64 logits (a and b pass through f32 stashes).
 //
 // Backward: an elementwise pass, dlogits = (scale / N) * (probs - target), 16-byte loads of probs.
+//
+// A vocabulary padded to a round width (GPT-2's 50,257 tokens in rows of 50,304) runs the same kernels
+// with a row stride: the statistics, stashes and smoothing cover the valid columns alone, and the padded
+// columns get probability 0 and gradient 0.
 #include "backend/cuda/kernel_common.cuh"
 #include "backend/cuda/kernels.h"
 
@@ -67,13 +71,14 @@ __device__ __forceinline__ void write_stashes(const T* x, float* p, int64_t k, i
 template <typename T, int ITEMS>
 __global__ void __launch_bounds__(kLossThreads)
     warp_rows_kernel(const T* __restrict__ logits, const int32_t* __restrict__ labels, int64_t n, int64_t k,
-                     float smoothing, float* __restrict__ probs) {
+                     int64_t ld, float smoothing, float* __restrict__ probs) {
   using A = Acc<T>;
   const int64_t row = int64_t(blockIdx.x) * (kLossThreads / 32) + threadIdx.x / 32;
   const int lane = threadIdx.x % 32;
   if (row >= n) return;  // the whole warp leaves together
-  const T* x = logits + row * k;
-  float* p = probs + row * k;
+  const T* x = logits + row * ld;
+  float* p = probs + row * ld;
+  for (int64_t j = k + lane; j < ld; j += 32) p[j] = 0.f;  // padded columns: absent classes
   const int64_t label = labels[row];
 
   A v[ITEMS];
@@ -111,13 +116,14 @@ __global__ void __launch_bounds__(kLossThreads)
 template <typename T>
 __global__ void __launch_bounds__(kLossThreads)
     block_rows_kernel(const T* __restrict__ logits, const int32_t* __restrict__ labels, int64_t n, int64_t k,
-                      float smoothing, float* __restrict__ probs) {
+                      int64_t ld, float smoothing, float* __restrict__ probs) {
   using A = Acc<T>;
   __shared__ A smem[kLossThreads / 32];
   const int64_t row = blockIdx.x;
   const int t = threadIdx.x;
-  const T* x = logits + row * k;
-  float* p = probs + row * k;
+  const T* x = logits + row * ld;
+  float* p = probs + row * ld;
+  for (int64_t j = k + t; j < ld; j += kLossThreads) p[j] = 0.f;  // padded columns: absent classes
 
   A m = -INFINITY;
   for (int64_t j = t; j < k; j += kLossThreads) m = max(m, widen(x[j]));
@@ -148,7 +154,7 @@ constexpr int kFinalizeThreads = 512;  // 128 registers a thread: the f64 versio
 template <typename T>
 __global__ void __launch_bounds__(kFinalizeThreads)
     finalize_kernel(const T* __restrict__ logits, const int32_t* __restrict__ labels, int64_t n, int64_t k,
-                    float smoothing, float* __restrict__ probs, float* __restrict__ loss) {
+                    int64_t ld, float smoothing, float* __restrict__ probs, float* __restrict__ loss) {
   using A = Acc<T>;
   __shared__ double warp_totals[kFinalizeThreads / 32];
   const bool stash_smoothing = smoothing != 0.f && k > 1;
@@ -163,8 +169,8 @@ __global__ void __launch_bounds__(kFinalizeThreads)
 #pragma unroll
     for (int u = 0; u < kUnroll; ++u) {
       const int64_t row = base + int64_t(u) * kFinalizeThreads;
-      label[u] = row < n ? row * k + labels[row] : 0;  // flat index of the label's slot
-      second[u] = row < n ? row * k + (labels[row] + 1 == k ? 0 : labels[row] + 1) : 0;
+      label[u] = row < n ? row * ld + labels[row] : 0;  // flat index of the label's slot
+      second[u] = row < n ? row * ld + (labels[row] + 1 == k ? 0 : labels[row] + 1) : 0;
     }
 #pragma unroll
     for (int u = 0; u < kUnroll; ++u) {
@@ -203,13 +209,14 @@ __global__ void __launch_bounds__(kFinalizeThreads)
   }
 }
 
-// dlogits[e] = c * (probs[e] - target), target = hit for the label's column, other elsewhere.
+// dlogits[e] = c * (probs[e] - target), target = hit for the label's column, other elsewhere; 0 in the
+// padded columns.
 template <typename D>
 struct XentBackwardOp {
   const float* probs;
   const int32_t* labels;
   D* dlogits;
-  int64_t n, k;
+  int64_t n, k, valid;  // rows of k columns, the first `valid` of them classes
   float c, hit, other;
   const float* loss_scale;  // device memory, or null
   template <int W>
@@ -221,7 +228,7 @@ struct XentBackwardOp {
     Vec<D, W> out;
 #pragma unroll
     for (int j = 0; j < W; ++j) {
-      out.v[j] = narrow<D>(c * (p.v[j] - (col == label ? hit : other)));
+      out.v[j] = col < valid ? narrow<D>(c * (p.v[j] - (col == label ? hit : other))) : narrow<D>(0.f);
       if (++col == k && j + 1 < W) {  // the next element starts a row (k may be smaller than W)
         col = 0;
         if (++row < n) label = labels[row];
@@ -241,9 +248,18 @@ void require_shape(const char* op, int64_t n, int64_t k, float smoothing) {
 void softmax_cross_entropy_forward(const void* logits, DType logits_dtype, const int32_t* labels, int64_t n,
                                    int64_t k, float label_smoothing, float* probs, float* loss,
                                    cudaStream_t stream) {
+  softmax_cross_entropy_padded_forward(logits, logits_dtype, labels, n, k, k, label_smoothing, probs, loss,
+                                       stream);
+}
+
+void softmax_cross_entropy_padded_forward(const void* logits, DType logits_dtype, const int32_t* labels,
+                                          int64_t n, int64_t ld, int64_t k, float label_smoothing,
+                                          float* probs, float* loss, cudaStream_t stream) {
+  // Inside: k counts the classes (the launcher's `valid`), ld the columns of a row.
   const char* op = "softmax_cross_entropy_forward";
   require_shape(op, n, k, label_smoothing);
   DLB_KERNEL_REQUIRE(n > 0 && k > 0, op, "the logits are empty (the mean over no rows is undefined)");
+  DLB_KERNEL_REQUIRE(k <= ld, op, "more valid classes than columns");
   dispatch_float(logits_dtype, op, [&](auto tag) {
     using T = decltype(tag);
     const T* x = static_cast<const T*>(logits);
@@ -252,22 +268,23 @@ void softmax_cross_entropy_forward(const void* logits, DType logits_dtype, const
     DLB_KERNEL_REQUIRE(n <= int64_t(INT32_MAX), op, "too many rows");
     const float s = label_smoothing;
     if (k <= 32) {
-      warp_rows_kernel<T, 1><<<warp_blocks, kLossThreads, 0, stream>>>(x, labels, n, k, s, probs);
+      warp_rows_kernel<T, 1><<<warp_blocks, kLossThreads, 0, stream>>>(x, labels, n, k, ld, s, probs);
     } else if (k <= 64) {
-      warp_rows_kernel<T, 2><<<warp_blocks, kLossThreads, 0, stream>>>(x, labels, n, k, s, probs);
+      warp_rows_kernel<T, 2><<<warp_blocks, kLossThreads, 0, stream>>>(x, labels, n, k, ld, s, probs);
     } else if (k <= 128) {
-      warp_rows_kernel<T, 4><<<warp_blocks, kLossThreads, 0, stream>>>(x, labels, n, k, s, probs);
+      warp_rows_kernel<T, 4><<<warp_blocks, kLossThreads, 0, stream>>>(x, labels, n, k, ld, s, probs);
     } else if (k <= 256) {
-      warp_rows_kernel<T, 8><<<warp_blocks, kLossThreads, 0, stream>>>(x, labels, n, k, s, probs);
+      warp_rows_kernel<T, 8><<<warp_blocks, kLossThreads, 0, stream>>>(x, labels, n, k, ld, s, probs);
     } else if (k <= 512) {
-      warp_rows_kernel<T, 16><<<warp_blocks, kLossThreads, 0, stream>>>(x, labels, n, k, s, probs);
+      warp_rows_kernel<T, 16><<<warp_blocks, kLossThreads, 0, stream>>>(x, labels, n, k, ld, s, probs);
     } else if (k <= 1024) {
-      warp_rows_kernel<T, 32><<<warp_blocks, kLossThreads, 0, stream>>>(x, labels, n, k, s, probs);
+      warp_rows_kernel<T, 32><<<warp_blocks, kLossThreads, 0, stream>>>(x, labels, n, k, ld, s, probs);
     } else {
-      block_rows_kernel<T><<<static_cast<unsigned>(n), kLossThreads, 0, stream>>>(x, labels, n, k, s, probs);
+      block_rows_kernel<T>
+          <<<static_cast<unsigned>(n), kLossThreads, 0, stream>>>(x, labels, n, k, ld, s, probs);
     }
     DLB_KERNEL_LAUNCH_CHECK();
-    finalize_kernel<T><<<1, kFinalizeThreads, 0, stream>>>(x, labels, n, k, label_smoothing, probs, loss);
+    finalize_kernel<T><<<1, kFinalizeThreads, 0, stream>>>(x, labels, n, k, ld, label_smoothing, probs, loss);
     DLB_KERNEL_LAUNCH_CHECK();
   });
 }
@@ -275,20 +292,30 @@ void softmax_cross_entropy_forward(const void* logits, DType logits_dtype, const
 void softmax_cross_entropy_backward(const float* probs, const int32_t* labels, int64_t n, int64_t k,
                                     float label_smoothing, float scale, const float* loss_scale,
                                     void* dlogits, DType dlogits_dtype, cudaStream_t stream) {
+  softmax_cross_entropy_padded_backward(probs, labels, n, k, k, label_smoothing, scale, loss_scale, dlogits,
+                                        dlogits_dtype, stream);
+}
+
+void softmax_cross_entropy_padded_backward(const float* probs, const int32_t* labels, int64_t n, int64_t k,
+                                           int64_t valid, float label_smoothing, float scale,
+                                           const float* loss_scale, void* dlogits, DType dlogits_dtype,
+                                           cudaStream_t stream) {
   const char* op = "softmax_cross_entropy_backward";
   require_shape(op, n, k, label_smoothing);
+  DLB_KERNEL_REQUIRE(valid > 0 && valid <= k, op, "valid classes outside [1, k]");
   if (n == 0 || k == 0) return;
   const double s = label_smoothing;
   const float c = static_cast<float>(static_cast<double>(scale) / static_cast<double>(n));
-  const float hit = static_cast<float>((1.0 - s) + s / static_cast<double>(k));
-  const float other = static_cast<float>(s / static_cast<double>(k));
+  const float hit = static_cast<float>((1.0 - s) + s / static_cast<double>(valid));
+  const float other = static_cast<float>(s / static_cast<double>(valid));
   dispatch_float(dlogits_dtype, op, [&](auto tag) {
     using D = decltype(tag);
     constexpr int V = 4;  // 16 bytes of probs
     const bool vector_ok = aligned(probs, 16) && aligned(dlogits, V * sizeof(D));
     launch_elementwise<V>(
         n * k, vector_ok,
-        XentBackwardOp<D>{probs, labels, static_cast<D*>(dlogits), n, k, c, hit, other, loss_scale}, stream);
+        XentBackwardOp<D>{probs, labels, static_cast<D*>(dlogits), n, k, valid, c, hit, other, loss_scale},
+        stream);
   });
 }
 

@@ -1,4 +1,5 @@
-// The fused SGD update of Backend::sgd_update: every segment of the flat f32 buffers in one launch.
+// The fused optimizer updates over the flat f32 buffers, every segment in one launch: Backend::sgd_update
+// and Backend::adamw_update (with sum_of_squares, the global gradient norm AdamW clips by).
 //
 // The segment table lives in device memory, so the host knows neither the total element count nor the
 // split; the kernel reads the table itself (multi-tensor-apply without a host-side chunk list). Each
@@ -14,6 +15,12 @@
 // The arithmetic mirrors the reference backend's sgd_update operation by operation in f64, with
 // __dmul_rn/__dadd_rn so nvcc cannot contract into FMAs: the f32 results are bit-identical to the
 // reference's. f64 costs nothing here (the kernel moves 20 bytes an element; the f64 units idle).
+//
+// The segment walk is one kernel template (segments_kernel) over an update: SgdUpdate or AdamWUpdate. An
+// update's begin() runs first in every thread and reads what lives in device memory (the step's scalars,
+// AdamW's gradient norm and step count), so that a recorded step replays with the values of its own run;
+// it returns false to skip the step (an overflow). AdamW's step count is advanced after the update by a
+// one-thread kernel: the update's threads all read it first, so none may write it.
 #include <atomic>
 #include <cub/block/block_scan.cuh>
 
@@ -67,15 +74,98 @@ __device__ __forceinline__ SegmentUnits cut(const ParamSegment& seg, bool vector
   return u;
 }
 
-__global__ void __launch_bounds__(kSgdThreads)
-    sgd_kernel(float* __restrict__ params, const float* __restrict__ grads, float* __restrict__ momentum,
-               const ParamSegment* __restrict__ segments, int count, SgdScalars s,
-               const StepScalars* __restrict__ scalars, bool vector_ok) {
-  if (scalars) {  // read in the step that runs: a recorded step follows the rate and the loss scale
-    if (scalars->overflow) return;  // an overflowed step is skipped
-    s.lr = scalars->lr;
-    s.grad_scale = s.grad_scale / double(scalars->loss_scale);
+struct SgdUpdate {
+  float* params;
+  const float* grads;
+  float* momentum;
+  SgdScalars s;
+  const StepScalars* scalars;
+
+  __device__ bool begin() {
+    if (scalars) {  // read in the step that runs: a recorded step follows the rate and the loss scale
+      if (scalars->overflow) return false;  // an overflowed step is skipped
+      s.lr = scalars->lr;
+      s.grad_scale = s.grad_scale / double(scalars->loss_scale);
+    }
+    return true;
   }
+  __device__ void vector(int64_t e, bool decay) const {
+    const double weight_decay = decay ? s.weight_decay : 0.0;
+    Vec<float, 4> p = load_vec<4>(params + e), m = load_vec<4>(momentum + e);
+    const Vec<float, 4> grad = load_vec<4>(grads + e);
+#pragma unroll
+    for (int j = 0; j < 4; ++j) sgd_element(p.v[j], grad.v[j], m.v[j], weight_decay, s);
+    store_vec<4>(params + e, p);
+    store_vec<4>(momentum + e, m);
+  }
+  __device__ void scalar(int64_t e, bool decay) const {
+    float p = params[e], m = momentum[e];
+    sgd_element(p, grads[e], m, decay ? s.weight_decay : 0.0, s);
+    params[e] = p;
+    momentum[e] = m;
+  }
+};
+
+// AdamW per element, in f64, in the reference's order of operations (reference_adamw.cc).
+struct AdamWUpdate {
+  float* params;
+  const float* grads;
+  float *first, *second;
+  double lr, beta1, beta2, eps, weight_decay, grad_scale, max_grad_norm;
+  int64_t step;
+  const StepScalars* scalars;
+  const float* grad_norm_squared;
+  const int32_t* step_count;
+  // Set by begin():
+  double unscale, clip, correction1, correction2;
+
+  __device__ bool begin() {
+    if (scalars && scalars->overflow) return false;  // an overflowed step is skipped, m and v included
+    if (scalars) lr = scalars->lr;
+    unscale = grad_scale / (scalars ? double(scalars->loss_scale) : 1.0);
+    clip = 1;
+    if (max_grad_norm > 0) {
+      const double norm = sqrt(double(*grad_norm_squared)) * unscale;
+      clip = min(1.0, max_grad_norm / (norm + 1e-6));
+    }
+    const double t = step_count ? double(*step_count) + 1 : double(step);
+    correction1 = 1 - pow(beta1, t);
+    correction2 = 1 - pow(beta2, t);
+    return true;
+  }
+  __device__ void element(float& p, float grad, float& m, float& v, double decay) const {
+    const double g = double(grad) * unscale * clip;
+    const double m_i = beta1 * double(m) + (1 - beta1) * g;
+    const double v_i = beta2 * double(v) + (1 - beta2) * g * g;
+    const double mhat = m_i / correction1, vhat = v_i / correction2;
+    const double update = mhat / (sqrt(vhat) + eps) + decay * double(p);
+    m = static_cast<float>(m_i);
+    v = static_cast<float>(v_i);
+    p = static_cast<float>(double(p) - lr * update);
+  }
+  __device__ void vector(int64_t e, bool decay) const {
+    const double wd = decay ? weight_decay : 0.0;
+    Vec<float, 4> p = load_vec<4>(params + e), m = load_vec<4>(first + e), v = load_vec<4>(second + e);
+    const Vec<float, 4> grad = load_vec<4>(grads + e);
+#pragma unroll
+    for (int j = 0; j < 4; ++j) element(p.v[j], grad.v[j], m.v[j], v.v[j], wd);
+    store_vec<4>(params + e, p);
+    store_vec<4>(first + e, m);
+    store_vec<4>(second + e, v);
+  }
+  __device__ void scalar(int64_t e, bool decay) const {
+    float p = params[e], m = first[e], v = second[e];
+    element(p, grads[e], m, v, decay ? weight_decay : 0.0);
+    params[e] = p;
+    first[e] = m;
+    second[e] = v;
+  }
+};
+
+template <typename Update>
+__global__ void __launch_bounds__(kSgdThreads)
+    segments_kernel(const ParamSegment* __restrict__ segments, int count, Update update, bool vector_ok) {
+  if (!update.begin()) return;
   using BlockScan = cub::BlockScan<int64_t, kSgdThreads>;
   __shared__ typename BlockScan::TempStorage scan_storage;
   __shared__ SegmentUnits table[kSgdThreads];
@@ -115,22 +205,11 @@ __global__ void __launch_bounds__(kSgdThreads)
         seg = lo;
       }
       const SegmentUnits& g = table[seg];
-      const double weight_decay = g.decay ? s.weight_decay : 0.0;
       const int64_t u = v - first_unit[seg];
       if (u >= g.heads && u < g.heads + g.vectors) {
-        const int64_t e = g.head_end + 4 * (u - g.heads);
-        Vec<float, 4> p = load_vec<4>(params + e), m = load_vec<4>(momentum + e);
-        const Vec<float, 4> grad = load_vec<4>(grads + e);
-#pragma unroll
-        for (int j = 0; j < 4; ++j) sgd_element(p.v[j], grad.v[j], m.v[j], weight_decay, s);
-        store_vec<4>(params + e, p);
-        store_vec<4>(momentum + e, m);
+        update.vector(g.head_end + 4 * (u - g.heads), g.decay);
       } else {
-        const int64_t e = u < g.heads ? g.start + u : g.vector_end + (u - g.heads - g.vectors);
-        float p = params[e], m = momentum[e];
-        sgd_element(p, grads[e], m, weight_decay, s);
-        params[e] = p;
-        momentum[e] = m;
+        update.scalar(u < g.heads ? g.start + u : g.vector_end + (u - g.heads - g.vectors), g.decay);
       }
     }
     chunk_base += total;
@@ -138,12 +217,15 @@ __global__ void __launch_bounds__(kSgdThreads)
   }
 }
 
-// Resident blocks per multiprocessor of sgd_kernel (a property of the kernel and the architecture).
-int sgd_blocks_per_sm() {
+// Resident blocks per multiprocessor of segments_kernel<Update> (a property of the kernel and the
+// architecture).
+template <typename Update>
+int segment_blocks_per_sm() {
   static std::atomic<int> cached{0};
   if (const int b = cached.load(std::memory_order_relaxed)) return b;
   int blocks = 0;
-  DLB_KERNEL_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, sgd_kernel, kSgdThreads, 0));
+  DLB_KERNEL_CHECK(
+      cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, segments_kernel<Update>, kSgdThreads, 0));
   blocks = std::max(blocks, 1);
   cached.store(blocks, std::memory_order_relaxed);
   return blocks;
@@ -157,10 +239,101 @@ void sgd_update(float* params, const float* grads, float* momentum, const ParamS
   if (count == 0) return;
   const SgdScalars s{step.lr, step.momentum, step.weight_decay, step.grad_scale, step.nesterov};
   const bool vector_ok = aligned(params, 16) && aligned(grads, 16) && aligned(momentum, 16);
-  const unsigned blocks = static_cast<unsigned>(multiprocessor_count() * sgd_blocks_per_sm());
-  sgd_kernel<<<blocks, kSgdThreads, 0, stream>>>(params, grads, momentum, segments, count, s, scalars,
-                                                 vector_ok);
+  const unsigned blocks = static_cast<unsigned>(multiprocessor_count() * segment_blocks_per_sm<SgdUpdate>());
+  segments_kernel<<<blocks, kSgdThreads, 0, stream>>>(
+      segments, count, SgdUpdate{params, grads, momentum, s, scalars}, vector_ok);
   DLB_KERNEL_LAUNCH_CHECK();
+}
+
+namespace {
+
+// t advances after an update that ran (not one skipped for an overflow).
+__global__ void advance_step_count_kernel(int32_t* step_count, const StepScalars* scalars) {
+  if (!(scalars && scalars->overflow)) ++*step_count;
+}
+
+constexpr int kSquareBlocks = 256, kSquareThreads = 256;
+
+// A block's sum of squares in f64; the warps' sums combined in warp order.
+__device__ double block_sum(double x) {
+  __shared__ double warps[kSquareThreads / 32];
+  x = warp_sum(x);
+  if (threadIdx.x % 32 == 0) warps[threadIdx.x / 32] = x;
+  __syncthreads();
+  double total = 0;
+  for (int w = 0; w < kSquareThreads / 32; ++w) total += warps[w];
+  return total;
+}
+
+__global__ void __launch_bounds__(kSquareThreads)
+    square_partials_kernel(const float* __restrict__ x, int64_t n, double* __restrict__ partials) {
+  double sum = 0;
+  const int64_t stride = int64_t(gridDim.x) * blockDim.x;
+  for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += stride) {
+    const double v = x[i];
+    sum += v * v;
+  }
+  sum = block_sum(sum);
+  if (threadIdx.x == 0) partials[blockIdx.x] = sum;
+}
+
+__global__ void __launch_bounds__(kSquareThreads)
+    square_total_kernel(const double* __restrict__ partials, float* __restrict__ out, bool accumulate) {
+  const double total = block_sum(threadIdx.x < kSquareBlocks ? partials[threadIdx.x] : 0.0);
+  if (threadIdx.x == 0) out[0] = static_cast<float>(total + (accumulate ? double(out[0]) : 0.0));
+}
+static_assert(kSquareBlocks <= kSquareThreads, "one thread per partial in the second pass");
+
+}  // namespace
+
+size_t sum_of_squares_scratch_bytes() { return kSquareBlocks * sizeof(double); }
+
+void sum_of_squares(const float* x, int64_t n, float* out, bool accumulate, void* scratch,
+                    cudaStream_t stream) {
+  DLB_KERNEL_REQUIRE(n >= 0, "sum_of_squares", "the element count is negative");
+  auto* partials = static_cast<double*>(scratch);
+  // A fixed grid: the partition of x into partial sums, and so the result's bits, never change.
+  square_partials_kernel<<<kSquareBlocks, kSquareThreads, 0, stream>>>(x, n, partials);
+  DLB_KERNEL_LAUNCH_CHECK();
+  square_total_kernel<<<1, kSquareThreads, 0, stream>>>(partials, out, accumulate);
+  DLB_KERNEL_LAUNCH_CHECK();
+}
+
+void adamw_update(float* params, const float* grads, float* m, float* v, const ParamSegment* segments,
+                  int count, const AdamWStep& step, const StepScalars* scalars, cudaStream_t stream) {
+  DLB_KERNEL_REQUIRE(count >= 0, "adamw_update", "the segment count is negative");
+  DLB_KERNEL_REQUIRE(step.max_grad_norm == 0 || step.grad_norm_squared, "adamw_update",
+                     "clipping needs grad_norm_squared (the gradients' sum of squares)");
+  const AdamWUpdate update{params,
+                           grads,
+                           m,
+                           v,
+                           step.lr,
+                           step.beta1,
+                           step.beta2,
+                           step.eps,
+                           step.weight_decay,
+                           step.grad_scale,
+                           step.max_grad_norm,
+                           step.step,
+                           scalars,
+                           step.grad_norm_squared,
+                           step.step_count,
+                           0,
+                           0,
+                           0,
+                           0};
+  if (count > 0) {
+    const bool vector_ok = aligned(params, 16) && aligned(grads, 16) && aligned(m, 16) && aligned(v, 16);
+    const unsigned blocks =
+        static_cast<unsigned>(multiprocessor_count() * segment_blocks_per_sm<AdamWUpdate>());
+    segments_kernel<<<blocks, kSgdThreads, 0, stream>>>(segments, count, update, vector_ok);
+    DLB_KERNEL_LAUNCH_CHECK();
+  }
+  if (step.step_count) {
+    advance_step_count_kernel<<<1, 1, 0, stream>>>(step.step_count, scalars);
+    DLB_KERNEL_LAUNCH_CHECK();
+  }
 }
 
 namespace {

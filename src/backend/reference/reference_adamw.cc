@@ -36,7 +36,7 @@ void ReferenceBackend::adamw_update(Tensor& params, const Tensor& grads, Tensor&
   reference::check_same(op, "params", params, "grads", grads);
   reference::check_same(op, "params", params, "m", m);
   reference::check_same(op, "params", params, "v", v);
-  DLB_CHECK(step.step >= 1, "{}: step {} must count from 1", op, step.step);
+  DLB_CHECK(step.step_count || step.step >= 1, "{}: step {} must count from 1", op, step.step);
   DLB_CHECK(step.max_grad_norm >= 0, "{}: max_grad_norm {} is negative", op, step.max_grad_norm);
   DLB_CHECK(step.max_grad_norm == 0 || step.grad_norm_squared,
             "{}: clipping to {} needs grad_norm_squared (the gradients' sum of squares)", op,
@@ -52,9 +52,12 @@ void ReferenceBackend::adamw_update(Tensor& params, const Tensor& grads, Tensor&
     const double norm = std::sqrt(double(*step.grad_norm_squared)) * unscale;
     clip = std::min(1.0, double(step.max_grad_norm) / (norm + 1e-6));
   }
+  // The count in memory (a recorded step's) advances with every update applied.
+  const int64_t t = step.step_count ? int64_t(*step.step_count) + 1 : step.step;
+  if (step.step_count) *step.step_count = static_cast<int32_t>(t);
   const double beta1 = step.beta1, beta2 = step.beta2;
-  const double correction1 = 1 - std::pow(beta1, double(step.step));
-  const double correction2 = 1 - std::pow(beta2, double(step.step));
+  const double correction1 = 1 - std::pow(beta1, double(t));
+  const double correction2 = 1 - std::pow(beta2, double(t));
   reference::dispatch_float(params.dtype(), op, [&](auto tag) {
     using T = decltype(tag);
     T* p = params.ptr<T>();
