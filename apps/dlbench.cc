@@ -37,7 +37,7 @@ using dlbench::RunConfig;
 struct RunFlagTexts {
   std::string batch_size, precision = "fp32", loss_scale, layout, decode = "auto", device = "auto",
                           allreduce_precision = "fp32", lr_scaling = "none", cuda_graph = "auto", lr_schedule,
-                          launcher = "auto", trace_steps = "3:4";
+                          launcher = "auto", trace_steps = "3:4", optimizer;
 };
 
 // A `train` or `bench` command: its configuration, and its choices' texts until they are parsed.
@@ -57,6 +57,7 @@ void parse_run_flags(const RunFlagTexts& t, RunConfig& c) {
   c.parallel.lr_scaling = dlbench::parse_lr_scaling(t.lr_scaling);
   c.cuda_graph = dlbench::parse_cuda_graph(t.cuda_graph);
   c.optimizer.lr_schedule = dlbench::parse_lr_schedule(t.lr_schedule);
+  if (!t.optimizer.empty()) c.optimizer.kind_request = dlbench::parse_optimizer(t.optimizer);
   c.parallel.launcher = dlbench::parallel::parse_launcher(t.launcher);
   // Read only with --trace, as before the steps were parsed at the command line.
   if (!c.output.trace_path.empty()) c.output.trace_steps = dlbench::parse_trace_steps(t.trace_steps);
@@ -121,12 +122,16 @@ void add_cuda_flags(CLI::App& cmd, dlbench::CudaOptions& o) {
 
 // The model, the batch and the run's length.
 void add_model_flags(CLI::App& cmd, RunConfig& c, RunFlagTexts& t) {
-  cmd.add_option("--model", c.model.name, "resnet18 | resnet34 | resnet50 | resnet101 | resnet152 | resnet20")
+  cmd.add_option("--model", c.model.name,
+                 "resnet18 | resnet34 | resnet50 | resnet101 | resnet152 | resnet20 | gpt2 | gpt2-medium | "
+                 "gpt2-large | gpt2-xl | gpt-mini")
       ->capture_default_str();
   cmd.add_option("--batch-size", t.batch_size,
-                 "images per device per step (the global batch is this x devices x --accumulate-steps), "
-                 "or max: the largest that fits every GPU; default: 16 (resnet20: 128) on the CPU, 256 "
-                 "(512) on a GPU");
+                 "images (GPT models: sequences) per device per step (the global batch is this x devices x "
+                 "--accumulate-steps), or max: the largest that fits every GPU; default: 16 (resnet20: 128) "
+                 "on the CPU, 256 (512) on a GPU; GPT models 4 (gpt-mini 16) on the CPU, 16 (64) on a GPU");
+  cmd.add_option("--seq-len", c.model.seq_len,
+                 "GPT models: tokens per sequence (default: the model's context)");
   cmd.add_option("--steps", c.steps, "train: total optimizer steps; bench: timed steps");
   cmd.add_option("--warmup-steps", c.warmup_steps, "steps run before the timed window and left out of it");
   cmd.add_option("--accumulate-steps", c.accumulate_steps, "micro-batches whose gradients make one step")
@@ -135,10 +140,20 @@ void add_model_flags(CLI::App& cmd, RunConfig& c, RunFlagTexts& t) {
 
 // The optimizer and its schedule, the numbers the network computes in and the loss's scaling.
 void add_optimizer_flags(CLI::App& cmd, RunConfig& c, RunFlagTexts& t) {
-  cmd.add_option("--lr", c.optimizer.lr, "peak learning rate")->capture_default_str();
+  cmd.add_option("--optimizer", t.optimizer, "sgd | adamw (default: adamw for GPT models, sgd for ResNets)");
+  cmd.add_option("--lr", c.optimizer.lr_request,
+                 "peak learning rate (default 0.1 for SGD; AdamW 6e-4, gpt-mini 2e-3)");
   cmd.add_option("--momentum", c.optimizer.momentum, "SGD momentum")->capture_default_str();
   cmd.add_flag("--nesterov", c.optimizer.nesterov, "Nesterov momentum");
-  cmd.add_option("--weight-decay", c.optimizer.weight_decay, "L2 weight decay")->capture_default_str();
+  cmd.add_option("--weight-decay", c.optimizer.weight_decay_request,
+                 "weight decay (default 5e-5, SGD's L2; AdamW 0.1, decoupled, on matrices and embeddings)");
+  cmd.add_option("--adam-beta1", c.optimizer.adam_beta1, "AdamW's beta1")->capture_default_str();
+  cmd.add_option("--adam-beta2", c.optimizer.adam_beta2, "AdamW's beta2")->capture_default_str();
+  cmd.add_option("--adam-eps", c.optimizer.adam_eps, "AdamW's epsilon")->capture_default_str();
+  cmd.add_option("--clip-grad-norm", c.optimizer.clip_grad_norm,
+                 "AdamW: clip the gradients to this global norm, 0 = off (default 1)");
+  cmd.add_option("--lr-warmup-steps", c.optimizer.lr_warmup_steps,
+                 "linear learning-rate warm-up, in steps (GPT models' default: 5% of the run, at most 700)");
   cmd.add_flag("--no-decay-bn-bias{false}", c.optimizer.decay_norm_and_bias,
                "no weight decay on batch-norm and bias");
   cmd.add_option("--label-smoothing", c.optimizer.label_smoothing, "label smoothing of the loss")

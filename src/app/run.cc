@@ -194,20 +194,34 @@ std::optional<RunResult> bench_rank(const RunConfig& given, parallel::Launch& la
   LearningRateSchedule schedule(config, *config.warmup_steps + *config.steps,
                                 *config.warmup_steps + *config.steps);
 
-  // Synthetic inputs are loaded once and stay on the device (several micro-batches: reloaded each).
-  std::vector<int64_t> all(static_cast<size_t>(s.train_data->size()));
+  // Synthetic inputs are loaded once and stay on the device (several micro-batches: reloaded each). A
+  // token model's micro-batch k is windows k * B .. of the synthetic tokens.
+  const bool tokens = s.model.family == ModelFamily::gpt;
+  std::vector<int64_t> all(
+      static_cast<size_t>(tokens ? s.train_tokens->size() / s.model.seq_len : s.train_data->size()));
   for (size_t i = 0; i < all.size(); ++i) all[i] = static_cast<int64_t>(i);
   // Real images decoded on the GPU go through its pipeline (each micro-batch's, in the order of the loads).
   const int64_t micro_batches = config.accumulate_steps;
-  std::unique_ptr<GpuImagePipeline> gpu_feed = make_gpu_pipeline(
-      s, *s.train_data, micro_batches == 1 ? 1 : micro_batches * (1 + *config.warmup_steps + *config.steps),
-      [&](int64_t n) {
-        auto batch = EpochSampler::batch(all, n % micro_batches, *config.batch_size);
-        std::vector<int64_t> indices(batch.begin(), batch.end());
-        indices.resize(static_cast<size_t>(*config.batch_size), indices[0]);  // as load_batch pads
-        return indices;
-      });
+  std::unique_ptr<GpuImagePipeline> gpu_feed =
+      tokens
+          ? nullptr
+          : make_gpu_pipeline(
+                s, *s.train_data,
+                micro_batches == 1 ? 1 : micro_batches * (1 + *config.warmup_steps + *config.steps),
+                [&](int64_t n) {
+                  auto batch = EpochSampler::batch(all, n % micro_batches, *config.batch_size);
+                  std::vector<int64_t> indices(batch.begin(), batch.end());
+                  indices.resize(static_cast<size_t>(*config.batch_size), indices[0]);  // as load_batch pads
+                  return indices;
+                });
   auto load = [&](int64_t micro) {
+    if (tokens) {
+      std::vector<int64_t> starts;
+      for (int64_t window : EpochSampler::batch(all, micro, *config.batch_size))
+        starts.push_back(window * s.model.seq_len);
+      trainer.load_tokens(*s.train_tokens, starts);
+      return;
+    }
     if (gpu_feed) {
       gpu_feed->next(trainer.model().images->value, trainer.model().labels->value,
                      s.backend->native_stream());
@@ -230,7 +244,8 @@ std::optional<RunResult> bench_rank(const RunConfig& given, parallel::Launch& la
   const BenchWindow w = run_timed_window(config, s, feed, schedule, tracer);
   tracer.write();
 
-  const RunResult result = bench_result(config, s, w, graph);
+  RunResult result = bench_result(config, s, w, graph);
+  add_token_throughput(result, s);
   const Distribution d = w.window.step_distribution();
   say("%s %s batch %lld on %s: %.2f img/s | step median %.1f ms, p5 %.1f, p95 %.1f, mean %.1f +- %.1f ms%s\n",
       config.model.name.c_str(), precision_name(config.model.precision),

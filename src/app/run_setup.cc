@@ -35,7 +35,10 @@
 #include "data/image_limits.h"
 #include "data/shard.h"
 #include "data/synthetic.h"
+#include "data/synthetic_tokens.h"
+#include "data/token_dataset.h"
 #include "git_commit.h"  // generated at build time: DLBENCH_GIT_COMMIT
+#include "models/gpt.h"
 #include "models/resnet.h"
 #include "parallel/config_check.h"
 #include "parallel/launch.h"
@@ -107,6 +110,14 @@ std::string data_digest(const Dataset& data) {
     digest += fmt::format(", labels crc32 {:08x}", crc);
   }
   return digest;
+}
+
+std::string token_digest(const TokenSource& tokens) {
+  return fmt::format("{} tokens, vocabulary {}", tokens.size(), tokens.vocab_size());
+}
+
+std::string training_data_digest(const RunSetup& s) {
+  return s.train_tokens ? token_digest(*s.train_tokens) : data_digest(*s.train_data);
 }
 
 double seconds_since_process_start() { return process_clock.seconds(); }
@@ -219,10 +230,30 @@ void open_image_data(RunSetup& s) {
 
 // The data sets read from files (synthetic images are made once the batch is known: make_synthetic_data),
 // and the model's input and classes, which the data decides.
+// A token model's files: a directory (data/token_dataset.h: train and val splits) or one file (all of it
+// for training, no validation).
+void open_token_files(RunSetup& s) {
+  const RunConfig& config = s.config;
+  const int64_t vocab = gpt_spec(config.model.name).vocab;
+  if (std::filesystem::is_directory(config.data.source)) {
+    TokenData data = dlbench::open_token_data(config.data.source, vocab);
+    s.train_tokens = std::make_unique<TokenDataset>(std::move(data.train));
+    if (data.val && config.kind == RunKind::train)
+      s.val_tokens = std::make_unique<TokenDataset>(std::move(*data.val));
+  } else {
+    s.train_tokens = std::make_unique<TokenDataset>(TokenDataset::open("train", {config.data.source}, vocab));
+  }
+}
+
 ModelOptions open_data(RunSetup& s) {
   const RunConfig& config = s.config;
   ModelOptions options;
   options.label_smoothing = static_cast<float>(config.optimizer.label_smoothing);
+  if (is_gpt_model(config.model.name)) {
+    options.seq_len = config.model.seq_len;
+    if (config.data.kind == DataKind::tokens) open_token_files(s);
+    return options;
+  }
   if (config.data.kind == DataKind::synthetic) {
     ImageShape in = default_input_shape(config.model.name);
     if (config.model.image_size > 0) in.height = in.width = config.model.image_size;
@@ -264,6 +295,13 @@ void fit_batch(RunSetup& s, const ModelOptions& options) {
 // Synthetic images, generated once as the classic benchmarks do: one step's worth of distinct samples.
 void make_synthetic_data(RunSetup& s, const ModelOptions& options) {
   const RunConfig& config = s.config;
+  if (is_gpt_model(config.model.name)) {
+    // One step's worth of windows of random tokens (and the one token the last window's target needs).
+    const int64_t windows = *config.batch_size * config.accumulate_steps * s.comm->size();
+    s.train_tokens = std::make_unique<SyntheticTokens>(windows * options.seq_len + 1,
+                                                       gpt_spec(config.model.name).vocab, config.seed + 2);
+    return;
+  }
   const ImageShape in = options.input;
   const int64_t samples = *config.batch_size * config.accumulate_steps * s.comm->size();
   require_host_memory(static_cast<uint64_t>(samples) *
@@ -285,7 +323,7 @@ RunSetup set_up(const RunConfig& given, parallel::Launch& launch, int slot,
   const ModelOptions options = open_data(s);
   // Each host reads its own copy of the data: ranks whose copies differ stop here. (Synthetic data is made
   // from the seed, which the config check compared.)
-  if (s.train_data) parallel::check_same_data(*s.comm, data_digest(*s.train_data), hosts);
+  if (s.train_data || s.train_tokens) parallel::check_same_data(*s.comm, training_data_digest(s), hosts);
   fit_batch(s, options);
   if (s.config.data.kind == DataKind::synthetic) make_synthetic_data(s, options);
 
@@ -305,10 +343,11 @@ RunSetup set_up(const RunConfig& given, parallel::Launch& launch, int slot,
 
 void print_header(const char* command, const RunConfig& config, RunSetup& s, const std::string& length) {
   Network& net = s.trainer->net();
-  const Tensor& images = s.model.images->value;
-  say("dlbench %s | %s, %s parameters, %.2f GMAC per image forward\n", command, config.model.name.c_str(),
-      with_thousands(net.parameter_count()).c_str(),
-      static_cast<double>(net.forward_macs()) / static_cast<double>(*config.batch_size) / 1e9);
+  const bool tokens = s.model.family == ModelFamily::gpt;
+  say("dlbench %s | %s, %s parameters, %.2f GMAC per %s forward\n", command, config.model.name.c_str(),
+      with_thousands(s.model.trained_parameters()).c_str(),
+      static_cast<double>(net.forward_macs()) / static_cast<double>(*config.batch_size) / 1e9,
+      tokens ? "sequence" : "image");
   const double planned = static_cast<double>(net.memory().total_bytes());
   say("  device %s (%s backend, %d threads) | precision %s | layout %s | memory %.1f %s planned%s\n",
       device_name(config.device).c_str(), s.backend->name().c_str(), config.threads,
@@ -329,14 +368,23 @@ void print_header(const char* command, const RunConfig& config, RunSetup& s, con
         plan.held_bytes() ? fmt::format(" | batch-norm reserves {:.2f} GiB", gib(plan.held_bytes())).c_str()
                           : "");
   }
-  say("  data %s: %lld samples of %lldx%lldx%lld%s | batch %lld per device%s | %s\n",
-      config.data.source.c_str(), static_cast<long long>(s.train_data->size()),
-      static_cast<long long>(images.c()), static_cast<long long>(images.h()),
-      static_cast<long long>(images.w()),
-      s.test_data ? fmt::format(", {} test", s.test_data->size()).c_str() : "",
-      static_cast<long long>(*config.batch_size),
-      config.accumulate_steps > 1 ? fmt::format(" x {} micro-batches", config.accumulate_steps).c_str() : "",
-      length.c_str());
+  const std::string micro_batches =
+      config.accumulate_steps > 1 ? fmt::format(" x {} micro-batches", config.accumulate_steps) : "";
+  if (tokens) {
+    say("  data %s: %s tokens%s | batch %lld sequences of %lld tokens per device%s | %s\n",
+        config.data.source.c_str(), with_thousands(s.train_tokens->size()).c_str(),
+        s.val_tokens ? fmt::format(", {} validation", with_thousands(s.val_tokens->size())).c_str() : "",
+        static_cast<long long>(*config.batch_size), static_cast<long long>(s.model.seq_len),
+        micro_batches.c_str(), length.c_str());
+  } else {
+    const Tensor& images = s.model.images->value;
+    say("  data %s: %lld samples of %lldx%lldx%lld%s | batch %lld per device%s | %s\n",
+        config.data.source.c_str(), static_cast<long long>(s.train_data->size()),
+        static_cast<long long>(images.c()), static_cast<long long>(images.h()),
+        static_cast<long long>(images.w()),
+        s.test_data ? fmt::format(", {} test", s.test_data->size()).c_str() : "",
+        static_cast<long long>(*config.batch_size), micro_batches.c_str(), length.c_str());
+  }
   if (!config.data.decode_note.empty()) say("  %s\n", config.data.decode_note.c_str());
   if (config.device.kind == DeviceKind::cuda) {
     say("  cuda: %s\n", describe_cuda_options(config.cuda).c_str());
@@ -346,12 +394,19 @@ void print_header(const char* command, const RunConfig& config, RunSetup& s, con
                                    : !note.empty() ? note.c_str()
                                                    : (s.algorithms->path() + " (new)").c_str());
   }
-  say("  sgd lr %g (%s", config.optimizer.lr, lr_schedule_name(config.optimizer.lr_schedule));
-  if (config.optimizer.lr_warmup_epochs > 0) say(", warm-up %g epochs", config.optimizer.lr_warmup_epochs);
-  say(") momentum %g%s weight decay %g%s | seed %llu\n", config.optimizer.momentum,
-      config.optimizer.nesterov ? " nesterov" : "", config.optimizer.weight_decay,
-      config.optimizer.decay_norm_and_bias ? "" : " (not on BN/bias)",
-      static_cast<unsigned long long>(config.seed));
+  const OptimizerConfig& o = config.optimizer;
+  say("  %s lr %g (%s", optimizer_name(o.kind), o.lr, lr_schedule_name(o.lr_schedule));
+  if (o.lr_warmup_epochs > 0) say(", warm-up %g epochs", o.lr_warmup_epochs);
+  if (o.lr_warmup_steps) say(", warm-up %lld steps", static_cast<long long>(*o.lr_warmup_steps));
+  if (o.kind == OptimizerKind::adamw) {
+    say(") betas %g, %g eps %g weight decay %g (not on biases and layer norms) clip %g | seed %llu\n",
+        o.adam_beta1, o.adam_beta2, o.adam_eps, o.weight_decay, o.clip_grad_norm.value_or(0),
+        static_cast<unsigned long long>(config.seed));
+  } else {
+    say(") momentum %g%s weight decay %g%s | seed %llu\n", o.momentum, o.nesterov ? " nesterov" : "",
+        o.weight_decay, o.decay_norm_and_bias ? "" : " (not on BN/bias)",
+        static_cast<unsigned long long>(config.seed));
+  }
   if (s.comm->size() == 1 && s.comm->name() != "local") {
     say("  one rank (%s): no gradients to exchange, it runs as a single device does\n",
         s.comm->name().c_str());
@@ -395,7 +450,7 @@ void add_decoding(RunResult& result, const RunConfig& config, RunSetup& s) {
 RunResult result_skeleton(const RunConfig& config, RunSetup& s) {
   RunResult r;
   r.model = config.model.name;
-  r.parameters = s.trainer->net().parameter_count();
+  r.parameters = s.model.trained_parameters();  // without a padded vocabulary's rows
   // "cuda:NVIDIA H200" on a GPU (what results are compared by), "cpu" on the CPU.
   r.device = s.memory_fit.device ? "cuda:" + s.memory_fit.device->name : device_name(config.device);
   r.device_index = device_name(config.device);
@@ -447,6 +502,17 @@ void add_throughput(RunResult& result, RunSetup& s, const MeasuredWindow& window
         "may be busy with other work; the figure is not a steady measurement\n",
         100 * d.jitter, d.median, d.p95);
   }
+}
+
+void add_token_throughput(RunResult& result, const RunSetup& s) {
+  if (s.model.family != ModelFamily::gpt || !result.images_per_second) return;
+  const auto tokens = static_cast<double>(s.model.seq_len);
+  result.tokens_per_second = *result.images_per_second * tokens;
+  result.tokens_per_second_per_device = result.images_per_second_per_device.value_or(0) * tokens;
+  say("  %.0f tokens/s (%.2f sequences/s of %lld tokens)%s\n", *result.tokens_per_second,
+      *result.images_per_second, static_cast<long long>(s.model.seq_len),
+      s.comm->size() > 1 ? fmt::format(", {:.0f} per device", *result.tokens_per_second_per_device).c_str()
+                         : "");
 }
 
 // Real images are decoded ahead of the loop (data/batch_prefetcher.h), in the network's compute dtype and

@@ -20,6 +20,7 @@
 #include "data/batch_prefetcher.h"
 #include "data/dataset.h"
 #include "data/gpu_image_pipeline.h"
+#include "data/token_source.h"
 #include "models/resnet.h"
 #include "parallel/communicator.h"
 #include "parallel/launch.h"
@@ -44,8 +45,10 @@ struct RunSetup {
   std::shared_ptr<tuning::AlgorithmCache> algorithms;  // the launch's, shared by its ranks
   std::unique_ptr<Backend> backend;
   std::unique_ptr<parallel::Communicator> comm;  // destroyed before the backend it uses, after the trainer
-  std::unique_ptr<Dataset> train_data;
+  std::unique_ptr<Dataset> train_data;           // image models
   std::unique_ptr<Dataset> test_data;
+  std::unique_ptr<TokenSource> train_tokens;  // token models: the training tokens, and the val split
+  std::unique_ptr<TokenSource> val_tokens;
   Model model;
   std::unique_ptr<Trainer> trainer;
   MemoryFit memory_fit;
@@ -76,6 +79,11 @@ RunConfig with_scaled_lr(const RunConfig& config, int ranks);
 
 // The result's common part: model, device, batch, ranks, memory, config, system.
 RunResult result_skeleton(const RunConfig& config, RunSetup& s);
+
+// A token model's data, for checkpoints and the ranks' agreement: its tokens' count and vocabulary.
+std::string token_digest(const TokenSource& tokens);
+// What the run trains on, for the ranks' agreement and checkpoints: data_digest or token_digest.
+std::string training_data_digest(const RunSetup& s);
 
 // --trace: the timeline of steps trace_first..trace_last of this rank; write() gathers every rank's.
 class StepTracer {
@@ -124,6 +132,8 @@ class StepTracer {
 // step times' distribution; null figures and a line saying why for a window without a timed step, and a
 // warning for one whose steps varied as on a busy machine.
 void add_throughput(RunResult& result, RunSetup& s, const MeasuredWindow& window);
+// A token model's throughput in tokens (tokens_per_second: sequences/s x T), after add_throughput.
+void add_token_throughput(RunResult& result, const RunSetup& s);
 
 // Real images are decoded ahead of the loop (data/batch_prefetcher.h), in the network's compute dtype and
 // layout where the data set writes it, into page-locked buffers. `indices(n)` is the n-th micro-batch the

@@ -31,6 +31,7 @@
 #include "data/image_dataset.h"
 #include "data/shard.h"
 #include "data/synthetic.h"
+#include "data/token_sampler.h"
 #include "models/resnet.h"
 #include "parallel/config_check.h"
 #include "parallel/launch.h"
@@ -48,7 +49,7 @@ namespace {
 std::string run_settings(RunSetup& s) {
   nlohmann::json settings = resume_settings(s.config);
   settings["ranks"] = s.comm->size();
-  settings["data"] = data_digest(*s.train_data);
+  settings["data"] = training_data_digest(s);
   return settings.dump();
 }
 
@@ -159,7 +160,8 @@ void log_mlperf_start(MlperfLog& mllog, const RunConfig& config, RunSetup& s, in
               s.memory_fit.device ? s.memory_fit.device->name : device_name(config.device));
   mllog.point("global_batch_size", s.trainer->images_per_step() * s.comm->size());
   mllog.point("gradient_accumulation_steps", config.accumulate_steps);
-  mllog.point("train_samples", s.train_data->size());
+  mllog.point("train_samples",
+              s.train_tokens ? s.train_tokens->windows(s.model.seq_len) : s.train_data->size());
   if (s.test_data) mllog.point("eval_samples", s.test_data->size());
   mllog.point("opt_name", config.optimizer.nesterov ? "sgd_nesterov" : "sgd");
   mllog.point("opt_base_learning_rate", config.optimizer.lr);
@@ -243,6 +245,7 @@ TrainInput make_train_input(const RunConfig& config, RunSetup& s, const EpochSam
   };
   const int64_t batches_to_feed = (total_steps - first_step) * micro_batches;
   TrainInput input;
+  if (!s.train_data) return input;  // token windows are gathered in memory, step by step
   input.prefetcher = make_prefetcher(s, batches_to_feed, batch_indices);
   input.gpu = make_gpu_pipeline(s, *s.train_data, batches_to_feed, batch_indices);
   if (input.gpu) say("  decoding on the GPU: %s\n", input.gpu->description().c_str());
@@ -254,6 +257,7 @@ struct TrainRecord {
   std::vector<double> losses;
   std::vector<EvaluationResult> evaluations;
   double last_accuracy = NAN;
+  std::vector<double> val_losses;  // a token model's, after each evaluation
   MeasuredWindow window;
   double train_seconds = 0;
   double window_wait_seconds = 0;  // waits for data over the timed steps
@@ -269,11 +273,13 @@ RunResult train_result(const RunConfig& config, RunSetup& s, const TrainProgress
   result.steps = progress.total_steps - progress.first_step;
   result.cuda_graph = s.trainer->step_recorded();
   result.final_loss = record.losses.empty() ? NAN : record.losses.back();
+  if (!record.val_losses.empty()) result.val_loss = record.val_losses.back();
   TrainFigures& t = result.train.emplace();
   t.first_step = progress.first_step;
   t.epochs = static_cast<double>(progress.total_steps) / static_cast<double>(steps_per_epoch);
   t.losses = record.losses;
   add_throughput(result, s, record.window);
+  add_token_throughput(result, s);
   add_data_pipeline(result, s, data_feed, record.window_wait_seconds, record.window);
   // What the run cost the host's cores over the timed steps, every thread (the data pipeline's, and the
   // step's own launches and waits), per 1,000 images of all ranks. The ranks of one process (--gpus N)
@@ -315,8 +321,11 @@ class TrainLoop {
         rank_(s.comm->rank()),
         ranks_(s.comm->size()),
         images_per_step_(trainer_.images_per_step()),
-        sampler_(s.train_data->size(), config.seed + 1, /*shuffle=*/true),
-        steps_per_epoch_(sampler_.batches_per_epoch(images_per_step_ * ranks_)),
+        // A token model draws windows (token_windows_) and leaves this sampler unused, over one sample.
+        sampler_(s.train_data ? s.train_data->size() : 1, config.seed + 1, /*shuffle=*/true),
+        token_windows_(make_token_windows(s, config)),
+        steps_per_epoch_(token_windows_ ? token_windows_->batches_per_epoch(images_per_step_)
+                                        : sampler_.batches_per_epoch(images_per_step_ * ranks_)),
         total_steps_(*config.epochs > 0 ? *config.epochs * steps_per_epoch_ : *config.steps),
         schedule_(config, steps_per_epoch_, total_steps_),
         progress_clock_(config, total_steps_, images_per_step_ * ranks_),
@@ -341,7 +350,7 @@ class TrainLoop {
     for (int64_t step = first_step_; step < total_steps_; ++step) train_step(step);
     tracer_.write();
     // A run that stops mid-epoch is still evaluated at its end.
-    if (s_.test_data && (total_steps_ % steps_per_epoch_ != 0))
+    if ((s_.test_data || s_.val_tokens) && (total_steps_ % steps_per_epoch_ != 0))
       evaluate(total_steps_ / steps_per_epoch_ + 1, total_steps_);
     // The window of a training run is the sum of its timed steps: evaluation and checkpoints stay out of it.
     double window_seconds = 0;
@@ -362,7 +371,7 @@ class TrainLoop {
     if (batch_in_epoch == 0 || step == first_step_)
       mllog_.start("epoch_start", nullptr, {{"epoch_num", epoch + 1}});
     if (epoch != order_epoch_) {
-      order_ = sampler_.epoch_order(epoch);
+      order_ = token_windows_ ? token_windows_->epoch_starts(epoch) : sampler_.epoch_order(epoch);
       order_epoch_ = epoch;
     }
     // After one ordinary step (libraries initialise lazily), the step is recorded and replayed where the
@@ -415,6 +424,12 @@ class TrainLoop {
       return;
     }
     const int64_t batch_in_epoch = step % steps_per_epoch_;
+    if (token_windows_) {
+      // This rank's window starts of the epoch (its own share already): micro-batch k of the step.
+      const int64_t b = batch_in_epoch * config_.accumulate_steps + micro;
+      trainer_.load_tokens(*s_.train_tokens, EpochSampler::batch(order_, b, *config_.batch_size));
+      return;
+    }
     const int64_t b = (batch_in_epoch * ranks_ + rank_) * config_.accumulate_steps + micro;
     trainer_.load_batch(*s_.train_data, EpochSampler::batch(order_, b, *config_.batch_size));
   }
@@ -422,6 +437,7 @@ class TrainLoop {
   // Rank 0 evaluates (its batch-norm statistics); the others wait for it at the stop check after it.
   // Epochs count from 1, in the console, the result and the MLPerf log alike.
   void evaluate(int64_t epoch_number, int64_t step) {
+    if (s_.val_tokens) return evaluate_tokens(epoch_number);
     if (!s_.test_data) return;
     if (rank_ == 0) {
       WallTimer timer;
@@ -440,6 +456,36 @@ class TrainLoop {
     stop_if_asked(config_, s_, progress_, step, step / steps_per_epoch_);
   }
 
+  // A token model's mean loss over every window of the val split (rank 0's; the others wait at the stop
+  // check after it).
+  void evaluate_tokens(int64_t epoch_number) {
+    if (rank_ != 0) return;
+    WallTimer timer;
+    const TokenWindowSampler windows(*s_.val_tokens, s_.model.seq_len, config_.seed, /*shuffle=*/false);
+    const std::vector<int64_t> starts = windows.epoch_starts(0);
+    std::optional<double> loss =
+        trainer_.evaluate_loss(*s_.val_tokens, starts, [](int64_t, int64_t) { return !stop_requested(); });
+    if (!loss) return;
+    record_.val_losses.push_back(*loss);
+    say("epoch %lld  val loss %.4f (%.3f bits per token, %lld windows of %lld, %.1f s)\n",
+        static_cast<long long>(epoch_number), *loss, *loss / std::log(2.0),
+        static_cast<long long>(starts.size()), static_cast<long long>(s_.model.seq_len), timer.seconds());
+    std::fflush(stdout);
+  }
+
+  // A token model's windows: each rank's share of every epoch (data/token_sampler.h).
+  static std::optional<TokenWindowSampler> make_token_windows(RunSetup& s, const RunConfig& config) {
+    if (!s.train_tokens) return std::nullopt;
+    TokenWindowSampler windows(*s.train_tokens, s.model.seq_len, config.seed + 1, /*shuffle=*/true,
+                               s.comm->rank(), s.comm->size());
+    const int64_t per_step = *config.batch_size * config.accumulate_steps;
+    DLB_REQUIRE(windows.batches_per_epoch(per_step) >= 1,
+                "--data {}: {} windows of {} tokens per rank, fewer than one step's {} sequences; lower "
+                "--batch-size or --seq-len, or give more text",
+                config.data.source, windows.windows_per_rank(), s.model.seq_len, per_step);
+    return windows;
+  }
+
   RunSetup& s_;
   const RunConfig config_;  // with the learning rate scaled to the ranks
   MlperfLog& mllog_;
@@ -447,6 +493,7 @@ class TrainLoop {
   const int rank_, ranks_;
   const int64_t images_per_step_;
   EpochSampler sampler_;
+  std::optional<TokenWindowSampler> token_windows_;
   const int64_t steps_per_epoch_, total_steps_;
   LearningRateSchedule schedule_;
   ProgressClock progress_clock_;
@@ -457,7 +504,7 @@ class TrainLoop {
   TrainInput input_;
   DataFeed data_feed_;
   TrainRecord record_;
-  std::vector<int64_t> order_;  // the epoch order_epoch_'s sample indices
+  std::vector<int64_t> order_;  // the epoch order_epoch_'s sample indices (a token model's window starts)
   int64_t order_epoch_ = -1;
 };
 

@@ -289,6 +289,12 @@ json to_json(const RunResult& r) {
   j["cuda_graph"] = r.cuda_graph;
   j["images_per_second"] = optional_or_null(r.images_per_second);
   j["images_per_second_per_device"] = optional_or_null(r.images_per_second_per_device);
+  if (r.tokens_per_second) {
+    j["tokens_per_second"] = *r.tokens_per_second;
+    j["sequences_per_second"] = optional_or_null(r.images_per_second);
+  }
+  if (r.tokens_per_second_per_device) j["tokens_per_second_per_device"] = *r.tokens_per_second_per_device;
+  if (r.val_loss) j["val_loss"] = number_or_null(*r.val_loss);
   j["step_ms"] = r.step_ms ? to_json(*r.step_ms) : json(nullptr);
   if (r.measurement_note) j["measurement_note"] = *r.measurement_note;
   if (r.bench) write_bench(*r.bench, j);
@@ -331,6 +337,9 @@ RunResult run_result_from_json(const json& j) {
   r.read("cuda_graph", result.cuda_graph);
   r.read("images_per_second", result.images_per_second);
   r.read("images_per_second_per_device", result.images_per_second_per_device);
+  r.read("tokens_per_second", result.tokens_per_second);
+  r.read("tokens_per_second_per_device", result.tokens_per_second_per_device);
+  r.read("val_loss", result.val_loss);
   if (r.has("step_ms")) result.step_ms = distribution_from(r.object("step_ms"));
   r.read("measurement_note", result.measurement_note);
   // bench writes its warm-up; train its first step and losses.

@@ -126,6 +126,9 @@ struct RunResult {
 
   // Throughput (null without a timed step), and why a figure is not a steady measurement.
   std::optional<double> images_per_second, images_per_second_per_device;
+  // Token models (written only for them): images_per_second counts sequences, and these tokens; a train
+  // run with a validation split its last validation loss (mean nats per token over the split).
+  std::optional<double> tokens_per_second, tokens_per_second_per_device, val_loss;
   std::optional<Distribution> step_ms;
   std::optional<std::string> measurement_note;
 

@@ -80,17 +80,10 @@ Activation& imagenet_stem(Network& net, Activation& images, int64_t channels) {
 
 }  // namespace
 
-const std::vector<std::string>& model_names() {
+const std::vector<std::string>& resnet_model_names() {
   static const std::vector<std::string> names{"resnet18",  "resnet34",  "resnet50",
                                               "resnet101", "resnet152", "resnet20"};
   return names;
-}
-
-bool is_model_name(const std::string& name) {
-  for (const auto& n : model_names()) {
-    if (n == name) return true;
-  }
-  return false;
 }
 
 ImageShape default_input_shape(const std::string& model) {
@@ -104,8 +97,8 @@ int smallest_input_size(const std::string& model) {
 
 int64_t default_num_classes(const std::string& model) { return model == "resnet20" ? 10 : 1000; }
 
-Model build_model(const std::string& name, Backend& backend, const NetworkOptions& net_options,
-                  const ModelOptions& options) {
+Model build_resnet(const std::string& name, Backend& backend, const NetworkOptions& net_options,
+                   const ModelOptions& options) {
   ResNetSpec spec = spec_for(name);
   const ImageShape& in = options.input;
   const int64_t min_size = smallest_input_size(name);

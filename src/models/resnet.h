@@ -13,45 +13,22 @@
 #include <string>
 #include <vector>
 
-#include "nn/network.h"
-#include "nn/softmax_cross_entropy.h"
+#include "models/model.h"
 
 namespace dlbench {
 
-struct ImageShape {
-  int64_t channels = 3, height = 224, width = 224;
-};
-
-// A built model: the network and the handles the trainer feeds and reads.
-struct Model {
-  std::string name;
-  std::unique_ptr<Network> net;
-  Activation* images = nullptr;  // [N, C, H, W] input, in the network's dtype and layout
-  Activation* labels = nullptr;  // [N] i32
-  Activation* logits = nullptr;  // [N, classes]
-  SoftmaxCrossEntropyLayer* loss = nullptr;
-  int64_t num_classes = 0;
-};
-
-const std::vector<std::string>& model_names();
-bool is_model_name(const std::string& name);
+const std::vector<std::string>& resnet_model_names();
 // The input a model is made for when the data does not say (224x224 RGB; resnet20: 1x28x28).
 ImageShape default_input_shape(const std::string& model);
 // The smallest side an input may have: what the model's downsampling leaves at least one pixel of.
 int smallest_input_size(const std::string& model);
 int64_t default_num_classes(const std::string& model);
 
-struct ModelOptions {
-  ImageShape input;
-  int64_t num_classes = 1000;
-  float label_smoothing = 0.f;
-};
-
 // Builds (but does not finalize) the model: torchvision's layers, each batch norm with the ReLU or residual
 // add + ReLU after it; where the backend fuses more, the network rewrites them when it is finalized
 // (nn/fusion_pass.h). Throws UserError for an unknown name or an input the model
 // cannot take.
-Model build_model(const std::string& name, Backend& backend, const NetworkOptions& net_options,
-                  const ModelOptions& options);
+Model build_resnet(const std::string& name, Backend& backend, const NetworkOptions& net_options,
+                   const ModelOptions& options);
 
 }  // namespace dlbench

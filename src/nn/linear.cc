@@ -5,8 +5,12 @@
 
 namespace dlbench {
 
-LinearLayer::LinearLayer(Network& net, std::string name, Activation& input, int64_t out_features)
-    : Layer(net, std::move(name)), batch_(input.value.dim(0)), out_features_(out_features) {
+LinearLayer::LinearLayer(Network& net, std::string name, Activation& input, int64_t out_features,
+                         double normal_std)
+    : Layer(net, std::move(name)),
+      batch_(input.value.dim(0)),
+      out_features_(out_features),
+      normal_std_(normal_std) {
   in_features_ = input.value.numel() / batch_;
   set_inputs({&input});
   output_ = &net.new_activation(name_ + ".out", {batch_, out_features_});
@@ -18,6 +22,13 @@ LinearLayer::LinearLayer(Network& net, std::string name, Activation& input, int6
 }
 
 void LinearLayer::plan(MemoryPlan& plan) {
+  if (normal_std_ > 0) {
+    plan.add_parameter(name_ + ".weight", weight_, dweight_, ParamInit::normal, in_features_, false,
+                       ParamUse::compute, normal_std_);
+    plan.add_parameter(name_ + ".bias", bias_, dbias_, ParamInit::zeros, in_features_, true,
+                       ParamUse::compute);
+    return;
+  }
   plan.add_parameter(name_ + ".weight", weight_, dweight_, ParamInit::uniform_fan_in, in_features_, false,
                      ParamUse::compute);
   plan.add_parameter(name_ + ".bias", bias_, dbias_, ParamInit::uniform_fan_in, in_features_, true,

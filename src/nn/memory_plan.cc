@@ -42,12 +42,15 @@ int64_t padded(int64_t count) { return (count + 63) / 64 * 64; }
 }  // namespace
 
 void MemoryPlan::add_parameter(std::string name, Tensor& value, Tensor& grad, ParamInit init, int64_t fan,
-                               bool is_norm_or_bias, ParamUse use) {
+                               bool is_norm_or_bias, ParamUse use, double init_std) {
   DLB_CHECK(!allocated(), "parameter {} declared after allocation", name);
   DType expected = use == ParamUse::compute ? compute_dtype_ : master_dtype_;
   DLB_CHECK(value.dtype() == expected && grad.dtype() == expected, "parameter {} is not {}", name,
             dtype_name(expected));
-  parameters_.push_back({std::move(name), &value, &grad, init, fan, is_norm_or_bias, use, 0, current_layer_});
+  for (const ParameterInfo& p : parameters_)
+    DLB_CHECK(p.value != &value && p.name != name, "parameter {} declared twice", name);
+  parameters_.push_back(
+      {std::move(name), &value, &grad, init, fan, is_norm_or_bias, use, 0, current_layer_, init_std});
 }
 
 void MemoryPlan::add_buffer(Tensor& value, float initial_value) {
@@ -195,6 +198,7 @@ void MemoryPlan::place() {
   // The arenas in the order allocate() makes them.
   const size_t flat_bytes = static_cast<size_t>(parameter_count_) * dtype_size(master_dtype_);
   arena_sizes_ = {flat_bytes, flat_bytes, flat_bytes};
+  if (second_moment_) arena_sizes_.push_back(flat_bytes);
   if (has_compute_copies()) {
     const size_t compute_bytes = static_cast<size_t>(compute_count_) * dtype_size(compute_dtype_);
     arena_sizes_.insert(arena_sizes_.end(), {compute_bytes, compute_bytes});
@@ -231,6 +235,9 @@ void MemoryPlan::allocate(uint64_t seed) {
   flat_parameters_ = Tensor(params, {parameter_count_}, master_dtype_, Layout::nchw, device);
   flat_gradients_ = Tensor(grads, {parameter_count_}, master_dtype_, Layout::nchw, device);
   flat_momentum_ = Tensor(momentum, {parameter_count_}, master_dtype_, Layout::nchw, device);
+  if (second_moment_)
+    flat_second_moment_ =
+        Tensor(new_arena(flat_bytes), {parameter_count_}, master_dtype_, Layout::nchw, device);
   std::byte* compute_params = nullptr;
   std::byte* compute_grads = nullptr;
   if (has_compute_copies()) {
@@ -291,6 +298,9 @@ void MemoryPlan::initialise(uint64_t seed) {
         for (int64_t i = 0; i < count; ++i) out[i] = static_cast<float>(uniform_sample(rng, -bound, bound));
         break;
       }
+      case ParamInit::normal:
+        for (int64_t i = 0; i < count; ++i) out[i] = static_cast<float>(p.init_std * normal_sample(rng));
+        break;
       case ParamInit::ones:
         for (int64_t i = 0; i < count; ++i) out[i] = 1.0;
         break;
@@ -301,6 +311,7 @@ void MemoryPlan::initialise(uint64_t seed) {
   copy_to_flat(flat_parameters_, host);
   backend_.fill(flat_gradients_, 0.0);
   backend_.fill(flat_momentum_, 0.0);
+  if (second_moment_) backend_.fill(flat_second_moment_, 0.0);
 
   std::vector<double> host_buffers(static_cast<size_t>(buffer_count_));
   for (const auto& b : buffers_) {

@@ -5,7 +5,8 @@
 // Arenas:
 //   parameters  one contiguous buffer of the master dtype: the trained weights (master copy)
 //   gradients   same dtype and offsets as parameters, so a gradient bucket is a slice
-//   momentum    same dtype and offsets (optimizer state)
+//   momentum    same dtype and offsets (optimizer state: SGD's momentum, AdamW's first moment m)
+//   second moment  same dtype and offsets, only where asked (AdamW's v: require_second_moment)
 //   buffers     master dtype, non-trained state saved in checkpoints (batch-norm running statistics)
 // The master dtype is FP32, except FP64 for double-precision networks (the reference backend's
 // gradient checks), where every parameter and statistic is double too.
@@ -51,6 +52,7 @@ namespace dlbench {
 enum class ParamInit : uint8_t {
   he_normal_fan_out,  // N(0, 2 / fan_out): torchvision's conv init (kaiming_normal_, mode fan_out, relu)
   uniform_fan_in,     // U(-1/sqrt(fan_in), 1/sqrt(fan_in)): PyTorch's default for Linear weight and bias
+  normal,             // N(0, init_std^2): GPT-2's weights
   ones,
   zeros,
 };
@@ -68,8 +70,9 @@ struct ParameterInfo {
   int64_t fan = 1;  // fan_in or fan_out, as the init needs
   bool is_norm_or_bias = false;
   ParamUse use = ParamUse::compute;
-  int64_t offset = 0;  // elements into the flat buffers (assigned by allocate())
-  int layer = -1;      // the owning layer's index in execution order (its backward writes the gradient)
+  int64_t offset = 0;   // elements into the flat buffers (assigned by allocate())
+  int layer = -1;       // the owning layer's index in execution order (its backward writes the gradient)
+  double init_std = 0;  // ParamInit::normal's standard deviation
 };
 
 // Where the plan put one per-step tensor in the activation arena, and when it holds data. Steps: on the
@@ -107,9 +110,13 @@ class MemoryPlan {
   DType compute_dtype() const { return compute_dtype_; }
   bool has_compute_copies() const { return compute_dtype_ != master_dtype_; }
   // `value` and `grad` must have dims set, in the compute dtype (ParamUse::compute) or the master dtype
-  // (ParamUse::master); their data is assigned by allocate().
+  // (ParamUse::master); their data is assigned by allocate(). `init_std`: ParamInit::normal's.
+  // A parameter two layers read (a tied embedding) is declared once, by the layer that completes its
+  // gradient last in the backward pass (the earliest in execution order): the gradient exchange sends it
+  // once that layer's backward has run. The other layer holds the same Tensors, writes the gradient first
+  // (by the network's parameter mode) and the owner adds into it.
   void add_parameter(std::string name, Tensor& value, Tensor& grad, ParamInit init, int64_t fan,
-                     bool is_norm_or_bias, ParamUse use);
+                     bool is_norm_or_bias, ParamUse use, double init_std = 0);
   // Parameters added from now on belong to layer `index` (execution order).
   void set_current_layer(int index) { current_layer_ = index; }
   void add_buffer(Tensor& value, float initial_value);
@@ -146,6 +153,10 @@ class MemoryPlan {
   Tensor& flat_parameters() { return flat_parameters_; }
   Tensor& flat_gradients() { return flat_gradients_; }
   Tensor& flat_momentum() { return flat_momentum_; }
+  // AdamW's second moment: allocated (zeroed) only where require_second_moment() was called before.
+  void require_second_moment() { second_moment_ = true; }
+  bool has_second_moment() const { return second_moment_; }
+  Tensor& flat_second_moment() { return flat_second_moment_; }
   Tensor& flat_buffers() { return flat_buffers_; }
   // Mixed precision: the compute copies, over the first compute_count() elements of the flat buffers.
   int64_t compute_count() const { return compute_count_; }
@@ -193,9 +204,9 @@ class MemoryPlan {
   int64_t parameter_count_ = 0, buffer_count_ = 0;
   int current_layer_ = -1;
   size_t workspace_bytes_ = 0, activation_bytes_ = 0, held_bytes_ = 0;
-  bool estimate_only_ = false, placed_ = false;
+  bool estimate_only_ = false, placed_ = false, second_moment_ = false;
   void* workspace_ = nullptr;
-  Tensor flat_parameters_, flat_gradients_, flat_momentum_, flat_buffers_;
+  Tensor flat_parameters_, flat_gradients_, flat_momentum_, flat_second_moment_, flat_buffers_;
   struct Arena {
     void* pointer = nullptr;
     size_t bytes = 0;

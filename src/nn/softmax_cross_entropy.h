@@ -1,9 +1,13 @@
 // SoftmaxCrossEntropyLayer: the loss. loss = mean_n [ -sum_k target[n,k] * log softmax(logits[n])_k ],
 // target = (1 - s) * onehot(label) + s / K (label smoothing s, 0 by default).
 //   input  logits [N, K]
-//   input  labels [N] i32 (fed by the data pipeline; no gradient)
+//   input  labels [N] i32, or any shape of N labels (a language model's targets [B, T]), fed by the
+//          data pipeline; no gradient
 //   output loss   [1] f32 (f64 in a double-precision network)
 // Backward starts the chain: dlogits = loss_scale * (softmax - target) / N.
+// A vocabulary padded for speed (GPT-2's 50,257 to 50,304 columns): only the first `valid_classes`
+// columns are classes; the padded ones get probability 0 and gradient 0 and are never predicted
+// (Backend::softmax_cross_entropy_padded_*). 0: every column is a class.
 #pragma once
 
 #include "nn/layer.h"
@@ -13,7 +17,7 @@ namespace dlbench {
 class SoftmaxCrossEntropyLayer final : public Layer {
  public:
   SoftmaxCrossEntropyLayer(Network& net, std::string name, Activation& logits, Activation& labels,
-                           float label_smoothing = 0.f);
+                           float label_smoothing = 0.f, int64_t valid_classes = 0);
   const char* kind() const override { return "softmax_xent"; }
   void plan(MemoryPlan& plan) override;
   void forward(Phase phase) override;
@@ -23,7 +27,8 @@ class SoftmaxCrossEntropyLayer final : public Layer {
 
  private:
   float label_smoothing_;
-  Tensor probabilities_;  // [N, K] f32, forward -> backward
+  int64_t valid_classes_;  // < K: a padded vocabulary
+  Tensor probabilities_;   // [N, K] f32, forward -> backward
 };
 
 }  // namespace dlbench

@@ -47,7 +47,8 @@ using File = std::unique_ptr<std::FILE, FileCloser>;
 uint64_t file_size_of(const Checkpoint& c) {
   const auto array = [](const std::vector<float>& v) { return 8 + 4 * static_cast<uint64_t>(v.size()); };
   return kHeaderBytes + (8 + c.model.size()) + (8 + c.config_digest.size()) + (8 + c.settings.size()) + 8 +
-         8 + 4 + array(c.parameters) + array(c.momentum) + array(c.buffers) + kChecksumBytes;
+         8 + 4 + array(c.parameters) + array(c.momentum) + array(c.buffers) +
+         (c.second_moment.empty() ? 0 : array(c.second_moment)) + kChecksumBytes;
 }
 
 // Writes little-endian fields to an AtomicFile, keeping the CRC-32 of everything written. A failed write
@@ -188,7 +189,7 @@ uint32_t check_header(std::FILE* file, const std::string& path, uint64_t size) {
   if (got < kHeaderBytes) truncated(0);  // empty, or a prefix of a header and nothing more
 
   const uint32_t version = le32(header.data() + 8);
-  DLB_REQUIRE(version == kCheckpointVersion || version == 1,
+  DLB_REQUIRE(version >= 1 && version <= kCheckpointVersion,
               "checkpoint {} has format version {}, this dlbench reads version {}; resume with the dlbench "
               "release that wrote it",
               path, version, kCheckpointVersion);
@@ -233,6 +234,8 @@ void check_crc(std::FILE* file, const std::string& path, uint64_t size) {
 void save_checkpoint(const std::string& path, const Checkpoint& c) {
   DLB_CHECK(c.momentum.empty() || c.momentum.size() == c.parameters.size(),
             "{} momentum values for {} parameters", c.momentum.size(), c.parameters.size());
+  DLB_CHECK(c.second_moment.empty() || c.second_moment.size() == c.parameters.size(),
+            "{} second-moment values for {} parameters", c.second_moment.size(), c.parameters.size());
   const std::filesystem::path parent = std::filesystem::path(path).parent_path();
   std::error_code ec;
   if (!parent.empty() && !std::filesystem::is_directory(parent, ec)) {
@@ -248,7 +251,8 @@ void save_checkpoint(const std::string& path, const Checkpoint& c) {
   const uint64_t size = file_size_of(c);
   Writer out(file);
   out.bytes(kMagic.data(), kMagic.size());
-  out.u32(kCheckpointVersion);
+  // Version 2 where there is no second moment (SGD): such a file is the same as before version 3.
+  out.u32(c.second_moment.empty() ? 2 : kCheckpointVersion);
   out.u64(size);
   out.string(c.model);
   out.string(c.config_digest);
@@ -259,6 +263,7 @@ void save_checkpoint(const std::string& path, const Checkpoint& c) {
   out.floats(c.parameters);
   out.floats(c.momentum);
   out.floats(c.buffers);
+  if (!c.second_moment.empty()) out.floats(c.second_moment);
   const uint32_t crc = out.crc();
   out.u32(crc);
   // Synced before the rename makes it the checkpoint: a crash leaves the previous one, never a torn file.
@@ -293,10 +298,14 @@ Checkpoint load_checkpoint(const std::string& path) {
   c.parameters = in.floats("parameters");
   c.momentum = in.floats("momentum");
   c.buffers = in.floats("buffers");
+  if (version >= 3) c.second_moment = in.floats("second_moment");
   if (in.offset() != size - kChecksumBytes)
     in.malformed(fmt::format("{} unread bytes before the checksum", size - kChecksumBytes - in.offset()));
   if (!c.momentum.empty() && c.momentum.size() != c.parameters.size())
     in.malformed(fmt::format("{} momentum values for {} parameters", c.momentum.size(), c.parameters.size()));
+  if (version >= 3 && c.second_moment.size() != c.parameters.size())
+    in.malformed(fmt::format("{} second-moment values for {} parameters", c.second_moment.size(),
+                             c.parameters.size()));
   return c;
 }
 

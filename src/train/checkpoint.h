@@ -1,6 +1,7 @@
 // Checkpoints: the training state needed to resume a run exactly, in one self-checking file.
 //
-// File format, version 2 (version 1, without `settings`, is still read). Every integer and float is
+// File format, version 3 (version 1, without `settings`, and 2, without `second_moment`, are still read;
+// a checkpoint without a second moment, SGD's, is written as version 2). Every integer and float is
 // little-endian; floats are IEEE-754 binary32.
 //
 //   offset  size   field
@@ -16,6 +17,7 @@
 //                  array parameters       (u64 element count, then that many f32)
 //                  array momentum
 //                  array buffers
+//                  array second_moment    (version 3: AdamW's v; `momentum` holds its m)
 //   size - 4  4    u32 CRC-32 (zlib's crc32, the gzip/PNG polynomial) of every byte before it
 //
 // The file size in the header lets a reader tell a truncated file (a copy cut short) from a damaged one
@@ -39,12 +41,13 @@ struct Checkpoint {
   std::string settings;
   int64_t step = 0, epoch = 0;
   float loss_scale = 1.f;
-  std::vector<float> parameters;  // the flat FP32 parameter buffer
-  std::vector<float> momentum;    // optimizer state: as long as parameters, or empty if there is none
-  std::vector<float> buffers;     // non-trained state (batch-norm running mean/var)
+  std::vector<float> parameters;     // the flat FP32 parameter buffer
+  std::vector<float> momentum;       // optimizer state: as long as parameters, or empty if there is none
+  std::vector<float> buffers;        // non-trained state (batch-norm running mean/var)
+  std::vector<float> second_moment;  // AdamW's v (momentum holds m), as long as parameters; empty for SGD
 };
 
-inline constexpr uint32_t kCheckpointVersion = 2;
+inline constexpr uint32_t kCheckpointVersion = 3;
 
 // Writes `checkpoint` through an AtomicFile (core/file_io.h): a crash, a signal or a full disk leaves the
 // previous file at `path` untouched, never a half-written one, and no temporary behind. UserError (naming the

@@ -13,6 +13,7 @@
 #include "core/status.h"
 #include "data/image_source.h"
 #include "data/shard.h"
+#include "models/gpt.h"
 #include "models/resnet.h"
 
 namespace dlbench {
@@ -59,6 +60,14 @@ const char* allreduce_precision_name(AllreducePrecision precision) {
 }
 
 const char* lr_scaling_name(LrScaling scaling) { return scaling == LrScaling::linear ? "linear" : "none"; }
+
+const char* optimizer_name(OptimizerKind kind) { return kind == OptimizerKind::adamw ? "adamw" : "sgd"; }
+
+OptimizerKind parse_optimizer(const std::string& text) {
+  if (text == "sgd") return OptimizerKind::sgd;
+  if (text == "adamw") return OptimizerKind::adamw;
+  throw_user_error("--optimizer {}: unknown; choose sgd or adamw", text);
+}
 
 Precision parse_precision(const std::string& text) {
   if (text == "fp32") return Precision::fp32;
@@ -206,14 +215,36 @@ void resolve_numerics(RunConfig& c) {
 }
 
 // Batch, length of the run. Flags that were given are checked; flags that were not get defaults.
+// A GPT model's sequence length and default batch (in sequences): the mini model trains 16 sequences on
+// the CPU; the GPT-2 sizes 4 on the CPU (a benchmark, not training) and 16 on a GPU.
+void resolve_sequences(RunConfig& c) {
+  const bool on_cpu = c.device.kind == DeviceKind::cpu;
+  const GptSpec spec = gpt_spec(c.model.name);
+  DLB_REQUIRE(c.model.seq_len >= 0 && c.model.seq_len <= spec.context,
+              "--seq-len {}: {} takes 1 to {} tokens per sequence", c.model.seq_len, c.model.name,
+              spec.context);
+  if (c.model.seq_len == 0) c.model.seq_len = spec.context;
+  DLB_REQUIRE(c.model.image_size == 0, "--image-size: {} reads tokens, not images; give --seq-len",
+              c.model.name);
+  const bool mini = c.model.name == "gpt-mini";
+  if (!c.batch_size) c.batch_size = mini ? (on_cpu ? 16 : 64) : (on_cpu ? 4 : 16);
+}
+
 void resolve_length(RunConfig& c) {
   const bool on_cpu = c.device.kind == DeviceKind::cpu;
   const bool imagenet_model = c.model.name != "resnet20";
+  const bool gpt = is_gpt_model(c.model.name);
   DLB_REQUIRE(!c.batch_size_max || !on_cpu,
               "--batch-size max needs a GPU (the CPU backend states no memory limit to fit); give a number");
+  if (gpt) {
+    resolve_sequences(c);
+  } else {
+    DLB_REQUIRE(c.model.seq_len == 0, "--seq-len: {} reads images; only GPT models take sequences",
+                c.model.name);
+  }
   if (!c.batch_size) c.batch_size = on_cpu ? (imagenet_model ? 16 : 128) : (imagenet_model ? 256 : 512);
-  DLB_REQUIRE(*c.batch_size > 0, "--batch-size {}: must be a positive number of images per device",
-              *c.batch_size);
+  DLB_REQUIRE(*c.batch_size > 0, "--batch-size {}: must be a positive number of {} per device", *c.batch_size,
+              gpt ? "sequences" : "images");
   DLB_REQUIRE(c.accumulate_steps >= 1, "--accumulate-steps {}: must be 1 or more", c.accumulate_steps);
   DLB_REQUIRE(!c.epochs || *c.epochs > 0, "--epochs {}: must be positive", c.epochs.value_or(0));
   DLB_REQUIRE(!c.steps || *c.steps > 0, "--steps {}: must be positive", c.steps.value_or(0));
@@ -236,8 +267,49 @@ void resolve_length(RunConfig& c) {
   }
 }
 
+// The optimizer and its defaults by model family: ResNets SGD (lr 0.1, weight decay 5e-5), GPT models
+// AdamW as GPT-2 trains (lr 6e-4, gpt-mini 2e-3; weight decay 0.1 on matrices and embeddings; gradients
+// clipped to norm 1).
+void resolve_optimizer_kind(RunConfig& c) {
+  OptimizerConfig& o = c.optimizer;
+  const bool gpt = is_gpt_model(c.model.name);
+  o.kind = o.kind_request.value_or(gpt ? OptimizerKind::adamw : OptimizerKind::sgd);
+  const bool adamw = o.kind == OptimizerKind::adamw;
+  if (o.lr_request) {
+    o.lr = *o.lr_request;
+  } else if (gpt) {
+    o.lr = c.model.name == "gpt-mini" ? 2e-3 : 6e-4;
+  } else if (adamw) {
+    o.lr = 1e-3;
+  }
+  if (o.weight_decay_request) {
+    o.weight_decay = *o.weight_decay_request;
+  } else if (adamw) {
+    o.weight_decay = 0.1;
+  }
+  if (!o.clip_grad_norm) o.clip_grad_norm = adamw ? 1.0 : 0.0;
+  DLB_REQUIRE(std::isfinite(*o.clip_grad_norm) && *o.clip_grad_norm >= 0,
+              "--clip-grad-norm {}: must be 0 (off) or more", *o.clip_grad_norm);
+  DLB_REQUIRE(adamw || *o.clip_grad_norm == 0,
+              "--clip-grad-norm: gradient clipping runs with --optimizer adamw");
+  if (adamw) {
+    DLB_REQUIRE(!o.nesterov, "--nesterov: SGD's; AdamW has no Nesterov momentum");
+    // nanoGPT's groups: decay on 2-D weights (embeddings included), never on biases and layer norms.
+    o.decay_norm_and_bias = false;
+    for (const auto& [flag, value] :
+         {std::pair<const char*, double>{"--adam-beta1", o.adam_beta1}, {"--adam-beta2", o.adam_beta2}})
+      DLB_REQUIRE(std::isfinite(value) && value >= 0 && value < 1, "{} {}: must be in [0, 1)", flag, value);
+    DLB_REQUIRE(std::isfinite(o.adam_eps) && o.adam_eps > 0, "--adam-eps {}: must be positive", o.adam_eps);
+  }
+  DLB_REQUIRE(!o.lr_warmup_steps || *o.lr_warmup_steps >= 0, "--lr-warmup-steps {}: must be 0 or more",
+              o.lr_warmup_steps.value_or(0));
+  DLB_REQUIRE(!o.lr_warmup_steps || o.lr_warmup_epochs == 0,
+              "--lr-warmup-steps and --lr-warmup-epochs conflict: give one of them");
+}
+
 // Optimizer. Every number finite: an infinite rate trains nothing, a NaN compares false everywhere.
 void resolve_optimizer(RunConfig& c) {
+  resolve_optimizer_kind(c);
   for (const auto& [flag, value] : {std::pair<const char*, double>{"--lr", c.optimizer.lr},
                                     {"--momentum", c.optimizer.momentum},
                                     {"--weight-decay", c.optimizer.weight_decay},
@@ -282,6 +354,13 @@ void resolve_data(RunConfig& c) {
   DLB_REQUIRE(c.model.image_size >= 0, "--image-size {}: must be positive", c.model.image_size);
   if (c.data.source == "synthetic") {
     c.data.kind = DataKind::synthetic;
+  } else if (is_gpt_model(c.model.name)) {
+    // Token files: a directory (train.bin / val.bin, or llm.c's shards) or one file (data/token_dataset.h).
+    DLB_REQUIRE(std::filesystem::exists(c.data.source),
+                "--data {}: no such file or directory; give synthetic, a token file or a directory of them "
+                "(dlbench tokenize)",
+                c.data.source);
+    c.data.kind = DataKind::tokens;
   } else if (is_shard_set(c.data.source) || is_image_folder(c.data.source) ||
              is_shard_set(c.data.source + "/train") || is_image_folder(c.data.source + "/train")) {
     // An image set, or ROOT/train (+ ROOT/val) as ImageNet is laid out.
@@ -351,6 +430,8 @@ void check_files(const RunConfig& c) {
     uses.push_back({"--val-data", c.data.val_data, PathRole::reads_tree});
   } else if (c.data.kind == DataKind::idx) {
     uses.push_back({"--data", c.data.idx_dir, PathRole::reads_tree});
+  } else if (c.data.kind == DataKind::tokens) {
+    uses.push_back({"--data", c.data.source, PathRole::reads_tree});
   }
   check_path_uses(uses);
 }
@@ -405,23 +486,34 @@ void resolve_config(RunConfig& c, bool cuda_available) {
 }
 
 nlohmann::json resume_settings(const RunConfig& c) {
-  return {{"--batch-size", c.batch_size.value_or(0)},
-          {"--accumulate-steps", c.accumulate_steps},
-          {"--seed", c.seed},
-          {"--precision", precision_name(c.model.precision)},
-          {"--layout", layout_name(c.model.layout)},
-          {"--image-size", c.model.image_size},
-          {"--lr", c.optimizer.lr},
-          {"--momentum", c.optimizer.momentum},
-          {"--nesterov", c.optimizer.nesterov},
-          {"--weight-decay", c.optimizer.weight_decay},
-          {"--no-decay-bn-bias", !c.optimizer.decay_norm_and_bias},
-          {"--label-smoothing", c.optimizer.label_smoothing},
-          {"--lr-schedule", lr_schedule_name(c.optimizer.lr_schedule)},
-          {"--lr-warmup-epochs", c.optimizer.lr_warmup_epochs},
-          {"--lr-decay-epochs", c.optimizer.lr_decay_epochs},
-          {"--lr-decay-factor", c.optimizer.lr_decay_factor},
-          {"--lr-scaling", lr_scaling_name(c.parallel.lr_scaling)}};
+  nlohmann::json settings = {{"--batch-size", c.batch_size.value_or(0)},
+                             {"--accumulate-steps", c.accumulate_steps},
+                             {"--seed", c.seed},
+                             {"--precision", precision_name(c.model.precision)},
+                             {"--layout", layout_name(c.model.layout)},
+                             {"--image-size", c.model.image_size},
+                             {"--lr", c.optimizer.lr},
+                             {"--momentum", c.optimizer.momentum},
+                             {"--nesterov", c.optimizer.nesterov},
+                             {"--weight-decay", c.optimizer.weight_decay},
+                             {"--no-decay-bn-bias", !c.optimizer.decay_norm_and_bias},
+                             {"--label-smoothing", c.optimizer.label_smoothing},
+                             {"--lr-schedule", lr_schedule_name(c.optimizer.lr_schedule)},
+                             {"--lr-warmup-epochs", c.optimizer.lr_warmup_epochs},
+                             {"--lr-decay-epochs", c.optimizer.lr_decay_epochs},
+                             {"--lr-decay-factor", c.optimizer.lr_decay_factor},
+                             {"--lr-scaling", lr_scaling_name(c.parallel.lr_scaling)}};
+  // Only the settings of a GPT run's own flags, so that a ResNet checkpoint's settings stay as they were.
+  if (is_gpt_model(c.model.name)) {
+    settings["--seq-len"] = c.model.seq_len;
+    settings["--optimizer"] = optimizer_name(c.optimizer.kind);
+    settings["--adam-beta1"] = c.optimizer.adam_beta1;
+    settings["--adam-beta2"] = c.optimizer.adam_beta2;
+    settings["--adam-eps"] = c.optimizer.adam_eps;
+    settings["--clip-grad-norm"] = c.optimizer.clip_grad_norm.value_or(0);
+    settings["--lr-warmup-steps"] = c.optimizer.lr_warmup_steps.value_or(-1);
+  }
+  return settings;
 }
 
 nlohmann::json config_to_json(const RunConfig& c) {
@@ -472,6 +564,15 @@ nlohmann::json config_to_json(const RunConfig& c) {
   j["cuda_graph"] = c.cuda_graph;
   j["conv_workspace_mb"] = c.conv_workspace_mb;
   j["cuda"] = cuda_options_to_json(c.cuda);
+  if (is_gpt_model(c.model.name)) {
+    j["seq_len"] = c.model.seq_len;
+    j["optimizer"] = optimizer_name(c.optimizer.kind);
+    j["adam_betas"] = {c.optimizer.adam_beta1, c.optimizer.adam_beta2};
+    j["adam_eps"] = c.optimizer.adam_eps;
+    j["clip_grad_norm"] = c.optimizer.clip_grad_norm.value_or(0);
+    j["lr_warmup_steps"] =
+        c.optimizer.lr_warmup_steps ? nlohmann::json(*c.optimizer.lr_warmup_steps) : nlohmann::json(nullptr);
+  }
   return j;
 }
 

@@ -26,8 +26,11 @@ enum class LossScaling : uint8_t { by_precision, dynamic, fixed };
 enum class AllreducePrecision : uint8_t { fp32, compute };
 // --lr-scaling: linear multiplies --lr by the number of ranks.
 enum class LrScaling : uint8_t { none, linear };
-// What --data names, resolved: synthetic images, IDX files (Fashion-MNIST), or JPEG images.
-enum class DataKind : uint8_t { synthetic, idx, images };
+// What --data names, resolved: synthetic images, IDX files (Fashion-MNIST), or JPEG images; for a token
+// model (GPT) synthetic tokens or token files.
+enum class DataKind : uint8_t { synthetic, idx, images, tokens };
+// --optimizer: unset takes the model family's (AdamW for GPT models, SGD for ResNets).
+enum class OptimizerKind : uint8_t { sgd, adamw };
 
 const char* precision_name(Precision precision);
 // The dtype activations and conv/linear weights are computed in (the master weights stay FP32).
@@ -35,6 +38,7 @@ DType compute_dtype(Precision precision);
 const char* lr_schedule_name(LrSchedule schedule);
 const char* allreduce_precision_name(AllreducePrecision precision);
 const char* lr_scaling_name(LrScaling scaling);
+const char* optimizer_name(OptimizerKind kind);
 
 // --trace-steps A:B: the steps a --trace records, 1-based (warm-up steps count).
 struct StepRange {
@@ -49,25 +53,39 @@ Layout parse_layout(const std::string& text);
 DeviceRequest parse_device(const std::string& text);
 AllreducePrecision parse_allreduce_precision(const std::string& text);
 LrScaling parse_lr_scaling(const std::string& text);
-bool parse_cuda_graph(const std::string& text);        // auto | true | false (auto: true)
-StepRange parse_trace_steps(const std::string& text);  // A:B, 1 <= A <= B
+bool parse_cuda_graph(const std::string& text);          // auto | true | false (auto: true)
+StepRange parse_trace_steps(const std::string& text);    // A:B, 1 <= A <= B
+OptimizerKind parse_optimizer(const std::string& text);  // sgd | adamw
 
-// The network and the numbers it computes in. (A transformer's sequence length lands here.)
+// The network and the numbers it computes in.
 struct ModelConfig {
   std::string name = "resnet50";
   Precision precision = Precision::fp32;
   Layout layout = Layout::nhwc;
-  int image_size = 0;  // output size of the image transform (0 = 224, or the images' own size)
+  int image_size = 0;   // output size of the image transform (0 = 224, or the images' own size)
+  int64_t seq_len = 0;  // GPT models: tokens per sequence (resolved: 0 = the model's context)
 };
 
-// The optimizer, its learning-rate schedule, the loss and its scaling. (AdamW's betas and gradient
-// clipping land here.)
+// The optimizer, its learning-rate schedule, the loss and its scaling.
 struct OptimizerConfig {
+  // --optimizer, --lr and --weight-decay as given (unset: the model family's defaults, which
+  // resolve_config writes into kind, lr and weight_decay; a ResNet keeps SGD, 0.1 and 5e-5).
+  std::optional<OptimizerKind> kind_request;
+  std::optional<double> lr_request, weight_decay_request;
+  OptimizerKind kind = OptimizerKind::sgd;  // resolved
   double lr = 0.1;
-  double momentum = 0.9;
-  bool nesterov = false;
+  double momentum = 0.9;  // SGD
+  bool nesterov = false;  // SGD
   double weight_decay = 5e-5;
-  bool decay_norm_and_bias = true;  // weight decay on BN and bias too (PyTorch's default)
+  bool decay_norm_and_bias = true;  // weight decay on BN and bias too (PyTorch's default; AdamW: never)
+  // AdamW (PyTorch's torch.optim.AdamW, GPT-2's settings): decoupled weight decay on the matrices and
+  // embeddings only, never on biases and layer norms (nanoGPT's groups).
+  double adam_beta1 = 0.9, adam_beta2 = 0.95, adam_eps = 1e-8;
+  // Gradient clipping by the global norm (AdamW; 0: none). Unset: 1 for AdamW (nanoGPT's), none for SGD.
+  std::optional<double> clip_grad_norm;
+  // Warm-up in optimizer steps (overrides lr_warmup_epochs). Unset for a GPT model: 5% of the run's
+  // steps, at most 700 (llm.c's GPT-2 recipe).
+  std::optional<int64_t> lr_warmup_steps;
   double label_smoothing = 0.0;
   LrSchedule lr_schedule = LrSchedule::cosine;
   double lr_warmup_epochs = 0.0;

@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <cmath>
 
+#include "models/gpt.h"
+
 namespace dlbench {
 
 LearningRateSchedule::LearningRateSchedule(const RunConfig& config, int64_t steps_per_epoch,
@@ -12,6 +14,14 @@ LearningRateSchedule::LearningRateSchedule(const RunConfig& config, int64_t step
       warmup_steps_(static_cast<int64_t>(std::llround(config.optimizer.lr_warmup_epochs * steps_per_epoch))),
       total_steps_(total_steps),
       decay_factor_(config.optimizer.lr_decay_factor) {
+  // Warm-up in steps where given; a GPT model without any warm-up given ramps over 5% of the run, at most
+  // 700 steps (llm.c's GPT-2 recipe): Adam's first steps, with a tiny second moment, would otherwise
+  // take steps of the full rate.
+  if (config.optimizer.lr_warmup_steps) {
+    warmup_steps_ = *config.optimizer.lr_warmup_steps;
+  } else if (is_gpt_model(config.model.name) && config.optimizer.lr_warmup_epochs == 0) {
+    warmup_steps_ = std::clamp<int64_t>(total_steps / 20, 1, 700);
+  }
   for (double epoch : config.optimizer.lr_decay_epochs) {
     decay_steps_.push_back(static_cast<int64_t>(std::llround(epoch * steps_per_epoch)));
   }

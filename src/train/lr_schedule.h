@@ -1,4 +1,5 @@
-// Learning rate per optimizer step: linear warm-up, then constant, step decay or cosine decay to zero.
+// Learning rate per optimizer step: linear warm-up (in epochs or steps; GPT models by default over 5% of
+// the run), then constant, step decay or cosine decay to zero.
 #pragma once
 
 #include <cstdint>

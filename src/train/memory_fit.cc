@@ -32,8 +32,9 @@ Estimate estimate_at(const RunConfig& config, Backend& backend, const ModelOptio
   e.bytes = net.memory().total_bytes();
   // Beside the network, the trainer holds the FP32 images on the device when it casts them to a narrower
   // compute dtype, and the overflow flag (Trainer's constructor).
-  const Tensor& images = model.images->value;
-  if (images.dtype() != DType::f32) e.bytes += static_cast<size_t>(images.numel()) * sizeof(float);
+  // Token models feed i32 tokens as they are.
+  if (model.images && model.images->value.dtype() != DType::f32)
+    e.bytes += static_cast<size_t>(model.images->value.numel()) * sizeof(float);
   e.bytes += sizeof(int32_t);
   for (const auto& layer : net.layers()) {
     e.largest_activation = std::max(e.largest_activation, layer->output()->value.numel());

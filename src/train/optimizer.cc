@@ -1,5 +1,7 @@
 #include "train/optimizer.h"
 
+#include "core/status.h"
+
 namespace dlbench {
 
 SgdOptimizer::SgdOptimizer(Backend& backend, MemoryPlan& memory, const RunConfig& config)
@@ -13,6 +15,44 @@ void SgdOptimizer::step(float grad_scale, const StepScalars* scalars) {
   hyper_.grad_scale = grad_scale;
   backend_.sgd_update(memory_.flat_parameters(), memory_.flat_gradients(), memory_.flat_momentum(), segments_,
                       hyper_, scalars);
+}
+
+AdamWOptimizer::AdamWOptimizer(Backend& backend, MemoryPlan& memory, const RunConfig& config)
+    // Biases and layer norms never decay (nanoGPT's parameter groups): decay_norm_and_bias false.
+    : backend_(backend), memory_(memory), segments_(memory.segments(/*decay_norm_and_bias=*/false)) {
+  DLB_CHECK(memory.has_second_moment() && memory.allocated(), "AdamW needs the plan's second moment");
+  const OptimizerConfig& o = config.optimizer;
+  hyper_.beta1 = static_cast<float>(o.adam_beta1);
+  hyper_.beta2 = static_cast<float>(o.adam_beta2);
+  hyper_.eps = static_cast<float>(o.adam_eps);
+  hyper_.weight_decay = static_cast<float>(o.weight_decay);
+  hyper_.max_grad_norm = static_cast<float>(o.clip_grad_norm.value_or(0));
+  norm_squared_ = backend.allocate(sizeof(float));
+  hyper_.grad_norm_squared = static_cast<const float*>(norm_squared_);
+}
+
+AdamWOptimizer::~AdamWOptimizer() { backend_.deallocate(norm_squared_); }
+
+void AdamWOptimizer::step(float grad_scale, const StepScalars* scalars) {
+  hyper_.grad_scale = grad_scale;
+  hyper_.step = ++steps_;
+  if (hyper_.max_grad_norm > 0) {
+    // The global norm of the stored gradients, summed in backend memory: the update reads it there.
+    Tensor norm(norm_squared_, {1}, DType::f32, Layout::nchw, backend_.device());
+    backend_.sum_of_squares(memory_.flat_gradients(), norm, Accumulate::overwrite);
+  }
+  backend_.adamw_update(memory_.flat_parameters(), memory_.flat_gradients(), memory_.flat_momentum(),
+                        memory_.flat_second_moment(), segments_, hyper_, scalars);
+}
+
+void prepare_optimizer_memory(MemoryPlan& memory, const RunConfig& config) {
+  if (config.optimizer.kind == OptimizerKind::adamw) memory.require_second_moment();
+}
+
+std::unique_ptr<Optimizer> make_optimizer(Backend& backend, MemoryPlan& memory, const RunConfig& config) {
+  if (config.optimizer.kind == OptimizerKind::adamw)
+    return std::make_unique<AdamWOptimizer>(backend, memory, config);
+  return std::make_unique<SgdOptimizer>(backend, memory, config);
 }
 
 }  // namespace dlbench

@@ -30,6 +30,7 @@ Trainer::Trainer(Backend& backend, Model& model, const RunConfig& config, parall
   if (exchanges) {
     network.memory().set_gradient_memory([this](size_t bytes) { return comm_->allocate_window(bytes); });
   }
+  prepare_optimizer_memory(network.memory(), config);
   network.finalize(config.seed);
   if (exchanges) {
     // Every rank starts from rank 0's weights and statistics (the same seed gives the same ones; this
@@ -43,13 +44,21 @@ Trainer::Trainer(Backend& backend, Model& model, const RunConfig& config, parall
         config.parallel.allreduce_precision == AllreducePrecision::compute);
     network.set_backward_observer([this](int layer) { exchange_->layer_done(layer); });
   }
-  optimizer_ = std::make_unique<SgdOptimizer>(backend, network.memory(), config);
-  const Tensor& images = model_.images->value;
-  staging_images_ = HostBuffer(images.dims(), DType::f32, images.layout());
-  staging_labels_ = HostBuffer({batch_}, DType::i32);
-  config_digest_ = fmt::format("{} input {}x{}x{} classes {}", model_.name, images.c(), images.h(),
-                               images.w(), model_.num_classes);
-  if (images.dtype() != DType::f32) device_staging_ = backend.allocate(staging_images_.tensor().bytes());
+  optimizer_ = make_optimizer(backend, network.memory(), config);
+  host_step_count_ = config.optimizer.kind == OptimizerKind::adamw;
+  if (model_.family == ModelFamily::gpt) {
+    staging_images_ = HostBuffer({batch_, model_.seq_len}, DType::i32);
+    staging_labels_ = HostBuffer({batch_, model_.seq_len}, DType::i32);
+    config_digest_ = fmt::format("{} sequences of {} tokens, vocabulary {}", model_.name, model_.seq_len,
+                                 model_.num_classes);
+  } else {
+    const Tensor& images = model_.images->value;
+    staging_images_ = HostBuffer(images.dims(), DType::f32, images.layout());
+    staging_labels_ = HostBuffer({batch_}, DType::i32);
+    config_digest_ = fmt::format("{} input {}x{}x{} classes {}", model_.name, images.c(), images.h(),
+                                 images.w(), model_.num_classes);
+    if (images.dtype() != DType::f32) device_staging_ = backend.allocate(staging_images_.tensor().bytes());
+  }
   dynamic_loss_scale_ = config.optimizer.loss_scaling == LossScaling::dynamic;
   StepScalars initial;
   initial.loss_scale = static_cast<float>(config.optimizer.loss_scale);
@@ -104,6 +113,20 @@ void Trainer::load_batch(const Tensor& host_images, const Tensor& host_labels) {
     backend_.cast(staged, images);
   }
   backend_.copy_to_device(model_.labels->value.data(), host_labels.data(), model_.labels->value.bytes());
+}
+
+void Trainer::load_tokens(const TokenSource& data, std::span<const int64_t> starts) {
+  DLB_CHECK(model_.family == ModelFamily::gpt, "load_tokens: {} reads images", model_.name);
+  DLB_CHECK(!starts.empty() && static_cast<int64_t>(starts.size()) <= batch_, "batch of {} windows for {}",
+            starts.size(), batch_);
+  TimelineSpan span("load batch", "data");
+  std::vector<int64_t> padded(starts.begin(), starts.end());
+  padded.resize(static_cast<size_t>(batch_), starts[0]);
+  data.gather(padded, staging_images_.tensor(), staging_labels_.tensor());
+  backend_.copy_to_device(model_.tokens->value.data(), staging_images_.tensor().data(),
+                          model_.tokens->value.bytes());
+  backend_.copy_to_device(model_.targets->value.data(), staging_labels_.tensor().data(),
+                          model_.targets->value.bytes());
 }
 
 float Trainer::step(const std::function<void(int64_t)>& feed, double lr, bool read_loss) {
@@ -171,7 +194,7 @@ double Trainer::time_gradient_exchange(int iterations) {
 }
 
 bool Trainer::record_step() {
-  if (accumulate_steps_ > 1) return false;
+  if (accumulate_steps_ > 1 || host_step_count_) return false;
   recorded_step_ = backend_.capture([this] {
     forward_backward(0);
     finish_step();
@@ -230,6 +253,27 @@ std::optional<double> Trainer::evaluate(int64_t total, const BatchLoader& load,
   return total > 0 ? static_cast<double>(correct) / static_cast<double>(total) : 0.0;
 }
 
+std::optional<double> Trainer::evaluate_loss(
+    const TokenSource& data, std::span<const int64_t> starts,
+    const std::function<bool(int64_t done, int64_t count)>& keep_going) {
+  DLB_CHECK(!starts.empty(), "evaluate_loss: no windows");
+  const auto total = static_cast<int64_t>(starts.size());
+  double sum = 0;
+  int64_t batches = 0;
+  std::vector<int64_t> batch(static_cast<size_t>(batch_));
+  for (int64_t first = 0; first < total; first += batch_) {
+    if (first > 0 && !keep_going(first, total)) return std::nullopt;
+    // A short last batch is filled up from the start, so that every batch is a full one's mean.
+    for (int64_t i = 0; i < batch_; ++i)
+      batch[static_cast<size_t>(i)] = starts[static_cast<size_t>((first + i) % total)];
+    load_tokens(data, batch);
+    model_.net->forward(Phase::inference);
+    sum += read_loss();
+    ++batches;
+  }
+  return sum / static_cast<double>(batches);
+}
+
 Checkpoint Trainer::make_checkpoint(int64_t step, int64_t epoch) const {
   MemoryPlan& memory = model_.net->memory();
   Checkpoint c;
@@ -245,6 +289,7 @@ Checkpoint Trainer::make_checkpoint(int64_t step, int64_t epoch) const {
   read(memory.flat_parameters(), c.parameters);
   read(memory.flat_momentum(), c.momentum);
   read(memory.flat_buffers(), c.buffers);
+  if (memory.has_second_moment()) read(memory.flat_second_moment(), c.second_moment);
   return c;
 }
 
@@ -261,6 +306,15 @@ void Trainer::restore(const Checkpoint& c) {
   backend_.copy_to_device(memory.flat_momentum().data(), c.momentum.data(),
                           c.momentum.size() * sizeof(float));
   backend_.copy_to_device(memory.flat_buffers().data(), c.buffers.data(), c.buffers.size() * sizeof(float));
+  if (memory.has_second_moment()) {
+    DLB_REQUIRE(c.second_moment.size() == c.parameters.size(),
+                "checkpoint holds no AdamW second moment (it was trained with SGD); resume with the same "
+                "--optimizer");
+    backend_.copy_to_device(memory.flat_second_moment().data(), c.second_moment.data(),
+                            c.second_moment.size() * sizeof(float));
+  }
+  // AdamW's bias corrections go on from the checkpoint's step (one update per optimizer step).
+  optimizer_->set_steps_taken(c.step);
   StepScalars scalars = read_scalars();
   scalars.loss_scale = c.loss_scale;
   scalars.good_steps = 0;

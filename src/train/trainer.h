@@ -9,7 +9,8 @@
 
 #include "core/tensor.h"
 #include "data/dataset.h"
-#include "models/resnet.h"
+#include "data/token_source.h"
+#include "models/model.h"
 #include "parallel/communicator.h"
 #include "parallel/gradient_exchange.h"
 #include "train/checkpoint.h"
@@ -35,6 +36,9 @@ class Trainer {
   // Copies a batch already in host memory (a BatchPrefetcher's): images in the network's dtype and layout
   // (one copy) or in FP32 (copied, then cast on the device); labels i32.
   void load_batch(const Tensor& host_images, const Tensor& host_labels);
+  // A token model's batch: the windows of `data` starting at `starts` (TokenSource::gather; at most the
+  // batch size, fewer padded by repeating the first) as tokens and targets.
+  void load_tokens(const TokenSource& data, std::span<const int64_t> starts);
 
   // One optimizer step over config.accumulate_steps micro-batches. `feed(k)` loads micro-batch k (or
   // does nothing when the inputs stay the same, as with synthetic data). Returns the mean loss over the
@@ -44,7 +48,8 @@ class Trainer {
   // Records one whole step on the current input buffers (forward, backward, loss-scale check, update) for
   // replay as a CUDA graph; from then on step() replays it after feed(0). The learning rate and the loss
   // scale are read from device memory, so they still change between replays. False when the backend
-  // cannot record, or with several micro-batches (each loads data from the host). Call after at least one
+  // cannot record, with several micro-batches (each loads data from the host), or with AdamW (its step
+  // count, in its bias corrections, is passed from the host at each call). Call after at least one
   // ordinary step (libraries initialise lazily).
   bool record_step();
   bool step_recorded() const { return recorded_step_ != nullptr; }
@@ -62,6 +67,12 @@ class Trainer {
   std::optional<double> evaluate(int64_t count, const BatchLoader& load,
                                  const std::function<bool(int64_t done, int64_t count)>& keep_going);
 
+  // A token model's mean loss (nats per token) over the windows of `data` at `starts`, in batches (the
+  // last one filled up with the first windows again, so every window counts once or, in that batch, twice
+  // at most); nullopt when `keep_going(done, count)` said no after a batch.
+  std::optional<double> evaluate_loss(const TokenSource& data, std::span<const int64_t> starts,
+                                      const std::function<bool(int64_t done, int64_t count)>& keep_going);
+
   Checkpoint make_checkpoint(int64_t step, int64_t epoch) const;
   void restore(const Checkpoint& checkpoint);
 
@@ -77,6 +88,7 @@ class Trainer {
 
   Model& model() { return model_; }
   Network& net() { return *model_.net; }
+  // Samples (images, or a token model's sequences) of one optimizer step on this rank.
   int64_t images_per_step() const { return batch_ * accumulate_steps_; }
 
  private:
@@ -92,8 +104,10 @@ class Trainer {
   Model& model_;
   int64_t batch_;
   int64_t accumulate_steps_;
-  std::unique_ptr<SgdOptimizer> optimizer_;
-  HostBuffer staging_images_, staging_labels_;  // host side of every batch copy
+  std::unique_ptr<Optimizer> optimizer_;
+  bool host_step_count_ = false;                // the optimizer counts its steps on the host (AdamW)
+  HostBuffer staging_images_, staging_labels_;  // host side of every batch copy (a token model's tokens
+                                                // and targets)
   void* device_staging_ = nullptr;              // FP32 images on the device, cast to a narrower compute dtype
   StepScalars* scalars_ = nullptr;  // in the backend's memory: lr, loss scale, overflow flag, counters
   bool dynamic_loss_scale_ = false;

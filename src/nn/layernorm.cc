@@ -1,0 +1,56 @@
+#include "nn/layernorm.h"
+
+#include "core/status.h"
+#include "nn/memory_plan.h"
+#include "nn/network.h"
+
+namespace dlbench {
+
+LayerNormLayer::LayerNormLayer(Network& net, std::string name, Activation& input, float eps)
+    : Layer(net, std::move(name)), eps_(eps) {
+  DLB_CHECK(input.value.rank() == 2, "{}: input must be [N, C]", name_);
+  set_inputs({&input});
+  output_ = &net.new_activation(name_ + ".out", input.value.dims());
+  const int64_t rows = input.value.dim(0), channels = input.value.dim(1);
+  const Device device = net.backend().device();
+  for (Tensor* t : {&weight_, &dweight_, &bias_, &dbias_})
+    *t = Tensor(nullptr, {channels}, net.dtype(), Layout::nchw, device);
+  mean_ = Tensor(nullptr, {rows}, net.master_dtype(), Layout::nchw, device);
+  rstd_ = Tensor(nullptr, {rows}, net.master_dtype(), Layout::nchw, device);
+}
+
+void LayerNormLayer::plan(MemoryPlan& plan) {
+  plan.add_parameter(name_ + ".weight", weight_, dweight_, ParamInit::ones, 1, true, ParamUse::compute);
+  plan.add_parameter(name_ + ".bias", bias_, dbias_, ParamInit::zeros, 1, true, ParamUse::compute);
+  plan.add_activation(mean_, name_ + ".mean");
+  plan.add_activation(rstd_, name_ + ".rstd");
+  plan.require_workspace(inputs_[0]->grad.bytes());  // the input's gradient before it is added
+}
+
+void LayerNormLayer::forward(Phase) {
+  net_.backend().layernorm_forward(inputs_[0]->value, weight_, bias_, eps_, output_->value, mean_, rstd_);
+}
+
+void LayerNormLayer::backward() {
+  Backend& backend = net_.backend();
+  Activation& in = *inputs_[0];
+  const GradMode mode = input_grad_mode(0);
+  if (mode == GradMode::none) {
+    // Parameter gradients only; the input's lands in the workspace and is dropped.
+    Tensor scratch(net_.workspace(), in.grad.dims(), in.grad.dtype(), Layout::nchw, in.grad.device());
+    backend.layernorm_backward(in.value, weight_, mean_, rstd_, output_->grad, scratch, dweight_, dbias_,
+                               net_.parameter_grad_mode());
+    return;
+  }
+  if (mode == GradMode::overwrite) {
+    backend.layernorm_backward(in.value, weight_, mean_, rstd_, output_->grad, in.grad, dweight_, dbias_,
+                               net_.parameter_grad_mode());
+    return;
+  }
+  Tensor dx(net_.workspace(), in.grad.dims(), in.grad.dtype(), Layout::nchw, in.grad.device());
+  backend.layernorm_backward(in.value, weight_, mean_, rstd_, output_->grad, dx, dweight_, dbias_,
+                             net_.parameter_grad_mode());
+  backend.add(in.grad, dx, in.grad);
+}
+
+}  // namespace dlbench

@@ -1,0 +1,30 @@
+// LayerNormLayer: each row normalised over its features, y = (x - mean) * rstd * weight + bias.
+//   input  x [N, C]  (N = B * T in a transformer)
+//   weight [C] ones, bias [C] zeros   ("NAME.weight", "NAME.bias"; no weight decay)
+//   output y [N, C]
+// mean and rstd [N] (master dtype) are saved from the forward for the backward. The input's gradient may
+// have to be added into (a pre-LN block's input also feeds the residual add, whose backward runs first):
+// the backend's op overwrites, so the layer then writes into the workspace and adds from there.
+#pragma once
+
+#include "nn/layer.h"
+
+namespace dlbench {
+
+class LayerNormLayer final : public Layer {
+ public:
+  LayerNormLayer(Network& net, std::string name, Activation& input, float eps = 1e-5f);
+  const char* kind() const override { return "layernorm"; }
+  void plan(MemoryPlan& plan) override;
+  void forward(Phase phase) override;
+  void backward() override;
+  bool can_accumulate_input_grad(int) const override { return true; }
+  bool backward_reads_output() const override { return false; }  // x, mean and rstd rebuild xhat
+
+ private:
+  float eps_;
+  Tensor weight_, dweight_, bias_, dbias_;
+  Tensor mean_, rstd_;  // [N], forward -> backward
+};
+
+}  // namespace dlbench

@@ -1,0 +1,22 @@
+// ResidualAddLayer: y = a + b (a transformer block's residual connection; the same shapes).
+// Backward hands dy to both inputs: each input's gradient is overwritten with dy or dy is added to it, as
+// the gradient modes say (layer.h). Neither value is read in backward.
+#pragma once
+
+#include "nn/layer.h"
+
+namespace dlbench {
+
+class ResidualAddLayer final : public Layer {
+ public:
+  ResidualAddLayer(Network& net, std::string name, Activation& a, Activation& b);
+  const char* kind() const override { return "add"; }
+  void plan(MemoryPlan&) override {}
+  void forward(Phase phase) override;
+  void backward() override;
+  bool can_accumulate_input_grad(int) const override { return true; }
+  bool backward_reads_input(int) const override { return false; }
+  bool backward_reads_output() const override { return false; }
+};
+
+}  // namespace dlbench
