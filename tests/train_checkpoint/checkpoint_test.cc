@@ -172,11 +172,11 @@ TEST_F(DamagedCheckpoint, WrongMagic) {
 
 TEST_F(DamagedCheckpoint, UnsupportedVersion) {
   std::string future = bytes;
-  future[8] = 3;
+  future[8] = 4;  // version 3 (AdamW's second moments) is read since the GPT models
   const std::string message = load_error(future);
   EXPECT_CONTAINS(message, path());
-  EXPECT_CONTAINS(message, "format version 3");
-  EXPECT_CONTAINS(message, "reads version 2");
+  EXPECT_CONTAINS(message, "format version 4");
+  EXPECT_CONTAINS(message, "reads version 3");
 }
 
 // Version 1 (no settings) is still read: the same file without the settings string, its size and CRC
