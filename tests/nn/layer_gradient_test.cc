@@ -17,6 +17,7 @@
 #include "nn/conv.h"
 #include "nn/linear.h"
 #include "nn/network.h"
+#include "nn/parameter_gradient_check.h"
 #include "nn/pool.h"
 #include "nn/relu.h"
 #include "nn/softmax_cross_entropy.h"
@@ -62,32 +63,8 @@ struct Harness {
 
   // Checks `samples` evenly spread parameter gradients (every one if samples >= count).
   void check_parameter_gradients(int samples = 60) {
-    loss_value();
-    net->backward();
-    Tensor& params = net->memory().flat_parameters();
-    Tensor& grads = net->memory().flat_gradients();
-    std::vector<double> analytic(grads.ptr<double>(), grads.ptr<double>() + grads.numel());
-    const double h = 1e-5;
-    int checked = 0;
-    for (const auto& p : net->memory().parameters()) {
-      int64_t count = p.value->numel();
-      int64_t stride =
-          std::max<int64_t>(1, count * static_cast<int64_t>(net->memory().parameters().size()) / samples);
-      for (int64_t i = 0; i < count; i += stride) {
-        double& w = params.ptr<double>()[p.offset + i];
-        double saved = w;
-        w = saved + h;
-        double up = loss_value();
-        w = saved - h;
-        double down = loss_value();
-        w = saved;
-        double numeric = (up - down) / (2 * h);
-        double a = analytic[static_cast<size_t>(p.offset + i)];
-        EXPECT_NEAR(a, numeric, 1e-7 + 1e-5 * std::abs(numeric)) << p.name << "[" << i << "]";
-        ++checked;
-      }
-    }
-    EXPECT_GT(checked, 0);
+    testing::check_parameter_gradients(
+        *net, [this] { return loss_value(); }, samples);
   }
 };
 

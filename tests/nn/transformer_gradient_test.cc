@@ -18,6 +18,7 @@
 #include "nn/layernorm.h"
 #include "nn/linear.h"
 #include "nn/network.h"
+#include "nn/parameter_gradient_check.h"
 #include "nn/residual_add.h"
 #include "nn/softmax_cross_entropy.h"
 #include "nn/tied_lm_head.h"
@@ -68,32 +69,8 @@ struct LanguageHarness {
 
   // Every parameter gradient, or `samples` evenly spread ones, against central differences.
   void check_parameter_gradients(int samples = 400) {
-    loss_value();
-    net->backward();
-    Tensor& params = net->memory().flat_parameters();
-    Tensor& grads = net->memory().flat_gradients();
-    std::vector<double> analytic(grads.ptr<double>(), grads.ptr<double>() + grads.numel());
-    const double h = 1e-5;
-    int checked = 0;
-    for (const auto& p : net->memory().parameters()) {
-      const int64_t count = p.value->numel();
-      const int64_t stride =
-          std::max<int64_t>(1, count * static_cast<int64_t>(net->memory().parameters().size()) / samples);
-      for (int64_t i = 0; i < count; i += stride) {
-        double& w = params.ptr<double>()[p.offset + i];
-        const double saved = w;
-        w = saved + h;
-        const double up = loss_value();
-        w = saved - h;
-        const double down = loss_value();
-        w = saved;
-        const double numeric = (up - down) / (2 * h);
-        EXPECT_NEAR(analytic[static_cast<size_t>(p.offset + i)], numeric, 1e-7 + 1e-5 * std::abs(numeric))
-            << p.name << "[" << i << "]";
-        ++checked;
-      }
-    }
-    EXPECT_GT(checked, 0);
+    testing::check_parameter_gradients(
+        *net, [this] { return loss_value(); }, samples);
   }
 
   const ParameterInfo& parameter(const std::string& name) const {
