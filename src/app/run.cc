@@ -130,8 +130,10 @@ BenchWindow run_timed_window(const RunConfig& config, RunSetup& s, const Feed& f
       DLB_REQUIRE(std::isfinite(w.loss), "training diverged: loss is {} at step {}; lower --lr", w.loss,
                   *config.warmup_steps + step + 1);
       double eta = ms * static_cast<double>(*config.steps - step - 1) / 1e3;
-      say("step %lld/%lld  loss %.4f  %.1f ms  %.1f img/s  ETA %s\n", static_cast<long long>(step + 1),
-          static_cast<long long>(*config.steps), w.loss, ms, static_cast<double>(images_per_step) * 1e3 / ms,
+      const RateUnit unit = rate_unit(s.model);
+      say("step %lld/%lld  loss %.4f  %.1f ms  %.1f %s  ETA %s\n", static_cast<long long>(step + 1),
+          static_cast<long long>(*config.steps), w.loss, ms,
+          static_cast<double>(images_per_step) * unit.per_sample * 1e3 / ms, unit.name,
           format_duration(eta).c_str());
       std::fflush(stdout);
     }
@@ -247,14 +249,16 @@ std::optional<RunResult> bench_rank(const RunConfig& given, parallel::Launch& la
   RunResult result = bench_result(config, s, w, graph);
   add_token_throughput(result, s);
   const Distribution d = w.window.step_distribution();
-  say("%s %s batch %lld on %s: %.2f img/s | step median %.1f ms, p5 %.1f, p95 %.1f, mean %.1f +- %.1f ms%s\n",
+  const RateUnit unit = rate_unit(s.model);
+  say("%s %s batch %lld on %s: %.2f %s | step median %.1f ms, p5 %.1f, p95 %.1f, mean %.1f +- %.1f ms%s\n",
       config.model.name.c_str(), precision_name(config.model.precision),
       static_cast<long long>(*config.batch_size), device_name(config.device).c_str(),
-      w.window.images_per_second(), d.median, d.p5, d.p95, d.mean, d.ci95,
+      w.window.images_per_second() * unit.per_sample, unit.name, d.median, d.p5, d.p95, d.mean, d.ci95,
       result.measurement_note ? (" | warning: " + *result.measurement_note).c_str() : "");
   if (s.comm->size() > 1)
-    say("%d ranks: %.2f img/s in total, %.2f per device\n", s.comm->size(),
-        result.images_per_second.value_or(0), result.images_per_second_per_device.value_or(0));
+    say("%d ranks: %.2f %s in total, %.2f per device\n", s.comm->size(),
+        result.images_per_second.value_or(0) * unit.per_sample, unit.name,
+        result.images_per_second_per_device.value_or(0) * unit.per_sample);
   if (s.comm->rank() != 0) return std::nullopt;
   return result;
 }

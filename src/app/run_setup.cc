@@ -504,6 +504,11 @@ void add_throughput(RunResult& result, RunSetup& s, const MeasuredWindow& window
   }
 }
 
+RateUnit rate_unit(const Model& model) {
+  if (model.family == ModelFamily::gpt) return {"tokens/s", static_cast<double>(model.seq_len)};
+  return {"img/s", 1.0};
+}
+
 void add_token_throughput(RunResult& result, const RunSetup& s) {
   if (s.model.family != ModelFamily::gpt || !result.images_per_second) return;
   const auto tokens = static_cast<double>(s.model.seq_len);

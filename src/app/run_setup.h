@@ -40,6 +40,13 @@ __attribute__((format(printf, 1, 2))) void say(const char* format, ...);
 // 95 -> "1m35s"
 std::string format_duration(double seconds);
 
+// What a model's throughput counts in the lines a run prints: images, or a token model's tokens.
+struct RateUnit {
+  const char* name;   // "img/s", "tokens/s"
+  double per_sample;  // 1, or a token model's sequence length
+};
+RateUnit rate_unit(const Model& model);
+
 // Everything a run needs, set up in the order the work happens.
 struct RunSetup {
   std::shared_ptr<tuning::AlgorithmCache> algorithms;  // the launch's, shared by its ranks

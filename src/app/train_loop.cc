@@ -58,22 +58,27 @@ std::string run_settings(RunSetup& s) {
 // suits both), and always at the end.
 class ProgressClock {
  public:
-  ProgressClock(const RunConfig& config, int64_t total_steps, int64_t images_per_step_of_all_ranks)
-      : config_(config), total_steps_(total_steps), images_per_step_(images_per_step_of_all_ranks) {}
+  ProgressClock(const RunConfig& config, int64_t total_steps, int64_t samples_per_step_of_all_ranks,
+                RateUnit unit)
+      : config_(config),
+        total_steps_(total_steps),
+        samples_per_step_(samples_per_step_of_all_ranks),
+        unit_(unit) {}
 
   // The first line's rate counts from here: the loop's start, not the set-up before it.
   void start() { since_.restart(); }
 
-  // After each step: "step 12/100  epoch 1  loss ...  lr ...  img/s  ETA", when a line is due; the rate is
-  // the one since the last line.
+  // After each step: "step 12/100  epoch 1  loss ...  lr ...  img/s  ETA" (tokens/s for a token model),
+  // when a line is due; the rate is the one since the last line.
   void after_step(int64_t step_number, int64_t epoch_number, double loss, double lr) {
     ++steps_since_line_;
     if (!due(step_number, step_number == total_steps_)) return;
-    const double rate = static_cast<double>(steps_since_line_ * images_per_step_) / since_.seconds();
-    const double eta = static_cast<double>((total_steps_ - step_number) * images_per_step_) / rate;
-    say("step %lld/%lld  epoch %lld  loss %.4f  lr %.4g  %.1f img/s  ETA %s\n",
+    const double seconds_per_step = since_.seconds() / static_cast<double>(steps_since_line_);
+    const double rate = static_cast<double>(samples_per_step_) * unit_.per_sample / seconds_per_step;
+    const double eta = static_cast<double>(total_steps_ - step_number) * seconds_per_step;
+    say("step %lld/%lld  epoch %lld  loss %.4f  lr %.4g  %.1f %s  ETA %s\n",
         static_cast<long long>(step_number), static_cast<long long>(total_steps_),
-        static_cast<long long>(epoch_number), loss, lr, rate, format_duration(eta).c_str());
+        static_cast<long long>(epoch_number), loss, lr, rate, unit_.name, format_duration(eta).c_str());
     std::fflush(stdout);
     since_.restart();
     steps_since_line_ = 0;
@@ -87,7 +92,8 @@ class ProgressClock {
   }
 
   const RunConfig& config_;
-  const int64_t total_steps_, images_per_step_;
+  const int64_t total_steps_, samples_per_step_;
+  const RateUnit unit_;
   WallTimer since_;
   int64_t steps_since_line_ = 0;
 };
@@ -293,12 +299,13 @@ RunResult train_result(const RunConfig& config, RunSetup& s, const TrainProgress
   return result;
 }
 
-// "done: 8 steps, final loss 2.1234, 123.4 img/s (median step ...), test accuracy 12.50%"
-void print_train_summary(const RunResult& result, const Distribution& d) {
+// "done: 8 steps, final loss 2.1234, 123.4 img/s (median step ...), test accuracy 12.50%" (a token
+// model: tokens/s)
+void print_train_summary(const RunResult& result, const Distribution& d, RateUnit unit) {
   say("done: %lld steps, final loss %.4f", static_cast<long long>(result.steps), result.final_loss);
   if (d.count > 0)
-    say(", %.1f img/s (median step %.1f ms, p5 %.1f, p95 %.1f)", result.images_per_second.value_or(0),
-        d.median, d.p5, d.p95);
+    say(", %.1f %s (median step %.1f ms, p5 %.1f, p95 %.1f)",
+        result.images_per_second.value_or(0) * unit.per_sample, unit.name, d.median, d.p5, d.p95);
   else
     say(", no throughput measured (no timed steps)");
   if (result.train->test) say(", test accuracy %.2f%%", 100.0 * result.train->test->test_accuracy);
@@ -328,7 +335,7 @@ class TrainLoop {
                                         : sampler_.batches_per_epoch(images_per_step_ * ranks_)),
         total_steps_(*config.epochs > 0 ? *config.epochs * steps_per_epoch_ : *config.steps),
         schedule_(config, steps_per_epoch_, total_steps_),
-        progress_clock_(config, total_steps_, images_per_step_ * ranks_),
+        progress_clock_(config, total_steps_, images_per_step_ * ranks_, rate_unit(s.model)),
         tracer_(config, s),
         eval_count_(s.test_data
                         ? std::min(config.data.eval_images.value_or(s.test_data->size()), s.test_data->size())
@@ -524,7 +531,7 @@ std::optional<RunResult> train_rank(const RunConfig& given, parallel::Launch& la
   log_mlperf_start(mllog, config, s, init_start_ms);
   const RunResult result = loop.run();
   mllog.run_succeeded();
-  print_train_summary(result, loop.window().step_distribution());
+  print_train_summary(result, loop.window().step_distribution(), rate_unit(s.model));
   if (s.comm->rank() != 0) return std::nullopt;
   return result;
 }

@@ -1,5 +1,7 @@
 #include "train/optimizer.h"
 
+#include <cstdint>
+
 #include "core/status.h"
 
 namespace dlbench {
@@ -29,13 +31,30 @@ AdamWOptimizer::AdamWOptimizer(Backend& backend, MemoryPlan& memory, const RunCo
   hyper_.max_grad_norm = static_cast<float>(o.clip_grad_norm.value_or(0));
   norm_squared_ = backend.allocate(sizeof(float));
   hyper_.grad_norm_squared = static_cast<const float*>(norm_squared_);
+  step_count_ = static_cast<int32_t*>(backend.allocate(sizeof(int32_t)));
+  hyper_.step_count = step_count_;
+  set_steps_taken(0);
 }
 
-AdamWOptimizer::~AdamWOptimizer() { backend_.deallocate(norm_squared_); }
+AdamWOptimizer::~AdamWOptimizer() {
+  backend_.deallocate(step_count_);
+  backend_.deallocate(norm_squared_);
+}
+
+int64_t AdamWOptimizer::steps_taken() const {
+  int32_t count = 0;
+  backend_.copy_to_host(&count, step_count_, sizeof count);
+  return count;
+}
+
+void AdamWOptimizer::set_steps_taken(int64_t steps) {
+  DLB_CHECK(steps >= 0 && steps < INT32_MAX, "AdamW: {} steps taken", steps);
+  const auto count = static_cast<int32_t>(steps);
+  backend_.copy_to_device(step_count_, &count, sizeof count);
+}
 
 void AdamWOptimizer::step(float grad_scale, const StepScalars* scalars) {
   hyper_.grad_scale = grad_scale;
-  hyper_.step = ++steps_;
   if (hyper_.max_grad_norm > 0) {
     // The global norm of the stored gradients, summed in backend memory: the update reads it there.
     Tensor norm(norm_squared_, {1}, DType::f32, Layout::nchw, backend_.device());

@@ -24,7 +24,8 @@ class Optimizer {
   // The learning rate and the loss scale (the gradients are divided by it too) come from `scalars`, in
   // the backend's memory; the update is skipped there when scalars->overflow is set.
   virtual void step(float grad_scale, const StepScalars* scalars) = 0;
-  // The updates applied so far (AdamW's bias corrections count them); a resumed run sets it.
+  // The updates applied so far (AdamW's bias corrections count them; a step skipped for an overflow is
+  // not one); a resumed run sets it. Reading it may wait for the device.
   virtual int64_t steps_taken() const { return 0; }
   virtual void set_steps_taken(int64_t) {}
 };
@@ -49,16 +50,18 @@ class AdamWOptimizer final : public Optimizer {
   AdamWOptimizer(const AdamWOptimizer&) = delete;
   AdamWOptimizer& operator=(const AdamWOptimizer&) = delete;
   void step(float grad_scale, const StepScalars* scalars) override;
-  int64_t steps_taken() const override { return steps_; }
-  void set_steps_taken(int64_t steps) override { steps_ = steps; }
+  int64_t steps_taken() const override;
+  void set_steps_taken(int64_t steps) override;
 
  private:
   Backend& backend_;
   MemoryPlan& memory_;
   std::vector<ParamSegment> segments_;
   AdamWStep hyper_;
-  void* norm_squared_ = nullptr;  // f32 [1] in backend memory: the gradients' sum of squares
-  int64_t steps_ = 0;
+  // In backend memory: f32 [1] the gradients' sum of squares, i32 [1] the updates applied (the update
+  // reads and advances it there, so that a step recorded as a CUDA graph replays with a rising t).
+  void* norm_squared_ = nullptr;
+  int32_t* step_count_ = nullptr;
 };
 
 // Asks `memory` for what the optimizer of `config` keeps beside the momentum buffer (AdamW: the second

@@ -45,7 +45,6 @@ Trainer::Trainer(Backend& backend, Model& model, const RunConfig& config, parall
     network.set_backward_observer([this](int layer) { exchange_->layer_done(layer); });
   }
   optimizer_ = make_optimizer(backend, network.memory(), config);
-  host_step_count_ = config.optimizer.kind == OptimizerKind::adamw;
   if (model_.family == ModelFamily::gpt) {
     staging_images_ = HostBuffer({batch_, model_.seq_len}, DType::i32);
     staging_labels_ = HostBuffer({batch_, model_.seq_len}, DType::i32);
@@ -194,7 +193,7 @@ double Trainer::time_gradient_exchange(int iterations) {
 }
 
 bool Trainer::record_step() {
-  if (accumulate_steps_ > 1 || host_step_count_) return false;
+  if (accumulate_steps_ > 1) return false;
   recorded_step_ = backend_.capture([this] {
     forward_backward(0);
     finish_step();
@@ -313,7 +312,8 @@ void Trainer::restore(const Checkpoint& c) {
     backend_.copy_to_device(memory.flat_second_moment().data(), c.second_moment.data(),
                             c.second_moment.size() * sizeof(float));
   }
-  // AdamW's bias corrections go on from the checkpoint's step (one update per optimizer step).
+  // AdamW's bias corrections go on from the checkpoint's step (one update per optimizer step; steps an
+  // fp16 overflow skipped count here, which moves 1 - beta^t by less than beta^t itself).
   optimizer_->set_steps_taken(c.step);
   StepScalars scalars = read_scalars();
   scalars.loss_scale = c.loss_scale;

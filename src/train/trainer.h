@@ -48,8 +48,7 @@ class Trainer {
   // Records one whole step on the current input buffers (forward, backward, loss-scale check, update) for
   // replay as a CUDA graph; from then on step() replays it after feed(0). The learning rate and the loss
   // scale are read from device memory, so they still change between replays. False when the backend
-  // cannot record, with several micro-batches (each loads data from the host), or with AdamW (its step
-  // count, in its bias corrections, is passed from the host at each call). Call after at least one
+  // cannot record or with several micro-batches (each loads data from the host). Call after at least one
   // ordinary step (libraries initialise lazily).
   bool record_step();
   bool step_recorded() const { return recorded_step_ != nullptr; }
@@ -105,7 +104,6 @@ class Trainer {
   int64_t batch_;
   int64_t accumulate_steps_;
   std::unique_ptr<Optimizer> optimizer_;
-  bool host_step_count_ = false;                // the optimizer counts its steps on the host (AdamW)
   HostBuffer staging_images_, staging_labels_;  // host side of every batch copy (a token model's tokens
                                                 // and targets)
   void* device_staging_ = nullptr;              // FP32 images on the device, cast to a narrower compute dtype

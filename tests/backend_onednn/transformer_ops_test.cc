@@ -335,6 +335,32 @@ TEST_F(TransformerOpsOnOneDnn, AdamWMatchesReference) {
   }
 }
 
+// A count in memory (what a recorded step reads) gives the same update as the host's step, advances with
+// every update applied and stays where it was when a step overflows.
+TEST_F(TransformerOpsOnOneDnn, AdamWStepCountInMemoryMatchesHostStep) {
+  const ParamSegment segments[] = {{0, 500, true}, {500, 100, false}};
+  HostBuffer p = random_buffer({600}, 95), g = random_buffer({600}, 96), m = random_buffer({600}, 97),
+             v = random_buffer({600}, 98, 0.0, 1.0);
+  HostBuffer p_host = copy_of(p), m_host = copy_of(m), v_host = copy_of(v);
+  AdamWStep counted;
+  counted.lr = 1e-2f;
+  int32_t count = 3;
+  counted.step_count = &count;
+  AdamWStep host = counted;
+  host.step_count = nullptr;
+  host.step = 4;
+  onednn->adamw_update(p.tensor(), g.tensor(), m.tensor(), v.tensor(), segments, counted, nullptr);
+  onednn->adamw_update(p_host.tensor(), g.tensor(), m_host.tensor(), v_host.tensor(), segments, host,
+                       nullptr);
+  EXPECT_EQ(count, 4);
+  EXPECT_EQ(relative_error(p.tensor(), p_host.tensor()), 0.0);
+  EXPECT_EQ(relative_error(v.tensor(), v_host.tensor()), 0.0);
+  StepScalars overflowed;
+  overflowed.overflow = 1;
+  onednn->adamw_update(p.tensor(), g.tensor(), m.tensor(), v.tensor(), segments, counted, &overflowed);
+  EXPECT_EQ(count, 4) << "an overflowed step advanced the count";
+}
+
 TEST_F(TransformerOpsOnOneDnn, AdamWSkipsAnOverflowedStep) {
   HostBuffer p = random_buffer({100}, 91), g = random_buffer({100}, 92), m = random_buffer({100}, 93),
              v = random_buffer({100}, 94, 0.0, 1.0);

@@ -36,7 +36,7 @@ void OneDnnBackend::adamw_update(Tensor& params, const Tensor& grads, Tensor& m,
   DLB_CHECK(grads.numel() == params.numel() && m.numel() == params.numel() && v.numel() == params.numel(),
             "{}: params {} grads {} m {} v {} differ in size", op, params.describe(), grads.describe(),
             m.describe(), v.describe());
-  DLB_CHECK(step.step >= 1, "{}: step {} must count from 1", op, step.step);
+  DLB_CHECK(step.step_count || step.step >= 1, "{}: step {} must count from 1", op, step.step);
   DLB_CHECK(step.max_grad_norm >= 0, "{}: max_grad_norm {} is negative", op, step.max_grad_norm);
   DLB_CHECK(step.max_grad_norm == 0 || step.grad_norm_squared,
             "{}: clipping to {} needs grad_norm_squared (the gradients' sum of squares)", op,
@@ -55,9 +55,12 @@ void OneDnnBackend::adamw_update(Tensor& params, const Tensor& grads, Tensor& m,
     clip = std::min(1.0, double(step.max_grad_norm) / (norm + 1e-6));
   }
   const float g_factor = static_cast<float>(unscale * clip);
+  // The count in memory (a recorded step's) advances with every update applied.
+  const int64_t t = step.step_count ? int64_t(*step.step_count) + 1 : step.step;
+  if (step.step_count) *step.step_count = static_cast<int32_t>(t);
   const float beta1 = step.beta1, beta2 = step.beta2, eps = step.eps;
-  const float inv_correction1 = static_cast<float>(1 / (1 - std::pow(double(beta1), double(step.step))));
-  const float inv_correction2 = static_cast<float>(1 / (1 - std::pow(double(beta2), double(step.step))));
+  const float inv_correction1 = static_cast<float>(1 / (1 - std::pow(double(beta1), double(t))));
+  const float inv_correction2 = static_cast<float>(1 / (1 - std::pow(double(beta2), double(t))));
   float* p = params.ptr<float>();
   const float* grad = grads.ptr<float>();
   float* first = m.ptr<float>();
