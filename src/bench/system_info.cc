@@ -122,7 +122,8 @@ nlohmann::json run_environment() {
     const size_t equals = text.find('=');
     if (equals == std::string_view::npos) continue;
     const std::string_view name = text.substr(0, equals);
-    if (name.starts_with("DLBENCH_") || name.starts_with("NCCL_") || name == "CUDA_VISIBLE_DEVICES")
+    if (name.starts_with("DLBENCH_") || name.starts_with("NCCL_") || name == "CUDA_VISIBLE_DEVICES" ||
+        name == "CUDA_DEVICE_MAX_CONNECTIONS")
       env[std::string(name)] = std::string(text.substr(equals + 1));
   }
   return env;

@@ -12,8 +12,9 @@ namespace dlbench {
 nlohmann::json system_info();
 // The environment variables that change what dlbench, NCCL or CUDA run (DLBENCH_*: the log level and test
 // hooks; NCCL_*: the collectives' tuning, e.g. NCCL_NVLS_ENABLE;
-// CUDA_VISIBLE_DEVICES), as {name: value}: part of every result's system, since the same flags under another
-// environment are another run.
+// CUDA_VISIBLE_DEVICES, CUDA_DEVICE_MAX_CONNECTIONS: the hardware queues, which dlbench sets to 32), as
+// {name: value}: part of every result's system, since the same flags under another environment are another
+// run.
 nlohmann::json run_environment();
 // The same as a small text table (what `dlbench info` prints).
 std::string system_table(const nlohmann::json& system);

@@ -26,14 +26,17 @@ TEST(SystemInfo, DescribesThisMachine) {
 TEST(SystemInfo, RecordsTheEnvironmentThatChangesARun) {
   setenv("DLBENCH_LOG_LEVEL", "info", 1);
   setenv("NCCL_NVLS_ENABLE", "0", 1);
+  setenv("CUDA_DEVICE_MAX_CONNECTIONS", "16", 1);
   setenv("DLBENCH_UNRELATED_LOOKING", "x y", 1);
   const nlohmann::json s = system_info();
+  unsetenv("CUDA_DEVICE_MAX_CONNECTIONS");
   unsetenv("DLBENCH_LOG_LEVEL");
   unsetenv("NCCL_NVLS_ENABLE");
   unsetenv("DLBENCH_UNRELATED_LOOKING");
   ASSERT_TRUE(s["environment"].is_object());
   EXPECT_EQ(s["environment"].value("DLBENCH_LOG_LEVEL", ""), "info");
   EXPECT_EQ(s["environment"].value("NCCL_NVLS_ENABLE", ""), "0");
+  EXPECT_EQ(s["environment"].value("CUDA_DEVICE_MAX_CONNECTIONS", ""), "16");
   EXPECT_FALSE(s["environment"].contains("HOME"));
   EXPECT_FALSE(s["environment"].contains("PATH"));
   const std::string table = system_table(s);

@@ -22,6 +22,22 @@ TEST(InfoCli, PrintsTheTableAndWritesTheSameAsJson) {
   std::filesystem::remove_all(dir);
 }
 
+// dlbench gives the CUDA driver 32 hardware queues unless the environment names a number (apps/dlbench.cc),
+// and the result records what was in effect.
+TEST(InfoCli, RecordsTheHardwareQueuesItRanWith) {
+  const auto dir = temp_dir("info_queues");
+  const std::string json = (dir / "info.json").string();
+  for (const auto& [prefix, expected] :
+       {std::pair<std::string, std::string>{"env -u CUDA_DEVICE_MAX_CONNECTIONS ", "32"},
+        {"env CUDA_DEVICE_MAX_CONNECTIONS=4 ", "4"}}) {
+    CommandResult r = run_shell(prefix + DLBENCH_BINARY + " info --json " + json);
+    ASSERT_EQ(r.exit_code, 0) << r.err;
+    const nlohmann::json j = nlohmann::json::parse(read_text(json));
+    EXPECT_EQ(j["environment"].value("CUDA_DEVICE_MAX_CONNECTIONS", ""), expected) << prefix;
+  }
+  std::filesystem::remove_all(dir);
+}
+
 TEST(InfoCli, AnUnwritableJsonPathIsOneLine) {
   CommandResult r = run_dlbench("info --json /nonexistent-dir/info.json");
   EXPECT_EQ(r.exit_code, 1) << r.err;
