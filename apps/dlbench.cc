@@ -194,8 +194,8 @@ void add_data_flags(CLI::App& cmd, RunConfig& c, RunFlagTexts& t) {
                  "side of the training crop (default 224; small grayscale images: their own size)");
   cmd.add_flag("--strict", c.data.strict, "stop at the first bad image, naming it, instead of skipping it");
   cmd.add_option("--decode", t.decode,
-                 "auto | cpu | gpu: where JPEGs are decoded (GPU decoding is not in this build yet: auto "
-                 "decodes on the CPU, gpu is refused)")
+                 "auto | cpu | gpu: where JPEGs are decoded (auto: on the GPU where the run is on one and "
+                 "nvJPEG opens, else on the CPU; gpu: nvJPEG or exit 1)")
       ->capture_default_str();
 }
 
@@ -592,7 +592,7 @@ void add_data_commands(CLI::App& app, Commands& commands) {
     data_bench->add_flag("--strict", o.strict, "stop at the first bad image");
     data_bench
         ->add_option("--decode", o.decode,
-                     "auto | cpu | gpu: where JPEGs are decoded (GPU decoding is not in this build yet)")
+                     "auto | cpu | gpu: where JPEGs are decoded (auto: on the GPU where nvJPEG opens)")
         ->capture_default_str();
     data_bench->add_option("--seed", o.seed, "seed of the augmentation")->capture_default_str();
     data_bench->add_option("--json", o.json_path, "write the result as one JSON object to FILE");
