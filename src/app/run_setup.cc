@@ -18,6 +18,7 @@
 #include "backend/backend_factory.h"
 #include "bench/clock_sampler.h"
 #include "bench/gpu_info.h"
+#include "bench/gpu_peaks.h"
 #include "bench/layer_profile.h"
 #include "bench/measure.h"
 #include "bench/system_info.h"
@@ -514,10 +515,23 @@ void add_token_throughput(RunResult& result, const RunSetup& s) {
   const auto tokens = static_cast<double>(s.model.seq_len);
   result.tokens_per_second = *result.images_per_second * tokens;
   result.tokens_per_second_per_device = result.images_per_second_per_device.value_or(0) * tokens;
-  say("  %.0f tokens/s (%.2f sequences/s of %lld tokens)%s\n", *result.tokens_per_second,
-      *result.images_per_second, static_cast<long long>(s.model.seq_len),
+  result.model_flops_per_token = s.model.flops_per_token;
+  const double tflops = *result.tokens_per_second_per_device * s.model.flops_per_token / 1e12;
+  std::string utilisation;
+  if (s.memory_fit.device) {  // a GPU, by name
+    const std::string& gpu = s.memory_fit.device->name;
+    if (const std::optional<StatedPeak> peak = stated_dense_peak(gpu, s.config.model.precision)) {
+      result.mfu = tflops / peak->tflops;
+      result.mfu_peak_tflops = peak->tflops;
+      utilisation = fmt::format(", MFU {:.1f}% of {:.0f} ({})", 100 * *result.mfu, peak->tflops, peak->what);
+    }
+  }
+  say("  %.0f tokens/s (%.2f sequences/s of %lld tokens)%s | %.2f GFLOP per token: %.1f TFLOP/s per "
+      "device%s\n",
+      *result.tokens_per_second, *result.images_per_second, static_cast<long long>(s.model.seq_len),
       s.comm->size() > 1 ? fmt::format(", {:.0f} per device", *result.tokens_per_second_per_device).c_str()
-                         : "");
+                         : "",
+      s.model.flops_per_token / 1e9, tflops, utilisation.c_str());
 }
 
 // Real images are decoded ahead of the loop (data/batch_prefetcher.h), in the network's compute dtype and

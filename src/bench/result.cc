@@ -295,6 +295,9 @@ json to_json(const RunResult& r) {
   }
   if (r.tokens_per_second_per_device) j["tokens_per_second_per_device"] = *r.tokens_per_second_per_device;
   if (r.val_loss) j["val_loss"] = number_or_null(*r.val_loss);
+  if (r.model_flops_per_token) j["model_flops_per_token"] = *r.model_flops_per_token;
+  if (r.mfu) j["mfu"] = *r.mfu;
+  if (r.mfu_peak_tflops) j["mfu_peak_tflops"] = *r.mfu_peak_tflops;
   j["step_ms"] = r.step_ms ? to_json(*r.step_ms) : json(nullptr);
   if (r.measurement_note) j["measurement_note"] = *r.measurement_note;
   if (r.bench) write_bench(*r.bench, j);
@@ -340,6 +343,9 @@ RunResult run_result_from_json(const json& j) {
   r.read("tokens_per_second", result.tokens_per_second);
   r.read("tokens_per_second_per_device", result.tokens_per_second_per_device);
   r.read("val_loss", result.val_loss);
+  r.read("model_flops_per_token", result.model_flops_per_token);
+  r.read("mfu", result.mfu);
+  r.read("mfu_peak_tflops", result.mfu_peak_tflops);
   if (r.has("step_ms")) result.step_ms = distribution_from(r.object("step_ms"));
   r.read("measurement_note", result.measurement_note);
   // bench writes its warm-up; train its first step and losses.

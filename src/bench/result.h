@@ -129,6 +129,10 @@ struct RunResult {
   // Token models (written only for them): images_per_second counts sequences, and these tokens; a train
   // run with a validation split its last validation loss (mean nats per token over the split).
   std::optional<double> tokens_per_second, tokens_per_second_per_device, val_loss;
+  // Token models: the model's FLOPs per token (Model::flops_per_token), and model FLOP utilisation: the
+  // model FLOPs one device runs per second over its stated dense peak for the precision (mfu_peak_tflops;
+  // both absent for a GPU the table of bench/gpu_peaks.h does not know, and on the CPU).
+  std::optional<double> model_flops_per_token, mfu, mfu_peak_tflops;
   std::optional<Distribution> step_ms;
   std::optional<std::string> measurement_note;
 

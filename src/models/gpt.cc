@@ -91,6 +91,8 @@ Model build_gpt(const std::string& name, Backend& backend, const NetworkOptions&
   model.seq_len = seq_len;
   model.num_classes = spec.vocab;
   model.padding_parameters = (spec.padded_vocab - spec.vocab) * spec.channels;
+  model.flops_per_token = 6.0 * static_cast<double>(gpt_parameter_count(spec, spec.vocab)) +
+                          12.0 * static_cast<double>(spec.layers * spec.channels * seq_len);
   model.net = std::make_unique<Network>(backend, net_options);
   Network& net = *model.net;
   const int64_t b = net_options.batch;

@@ -35,6 +35,10 @@ struct Model {
   Activation* logits = nullptr;   // [N, classes] ([B * T, padded vocabulary] for a token model)
   SoftmaxCrossEntropyLayer* loss = nullptr;
   int64_t num_classes = 0;  // classes; a token model's vocabulary (unpadded)
+  // A token model's FLOPs per trained token, forward and backward: 6 x trained parameters (two per
+  // multiply-add, a forward and two backward GEMMs) + the attention's 12 x layers x width x T (its two
+  // T x T products, causal masking not subtracted): PaLM's count, as nanoGPT's estimate_mfu makes it.
+  double flops_per_token = 0;
   // Parameters that exist only to pad a table (the vocabulary's rows past the real tokens): never used.
   int64_t padding_parameters = 0;
 

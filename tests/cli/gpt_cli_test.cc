@@ -81,6 +81,8 @@ TEST(GptCli, BenchOnSyntheticTokens) {
   EXPECT_EQ(j["model"], "gpt-mini");
   EXPECT_GT(j["tokens_per_second"].get<double>(), 0.0);
   EXPECT_EQ(j["batch_size"], 4);
+  EXPECT_GT(j["model_flops_per_token"].get<double>(), 6.0 * j["parameters"].get<double>());
+  EXPECT_FALSE(j.contains("mfu")) << "no stated peak on the CPU";
 }
 
 TEST(GptCli, BadFlagsAreOneLineAndExit1) {

@@ -46,6 +46,15 @@ TEST_P(GptSizes, ParameterCountsPaddedAndNot) {
   EXPECT_EQ(model.net->parameter_count(), e.parameters + 47 * e.channels);
   EXPECT_EQ(model.net->parameter_count(), gpt_parameter_count(spec, spec.padded_vocab));
   EXPECT_EQ(model.trained_parameters(), e.parameters);
+  // 6 FLOPs per trained parameter and token, and the attention's 12 x layers x width x T (T = 1 here).
+  EXPECT_DOUBLE_EQ(model.flops_per_token, 6.0 * double(e.parameters) + 12.0 * double(e.layers * e.channels));
+}
+
+// At the full context, GPT-2 124M's count (nanoGPT's estimate_mfu: 6N + 12 L H Q T).
+TEST(Gpt, Gpt2FlopsPerTokenAtItsContext) {
+  auto backend = make_reference_backend();
+  Model model = planned_gpt(*backend, "gpt2", 1, 1024);
+  EXPECT_DOUBLE_EQ(model.flops_per_token, 6.0 * 124439808 + 12.0 * 12 * 768 * 1024);  // 859,885,056
 }
 
 INSTANTIATE_TEST_SUITE_P(Family, GptSizes,
