@@ -590,6 +590,9 @@ void add_data_commands(CLI::App& app, Commands& commands) {
     data_bench->add_option("--layout", o.layout, "nhwc | nchw")->capture_default_str();
     data_bench->add_flag("!--eval", o.train, "the evaluation transform (resize + centre crop) instead");
     data_bench->add_flag("--strict", o.strict, "stop at the first bad image");
+    data_bench->add_flag("--digest", o.digest,
+                         "print a CRC-32 of every batch as delivered (two runs of one seed must agree; slows "
+                         "the run)");
     data_bench
         ->add_option("--decode", o.decode,
                      "auto | cpu | gpu: where JPEGs are decoded (auto: on the GPU where nvJPEG opens)")

@@ -1,11 +1,16 @@
 #include "app/data_commands.h"
 
+#include <zlib.h>
+
 #include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <cstring>
 #include <filesystem>
 #include <nlohmann/json.hpp>
+#include <optional>
+#include <vector>
 
 #include "backend/backend_factory.h"
 #include "core/file_io.h"
@@ -184,8 +189,23 @@ class DataBenchFeed {
     if (gpu_) {
       gpu_->next(on_device_.images, on_device_.labels, device_->native_stream());
     } else {
-      cpu_->next();
+      last_ = &cpu_->next();
     }
+  }
+  // `crc` extended by the last batch's images and labels, as they are in memory (waits for the device).
+  uint32_t digest(uint32_t crc) {
+    const Tensor& images = gpu_ ? on_device_.images : last_->images;
+    const Tensor& labels = gpu_ ? on_device_.labels : last_->labels;
+    auto extend = [&](const Tensor& t) {
+      host_copy_.resize(t.bytes());
+      if (gpu_)
+        device_->copy_to_host(host_copy_.data(), t.data(), t.bytes());
+      else
+        std::memcpy(host_copy_.data(), t.data(), t.bytes());
+      return static_cast<uint32_t>(crc32(crc, host_copy_.data(), static_cast<uInt>(host_copy_.size())));
+    };
+    crc = extend(images);
+    return extend(labels);
   }
   // Until the batches handed out are in place.
   void synchronize() {
@@ -208,6 +228,8 @@ class DataBenchFeed {
   DeviceBatch on_device_;
   std::unique_ptr<GpuImagePipeline> gpu_;
   std::unique_ptr<BatchPrefetcher> cpu_;
+  const BatchPrefetcher::Batch* last_ = nullptr;  // the CPU path's last batch
+  std::vector<unsigned char> host_copy_;          // digest()'s
 };
 
 // data-bench's timed batches, in numbers.
@@ -215,19 +237,26 @@ struct DataBenchWindow {
   double seconds = 0, cpu_seconds = 0;
   ImageDatasetStats before, after;
   GpuPipelineStats gpu_before, gpu_after;
+  std::optional<uint32_t> digest;  // --digest
 };
 
 // The warm-up batches, then the timed ones.
 DataBenchWindow time_batches(const DataBenchOptions& o, const ImageDataset& data, DataBenchFeed& feed) {
-  for (int64_t b = 0; b < o.warmup_batches; ++b) feed.next();
-  feed.synchronize();
   DataBenchWindow w;
+  uint32_t crc = static_cast<uint32_t>(crc32(0, nullptr, 0));
+  auto next = [&] {
+    feed.next();
+    if (o.digest) crc = feed.digest(crc);
+  };
+  for (int64_t b = 0; b < o.warmup_batches; ++b) next();
+  feed.synchronize();
   w.before = data.stats();
   if (feed.gpu()) w.gpu_before = feed.gpu()->stats();
   const double cpu_before = process_cpu_seconds();
   const auto start = std::chrono::steady_clock::now();
-  for (int64_t b = 0; b < o.batches; ++b) feed.next();
+  for (int64_t b = 0; b < o.batches; ++b) next();
   feed.synchronize();  // the last batch is in place
+  if (o.digest) w.digest = crc;
   w.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   // What the pipeline costs the machine: every thread's user + system time over the window.
   w.cpu_seconds = process_cpu_seconds() - cpu_before;
@@ -261,6 +290,10 @@ void report_data_bench(const DataBenchOptions& o, const ImageDataset& data, cons
       "%.2f CPU seconds per 1000 images | %lld bad files skipped\n",
       rate, threads, rate / threads, 1e3 * busy / images, cpu_per_1000,
       static_cast<long long>(w.after.bad_files));
+  if (w.digest)
+    std::printf(
+        "data-bench: digest %08x of %lld batches (each waited for: the rate above is no measurement)\n",
+        *w.digest, static_cast<long long>(o.warmup_batches + o.batches));
   if (o.json_path.empty()) return;
   nlohmann::json j = {{"command", "data-bench"},
                       {"data", o.data},
@@ -281,6 +314,7 @@ void report_data_bench(const DataBenchOptions& o, const ImageDataset& data, cons
                       {"bad_files", w.after.bad_files},
                       {"decode", decode_mode_name(decode)},
                       {"images_decoded_on_cpu", on_cpu}};
+  if (w.digest) j["digest"] = fmt::format("{:08x}", *w.digest);
   write_file_atomically(o.json_path, j.dump(2) + "\n");
   std::printf("result written to %s\n", o.json_path.c_str());
 }

@@ -30,6 +30,10 @@ struct DataBenchOptions {
   // auto | cpu | gpu (data/decode_mode.h); the device is the GPU where this dlbench has one.
   std::string decode = "auto";
   int gpu_decode_threads = 2;  // --decode gpu: the GPU pipeline's decode threads
+  // CRC-32 of every batch's bytes, images and labels, warm-up included, in order: two runs of one seed
+  // and decode mode must print the same (a check of the pipelines' ordering). Each batch then waits to
+  // be copied to the host: the rate is no measurement.
+  bool digest = false;
   std::string json_path;
 };
 void run_data_bench(const DataBenchOptions& options);
