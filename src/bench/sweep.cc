@@ -19,6 +19,7 @@
 #include "core/signals.h"
 #include "core/status.h"
 #include "data/decode_mode.h"
+#include "models/gpt.h"
 #include "models/resnet.h"
 
 namespace dlbench {
@@ -175,7 +176,12 @@ std::vector<std::string> point_command(const SweepOptions& o, const Point& p, co
     return argv;
   }
   const bool jax = o.framework == "jax";
-  const std::string script = peers_dir + (jax ? "/jax/train.py" : "/pytorch/train.py");
+  // The PyTorch peer of a GPT model is nanoGPT's step (peers/pytorch/gpt.py); the JAX peer has none and
+  // refuses the model.
+  const bool gpt = is_gpt_model(p.model);
+  const std::string script = peers_dir + (jax   ? "/jax/train.py"
+                                          : gpt ? "/pytorch/gpt.py"
+                                                : "/pytorch/train.py");
   argv.push_back(o.python);
   if (p.gpus > 1 && !mpi)
     argv.insert(argv.end(),
@@ -183,7 +189,7 @@ std::vector<std::string> point_command(const SweepOptions& o, const Point& p, co
   argv.push_back(script);
   argv.insert(argv.end(), common.begin(), common.end());
   // The PyTorch peer at its best on a GPU: channels-last (the tensor cores' layout), compiled if asked.
-  if (!jax) argv.push_back("--channels-last");
+  if (!jax && !gpt) argv.push_back("--channels-last");
   if (o.framework == "pytorch-compiled") argv.push_back("--compile");
   return argv;
 }
@@ -217,7 +223,10 @@ void record_outcome(const SweepOptions& o, const ProcessResult& outcome, const s
   } else if (outcome.exit_code == 0 && result.is_object()) {
     line["status"] = "ok";
     line["result"] = result;
-    std::printf("%s:   %.1f img/s\n", who, result.value("images_per_second", 0.0));
+    if (result.contains("tokens_per_second") && result["tokens_per_second"].is_number())
+      std::printf("%s:   %.0f tokens/s\n", who, result["tokens_per_second"].get<double>());
+    else
+      std::printf("%s:   %.1f img/s\n", who, result.value("images_per_second", 0.0));
   } else if (peer && (outcome.exit_code == 3 || outcome.exit_code == 127)) {
     // The peer says its framework is not installed (3), or its interpreter could not be started (127).
     tally.unavailable_reason = error_of(log_path, outcome);

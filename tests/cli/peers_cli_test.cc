@@ -53,6 +53,32 @@ TEST(PyTorchPeer, BadFlagsAreOneLineAndExitTwo) {
   }
 }
 
+TEST(PyTorchGptPeer, WritesTokensPerSecondOnTheCpu) {
+  const auto python = python_with("torch");
+  if (!python) GTEST_SKIP() << "no python3 with torch: the PyTorch GPT peer is not run";
+  const auto dir = temp_dir("peer_gpt");
+  const std::string json = (dir / "r.json").string();
+  CommandResult r = run_shell(*python + " " + kPeers +
+                              "/pytorch/gpt.py --model gpt-mini --batch-size 2 --seq-len 32 --steps 2 "
+                              "--warmup-steps 1 --precision fp32 --threads 2 --json " +
+                              json);
+  ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
+  const nlohmann::json j = nlohmann::json::parse(read_text(json));
+  EXPECT_EQ(j["model"], "gpt-mini");
+  EXPECT_EQ(j["seq_len"], 32);
+  EXPECT_DOUBLE_EQ(j["tokens_per_second"].get<double>(), 32 * j["sequences_per_second"].get<double>());
+  std::filesystem::remove_all(dir);
+}
+
+TEST(PyTorchGptPeer, WithoutTorchOrWithABadFlagItSaysSoInOneLine) {
+  const auto python = python_with("sys");
+  if (!python) GTEST_SKIP() << "no python3 here: the GPT peer cannot be started";
+  const bool torch = python_with("torch").has_value();
+  CommandResult r = run_shell(*python + " " + kPeers + "/pytorch/gpt.py --model gpt9");
+  EXPECT_EQ(r.exit_code, torch ? 2 : 3) << r.err;
+  EXPECT_EQ(count_lines(r.err), 1) << r.err;
+}
+
 TEST(JaxPeer, WithoutJaxItSaysSoAndExitsThree) {
   const auto python = python_with("sys");
   if (!python) GTEST_SKIP() << "no python3 here: the JAX peer cannot be started";

@@ -411,6 +411,25 @@ std::string fake_python(const std::filesystem::path& dir) {
   return path;
 }
 
+// A GPT model's PyTorch peer is nanoGPT's step (peers/pytorch/gpt.py), with no channels-last.
+TEST(CompareCli, RunsTheGptPeerForAGptModel) {
+  const auto dir = temp_dir("compare_gpt");
+  const std::string results = (dir / "points.jsonl").string();
+  const std::string python = fake_python(dir);
+  CommandResult r = run_dlbench(
+      "compare --device cuda --models gpt2 --precisions bf16 --gpus 1 --batch-sizes 16 --steps 3 "
+      "--warmup-steps 1 --frameworks pytorch-compiled --python " +
+      python + " --peers " + DLBENCH_SOURCE_DIR + "/peers --results " + results);
+  ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
+  const std::string argv = read_text((dir / "argv.txt").string());
+  EXPECT_CONTAINS(argv,
+                  "/peers/pytorch/gpt.py --model gpt2 --precision bf16 --batch-size 16 --steps 3 "
+                  "--warmup-steps 1 --device cuda --json");
+  EXPECT_CONTAINS(argv, "--compile");
+  EXPECT_EQ(argv.find("--channels-last"), std::string::npos) << argv;
+  std::filesystem::remove_all(dir);
+}
+
 TEST(CompareCli, RunsEachPeerWithItsBestFlagsAndRecordsAMissingOne) {
   const auto dir = temp_dir("compare");
   const std::string results = (dir / "points.jsonl").string();
