@@ -3,7 +3,7 @@
 // tokenize` and never trained on. The validation loss must fall well below the text's unigram entropy
 // (what a model that knows each byte's frequency and nothing else gets, ~3.17 nats per byte for this
 // text, computed here): a broken attention, embedding or optimizer cannot learn the byte contexts that
-// take it there. About 2.5 minutes on 2 cores.
+// take it there. About 15 seconds on 2 cores (oneDNN).
 #include <gtest/gtest.h>
 
 #include <array>
@@ -20,8 +20,8 @@ namespace {
 
 namespace fs = std::filesystem;
 
-// The one place to change the backend the test trains on: oneDNN once its transformer ops have landed.
-const char* kBackend = "reference";
+// The backend the test trains on (its ops match the reference's one by one in tests/backend_onednn).
+const char* kBackend = "onednn";
 const char* kText = "/usr/share/common-licenses/GPL-3";
 
 // Entropy, in nats, of the text's byte frequencies.
@@ -43,7 +43,7 @@ TEST(GptConvergence, GptMiniOnTheGplBeatsTheUnigramEntropy) {
   const std::string json = dir.file("result.json");
   const CommandResult r =
       run_dlbench(std::string("train --model gpt-mini --backend ") + kBackend + " --data " + tokens +
-                      " --seq-len 32 --batch-size 8 --steps 150 --lr 3e-3 --log-every 50 "
+                      " --seq-len 64 --batch-size 16 --steps 600 --lr 3e-3 --log-every 200 "
                       "--json " +
                       json,
                   900);
@@ -53,8 +53,10 @@ TEST(GptConvergence, GptMiniOnTheGplBeatsTheUnigramEntropy) {
   std::printf("gpt-mini on the GPL: val loss %.3f nats per byte (%.3f bits), unigram entropy %.3f nats\n",
               val_loss, val_loss / std::log(2.0), entropy);
   EXPECT_GT(entropy, 3.0);  // English text's bytes: about 4.5 bits
-  // Measured: 2.95 nats against 3.17 (150 steps, lr 3e-3). Below the entropy needs context.
-  EXPECT_LT(val_loss, entropy - 0.15);
+  // Measured: 2.10 nats (3.0 bits per byte) against the unigram's 3.17 (4.6 bits) after 600 steps, 20
+  // epochs of the training part (past ~21 it overfits: 2.16 at 1,000 steps). Below the entropy needs
+  // context; the bar leaves ~0.45 nats of room.
+  EXPECT_LT(val_loss, entropy - 0.6);
 }
 
 }  // namespace
