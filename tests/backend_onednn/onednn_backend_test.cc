@@ -156,6 +156,40 @@ TEST_F(OneDnnVsReference, RejectsOtherDtypes) {
 // ---------------------------------------------------------------------------------------------------------
 // Batch norm
 
+// The tensors each batch-norm pass names (BatchNormTensors), from the test's buffers.
+BatchNormTensors training_tensors(HostBuffer& x, HostBuffer& gamma, HostBuffer& beta,
+                                  HostBuffer& running_mean, HostBuffer& running_var, HostBuffer& saved_mean,
+                                  HostBuffer& saved_inv_std) {
+  return BatchNormTensors{.x = &x.tensor(),
+                          .gamma = &gamma.tensor(),
+                          .beta = &beta.tensor(),
+                          .running_mean = &running_mean.tensor(),
+                          .running_var = &running_var.tensor(),
+                          .saved_mean = &saved_mean.tensor(),
+                          .saved_inv_std = &saved_inv_std.tensor()};
+}
+
+BatchNormTensors inference_tensors(HostBuffer& x, HostBuffer& gamma, HostBuffer& beta,
+                                   HostBuffer& running_mean, HostBuffer& running_var) {
+  return BatchNormTensors{.x = &x.tensor(),
+                          .gamma = &gamma.tensor(),
+                          .beta = &beta.tensor(),
+                          .running_mean = &running_mean.tensor(),
+                          .running_var = &running_var.tensor()};
+}
+
+BatchNormTensors backward_tensors(HostBuffer& x, HostBuffer& gamma, HostBuffer& saved_mean,
+                                  HostBuffer& saved_inv_std, HostBuffer& dx, HostBuffer& dgamma,
+                                  HostBuffer& dbeta) {
+  return BatchNormTensors{.x = &x.tensor(),
+                          .gamma = &gamma.tensor(),
+                          .saved_mean = &saved_mean.tensor(),
+                          .saved_inv_std = &saved_inv_std.tensor(),
+                          .dx = &dx.tensor(),
+                          .dgamma = &dgamma.tensor(),
+                          .dbeta = &dbeta.tensor()};
+}
+
 struct BnCase {
   int64_t n, c, h, w;
 };
@@ -198,24 +232,11 @@ TEST_P(BatchNormTest, MatchesReference) {
   HostBuffer y(dims, DType::f32, layout), y_ref(dims, DType::f32, layout);
   HostBuffer mean(cdims, DType::f32), inv_std(cdims, DType::f32), mean_ref(cdims, DType::f32),
       inv_std_ref(cdims, DType::f32);
-  onednn->batchnorm_forward_training(*plan,
-                                     BatchNormTensors{.x = &x.tensor(),
-                                                      .gamma = &gamma.tensor(),
-                                                      .beta = &beta.tensor(),
-                                                      .running_mean = &rmean.tensor(),
-                                                      .running_var = &rvar.tensor(),
-                                                      .saved_mean = &mean.tensor(),
-                                                      .saved_inv_std = &inv_std.tensor()},
-                                     res, y.tensor(), ws.data());
-  ref->batchnorm_forward_training(*ref_plan,
-                                  BatchNormTensors{.x = &x.tensor(),
-                                                   .gamma = &gamma.tensor(),
-                                                   .beta = &beta.tensor(),
-                                                   .running_mean = &rmean_ref.tensor(),
-                                                   .running_var = &rvar_ref.tensor(),
-                                                   .saved_mean = &mean_ref.tensor(),
-                                                   .saved_inv_std = &inv_std_ref.tensor()},
-                                  res, y_ref.tensor(), ref_ws.data());
+  onednn->batchnorm_forward_training(*plan, training_tensors(x, gamma, beta, rmean, rvar, mean, inv_std), res,
+                                     y.tensor(), ws.data());
+  ref->batchnorm_forward_training(
+      *ref_plan, training_tensors(x, gamma, beta, rmean_ref, rvar_ref, mean_ref, inv_std_ref), res,
+      y_ref.tensor(), ref_ws.data());
   EXPECT_LT(relative_error(y.tensor(), y_ref.tensor()), 1e-5) << "y";
   EXPECT_LT(relative_error(mean.tensor(), mean_ref.tensor()), 1e-5) << "saved mean";
   EXPECT_LT(relative_error(inv_std.tensor(), inv_std_ref.tensor()), 1e-5) << "saved inv std";
@@ -231,23 +252,10 @@ TEST_P(BatchNormTest, MatchesReference) {
     HostBuffer dgamma_ref = copy_of(dgamma), dbeta_ref = copy_of(dbeta);
     Tensor* dr = fusion == BatchNormFusion::add_relu ? &dres.tensor() : nullptr;
     Tensor* dr_ref = fusion == BatchNormFusion::add_relu ? &dres_ref.tensor() : nullptr;
-    onednn->batchnorm_backward(*plan,
-                               BatchNormTensors{.x = &x.tensor(),
-                                                .gamma = &gamma.tensor(),
-                                                .saved_mean = &mean.tensor(),
-                                                .saved_inv_std = &inv_std.tensor(),
-                                                .dx = &dx.tensor(),
-                                                .dgamma = &dgamma.tensor(),
-                                                .dbeta = &dbeta.tensor()},
+    onednn->batchnorm_backward(*plan, backward_tensors(x, gamma, mean, inv_std, dx, dgamma, dbeta),
                                y.tensor(), dy.tensor(), dr, acc, ws.data());
     ref->batchnorm_backward(*ref_plan,
-                            BatchNormTensors{.x = &x.tensor(),
-                                             .gamma = &gamma.tensor(),
-                                             .saved_mean = &mean_ref.tensor(),
-                                             .saved_inv_std = &inv_std_ref.tensor(),
-                                             .dx = &dx_ref.tensor(),
-                                             .dgamma = &dgamma_ref.tensor(),
-                                             .dbeta = &dbeta_ref.tensor()},
+                            backward_tensors(x, gamma, mean_ref, inv_std_ref, dx_ref, dgamma_ref, dbeta_ref),
                             y_ref.tensor(), dy.tensor(), dr_ref, acc, ref_ws.data());
     EXPECT_LT(relative_error(dx.tensor(), dx_ref.tensor()), 1e-4) << "dx";
     EXPECT_LT(relative_error(dgamma.tensor(), dgamma_ref.tensor()), 1e-4) << "dgamma";
@@ -259,20 +267,10 @@ TEST_P(BatchNormTest, MatchesReference) {
 
   // Inference with the running statistics.
   HostBuffer yi(dims, DType::f32, layout), yi_ref(dims, DType::f32, layout);
-  onednn->batchnorm_forward_inference(*plan,
-                                      BatchNormTensors{.x = &x.tensor(),
-                                                       .gamma = &gamma.tensor(),
-                                                       .beta = &beta.tensor(),
-                                                       .running_mean = &rmean.tensor(),
-                                                       .running_var = &rvar.tensor()},
-                                      res, yi.tensor());
-  ref->batchnorm_forward_inference(*ref_plan,
-                                   BatchNormTensors{.x = &x.tensor(),
-                                                    .gamma = &gamma.tensor(),
-                                                    .beta = &beta.tensor(),
-                                                    .running_mean = &rmean.tensor(),
-                                                    .running_var = &rvar.tensor()},
-                                   res, yi_ref.tensor());
+  onednn->batchnorm_forward_inference(*plan, inference_tensors(x, gamma, beta, rmean, rvar), res,
+                                      yi.tensor());
+  ref->batchnorm_forward_inference(*ref_plan, inference_tensors(x, gamma, beta, rmean, rvar), res,
+                                   yi_ref.tensor());
   EXPECT_LT(relative_error(yi.tensor(), yi_ref.tensor()), 1e-5) << "inference";
 }
 
@@ -300,24 +298,11 @@ TEST_F(OneDnnVsReference, BatchNormStatisticsOfLargeOffsetData) {
     auto plan = onednn->plan_batchnorm(g);
     auto ref_plan = ref->plan_batchnorm(g);
     Workspace ws(plan->workspace_bytes()), ref_ws(ref_plan->workspace_bytes());
-    onednn->batchnorm_forward_training(*plan,
-                                       BatchNormTensors{.x = &x.tensor(),
-                                                        .gamma = &gamma.tensor(),
-                                                        .beta = &beta.tensor(),
-                                                        .running_mean = &rm.tensor(),
-                                                        .running_var = &rv.tensor(),
-                                                        .saved_mean = &sm.tensor(),
-                                                        .saved_inv_std = &si.tensor()},
-                                       nullptr, y.tensor(), ws.data());
+    onednn->batchnorm_forward_training(*plan, training_tensors(x, gamma, beta, rm, rv, sm, si), nullptr,
+                                       y.tensor(), ws.data());
     ref->batchnorm_forward_training(*ref_plan,
-                                    BatchNormTensors{.x = &x.tensor(),
-                                                     .gamma = &gamma.tensor(),
-                                                     .beta = &beta.tensor(),
-                                                     .running_mean = &rm_ref.tensor(),
-                                                     .running_var = &rv_ref.tensor(),
-                                                     .saved_mean = &sm_ref.tensor(),
-                                                     .saved_inv_std = &si_ref.tensor()},
-                                    nullptr, y_ref.tensor(), ref_ws.data());
+                                    training_tensors(x, gamma, beta, rm_ref, rv_ref, sm_ref, si_ref), nullptr,
+                                    y_ref.tensor(), ref_ws.data());
     EXPECT_LT(relative_error(si.tensor(), si_ref.tensor()), 1e-4) << "inv std";
     EXPECT_LT(relative_error(y.tensor(), y_ref.tensor()), 1e-4) << "y";
     EXPECT_LT(relative_error(rv.tensor(), rv_ref.tensor()), 1e-4) << "running var";
@@ -335,15 +320,8 @@ TEST_F(OneDnnVsReference, BatchNormRunningStatsFollowPyTorch) {
   gamma.ptr<float>()[0] = 1.f, rm.ptr<float>()[0] = 1.f, rv.ptr<float>()[0] = 1.f;
   auto plan = onednn->plan_batchnorm(g);
   Workspace ws(plan->workspace_bytes());
-  onednn->batchnorm_forward_training(*plan,
-                                     BatchNormTensors{.x = &x.tensor(),
-                                                      .gamma = &gamma.tensor(),
-                                                      .beta = &beta.tensor(),
-                                                      .running_mean = &rm.tensor(),
-                                                      .running_var = &rv.tensor(),
-                                                      .saved_mean = &sm.tensor(),
-                                                      .saved_inv_std = &sis.tensor()},
-                                     nullptr, y.tensor(), ws.data());
+  onednn->batchnorm_forward_training(*plan, training_tensors(x, gamma, beta, rm, rv, sm, sis), nullptr,
+                                     y.tensor(), ws.data());
   EXPECT_NEAR(sm.ptr<float>()[0], 2.5f, 1e-6);
   EXPECT_NEAR(sis.ptr<float>()[0], 1.0 / std::sqrt(1.25 + 1e-5), 1e-6);
   EXPECT_NEAR(rm.ptr<float>()[0], 0.75 * 1.0 + 0.25 * 2.5, 1e-6);
@@ -370,45 +348,18 @@ TEST(OneDnnThreads, BatchNormAgreesWithReferenceAtOneAndThreeThreads) {
       HostBuffer rm_ref(cdims, DType::f32), rv_ref(cdims, DType::f32), sm_ref(cdims, DType::f32),
           si_ref(cdims, DType::f32);
       HostBuffer y(dims, DType::f32, layout), y_ref(dims, DType::f32, layout);
-      onednn->batchnorm_forward_training(*plan,
-                                         BatchNormTensors{.x = &x.tensor(),
-                                                          .gamma = &gamma.tensor(),
-                                                          .beta = &beta.tensor(),
-                                                          .running_mean = &rm.tensor(),
-                                                          .running_var = &rv.tensor(),
-                                                          .saved_mean = &sm.tensor(),
-                                                          .saved_inv_std = &si.tensor()},
-                                         nullptr, y.tensor(), ws.data());
+      onednn->batchnorm_forward_training(*plan, training_tensors(x, gamma, beta, rm, rv, sm, si), nullptr,
+                                         y.tensor(), ws.data());
       ref->batchnorm_forward_training(*ref_plan,
-                                      BatchNormTensors{.x = &x.tensor(),
-                                                       .gamma = &gamma.tensor(),
-                                                       .beta = &beta.tensor(),
-                                                       .running_mean = &rm_ref.tensor(),
-                                                       .running_var = &rv_ref.tensor(),
-                                                       .saved_mean = &sm_ref.tensor(),
-                                                       .saved_inv_std = &si_ref.tensor()},
+                                      training_tensors(x, gamma, beta, rm_ref, rv_ref, sm_ref, si_ref),
                                       nullptr, y_ref.tensor(), ref_ws.data());
       EXPECT_LT(relative_error(y.tensor(), y_ref.tensor()), 1e-5);
       HostBuffer dx(dims, DType::f32, layout), dx_ref(dims, DType::f32, layout);
       HostBuffer dg(cdims, DType::f32), db(cdims, DType::f32), dg_ref(cdims, DType::f32),
           db_ref(cdims, DType::f32);
-      onednn->batchnorm_backward(*plan,
-                                 BatchNormTensors{.x = &x.tensor(),
-                                                  .gamma = &gamma.tensor(),
-                                                  .saved_mean = &sm.tensor(),
-                                                  .saved_inv_std = &si.tensor(),
-                                                  .dx = &dx.tensor(),
-                                                  .dgamma = &dg.tensor(),
-                                                  .dbeta = &db.tensor()},
-                                 y.tensor(), dy.tensor(), nullptr, Accumulate::overwrite, ws.data());
-      ref->batchnorm_backward(*ref_plan,
-                              BatchNormTensors{.x = &x.tensor(),
-                                               .gamma = &gamma.tensor(),
-                                               .saved_mean = &sm_ref.tensor(),
-                                               .saved_inv_std = &si_ref.tensor(),
-                                               .dx = &dx_ref.tensor(),
-                                               .dgamma = &dg_ref.tensor(),
-                                               .dbeta = &db_ref.tensor()},
+      onednn->batchnorm_backward(*plan, backward_tensors(x, gamma, sm, si, dx, dg, db), y.tensor(),
+                                 dy.tensor(), nullptr, Accumulate::overwrite, ws.data());
+      ref->batchnorm_backward(*ref_plan, backward_tensors(x, gamma, sm_ref, si_ref, dx_ref, dg_ref, db_ref),
                               y_ref.tensor(), dy.tensor(), nullptr, Accumulate::overwrite, ref_ws.data());
       EXPECT_LT(relative_error(dx.tensor(), dx_ref.tensor()), 1e-4);
       EXPECT_LT(relative_error(dg.tensor(), dg_ref.tensor()), 1e-4);
