@@ -105,8 +105,11 @@ struct Point {
 // What a point runs where the sweep was not told: on a GPU the study's (resnet50, batch 256, 60 steps
 // after 20); on the CPU what `dlbench bench` picks there (train/config.cc), so that a point takes
 // seconds, not hours: resnet20 at batch 128, 20 steps after 2 (an ImageNet model: batch 16, 10 steps).
+// A GPT model takes bench's batch of sequences (train/config.cc: 16 on a GPU, 4 on the CPU; gpt-mini 64
+// and 16).
 std::vector<std::string> default_models(bool on_gpu) { return {on_gpu ? "resnet50" : "resnet20"}; }
 std::string default_batch(const std::string& model, bool on_gpu) {
+  if (is_gpt_model(model)) return model == "gpt-mini" ? (on_gpu ? "64" : "16") : (on_gpu ? "16" : "4");
   return on_gpu ? "256" : model == "resnet20" ? "128" : "16";
 }
 int64_t default_steps(const std::string& model, bool on_gpu) {

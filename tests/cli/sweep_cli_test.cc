@@ -221,6 +221,22 @@ TEST(SweepCli, OnTheCpuTheDefaultsAreTheCpusAndNoPointIsAGpu) {
   std::filesystem::remove_all(dir);
 }
 
+// A GPT model's point takes bench's batch of sequences and reports tokens/s.
+TEST(SweepCli, AGptModelRunsAtItsOwnDefaultBatch) {
+  const auto dir = temp_dir("sweep_gpt");
+  const std::string results = (dir / "points.jsonl").string();
+  CommandResult r = run_dlbench(
+      "sweep --device cpu --models gpt-mini --steps 2 --warmup-steps 1 --results " + results, 300);
+  ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
+  EXPECT_CONTAINS(r.out, "tokens/s");
+  const std::vector<nlohmann::json> lines = read_lines(results);
+  ASSERT_EQ(lines.size(), 1u);
+  EXPECT_EQ(lines[0]["status"], "ok");
+  EXPECT_EQ(lines[0]["sweep_point"]["batch_size"], 16);
+  EXPECT_GT(lines[0]["result"]["tokens_per_second"].get<double>(), 0);
+  std::filesystem::remove_all(dir);
+}
+
 // Issue 23, item 13: a --bench-args flag that bench refuses fails every point the same way: the sweep
 // stops at the first with the line that says what was wrong (never CLI11's "Run with --help ..."),
 // recording nothing, so that the grid with the flag corrected runs every point.
