@@ -26,7 +26,6 @@ import contextlib
 import inspect
 import math
 import os
-import resource
 import sys
 import time
 
@@ -40,6 +39,9 @@ except ImportError as error:
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), os.pardir, "common"))
 import protocol  # noqa: E402
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from torch_common import make_grad_scaler, peak_memory_bytes  # noqa: E402
 
 # name: layers, heads, width, context, vocabulary (dlbench's src/models/gpt.h)
 MODELS = {
@@ -121,15 +123,6 @@ def make_optimizer(model, device):
     if device.type == "cuda" and "fused" in inspect.signature(torch.optim.AdamW).parameters:
         extra["fused"] = True
     return torch.optim.AdamW(groups, lr=6e-4, betas=(0.9, 0.95), eps=1e-8, **extra)
-
-
-def make_grad_scaler():
-    if hasattr(torch, "amp") and hasattr(torch.amp, "GradScaler"):
-        try:
-            return torch.amp.GradScaler("cuda")
-        except TypeError:
-            pass
-    return torch.cuda.amp.GradScaler()
 
 
 def parse_args(argv=None):
@@ -229,10 +222,7 @@ def main(argv=None):
     tokens_in_window = args.steps * b * t
     tokens_per_second = tokens_in_window / window_seconds
     energy, energy_reason = protocol.window_energy(counter, energy_reason, energy_before, energy_after)
-    if device.type == "cuda":
-        peak_memory = int(torch.cuda.max_memory_allocated(device))
-    else:
-        peak_memory = int(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss) * 1024
+    peak_memory = peak_memory_bytes(device)
     flops_per_token = 6 * parameters + 12 * layers * width * t
     result = {
         "framework": "pytorch",

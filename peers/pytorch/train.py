@@ -38,7 +38,6 @@ bad flag.
 import contextlib
 import gc
 import os
-import resource
 import sys
 import time
 
@@ -55,6 +54,9 @@ except ImportError as error:
 # (peers/common/protocol.py and nvml_energy.py).
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), os.pardir, "common"))
 import protocol  # noqa: E402
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from torch_common import make_grad_scaler, peak_memory_bytes  # noqa: E402
 
 TORCHVISION_MODELS = ["resnet18", "resnet34", "resnet50", "resnet101", "resnet152"]
 MODELS = ["resnet20"] + TORCHVISION_MODELS
@@ -208,27 +210,6 @@ def set_tf32(enabled):
     else:
         matmul.allow_tf32 = enabled
         torch.backends.cudnn.allow_tf32 = enabled
-
-
-def make_grad_scaler():
-    if hasattr(torch, "amp") and hasattr(torch.amp, "GradScaler"):
-        try:
-            return torch.amp.GradScaler("cuda")  # PyTorch >= 2.3
-        except TypeError:
-            pass
-    return torch.cuda.amp.GradScaler()
-
-
-# ---------------------------------------------------------------------------
-# Peak memory
-# ---------------------------------------------------------------------------
-
-
-def peak_memory_bytes(device):
-    if device.type == "cuda":
-        return int(torch.cuda.max_memory_allocated(device))
-    rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-    return int(rss if sys.platform == "darwin" else rss * 1024)  # bytes on macOS, KiB on Linux
 
 
 # ---------------------------------------------------------------------------
