@@ -432,12 +432,18 @@ void add_comm_bench_command(CLI::App& app, dlbench::parallel::CommBenchOptions& 
   comm_bench->add_option("--iters", o.iters, "timed iterations per size (the median is reported)")
       ->capture_default_str();
   comm_bench->add_option("--warmup", o.warmup, "untimed iterations per size")->capture_default_str();
-  comm_bench->add_option("--dtype", o.dtype_text, "f32 | f16 | bf16 (f16 and bf16 on a GPU)")
-      ->capture_default_str();
-  comm_bench->add_option("--device", o.device_text, "cpu | cuda")->capture_default_str();
+  add_choice(*comm_bench, "--dtype", o.dtype,
+             {{"f32", dlbench::DType::f32}, {"f16", dlbench::DType::f16}, {"bf16", dlbench::DType::bf16}},
+             "f32 | f16 | bf16 (f16 and bf16 on a GPU)");
+  add_choice(*comm_bench, "--device", o.device,
+             {{"cpu", dlbench::DeviceKind::cpu}, {"cuda", dlbench::DeviceKind::cuda}}, "cpu | cuda");
   comm_bench->add_option("--gpus", o.gpus, "GPUs of this process, one thread each (not under mpirun)")
       ->capture_default_str();
-  comm_bench->add_option("--launcher", o.launcher, "auto | threads | mpi")->capture_default_str();
+  add_choice(*comm_bench, "--launcher", o.launcher,
+             {{"auto", dlbench::parallel::Launcher::automatic},
+              {"threads", dlbench::parallel::Launcher::threads},
+              {"mpi", dlbench::parallel::Launcher::mpi}},
+             "auto | threads | mpi");
   comm_bench
       ->add_option("--timeout", o.timeout_seconds, "seconds a collective may take before every rank stops")
       ->capture_default_str();
@@ -585,18 +591,25 @@ void add_data_commands(CLI::App& app, Commands& commands) {
     data_bench->add_option("--warmup-batches", o.warmup_batches, "batches before the timed ones")
         ->capture_default_str();
     data_bench->add_option("--image-size", o.image_size, "side of the crop (default 224)");
-    data_bench->add_option("--precision", o.precision, "the dtype written: fp32 | tf32 | fp16 | bf16")
-        ->capture_default_str();
-    data_bench->add_option("--layout", o.layout, "nhwc | nchw")->capture_default_str();
+    using dlbench::Precision;
+    add_choice(*data_bench, "--precision", o.precision,
+               {{"fp32", Precision::fp32},
+                {"tf32", Precision::tf32},
+                {"fp16", Precision::fp16},
+                {"bf16", Precision::bf16}},
+               "the dtype written: fp32 | tf32 | fp16 | bf16");
+    add_choice(*data_bench, "--layout", o.layout,
+               {{"nhwc", dlbench::Layout::nhwc}, {"nchw", dlbench::Layout::nchw}}, "nhwc | nchw");
     data_bench->add_flag("!--eval", o.train, "the evaluation transform (resize + centre crop) instead");
     data_bench->add_flag("--strict", o.strict, "stop at the first bad image");
     data_bench->add_flag("--digest", o.digest,
                          "print a CRC-32 of every batch as delivered (two runs of one seed must agree; slows "
                          "the run)");
-    data_bench
-        ->add_option("--decode", o.decode,
-                     "auto | cpu | gpu: where JPEGs are decoded (auto: on the GPU where nvJPEG opens)")
-        ->capture_default_str();
+    add_choice(*data_bench, "--decode", o.decode,
+               {{"auto", dlbench::DecodeMode::automatic},
+                {"cpu", dlbench::DecodeMode::cpu},
+                {"gpu", dlbench::DecodeMode::gpu}},
+               "auto | cpu | gpu: where JPEGs are decoded (auto: on the GPU where nvJPEG opens)");
     data_bench->add_option("--seed", o.seed, "seed of the augmentation")->capture_default_str();
     data_bench->add_option("--json", o.json_path, "write the result as one JSON object to FILE");
   }

@@ -21,19 +21,6 @@ namespace dlbench::parallel {
 
 namespace {
 
-DType parse_dtype(const std::string& text) {
-  if (text == "f32") return DType::f32;
-  if (text == "f16") return DType::f16;
-  if (text == "bf16") return DType::bf16;
-  throw_user_error("--dtype {}: unknown; choose f32, f16 or bf16", text);
-}
-
-DeviceKind parse_device(const std::string& text) {
-  if (text == "cpu") return DeviceKind::cpu;
-  if (text == "cuda") return DeviceKind::cuda;
-  throw_user_error("--device {}: unknown; choose cpu or cuda", text);
-}
-
 // Host bytes of `count` elements of `dtype` holding `value(i)`.
 std::vector<std::byte> host_values(DType dtype, int64_t count, const std::function<double(int64_t)>& value) {
   std::vector<std::byte> bytes(static_cast<size_t>(count) * dtype_size(dtype));
@@ -197,7 +184,7 @@ void check_comm_bench_options(const CommBenchOptions& o, DType dtype, DeviceKind
   DLB_REQUIRE(o.iters >= 1, "--iters {}: must be at least 1", o.iters);
   DLB_REQUIRE(o.warmup >= 0, "--warmup {}: must be 0 or more", o.warmup);
   DLB_REQUIRE(device == DeviceKind::cuda || dtype == DType::f32,
-              "--dtype {} on the CPU: CPU ranks sum f32 (use --device cuda for f16/bf16)", o.dtype_text);
+              "--dtype {} on the CPU: CPU ranks sum f32 (use --device cuda for f16/bf16)", dtype_name(dtype));
   if (!o.json_path.empty()) check_writable(o.json_path, "--json");
 }
 
@@ -261,12 +248,12 @@ nlohmann::json print_rows(const std::vector<Row>& rows, int ranks, int64_t& wron
 }  // namespace
 
 nlohmann::json run_comm_bench(const CommBenchOptions& o) {
-  const DType dtype = parse_dtype(o.dtype_text);
-  const DeviceKind device = parse_device(o.device_text);
+  const DType dtype = o.dtype;
+  const DeviceKind device = o.device;
   check_comm_bench_options(o, dtype, device);
 
   LaunchOptions launch_options;
-  launch_options.launcher = parse_launcher(o.launcher);
+  launch_options.launcher = o.launcher;
   launch_options.device = device;
   launch_options.gpus = o.gpus;
   launch_options.timeout_seconds = o.timeout_seconds;
@@ -277,8 +264,8 @@ nlohmann::json run_comm_bench(const CommBenchOptions& o) {
 
   std::printf(
       "comm-bench: all_reduce_sum, %d rank(s), %s on %s (%s), %s, %d iterations (median), %d warm-up\n",
-      measured.ranks, launch->communicator().c_str(), o.device_text.c_str(), launch->launcher().c_str(),
-      o.dtype_text.c_str(), o.iters, o.warmup);
+      measured.ranks, launch->communicator().c_str(), device_kind_name(device), launch->launcher().c_str(),
+      dtype_name(dtype), o.iters, o.warmup);
   std::printf("ranks on %s\n", hosts_summary(measured.places).c_str());
   int64_t wrong_rows = 0;
   std::string first_wrong;
@@ -288,8 +275,8 @@ nlohmann::json run_comm_bench(const CommBenchOptions& o) {
                            {"ranks", measured.ranks},
                            {"launcher", launch->launcher()},
                            {"communicator", launch->communicator()},
-                           {"device", o.device_text},
-                           {"dtype", o.dtype_text},
+                           {"device", device_kind_name(device)},
+                           {"dtype", dtype_name(dtype)},
                            {"iters", o.iters},
                            {"warmup", o.warmup},
                            {"timeout_seconds", o.timeout_seconds},

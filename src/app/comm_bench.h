@@ -14,6 +14,7 @@
 #include <string>
 
 #include "core/tensor.h"
+#include "parallel/launcher.h"
 
 namespace dlbench::parallel {
 
@@ -22,9 +23,9 @@ struct CommBenchOptions {
   int64_t max_bytes = int64_t{64} << 20;
   int iters = 20;
   int warmup = 5;
-  std::string dtype_text = "f32";   // f32 | f16 | bf16
-  std::string device_text = "cpu";  // cpu | cuda
-  std::string launcher = "auto";    // auto | threads | mpi
+  DType dtype = DType::f32;  // f16 and bf16 on a GPU
+  DeviceKind device = DeviceKind::cpu;
+  Launcher launcher = Launcher::automatic;
   int gpus = 1;
   double timeout_seconds = 300;
   bool nccl_symmetric = false;  // the buffer from Communicator::allocate_window

@@ -100,13 +100,6 @@ std::string pack_one(const PackPart& p, const StagedFolder& staged, const PackOp
 // data-bench's prefetcher ring: one batch handed out, the next ones decoding.
 constexpr int kBuffersInFlight = 3;
 
-DType dtype_of_precision(const std::string& precision) {
-  if (precision == "fp32" || precision == "tf32") return DType::f32;
-  if (precision == "fp16") return DType::f16;
-  if (precision == "bf16") return DType::bf16;
-  throw_user_error("--precision {}: choose fp32, tf32, fp16 or bf16", precision);
-}
-
 }  // namespace
 
 void run_pack(const PackOptions& options) {
@@ -302,7 +295,7 @@ void report_data_bench(const DataBenchOptions& o, const ImageDataset& data, cons
                       {"image_size", shape.height},
                       {"channels", shape.channels},
                       {"dtype", dtype_name(dtype)},
-                      {"layout", o.layout},
+                      {"layout", layout_name(o.layout)},
                       {"batch_size", o.batch_size},
                       {"batches", o.batches},
                       {"threads", threads},
@@ -325,14 +318,12 @@ void run_data_bench(const DataBenchOptions& o) {
   const std::string path = data_bench_path(o);
   DLB_REQUIRE(o.batch_size >= 1 && o.batches >= 1 && o.warmup_batches >= 0,
               "data-bench: --batch-size and --batches must be positive");
-  const DType dtype = dtype_of_precision(o.precision);
+  const DType dtype = compute_dtype(o.precision);
   // The batches would be decoded into the GPU's memory where there is one (the training run's device).
   std::string decode_note;
   const DecodeMode decode =
-      resolve_decode(parse_decode_mode(o.decode, "--decode"),
-                     cuda_backend_available() ? DeviceKind::cuda : DeviceKind::cpu, &decode_note);
-  DLB_REQUIRE(o.layout == "nhwc" || o.layout == "nchw", "--layout {}: choose nhwc or nchw", o.layout);
-  const Layout layout = o.layout == "nhwc" ? Layout::nhwc : Layout::nchw;
+      resolve_decode(o.decode, cuda_backend_available() ? DeviceKind::cuda : DeviceKind::cpu, &decode_note);
+  const Layout layout = o.layout;
   auto source = open_images(path);
   ImageDatasetOptions options = default_image_options(*source);
   options.threads = resolve_threads(o.threads, usable_cores() - 1, "--data-threads");
@@ -350,7 +341,7 @@ void run_data_bench(const DataBenchOptions& o) {
       data.name().c_str(), static_cast<long long>(data.size()), data.num_classes(),
       o.train ? "training" : "evaluation", static_cast<long long>(shape.channels),
       static_cast<long long>(shape.height), static_cast<long long>(shape.width), dtype_name(dtype),
-      o.layout.c_str(), static_cast<long long>(o.batch_size), options.threads);
+      layout_name(layout), static_cast<long long>(o.batch_size), options.threads);
   if (!decode_note.empty()) std::printf("data-bench: %s\n", decode_note.c_str());
   DataBenchFeed feed(data, o, dtype, layout, decode, o.warmup_batches + o.batches);
   const DataBenchWindow window = time_batches(o, data, feed);

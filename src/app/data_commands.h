@@ -5,6 +5,9 @@
 #include <cstdint>
 #include <string>
 
+#include "data/decode_mode.h"
+#include "train/config.h"
+
 namespace dlbench {
 
 struct PackOptions {
@@ -21,14 +24,14 @@ struct DataBenchOptions {
   int64_t batch_size = 256;
   int64_t batches = 50;  // timed batches
   int64_t warmup_batches = 5;
-  int image_size = 0;              // 0: 224 (small grayscale images: their own size)
-  std::string precision = "fp16";  // the dtype written: fp32 | tf32 (FP32) | fp16 | bf16
-  std::string layout = "nhwc";
+  int image_size = 0;                     // 0: 224 (small grayscale images: their own size)
+  Precision precision = Precision::fp16;  // the dtype written (tf32 writes FP32)
+  Layout layout = Layout::nhwc;
   bool train = true;  // the training transform (else the evaluation one)
   bool strict = false;
   uint64_t seed = 42;
-  // auto | cpu | gpu (data/decode_mode.h); the device is the GPU where this dlbench has one.
-  std::string decode = "auto";
+  // Where JPEGs are decoded; the device is the GPU where this dlbench has one.
+  DecodeMode decode = DecodeMode::automatic;
   int gpu_decode_threads = 2;  // --decode gpu: the GPU pipeline's decode threads
   // CRC-32 of every batch's bytes, images and labels, warm-up included, in order: two runs of one seed
   // and decode mode must print the same (a check of the pipelines' ordering). Each batch then waits to

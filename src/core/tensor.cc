@@ -40,6 +40,8 @@ const char* dtype_name(DType dtype) {
 
 const char* layout_name(Layout layout) { return layout == Layout::nchw ? "nchw" : "nhwc"; }
 
+const char* device_kind_name(DeviceKind kind) { return kind == DeviceKind::cpu ? "cpu" : "cuda"; }
+
 std::string device_name(Device device) {
   return device.kind == DeviceKind::cpu ? std::string("cpu") : fmt::format("cuda:{}", device.index);
 }

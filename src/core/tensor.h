@@ -26,6 +26,7 @@ struct Device {
 size_t dtype_size(DType dtype);
 const char* dtype_name(DType dtype);
 const char* layout_name(Layout layout);
+const char* device_kind_name(DeviceKind kind);  // "cpu", "cuda"
 std::string device_name(Device device);
 
 class Tensor {
