@@ -361,6 +361,12 @@ int report_parse_error(const CLI::App& app, int argc, char** argv, const CLI::Pa
     message = fmt::format("no command given; the commands are {} (dlbench --help says what each does)",
                           fmt::join(commands, ", "));
   }
+  // CLI11 puts the flag before a validator's message, which names it already: "--x: --x v: ..." -> "--x v:
+  // ...".
+  if (const size_t colon = message.find(": "); message.rfind("--", 0) == 0 && colon != std::string::npos &&
+                                               message.compare(colon + 2, colon, message, 0, colon) == 0 &&
+                                               message[2 * colon + 2] == ' ')
+    message.erase(0, colon + 2);
   for (char& c : message)
     if (c == '\n') c = ' ';
   std::fprintf(stderr, "dlbench: error: %s\n", message.c_str());
