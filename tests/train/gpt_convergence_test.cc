@@ -41,12 +41,12 @@ TEST(GptConvergence, GptMiniOnTheGplBeatsTheUnigramEntropy) {
   ASSERT_EQ(run_dlbench("tokenize " + std::string(kText) + " -o " + tokens).exit_code, 0);
   const double entropy = unigram_entropy(read_text(kText));
   const std::string json = dir.file("result.json");
-  const CommandResult r =
-      run_dlbench(std::string("train --model gpt-mini --backend ") + kBackend + " --data " + tokens +
-                      " --seq-len 64 --batch-size 16 --steps 600 --lr 3e-3 --log-every 200 "
-                      "--json " +
-                      json,
-                  900);
+  const CommandResult r = run_dlbench(
+      std::string("train --model gpt-mini --device cpu --backend ") + kBackend + " --data " + tokens +
+          " --seq-len 64 --batch-size 16 --steps 600 --lr 3e-3 --log-every 200 "
+          "--json " +
+          json,
+      900);
   ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
   const nlohmann::json j = nlohmann::json::parse(read_text(json));
   const double val_loss = j["val_loss"];
