@@ -13,6 +13,7 @@
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
+#include <cmath>
 #include <limits>
 #include <optional>
 #include <vector>
@@ -46,10 +47,20 @@ struct EventPair {
 
 inline constexpr int kRounds = 3;
 inline constexpr int kCallsPerRound = 3;
-// A call at least this long is timed one per round: its events' resolution and the GPU's gaps between
-// calls are then well under the timing noise, and FP32 convolutions of a few milliseconds each made
-// three calls per round most of a first start's search.
-inline constexpr float kLongCallMs = 1.0f;
+// Each counted round runs at least this long (as many calls as it takes, up to kMaxCallsPerRound). Timed
+// three to a round, calls under 0.1 ms moved by 0.7% (median; p90 1.5%, up to 6%) relative to their
+// search's fastest between three processes, calls of 0.3 ms and more by 0.2%; with rounds of 1 ms, by
+// 0.3% (bench/results/algorithm-search/2026-12-03-noise-and-margin). A call at least this long is timed
+// one per round: FP32 convolutions of a few milliseconds each made three calls per round most of a first
+// start's search.
+inline constexpr float kRoundMs = 1.0f;
+inline constexpr int kMaxCallsPerRound = 64;
+
+// The calls a round of `run` needs to last kRoundMs, given one call's time.
+inline int calls_per_round(float call_ms) {
+  if (!(call_ms > 0)) return kCallsPerRound;
+  return std::clamp(static_cast<int>(std::ceil(kRoundMs / call_ms)), 1, kMaxCallsPerRound);
+}
 
 // A candidate whose first timed call is this many times slower than the fastest of its kind so far is
 // timed no further (time_calls' give_up_ms). Far outside the noise of one call timed back to back, so a
@@ -80,49 +91,66 @@ inline float median(std::vector<float> v) {
   return v[v.size() / 2];
 }
 
-// Median over kRounds rounds of the mean time of kCallsPerRound calls of `run` on `stream` (a call that
-// returns whether it ran; one call per round once a round has shown calls of kLongCallMs or more), after
-// one warm-up call; nothing when a call fails. `gate` holds each round's calls until they are queued.
-// With `give_up_ms`, a candidate whose first round (one call) takes longer is timed no further: its time
-// is that call's (it cannot win, and a slow candidate's rounds are what make a search long).
+// Median over kRounds rounds of the mean time of `run`'s calls on `stream` (a call returns whether it
+// ran), each round at least kRoundMs long (calls_per_round), after one warm-up call; nothing when a call
+// fails. A first, shorter round (kCallsPerRound calls, or one where the candidate may be given up) sets
+// the number of calls, and counts where it lasted kRoundMs. `gate` holds each round's calls until they
+// are queued. With `give_up_ms`, a candidate whose first round (one call) takes longer is timed no
+// further: its time is that call's (it cannot win, and a slow candidate's rounds are what make a search
+// long).
 template <typename Run>
 std::optional<float> time_calls(cudaStream_t stream, cuda::StreamGate& gate, const Run& run,
                                 float give_up_ms = std::numeric_limits<float>::infinity()) {
-  if (!run()) return std::nullopt;  // warm-up: first-call costs
+  // The warm-up (first-call costs), not behind the gate: a first call may wait for the stream (cuDNN's
+  // set-up), which a closed gate holds until its one-second safety net lets go.
+  if (!run()) return std::nullopt;
   const EventPair events;
   const bool may_give_up = give_up_ms < std::numeric_limits<float>::infinity();
+  // The first round that may give up is one call: a slow candidate costs two calls, warm-up included.
+  const int first_calls = may_give_up ? 1 : kCallsPerRound;
+  const std::optional<float> first = time_round(stream, gate, events, run, first_calls);
+  if (!first) return std::nullopt;
+  if (*first > give_up_ms) return *first;
   std::vector<float> rounds;
-  for (int round = 0; round < kRounds; ++round) {
-    // The first round that may give up is one call: a slow candidate costs two calls, warm-up included.
-    const bool long_calls = !rounds.empty() && rounds.front() >= kLongCallMs;
-    const int calls = (round == 0 && may_give_up) || long_calls ? 1 : kCallsPerRound;
+  if (*first * first_calls >= kRoundMs) rounds.push_back(*first);
+  const int calls = calls_per_round(*first);
+  while (rounds.size() < kRounds) {
     const std::optional<float> ms = time_round(stream, gate, events, run, calls);
     if (!ms) return std::nullopt;
     rounds.push_back(*ms);
-    if (rounds.back() > give_up_ms) return rounds.back();
   }
   return median(std::move(rounds));
 }
 
 // Rounds of the second, closer look at candidates a pick would decide by a hair (tuning/pick.h).
-inline constexpr int kCloseLookRounds = 9;
+inline constexpr int kCloseLookRounds = 5;
 
 // The closer look: `count` candidates (`run(i)` calls candidate i once and returns whether it ran) timed
 // in kCloseLookRounds rounds each, interleaved round by round so that a drift of the GPU's clocks during
-// them touches all alike; each one's median, nothing for one whose call failed.
+// them touches all alike, each round at least kRoundMs long; each one's median, nothing for one whose call
+// failed.
 template <typename Run>
 std::vector<std::optional<float>> time_interleaved(cudaStream_t stream, cuda::StreamGate& gate, size_t count,
                                                    const Run& run) {
   const EventPair events;
   std::vector<std::vector<float>> rounds(count);
+  std::vector<int> calls(count, kCallsPerRound);
   std::vector<bool> failed(count, false);
-  for (size_t i = 0; i < count; ++i) failed[i] = !run(i);  // warm-up
+  for (size_t i = 0; i < count; ++i) {  // warm-up, then a short round that sets the calls per round
+    failed[i] = !run(i);
+    if (failed[i]) continue;
+    const std::optional<float> probe = time_round(
+        stream, gate, events, [&] { return run(i); }, kCallsPerRound);
+    if (probe)
+      calls[i] = calls_per_round(*probe);
+    else
+      failed[i] = true;
+  }
   for (int round = 0; round < kCloseLookRounds; ++round) {
     for (size_t i = 0; i < count; ++i) {
       if (failed[i]) continue;
-      const int calls = !rounds[i].empty() && rounds[i].front() >= kLongCallMs ? 1 : kCallsPerRound;
       const std::optional<float> ms = time_round(
-          stream, gate, events, [&] { return run(i); }, calls);
+          stream, gate, events, [&] { return run(i); }, calls[i]);
       if (ms)
         rounds[i].push_back(*ms);
       else

@@ -209,7 +209,8 @@ size_t look_again_at_close_times(const CudaBackend& backend, std::vector<double>
 // ---- the GEMM's calls and times (gemm.cc) ----
 cublasStatus_t run_gemm(const CudaBackend& backend, const ConvGeometry& g, ConvDirection d, void* x, void* w,
                         void* y, bool add, void* workspace);
-GemmTimes time_gemm(const CudaBackend& backend, const CudaConvPlan& plan, const SearchScratch& scratch);
+GemmTimes time_gemm(const CudaBackend& backend, const CudaConvPlan& plan, const SearchScratch& scratch,
+                    const std::string& key);
 
 // ---- the plan (plan.cc) ----
 bool uses_graph_engines(const ConvGeometry& g, const CudaOptions& o);

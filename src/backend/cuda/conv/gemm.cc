@@ -86,7 +86,8 @@ cublasStatus_t run_gemm(const CudaBackend& backend, const ConvGeometry& g, ConvD
   return CUBLAS_STATUS_INVALID_VALUE;
 }
 
-GemmTimes time_gemm(const CudaBackend& backend, const CudaConvPlan& plan, const SearchScratch& scratch) {
+GemmTimes time_gemm(const CudaBackend& backend, const CudaConvPlan& plan, const SearchScratch& scratch,
+                    const std::string& key) {
   const ConvGeometry& g = plan.geometry;
   void *x = scratch.x.get(), *w = scratch.w.get(), *y = scratch.y.get(), *ws = scratch.ws.get();
   GemmTimes times;
@@ -97,6 +98,8 @@ GemmTimes time_gemm(const CudaBackend& backend, const CudaConvPlan& plan, const 
                  ? CUDNN_STATUS_SUCCESS
                  : CUDNN_STATUS_EXECUTION_FAILED;
     });
+    if (const std::optional<float>& ms = times[static_cast<size_t>(d)])
+      log_debug("conv {} {} gemm: {:.4f} ms", key, direction_name(d), *ms);
   }
   CUDA_CHECK(cudaStreamSynchronize(backend.stream()));  // the scratch buffers are freed next
   return times;

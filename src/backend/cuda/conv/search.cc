@@ -293,7 +293,7 @@ std::unique_ptr<CudaConvPlan> searched_plan(CudaBackend& backend, const ConvGeom
     const auto started = std::chrono::steady_clock::now();
     const SearchScratch scratch = search_scratch(backend, g);
     // A shape the GEMM can run times it first: the candidates far slower than it are given up early.
-    const GemmTimes gemm = with_gemm ? time_gemm(backend, *plan, scratch) : GemmTimes{};
+    const GemmTimes gemm = with_gemm ? time_gemm(backend, *plan, scratch, key) : GemmTimes{};
     const LegacyRanking ranking = search_legacy(backend, *plan, scratch, gemm, key);
     plan->choice = ConvChoice{ranking[0].front(), ranking[1].front(), ranking[2].front()};
     if (with_engines)

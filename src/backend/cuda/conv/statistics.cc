@@ -85,6 +85,7 @@ StatisticsChoice search_statistics(const CudaBackend& backend, const CudaConvPla
   if (!force) {
     const DeviceBuffer out(tensor_bytes(y_dims(g), g.dtype));
     worth = plan.choice.forward.run_ms() + statistics_pass_ms(backend, g, scratch.y.get(), out.get());
+    log_debug("conv {} statistics forward and its own pass: {:.4f} ms", key, worth);
   }
   std::vector<GraphEngine> worth_it;
   std::vector<std::unique_ptr<GraphPlan>> plans;  // worth_it's, for a second look at close times
@@ -93,11 +94,8 @@ StatisticsChoice search_statistics(const CudaBackend& backend, const CudaConvPla
     const ConvGraph graph(backend.cudnn(), g, ConvDirection::forward, /*with_statistics=*/true);
     const bool tensor_cores = g.dtype != DType::f32 || backend.allow_tf32();
     for (const GraphEngine& engine : graph.candidates(tensor_cores, kGraphCandidates)) {
-      log_debug("conv statistics {}x{}x{}x{} -> {} {}x{} {}: {}", g.batch, g.in_channels, g.in_h, g.in_w,
-                g.out_channels, g.kernel_h, g.kernel_w, dtype_name(g.dtype), engine_name(engine));
       std::unique_ptr<GraphPlan> candidate = GraphPlan::build(graph, engine);
       if (!candidate || candidate->workspace_bytes() > limit) continue;
-      log_debug("  built, workspace {} B, timing", candidate->workspace_bytes());
       const std::optional<float> ms = time_calls(
           backend,
           [&] {
@@ -105,6 +103,7 @@ StatisticsChoice search_statistics(const CudaBackend& backend, const CudaConvPla
                                       sum, sum + g.out_channels);
           },
           give_up_time(worth));
+      if (ms) log_debug("conv {} statistics {}: {:.4f} ms", key, engine_name(engine), *ms);
       if (ms && *ms < worth) {
         worth_it.push_back(engine);
         plans.push_back(std::move(candidate));
