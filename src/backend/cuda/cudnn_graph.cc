@@ -287,6 +287,31 @@ std::optional<std::pair<GraphEngine, EngineNotes>> read_engine_config(cudnnBacke
 
 }  // namespace
 
+std::vector<BackendDescriptor> heuristic_engine_configs(const BackendDescriptor& graph,
+                                                        cudnnBackendHeurMode_t mode) {
+  BackendDescriptor heuristics(CUDNN_BACKEND_ENGINEHEUR_DESCRIPTOR);
+  heuristics.set_descriptor(CUDNN_ATTR_ENGINEHEUR_OPERATION_GRAPH, graph, "heuristics graph")
+      .set_one(CUDNN_ATTR_ENGINEHEUR_MODE, CUDNN_TYPE_HEUR_MODE, mode, "heuristics mode");
+  if (heuristics.try_finalize() != CUDNN_STATUS_SUCCESS) return {};
+  int64_t count = 0;
+  if (cudnnBackendGetAttribute(heuristics.get(), CUDNN_ATTR_ENGINEHEUR_RESULTS, CUDNN_TYPE_BACKEND_DESCRIPTOR,
+                               0, &count, nullptr) != CUDNN_STATUS_SUCCESS ||
+      count <= 0)
+    return {};
+  std::vector<BackendDescriptor> configs;
+  std::vector<cudnnBackendDescriptor_t> raw;
+  for (int64_t i = 0; i < count; ++i) {
+    configs.emplace_back(CUDNN_BACKEND_ENGINECFG_DESCRIPTOR);
+    raw.push_back(configs.back().get());
+  }
+  int64_t returned = 0;
+  if (cudnnBackendGetAttribute(heuristics.get(), CUDNN_ATTR_ENGINEHEUR_RESULTS, CUDNN_TYPE_BACKEND_DESCRIPTOR,
+                               count, &returned, raw.data()) != CUDNN_STATUS_SUCCESS)
+    return {};
+  configs.erase(configs.begin() + std::clamp<int64_t>(returned, 0, count), configs.end());
+  return configs;
+}
+
 ConvGraph::ConvGraph(cudnnHandle_t handle, const ConvGeometry& g, ConvDirection direction,
                      bool with_statistics)
     : handle_(handle), graph_(operation_graph(handle, g, direction, with_statistics)) {}
@@ -294,28 +319,9 @@ ConvGraph::ConvGraph(cudnnHandle_t handle, const ConvGeometry& g, ConvDirection 
 std::vector<GraphEngine> ConvGraph::candidates(bool tensor_cores_allowed, size_t limit) const {
   std::vector<GraphEngine> engines;
   for (cudnnBackendHeurMode_t mode : {CUDNN_HEUR_MODE_A, CUDNN_HEUR_MODE_FALLBACK}) {
-    BackendDescriptor heuristics(CUDNN_BACKEND_ENGINEHEUR_DESCRIPTOR);
-    heuristics.set_descriptor(CUDNN_ATTR_ENGINEHEUR_OPERATION_GRAPH, graph_, "heuristics graph")
-        .set_one(CUDNN_ATTR_ENGINEHEUR_MODE, CUDNN_TYPE_HEUR_MODE, mode, "heuristics mode");
-    if (heuristics.try_finalize() != CUDNN_STATUS_SUCCESS) continue;
-    int64_t count = 0;
-    if (cudnnBackendGetAttribute(heuristics.get(), CUDNN_ATTR_ENGINEHEUR_RESULTS,
-                                 CUDNN_TYPE_BACKEND_DESCRIPTOR, 0, &count, nullptr) != CUDNN_STATUS_SUCCESS ||
-        count <= 0)
-      continue;
-    std::vector<BackendDescriptor> configs;
-    std::vector<cudnnBackendDescriptor_t> raw;
-    for (int64_t i = 0; i < count; ++i) {
-      configs.emplace_back(CUDNN_BACKEND_ENGINECFG_DESCRIPTOR);
-      raw.push_back(configs.back().get());
-    }
-    int64_t returned = 0;
-    if (cudnnBackendGetAttribute(heuristics.get(), CUDNN_ATTR_ENGINEHEUR_RESULTS,
-                                 CUDNN_TYPE_BACKEND_DESCRIPTOR, count, &returned,
-                                 raw.data()) != CUDNN_STATUS_SUCCESS)
-      continue;
-    for (int64_t i = 0; i < returned && engines.size() < limit; ++i) {
-      const auto read = read_engine_config(raw[static_cast<size_t>(i)]);
+    const std::vector<BackendDescriptor> configs = heuristic_engine_configs(graph_, mode);
+    for (size_t i = 0; i < configs.size() && engines.size() < limit; ++i) {
+      const auto read = read_engine_config(configs[i].get());
       if (!read) continue;
       const auto& [engine, notes] = *read;
       if (notes.reduced_precision || (notes.tensor_cores && !tensor_cores_allowed)) continue;

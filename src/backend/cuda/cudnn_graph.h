@@ -58,6 +58,11 @@ class BackendDescriptor {
   cudnnBackendDescriptor_t desc_ = nullptr;
 };
 
+// The engine configurations cuDNN's heuristics in `mode` list for an operation graph, best first; empty
+// when they cannot place it (CUDNN_HEUR_MODE_FALLBACK then may).
+std::vector<BackendDescriptor> heuristic_engine_configs(const BackendDescriptor& graph,
+                                                        cudnnBackendHeurMode_t mode);
+
 enum class ConvDirection { forward, backward_data, backward_filter };
 const char* direction_name(ConvDirection direction);
 

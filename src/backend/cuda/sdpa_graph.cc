@@ -290,30 +290,10 @@ struct BuiltPlan {
 
 BuiltPlan first_plan(cudnnHandle_t handle, const BackendDescriptor& graph) {
   for (cudnnBackendHeurMode_t mode : {CUDNN_HEUR_MODE_A, CUDNN_HEUR_MODE_FALLBACK}) {
-    BackendDescriptor heuristics(CUDNN_BACKEND_ENGINEHEUR_DESCRIPTOR);
-    heuristics.set_descriptor(CUDNN_ATTR_ENGINEHEUR_OPERATION_GRAPH, graph, "sdpa heuristics graph")
-        .set_one(CUDNN_ATTR_ENGINEHEUR_MODE, CUDNN_TYPE_HEUR_MODE, mode, "sdpa heuristics mode");
-    if (heuristics.try_finalize() != CUDNN_STATUS_SUCCESS) continue;
-    int64_t count = 0;
-    if (cudnnBackendGetAttribute(heuristics.get(), CUDNN_ATTR_ENGINEHEUR_RESULTS,
-                                 CUDNN_TYPE_BACKEND_DESCRIPTOR, 0, &count, nullptr) != CUDNN_STATUS_SUCCESS ||
-        count <= 0)
-      continue;
-    std::vector<BackendDescriptor> configs;
-    std::vector<cudnnBackendDescriptor_t> raw;
-    for (int64_t i = 0; i < count; ++i) {
-      configs.emplace_back(CUDNN_BACKEND_ENGINECFG_DESCRIPTOR);
-      raw.push_back(configs.back().get());
-    }
-    int64_t returned = 0;
-    if (cudnnBackendGetAttribute(heuristics.get(), CUDNN_ATTR_ENGINEHEUR_RESULTS,
-                                 CUDNN_TYPE_BACKEND_DESCRIPTOR, count, &returned,
-                                 raw.data()) != CUDNN_STATUS_SUCCESS)
-      continue;
-    for (int64_t i = 0; i < returned; ++i) {
+    for (const BackendDescriptor& candidate : heuristic_engine_configs(graph, mode)) {
       auto plan = std::make_unique<BackendDescriptor>(CUDNN_BACKEND_EXECUTION_PLAN_DESCRIPTOR);
       plan->set_one(CUDNN_ATTR_EXECUTION_PLAN_HANDLE, CUDNN_TYPE_HANDLE, handle, "sdpa plan handle");
-      cudnnBackendDescriptor_t config = raw[static_cast<size_t>(i)];
+      cudnnBackendDescriptor_t config = candidate.get();
       plan->set(CUDNN_ATTR_EXECUTION_PLAN_ENGINE_CONFIG, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &config,
                 "sdpa plan engine");
       if (plan->try_finalize() != CUDNN_STATUS_SUCCESS) continue;
