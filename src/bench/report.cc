@@ -32,7 +32,7 @@ std::string memory_text(double bytes) {
   if (bytes >= double(1 << 20)) return fmt::format("{:.0f} MiB", bytes / double(1 << 20));
   return fmt::format("{:.0f} KiB", bytes / 1024.0);
 }
-std::string rate(double v) {
+std::string rate_text(double v) {
   // Thousands separated, as the study's tables: 12,345
   std::string digits = fmt::format("{:.0f}", v), out;
   for (size_t i = 0; i < digits.size(); ++i) {
@@ -53,7 +53,7 @@ Best best_points(const ReportInput& in) {
   Best best;
   for (const ReportPoint& p : in.points) {
     const ReportPoint*& cell = best[{p.framework, p.model, p.precision, p.gpus, p.batch_size}];
-    if (!cell || cell->images_per_second < p.images_per_second) cell = &p;
+    if (!cell || cell->rate < p.rate) cell = &p;
   }
   return best;
 }
@@ -67,6 +67,14 @@ const ReportPoint* find(const Best& best, const std::string& f, const std::strin
 // The run a point belongs to: the input file it came from (its source is "file:line"). A file holds the
 // points of one sweep, one call of a script, one process: what ran under the same conditions.
 std::string run_of(const ReportPoint& p) { return p.source.substr(0, p.source.rfind(':')); }
+
+// A point's throughput in points.jsonl: images_per_second as its result states it (sequences/s for a token
+// model), and a token model's tokens_per_second, its rate.
+nlohmann::json rates_json(const ReportPoint& p) {
+  nlohmann::json j = {{"images_per_second", p.images_per_second}};
+  if (p.unit == RateUnit::tokens) j["tokens_per_second"] = p.rate;
+  return j;
+}
 
 ReportSection section(const std::string& id, std::string title) {
   ReportSection s;
@@ -94,11 +102,12 @@ ReportSection system_section(const ReportInput& in) {
 }
 
 ReportSection throughput_section(const std::string& model, const ReportAxes& axes, const Best& best) {
-  ReportSection s = section(report_section_id("throughput", model),
-                            fmt::format("{}: throughput (images/s, {} together)", model,
-                                        axes.on_cpu_only ? "all ranks"
-                                        : axes.on_cpu    ? "all GPUs or ranks"
-                                                         : "all GPUs"));
+  ReportSection s = section(
+      report_section_id("throughput", model),
+      fmt::format("{}: throughput ({}, {} together)", model, rate_unit_names(rate_unit_of(model)).spelled,
+                  axes.on_cpu_only ? "all ranks"
+                  : axes.on_cpu    ? "all GPUs or ranks"
+                                   : "all GPUs"));
   s.paragraphs.push_back(fmt::format(
       "Each cell is the best point of that framework, precision, batch and {} among the inputs "
       "(all of them are listed under Per-point statistics); compare cells measured in the same run.",
@@ -117,7 +126,7 @@ ReportSection throughput_section(const std::string& model, const ReportAxes& axe
         for (int g : axes.gpu_counts) {
           const ReportPoint* point = find(best, f, model, p, g, b);
           any |= point != nullptr;
-          row.push_back(point ? rate(point->images_per_second) : "-");
+          row.push_back(point ? rate_text(point->rate) : "-");
         }
         if (any) t.rows.push_back(std::move(row));
       }
@@ -139,7 +148,7 @@ ReportSection speedup_section(const std::string& model, const ReportAxes& axes, 
         for (int g : axes.gpu_counts) {
           const ReportPoint* many = g > 1 ? find(best, f, model, p, g, b) : nullptr;
           if (!many) continue;
-          const double speedup = many->images_per_second / one->images_per_second;
+          const double speedup = many->rate / one->rate;
           t.rows.push_back({f, p, std::to_string(b), std::to_string(g), fmt::format("{:.2f}x", speedup),
                             fmt::format("{:.1f}%", 100.0 * speedup / g)});
           // The best points may come from different runs (input files): a speedup across runs is also the
@@ -194,7 +203,7 @@ const ReportPoint* best_in_run(const ReportInput& in, const std::string& run, co
     if (p.framework != f || p.model != model || p.precision != precision || p.gpus != gpus ||
         p.batch_size != batch || run_of(p) != run)
       continue;
-    if (!found || found->images_per_second < p.images_per_second) found = &p;
+    if (!found || found->rate < p.rate) found = &p;
   }
   return found;
 }
@@ -228,14 +237,14 @@ PointPair paired_points(const ReportInput& in, const Best& best, const std::stri
         q.batch_size != batch)
       continue;
     const ReportPoint* mine = best_in_run(in, run_of(q), a, model, precision, gpus, batch);
-    if (mine && (!pair.same_run || pair.a->images_per_second < mine->images_per_second)) {
+    if (mine && (!pair.same_run || pair.a->rate < mine->rate)) {
       pair = {mine, best_in_run(in, run_of(q), b, model, precision, gpus, batch), true};
     }
   }
   return pair;
 }
 
-// dlbench beside each peer (every other framework), point by point: the study's comparison (images/s and
+// dlbench beside each peer (every other framework), point by point: the study's comparison (the rates and
 // their ratio, and how each scales), where both ran the same precision on the same GPU count; nothing where
 // no such pair exists. A ratio means most between points of one run, so a row takes both points (and the
 // one-GPU points its efficiencies divide by) from the run where dlbench did best among the runs that hold
@@ -244,14 +253,17 @@ std::optional<ReportSection> peers_section(const std::string& model, const Repor
                                            const ReportInput& in) {
   ReportSection s =
       section(report_section_id("peers", model), fmt::format("{}: dlbench against its peers", model));
-  s.paragraphs.push_back(
-      "Each row: dlbench's point and the peer's at one precision and GPU count (images/s, all GPUs "
+  const RateUnitNames& unit = rate_unit_names(rate_unit_of(model));
+  s.paragraphs.push_back(fmt::format(
+      "Each row: dlbench's point and the peer's at one precision and GPU count ({}, all GPUs "
       "together), their ratio, and each one's scaling efficiency over its own one-GPU point, all from one "
       "input file (one run) where a file holds both (dlbench's best such run); a ratio marked "
-      "\"(different runs)\" pairs the best points of different files.");
-  ReportTable t = table({"peer", "precision", "batch/GPU", "GPUs", "dlbench img/s", "peer img/s",
-                         "dlbench / peer", "dlbench efficiency", "peer efficiency"},
-                        {false, false, true, true, true, true, true, true, true});
+      "\"(different runs)\" pairs the best points of different files.",
+      unit.spelled));
+  ReportTable t =
+      table({"peer", "precision", "batch/GPU", "GPUs", fmt::format("dlbench {}", unit.column),
+             fmt::format("peer {}", unit.column), "dlbench / peer", "dlbench efficiency", "peer efficiency"},
+            {false, false, true, true, true, true, true, true, true});
   for (const std::string& f : axes.frameworks) {
     // dlbench's other variants (its CPU and training runs) are not its peers; a peer's CPU run is set
     // beside dlbench's CPU run.
@@ -273,14 +285,11 @@ std::optional<ReportSection> peers_section(const std::string& model, const Repor
           };
           auto efficiency = [&](const std::string& framework, const ReportPoint& point) {
             const ReportPoint* one = g > 1 ? one_gpu(framework) : nullptr;
-            return one ? fmt::format("{:.1f}%",
-                                     100.0 * point.images_per_second / (g * one->images_per_second))
-                       : std::string("-");
+            return one ? fmt::format("{:.1f}%", 100.0 * point.rate / (g * one->rate)) : std::string("-");
           };
-          t.rows.push_back({f, p, std::to_string(b), std::to_string(g), rate(ours.images_per_second),
-                            rate(theirs.images_per_second),
-                            fmt::format("{:.2f}x{}", ours.images_per_second / theirs.images_per_second,
-                                        run ? "" : " (different runs)"),
+          t.rows.push_back({f, p, std::to_string(b), std::to_string(g), rate_text(ours.rate),
+                            rate_text(theirs.rate),
+                            fmt::format("{:.2f}x{}", ours.rate / theirs.rate, run ? "" : " (different runs)"),
                             efficiency(dlbench, ours), efficiency(f, theirs)});
         }
   }
@@ -301,9 +310,7 @@ ReportSection gain_section(const std::string& model, const ReportAxes& axes, con
         if (!base) continue;
         auto gain = [&](const char* p) {
           const ReportPoint* half = find(best, f, model, p, g, b);
-          return half ? fmt::format("{:+.0f}%",
-                                    100.0 * (half->images_per_second / base->images_per_second - 1.0))
-                      : std::string("-");
+          return half ? fmt::format("{:+.0f}%", 100.0 * (half->rate / base->rate - 1.0)) : std::string("-");
         };
         if (find(best, f, model, "fp16", g, b) || find(best, f, model, "bf16", g, b))
           t.rows.push_back({f, std::to_string(b), std::to_string(g), gain("fp16"), gain("bf16")});
@@ -340,20 +347,67 @@ ReportTable point_table(const std::vector<const ReportPoint*>& sorted, std::vect
   return t;
 }
 
+// How the per-point tables, which may mix image and token models, state each point's unit: in the column's
+// heading where every point has the same one ("img/s", "energy J/img"), else in each cell ("7,000 img/s",
+// "48,000 tok/s").
+class PointUnits {
+ public:
+  explicit PointUnits(const std::vector<const ReportPoint*>& points) {
+    for (const ReportPoint* p : points) units_.insert(p->unit);
+  }
+  bool mixed() const { return units_.size() > 1; }
+  std::string rate_heading() const { return mixed() ? "throughput" : common().column; }
+  std::string rate_cell(const ReportPoint& p) const {
+    return mixed() ? fmt::format("{} {}", rate_text(p.rate), rate_unit_names(p.unit).column)
+                   : rate_text(p.rate);
+  }
+  // What energy is per, spelled out: "image", "token", or "image or token".
+  std::string energy_per() const { return mixed() ? "image or token" : common().one; }
+  std::string energy_heading() const {
+    return mixed() ? "energy" : fmt::format("energy J/{}", common().one_short);
+  }
+  // A token's joules are a thousandth of an image's: three significant digits rather than three decimals.
+  std::string energy_cell(const ReportPoint& p) const {
+    if (!p.energy_joules_per_item) return "—";
+    const std::string joules = p.unit == RateUnit::tokens ? fmt::format("{:.3g}", *p.energy_joules_per_item)
+                                                          : fmt::format("{:.3f}", *p.energy_joules_per_item);
+    return mixed() ? fmt::format("{} J/{}", joules, rate_unit_names(p.unit).one_short) : joules;
+  }
+
+ private:
+  const RateUnitNames& common() const {
+    return rate_unit_names(units_.empty() ? RateUnit::images : *units_.begin());
+  }
+  std::set<RateUnit> units_;
+};
+
 ReportSection statistics_section(const std::vector<const ReportPoint*>& sorted) {
   ReportSection s = section(report_section_id("statistics"), "Per-point statistics");
-  s.paragraphs.push_back(
+  const PointUnits units(sorted);
+  const bool mfu = std::any_of(sorted.begin(), sorted.end(), [](const ReportPoint* p) { return p->mfu; });
+  s.paragraphs.push_back(fmt::format(
       "Step times of each point's timed window; jitter = standard deviation / mean. Points whose jitter "
-      "exceeds 5% are flagged: their throughput moved during the window.");
-  ReportTable t =
-      point_table(sorted, {"img/s", "median ms", "mean +- 95% CI ms", "p5 ms", "p95 ms", "jitter", ""},
-                  {true, true, true, true, true, true, false});
+      "exceeds 5% are flagged: their throughput moved during the window.{}{}",
+      units.mixed() ? " Throughput in img/s for image models, in tok/s (tokens) for token models." : "",
+      mfu ? " MFU: model FLOP utilisation, the model FLOPs one GPU ran per second over its stated dense "
+            "peak for the precision (token models, where the GPU's peak is known)."
+          : ""));
+  std::vector<std::string> columns = {
+      units.rate_heading(), "median ms", "mean +- 95% CI ms", "p5 ms", "p95 ms", "jitter", ""};
+  std::vector<bool> numeric = {true, true, true, true, true, true, false};
+  if (mfu) {
+    columns.insert(columns.begin() + 1, "MFU");
+    numeric.insert(numeric.begin() + 1, true);
+  }
+  ReportTable t = point_table(sorted, columns, numeric);
   for (const ReportPoint* p : sorted) {
     std::vector<ReportCell> row = point_cells(*p);
     const bool flagged = p->jitter && *p->jitter > 0.05;
+    row.push_back(units.rate_cell(*p));
+    if (mfu) row.push_back(p->mfu ? fmt::format("{:.1f}%", 100.0 * *p->mfu) : "");
     row.insert(
         row.end(),
-        {rate(p->images_per_second), ms(p->step_median_ms),
+        {ms(p->step_median_ms),
          p->step_mean_ms ? fmt::format("{:.2f} +- {}", *p->step_mean_ms, ms(p->step_ci95_ms)) : "-",
          ms(p->step_p5_ms), ms(p->step_p95_ms), p->jitter ? fmt::format("{:.1f}%", 100.0 * *p->jitter) : "-",
          ReportCell(flagged ? "large spread" : "", flagged)});
@@ -364,19 +418,22 @@ ReportSection statistics_section(const std::vector<const ReportPoint*>& sorted) 
 }
 
 ReportSection memory_energy_section(const std::vector<const ReportPoint*>& sorted) {
+  const PointUnits units(sorted);
   ReportSection s =
-      section(report_section_id("memory-energy"), "Peak memory, energy per image, clocks and start-up");
-  ReportTable t = point_table(
-      sorted, {"img/s", "peak memory", "energy J/img", "SM clock MHz", "at power cap", "start-up s"},
-      {true, true, true, true, true, true});
+      section(report_section_id("memory-energy"),
+              fmt::format("Peak memory, energy per {}, clocks and start-up", units.energy_per()));
+  ReportTable t = point_table(sorted,
+                              {units.rate_heading(), "peak memory", units.energy_heading(), "SM clock MHz",
+                               "at power cap", "start-up s"},
+                              {true, true, true, true, true, true});
   for (const ReportPoint* p : sorted) {
-    if (!p->peak_memory_bytes && !p->energy_joules_per_image && !p->sm_clock_median_mhz &&
+    if (!p->peak_memory_bytes && !p->energy_joules_per_item && !p->sm_clock_median_mhz &&
         !p->seconds_to_first_timed_step)
       continue;
     std::vector<ReportCell> row = point_cells(*p);
-    row.push_back(rate(p->images_per_second));
+    row.push_back(units.rate_cell(*p));
     row.push_back(p->peak_memory_bytes ? memory_text(*p->peak_memory_bytes) : "—");
-    row.push_back(p->energy_joules_per_image ? fmt::format("{:.3f}", *p->energy_joules_per_image) : "—");
+    row.push_back(units.energy_cell(*p));
     row.push_back(p->sm_clock_median_mhz ? fmt::format("{:.0f}", *p->sm_clock_median_mhz) : "—");
     row.push_back(p->power_capped_fraction ? fmt::format("{:.0f}%", 100 * *p->power_capped_fraction) : "—");
     row.push_back(p->seconds_to_first_timed_step ? fmt::format("{:.1f}", *p->seconds_to_first_timed_step)
@@ -395,16 +452,17 @@ ReportSection memory_energy_section(const std::vector<const ReportPoint*>& sorte
     s.table = std::move(t);
     return s;
   }
-  s.paragraphs.push_back(
+  s.paragraphs.push_back(fmt::format(
       "Peak memory: the most device memory one rank held (MiB = 2^20 bytes, GiB = 2^30). Energy: what the "
       "GPUs drew "
-      "during the timed window (their energy counters, all GPUs together) per image trained; — where the "
+      "during the timed window (their energy counters, all GPUs together) per {} trained; — where the "
       "result has no such figure (CPU runs, peers that do not read the counters). SM clock: the median "
       "over the window of the slowest GPU's clock, sampled through NVML every 50 ms; at power cap: the share "
       "of samples whose clocks the board's power limit held back. A GPU at its power limit trades clock for "
       "power, so work that draws more (a collective beside the layers) runs at lower clocks. Start-up: from "
       "the process's start to its first timed step — building the network, the algorithm search (once per "
-      "shape with an --algorithm-cache file, as a sweep gives its points) and the warm-up steps.");
+      "shape with an --algorithm-cache file, as a sweep gives its points) and the warm-up steps.",
+      units.energy_per()));
   s.table = std::move(t);
   return s;
 }
@@ -454,7 +512,7 @@ ReportSection conclusions_section(const ReportInput& in, const ReportAxes& axes,
           for (int64_t b : axes.batch_sizes) {
             const ReportPoint *one = find(best, f, model, p, 1, b), *many = find(best, f, model, p, most, b);
             if (!one || !many) continue;
-            const double e = many->images_per_second / one->images_per_second / most;
+            const double e = many->rate / one->rate / most;
             if (e > best_efficiency) {
               best_efficiency = e;
               best_framework = fmt::format("{} ({}{})", f, p, at_batch(b));
@@ -470,7 +528,7 @@ ReportSection conclusions_section(const ReportInput& in, const ReportAxes& axes,
         const ReportPoint *base = find(best, f, model, "fp32", 1, b),
                           *half = find(best, f, model, "fp16", 1, b);
         if (base && half) {
-          const double ratio = half->images_per_second / base->images_per_second;
+          const double ratio = half->rate / base->rate;
           s.items.push_back(fmt::format("{} {} on one GPU{}: FP16 trains {:.1f}x as fast as FP32 ({:+.0f}%).",
                                         f, model, at_batch(b), ratio, 100.0 * (ratio - 1)));
         }
@@ -481,16 +539,15 @@ ReportSection conclusions_section(const ReportInput& in, const ReportAxes& axes,
         for (int g : axes.gpu_counts) {
           std::vector<std::pair<double, std::string>> rates;
           for (const std::string& f : axes.frameworks)
-            if (const ReportPoint* point = find(best, f, model, p, g, b))
-              rates.emplace_back(point->images_per_second, f);
+            if (const ReportPoint* point = find(best, f, model, p, g, b)) rates.emplace_back(point->rate, f);
           if (rates.size() < 2) continue;
           std::sort(rates.rbegin(), rates.rend());
           // The ratio of the two fastest, from points of one run where one holds both (as the peers' table).
           const PointPair pair = paired_points(in, best, rates[0].second, rates[1].second, model, p, g, b);
-          s.items.push_back(fmt::format(
-              "{} {} on {}{}: {} is {:.2f}x as fast as {}{}.", model, p, report_workers_text(g, axes),
-              at_batch(b), rates[0].second, pair.a->images_per_second / pair.b->images_per_second,
-              rates[1].second, pair.same_run ? "" : " (best points of different runs)"));
+          s.items.push_back(fmt::format("{} {} on {}{}: {} is {:.2f}x as fast as {}{}.", model, p,
+                                        report_workers_text(g, axes), at_batch(b), rates[0].second,
+                                        pair.a->rate / pair.b->rate, rates[1].second,
+                                        pair.same_run ? "" : " (best points of different runs)"));
         }
   }
   if (s.items.empty()) s.items.push_back("Too few points for a comparison.");
@@ -634,25 +691,25 @@ std::string report_points_jsonl(const ReportInput& in) {
   const ReportAxes axes = report_axes(in);
   std::string out;
   for (const ReportPoint* p : report_points_sorted(in)) {
-    nlohmann::json j = {{"framework", p->framework},
-                        {"model", p->model},
-                        {"precision", p->precision},
-                        {"ranks", p->gpus},
-                        {"launcher", p->launcher},
-                        {"batch_size", p->batch_size},
-                        {"images_per_second", p->images_per_second},
-                        {"source", p->source}};
+    nlohmann::json j = rates_json(*p);
+    j.update({{"framework", p->framework},
+              {"model", p->model},
+              {"precision", p->precision},
+              {"ranks", p->gpus},
+              {"launcher", p->launcher},
+              {"batch_size", p->batch_size},
+              {"source", p->source}});
     // Against the framework's one-GPU point of the same run where the run has one, else its best one (one
     // GPU under mpirun is the same run as in one process).
     const ReportPoint* one = same_run_or_best(in, best, *p, p->framework, 1).first;
-    j["speedup"] = one ? nlohmann::json(p->images_per_second / one->images_per_second) : nullptr;
-    j["scaling_efficiency"] =
-        one ? nlohmann::json(p->images_per_second / one->images_per_second / p->gpus) : nullptr;
+    j["speedup"] = one ? nlohmann::json(p->rate / one->rate) : nullptr;
+    j["scaling_efficiency"] = one ? nlohmann::json(p->rate / one->rate / p->gpus) : nullptr;
     j["peak_memory_bytes"] = p->peak_memory_bytes ? nlohmann::json(*p->peak_memory_bytes) : nullptr;
     if (!p->algorithm_digest.empty()) j["algorithm_digest"] = p->algorithm_digest;
     if (!p->bench_args.empty()) j["bench_args"] = p->bench_args;
-    j["energy_joules_per_image"] =
-        p->energy_joules_per_image ? nlohmann::json(*p->energy_joules_per_image) : nullptr;
+    if (p->mfu) j["mfu"] = *p->mfu;
+    j[fmt::format("energy_joules_per_{}", rate_unit_names(p->unit).one)] =
+        p->energy_joules_per_item ? nlohmann::json(*p->energy_joules_per_item) : nullptr;
     j["sm_clock_median_mhz"] = p->sm_clock_median_mhz ? nlohmann::json(*p->sm_clock_median_mhz) : nullptr;
     j["power_capped_fraction"] =
         p->power_capped_fraction ? nlohmann::json(*p->power_capped_fraction) : nullptr;
@@ -664,10 +721,11 @@ std::string report_points_jsonl(const ReportInput& in) {
     for (const std::string& f : axes.frameworks) {
       if (f == p->framework) continue;
       const auto [other, same_run] = same_run_or_best(in, best, *p, f, p->gpus);
-      if (other)
-        peers[f] = {{"images_per_second", other->images_per_second},
-                    {"ratio", p->images_per_second / other->images_per_second},
-                    {"same_run", same_run}};
+      if (other) {
+        peers[f] = rates_json(*other);
+        peers[f]["ratio"] = p->rate / other->rate;
+        peers[f]["same_run"] = same_run;
+      }
     }
     j["peers"] = peers;
     out += j.dump() + "\n";

@@ -6,18 +6,23 @@
 // ("status": "unavailable") listed as such), lines of bench/gpu_*.sh (the dlbench and peer results under
 // "dlbench_result" and "peer_result"), and the peers' own result objects (with "framework"; a PyTorch run
 // with "compiled": true is its own framework, "pytorch (compiled)"). Each becomes one point: framework,
-// model, precision, GPUs, batch per GPU, img/s, the per-step statistics and, where the result has them,
-// each timed step's time, the loss per step (train runs), peak memory and energy per image. A line that is
-// not JSON, lacks a needed field or holds an impossible value (a batch of -1, a negative time, 1e308 img/s)
-// is named (file, line, field, value) on stderr and skipped; the rest is reported. A CPU run, and a training
-// run, is a framework of its own in the tables ("dlbench (CPU)", "dlbench train"): never one cell with a
-// GPU's benchmark. Every table keeps batch sizes apart, and a speedup divides by the one-GPU point of the
-// same framework, model, precision and batch.
+// model, precision, GPUs, batch per GPU, its rate (img/s; a token model's, whose images_per_second counts
+// sequences, tok/s: its tokens_per_second), the per-step statistics and, where the result has them, each
+// timed step's time, the loss per step (train runs), peak memory, energy per image (per token) and MFU. A
+// line that is not JSON, lacks a needed field (a token model's tokens_per_second too) or holds an
+// impossible value (a batch of -1, a negative time, 1e308 img/s) is named (file, line, field, value) on
+// stderr and skipped; the rest is reported. A CPU run, and a training run, is a framework of its own in the
+// tables ("dlbench (CPU)", "dlbench train"): never one cell with a GPU's benchmark. Every table keeps batch
+// sizes apart, and a speedup divides by the one-GPU point of the same framework, model, precision and
+// batch. Every throughput, speedup and ratio is of the points' rates: a model's sections and figures state
+// its unit; the per-point tables, which mix models, state it in the column's heading where every point has
+// the same, else in each cell.
 //
 // The report: the system table; throughput per framework x precision x GPU count; speedup over one GPU and
 // scaling efficiency; what FP16 and BF16 gain over FP32; the per-point statistics (median step, mean +- 95%
-// CI, p5/p95, jitter), with points whose jitter exceeds 5% flagged; peak memory and energy per image; the
-// training runs' losses; the points that failed or did not run; and conclusions stated from the numbers.
+// CI, p5/p95, jitter, MFU where a point states it), with points whose jitter exceeds 5% flagged; peak memory
+// and energy per image (per token); the training runs' losses; the points that failed or did not run; and
+// conclusions stated from the numbers.
 // The tables are computed once (report_document) and rendered twice:
 //   DIR/report.md     Markdown, linking the PNG figures;
 //   DIR/report.html   one self-contained page (inline CSS and SVG figures, no script, no external URL);
@@ -36,13 +41,32 @@
 
 namespace dlbench {
 
+// What a point's rate counts: images (the image models), or tokens (the token models, is_gpt_model; their
+// results' images_per_second counts sequences, whose length differs from run to run).
+enum class RateUnit : uint8_t { images, tokens };
+// The unit of a model's points: tokens for a GPT model, else images.
+RateUnit rate_unit_of(const std::string& model);
+// How the report names a unit: in a column ("img/s", "tok/s"), in a sentence ("images/s", "tokens/s"), and
+// one of what it counts, short ("img", "token": "J/img") and spelled out ("image", "token": "energy per
+// image", the points.jsonl key "energy_joules_per_image").
+struct RateUnitNames {
+  const char *column, *spelled, *one_short, *one;
+};
+const RateUnitNames& rate_unit_names(RateUnit unit);
+
 struct ReportPoint {
   std::string framework = "dlbench", model, precision, launcher, source;  // source: "file:line"
   int gpus = 1;
   int64_t batch_size = 0;  // per GPU
-  double images_per_second = 0;
+  // The point's throughput, all GPUs together, in its unit (rate_unit_of its model): images/s, or a token
+  // model's tokens/s. Every table, figure, speedup and ratio of the report is of this figure.
+  RateUnit unit = RateUnit::images;
+  double rate = 0;
+  double images_per_second = 0;  // as the result states it: sequences/s for a token model
   std::optional<double> step_median_ms, step_mean_ms, step_ci95_ms, step_p5_ms, step_p95_ms, jitter;
-  std::optional<double> peak_memory_bytes, energy_joules_per_image;
+  // Energy per image, or per token for a token model (per `unit`).
+  std::optional<double> peak_memory_bytes, energy_joules_per_item;
+  std::optional<double> mfu;  // token models: model FLOP utilisation, 0 to 1, where the result states it
   // gpu_clocks: the slowest rank's median SM clock over the window, and the share of samples the power cap
   // held the clocks back (ranks' mean).
   std::optional<double> sm_clock_median_mhz, power_capped_fraction;
@@ -131,10 +155,12 @@ std::string report_markdown(const ReportDocument& document);
 // report_markdown(report_document(input)): what a golden file pins.
 std::string report_markdown(const ReportInput& input);
 
-// One JSON line per point: framework, model, precision, ranks, launcher, batch_size, images_per_second,
-// speedup and scaling_efficiency (against the framework's best one-GPU point), peak memory, energy per
-// image, and "peers": each other framework's best at the same model, precision and GPU count with this
-// point's ratio to it. Written as DIR/points.jsonl beside the report.
+// One JSON line per point: framework, model, precision, ranks, launcher, batch_size, images_per_second
+// (and a token model's tokens_per_second and mfu), speedup and scaling_efficiency (against the framework's
+// best one-GPU point), peak memory, energy per image (energy_joules_per_token for a token model), and
+// "peers": each other framework's best at the same model, precision and GPU count (its images_per_second,
+// and tokens_per_second) with this point's ratio to it. Speedups and ratios are of the points' rates.
+// Written as DIR/points.jsonl beside the report.
 std::string report_points_jsonl(const ReportInput& input);
 
 // Reads RESULTS and writes DIR/report.md, DIR/report.html, DIR/points.jsonl and DIR/figures/, each file

@@ -102,7 +102,7 @@ std::string plot(const std::vector<std::string>& clauses) {
 
 void keep_best(std::map<int, const ReportPoint*>& by_gpus, const ReportPoint& p) {
   const ReportPoint*& cell = by_gpus[p.gpus];
-  if (!cell || cell->images_per_second < p.images_per_second) cell = &p;
+  if (!cell || cell->rate < p.rate) cell = &p;
 }
 
 // One framework's points of one model and precision: the best point of each GPU count.
@@ -120,7 +120,7 @@ struct Series {
   double speedup(int gpus) const {
     const ReportPoint* one = one_gpu();
     auto many = by_gpus.find(gpus);
-    return !one || many == by_gpus.end() ? NAN : many->second->images_per_second / one->images_per_second;
+    return !one || many == by_gpus.end() ? NAN : many->second->rate / one->rate;
   }
 };
 
@@ -205,25 +205,26 @@ ReportFigure throughput_figure(const std::string& model, const std::string& prec
                                : axes.on_cpu    ? "all GPUs or ranks"
                                                 : "all GPUs";
   const std::string one = axes.on_cpu_only ? "one process" : "one GPU";
-  ReportFigure f =
-      figure(file_stem(fmt::format("throughput_{}_{}", model, precision)),
-             fmt::format("{} {}: images/s on each {}, {} together; a bar's label is its speedup over "
-                         "the same framework on {}.",
-                         model, precision, count, together, one),
-             report_section_id("throughput", model));
+  const std::string unit = rate_unit_names(rate_unit_of(model)).spelled;
+  ReportFigure f = figure(file_stem(fmt::format("throughput_{}_{}", model, precision)),
+                          fmt::format("{} {}: {} on each {}, {} together; a bar's label is its speedup over "
+                                      "the same framework on {}.",
+                                      model, precision, unit, count, together, one),
+                          report_section_id("throughput", model));
   std::set<int> gpu_set;
   double highest = 0;
   for (const Series& s : series)
     for (const auto& [g, p] : s.by_gpus) {
       gpu_set.insert(g);
-      highest = std::max(highest, p->images_per_second);
+      highest = std::max(highest, p->rate);
     }
   const std::vector<int> gpus(gpu_set.begin(), gpu_set.end());
   // Clustered bars: the cluster of GPU count r is centred on x = r, its bars side by side (and no wider
   // than a third of the cluster, so that a lone bar does not fill the figure).
   const double n = static_cast<double>(series.size()), width = std::min(0.8 / n, 0.34);
   std::vector<std::string> clauses;
-  f.data = "# x, images/s, label (speedup over the same series on one GPU); a block per series\n";
+  f.data =
+      fmt::format("# x, {}, label (speedup over the same series on one GPU); a block per series\n", unit);
   for (size_t i = 0; i < series.size(); ++i) {
     const Series& s = series[i];
     f.data += comment(s.name);
@@ -234,7 +235,7 @@ ReportFigure throughput_figure(const std::string& model, const std::string& prec
       const double x = static_cast<double>(r) + (static_cast<double>(i) - (n - 1) / 2) * width;
       const double speedup = gpus[r] > 1 ? s.speedup(gpus[r]) : NAN;
       labelled |= !std::isnan(speedup);
-      f.data += fmt::format("{} {} \"{}\"\n", number(x), number(it->second->images_per_second),
+      f.data += fmt::format("{} {} \"{}\"\n", number(x), number(it->second->rate),
                             std::isnan(speedup) ? "" : fmt::format("{:.2f}x", speedup));
     }
     f.data += "\n\n";
@@ -251,12 +252,12 @@ ReportFigure throughput_figure(const std::string& model, const std::string& prec
   f.script = script_head(f.name, fmt::format("{} {}: throughput", model, precision)) + tics("x", names) +
              fmt::format(
                  "set key outside below center horizontal\n"
-                 "set ylabel 'images/s ({} together)'\n"
+                 "set ylabel '{} ({} together)'\n"
                  "set xrange [-0.6:{}]\n"
                  "set yrange [0:{}]\n"
                  "set boxwidth {} absolute\n"
                  "set style fill solid 0.9 noborder\n",
-                 together, number(static_cast<double>(gpus.size()) - 0.4), number(highest * 1.12),
+                 unit, together, number(static_cast<double>(gpus.size()) - 0.4), number(highest * 1.12),
                  number(width * 0.9)) +
              plot(clauses);
   return f;

@@ -1,7 +1,7 @@
 // The report's figures, drawn by gnuplot (Debian: gnuplot-nox), like the study's:
-//   throughput_MODEL_PRECISION  images/s per GPU count, a bar per framework (dlbench per launcher where it
-//                               ran several), each labelled with its speedup over the same framework on
-//                               one GPU;
+//   throughput_MODEL_PRECISION  images/s (a token model's tokens/s) per GPU count, a bar per framework
+//                               (dlbench per launcher where it ran several), each labelled with its
+//                               speedup over the same framework on one GPU;
 //   speedup_MODEL               speedup against GPU count, a line per framework x precision, with the
 //                               ideal line y = x (when some framework ran on more than one GPU count);
 //   step_times                  each point's step times around its median: box p25-p75, whiskers p5-p95

@@ -13,6 +13,7 @@
 #include "bench/result.h"
 #include "core/file_paths.h"
 #include "core/status.h"
+#include "models/gpt.h"
 
 namespace dlbench {
 
@@ -57,14 +58,19 @@ struct Rejection {
 std::optional<Rejection> impossible_value(const nlohmann::json& r) {
   for (const char* key : {"model", "precision"})
     if (!r.contains(key) || !r[key].is_string()) return Rejection{key, "has no"};
-  if (!number_at(r, "images_per_second")) return Rejection{"images_per_second", "has no"};
-  // A bound far above any machine's rate (an H200 trains resnet50 at about 3,000 images/s) and below
-  // what a corrupted or invented figure reaches.
-  constexpr double most_images_per_second = 1e9;
   auto value = [](double v) { return fmt::format("{:g}", v); };
-  const double rate = *number_at(r, "images_per_second");
-  if (!std::isfinite(rate) || rate <= 0 || rate > most_images_per_second)
-    return Rejection{"images_per_second", "is " + value(rate) + ": not a possible rate"};
+  // The rates a point needs (a token model's images_per_second counts sequences; its rate is its tokens/s),
+  // each with a bound far above any machine's (an H200 trains resnet50 at about 3,000 images/s, gpt-mini
+  // at some 10^7 tokens/s) and below what a corrupted or invented figure reaches.
+  std::vector<std::pair<const char*, double>> rates = {{"images_per_second", 1e9}};
+  if (rate_unit_of(r["model"].get<std::string>()) == RateUnit::tokens)
+    rates.push_back({"tokens_per_second", 1e12});
+  for (const auto& [key, most] : rates) {
+    const std::optional<double> rate = number_at(r, key);
+    if (!rate) return Rejection{key, "has no"};
+    if (!std::isfinite(*rate) || *rate <= 0 || *rate > most)
+      return Rejection{key, "is " + value(*rate) + ": not a possible rate"};
+  }
   for (const char* key : {"batch_size", "ranks", "world_size"})
     if (const std::optional<double> v = number_at(r, key);
         v && (!(*v >= 1) || *v > 1e9 || *v != std::floor(*v)))
@@ -72,6 +78,8 @@ std::optional<Rejection> impossible_value(const nlohmann::json& r) {
   std::vector<std::pair<std::string, std::optional<double>>> non_negative = {
       {"peak_memory_bytes", number_at(r, "peak_memory_bytes")},
       {"energy_joules_per_image", number_at(r, "energy_joules_per_image")},
+      {"energy_joules_per_token", number_at(r, "energy_joules_per_token")},
+      {"mfu", number_at(r, "mfu")},
       {"seconds_to_first_timed_step", number_at(r, "seconds_to_first_timed_step")}};
   if (r.contains("step_ms") && r["step_ms"].is_object())
     for (const char* key : {"median", "mean", "ci95", "p5", "p95", "jitter"})
@@ -122,7 +130,7 @@ void take_run_result(const RunResult& r, ReportPoint& p) {
   if (r.bench) {
     for (double t : r.bench->step_times_ms)
       if (!std::isnan(t)) p.step_times_ms.push_back(t);
-    if (r.bench->energy) p.energy_joules_per_image = r.bench->energy->joules_per_image;
+    if (r.bench->energy) p.energy_joules_per_item = r.bench->energy->joules_per_image;
     p.seconds_to_first_timed_step = r.bench->seconds_to_first_timed_step;
     if (r.bench->clocks) {
       p.sm_clock_median_mhz = r.bench->clocks->sm_clock_median_mhz;
@@ -160,7 +168,7 @@ void take_other_result(const nlohmann::json& r, ReportPoint& p) {
   p.losses = numbers_at(r, "losses", NonNumbers::kept_as_nan);
   p.test_accuracy = number_at(r, "test_accuracy");
   p.peak_memory_bytes = number_at(r, "peak_memory_bytes");
-  p.energy_joules_per_image = number_at(r, "energy_joules_per_image");
+  p.energy_joules_per_item = number_at(r, "energy_joules_per_image");
   p.seconds_to_first_timed_step = number_at(r, "seconds_to_first_timed_step");
   if (r.contains("gpu_clocks") && r["gpu_clocks"].is_object()) {
     p.sm_clock_median_mhz = number_at(r["gpu_clocks"], "sm_clock_median_mhz");
@@ -172,6 +180,22 @@ void take_other_result(const nlohmann::json& r, ReportPoint& p) {
   p.system = r.contains("system") ? r["system"] : nlohmann::json();
   if (r.contains("algorithm_digest") && r["algorithm_digest"].is_string())
     p.algorithm_digest = r["algorithm_digest"].get<std::string>();
+}
+
+// The point's rate in its model's unit: its images/s, or a token model's tokens/s (its images_per_second
+// counts sequences), with the energy per image or per token to match and a token model's MFU.
+void take_rate(const nlohmann::json& r, ReportPoint& p) {
+  p.unit = rate_unit_of(p.model);
+  p.rate = p.images_per_second;
+  if (p.unit == RateUnit::images) return;
+  p.rate = *number_at(r, "tokens_per_second");  // impossible_value checked it
+  p.mfu = number_at(r, "mfu");
+  // The peers state the energy per token; dlbench per sequence (energy_joules_per_image): the same joules
+  // per second over the tokens.
+  if (const std::optional<double> per_token = number_at(r, "energy_joules_per_token"))
+    p.energy_joules_per_item = per_token;
+  else if (p.energy_joules_per_item)
+    *p.energy_joules_per_item *= p.images_per_second / p.rate;
 }
 
 // One result object as a point; why it is not one otherwise.
@@ -187,6 +211,7 @@ std::optional<Rejection> to_point(const nlohmann::json& r, const std::string& so
   } else {
     take_other_result(r, p);
   }
+  take_rate(r, p);
   // Statistics a result does not state (the peers give no confidence interval or jitter) come from its
   // step times, with the same functions dlbench's own results use.
   if (p.step_times_ms.size() >= 2) {
@@ -270,6 +295,16 @@ void take(const nlohmann::json& j, const std::string& file, int line, ReportInpu
 }
 
 }  // namespace
+
+RateUnit rate_unit_of(const std::string& model) {
+  return is_gpt_model(model) ? RateUnit::tokens : RateUnit::images;
+}
+
+const RateUnitNames& rate_unit_names(RateUnit unit) {
+  static const RateUnitNames images = {"img/s", "images/s", "img", "image"};
+  static const RateUnitNames tokens = {"tok/s", "tokens/s", "token", "token"};
+  return unit == RateUnit::tokens ? tokens : images;
+}
 
 ReportInput read_report_input(const std::vector<std::string>& paths) {
   ReportInput in;

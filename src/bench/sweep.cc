@@ -85,7 +85,7 @@ std::string find_peers_dir(const std::string& given) {
 #endif
 }
 
-// A --batch-sizes entry that is a number of images (not "max"), short enough for stoll.
+// A --batch-sizes entry that is a number of images or sequences (not "max"), short enough for stoll.
 bool is_batch_number(const std::string& text) {
   return !text.empty() && text.size() < 10 && std::all_of(text.begin(), text.end(), ::isdigit);
 }
@@ -179,8 +179,8 @@ std::vector<std::string> point_command(const SweepOptions& o, const Point& p, co
     return argv;
   }
   const bool jax = o.framework == "jax";
-  // The PyTorch peer of a GPT model is nanoGPT's step (peers/pytorch/gpt.py); the JAX peer has none and
-  // refuses the model.
+  // The PyTorch peer of a GPT model is nanoGPT's step (peers/pytorch/gpt.py); the JAX peer has none (its
+  // GPT points are recorded unavailable: why_peer_cannot_run).
   const bool gpt = is_gpt_model(p.model);
   const std::string script = peers_dir + (jax   ? "/jax/train.py"
                                           : gpt ? "/pytorch/gpt.py"
@@ -195,6 +195,21 @@ std::vector<std::string> point_command(const SweepOptions& o, const Point& p, co
   if (!jax && !gpt) argv.push_back("--channels-last");
   if (o.framework == "pytorch-compiled") argv.push_back("--compile");
   return argv;
+}
+
+// Why a peer cannot run point `p` ("" where it can), so that the point is recorded as unavailable without
+// starting anything: the JAX peer trains ResNets on one GPU; the PyTorch peer of a GPT model
+// (peers/pytorch/gpt.py) trains in one process, so that N of them under torchrun would each write one
+// GPU's result for the N-GPU point, and takes a batch given in numbers.
+std::string why_peer_cannot_run(const std::string& framework, const Point& p) {
+  const bool gpt = is_gpt_model(p.model);
+  if (framework == "jax") {
+    if (gpt) return "the JAX peer has no GPT model";
+    return p.gpus > 1 ? "the JAX peer trains on one GPU only" : "";
+  }
+  if (!gpt) return "";
+  if (p.gpus > 1) return "the PyTorch GPT peer (peers/pytorch/gpt.py) trains on one GPU only";
+  return p.batch == "max" ? "the PyTorch GPT peer (peers/pytorch/gpt.py) takes no --batch-size max" : "";
 }
 
 // How many points of `o` failed (recorded in the results file); unavailable peers are not failures.
@@ -290,7 +305,7 @@ void check_grid(const SweepOptions& o, bool on_gpu) {
   }
   for (const std::string& b : o.batch_sizes) {
     DLB_REQUIRE(b == "max" || (is_batch_number(b) && std::stoll(b) >= 1),
-                "--batch-sizes {}: give numbers of images per GPU, or max", b);
+                "--batch-sizes {}: give numbers of images (GPT models: sequences) per GPU, or max", b);
   }
 }
 
@@ -361,7 +376,7 @@ void run_point(const SweepRun& r, const Point& p, size_t i, size_t count, double
                          {"sweep_point", point_key(o, p.model, p.precision, p.gpus, p.batch)}};
   // A peer found missing, or a point it cannot run, is recorded without starting anything.
   std::string not_run = tally.unavailable_reason;
-  if (not_run.empty() && o.framework == "jax" && p.gpus > 1) not_run = "the JAX peer trains on one GPU only";
+  if (not_run.empty() && r.peer) not_run = why_peer_cannot_run(o.framework, p);
   if (!not_run.empty()) {
     line["status"] = "unavailable";
     line["error"] = not_run;

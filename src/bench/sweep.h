@@ -3,7 +3,9 @@
 // `dlbench compare`: the same grid run by the peers of peers/ (PyTorch eager and compiled, single-GPU and
 // DistributedDataParallel under torchrun or mpirun; JAX on one GPU), into the same kind of file. A peer
 // that is not installed (its script exits with status 3, or the interpreter is missing) has its points
-// recorded as "unavailable" with the reason, so that the report names it rather than dropping it.
+// recorded as "unavailable" with the reason, so that the report names it rather than dropping it; so are,
+// without starting anything, the points a peer cannot run (JAX's on several GPUs or of a GPT model, the
+// PyTorch GPT peer's on several GPUs or at batch max).
 // `dlbench study`: the system table, the sweep (threads, and mpirun where there are several GPUs), the
 // comparison and the report, from one command.
 //

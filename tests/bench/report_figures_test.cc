@@ -452,7 +452,7 @@ void add_point(ReportInput& in, const char* precision, int gpus, const char* lau
   p.precision = precision;
   p.gpus = gpus;
   p.launcher = launcher;
-  p.images_per_second = rate;
+  p.images_per_second = p.rate = rate;
   in.points.push_back(p);
 }
 

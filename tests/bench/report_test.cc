@@ -1,6 +1,7 @@
 // The report from fixture results: the expected Markdown (a golden file), malformed lines named and
 // skipped, a compiled peer apart from the eager one, memory, energy and losses in their tables, peers not
-// installed listed with the failed points, empty input refused with one clear message.
+// installed listed with the failed points, empty input refused with one clear message, a token model in
+// tokens/s beside an image model in img/s.
 #include "bench/report.h"
 
 #include <fmt/format.h>
@@ -11,6 +12,7 @@
 #include <sstream>
 #include <string>
 
+#include "bench/report_figures.h"
 #include "core/status.h"
 #include "temp_dir.h"
 
@@ -205,7 +207,7 @@ TEST(Report, StepTimesLossesAndEnergyAreRead) {
   for (const ReportPoint& p : input.points) {
     with_steps += !p.step_times_ms.empty();
     with_losses += !p.losses.empty();
-    with_energy += p.energy_joules_per_image.has_value();
+    with_energy += p.energy_joules_per_item.has_value();
     compiled += p.compiled;
   }
   EXPECT_EQ(with_steps, 2u);
@@ -292,6 +294,151 @@ TEST(Report, ASpeedupAcrossRunsIsNamed) {
                   "dlbench fp16 on 2 GPUs: the best points on one GPU and on 2 come from different runs "
                   "(a.jsonl and b.jsonl).");
   EXPECT_EQ(report_markdown(read_report_input({b})).find("different runs"), std::string::npos);
+}
+
+// One run (one file) of an image model and a token model, each by dlbench and by the PyTorch peer:
+// dlbench's results as `bench --json` writes them (a GPT model's images_per_second counts sequences of
+// 1,024 tokens, its energy is per sequence), the peers' as their scripts do (peers/pytorch/gpt.py states
+// the energy per token).
+std::string image_and_token_points() {
+  return R"({"config": {"command": "bench", "seq_len": 0}, "model": "resnet50", "precision": "bf16", )"
+         R"("ranks": 1, "batch_size": 256, "launcher": "single", "images_per_second": 3000.0, )"
+         R"("peak_memory_bytes": 32212254720, )"
+         R"("warmup_steps": 2, "energy_joules": 600.0, "energy_joules_per_image": 0.2, )"
+         R"("average_power_watts": 600.0})"
+         "\n"
+         R"({"framework": "pytorch", "model": "resnet50", "precision": "bf16", "batch_size": 256, )"
+         R"("images_per_second": 2500.0})"
+         "\n"
+         R"({"config": {"command": "bench", "seq_len": 1024}, "model": "gpt2", "precision": "bf16", )"
+         R"("ranks": 1, "batch_size": 16, "launcher": "single", "images_per_second": 400.0, )"
+         R"("peak_memory_bytes": 21474836480, )"
+         R"("sequences_per_second": 400.0, "tokens_per_second": 409600.0, )"
+         R"("tokens_per_second_per_device": 409600.0, "model_flops_per_token": 8.5e8, "mfu": 0.41, )"
+         R"("mfu_peak_tflops": 989.0, "warmup_steps": 2, "energy_joules": 700.0, )"
+         R"("energy_joules_per_image": 1.792, "average_power_watts": 700.0})"
+         "\n"
+         R"({"framework": "pytorch", "model": "gpt2", "precision": "bf16", "batch_size": 16, )"
+         R"("seq_len": 1024, )"
+         R"("sequences_per_second": 320.0, "images_per_second": 320.0, "tokens_per_second": 327680.0, )"
+         R"("tokens_per_second_per_device": 327680.0, "energy_joules_per_token": 0.0021})"
+         "\n";
+}
+
+// A token model's rows and figures state its tokens/s (not its sequences/s) and its MFU, an image model's
+// its img/s; the ratios divide like by like.
+TEST(Report, ATokenModelIsReportedInTokensPerSecond) {
+  testing::TempDir dir;
+  const std::string path = dir.file("mixed.jsonl");
+  testing::write_file(path, image_and_token_points());
+  const ReportInput input = read_report_input({path});
+  ASSERT_EQ(input.points.size(), 4u);
+  EXPECT_EQ(input.skipped_lines, 0);
+  const std::string md = report_markdown(input);
+  // Each model's sections in its own unit.
+  EXPECT_CONTAINS(md, "## resnet50: throughput (images/s, all GPUs together)");
+  EXPECT_CONTAINS(md, "## gpt2: throughput (tokens/s, all GPUs together)");
+  EXPECT_CONTAINS(md, "| dlbench | bf16 | 16 | 409,600 |");
+  EXPECT_CONTAINS(md, "| pytorch | bf16 | 16 | 327,680 |");
+  EXPECT_CONTAINS(md, "| dlbench | bf16 | 256 | 3,000 |");
+  // dlbench beside the peer: 409,600 / 327,680 tokens/s = 1.25x (the sequences/s give the same ratio only
+  // at one sequence length); 3,000 / 2,500 images/s = 1.20x.
+  EXPECT_CONTAINS(md, "| dlbench tok/s | peer tok/s |");
+  EXPECT_CONTAINS(md, "| pytorch | bf16 | 16 | 1 | 409,600 | 327,680 | 1.25x | - | - |");
+  EXPECT_CONTAINS(md, "| dlbench img/s | peer img/s |");
+  EXPECT_CONTAINS(md, "| pytorch | bf16 | 256 | 1 | 3,000 | 2,500 | 1.20x | - | - |");
+  EXPECT_CONTAINS(md, "gpt2 bf16 on 1 GPU: dlbench is 1.25x as fast as pytorch.");
+  // The per-point tables mix the models: the unit in each cell, the MFU where a point states it.
+  EXPECT_CONTAINS(md, "| throughput | MFU | median ms |");
+  EXPECT_CONTAINS(md, "| dlbench | gpt2 | bf16 | 1 | 16 | 409,600 tok/s | 41.0% |");
+  EXPECT_CONTAINS(md, "| pytorch | gpt2 | bf16 | 1 | 16 | 327,680 tok/s |  |");
+  EXPECT_CONTAINS(md, "| dlbench | resnet50 | bf16 | 1 | 256 | 3,000 img/s |  |");
+  EXPECT_EQ(md.find("| 400 |"), std::string::npos) << md;  // never the sequences/s
+  EXPECT_EQ(md.find(" 400 tok/s"), std::string::npos) << md;
+  // Energy per token: dlbench's 1.792 J per sequence of 1,024 tokens is 1.75 mJ per token.
+  EXPECT_CONTAINS(md, "## Peak memory, energy per image or token, clocks and start-up");
+  EXPECT_CONTAINS(md, "| 409,600 tok/s | 20.0 GiB | 0.00175 J/token |");
+  EXPECT_CONTAINS(md, "| 3,000 img/s | 30.0 GiB | 0.200 J/img |");
+}
+
+TEST(Report, PointsJsonlCarriesATokenModelsTokensPerSecond) {
+  testing::TempDir dir;
+  const std::string path = dir.file("mixed.jsonl");
+  testing::write_file(path, image_and_token_points());
+  std::istringstream lines(report_points_jsonl(read_report_input({path})));
+  int checked = 0;
+  for (std::string line; std::getline(lines, line);) {
+    const nlohmann::json j = nlohmann::json::parse(line);
+    if (j["framework"] != "dlbench") continue;
+    ++checked;
+    if (j["model"] == "gpt2") {
+      EXPECT_EQ(j["tokens_per_second"], 409600.0);
+      EXPECT_EQ(j["images_per_second"], 400.0);  // sequences/s, as the result states it
+      EXPECT_EQ(j["mfu"], 0.41);
+      EXPECT_NEAR(j["energy_joules_per_token"].get<double>(), 1.792 / 1024, 1e-12);
+      EXPECT_FALSE(j.contains("energy_joules_per_image")) << line;
+      EXPECT_EQ(j["peers"]["pytorch"]["tokens_per_second"], 327680.0);
+      EXPECT_NEAR(j["peers"]["pytorch"]["ratio"].get<double>(), 409600.0 / 327680.0, 1e-12);
+      EXPECT_FALSE(j["peers"].contains("pytorch (compiled)"));
+    } else {
+      EXPECT_FALSE(j.contains("tokens_per_second")) << line;
+      EXPECT_FALSE(j.contains("mfu")) << line;
+      EXPECT_EQ(j["energy_joules_per_image"], 0.2);
+      EXPECT_NEAR(j["peers"]["pytorch"]["ratio"].get<double>(), 3000.0 / 2500.0, 1e-12);
+      EXPECT_FALSE(j["peers"]["pytorch"].contains("tokens_per_second")) << line;
+    }
+  }
+  EXPECT_EQ(checked, 2);
+}
+
+TEST(Report, ATokenModelsFiguresCountTokens) {
+  testing::TempDir dir;
+  const std::string path = dir.file("mixed.jsonl");
+  testing::write_file(path, image_and_token_points());
+  int checked = 0;
+  for (const ReportFigure& f : plan_figures(read_report_input({path}))) {
+    if (f.name == "throughput_gpt2_bf16") {
+      ++checked;
+      EXPECT_CONTAINS(f.title, "gpt2 bf16: tokens/s on each GPU count");
+      EXPECT_CONTAINS(f.script, "set ylabel 'tokens/s (all GPUs together)'");
+      EXPECT_CONTAINS(f.data, " 409600 ");
+      EXPECT_CONTAINS(f.data, " 327680 ");
+    }
+    if (f.name == "throughput_resnet50_bf16") {
+      ++checked;
+      EXPECT_CONTAINS(f.script, "set ylabel 'images/s (all GPUs together)'");
+      EXPECT_CONTAINS(f.data, " 3000 ");
+    }
+  }
+  EXPECT_EQ(checked, 2);
+}
+
+// A token model's point is its tokens/s: one without a usable tokens_per_second (absent, null, impossible)
+// is named and skipped as one without images_per_second is.
+TEST(Report, ATokenModelWithoutTokensPerSecondIsSkipped) {
+  testing::TempDir dir;
+  const std::string path = dir.file("gpt.jsonl");
+  testing::write_file(
+      path,
+      R"({"framework": "pytorch", "model": "gpt2", "precision": "bf16", "images_per_second": 320.0})"
+      "\n"
+      R"({"config": {"command": "bench"}, "model": "gpt-mini", "precision": "fp32", )"
+      R"("images_per_second": 4.0, )"
+      R"("tokens_per_second": null})"
+      "\n"
+      R"({"model": "gpt2-medium", "precision": "fp16", "images_per_second": 100.0, "tokens_per_second": -5})"
+      "\n"
+      R"({"model": "resnet50", "precision": "fp16", "images_per_second": 7000.0})"
+      "\n");
+  ::testing::internal::CaptureStderr();
+  const ReportInput input = read_report_input({path});
+  const std::string err = ::testing::internal::GetCapturedStderr();
+  ASSERT_EQ(input.points.size(), 1u);  // the image model needs no tokens/s
+  EXPECT_EQ(input.points[0].model, "resnet50");
+  EXPECT_EQ(input.skipped_lines, 3);
+  EXPECT_EQ(err, "report: " + path + " line 1: has no \"tokens_per_second\"; skipped\n" + "report: " + path +
+                     " line 2: has no \"tokens_per_second\"; skipped\n" + "report: " + path +
+                     " line 3: its \"tokens_per_second\" is -5: not a possible rate; skipped\n");
 }
 
 }  // namespace

@@ -163,7 +163,7 @@ TEST(ReportOfCommittedResults, EveryLineGivesItsPoints) {
   EXPECT_EQ(two.framework, "dlbench");
   EXPECT_EQ(two.gpus, 2);
   const ReportPoint& gpu = input.points[4];
-  EXPECT_TRUE(gpu.energy_joules_per_image.has_value());
+  EXPECT_TRUE(gpu.energy_joules_per_item.has_value());
   EXPECT_TRUE(gpu.sm_clock_median_mhz.has_value());
   EXPECT_TRUE(gpu.seconds_to_first_timed_step.has_value());
   EXPECT_FALSE(gpu.algorithm_digest.empty());

@@ -1,5 +1,6 @@
 // `dlbench sweep`: points appended as JSON lines, a restarted sweep runs only the missing points, a failed
 // point is recorded with its error while the others go on, malformed lines are named and skipped.
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 #include <unistd.h>
 
@@ -407,22 +408,25 @@ TEST(ReportCli, EarlierFiguresGoAndAnInputIsNeverOverwritten) {
 }
 
 // A stand-in for the peers' interpreter: records its command line, and either writes a result where
-// --json asks (as a peer does) or, for the JAX script, says JAX is missing with exit status 3.
+// --json asks (as a peer does; the GPT peer's with 256 tokens per sequence) or, for the JAX script, says
+// JAX is missing with exit status 3.
 std::string fake_python(const std::filesystem::path& dir) {
   const std::string path = (dir / "fake-python").string();
-  write_file(path,
-             "#!/bin/sh\n"
-             "echo \"$*\" >> " +
-                 (dir / "argv.txt").string() +
-                 "\n"
-                 "case \"$*\" in *jax/train.py*) echo 'jax peer: JAX is not installed (no module jax)' >&2; "
-                 "exit 3;; esac\n"
-                 "json=''; model=''; precision=''; prev=''\n"
-                 "for a in \"$@\"; do case \"$prev\" in --json) json=$a;; --model) model=$a;; "
-                 "--precision) precision=$a;; esac; prev=$a; done\n"
-                 "printf '{\"framework\": \"pytorch\", \"model\": \"%s\", \"precision\": \"%s\", "
-                 "\"images_per_second\": 100.0, \"ranks\": 1, \"batch_size\": 8}' \"$model\" \"$precision\" "
-                 "> \"$json\"\n");
+  write_file(
+      path,
+      "#!/bin/sh\n"
+      "echo \"$*\" >> " +
+          (dir / "argv.txt").string() +
+          "\n"
+          "case \"$*\" in *jax/train.py*) echo 'jax peer: JAX is not installed (no module jax)' >&2; "
+          "exit 3;; esac\n"
+          "json=''; model=''; precision=''; prev=''; tokens=''\n"
+          "for a in \"$@\"; do case \"$prev\" in --json) json=$a;; --model) model=$a;; "
+          "--precision) precision=$a;; esac; prev=$a; done\n"
+          "case \"$*\" in *gpt.py*) tokens=', \"tokens_per_second\": 25600.0';; esac\n"
+          "printf '{\"framework\": \"pytorch\", \"model\": \"%s\", \"precision\": \"%s\", "
+          "\"images_per_second\": 100.0%s, \"ranks\": 1, \"batch_size\": 8}' \"$model\" \"$precision\" "
+          "\"$tokens\" > \"$json\"\n");
   std::filesystem::permissions(path, std::filesystem::perms::owner_all);
   return path;
 }
@@ -443,6 +447,36 @@ TEST(CompareCli, RunsTheGptPeerForAGptModel) {
                   "--warmup-steps 1 --device cuda --json");
   EXPECT_CONTAINS(argv, "--compile");
   EXPECT_EQ(argv.find("--channels-last"), std::string::npos) << argv;
+  std::filesystem::remove_all(dir);
+}
+
+// The points of a GPT model no peer can run are recorded unavailable, with the reason, without starting
+// anything: the JAX peer has no GPT model, and the PyTorch GPT peer trains in one process (N of them under
+// torchrun would each write one GPU's result for the N-GPU point).
+TEST(CompareCli, AGptPointAPeerCannotRunIsUnavailableWithTheReason) {
+  const auto dir = temp_dir("compare_gpt_unavailable");
+  const std::string results = (dir / "points.jsonl").string();
+  CommandResult r = run_dlbench(
+      "compare --device cuda --models gpt2 --precisions bf16 --gpus 1,2 --batch-sizes 16 --steps 3 "
+      "--warmup-steps 1 --frameworks pytorch,jax --python " +
+      fake_python(dir) + " --peers " + DLBENCH_SOURCE_DIR + "/peers --results " + results);
+  ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
+  const std::string argv = read_text((dir / "argv.txt").string());
+  EXPECT_EQ(count_lines(argv), 1) << argv;  // pytorch on one GPU, nothing else
+  EXPECT_CONTAINS(argv, "/peers/pytorch/gpt.py --model gpt2");
+  const std::vector<nlohmann::json> lines = read_lines(results);
+  ASSERT_EQ(lines.size(), 4u);
+  EXPECT_EQ(lines[0]["status"], "ok");
+  EXPECT_EQ(lines[0]["result"]["tokens_per_second"], 25600.0);
+  EXPECT_EQ(lines[1]["sweep_point"]["gpus"], 2);
+  EXPECT_EQ(lines[1]["status"], "unavailable");
+  EXPECT_CONTAINS(lines[1]["error"].get<std::string>(),
+                  "the PyTorch GPT peer (peers/pytorch/gpt.py) trains on one GPU only");
+  for (int i : {2, 3}) {
+    EXPECT_EQ(lines[i]["sweep_point"]["framework"], "jax");
+    EXPECT_EQ(lines[i]["status"], "unavailable");
+    EXPECT_EQ(lines[i]["error"], "the JAX peer has no GPT model");
+  }
   std::filesystem::remove_all(dir);
 }
 
@@ -532,14 +566,20 @@ TEST(CompareCli, BadFrameworkIsOneLine) {
   EXPECT_CONTAINS(r.err, "--frameworks tensorflow: unknown");
 }
 
+// A study on the CPU of `models` at batch 8, two steps each, with the fake PyTorch peer and a JAX peer
+// that is missing, into DIR/study.jsonl and DIR/report.
+CommandResult run_small_study(const std::filesystem::path& dir, const std::string& models) {
+  return run_dlbench("study --device cpu --models " + models +
+                     " --precisions fp32 --gpus 1 --batch-sizes 8 --steps 2 "
+                     "--warmup-steps 1 --frameworks pytorch,jax --python " +
+                     fake_python(dir) + " --peers " + DLBENCH_SOURCE_DIR + "/peers --results " +
+                     (dir / "study.jsonl").string() + " -o " + (dir / "report").string());
+}
+
 TEST(StudyCli, RunsDlbenchAndThePeersThenWritesTheReport) {
   const auto dir = temp_dir("study");
   const std::string results = (dir / "study.jsonl").string();
-  CommandResult r = run_dlbench(
-      "study --device cpu --models resnet20 --precisions fp32 --gpus 1 --batch-sizes 8 --steps 2 "
-      "--warmup-steps 1 --frameworks pytorch,jax --python " +
-      fake_python(dir) + " --peers " + DLBENCH_SOURCE_DIR + "/peers --results " + results + " -o " +
-      (dir / "report").string());
+  CommandResult r = run_small_study(dir, "resnet20");
   ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
   EXPECT_CONTAINS(r.out, "socket(s)");  // the system table first
   std::vector<nlohmann::json> lines = read_lines(results);
@@ -552,6 +592,42 @@ TEST(StudyCli, RunsDlbenchAndThePeersThenWritesTheReport) {
   EXPECT_CONTAINS(markdown, "| dlbench (CPU) | resnet20 | fp32 | 1 | 8 |");
   EXPECT_CONTAINS(markdown, "| pytorch | resnet20 | fp32 | 1 | 8 |");
   EXPECT_CONTAINS(markdown, "JAX is not installed");
+  std::filesystem::remove_all(dir);
+}
+
+// A study of an image model and a token model runs both through the sweep and the peers, and the report
+// states each in its unit: the token model's tokens/s (its result's tokens_per_second), the image model's
+// img/s.
+TEST(StudyCli, AnImageAndATokenModelAreReportedEachInItsUnit) {
+  const auto dir = temp_dir("study_gpt");
+  const std::string results = (dir / "study.jsonl").string();
+  CommandResult r = run_small_study(dir, "gpt-mini,resnet20");
+  ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
+  const std::vector<nlohmann::json> lines = read_lines(results);
+  ASSERT_EQ(lines.size(), 6u);
+  for (int i : {0, 1, 2, 3}) EXPECT_EQ(lines[i]["status"], "ok") << lines[i].dump();
+  EXPECT_EQ(lines[0]["sweep_point"]["model"], "gpt-mini");
+  EXPECT_EQ(lines[2]["sweep_point"]["framework"], "pytorch");
+  EXPECT_EQ(lines[4]["error"], "the JAX peer has no GPT model");
+  EXPECT_EQ(lines[5]["status"], "unavailable");
+  // dlbench's gpt-mini point in tok/s: its tokens_per_second, not its sequences/s.
+  const double tokens = lines[0]["result"]["tokens_per_second"].get<double>();
+  ASSERT_GT(tokens, 1000);  // 8 sequences of 256 tokens a step
+  const std::string digits = fmt::format("{:.0f}", tokens);
+  std::string grouped;  // as the report writes it: 12,345
+  for (size_t i = 0; i < digits.size(); ++i) {
+    if (i > 0 && (digits.size() - i) % 3 == 0) grouped += ',';
+    grouped += digits[i];
+  }
+  const std::string markdown = read_text((dir / "report" / "report.md").string());
+  EXPECT_CONTAINS(markdown, "## gpt-mini: throughput (tokens/s,");
+  EXPECT_CONTAINS(markdown, "## resnet20: throughput (images/s,");
+  EXPECT_CONTAINS(markdown, "| dlbench (CPU) | gpt-mini | fp32 | 1 | 8 | " + grouped + " tok/s |");
+  EXPECT_CONTAINS(markdown, "| pytorch | gpt-mini | fp32 | 1 | 8 | 25,600 tok/s |");
+  EXPECT_CONTAINS(markdown, "| pytorch | resnet20 | fp32 | 1 | 8 | 100 img/s |");
+  EXPECT_CONTAINS(markdown, "| dlbench (CPU) | resnet20 | fp32 | 1 | 8 |");
+  EXPECT_CONTAINS(markdown,
+                  "jax gpt-mini fp32 1 GPU batch 8 (torchrun): not available: the JAX peer has no GPT model");
   std::filesystem::remove_all(dir);
 }
 
