@@ -133,6 +133,9 @@ void add_model_flags(CLI::App& cmd, RunConfig& c, RunFlagTexts& t) {
                  "on the CPU, 256 (512) on a GPU; GPT models 4 (gpt-mini 16) on the CPU, 16 (64) on a GPU");
   cmd.add_option("--seq-len", c.model.seq_len,
                  "GPT models: tokens per sequence (default: the model's context)");
+  cmd.add_flag("--recompute", c.model.recompute,
+               "GPT models: keep only each block's input from the forward pass and make the block's other "
+               "activations again just before its backward (less memory, about a third more forward work)");
   cmd.add_option("--steps", c.steps, "train: total optimizer steps; bench: timed steps");
   cmd.add_option("--warmup-steps", c.warmup_steps, "steps run before the timed window and left out of it");
   cmd.add_option("--accumulate-steps", c.accumulate_steps, "micro-batches whose gradients make one step")

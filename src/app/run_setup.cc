@@ -333,6 +333,7 @@ RunSetup set_up(const RunConfig& given, parallel::Launch& launch, int slot,
   net_options.batch = *config.batch_size;
   net_options.layout = config.model.layout;
   net_options.dtype = compute_dtype(config.model.precision);
+  net_options.recompute = config.model.recompute;
   s.model = build_model(config.model.name, *s.backend, net_options, options);
   s.trainer = std::make_unique<Trainer>(*s.backend, s.model, config, s.comm.get());
   // Every rank of this process has planned (searched) by the barrier; each process merges its choices

@@ -103,7 +103,11 @@ Model build_gpt(const std::string& name, Backend& backend, const NetworkOptions&
       "transformer.embedding", *model.tokens,
       EmbeddingOptions{spec.padded_vocab, spec.context, spec.channels, kInitStd, "transformer"});
   Activation* x = embedding.output();  // [B * T, C]
-  for (int64_t i = 0; i < spec.layers; ++i) x = &block(net, spec, seq_len, i, *x);
+  for (int64_t i = 0; i < spec.layers; ++i) {
+    net.set_block(static_cast<int>(i));  // what --recompute makes again in the backward pass
+    x = &block(net, spec, seq_len, i, *x);
+  }
+  net.set_block(-1);
   x = net.add<LayerNormLayer>("transformer.ln_f", *x).output();
   model.logits = net.add<TiedLmHeadLayer>("lm_head", *x, embedding).output();
   model.loss = &net.add<SoftmaxCrossEntropyLayer>("loss", *model.logits, *model.targets, 0.f, spec.vocab);

@@ -57,6 +57,11 @@ class Layer {
   // Multiply-accumulates of one forward pass (for FLOP counts and the per-layer profile).
   virtual int64_t forward_macs() const { return 0; }
 
+  // The block (a transformer block) the layer belongs to, -1 for none: set by Network::add from
+  // Network::set_block. With NetworkOptions::recompute a block's activations are recomputed in backward.
+  int block() const { return block_; }
+  void set_block(int block) { block_ = block; }
+
   const std::vector<Activation*>& inputs() const { return inputs_; }
   Activation* output() const { return output_; }
   GradMode input_grad_mode(int index) const { return input_grad_modes_[static_cast<size_t>(index)]; }
@@ -72,6 +77,7 @@ class Layer {
   std::vector<Activation*> inputs_;
   std::vector<GradMode> input_grad_modes_;
   Activation* output_ = nullptr;
+  int block_ = -1;
 };
 
 inline Accumulate to_accumulate(GradMode mode) {

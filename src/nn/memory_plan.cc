@@ -65,11 +65,22 @@ void MemoryPlan::add_activation(Tensor& tensor, std::string name) {
   placements_.push_back({std::move(name), 0, align_up(tensor.bytes(), kAlignment), true, 0, 0});
 }
 
-void MemoryPlan::add_transient(Tensor& tensor, std::string name, int first, int last) {
+void MemoryPlan::add_transient(Tensor& tensor, std::string name, int first, int last, int again_first,
+                               int again_last) {
   DLB_CHECK(!placed_, "activation {} declared after placement", name);
-  DLB_CHECK(first <= last, "{}: live range [{}, {}] is empty", name, first, last);
+  DLB_CHECK(0 <= first && first <= last, "{}: live range [{}, {}] is empty", name, first, last);
+  DLB_CHECK(again_first < 0 || (last < again_first && again_first <= again_last),
+            "{}: second live range [{}, {}] does not follow [{}, {}]", name, again_first, again_last, first,
+            last);
   per_step_.push_back({&tensor, nullptr});
-  placements_.push_back({std::move(name), 0, align_up(tensor.bytes(), kAlignment), false, first, last});
+  placements_.push_back({std::move(name), 0, align_up(tensor.bytes(), kAlignment), false, first, last,
+                         again_first, again_last});
+}
+
+std::string Placement::steps() const {
+  if (always) return "all";
+  return again_first < 0 ? fmt::format("{}-{}", first, last)
+                         : fmt::format("{}-{} and {}-{}", first, last, again_first, again_last);
 }
 
 void MemoryPlan::add_saved_bytes(void** pointer, size_t bytes) {
@@ -98,11 +109,14 @@ size_t MemoryPlan::transient_peak_bytes() const {
   size_t peak = 0;
   for (const Placement& at : placements_) {
     if (at.always) continue;
-    size_t live = 0;
-    for (const Placement& p : placements_) {
-      if (!p.always && p.first <= at.first && at.first <= p.last) live += p.bytes;
+    for (const int step : {at.first, at.again_first}) {
+      if (step < 0) continue;
+      size_t live = 0;
+      for (const Placement& p : placements_) {
+        if (!p.always && p.live_at(step)) live += p.bytes;
+      }
+      peak = std::max(peak, live);
     }
-    peak = std::max(peak, live);
   }
   return peak;
 }
@@ -128,9 +142,7 @@ void check_placements(std::span<const Placement> placements, size_t arena_bytes)
       DLB_CHECK(
           false,
           "memory plan: {} [{}, {}) and {} [{}, {}) share memory while both hold data (steps {} and {})",
-          a.name, a.offset, a.offset + a.bytes, b.name, b.offset, b.offset + b.bytes,
-          a.always ? "all" : fmt::format("{}-{}", a.first, a.last),
-          b.always ? "all" : fmt::format("{}-{}", b.first, b.last));
+          a.name, a.offset, a.offset + a.bytes, b.name, b.offset, b.offset + b.bytes, a.steps(), b.steps());
     }
   }
 }

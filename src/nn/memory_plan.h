@@ -84,9 +84,21 @@ struct Placement {
   bool always = true;  // live over the whole step and between steps (values, saved state)
   int first = 0;       // else live over steps [first, last], both included
   int last = 0;
-  bool overlaps_in_time(const Placement& other) const {
-    return always || other.always || (first <= other.last && other.first <= last);
+  // A value recomputed in the backward pass (NetworkOptions::recompute) holds data again over
+  // [again_first, again_last]; -1: it does not.
+  int again_first = -1, again_last = -1;
+  bool live_at(int step) const {
+    return always || (first <= step && step <= last) || (again_first <= step && step <= again_last);
   }
+  bool overlaps_in_time(const Placement& other) const {
+    if (always || other.always) return true;
+    auto overlap = [](int a0, int a1, int b0, int b1) { return a0 >= 0 && b0 >= 0 && a0 <= b1 && b0 <= a1; };
+    return overlap(first, last, other.first, other.last) ||
+           overlap(first, last, other.again_first, other.again_last) ||
+           overlap(again_first, again_last, other.first, other.last) ||
+           overlap(again_first, again_last, other.again_first, other.again_last);
+  }
+  std::string steps() const;  // "all", "3-7", or "3-7 and 12-15"
 };
 
 // Throws an internal error naming both tensors if two placements live at the same step share a byte, or
@@ -122,8 +134,10 @@ class MemoryPlan {
   void add_buffer(Tensor& value, float initial_value);
   // A per-step tensor that holds data all step and between steps (a layer output, saved state).
   void add_activation(Tensor& tensor, std::string name = {});
-  // A per-step tensor that holds data only over steps [first, last] of the step's timeline (see Placement).
-  void add_transient(Tensor& tensor, std::string name, int first, int last);
+  // A per-step tensor that holds data only over steps [first, last] of the step's timeline (see Placement),
+  // and, recomputed in the backward pass, again over [again_first, again_last].
+  void add_transient(Tensor& tensor, std::string name, int first, int last, int again_first = -1,
+                     int again_last = -1);
   void add_saved_bytes(void** pointer, size_t bytes);
   void require_workspace(size_t bytes);
   // Device memory a backend plan holds outside the arenas (BatchNormPlan::held_bytes).

@@ -1,11 +1,73 @@
 #include "nn/network.h"
 
+#include <algorithm>
 #include <unordered_map>
+#include <unordered_set>
 
 #include "core/status.h"
 #include "core/timeline.h"
 
 namespace dlbench {
+
+namespace {
+
+// When each layer runs on the timeline of one training step: its forward, its forward again (a layer of a
+// recomputed block, just before that block's backward; -1 for the others) and its backward. Without
+// recomputation layer i runs forward at step i and backward at step 2L-1-i.
+struct Schedule {
+  std::vector<int> forward, again, backward;
+  std::vector<std::vector<int>> recompute_before;  // the layers run again just before layer i's backward
+};
+
+// The layers of the block [first, last] to run again before its backward: those whose output a backward in
+// the block reads, or a layer run again reads (walked from the end, so that a layer is kept when what
+// reads its output is). The last layer is not run again: its output, the next block's input, is kept from
+// the forward pass; nor is a layer whose output only the forward pass needed.
+std::vector<int> layers_to_run_again(const std::vector<std::unique_ptr<Layer>>& layers, int first, int last) {
+  std::vector<bool> again(layers.size(), false);
+  std::vector<int> chosen;
+  for (int j = last - 1; j >= first; --j) {
+    const Layer& layer = *layers[static_cast<size_t>(j)];
+    bool needed = layer.backward_reads_output();
+    for (int k = j + 1; k <= last && !needed; ++k) {
+      const Layer& reader = *layers[static_cast<size_t>(k)];
+      for (int i = 0; i < static_cast<int>(reader.inputs().size()); ++i)
+        if (reader.inputs()[static_cast<size_t>(i)] == layer.output() &&
+            (again[static_cast<size_t>(k)] || reader.backward_reads_input(i)))
+          needed = true;
+    }
+    if (!needed) continue;
+    again[static_cast<size_t>(j)] = true;
+    chosen.insert(chosen.begin(), j);
+  }
+  return chosen;
+}
+
+Schedule schedule(const std::vector<std::unique_ptr<Layer>>& layers, bool recompute) {
+  const size_t n = layers.size();
+  Schedule s;
+  s.forward.resize(n);
+  s.again.assign(n, -1);
+  s.backward.resize(n);
+  s.recompute_before.resize(n);
+  for (size_t first = 0; recompute && first < n;) {
+    size_t last = first;
+    const int block = layers[first]->block();
+    while (last + 1 < n && layers[last + 1]->block() == block) ++last;
+    if (block >= 0 && last > first)
+      s.recompute_before[last] = layers_to_run_again(layers, static_cast<int>(first), static_cast<int>(last));
+    first = last + 1;
+  }
+  int step = 0;
+  for (size_t i = 0; i < n; ++i) s.forward[i] = step++;
+  for (size_t i = n; i-- > 0;) {
+    for (int j : s.recompute_before[i]) s.again[static_cast<size_t>(j)] = step++;
+    s.backward[i] = step++;
+  }
+  return s;
+}
+
+}  // namespace
 
 Network::Network(Backend& backend, NetworkOptions options)
     : backend_(backend), options_(options), memory_(backend, master_dtype(), options.dtype) {}
@@ -34,6 +96,7 @@ size_t Network::index_of(const Layer& layer) const {
 
 void Network::replace_layer(const Layer& layer, std::unique_ptr<Layer> fused) {
   DLB_CHECK(!planned_, "layer {} replaced after finalize", layer.name());
+  fused->set_block(layer.block());
   layers_[index_of(layer)] = std::move(fused);
 }
 
@@ -64,9 +127,9 @@ void Network::plan_memory_only() {
 void Network::plan() {
   fuse_layers(*this, options_.fusions);
   planned_ = true;
-  // The timeline of one step: layer i runs its forward at step i and its backward at step 2L-1-i.
+  const Schedule s = schedule(layers_, options_.recompute);
+  recompute_before_ = s.recompute_before;
   const int layer_count = static_cast<int>(layers_.size());
-  auto backward_step = [&](int layer) { return 2 * layer_count - 1 - layer; };
   std::unordered_map<const Activation*, int> producer;
   for (int i = 0; i < layer_count; ++i) producer[layers_[static_cast<size_t>(i)]->output()] = i;
 
@@ -79,7 +142,7 @@ void Network::plan() {
       Activation* input = layer.inputs()[static_cast<size_t>(i)];
       if (!input->needs_grad) {
         layer.set_input_grad_mode(i, GradMode::none);
-      } else if (first_write.emplace(input, backward_step(index)).second) {
+      } else if (first_write.emplace(input, s.backward[static_cast<size_t>(index)]).second) {
         layer.set_input_grad_mode(i, GradMode::overwrite);
       } else {
         DLB_CHECK(layer.can_accumulate_input_grad(i),
@@ -90,23 +153,21 @@ void Network::plan() {
     }
   }
 
-  // Which layers read each value: its producer's and consumers' forward and backward steps.
-  struct Readers {
-    int last_forward = -1;           // the forward step of the last consumer
-    int first_backward_reader = -1;  // the lowest index of a layer whose backward reads it (-1: none)
-  };
-  std::unordered_map<const Activation*, Readers> readers;
-  auto read_in_backward_by = [](Readers& r, int index) {
-    r.first_backward_reader = r.first_backward_reader < 0 ? index : std::min(r.first_backward_reader, index);
-  };
+  // The steps at which each value is read: its consumers' forwards (and their runs again), the backward
+  // of every consumer that reads it, and its producer's backward where that reads its output.
+  std::unordered_map<const Activation*, std::vector<int>> reads;
+  std::unordered_set<const Activation*> consumed;  // read by some layer's forward
   for (int index = 0; index < layer_count; ++index) {
     const Layer& layer = *layers_[static_cast<size_t>(index)];
-    Readers& own = readers[layer.output()];
-    if (layer.backward_reads_output()) read_in_backward_by(own, index);
+    const auto k = static_cast<size_t>(index);
+    if (layer.backward_reads_output()) reads[layer.output()].push_back(s.backward[k]);
     for (int i = 0; i < static_cast<int>(layer.inputs().size()); ++i) {
-      Readers& r = readers[layer.inputs()[static_cast<size_t>(i)]];
-      r.last_forward = index;
-      if (layer.backward_reads_input(i)) read_in_backward_by(r, index);
+      const Activation* input = layer.inputs()[static_cast<size_t>(i)];
+      consumed.insert(input);
+      std::vector<int>& r = reads[input];
+      r.push_back(s.forward[k]);
+      if (s.again[k] >= 0) r.push_back(s.again[k]);
+      if (layer.backward_reads_input(i)) r.push_back(s.backward[k]);
     }
   }
 
@@ -114,8 +175,9 @@ void Network::plan() {
   // forward, or, when a backward reads it, the backward of the earliest layer that does (the backward pass
   // runs in reverse, so that one comes last). After that its memory is free for the gradients of the
   // layers before it, which is what keeps ResNet-50's gradients inside the memory its saved activations
-  // leave behind. The network's inputs (fed before the step), its outputs (read after it) and the values
-  // marked keep_after_step hold data all step.
+  // leave behind. A value its producer makes again (recompute) holds data up to its last read before that,
+  // and again from its remaking to its last read after it. The network's inputs (fed before the step), its
+  // outputs (read after it) and the values marked keep_after_step hold data all step.
   // A gradient holds data from its first write in the backward pass until its producer's backward has
   // read it. Every backward reads only its output's gradient, its inputs and output where it says so
   // (backward_reads_input/output), and writes only its inputs' gradients (the layer contract); all those
@@ -124,19 +186,29 @@ void Network::plan() {
   // test's input or output) and holds data all step.
   for (Activation& a : activations_) {
     auto produced = producer.find(&a);
-    auto read = readers.find(&a);
-    if (produced != producer.end() && read != readers.end() && read->second.last_forward >= 0 &&
-        !a.kept_after_step) {
-      const Readers& r = read->second;
-      const int last = r.first_backward_reader >= 0 ? backward_step(r.first_backward_reader) : r.last_forward;
-      memory_.add_transient(a.value, a.name, produced->second, last);
+    auto read = reads.find(&a);
+    if (produced != producer.end() && consumed.count(&a) && !a.kept_after_step) {
+      const auto p = static_cast<size_t>(produced->second);
+      const int again = s.again[p];
+      int last = s.forward[p], again_last = again;
+      for (int step : read->second) {
+        if (again >= 0 && step > again)
+          again_last = std::max(again_last, step);
+        else
+          last = std::max(last, step);
+      }
+      if (again >= 0)
+        memory_.add_transient(a.value, a.name, s.forward[p], last, again, again_last);
+      else
+        memory_.add_transient(a.value, a.name, s.forward[p], last);
     } else {
       memory_.add_activation(a.value, a.name);
     }
     if (!a.needs_grad) continue;
     auto written = first_write.find(&a);
     if (produced != producer.end() && written != first_write.end()) {
-      memory_.add_transient(a.grad, a.name + ".grad", written->second, backward_step(produced->second));
+      memory_.add_transient(a.grad, a.name + ".grad", written->second,
+                            s.backward[static_cast<size_t>(produced->second)]);
     } else {
       memory_.add_activation(a.grad, a.name + ".grad");
     }
@@ -159,6 +231,10 @@ void Network::forward(Phase phase) {
 void Network::backward() {
   DLB_CHECK(finalized_, "backward before finalize");
   for (int i = static_cast<int>(layers_.size()) - 1; i >= 0; --i) {
+    for (int j : recompute_before_[static_cast<size_t>(i)]) {
+      TimelineSpan span(layers_[static_cast<size_t>(j)]->name() + " recompute", "compute");
+      layers_[static_cast<size_t>(j)]->forward(Phase::train);
+    }
     {
       TimelineSpan span(layers_[static_cast<size_t>(i)]->name() + " backward", "compute");
       layers_[static_cast<size_t>(i)]->backward();

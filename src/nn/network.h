@@ -24,6 +24,11 @@ struct NetworkOptions {
   int64_t batch = 1;
   // Fusions forced on or off whatever the backend says (unset: the backend decides).
   FusionChoices fusions;
+  // Activation recomputation (--recompute): the values made inside each block the model marks
+  // (set_block) are dropped after the forward pass and made again just before the block's backward, by
+  // running the block's layers forward once more. The memory of a block's inner activations is then
+  // needed by one block at a time instead of by all of them, for about a third more forward compute.
+  bool recompute = false;
 };
 
 class Network {
@@ -52,10 +57,15 @@ class Network {
   template <typename L, typename... Args>
   L& add(Args&&... args) {
     auto layer = std::make_unique<L>(*this, std::forward<Args>(args)...);
+    layer->set_block(current_block_);
     L& ref = *layer;
     layers_.push_back(std::move(layer));
     return ref;
   }
+
+  // Layers added from now on belong to block `index` (-1: to none). A block is a run of consecutive
+  // layers; its last layer's output is what the next block reads, and is never recomputed.
+  void set_block(int index) { current_block_ = index; }
 
   // The fusion pass's edits, before planning. `fused` takes `layer`'s place in the execution order (and
   // `layer` is destroyed); remove_layer takes a layer out with its output, which no layer may read any more.
@@ -102,6 +112,9 @@ class Network {
   Accumulate parameter_grad_mode_ = Accumulate::overwrite;
   const float* loss_scale_ = nullptr;
   std::function<void(int)> backward_observer_;
+  int current_block_ = -1;
+  // With recompute: the layers whose forward runs again just before layer i's backward (execution order).
+  std::vector<std::vector<int>> recompute_before_;
   bool finalized_ = false, planned_ = false;
 
   void plan();  // fusions, gradient modes, live ranges, layer plans, placement

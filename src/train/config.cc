@@ -241,6 +241,10 @@ void resolve_length(RunConfig& c) {
   } else {
     DLB_REQUIRE(c.model.seq_len == 0, "--seq-len: {} reads images; only GPT models take sequences",
                 c.model.name);
+    // A ResNet's blocks hold batch norms, whose forward in training moves the running statistics: a
+    // second forward would move them twice.
+    DLB_REQUIRE(!c.model.recompute, "--recompute: only the GPT models recompute their blocks; {} does not",
+                c.model.name);
   }
   if (!c.batch_size) c.batch_size = on_cpu ? (imagenet_model ? 16 : 128) : (imagenet_model ? 256 : 512);
   DLB_REQUIRE(*c.batch_size > 0, "--batch-size {}: must be a positive number of {} per device", *c.batch_size,
@@ -566,6 +570,7 @@ nlohmann::json config_to_json(const RunConfig& c) {
   j["cuda"] = cuda_options_to_json(c.cuda);
   if (is_gpt_model(c.model.name)) {
     j["seq_len"] = c.model.seq_len;
+    j["recompute"] = c.model.recompute;
     j["optimizer"] = optimizer_name(c.optimizer.kind);
     j["adam_betas"] = {c.optimizer.adam_beta1, c.optimizer.adam_beta2};
     j["adam_eps"] = c.optimizer.adam_eps;

@@ -62,8 +62,9 @@ struct ModelConfig {
   std::string name = "resnet50";
   Precision precision = Precision::fp32;
   Layout layout = Layout::nhwc;
-  int image_size = 0;   // output size of the image transform (0 = 224, or the images' own size)
-  int64_t seq_len = 0;  // GPT models: tokens per sequence (resolved: 0 = the model's context)
+  int image_size = 0;      // output size of the image transform (0 = 224, or the images' own size)
+  int64_t seq_len = 0;     // GPT models: tokens per sequence (resolved: 0 = the model's context)
+  bool recompute = false;  // GPT models: each block's activations made again in backward (--recompute)
 };
 
 // The optimizer, its learning-rate schedule, the loss and its scaling.

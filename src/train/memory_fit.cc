@@ -25,6 +25,7 @@ Estimate estimate_at(const RunConfig& config, Backend& backend, const ModelOptio
   net_options.batch = batch;
   net_options.layout = config.model.layout;
   net_options.dtype = compute_dtype(config.model.precision);
+  net_options.recompute = config.model.recompute;
   Model model = build_model(config.model.name, backend, net_options, options);
   Network& net = *model.net;
   net.plan_memory_only();

@@ -85,6 +85,20 @@ TEST(GptCli, BenchOnSyntheticTokens) {
   EXPECT_FALSE(j.contains("mfu")) << "no stated peak on the CPU";
 }
 
+// --recompute trains the same run: the same losses, step by step, and says so in the result's config.
+TEST(GptCli, RecomputeTrainsTheSameLosses) {
+  TempDir dir;
+  const std::string tokens = tokenized_text(dir);
+  const std::string base = std::string("train ") + kSmall + " --data " + tokens + " --steps 3";
+  const nlohmann::json kept = run_json(base, dir, "kept"),
+                       again = run_json(base + " --recompute", dir, "again");
+  ASSERT_EQ(kept["losses"].size(), 3u);
+  EXPECT_EQ(again["losses"], kept["losses"]);
+  EXPECT_EQ(again["val_loss"], kept["val_loss"]);
+  EXPECT_EQ(again["config"]["recompute"], true);
+  EXPECT_EQ(kept["config"]["recompute"], false);
+}
+
 TEST(GptCli, BadFlagsAreOneLineAndExit1) {
   TempDir dir;
   for (const std::string& args :
@@ -93,7 +107,8 @@ TEST(GptCli, BadFlagsAreOneLineAndExit1) {
         std::string("train --model gpt-mini --data ") + dir.file("missing"),
         std::string("train --model gpt-mini --optimizer adam"),
         std::string("train --model gpt-mini --optimizer sgd --clip-grad-norm 1"),
-        std::string("train --model gpt-mini --adam-beta2 1"), std::string("bench --model gpt3")}) {
+        std::string("train --model gpt-mini --adam-beta2 1"), std::string("bench --model gpt3"),
+        std::string("bench --model resnet20 --recompute")}) {
     const CommandResult r = run_dlbench(args, 60);
     EXPECT_EQ(r.exit_code, 1) << args << "\n" << r.err;
     EXPECT_EQ(count_lines(r.err), 1) << args << "\n" << r.err;
