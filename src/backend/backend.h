@@ -522,6 +522,17 @@ class Backend : public StreamClock {
                                                      int64_t valid_classes, float label_smoothing,
                                                      float scale, Tensor& dlogits,
                                                      const float* loss_scale = nullptr);
+  // The language model's loss and its gradient in one pass over the logits (llm.c's fused classifier), so
+  // that no [N, K] probabilities are stored: over logits [N, K] whose first `valid_classes` columns are
+  // the vocabulary, each row's cross-entropy (as softmax_cross_entropy_padded_forward's) into row_loss
+  // (f32 [N]) and their mean into loss ([1]; f64 for f64 logits); then, with `gradient_scale`, each row's
+  // logits are overwritten by their gradient, gradient_scale * loss_scale * (softmax - target) / N (the
+  // padded columns 0), a row read whole before it is written. loss_scale (optional) is read from the
+  // backend's memory when the op runs. The logits' memory then holds the gradient the head's backward reads.
+  virtual void softmax_cross_entropy_fused(Tensor& logits, const Tensor& labels, int64_t valid_classes,
+                                           float label_smoothing, Tensor& row_loss, Tensor& loss,
+                                           std::optional<float> gradient_scale,
+                                           const float* loss_scale = nullptr);
   // out (f32 [1]) = (or +=, by `accumulate`: several buffers into one norm) the sum of squares of x (an
   // FP32 flat buffer): the global gradient norm for AdamWStep::grad_norm_squared.
   virtual void sum_of_squares(const Tensor& x, Tensor& out, Accumulate accumulate);

@@ -32,6 +32,10 @@ void Backend::gelu_forward(const Tensor&, Tensor&) { not_implemented(*this, "gel
 void Backend::gelu_backward(const Tensor&, const Tensor&, Tensor&) {
   not_implemented(*this, "gelu_backward");
 }
+void Backend::softmax_cross_entropy_fused(Tensor&, const Tensor&, int64_t, float, Tensor&, Tensor&,
+                                          std::optional<float>, const float*) {
+  not_implemented(*this, "softmax_cross_entropy_fused");
+}
 void Backend::attention_forward(const Tensor&, int64_t, Tensor&, Tensor&) {
   not_implemented(*this, "attention_forward");
 }

@@ -110,7 +110,8 @@ Model build_gpt(const std::string& name, Backend& backend, const NetworkOptions&
   net.set_block(-1);
   x = net.add<LayerNormLayer>("transformer.ln_f", *x).output();
   model.logits = net.add<TiedLmHeadLayer>("lm_head", *x, embedding).output();
-  model.loss = &net.add<SoftmaxCrossEntropyLayer>("loss", *model.logits, *model.targets, 0.f, spec.vocab);
+  model.loss = &net.add<SoftmaxCrossEntropyLayer>("loss", *model.logits, *model.targets, 0.f, spec.vocab,
+                                                  LossGradient::over_the_logits);
   return model;
 }
 

@@ -53,6 +53,10 @@ class Layer {
   // only holds data while the forward pass needs it, so the memory plan lets it share memory; a layer says
   // false only where its backward (on every backend) provably never reads the value.
   virtual bool backward_reads_input(int index) const { return true; }
+  // Whether the layer writes input `index`'s gradient over the input's value (in its training forward:
+  // the fused loss). The memory plan then gives the gradient the value's memory, from the value's making
+  // to its producer's backward; the layer must be the value's only reader.
+  virtual bool gradient_over_input(int index) const { return false; }
   virtual bool backward_reads_output() const { return true; }
   // Multiply-accumulates of one forward pass (for FLOP counts and the per-layer profile).
   virtual int64_t forward_macs() const { return 0; }

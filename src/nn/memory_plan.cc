@@ -83,6 +83,15 @@ std::string Placement::steps() const {
                          : fmt::format("{}-{} and {}-{}", first, last, again_first, again_last);
 }
 
+void MemoryPlan::add_alias(Tensor& tensor, const Tensor& of) {
+  DLB_CHECK(!placed_, "an alias declared after placement");
+  DLB_CHECK(tensor.bytes() <= of.bytes(), "an alias of {} bytes onto {} bytes", tensor.bytes(), of.bytes());
+  DLB_CHECK(
+      std::any_of(per_step_.begin(), per_step_.end(), [&](const PerStep& p) { return p.tensor == &of; }),
+      "an alias onto a tensor the plan does not hold");
+  aliases_.emplace_back(&tensor, &of);
+}
+
 void MemoryPlan::add_saved_bytes(void** pointer, size_t bytes) {
   DLB_CHECK(!placed_, "saved state declared after placement");
   per_step_.push_back({nullptr, pointer});
@@ -276,6 +285,7 @@ void MemoryPlan::allocate(uint64_t seed) {
     if (per_step_[i].tensor) per_step_[i].tensor->set_data(data);
     if (per_step_[i].pointer) *per_step_[i].pointer = data;
   }
+  for (auto& [tensor, of] : aliases_) tensor->set_data(of->data());
 
   workspace_ = workspace_bytes_ > 0 ? new_arena(workspace_bytes_) : nullptr;
   initialise(seed);

@@ -138,6 +138,9 @@ class MemoryPlan {
   // and, recomputed in the backward pass, again over [again_first, again_last].
   void add_transient(Tensor& tensor, std::string name, int first, int last, int again_first = -1,
                      int again_last = -1);
+  // `tensor` takes the memory of `of`, a per-step tensor declared before it (an activation's gradient
+  // written over the activation: the fused loss's logits).
+  void add_alias(Tensor& tensor, const Tensor& of);
   void add_saved_bytes(void** pointer, size_t bytes);
   void require_workspace(size_t bytes);
   // Device memory a backend plan holds outside the arenas (BatchNormPlan::held_bytes).
@@ -213,6 +216,7 @@ class MemoryPlan {
   std::vector<ParameterInfo> parameters_;
   std::vector<Buffer> buffers_;
   std::vector<PerStep> per_step_;
+  std::vector<std::pair<Tensor*, const Tensor*>> aliases_;
   std::vector<Placement> placements_;
   std::vector<size_t> arena_sizes_;  // set by place(), in allocation order
   int64_t parameter_count_ = 0, buffer_count_ = 0;

@@ -156,14 +156,16 @@ void Network::plan() {
   // The steps at which each value is read: its consumers' forwards (and their runs again), the backward
   // of every consumer that reads it, and its producer's backward where that reads its output.
   std::unordered_map<const Activation*, std::vector<int>> reads;
-  std::unordered_set<const Activation*> consumed;  // read by some layer's forward
+  std::unordered_map<const Activation*, int> consumers;       // how many layers' forwards read it
+  std::unordered_set<const Activation*> gradient_over_value;  // a reader writes its gradient over it
   for (int index = 0; index < layer_count; ++index) {
     const Layer& layer = *layers_[static_cast<size_t>(index)];
     const auto k = static_cast<size_t>(index);
     if (layer.backward_reads_output()) reads[layer.output()].push_back(s.backward[k]);
     for (int i = 0; i < static_cast<int>(layer.inputs().size()); ++i) {
       const Activation* input = layer.inputs()[static_cast<size_t>(i)];
-      consumed.insert(input);
+      ++consumers[input];
+      if (layer.gradient_over_input(i)) gradient_over_value.insert(input);
       std::vector<int>& r = reads[input];
       r.push_back(s.forward[k]);
       if (s.again[k] >= 0) r.push_back(s.again[k]);
@@ -187,7 +189,18 @@ void Network::plan() {
   for (Activation& a : activations_) {
     auto produced = producer.find(&a);
     auto read = reads.find(&a);
-    if (produced != producer.end() && consumed.count(&a) && !a.kept_after_step) {
+    if (gradient_over_value.count(&a)) {
+      // The gradient is written over the value (the fused loss's logits): one placement holds the value
+      // from its making and then the gradient up to its producer's backward.
+      DLB_CHECK(produced != producer.end() && consumers[&a] == 1 && !a.kept_after_step &&
+                    !layers_[static_cast<size_t>(produced->second)]->backward_reads_output(),
+                "{}: its gradient is written over it, so it must have one reader and no other use", a.name);
+      const auto p = static_cast<size_t>(produced->second);
+      memory_.add_transient(a.value, a.name, s.forward[p], s.backward[p]);
+      memory_.add_alias(a.grad, a.value);
+      continue;
+    }
+    if (produced != producer.end() && consumers.count(&a) && !a.kept_after_step) {
       const auto p = static_cast<size_t>(produced->second);
       const int again = s.again[p];
       int last = s.forward[p], again_last = again;

@@ -429,6 +429,42 @@ TEST_P(PaddedLossTest, ForwardAndBackwardMatchReference) {
   }
 }
 
+// The fused loss (the language model's): loss, row losses and the gradient written over the logits match
+// the reference's fused op; inference leaves the logits as they were.
+TEST_P(PaddedLossTest, FusedMatchesReference) {
+  const DType dtype = GetParam();
+  Backend& gpu = shared_gpu();
+  for (const PaddedLossCase& c : kPaddedLossCases) {
+    const std::string where =
+        fmt::format("N={} K={} valid={} smoothing={} {}", c.N, c.K, c.valid, c.smoothing, dtype_name(dtype));
+    SCOPED_TRACE(where);
+    const HostBuffer labels = host_ints({c.N}, random_ints(c.N, static_cast<int32_t>(c.valid), 83));
+    HostBuffer logits = random_host(*ref, {c.N, c.K}, dtype, 84, Layout::nchw, -4.0, 4.0);
+    HostBuffer rlogits = wide(*ref, logits);
+    DeviceTensor d_logits(gpu, logits), d_labels(gpu, labels);
+    DeviceTensor d_rows(gpu, {c.N}, DType::f32), d_loss(gpu, {1}, DType::f32), d_scale(gpu, {1}, DType::f32);
+    HostBuffer rrows({c.N}, DType::f32), rloss({1}, DType::f32);
+    const float host_scale = 256.f;
+    gpu.fill(d_scale.tensor(), host_scale);
+    gpu.softmax_cross_entropy_fused(d_logits.tensor(), d_labels.tensor(), c.valid, c.smoothing,
+                                    d_rows.tensor(), d_loss.tensor(), std::nullopt);
+    expect_close(("fused loss, inference " + where).c_str(), download_wide(*ref, d_logits).tensor(),
+                 rlogits.tensor(), 0.0);
+    gpu.softmax_cross_entropy_fused(d_logits.tensor(), d_labels.tensor(), c.valid, c.smoothing,
+                                    d_rows.tensor(), d_loss.tensor(), 0.5f, d_scale.tensor().ptr<float>());
+    ref->softmax_cross_entropy_fused(rlogits.tensor(), labels.tensor(), c.valid, c.smoothing, rrows.tensor(),
+                                     rloss.tensor(), 0.5f, &host_scale);
+    expect_close(("fused loss " + where).c_str(), d_loss.download().tensor(), rloss.tensor(), 1e-5);
+    expect_close(("fused row losses " + where).c_str(), d_rows.download().tensor(), rrows.tensor(), 1e-5);
+    const HostBuffer gradient = download_wide(*ref, d_logits);
+    expect_close(("fused gradient " + where).c_str(), gradient.tensor(), rlogits.tensor(), tolerance(dtype));
+    int64_t nonzero_padding = 0;
+    for (int64_t n = 0; n < c.N; ++n)
+      for (int64_t j = c.valid; j < c.K; ++j) nonzero_padding += gradient.ptr<float>()[n * c.K + j] != 0.f;
+    EXPECT_EQ(nonzero_padding, 0) << "fused " << where << ": padded gradients are not 0";
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(Dtypes, PaddedLossTest, ::testing::ValuesIn(kDtypes), dtype_label);
 
 // ---------------------------------------------------------------------------------------------------------

@@ -269,6 +269,30 @@ TEST_F(TransformerOpsOnOneDnn, PaddedCrossEntropyMatchesReference) {
   }
 }
 
+// The fused loss: its loss and the gradient it writes over the logits match the reference's fused op.
+TEST_F(TransformerOpsOnOneDnn, FusedCrossEntropyMatchesReference) {
+  const int64_t N = 13, K = 24, V = 19;
+  HostBuffer labels({N}, DType::i32);
+  for (int64_t n = 0; n < N; ++n) labels.ptr<int32_t>()[n] = static_cast<int32_t>((n * 5) % V);
+  for (float smoothing : {0.f, 0.1f}) {
+    SCOPED_TRACE(fmt::format("smoothing {}", smoothing));
+    HostBuffer logits = random_buffer({N, K}, 63, -4.0, 4.0),
+               logits_ref = random_buffer({N, K}, 63, -4.0, 4.0);
+    HostBuffer rows({N}, DType::f32), rows_ref({N}, DType::f32), loss({1}, DType::f32),
+        loss_ref({1}, DType::f32);
+    const float loss_scale = 8.f;
+    onednn->softmax_cross_entropy_fused(logits.tensor(), labels.tensor(), V, smoothing, rows.tensor(),
+                                        loss.tensor(), 0.5f, &loss_scale);
+    ref->softmax_cross_entropy_fused(logits_ref.tensor(), labels.tensor(), V, smoothing, rows_ref.tensor(),
+                                     loss_ref.tensor(), 0.5f, &loss_scale);
+    EXPECT_LT(relative_error(loss.tensor(), loss_ref.tensor()), 1e-6);
+    EXPECT_LT(relative_error(rows.tensor(), rows_ref.tensor()), 1e-6);
+    EXPECT_LT(relative_error(logits.tensor(), logits_ref.tensor()), 1e-5);  // the gradients
+    for (int64_t n = 0; n < N; ++n)
+      for (int64_t j = V; j < K; ++j) ASSERT_EQ(logits.ptr<float>()[n * K + j], 0.f);
+  }
+}
+
 TEST_F(TransformerOpsOnOneDnn, PaddedCrossEntropyRejectsALabelInThePadding) {
   HostBuffer logits = random_buffer({2, 8}, 62), labels({2}, DType::i32), probs({2, 8}, DType::f32),
              loss({1}, DType::f32);

@@ -1,6 +1,8 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstring>
+#include <optional>
 #include <string>
 
 #include "backend/reference/reference_backend.h"
@@ -180,6 +182,62 @@ TEST_P(TransformerCrossEntropy, GradientMatchesCentralDifferences) {
     return loss_value.ptr<double>()[0];
   };
   EXPECT_TRUE(gradient_matches(loss, logits.tensor(), dlogits.tensor(), testing::kGradientTolerance));
+}
+
+// The fused op (the language model's loss): the loss and each row's loss from the logits, and, in
+// training, the gradient written over them, equal to the padded ops' forward and backward; in double the
+// gradient it writes is the loss's by central differences.
+TEST_P(TransformerCrossEntropy, FusedOverTheLogitsEqualsForwardThenBackward) {
+  const float smoothing = GetParam();
+  ReferenceBackend backend;
+  const int64_t N = 4, V = 6, K = 8;
+  for (DType dtype : {DType::f32, DType::f64}) {
+    SCOPED_TRACE(dtype_name(dtype));
+    HostBuffer logits = random_buffer({N, K}, dtype, Layout::nchw, 83, -3.0, 3.0);
+    for (int64_t n = 0; n < N; ++n)
+      for (int64_t j = V; j < K; ++j) testing::set_element(logits.tensor(), n * K + j, 50.0);
+    HostBuffer labels = labels_of({2, 5, 0, 5});
+    HostBuffer probs = zeros({N, K}, dtype), loss = zeros({1}, dtype), dlogits = zeros({N, K}, dtype);
+    const float loss_scale = 4.f;
+    backend.softmax_cross_entropy_padded_forward(logits.tensor(), labels.tensor(), V, smoothing,
+                                                 probs.tensor(), loss.tensor());
+    backend.softmax_cross_entropy_padded_backward(probs.tensor(), labels.tensor(), V, smoothing, 0.5f,
+                                                  dlogits.tensor(), &loss_scale);
+    HostBuffer fused_loss = zeros({1}, dtype), rows = zeros({N}, DType::f32),
+               inference_loss = zeros({1}, dtype);
+    HostBuffer kept = zeros({N, K}, dtype);
+    std::memcpy(kept.tensor().data(), logits.tensor().data(), logits.tensor().bytes());
+    // Inference: the loss alone, the logits left as they were.
+    backend.softmax_cross_entropy_fused(logits.tensor(), labels.tensor(), V, smoothing, rows.tensor(),
+                                        inference_loss.tensor(), std::nullopt);
+    EXPECT_EQ(std::memcmp(kept.tensor().data(), logits.tensor().data(), logits.tensor().bytes()), 0);
+    backend.softmax_cross_entropy_fused(logits.tensor(), labels.tensor(), V, smoothing, rows.tensor(),
+                                        fused_loss.tensor(), 0.5f, &loss_scale);
+    const double tolerance = dtype == DType::f64 ? 1e-12 : 1e-6;
+    EXPECT_NEAR(testing::get_element(fused_loss.tensor(), 0), testing::get_element(loss.tensor(), 0),
+                tolerance);
+    EXPECT_EQ(testing::get_element(inference_loss.tensor(), 0), testing::get_element(fused_loss.tensor(), 0));
+    double row_sum = 0;
+    for (int64_t n = 0; n < N; ++n) row_sum += rows.ptr<float>()[n];
+    EXPECT_NEAR(row_sum / N, testing::get_element(loss.tensor(), 0), 1e-6);
+    for (int64_t e = 0; e < N * K; ++e)
+      EXPECT_NEAR(testing::get_element(logits.tensor(), e), testing::get_element(dlogits.tensor(), e),
+                  tolerance * 8)
+          << e;
+  }
+  HostBuffer logits = random_buffer({N, K}, DType::f64, Layout::nchw, 84, -3.0, 3.0);
+  HostBuffer labels = labels_of({1, 5, 0, 3});
+  HostBuffer rows = zeros({N}, DType::f32), loss_value = zeros({1}, DType::f64),
+             gradient = zeros({N, K}, DType::f64);
+  std::memcpy(gradient.tensor().data(), logits.tensor().data(), logits.tensor().bytes());
+  backend.softmax_cross_entropy_fused(gradient.tensor(), labels.tensor(), V, smoothing, rows.tensor(),
+                                      loss_value.tensor(), 1.0f);
+  auto loss = [&] {
+    backend.softmax_cross_entropy_fused(logits.tensor(), labels.tensor(), V, smoothing, rows.tensor(),
+                                        loss_value.tensor(), std::nullopt);
+    return loss_value.ptr<double>()[0];
+  };
+  EXPECT_TRUE(gradient_matches(loss, logits.tensor(), gradient.tensor(), testing::kGradientTolerance));
 }
 
 INSTANTIATE_TEST_SUITE_P(LabelSmoothing, TransformerCrossEntropy, ::testing::Values(0.0f, 0.1f),

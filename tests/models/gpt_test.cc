@@ -9,6 +9,7 @@
 
 #include "backend/backend.h"
 #include "core/status.h"
+#include "nn/memory_plan.h"
 
 namespace dlbench {
 namespace {
@@ -129,6 +130,29 @@ TEST(Gpt, MiniShapesAndGpt2Initialisation) {
   }
   model.net->forward(Phase::train);
   EXPECT_NEAR(model.loss->output()->value.ptr<float>()[0], std::log(256.0), 0.15);
+}
+
+// The loss writes the logits' gradient over the logits (LossGradient::over_the_logits): one tensor of
+// [N, V] in the compute dtype where there were three (the logits, their gradient, f32 probabilities).
+TEST(Gpt, TheLogitsGradientTakesTheLogitsMemory) {
+  auto backend = make_reference_backend();
+  NetworkOptions options;
+  options.batch = 2;
+  Model model = build_gpt("gpt-mini", *backend, options, 16);
+  model.net->finalize(5);
+  EXPECT_EQ(model.logits->grad.data(), model.logits->value.data());
+  for (const Placement& p : model.net->memory().placements())
+    EXPECT_EQ(p.name.find("probabilities"), std::string::npos) << p.name;
+  // gpt2 at batch 4 x 1024 in bf16: the activations are under the [N, V] tensors' three copies that the
+  // head took before.
+  NetworkOptions big;
+  big.batch = 4;
+  big.dtype = DType::bf16;
+  Model gpt2 = build_gpt("gpt2", *backend, big, 1024);
+  gpt2.net->plan_memory_only();
+  const double logits_bytes = 4.0 * 1024 * 50304 * 2;
+  EXPECT_LT(double(gpt2.net->memory().activation_bytes()), 2.0 * logits_bytes + 1.3e9)
+      << gpt2.net->memory().activation_bytes();
 }
 
 TEST(Gpt, ModelListAndErrors) {

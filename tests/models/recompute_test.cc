@@ -83,7 +83,7 @@ TEST(Recompute, GptMiniOnOneDnnSameStepLessMemory) {
 // attention's and c_proj's outputs, residual_1, ln_2, c_fc's and GELU's four each), which without
 // recomputation all 12 blocks keep until their backward; with it, about one block's worth is live at a
 // time. gpt2 at batch 4 and 1024 tokens in bf16 (planned, nothing allocated) saves most of 11 blocks' worth.
-// (What stays is mostly the head's: the logits, their gradient and the loss's probabilities.)
+// (What stays is mostly the logits, whose memory their gradient takes.)
 TEST(Recompute, Gpt2KeepsAboutOneBlocksInnerValues) {
   auto backend = make_reference_backend();
   size_t bytes[2] = {};

@@ -128,17 +128,26 @@ void CudaBackend::gelu_backward(const Tensor& x, const Tensor& dy, Tensor& dx) {
 
 // ---- the padded softmax cross-entropy ----
 
+namespace {
+
+// Logits [N, K] of a transformer dtype, `valid_classes` of their columns classes, a smoothing in [0, 1].
+void check_logits(const char* op, const Tensor& logits, int64_t valid_classes, float label_smoothing) {
+  check_transformer_dtype(op, "logits", logits);
+  DLB_CHECK(logits.rank() == 2, "{}: logits is {}, expected [N, K]", op, logits.describe());
+  DLB_CHECK(valid_classes > 0 && valid_classes <= logits.dim(1), "{}: {} valid classes for logits {}", op,
+            valid_classes, logits.describe());
+  DLB_CHECK(label_smoothing >= 0.f && label_smoothing <= 1.f, "{}: label_smoothing {} is outside [0, 1]", op,
+            label_smoothing);
+}
+
+}  // namespace
+
 void CudaBackend::softmax_cross_entropy_padded_forward(const Tensor& logits, const Tensor& labels,
                                                        int64_t valid_classes, float label_smoothing,
                                                        Tensor& probs, Tensor& loss) {
   const char* op = "softmax_cross_entropy_padded_forward";
-  check_transformer_dtype(op, "logits", logits);
-  DLB_CHECK(logits.rank() == 2, "{}: logits is {}, expected [N, K]", op, logits.describe());
+  check_logits(op, logits, valid_classes, label_smoothing);
   const int64_t n = logits.dim(0), k = logits.dim(1);
-  DLB_CHECK(valid_classes > 0 && valid_classes <= k, "{}: {} valid classes for logits {}", op, valid_classes,
-            logits.describe());
-  DLB_CHECK(label_smoothing >= 0.f && label_smoothing <= 1.f, "{}: label_smoothing {} is outside [0, 1]", op,
-            label_smoothing);
   check_tensor(op, "labels", labels, {n}, DType::i32);
   check_tensor(op, "probs", probs, {n, k}, DType::f32);
   check_tensor(op, "loss", loss, {1}, DType::f32);
@@ -170,6 +179,23 @@ void CudaBackend::softmax_cross_entropy_padded_backward(const Tensor& probs, con
   cuda::softmax_cross_entropy_padded_backward(probs.ptr<float>(), labels.ptr<int32_t>(), n, k, valid_classes,
                                               label_smoothing, scale, loss_scale, dlogits.data(),
                                               dlogits.dtype(), stream_);
+}
+
+void CudaBackend::softmax_cross_entropy_fused(Tensor& logits, const Tensor& labels, int64_t valid_classes,
+                                              float label_smoothing, Tensor& row_loss, Tensor& loss,
+                                              std::optional<float> gradient_scale, const float* loss_scale) {
+  const char* op = "softmax_cross_entropy_fused";
+  check_logits(op, logits, valid_classes, label_smoothing);
+  const int64_t n = logits.dim(0), k = logits.dim(1);
+  DLB_CHECK(n > 0, "{}: no rows (the mean over no rows is undefined)", op);
+  check_tensor(op, "labels", labels, {n}, DType::i32);
+  check_tensor(op, "row_loss", row_loss, {n}, DType::f32);
+  check_tensor(op, "loss", loss, {1}, logits.dtype() == DType::f64 ? DType::f64 : DType::f32);
+  activate();
+  cuda::softmax_cross_entropy_fused(logits.data(), logits.dtype(), labels.ptr<int32_t>(), n, k, valid_classes,
+                                    label_smoothing, row_loss.ptr<float>(), loss.data(),
+                                    gradient_scale.has_value(), gradient_scale.value_or(0.f), loss_scale,
+                                    stream_);
 }
 
 // ---- the gradient norm and AdamW ----

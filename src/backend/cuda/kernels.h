@@ -50,6 +50,13 @@ void softmax_cross_entropy_padded_backward(const float* probs, const int32_t* la
                                            int64_t valid, float label_smoothing, float scale,
                                            const float* loss_scale, void* dlogits, DType dlogits_dtype,
                                            cudaStream_t stream);
+// Backend::softmax_cross_entropy_fused: rows of ld columns of which the first k are classes; row_loss f32
+// [n], loss [1] (f64 for f64 logits); with write_gradient the logits are overwritten by
+// scale * loss_scale * (softmax - target) / n (0 in the padded columns).
+void softmax_cross_entropy_fused(void* logits, DType logits_dtype, const int32_t* labels, int64_t n,
+                                 int64_t ld, int64_t k, float label_smoothing, float* row_loss, void* loss,
+                                 bool write_gradient, float scale, const float* loss_scale,
+                                 cudaStream_t stream);
 
 // ---- transformer ops (GPT-2): the semantics of Backend's ops of the same names ----
 

@@ -24,6 +24,10 @@
 //
 // Backward: an elementwise pass, dlogits = (scale / N) * (probs - target), 16-byte loads of probs.
 //
+// Fused (the language model's loss, Backend::softmax_cross_entropy_fused): the block kernel's statistics,
+// each row's loss into row_loss, then, with a gradient, the gradient written over the logits it was
+// computed from; mean_of_rows_kernel sums the row losses in f64 in a fixed order.
+//
 // A vocabulary padded to a round width (GPT-2's 50,257 tokens in rows of 50,304) runs the same kernels
 // with a row stride: the statistics, stashes and smoothing cover the valid columns alone, and the padded
 // columns get probability 0 and gradient 0.
@@ -113,6 +117,26 @@ __global__ void __launch_bounds__(kLossThreads)
   if (lane == 0) write_stashes(x, p, k, label, stash_smoothing, m, log_s, sum_diff);
 }
 
+// A row's statistics over its first k entries, by a block of kLossThreads (two passes): m = max x,
+// S = sum exp(x - m), D = sum (x - m). Every thread gets them.
+template <typename A>
+struct RowStatistics {
+  A max, sum_exp, sum_diff;
+};
+template <typename A, typename T>
+__device__ RowStatistics<A> row_statistics(const T* x, int64_t k, A* smem) {
+  A m = -INFINITY;
+  for (int64_t j = threadIdx.x; j < k; j += kLossThreads) m = max(m, widen(x[j]));
+  m = block_reduce<true>(m, smem);
+  A sum_exp = 0, sum_diff = 0;
+  for (int64_t j = threadIdx.x; j < k; j += kLossThreads) {
+    const A d = widen(x[j]) - m;
+    sum_exp += exp_acc(d);
+    sum_diff += d;
+  }
+  return {m, block_reduce<false>(sum_exp, smem), block_reduce<false>(sum_diff, smem)};
+}
+
 template <typename T>
 __global__ void __launch_bounds__(kLossThreads)
     block_rows_kernel(const T* __restrict__ logits, const int32_t* __restrict__ labels, int64_t n, int64_t k,
@@ -125,20 +149,8 @@ __global__ void __launch_bounds__(kLossThreads)
   float* p = probs + row * ld;
   for (int64_t j = k + t; j < ld; j += kLossThreads) p[j] = 0.f;  // padded columns: absent classes
 
-  A m = -INFINITY;
-  for (int64_t j = t; j < k; j += kLossThreads) m = max(m, widen(x[j]));
-  m = block_reduce<true>(m, smem);
-
-  A sum_exp = 0, sum_diff = 0;
-  for (int64_t j = t; j < k; j += kLossThreads) {
-    const A d = widen(x[j]) - m;
-    sum_exp += exp_acc(d);
-    sum_diff += d;
-  }
-  sum_exp = block_reduce<false>(sum_exp, smem);
-  sum_diff = block_reduce<false>(sum_diff, smem);
-
-  const A log_s = log_acc(sum_exp);
+  const RowStatistics<A> r = row_statistics(x, k, smem);
+  const A m = r.max, sum_diff = r.sum_diff, log_s = log_acc(r.sum_exp);
   const int64_t label = labels[row];
   const bool stash_smoothing = smoothing != 0.f && k > 1;
   const int64_t second = label + 1 == k ? 0 : label + 1;
@@ -150,6 +162,19 @@ __global__ void __launch_bounds__(kLossThreads)
 }
 
 constexpr int kFinalizeThreads = 512;  // 128 registers a thread: the f64 version does not spill
+
+// loss[0] = (the block's threads' `total`s summed in a fixed order) / n; one block of kFinalizeThreads.
+template <typename L>
+__device__ void write_mean(double total, int64_t n, double* warp_totals, L* loss) {
+  total = warp_sum(total);
+  if (threadIdx.x % 32 == 0) warp_totals[threadIdx.x / 32] = total;
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    double sum = 0;
+    for (int w = 0; w < kFinalizeThreads / 32; ++w) sum += warp_totals[w];
+    loss[0] = static_cast<L>(sum / static_cast<double>(n));
+  }
+}
 
 template <typename T>
 __global__ void __launch_bounds__(kFinalizeThreads)
@@ -199,14 +224,52 @@ __global__ void __launch_bounds__(kFinalizeThreads)
       total += static_cast<double>(row_loss);
     }
   }
-  total = warp_sum(total);
-  if (threadIdx.x % 32 == 0) warp_totals[threadIdx.x / 32] = total;
-  __syncthreads();
-  if (threadIdx.x == 0) {
-    double sum = 0;
-    for (int w = 0; w < kFinalizeThreads / 32; ++w) sum += warp_totals[w];
-    loss[0] = static_cast<float>(sum / static_cast<double>(n));
+  write_mean(total, n, warp_totals, loss);
+}
+
+// The fused op (Backend::softmax_cross_entropy_fused): a block of 256 per row, the block kernel's two
+// passes for m, S and D, the row's loss from them and x[L] (read before anything is written), and, with a
+// gradient, a third pass that writes each element's gradient over the element it read:
+//   g[j] = c * (exp((x[j] - m) - log S) - target[j]),  c = scale * loss_scale / N.
+template <typename T>
+__global__ void __launch_bounds__(kLossThreads)
+    fused_rows_kernel(T* __restrict__ logits, const int32_t* __restrict__ labels, int64_t n, int64_t k,
+                      int64_t ld, float smoothing, bool write_gradient, float c, const float* loss_scale,
+                      float* __restrict__ row_loss) {
+  using A = Acc<T>;
+  __shared__ A smem[kLossThreads / 32];
+  const int64_t row = blockIdx.x;
+  const int t = threadIdx.x;
+  T* x = logits + row * ld;
+
+  const RowStatistics<A> r = row_statistics(x, k, smem);  // its closing barrier: every read is done
+  const A m = r.max, sum_diff = r.sum_diff, log_s = log_acc(r.sum_exp);
+  const int64_t label = labels[row];
+  const A s = static_cast<A>(smoothing);
+  if (t == 0) {
+    const A a = log_s - (widen(x[label]) - m), b = log_s - sum_diff / static_cast<A>(k);
+    row_loss[row] = static_cast<float>((A(1) - s) * a + s * b);
   }
+  if (!write_gradient) return;
+  __syncthreads();  // thread 0 has read x[label]
+  const A scale = static_cast<A>(loss_scale ? c * *loss_scale : c), other = s / static_cast<A>(k),
+          hit = (A(1) - s) + other;
+  for (int64_t j = t; j < k; j += kLossThreads) {
+    const A p = exp_acc((widen(x[j]) - m) - log_s);
+    x[j] = narrow<T>(scale * (p - (j == label ? hit : other)));
+  }
+  for (int64_t j = k + t; j < ld; j += kLossThreads) x[j] = narrow<T>(A(0));
+}
+
+// loss[0] = the mean of row_loss[0, n), summed in f64 in a fixed order (no atomics): one block.
+template <typename L>
+__global__ void __launch_bounds__(kFinalizeThreads)
+    mean_of_rows_kernel(const float* __restrict__ row_loss, int64_t n, L* __restrict__ loss) {
+  __shared__ double warp_totals[kFinalizeThreads / 32];
+  double total = 0;
+  for (int64_t row = threadIdx.x; row < n; row += kFinalizeThreads)
+    total += static_cast<double>(row_loss[row]);
+  write_mean(total, n, warp_totals, loss);
 }
 
 // dlogits[e] = c * (probs[e] - target), target = hit for the label's column, other elsewhere; 0 in the
@@ -316,6 +379,27 @@ void softmax_cross_entropy_padded_backward(const float* probs, const int32_t* la
         n * k, vector_ok,
         XentBackwardOp<D>{probs, labels, static_cast<D*>(dlogits), n, k, valid, c, hit, other, loss_scale},
         stream);
+  });
+}
+
+void softmax_cross_entropy_fused(void* logits, DType logits_dtype, const int32_t* labels, int64_t n,
+                                 int64_t ld, int64_t k, float label_smoothing, float* row_loss, void* loss,
+                                 bool write_gradient, float scale, const float* loss_scale,
+                                 cudaStream_t stream) {
+  const char* op = "softmax_cross_entropy_fused";
+  require_shape(op, n, k, label_smoothing);
+  DLB_KERNEL_REQUIRE(n > 0 && k > 0, op, "the logits are empty (the mean over no rows is undefined)");
+  DLB_KERNEL_REQUIRE(k <= ld, op, "more valid classes than columns");
+  DLB_KERNEL_REQUIRE(n <= int64_t(INT32_MAX), op, "too many rows");
+  const float c = static_cast<float>(static_cast<double>(scale) / static_cast<double>(n));
+  dispatch_float(logits_dtype, op, [&](auto tag) {
+    using T = decltype(tag);
+    fused_rows_kernel<T><<<static_cast<unsigned>(n), kLossThreads, 0, stream>>>(
+        static_cast<T*>(logits), labels, n, k, ld, label_smoothing, write_gradient, c, loss_scale, row_loss);
+    DLB_KERNEL_LAUNCH_CHECK();
+    using L = std::conditional_t<std::is_same_v<T, double>, double, float>;
+    mean_of_rows_kernel<L><<<1, kFinalizeThreads, 0, stream>>>(row_loss, n, static_cast<L*>(loss));
+    DLB_KERNEL_LAUNCH_CHECK();
   });
 }
 

@@ -3,6 +3,9 @@
 // and gradient 0, so the padded rows of a tied embedding never move). The plain ops are the padded ones
 // with V = K. f32 only.
 //
+// The fused op (the language model's loss) takes the same statistics and writes each row's gradient over
+// its logits: exp(z - max - log(sum)) is the probability, so no probabilities are stored.
+//
 // One row per iteration of an OpenMP loop: the row's maximum, exp(z - max) into probs with the sum in
 // double (a 50k-column vocabulary), then probs scaled by 1/sum. With log p_j = z_j - max - log(sum):
 //   loss = -((1 - s) log p_label + s/V sum_{j<V} log p_j),  sum_j log p_j = sum_j (z_j - max) - V log(sum)
@@ -126,6 +129,59 @@ void OneDnnBackend::softmax_cross_entropy_padded_backward(const Tensor& probs, c
     std::fill(dr + V, dr + classes, 0.f);
   }
   DLB_CHECK(!bad_label, "{}: a label is outside [0, {})", op, V);
+}
+
+void OneDnnBackend::softmax_cross_entropy_fused(Tensor& logits, const Tensor& labels, int64_t valid_classes,
+                                                float label_smoothing, Tensor& row_loss, Tensor& loss,
+                                                std::optional<float> gradient_scale,
+                                                const float* loss_scale) {
+  const char* op = "softmax_cross_entropy_fused";
+  require_f32(logits, op, "logits");
+  require_f32(row_loss, op, "row_loss");
+  require_f32(loss, op, "loss");
+  check_loss_operands(op, logits, labels, valid_classes, label_smoothing);
+  DLB_CHECK(row_loss.numel() == logits.dim(0) && loss.numel() >= 1, "{}: logits {} row_loss {} loss {}", op,
+            logits.describe(), row_loss.describe(), loss.describe());
+  const int64_t rows = logits.dim(0), classes = logits.dim(1), V = valid_classes;
+  float* z_all = logits.ptr<float>();
+  const int32_t* lab = labels.ptr<int32_t>();
+  float* row_out = row_loss.ptr<float>();
+  const double s = label_smoothing, off = s / static_cast<double>(V);
+  const float f =
+      gradient_scale ? *gradient_scale * (loss_scale ? *loss_scale : 1.f) / static_cast<float>(rows) : 0.f;
+  const float goff = static_cast<float>(off), gon = static_cast<float>(1.0 - s + off);
+  double total = 0;
+  bool bad_label = false;
+#pragma omp parallel for schedule(static) num_threads(threads_) reduction(+ : total) reduction(|| : bad_label) if (rows * classes > kParallelThreshold)
+  for (int64_t r = 0; r < rows; ++r) {
+    float* z = z_all + r * classes;
+    const int32_t label = lab[r];
+    if (label < 0 || label >= V) {
+      bad_label = true;
+      continue;
+    }
+    const float zmax = max_of(z, V);
+    double sum = 0, sum_z = 0;
+#pragma omp simd reduction(+ : sum, sum_z)
+    for (int64_t k = 0; k < V; ++k) {
+      sum += exp_for_simd(z[k] - zmax);
+      sum_z += z[k] - zmax;
+    }
+    const double log_sum = std::log(sum);
+    const double row =
+        -((1.0 - s) * (z[label] - zmax - log_sum) + off * (sum_z - static_cast<double>(V) * log_sum));
+    row_out[r] = static_cast<float>(row);
+    total += row;
+    if (!gradient_scale) continue;
+    // Each element is read, then its gradient written in its place; the label's column last.
+    const float shift = zmax + static_cast<float>(log_sum), z_label = z[label];
+#pragma omp simd
+    for (int64_t k = 0; k < V; ++k) z[k] = f * (exp_for_simd(z[k] - shift) - goff);
+    z[label] = f * (exp_for_simd(z_label - shift) - gon);
+    std::fill(z + V, z + classes, 0.f);
+  }
+  DLB_CHECK(!bad_label, "{}: a label is outside [0, {})", op, V);
+  loss.ptr<float>()[0] = static_cast<float>(total / static_cast<double>(rows));
 }
 
 }  // namespace onednn

@@ -104,6 +104,10 @@ class ReferenceBackend : public Backend {
   void softmax_cross_entropy_padded_backward(const Tensor& probs, const Tensor& labels, int64_t valid_classes,
                                              float label_smoothing, float scale, Tensor& dlogits,
                                              const float* loss_scale = nullptr) override;
+  void softmax_cross_entropy_fused(Tensor& logits, const Tensor& labels, int64_t valid_classes,
+                                   float label_smoothing, Tensor& row_loss, Tensor& loss,
+                                   std::optional<float> gradient_scale,
+                                   const float* loss_scale = nullptr) override;
   void sum_of_squares(const Tensor& x, Tensor& out, Accumulate accumulate) override;
   void adamw_update(Tensor& params, const Tensor& grads, Tensor& m, Tensor& v,
                     std::span<const ParamSegment> segments, const AdamWStep& step,

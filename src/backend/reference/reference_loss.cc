@@ -8,6 +8,7 @@
 // A padded column is absent, not merely unlikely: probability 0 (not exp(logit) of whatever it holds) and
 // gradient 0, so the padded rows of a tied embedding never move.
 #include <cmath>
+#include <optional>
 #include <vector>
 
 #include "backend/reference/reference_backend.h"
@@ -32,6 +33,16 @@ double target(int32_t label, int64_t j, int64_t classes, double smoothing) {
   return (1 - smoothing) * (j == label ? 1.0 : 0.0) + smoothing / static_cast<double>(classes);
 }
 
+// logsumexp over the first V columns of row n: max + log(sum(exp(logits - max))).
+template <typename T>
+double row_logsumexp(const View2<T>& logits, int64_t n, int64_t V) {
+  double max = logits(n, 0);
+  for (int64_t j = 1; j < V; ++j) max = std::max(max, double(logits(n, j)));
+  double sum_exp = 0;
+  for (int64_t j = 0; j < V; ++j) sum_exp += std::exp(double(logits(n, j)) - max);
+  return max + std::log(sum_exp);
+}
+
 template <typename T, typename P>
 void forward(const Tensor& logits_t, const Tensor& labels, int64_t V, double smoothing, Tensor& probs_t,
              Tensor& loss_t) {
@@ -40,11 +51,7 @@ void forward(const Tensor& logits_t, const Tensor& labels, int64_t V, double smo
   const View2<P> probs(probs_t, K);
   double total = 0;
   for (int64_t n = 0; n < N; ++n) {
-    double max = logits(n, 0);
-    for (int64_t j = 1; j < V; ++j) max = std::max(max, double(logits(n, j)));
-    double sum_exp = 0;
-    for (int64_t j = 0; j < V; ++j) sum_exp += std::exp(double(logits(n, j)) - max);
-    const double logsumexp = max + std::log(sum_exp);
+    const double logsumexp = row_logsumexp(logits, n, V);
     const int32_t label = labels.ptr<int32_t>()[n];
     for (int64_t j = 0; j < V; ++j) {
       const double log_softmax = double(logits(n, j)) - logsumexp;
@@ -69,6 +76,34 @@ void backward(const Tensor& probs_t, const Tensor& labels, int64_t V, double smo
                                      static_cast<double>(N));
     for (int64_t j = V; j < K; ++j) dlogits(n, j) = T(0);
   }
+}
+
+// The fused op: per row, the statistics from the logits, the row's loss, then its gradient over the row.
+template <typename T>
+void fused(Tensor& logits_t, const Tensor& labels, int64_t V, double smoothing, Tensor& row_loss_t,
+           Tensor& loss_t, std::optional<double> factor) {
+  const int64_t N = logits_t.dim(0), K = logits_t.dim(1);
+  const View2<T> logits(logits_t, K);
+  double total = 0;
+  for (int64_t n = 0; n < N; ++n) {
+    const double logsumexp = row_logsumexp(logits, n, V);
+    const int32_t label = labels.ptr<int32_t>()[n];
+    double row = 0;
+    for (int64_t j = 0; j < V; ++j)
+      row -= target(label, j, V, smoothing) * (double(logits(n, j)) - logsumexp);
+    row_loss_t.ptr<float>()[n] = static_cast<float>(row);
+    total += row;
+    if (!factor) continue;
+    for (int64_t j = 0; j < V; ++j)
+      logits(n, j) = static_cast<T>(
+          *factor * (std::exp(double(logits(n, j)) - logsumexp) - target(label, j, V, smoothing)) /
+          static_cast<double>(N));
+    for (int64_t j = V; j < K; ++j) logits(n, j) = T(0);
+  }
+  if (loss_t.dtype() == DType::f64)
+    loss_t.ptr<double>()[0] = total / static_cast<double>(N);
+  else
+    loss_t.ptr<float>()[0] = static_cast<float>(total / static_cast<double>(N));
 }
 
 void check_logits(const char* op, const char* name, const Tensor& t) {
@@ -142,6 +177,25 @@ void ReferenceBackend::softmax_cross_entropy_padded_backward(const Tensor& probs
       backward<decltype(probs_tag), decltype(logits_tag)>(probs, labels, valid_classes, label_smoothing,
                                                           factor, dlogits);
     });
+  });
+}
+
+void ReferenceBackend::softmax_cross_entropy_fused(Tensor& logits, const Tensor& labels,
+                                                   int64_t valid_classes, float label_smoothing,
+                                                   Tensor& row_loss, Tensor& loss,
+                                                   std::optional<float> gradient_scale,
+                                                   const float* loss_scale) {
+  const char* op = "softmax_cross_entropy_fused";
+  check_logits(op, "logits", logits);
+  check_valid_classes(op, valid_classes, logits);
+  check_smoothing(op, label_smoothing);
+  reference::check_tensor(op, "row_loss", row_loss, {logits.dim(0)}, DType::f32);
+  check_f32_or_f64(op, "loss", loss, {1});
+  check_labels(op, labels, logits.dim(0), valid_classes);
+  std::optional<double> factor;
+  if (gradient_scale) factor = double(*gradient_scale) * (loss_scale ? double(*loss_scale) : 1.0);
+  reference::dispatch_float(logits.dtype(), op, [&](auto tag) {
+    fused<decltype(tag)>(logits, labels, valid_classes, label_smoothing, row_loss, loss, factor);
   });
 }
 
