@@ -98,11 +98,21 @@ LegacyRanking search_legacy(const CudaBackend& backend, CudaConvPlan& plan, cons
   for (ConvDirection d : kDirections) {
     // The heuristic's (algorithm, math type) list, in its order.
     std::vector<std::pair<int, cudnnMathType_t>> listed;
-    // Never CUDNN_TENSOR_OP_MATH_ALLOW_CONVERSION for FP32 data: it lets cuDNN compute in FP16.
+    // Never CUDNN_TENSOR_OP_MATH_ALLOW_CONVERSION for FP32 data: it lets cuDNN compute in FP16. For FP16
+    // and BF16 data only the tensor cores' math where the heuristic lists it: its algorithms without them
+    // never came within 2.3x of the fastest (eight fresh ResNet-50 fp16 searches on an H200, 72 shapes
+    // and directions each), and timing them took 5.6 s of each first start
+    // (bench/results/algorithm-search/2026-12-03-noise-and-margin).
+    const bool half = g.dtype == DType::f16 || g.dtype == DType::bf16;
     auto take = [&](const auto* results, int returned) {
+      bool tensor_op_listed = false;
+      for (int i = 0; i < returned; ++i)
+        tensor_op_listed |=
+            results[i].status == CUDNN_STATUS_SUCCESS && results[i].mathType == CUDNN_TENSOR_OP_MATH;
       for (int i = 0; i < returned; ++i)
         if (results[i].status == CUDNN_STATUS_SUCCESS &&
-            !(g.dtype == DType::f32 && results[i].mathType == CUDNN_TENSOR_OP_MATH_ALLOW_CONVERSION))
+            !(g.dtype == DType::f32 && results[i].mathType == CUDNN_TENSOR_OP_MATH_ALLOW_CONVERSION) &&
+            !(half && tensor_op_listed && results[i].mathType != CUDNN_TENSOR_OP_MATH))
           listed.emplace_back(static_cast<int>(results[i].algo), results[i].mathType);
     };
     int returned = 0;
@@ -203,6 +213,10 @@ void search_graph_engines(const CudaBackend& backend, CudaConvPlan& plan, const 
     std::vector<double> ms_of{force ? INFINITY : static_cast<double>(a.legacy_ms)};
     std::vector<std::unique_ptr<GraphPlan>> built(1);  // kept for a second look at close times
     for (const GraphEngine& engine : engines) {
+      // Engine 0, cuDNN's generic fallback, on FP32 data: never within 8.9x of the fastest in two fresh
+      // ResNet-50 fp32 searches on an H200, at 26-830 ms a call; its two timed calls were 5.7 s of each
+      // first start (bench/results/algorithm-search/2026-12-03-noise-and-margin).
+      if (engine.index == 0 && g.dtype == DType::f32 && !force) continue;
       std::unique_ptr<GraphPlan> candidate = GraphPlan::build(*graph, engine);
       if (!candidate || candidate->workspace_bytes() > limit) continue;
       // With `force` an engine must be chosen: each is timed in full.
