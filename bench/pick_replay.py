@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Replays the search's pick rule, at several margins, on the convolution searches of fresh processes.
 
-    bench/pick_replay.py LOG [LOG ...] [--margins 0.02,0.03,0.05] [--show-flips] [--noise]
+    bench/pick_replay.py LOG [LOG ...] [--margins 0.02,0.03,0.05] [--show-flips] [--noise] [--families]
 
 Each LOG is the stderr of one `dlbench bench ... --algorithm-cache none` run with DLBENCH_LOG_LEVEL=debug:
 its lines `conv KEY DIRECTION CANDIDATE: T ms` are every candidate each search timed (the GEMM, cuDNN's
@@ -13,6 +13,10 @@ step time is the test of it (bench/gpu_checks.sh, bench/ab.sh).
 
 --noise prints, instead, how far each candidate's time relative to its search's fastest moved between the
 processes (max - min of that ratio), by the candidate's time: the noise a rule's margin must absorb.
+
+--families prints, instead, each family of candidates (a legacy algorithm and math type, a graph engine
+whatever its knobs, the GEMM): the closest it came to its search's fastest, and what timing it cost a
+process (two calls per timing: the warm-up and one round, as for a candidate given up).
 
 The rule replayed is the search's (backend/cuda/conv/search.cc): the first legacy algorithm within the
 margin of the fastest legacy one, then [that, engines...] the same way, then [that, GEMM]; for a
@@ -87,12 +91,27 @@ def print_noise(runs, keys):
             print(f"{bucket:<10} {len(v):>10} {v[len(v) // 2]:>7.4f} {v[int(0.9 * len(v))]:>7.4f} {v[-1]:>7.4f}")
 
 
+def print_families(runs, keys):
+    best, spent = {}, {}
+    for r in runs:
+        for k in keys:
+            fastest = min(ms for _, _, ms in r[k])
+            for kind, name, ms in r[k]:
+                family = name.split(" (")[0]
+                best[family] = min(best.get(family, float("inf")), ms / fastest)
+                spent[family] = spent.get(family, 0.0) + 2 * ms / len(runs)
+    print(f"{'family':<32} {'closest':>8} {'ms a process':>13}")
+    for family in sorted(spent, key=spent.get, reverse=True):
+        print(f"{family:<32} {best[family]:>7.3f}x {spent[family]:>13.0f}")
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("logs", nargs="+")
     ap.add_argument("--margins", default="0.02,0.03,0.04,0.05,0.06,0.08,0.10")
     ap.add_argument("--show-flips", action="store_true")
     ap.add_argument("--noise", action="store_true")
+    ap.add_argument("--families", action="store_true")
     a = ap.parse_args()
     runs = [read_log(p) for p in a.logs]
     if any(not r for r in runs):
@@ -101,6 +120,9 @@ def main():
     print(f"{len(runs)} processes, {len(keys)} decisions in all of them")
     if a.noise:
         print_noise(runs, keys)
+        return
+    if a.families:
+        print_families(runs, keys)
         return
     print(f"{'rule':<14} {'margin':>6} {'pairs differing':>15} {'decisions differing':>19} {'cost (picked/fastest)':>24}")
     for name, rule in RULES.items():
