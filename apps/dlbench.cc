@@ -269,9 +269,11 @@ void add_gpu_flags(CLI::App& cmd, RunConfig& c, RunFlagTexts& t) {
                  "auto | true | false: record the whole step once and replay it as one CUDA graph (auto: "
                  "true; it measured faster at 2 GPUs and no slower on one)")
       ->capture_default_str();
-  cmd.add_option("--algorithm-cache", c.algorithm_cache,
-                 "GPU: FILE of convolution algorithm choices: read before searching, new choices added; "
-                 "runs given the same file run the same kernels");
+  cmd.add_option_function<std::string>(
+      "--algorithm-cache",
+      [&c](const std::string& text) { c.algorithm_cache = dlbench::parse_algorithm_cache(text); },
+      "GPU: FILE of convolution algorithm choices: read before searching, new choices added; runs given the "
+      "same file run the same kernels; none: search afresh (default: the user's cache folder)");
   cmd.add_option("--conv-workspace-mb", c.conv_workspace_mb,
                  "GPU: the most workspace one convolution may take; the fastest algorithm within it wins")
       ->capture_default_str();

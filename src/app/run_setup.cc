@@ -140,12 +140,13 @@ std::string format_duration(double seconds) {
 }
 
 std::shared_ptr<tuning::AlgorithmCache> open_algorithm_cache(const RunConfig& config) {
-  if (config.algorithm_cache == "none") return std::make_shared<tuning::AlgorithmCache>();
+  using Where = AlgorithmCacheChoice::Where;
+  const AlgorithmCacheChoice& choice = config.algorithm_cache;
+  if (choice.where == Where::none) return std::make_shared<tuning::AlgorithmCache>();
   // A file named is checked on any device, before any work; only a GPU run reads and writes it.
-  if (!config.algorithm_cache.empty()) check_writable(config.algorithm_cache, "--algorithm-cache");
+  if (choice.where == Where::file) check_writable(choice.file, "--algorithm-cache");
   if (config.device.kind != DeviceKind::cuda) return std::make_shared<tuning::AlgorithmCache>();
-  if (!config.algorithm_cache.empty())
-    return std::make_shared<tuning::AlgorithmCache>(config.algorithm_cache);
+  if (choice.where == Where::file) return std::make_shared<tuning::AlgorithmCache>(choice.file);
   // The XDG base directories: a relative $XDG_CACHE_HOME is to be ignored.
   std::filesystem::path folder;
   if (const char* xdg = std::getenv("XDG_CACHE_HOME"); xdg && xdg[0] == '/') {

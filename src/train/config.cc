@@ -119,6 +119,24 @@ LrScaling parse_lr_scaling(const std::string& text) {
 // (bench/results/cuda-graph-and-workspace/). An earlier finding that FP16/BF16 ran 5% slower
 // recorded came from single-shot algorithm searches, whose choice moved a step by 2 ms between
 // processes (see cuda_conv.cc's pick).
+std::string AlgorithmCacheChoice::text() const {
+  switch (where) {
+    case Where::user_cache_folder:
+      return {};
+    case Where::none:
+      return "none";
+    case Where::file:
+      return file;
+  }
+  return {};
+}
+
+AlgorithmCacheChoice parse_algorithm_cache(const std::string& text) {
+  if (text.empty()) return {};
+  if (text == "none") return {AlgorithmCacheChoice::Where::none, {}};
+  return {AlgorithmCacheChoice::Where::file, text};
+}
+
 bool parse_cuda_graph(const std::string& text) {
   if (text == "auto" || text == "true" || text == "1") return true;
   if (text == "false" || text == "0") return false;
@@ -426,8 +444,7 @@ void check_files(const RunConfig& c) {
       {"--trace", c.output.trace_path, PathRole::writes_file},
       {"--checkpoint", c.output.checkpoint_path, PathRole::writes_file},
       {"--mlperf-log", c.output.mlperf_log_path, PathRole::writes_file},
-      {"--algorithm-cache", c.algorithm_cache == "none" ? std::string() : c.algorithm_cache,
-       PathRole::writes_file},
+      {"--algorithm-cache", c.algorithm_cache.file, PathRole::writes_file},
       {"--resume", continues_resume ? std::string() : c.output.resume_path, PathRole::reads_file}};
   if (c.data.kind == DataKind::images) {
     uses.push_back({"--data", c.data.source, PathRole::reads_tree});
@@ -561,7 +578,7 @@ nlohmann::json config_to_json(const RunConfig& c) {
   j["launcher"] = parallel::launcher_name(c.parallel.launcher);
   j["bucket_mb"] = c.parallel.bucket_mb;
   j["allreduce_precision"] = allreduce_precision_name(c.parallel.allreduce_precision);
-  j["algorithm_cache"] = c.algorithm_cache;
+  j["algorithm_cache"] = c.algorithm_cache.text();
   j["nccl_symmetric"] = c.parallel.nccl_symmetric;
   j["lr_scaling"] = lr_scaling_name(c.parallel.lr_scaling);
   j["timeout_seconds"] = c.parallel.timeout_seconds;

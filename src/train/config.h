@@ -57,6 +57,17 @@ bool parse_cuda_graph(const std::string& text);          // auto | true | false 
 StepRange parse_trace_steps(const std::string& text);    // A:B, 1 <= A <= B
 OptimizerKind parse_optimizer(const std::string& text);  // sgd | adamw
 
+// Where a GPU run keeps its algorithm choices between processes (--algorithm-cache): the user's cache
+// folder (no flag), nowhere ("none": every run searches afresh), or a file named.
+struct AlgorithmCacheChoice {
+  enum class Where : uint8_t { user_cache_folder, none, file };
+  Where where = Where::user_cache_folder;
+  std::string file;  // Where::file
+  // As the flag states it: "" (the user's cache folder), "none" or the file.
+  std::string text() const;
+};
+AlgorithmCacheChoice parse_algorithm_cache(const std::string& text);  // "none", "" or a FILE
+
 // The network and the numbers it computes in.
 struct ModelConfig {
   std::string name = "resnet50";
@@ -177,7 +188,7 @@ struct RunConfig {
   // GPU: what the CUDA backend runs where it has a choice (the --conv-*, --bn-*, --stem-pool-fusion and
   // --comm-priority flags); resolve_config adds TF32 and the workspace limit from the flags above.
   CudaOptions cuda;
-  std::string algorithm_cache;  // GPU: FILE of algorithm choices kept between processes, "none", "" = default
+  AlgorithmCacheChoice algorithm_cache;  // GPU: where the algorithm choices are kept between processes
 
   ModelConfig model;
   OptimizerConfig optimizer;
