@@ -33,6 +33,7 @@ try:
     import torch
     import torch.nn as nn
     import torch.nn.functional as F
+    import torch.utils.checkpoint
 except ImportError as error:
     print(f"pytorch gpt peer: PyTorch is not installed ({error})", file=sys.stderr)
     sys.exit(3)
@@ -84,9 +85,10 @@ class Block(nn.Module):
 
 
 class GPT(nn.Module):
-    def __init__(self, layers, heads, width, context, vocab):
+    def __init__(self, layers, heads, width, context, vocab, checkpoint_activations=False):
         super().__init__()
         self.vocab = vocab
+        self.checkpoint_activations = checkpoint_activations
         padded = (vocab + 63) // 64 * 64
         self.wte = nn.Embedding(padded, width)
         self.wpe = nn.Embedding(context, width)
@@ -103,7 +105,11 @@ class GPT(nn.Module):
         t = tokens.shape[1]
         x = self.wte(tokens) + self.wpe(torch.arange(t, device=tokens.device))
         for block in self.h:
-            x = block(x)
+            if self.checkpoint_activations and torch.is_grad_enabled():
+                # dlbench's --recompute: each block's activations are recomputed in its backward.
+                x = torch.utils.checkpoint.checkpoint(block, x, use_reentrant=False)
+            else:
+                x = block(x)
         logits = F.linear(self.ln_f(x), self.wte.weight)[..., : self.vocab]  # padded rows never predicted
         return F.cross_entropy(logits.float().reshape(-1, self.vocab), targets.reshape(-1))
 
@@ -135,6 +141,9 @@ def parse_args(argv=None):
     p.add_argument("--precision", choices=PRECISIONS, default="bf16")
     p.add_argument("--device", choices=["cpu", "cuda"], default="cpu")
     p.add_argument("--compile", action="store_true", help="torch.compile the model (PyTorch >= 2.0)")
+    p.add_argument("--checkpoint-activations", action="store_true",
+                   help="recompute each block's activations in backward (torch.utils.checkpoint; "
+                        "dlbench's --recompute)")
     p.add_argument("--threads", type=protocol.positive_int, default=None, help="CPU threads")
     p.add_argument("--json", metavar="FILE", default=None, help="write the result as one JSON object")
     p.add_argument("--seed", type=protocol.parse_int, default=0)
@@ -164,7 +173,7 @@ def main(argv=None):
         device_name = "cpu"
 
     layers, heads, width, context, vocab = MODELS[args.model]
-    model = GPT(layers, heads, width, context, vocab).to(device).train()
+    model = GPT(layers, heads, width, context, vocab, args.checkpoint_activations).to(device).train()
     parameters = trained_parameters(layers, width, context, vocab)
     step_model = torch.compile(model) if args.compile else model
     optimizer = make_optimizer(model, device)
@@ -237,6 +246,7 @@ def main(argv=None):
         "warmup_steps": args.warmup_steps,
         "warmup_seconds": warmup_seconds,
         "compiled": args.compile,
+        "checkpoint_activations": args.checkpoint_activations,
         "threads": torch.get_num_threads(),
         "final_loss": final_loss,
         "sequences_per_second": tokens_per_second / t,

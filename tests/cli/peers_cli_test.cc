@@ -3,6 +3,7 @@
 // exit 3 when the framework is missing, and `dlbench compare` running the real PyTorch peer.
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <cstdlib>
 #include <filesystem>
 #include <nlohmann/json.hpp>
@@ -75,6 +76,33 @@ TEST(PyTorchGptPeer, WithoutTorchOrWithABadFlagItSaysSoInOneLine) {
   if (!python) GTEST_SKIP() << "no python3 here: the GPT peer cannot be started";
   const bool torch = python_with("torch").has_value();
   CommandResult r = run_shell(*python + " " + kPeers + "/pytorch/gpt.py --model gpt9");
+  EXPECT_EQ(r.exit_code, torch ? 2 : 3) << r.err;
+  EXPECT_EQ(count_lines(r.err), 1) << r.err;
+}
+
+// The training peer (gpt_train.py) learns from `dlbench tokenize`'s files under dlbench train's recipe:
+// on the CPU, gpt-mini's loss falls and the val loss is reported.
+TEST(PyTorchGptTrainPeer, LearnsFromTokenizedTextOnTheCpu) {
+  const auto python = python_with("torch, numpy");
+  if (!python) GTEST_SKIP() << "no python3 with torch and numpy: the PyTorch GPT training peer is not run";
+  const auto dir = temp_dir("peer_gpt_train");
+  const std::string tokens = (dir / "tokens").string(), json = (dir / "r.json").string();
+  ASSERT_EQ(run_dlbench("tokenize /usr/share/common-licenses/GPL-3 -o " + tokens).exit_code, 0);
+  CommandResult r = run_shell(*python + " " + kPeers + "/pytorch/gpt_train.py --model gpt-mini --data " +
+                              tokens + " --batch-size 8 --seq-len 64 --steps 60 --precision fp32 --json " + json);
+  ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
+  const nlohmann::json j = nlohmann::json::parse(read_text(json));
+  ASSERT_EQ(j["losses"].size(), 60u);
+  EXPECT_LT(j["losses"].back().get<double>(), j["losses"].front().get<double>() - 1.0);
+  EXPECT_LT(j["val_loss"].get<double>(), std::log(256.0));  // below a uniform guess over the bytes
+  std::filesystem::remove_all(dir);
+}
+
+TEST(PyTorchGptTrainPeer, WithoutTorchOrWithBadDataItSaysSoInOneLine) {
+  const auto python = python_with("sys");
+  if (!python) GTEST_SKIP() << "no python3 here: the GPT training peer cannot be started";
+  const bool torch = python_with("torch, numpy").has_value();
+  CommandResult r = run_shell(*python + " " + kPeers + "/pytorch/gpt_train.py --data /nonexistent");
   EXPECT_EQ(r.exit_code, torch ? 2 : 3) << r.err;
   EXPECT_EQ(count_lines(r.err), 1) << r.err;
 }
