@@ -17,6 +17,7 @@
 
 #include "backend/backend_factory.h"
 #include "bench/clock_sampler.h"
+#include "bench/gemm_ceiling.h"
 #include "bench/gpu_info.h"
 #include "bench/gpu_peaks.h"
 #include "bench/layer_profile.h"
@@ -526,6 +527,18 @@ void add_token_throughput(RunResult& result, const RunSetup& s) {
       result.mfu = tflops / peak->tflops;
       result.mfu_peak_tflops = peak->tflops;
       utilisation = fmt::format(", MFU {:.1f}% of {:.0f} ({})", 100 * *result.mfu, peak->tflops, peak->what);
+    }
+    // After the timed window, so that its memory and its time are not the step's.
+    const DType dtype = s.trainer->net().memory().compute_dtype();
+    std::string why_not;
+    if (const std::optional<GemmCeiling> ceiling =
+            measure_gemm_ceiling(*s.backend, dtype, kGemmCeilingSize, kGemmCeilingCalls, &why_not)) {
+      result.gemm_ceiling_tflops = ceiling->tflops;
+      result.mfu_of_gemm_ceiling = tflops / ceiling->tflops;
+      utilisation += fmt::format(", {:.1f}% of the measured {} GEMM ceiling ({:.0f} TFLOP/s)",
+                                 100 * *result.mfu_of_gemm_ceiling, ceiling->dtype, ceiling->tflops);
+    } else {
+      say("note: the GEMM ceiling was not measured: %s\n", why_not.c_str());
     }
   }
   say("  %.0f tokens/s (%.2f sequences/s of %lld tokens)%s | %.2f GFLOP per token: %.1f TFLOP/s per "

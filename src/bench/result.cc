@@ -298,6 +298,8 @@ json to_json(const RunResult& r) {
   if (r.model_flops_per_token) j["model_flops_per_token"] = *r.model_flops_per_token;
   if (r.mfu) j["mfu"] = *r.mfu;
   if (r.mfu_peak_tflops) j["mfu_peak_tflops"] = *r.mfu_peak_tflops;
+  if (r.gemm_ceiling_tflops) j["gemm_ceiling_tflops"] = *r.gemm_ceiling_tflops;
+  if (r.mfu_of_gemm_ceiling) j["mfu_of_gemm_ceiling"] = *r.mfu_of_gemm_ceiling;
   j["step_ms"] = r.step_ms ? to_json(*r.step_ms) : json(nullptr);
   if (r.measurement_note) j["measurement_note"] = *r.measurement_note;
   if (r.bench) write_bench(*r.bench, j);
@@ -346,6 +348,8 @@ RunResult run_result_from_json(const json& j) {
   r.read("model_flops_per_token", result.model_flops_per_token);
   r.read("mfu", result.mfu);
   r.read("mfu_peak_tflops", result.mfu_peak_tflops);
+  r.read("gemm_ceiling_tflops", result.gemm_ceiling_tflops);
+  r.read("mfu_of_gemm_ceiling", result.mfu_of_gemm_ceiling);
   if (r.has("step_ms")) result.step_ms = distribution_from(r.object("step_ms"));
   r.read("measurement_note", result.measurement_note);
   // bench writes its warm-up; train its first step and losses.

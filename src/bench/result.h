@@ -133,6 +133,9 @@ struct RunResult {
   // model FLOPs one device runs per second over its stated dense peak for the precision (mfu_peak_tflops;
   // both absent for a GPU the table of bench/gpu_peaks.h does not know, and on the CPU).
   std::optional<double> model_flops_per_token, mfu, mfu_peak_tflops;
+  // Token models on a GPU: the rate of the backend's own GEMM on a square 8192 product in the model's
+  // dtype (bench/gemm_ceiling.h), and the model FLOPs one device runs per second over it.
+  std::optional<double> gemm_ceiling_tflops, mfu_of_gemm_ceiling;
   std::optional<Distribution> step_ms;
   std::optional<std::string> measurement_note;
 
