@@ -4,29 +4,18 @@
 
 #include <algorithm>
 #include <cmath>
-#include <random>
+#include <span>
 
 #include "core/align.h"
+#include "core/machine_limits.h"
 #include "core/status.h"
+#include "core/work_pool.h"
 
 namespace dlbench {
 
 namespace {
 
 constexpr size_t kAlignment = 256;  // cuDNN/cuBLAS and AVX loads like aligned starts
-
-// A normal deviate from two uniforms (Box-Muller), written out so every standard library gives the same
-// initial weights for the same seed.
-double normal_sample(std::mt19937_64& rng) {
-  constexpr double kScale = 1.0 / 9007199254740992.0;  // 2^-53
-  double u1 = (static_cast<double>(rng() >> 11) + 0.5) * kScale;
-  double u2 = static_cast<double>(rng() >> 11) * kScale;
-  return std::sqrt(-2.0 * std::log(u1)) * std::cos(2.0 * M_PI * u2);
-}
-
-double uniform_sample(std::mt19937_64& rng, double lo, double hi) {
-  return lo + (hi - lo) * static_cast<double>(rng() >> 11) / 9007199254740992.0;
-}
 
 }  // namespace
 
@@ -302,35 +291,42 @@ void MemoryPlan::copy_to_flat(Tensor& flat, const std::vector<double>& values) {
 
 void MemoryPlan::initialise(uint64_t seed) {
   DLB_CHECK(allocated(), "initialise before allocate");
-  // Initial values are computed on the host in declaration order, then copied to the device.
-  std::vector<double> host(static_cast<size_t>(parameter_count_), 0.0);
-  std::mt19937_64 rng(seed);
-  for (const auto& p : parameters_) {
-    double* out = host.data() + p.offset;
-    int64_t count = p.value->numel();
-    switch (p.init) {
-      case ParamInit::he_normal_fan_out: {
-        double stddev = std::sqrt(2.0 / static_cast<double>(p.fan));
-        for (int64_t i = 0; i < count; ++i)
-          out[i] = static_cast<float>(stddev * normal_sample(rng));  // FP32 values either way
-        break;
+  // Each parameter's values are computed on the host a slab at a time, by all cores (nn/param_init.h:
+  // the values do not depend on how the work is split), and copied into the flat buffer; the padding
+  // between parameters stays zero.
+  backend_.fill(flat_parameters_, 0.0);
+  WorkPool pool(usable_cores());
+  const size_t element = dtype_size(master_dtype_);
+  constexpr int64_t kPiece = int64_t{1} << 18;  // elements one thread computes at a time
+  constexpr int64_t kSlab = 64 * kPiece;        // elements staged on the host per copy (64 MiB as f32)
+  std::vector<float> staged;
+  std::vector<double> widened;  // an f64 master (the reference backend's checks) takes the same values
+  for (size_t k = 0; k < parameters_.size(); ++k) {
+    const ParameterInfo& p = parameters_[k];
+    if (p.init == ParamInit::zeros) continue;
+    const uint64_t key = param_stream_key(seed, k);
+    const double scale = p.init == ParamInit::he_normal_fan_out ? std::sqrt(2.0 / static_cast<double>(p.fan))
+                         : p.init == ParamInit::uniform_fan_in  ? 1.0 / std::sqrt(static_cast<double>(p.fan))
+                                                                : p.init_std;
+    const int64_t count = p.value->numel();
+    for (int64_t first = 0; first < count; first += kSlab) {
+      const int64_t slab = std::min(kSlab, count - first);
+      staged.resize(static_cast<size_t>(slab));
+      pool.run((slab + kPiece - 1) / kPiece, [&](int64_t piece) {
+        const int64_t begin = piece * kPiece, end = std::min(slab, begin + kPiece);
+        initial_values(p.init, scale, key, first + begin,
+                       std::span<float>(staged.data() + begin, static_cast<size_t>(end - begin)));
+      });
+      std::byte* dst =
+          static_cast<std::byte*>(flat_parameters_.data()) + static_cast<size_t>(p.offset + first) * element;
+      if (master_dtype_ == DType::f64) {
+        widened.assign(staged.begin(), staged.end());
+        backend_.copy_to_device(dst, widened.data(), widened.size() * sizeof(double));
+      } else {
+        backend_.copy_to_device(dst, staged.data(), staged.size() * sizeof(float));
       }
-      case ParamInit::uniform_fan_in: {
-        double bound = 1.0 / std::sqrt(static_cast<double>(p.fan));
-        for (int64_t i = 0; i < count; ++i) out[i] = static_cast<float>(uniform_sample(rng, -bound, bound));
-        break;
-      }
-      case ParamInit::normal:
-        for (int64_t i = 0; i < count; ++i) out[i] = static_cast<float>(p.init_std * normal_sample(rng));
-        break;
-      case ParamInit::ones:
-        for (int64_t i = 0; i < count; ++i) out[i] = 1.0;
-        break;
-      case ParamInit::zeros:
-        break;
     }
   }
-  copy_to_flat(flat_parameters_, host);
   backend_.fill(flat_gradients_, 0.0);
   backend_.fill(flat_momentum_, 0.0);
   if (second_moment_) backend_.fill(flat_second_moment_, 0.0);

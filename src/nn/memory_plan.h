@@ -45,17 +45,9 @@
 
 #include "backend/backend.h"
 #include "core/tensor.h"
+#include "nn/param_init.h"
 
 namespace dlbench {
-
-// How a parameter starts.
-enum class ParamInit : uint8_t {
-  he_normal_fan_out,  // N(0, 2 / fan_out): torchvision's conv init (kaiming_normal_, mode fan_out, relu)
-  uniform_fan_in,     // U(-1/sqrt(fan_in), 1/sqrt(fan_in)): PyTorch's default for Linear weight and bias
-  normal,             // N(0, init_std^2): GPT-2's weights
-  ones,
-  zeros,
-};
 
 enum class ParamUse : uint8_t {
   compute,  // read by the layer in the network's compute dtype (conv, linear)
