@@ -634,8 +634,13 @@ std::optional<EnergyResult> window_energy(RunSetup& s, std::optional<double> bef
   const double joules = s.comm->sum(measured ? *after - *before : 0.0);
   const double images = images_per_rank * s.comm->size();
   if (!everywhere || joules <= 0) return std::nullopt;
-  say("energy: %.1f J in the window, %.3f J per image, %.0f W on average (%d GPU%s)\n", joules,
-      joules / images, joules / window_seconds, s.comm->size(), s.comm->size() > 1 ? "s" : "");
+  if (s.model.family == ModelFamily::gpt)  // a "sample" is a sequence: say it per token
+    say("energy: %.1f J in the window, %.3f mJ per token, %.0f W on average (%d GPU%s)\n", joules,
+        1e3 * joules / (images * static_cast<double>(s.model.seq_len)), joules / window_seconds, s.comm->size(),
+        s.comm->size() > 1 ? "s" : "");
+  else
+    say("energy: %.1f J in the window, %.3f J per image, %.0f W on average (%d GPU%s)\n", joules,
+        joules / images, joules / window_seconds, s.comm->size(), s.comm->size() > 1 ? "s" : "");
   return EnergyResult{joules, joules / images, joules / window_seconds};
 }
 

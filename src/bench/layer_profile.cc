@@ -60,21 +60,26 @@ std::string format_layer_profile(const std::vector<LayerTime>& times) {
   double total = 0;
   for (const auto& t : times) total += t.forward_ms + t.backward_ms;
   // The kind column as wide as its longest entry ("batchnorm+maxpool"), so that the numbers line up.
-  size_t kind_width = 12;
-  for (const auto& t : times) kind_width = std::max(kind_width, t.kind.size());
-  std::string out = fmt::format("{:<28} {:<{}} {:>10} {:>10} {:>7} {:>10}  {}\n", "layer", "kind", kind_width,
-                                "fwd ms", "bwd ms", "share", "fwd GF/s", "plan");
+  // The name column likewise ("transformer.h.11.attn.attention").
+  size_t kind_width = 12, name_width = 28;
+  for (const auto& t : times) {
+    kind_width = std::max(kind_width, t.kind.size());
+    name_width = std::max(name_width, t.name.size());
+  }
+  std::string out = fmt::format("{:<{}} {:<{}} {:>10} {:>10} {:>7} {:>10}  {}\n", "layer", name_width, "kind",
+                                kind_width, "fwd ms", "bwd ms", "share", "fwd GF/s", "plan");
   double forward = 0, backward = 0;
   for (const auto& t : times) {
     forward += t.forward_ms;
     backward += t.backward_ms;
     double gflops = t.forward_ms > 0 ? 2.0 * static_cast<double>(t.forward_macs) / (t.forward_ms * 1e6) : 0;
-    out +=
-        fmt::format("{:<28} {:<{}} {:>10.3f} {:>10.3f} {:>6.1f}% {:>10}  {}\n", t.name, t.kind, kind_width,
-                    t.forward_ms, t.backward_ms, total > 0 ? 100 * (t.forward_ms + t.backward_ms) / total : 0,
-                    t.forward_macs > 0 ? fmt::format("{:.1f}", gflops) : "", t.plan);
+    out += fmt::format("{:<{}} {:<{}} {:>10.3f} {:>10.3f} {:>6.1f}% {:>10}  {}\n", t.name, name_width, t.kind,
+                       kind_width, t.forward_ms, t.backward_ms,
+                       total > 0 ? 100 * (t.forward_ms + t.backward_ms) / total : 0,
+                       t.forward_macs > 0 ? fmt::format("{:.1f}", gflops) : "", t.plan);
   }
-  out += fmt::format("{:<28} {:<{}} {:>10.3f} {:>10.3f}\n", "total", "", kind_width, forward, backward);
+  out += fmt::format("{:<{}} {:<{}} {:>10.3f} {:>10.3f}\n", "total", name_width, "", kind_width, forward,
+                     backward);
   return out;
 }
 

@@ -691,6 +691,7 @@ std::string report_points_jsonl(const ReportInput& in) {
               {"launcher", p->launcher},
               {"batch_size", p->batch_size},
               {"source", p->source}});
+    if (p->seq_len > 0) j["seq_len"] = p->seq_len;
     // Against the framework's one-GPU point of the same run where the run has one, else its best one (one
     // GPU under mpirun is the same run as in one process).
     const ReportPoint* one = same_run_or_best(in, best, *p, p->framework, 1).first;

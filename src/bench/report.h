@@ -58,6 +58,10 @@ struct ReportPoint {
   std::string framework = "dlbench", model, precision, launcher, source;  // source: "file:line"
   int gpus = 1;
   int64_t batch_size = 0;  // per GPU
+  // Token models: tokens per sequence where the result states it (0 if not). A point at another length
+  // than the model's context is another workload: its model is named "gpt2 (seq 256)", so that no table
+  // or ratio sets it beside the model at its full context.
+  int64_t seq_len = 0;
   // The point's throughput, all GPUs together, in its unit (rate_unit_of its model): images/s, or a token
   // model's tokens/s. Every table, figure, speedup and ratio of the report is of this figure.
   RateUnit unit = RateUnit::images;

@@ -188,6 +188,12 @@ void take_rate(const nlohmann::json& r, ReportPoint& p) {
   p.unit = rate_unit_of(p.model);
   p.rate = p.images_per_second;
   if (p.unit == RateUnit::images) return;
+  // dlbench states the length in its config, the peers at the top.
+  const std::optional<double> seq_len =
+      r.contains("config") ? number_at(r["config"], "seq_len") : std::optional<double>();
+  p.seq_len = static_cast<int64_t>(seq_len.value_or(number_at(r, "seq_len").value_or(0)));
+  if (p.seq_len > 0 && p.seq_len != gpt_spec(p.model).context)
+    p.model = fmt::format("{} (seq {})", p.model, p.seq_len);
   p.rate = *number_at(r, "tokens_per_second");  // impossible_value checked it
   p.mfu = number_at(r, "mfu");
   // The peers state the energy per token; dlbench per sequence (energy_joules_per_image): the same joules
@@ -297,7 +303,8 @@ void take(const nlohmann::json& j, const std::string& file, int line, ReportInpu
 }  // namespace
 
 RateUnit rate_unit_of(const std::string& model) {
-  return is_gpt_model(model) ? RateUnit::tokens : RateUnit::images;
+  // A report's model may carry its sequence length: "gpt2 (seq 256)".
+  return is_gpt_model(model.substr(0, model.find(' '))) ? RateUnit::tokens : RateUnit::images;
 }
 
 const RateUnitNames& rate_unit_names(RateUnit unit) {

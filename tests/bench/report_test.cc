@@ -413,6 +413,40 @@ TEST(Report, ATokenModelsFiguresCountTokens) {
   EXPECT_EQ(checked, 2);
 }
 
+// A GPT point at another sequence length than the model's context is another workload: its own rows,
+// never a ratio against the full-context points.
+TEST(Report, ATokenModelAtAnotherSequenceLengthIsAModelOfItsOwn) {
+  testing::TempDir dir;
+  const std::string path = dir.file("lengths.jsonl");
+  testing::write_file(
+      path, image_and_token_points() +
+                R"({"config": {"command": "bench", "seq_len": 256}, "model": "gpt2", "precision": "bf16", )"
+                R"("ranks": 1, "batch_size": 16, "launcher": "single", "images_per_second": 2000.0, )"
+                R"("sequences_per_second": 2000.0, "tokens_per_second": 512000.0, )"
+                R"("tokens_per_second_per_device": 512000.0})"
+                "\n");
+  const ReportInput input = read_report_input({path});
+  ASSERT_EQ(input.points.size(), 5u);
+  EXPECT_EQ(input.points[4].model, "gpt2 (seq 256)");
+  EXPECT_EQ(input.points[4].seq_len, 256);
+  EXPECT_EQ(input.points[2].model, "gpt2");  // at its context, 1024: the model's own name
+  EXPECT_EQ(input.points[4].unit, RateUnit::tokens);
+  const std::string md = report_markdown(input);
+  EXPECT_CONTAINS(md, "## gpt2 (seq 256): throughput (tokens/s, all GPUs together)");
+  EXPECT_CONTAINS(md, "| dlbench | gpt2 (seq 256) | bf16 | 1 | 16 | 512,000 tok/s |");
+  // The full-context ratio against the peer is untouched by the shorter point's higher rate.
+  EXPECT_CONTAINS(md, "gpt2 bf16 on 1 GPU: dlbench is 1.25x as fast as pytorch.");
+  std::istringstream lines(report_points_jsonl(input));
+  int with_length = 0;
+  for (std::string line; std::getline(lines, line);) {
+    const nlohmann::json j = nlohmann::json::parse(line);
+    if (!j.contains("seq_len")) continue;
+    ++with_length;
+    EXPECT_TRUE(j["seq_len"] == 256 || j["seq_len"] == 1024) << line;
+  }
+  EXPECT_EQ(with_length, 3);
+}
+
 // A token model's point is its tokens/s: one without a usable tokens_per_second (absent, null, impossible)
 // is named and skipped as one without images_per_second is.
 TEST(Report, ATokenModelWithoutTokensPerSecondIsSkipped) {
