@@ -331,7 +331,7 @@ class TrainLoop {
         // A token model draws windows (token_windows_) and leaves this sampler unused, over one sample.
         sampler_(s.train_data ? s.train_data->size() : 1, config.seed + 1, /*shuffle=*/true),
         token_windows_(make_token_windows(s, config)),
-        steps_per_epoch_(token_windows_ ? token_windows_->batches_per_epoch(images_per_step_)
+        steps_per_epoch_(token_windows_ ? token_windows_->batches_per_epoch(images_per_step_ * ranks_)
                                         : sampler_.batches_per_epoch(images_per_step_ * ranks_)),
         total_steps_(*config.epochs > 0 ? *config.epochs * steps_per_epoch_ : *config.steps),
         schedule_(config, steps_per_epoch_, total_steps_),
@@ -431,13 +431,11 @@ class TrainLoop {
       return;
     }
     const int64_t batch_in_epoch = step % steps_per_epoch_;
+    const int64_t b = (batch_in_epoch * ranks_ + rank_) * config_.accumulate_steps + micro;
     if (token_windows_) {
-      // This rank's window starts of the epoch (its own share already): micro-batch k of the step.
-      const int64_t b = batch_in_epoch * config_.accumulate_steps + micro;
       trainer_.load_tokens(*s_.train_tokens, EpochSampler::batch(order_, b, *config_.batch_size));
       return;
     }
-    const int64_t b = (batch_in_epoch * ranks_ + rank_) * config_.accumulate_steps + micro;
     trainer_.load_batch(*s_.train_data, EpochSampler::batch(order_, b, *config_.batch_size));
   }
 
@@ -480,16 +478,18 @@ class TrainLoop {
     std::fflush(stdout);
   }
 
-  // A token model's windows: each rank's share of every epoch (data/token_sampler.h).
+  // A token model's windows (data/token_sampler.h), in the epoch's global order that every rank draws
+  // alike: a step takes its ranks x micro-batches batches of windows from it as an image model's step
+  // takes its batches of images, so that R ranks train on the windows one rank accumulating R
+  // micro-batches does.
   static std::optional<TokenWindowSampler> make_token_windows(RunSetup& s, const RunConfig& config) {
     if (!s.train_tokens) return std::nullopt;
-    TokenWindowSampler windows(*s.train_tokens, s.model.seq_len, config.seed + 1, /*shuffle=*/true,
-                               s.comm->rank(), s.comm->size());
-    const int64_t per_step = *config.batch_size * config.accumulate_steps;
+    TokenWindowSampler windows(*s.train_tokens, s.model.seq_len, config.seed + 1, /*shuffle=*/true);
+    const int64_t per_step = *config.batch_size * config.accumulate_steps * s.comm->size();
     DLB_REQUIRE(windows.batches_per_epoch(per_step) >= 1,
-                "--data {}: {} windows of {} tokens per rank, fewer than one step's {} sequences; lower "
+                "--data {}: {} windows of {} tokens, fewer than one step's {} sequences (all ranks); lower "
                 "--batch-size or --seq-len, or give more text",
-                config.data.source, windows.windows_per_rank(), s.model.seq_len, per_step);
+                config.data.source, windows.windows(), s.model.seq_len, per_step);
     return windows;
   }
 

@@ -41,6 +41,19 @@ TEST_F(DataParallelTrain, Resnet50SyntheticStepMatchesGradientAccumulation) {
   expect_ranks_match_accumulation(4, args, 1e-6);
 }
 
+// The GPT family through the same communicators and gradient buckets: AdamW with the clipping norm taken
+// over the summed gradient, on synthetic tokens and on windows of a real text (each rank its share of an
+// epoch's windows, as the one rank's micro-batches take them).
+TEST_F(DataParallelTrain, GptMiniMatchesGradientAccumulation) {
+  const std::string args = "--model gpt-mini --batch-size 4 --seq-len 32 --steps 3";
+  expect_ranks_match_accumulation(2, args + " --data synthetic", 1e-6);
+  dlbench::testing::TempDir dir;
+  const std::string tokens = dir.file("gpl");
+  ASSERT_EQ(dlbench::testing::run_dlbench("tokenize /usr/share/common-licenses/GPL-3 -o " + tokens).exit_code,
+            0);
+  expect_ranks_match_accumulation(2, args + " --data " + tokens, 1e-6);
+}
+
 // A rank that stops answering (a test-only stall) is named, with its step, by every rank; all exit non-zero.
 TEST_F(DataParallelTrain, StalledRankStopsTraining) {
   auto r =
