@@ -353,9 +353,12 @@ void print_header(const char* command, const RunConfig& config, RunSetup& s, con
       static_cast<double>(net.forward_macs()) / static_cast<double>(*config.batch_size) / 1e9,
       tokens ? "sequence" : "image");
   const double planned = static_cast<double>(net.memory().total_bytes());
-  say("  device %s (%s backend, %d threads) | precision %s | layout %s | memory %.1f %s planned%s\n",
+  // An image model's layout; a token model's has none, and says whether its blocks are recomputed.
+  const std::string shape = tokens ? (config.model.recompute ? " | recompute on" : "")
+                                   : fmt::format(" | layout {}", layout_name(config.model.layout));
+  say("  device %s (%s backend, %d threads) | precision %s%s | memory %.1f %s planned%s\n",
       device_name(config.device).c_str(), s.backend->name().c_str(), config.threads,
-      precision_name(config.model.precision), layout_name(config.model.layout),
+      precision_name(config.model.precision), shape.c_str(),
       planned >= (1 << 30) ? planned / (1 << 30) : planned / (1 << 20), planned >= (1 << 30) ? "GiB" : "MiB",
       s.memory_fit.largest_batch
           ? fmt::format(" (largest batch that fits: {})", *s.memory_fit.largest_batch).c_str()
@@ -391,7 +394,8 @@ void print_header(const char* command, const RunConfig& config, RunSetup& s, con
   }
   if (!config.data.decode_note.empty()) say("  %s\n", config.data.decode_note.c_str());
   if (config.device.kind == DeviceKind::cuda) {
-    say("  cuda: %s\n", describe_cuda_options(config.cuda).c_str());
+    // The CUDA options choose convolution and batch-norm kernels: none of a token model's layers.
+    if (!tokens) say("  cuda: %s\n", describe_cuda_options(config.cuda).c_str());
     const std::string& note = s.algorithms->load_note();
     say("  algorithm cache: %s\n", s.algorithms->path().empty()
                                        ? "none (held in memory: every shape searched)"
@@ -636,8 +640,8 @@ std::optional<EnergyResult> window_energy(RunSetup& s, std::optional<double> bef
   if (!everywhere || joules <= 0) return std::nullopt;
   if (s.model.family == ModelFamily::gpt)  // a "sample" is a sequence: say it per token
     say("energy: %.1f J in the window, %.3f mJ per token, %.0f W on average (%d GPU%s)\n", joules,
-        1e3 * joules / (images * static_cast<double>(s.model.seq_len)), joules / window_seconds, s.comm->size(),
-        s.comm->size() > 1 ? "s" : "");
+        1e3 * joules / (images * static_cast<double>(s.model.seq_len)), joules / window_seconds,
+        s.comm->size(), s.comm->size() > 1 ? "s" : "");
   else
     say("energy: %.1f J in the window, %.3f J per image, %.0f W on average (%d GPU%s)\n", joules,
         joules / images, joules / window_seconds, s.comm->size(), s.comm->size() > 1 ? "s" : "");
