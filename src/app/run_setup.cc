@@ -244,7 +244,9 @@ void open_token_files(RunSetup& s) {
     if (data.val && config.kind == RunKind::train)
       s.val_tokens = std::make_unique<TokenDataset>(std::move(*data.val));
   } else {
-    s.train_tokens = std::make_unique<TokenDataset>(TokenDataset::open("train", {config.data.source}, vocab));
+    // Named by its path, so that a problem with its windows names the file.
+    s.train_tokens =
+        std::make_unique<TokenDataset>(TokenDataset::open(config.data.source, {config.data.source}, vocab));
   }
 }
 

@@ -123,5 +123,42 @@ TEST(GptCli, BadFlagsAreOneLineAndExit1) {
   EXPECT_CONTAINS(r.err, "smaller batch");
 }
 
+// Each way a token file can be wrong, given to the binary as --data: one line naming the file and what is
+// wrong, exit 1, nothing trained.
+TEST(GptCli, BadTokenFilesAreOneLineAndExit1) {
+  TempDir dir;
+  auto u16 = [](std::vector<uint16_t> tokens) {
+    return std::string(reinterpret_cast<const char*>(tokens.data()), tokens.size() * 2);
+  };
+  auto llmc = [](int32_t magic, int32_t version, int32_t count, const std::string& tokens) {
+    std::vector<int32_t> header(256, 0);
+    header[0] = magic, header[1] = version, header[2] = count;
+    return std::string(reinterpret_cast<const char*>(header.data()), header.size() * 4) + tokens;
+  };
+  const std::string text = u16(std::vector<uint16_t>(200, 'a'));
+  const struct {
+    const char* name;
+    std::string bytes;
+    const char* says;
+  } cases[] = {
+      {"empty.bin", "", "empty"},
+      {"odd.bin", text + "x", "odd"},
+      {"version.bin", llmc(20240520, 9, 200, text), "version"},
+      {"count.bin", llmc(20240520, 1, 500, text), "500"},
+      {"vocabulary.bin", u16({'a', 'b', 300, 'c'}), "300"},
+      {"short.bin", u16(std::vector<uint16_t>(10, 'a')), "window"},
+  };
+  for (const auto& c : cases) {
+    write_file(dir.file(c.name), c.bytes);
+    const CommandResult r =
+        run_dlbench(std::string("train ") + kSmall + " --steps 1 --data " + dir.file(c.name), 60);
+    EXPECT_EQ(r.exit_code, 1) << c.name << "\n" << r.out << r.err;
+    EXPECT_EQ(count_lines(r.err), 1) << c.name << "\n" << r.err;
+    EXPECT_CONTAINS(r.err, c.name);
+    EXPECT_CONTAINS(r.err, c.says);
+    EXPECT_EQ(r.out.find("step 1/1"), std::string::npos) << c.name << ": trained anyway";
+  }
+}
+
 }  // namespace
 }  // namespace dlbench::testing
