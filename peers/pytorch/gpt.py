@@ -131,6 +131,31 @@ def make_optimizer(model, device):
     return torch.optim.AdamW(groups, lr=6e-4, betas=(0.9, 0.95), eps=1e-8, **extra)
 
 
+def autocast_for(device, precision):
+    """The forward's autocast: bf16 or fp16; tf32 and fp32 run without."""
+    amp_dtype = {"fp16": torch.float16, "bf16": torch.bfloat16}.get(precision)
+    return torch.autocast(device_type=device.type, dtype=amp_dtype) if amp_dtype else contextlib.nullcontext()
+
+
+def train_step(model, step_model, optimizer, scaler, precision, device, tokens, targets):
+    """One step: forward under autocast, mean cross-entropy, backward (through the gradient scaler for
+    fp16), gradients clipped to a global norm of 1, AdamW. `step_model` is `model` or its compiled form."""
+    optimizer.zero_grad(set_to_none=True)
+    with autocast_for(device, precision):
+        loss = step_model(tokens, targets)
+    if scaler is not None:
+        scaler.scale(loss).backward()
+        scaler.unscale_(optimizer)
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        scaler.step(optimizer)
+        scaler.update()
+    else:
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        optimizer.step()
+    return loss
+
+
 def parse_args(argv=None):
     p = protocol.OneLineErrorParser(description="PyTorch GPT-2 peer of `dlbench bench`: tokens/s on synthetic tokens.")
     p.add_argument("--model", choices=sorted(MODELS), default="gpt2")
@@ -177,11 +202,7 @@ def main(argv=None):
     parameters = trained_parameters(layers, width, context, vocab)
     step_model = torch.compile(model) if args.compile else model
     optimizer = make_optimizer(model, device)
-    amp_dtype = {"fp16": torch.float16, "bf16": torch.bfloat16}.get(args.precision)
     scaler = make_grad_scaler() if args.precision == "fp16" else None
-
-    def autocast():
-        return torch.autocast(device_type=device.type, dtype=amp_dtype) if amp_dtype else contextlib.nullcontext()
 
     def sync():
         if device.type == "cuda":
@@ -194,20 +215,7 @@ def main(argv=None):
           f"{', compiled' if args.compile else ''}")
 
     def step():
-        optimizer.zero_grad(set_to_none=True)
-        with autocast():
-            loss = step_model(tokens, targets)
-        if scaler is not None:
-            scaler.scale(loss).backward()
-            scaler.unscale_(optimizer)
-            torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-            scaler.step(optimizer)
-            scaler.update()
-        else:
-            loss.backward()
-            torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-            optimizer.step()
-        return loss
+        return train_step(model, step_model, optimizer, scaler, args.precision, device, tokens, targets)
 
     started = time.perf_counter()
     for _ in range(args.warmup_steps):

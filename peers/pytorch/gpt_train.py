@@ -140,11 +140,7 @@ def main(argv=None):
     model = gpt.GPT(layers, heads, width, context, vocab).to(device).train()
     step_model = torch.compile(model) if args.compile else model
     optimizer = gpt.make_optimizer(model, device)
-    amp_dtype = {"fp16": torch.float16, "bf16": torch.bfloat16}.get(args.precision)
     scaler = make_grad_scaler() if args.precision == "fp16" else None
-
-    def autocast():
-        return torch.autocast(device_type=device.type, dtype=amp_dtype, enabled=amp_dtype is not None)
 
     losses, epoch, queue = [], 0, []
     started = time.perf_counter()
@@ -156,19 +152,7 @@ def main(argv=None):
         tokens, targets = train.batch(starts, device)
         for group in optimizer.param_groups:
             group["lr"] = learning_rate(step, args.steps, args.lr)
-        optimizer.zero_grad(set_to_none=True)
-        with autocast():
-            loss = step_model(tokens, targets)
-        if scaler is not None:
-            scaler.scale(loss).backward()
-            scaler.unscale_(optimizer)
-            torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-            scaler.step(optimizer)
-            scaler.update()
-        else:
-            loss.backward()
-            torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-            optimizer.step()
+        loss = gpt.train_step(model, step_model, optimizer, scaler, args.precision, device, tokens, targets)
         losses.append(float(loss.item()))
         if (step + 1) % args.log_every == 0 or step + 1 == args.steps:
             print(f"step {step + 1}/{args.steps} epoch {epoch} loss {losses[-1]:.4f}", flush=True)
@@ -181,7 +165,7 @@ def main(argv=None):
         for first in range(0, val.count, args.batch_size):
             batch = [starts[(first + i) % val.count] for i in range(args.batch_size)]
             tokens, targets = val.batch(batch, device)
-            with autocast():
+            with gpt.autocast_for(device, args.precision):
                 batch_means.append(float(model(tokens, targets).item()))
     val_loss = sum(batch_means) / len(batch_means)
     print(f"val loss {val_loss:.4f} nats per token ({val_loss / math.log(2):.3f} bits) over {val.count} windows")

@@ -47,7 +47,8 @@ TEST(LayerProfile, TableColumnsLineUpWhateverTheNamesAndKinds) {
   std::vector<LayerTime> times(2);
   times[0].name = "conv1", times[0].kind = "conv", times[0].forward_ms = 1.5, times[0].backward_ms = 2.25;
   times[0].forward_macs = 1000000;
-  times[1].name = "transformer.h.11.attn.attention", times[1].kind = "batchnorm+maxpool", times[1].forward_ms = 0.5;
+  times[1].name = "transformer.h.11.attn.attention", times[1].kind = "batchnorm+maxpool",
+  times[1].forward_ms = 0.5;
   times[1].backward_ms = 0.75, times[1].forward_macs = 2000000;
   const std::string table = format_layer_profile(times);
   // Every layer's line ends with the plan column (empty here): both are as long as each other once the

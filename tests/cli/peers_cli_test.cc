@@ -88,8 +88,9 @@ TEST(PyTorchGptTrainPeer, LearnsFromTokenizedTextOnTheCpu) {
   const auto dir = temp_dir("peer_gpt_train");
   const std::string tokens = (dir / "tokens").string(), json = (dir / "r.json").string();
   ASSERT_EQ(run_dlbench("tokenize /usr/share/common-licenses/GPL-3 -o " + tokens).exit_code, 0);
-  CommandResult r = run_shell(*python + " " + kPeers + "/pytorch/gpt_train.py --model gpt-mini --data " +
-                              tokens + " --batch-size 8 --seq-len 64 --steps 60 --precision fp32 --json " + json);
+  CommandResult r =
+      run_shell(*python + " " + kPeers + "/pytorch/gpt_train.py --model gpt-mini --data " + tokens +
+                " --batch-size 8 --seq-len 64 --steps 60 --precision fp32 --json " + json);
   ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
   const nlohmann::json j = nlohmann::json::parse(read_text(json));
   ASSERT_EQ(j["losses"].size(), 60u);
