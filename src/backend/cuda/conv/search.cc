@@ -97,23 +97,27 @@ LegacyRanking search_legacy(const CudaBackend& backend, CudaConvPlan& plan, cons
   LegacyRanking ranking;
   for (ConvDirection d : kDirections) {
     // The heuristic's (algorithm, math type) list, in its order.
-    std::vector<std::pair<int, cudnnMathType_t>> listed;
+    std::vector<std::pair<int, cudnnMathType_t>> listed, without_tensor_cores;
     // Never CUDNN_TENSOR_OP_MATH_ALLOW_CONVERSION for FP32 data: it lets cuDNN compute in FP16. For FP16
-    // and BF16 data only the tensor cores' math where the heuristic lists it: its algorithms without them
+    // and BF16 data the tensor cores' math first where the heuristic lists it: its algorithms without them
     // never came within 2.3x of the fastest (eight fresh ResNet-50 fp16 searches on an H200, 72 shapes
     // and directions each), and timing them took 5.6 s of each first start
-    // (bench/results/algorithm-search/2026-12-03-noise-and-margin).
+    // (bench/results/algorithm-search/2026-12-03-noise-and-margin). The others are timed only where no
+    // tensor-core algorithm runs within the workspace (ResNet-50's stem at 2,672 images in fp16).
     const bool half = g.dtype == DType::f16 || g.dtype == DType::bf16;
     auto take = [&](const auto* results, int returned) {
       bool tensor_op_listed = false;
       for (int i = 0; i < returned; ++i)
         tensor_op_listed |=
             results[i].status == CUDNN_STATUS_SUCCESS && results[i].mathType == CUDNN_TENSOR_OP_MATH;
-      for (int i = 0; i < returned; ++i)
-        if (results[i].status == CUDNN_STATUS_SUCCESS &&
-            !(g.dtype == DType::f32 && results[i].mathType == CUDNN_TENSOR_OP_MATH_ALLOW_CONVERSION) &&
-            !(half && tensor_op_listed && results[i].mathType != CUDNN_TENSOR_OP_MATH))
-          listed.emplace_back(static_cast<int>(results[i].algo), results[i].mathType);
+      for (int i = 0; i < returned; ++i) {
+        if (results[i].status != CUDNN_STATUS_SUCCESS ||
+            (g.dtype == DType::f32 && results[i].mathType == CUDNN_TENSOR_OP_MATH_ALLOW_CONVERSION))
+          continue;
+        const bool second = half && tensor_op_listed && results[i].mathType != CUDNN_TENSOR_OP_MATH;
+        (second ? without_tensor_cores : listed)
+            .emplace_back(static_cast<int>(results[i].algo), results[i].mathType);
+      }
     };
     int returned = 0;
     switch (d) {
@@ -145,25 +149,29 @@ LegacyRanking search_legacy(const CudaBackend& backend, CudaConvPlan& plan, cons
     const Scaling s = direction_scaling(g, d);
     std::optional<float> fastest = gemm[static_cast<size_t>(d)];
     std::vector<AlgoChoice>& ranked = ranking[static_cast<size_t>(d)];
-    for (const auto& [algo, math] : listed) {
-      AlgoChoice a;
-      a.algo = algo;
-      a.math = math;
-      set_execution(backend, plan, d, a);  // the math type it executes with, and its exact workspace
-      if (a.workspace > limit) continue;
-      const bool seen = std::any_of(ranked.begin(), ranked.end(), [&](const AlgoChoice& r) {
-        return r.algo == a.algo && r.math == a.math;  // FP32 without TF32 folds every math type into FMA
-      });
-      if (seen) continue;
-      const std::optional<float> ms = time_calls(
-          backend, [&] { return run_legacy(handle, plan, d, a, x, w, y, ws, s); }, give_up_time(fastest));
-      if (!ms) continue;
-      log_debug("conv {} {} legacy {} math {}: {:.4f} ms", key, direction_name(d), a.algo, math_name(a.math),
-                *ms);
-      a.time_ms = a.legacy_ms = *ms;
-      ranked.push_back(a);
-      if (!fastest || *ms < *fastest) fastest = *ms;
-    }
+    auto time_each = [&](const std::vector<std::pair<int, cudnnMathType_t>>& candidates) {
+      for (const auto& [algo, math] : candidates) {
+        AlgoChoice a;
+        a.algo = algo;
+        a.math = math;
+        set_execution(backend, plan, d, a);  // the math type it executes with, and its exact workspace
+        if (a.workspace > limit) continue;
+        const bool seen = std::any_of(ranked.begin(), ranked.end(), [&](const AlgoChoice& r) {
+          return r.algo == a.algo && r.math == a.math;  // FP32 without TF32 folds every math type into FMA
+        });
+        if (seen) continue;
+        const std::optional<float> ms = time_calls(
+            backend, [&] { return run_legacy(handle, plan, d, a, x, w, y, ws, s); }, give_up_time(fastest));
+        if (!ms) continue;
+        log_debug("conv {} {} legacy {} math {}: {:.4f} ms", key, direction_name(d), a.algo,
+                  math_name(a.math), *ms);
+        a.time_ms = a.legacy_ms = *ms;
+        ranked.push_back(a);
+        if (!fastest || *ms < *fastest) fastest = *ms;
+      }
+    };
+    time_each(listed);
+    if (ranked.empty()) time_each(without_tensor_cores);
     auto run = [&](AlgoChoice& a) {
       set_execution(backend, plan, d, a);
       return run_legacy(handle, plan, d, a, x, w, y, ws, s);
