@@ -114,6 +114,9 @@ void add_cuda_flags(CLI::App& cmd, dlbench::CudaOptions& o) {
              "GPU: on | off: projection shortcuts' batch norms folded into their blocks' closing ones");
   add_choice(cmd, "--stem-pool-fusion", o.stem_pool_fusion, on_off,
              "GPU: on | off: the stem's batch norm + ReLU and max pool as one op");
+  add_choice(
+      cmd, "--dense-epilogues", o.dense_epilogues, on_off,
+      "GPU: on | off: transformers' biases, GELU, its gradient and residual adds in the GEMMs' epilogues");
   add_choice(cmd, "--comm-priority", o.training_stream,
              {{"normal", dlbench::TrainingStreamPriority::normal},
               {"low", dlbench::TrainingStreamPriority::greatest}},

@@ -396,8 +396,12 @@ void print_header(const char* command, const RunConfig& config, RunSetup& s, con
   }
   if (!config.data.decode_note.empty()) say("  %s\n", config.data.decode_note.c_str());
   if (config.device.kind == DeviceKind::cuda) {
-    // The CUDA options choose convolution and batch-norm kernels: none of a token model's layers.
-    if (!tokens) say("  cuda: %s\n", describe_cuda_options(config.cuda).c_str());
+    // The CUDA options choose convolution and batch-norm kernels for an image model, the dense layers'
+    // epilogues for a token model.
+    if (tokens)
+      say("  cuda: dense-epilogues %s\n", on_off(config.cuda.dense_epilogues));
+    else
+      say("  cuda: %s\n", describe_cuda_options(config.cuda).c_str());
     const std::string& note = s.algorithms->load_note();
     say("  algorithm cache: %s\n", s.algorithms->path().empty()
                                        ? "none (held in memory: every shape searched)"

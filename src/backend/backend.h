@@ -159,7 +159,27 @@ class PoolPlan {
 //     batchnorm_shortcut_*;
 //   * batchnorm_max_pool: a batch norm + ReLU (`batchnorm`) and the max pool after it (`pool`):
 //     batchnorm_max_pool_*.
-enum class Fusion : uint8_t { conv_statistics, shortcut_batchnorm, batchnorm_max_pool };
+//   * dense_gelu_dense: a transformer's MLP, dense (`dense`) -> GELU -> dense, with the first's bias and
+//     GELU in its GEMM's epilogue and GELU's gradient in the second's backward GEMM (dense_* with
+//     DenseActivation::gelu);
+//   * dense_residual: a dense layer (`dense`) and the residual add of its output (dense_forward with a
+//     residual).
+enum class Fusion : uint8_t {
+  conv_statistics,
+  shortcut_batchnorm,
+  batchnorm_max_pool,
+  dense_gelu_dense,
+  dense_residual
+};
+
+// A dense (fully connected) layer's shape: y[rows, out] = x[rows, in] W[out, in]^T + b[out].
+struct DenseGeometry {
+  int64_t rows = 0, in_features = 0, out_features = 0;
+  DType dtype = DType::f32;
+};
+
+// What a dense op applies after its GEMM (dense_forward), or whose gradient it applies (dense_backward_data).
+enum class DenseActivation : uint8_t { none, gelu };
 
 struct FusionCandidate {
   Fusion fusion = Fusion::conv_statistics;
@@ -167,16 +187,20 @@ struct FusionCandidate {
   ConvGeometry conv;            // conv_statistics: the convolution whose output the batch norm reads
   BatchNormGeometry shortcut;   // shortcut_batchnorm: the shortcut's batch norm
   PoolGeometry pool;            // batchnorm_max_pool: the max pool
+  DenseGeometry dense;          // dense_*: the (first) dense layer
 
   static FusionCandidate conv_statistics(const ConvGeometry& conv, const BatchNormGeometry& batchnorm) {
-    return {Fusion::conv_statistics, batchnorm, conv, {}, {}};
+    return {Fusion::conv_statistics, batchnorm, conv, {}, {}, {}};
   }
   static FusionCandidate shortcut_batchnorm(const BatchNormGeometry& closing,
                                             const BatchNormGeometry& shortcut) {
-    return {Fusion::shortcut_batchnorm, closing, {}, shortcut, {}};
+    return {Fusion::shortcut_batchnorm, closing, {}, shortcut, {}, {}};
   }
   static FusionCandidate batchnorm_max_pool(const BatchNormGeometry& batchnorm, const PoolGeometry& pool) {
-    return {Fusion::batchnorm_max_pool, batchnorm, {}, {}, pool};
+    return {Fusion::batchnorm_max_pool, batchnorm, {}, {}, pool, {}};
+  }
+  static FusionCandidate dense_fusion(Fusion fusion, const DenseGeometry& dense) {
+    return {fusion, {}, {}, {}, {}, dense};
   }
 };
 
@@ -446,6 +470,20 @@ class Backend : public StreamClock {
                     const Tensor& b, float beta, Tensor& c) = 0;
   virtual void add_bias(Tensor& y, const Tensor& bias) = 0;  // y[N,F] += bias[F]
   virtual void bias_backward(const Tensor& dy, Tensor& dbias, Accumulate accumulate) = 0;  // sum over N
+
+  // ---- dense layers (row-major: x [N, I], W [O, I], b [O], y [N, O]; one dtype) ----
+  // y = act(x W^T + b) + residual, where `residual` ([N, O], may be null) is added after the activation;
+  // with act gelu, `pre` ([N, O]) receives x W^T + b, what the backward needs (else it may be null).
+  // The defaults compose gemm, add_bias, gelu_forward and add: a backend with GEMM epilogues overrides.
+  virtual void dense_forward(const Tensor& x, const Tensor& w, const Tensor& b, DenseActivation act,
+                             const Tensor* residual, Tensor& y, Tensor* pre);
+  // dx (+)= dy W, by `accumulate`. With act gelu the layer's input was gelu(pre), `pre` ([N, I]) given:
+  // dx = (dy W) * gelu'(pre), the gradient of pre (overwritten; act gelu takes Accumulate::overwrite).
+  virtual void dense_backward_data(const Tensor& dy, const Tensor& w, DenseActivation act, const Tensor* pre,
+                                   Accumulate accumulate, Tensor& dx);
+  // dW (+)= dy^T x and db (+)= the sum of dy over N, by `accumulate`.
+  virtual void dense_backward_weights(const Tensor& dy, const Tensor& x, Accumulate accumulate, Tensor& dw,
+                                      Tensor& db);
 
   // ---- loss ----
   // logits [N,K] (any float dtype), labels i32 [N]; probs [N,K] and loss [1] f32 (f64 for f64 logits);

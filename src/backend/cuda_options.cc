@@ -33,6 +33,7 @@ nlohmann::json cuda_options_to_json(const CudaOptions& o) {
           {"conv_statistics", kernel_choice_name(o.conv_statistics)},
           {"bn_fold_shortcut", on_off(o.fold_shortcut_batchnorm)},
           {"stem_pool_fusion", on_off(o.stem_pool_fusion)},
+          {"dense_epilogues", on_off(o.dense_epilogues)},
           {"training_stream_priority",
            o.training_stream == TrainingStreamPriority::greatest ? "greatest" : "normal"}};
 }

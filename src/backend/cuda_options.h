@@ -42,6 +42,9 @@ struct CudaOptions {
   bool fold_shortcut_batchnorm = true;
   // --stem-pool-fusion: the stem's batch norm + ReLU and max pool as one op.
   bool stem_pool_fusion = true;
+  // --dense-epilogues: dense layers' biases, GELU (and its gradient) and residual adds applied by their
+  // cuBLASLt GEMMs (epilogues), and the transformer's MLP fused (Fusion::dense_gelu_dense).
+  bool dense_epilogues = true;
   TrainingStreamPriority training_stream = TrainingStreamPriority::normal;
 
   bool operator==(const CudaOptions&) const = default;

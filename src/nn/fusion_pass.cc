@@ -8,8 +8,12 @@
 #include "nn/batchnorm_max_pool.h"
 #include "nn/batchnorm_shortcut.h"
 #include "nn/conv.h"
+#include "nn/gelu.h"
+#include "nn/linear.h"
+#include "nn/mlp.h"
 #include "nn/network.h"
 #include "nn/pool.h"
+#include "nn/residual_add.h"
 
 namespace dlbench {
 namespace {
@@ -107,11 +111,84 @@ void take_statistics_from_convolutions(Network& net, std::optional<bool> choice)
   }
 }
 
+// The residual add that alone reads `a`, and the add's other input; {nullptr, nullptr} where there is none.
+std::pair<ResidualAddLayer*, Activation*> residual_reading(const Network& net, const Uses& uses,
+                                                           const Activation& a) {
+  if (!uses.read_once(a)) return {nullptr, nullptr};
+  for (const auto& layer : net.layers()) {
+    auto* add = dynamic_cast<ResidualAddLayer*>(layer.get());
+    if (!add) continue;
+    if (add->inputs()[1] == &a) return {add, add->inputs()[0]};
+    if (add->inputs()[0] == &a) return {add, add->inputs()[1]};
+  }
+  return {nullptr, nullptr};
+}
+
+// fc -> GELU -> proj, each value between them read by the next layer alone, and the residual add after
+// proj where it alone reads proj's output and the backend adds residuals in its GEMMs.
+void fuse_mlps(Network& net, std::optional<bool> choice, std::optional<bool> residual_choice) {
+  const Uses uses(net);
+  struct Mlp {
+    LinearLayer *fc, *proj;
+    GeluLayer* gelu;
+    ResidualAddLayer* add;
+    Activation* residual;
+  };
+  std::vector<Mlp> mlps;
+  for (const auto& layer : net.layers()) {
+    auto* proj = dynamic_cast<LinearLayer*>(layer.get());
+    if (!proj || proj->residual()) continue;
+    auto* gelu = uses.producer<GeluLayer>(*proj->inputs()[0]);
+    if (!gelu || !uses.read_once(*gelu->output())) continue;
+    auto* fc = uses.producer<LinearLayer>(*gelu->inputs()[0]);
+    if (!fc || fc->residual() || !uses.read_once(*fc->output()) ||
+        !fuses(net, choice, FusionCandidate::dense_fusion(Fusion::dense_gelu_dense, fc->geometry())))
+      continue;
+    auto [add, residual] = residual_reading(net, uses, *proj->output());
+    if (add &&
+        !fuses(net, residual_choice, FusionCandidate::dense_fusion(Fusion::dense_residual, proj->geometry())))
+      add = nullptr, residual = nullptr;
+    mlps.push_back({fc, proj, gelu, add, residual});
+  }
+  for (const Mlp& m : mlps) {
+    // "transformer.h.3.mlp.c_fc" -> "transformer.h.3.mlp"
+    const std::string& fc_name = m.fc->name();
+    const std::string name = fc_name.substr(0, fc_name.find_last_of('.'));
+    Layer& last = m.add ? static_cast<Layer&>(*m.add) : *m.proj;
+    net.replace_layer(last, std::make_unique<MlpLayer>(net, name, *m.fc, *m.proj, *m.fc->inputs()[0],
+                                                       m.residual, *last.output()));
+    if (m.add) net.remove_layer(*m.proj);
+    net.remove_layer(*m.gelu);
+    net.remove_layer(*m.fc);
+  }
+}
+
+// A plain dense layer whose output a residual add alone reads, and that add.
+void fuse_dense_residuals(Network& net, std::optional<bool> choice) {
+  const Uses uses(net);
+  std::vector<std::tuple<LinearLayer*, ResidualAddLayer*, Activation*>> pairs;
+  for (const auto& layer : net.layers()) {
+    auto* dense = dynamic_cast<LinearLayer*>(layer.get());
+    if (!dense || dense->residual()) continue;
+    auto [add, residual] = residual_reading(net, uses, *dense->output());
+    if (add && fuses(net, choice, FusionCandidate::dense_fusion(Fusion::dense_residual, dense->geometry())))
+      pairs.emplace_back(dense, add, residual);
+  }
+  for (auto [dense, add, residual] : pairs) {
+    net.replace_layer(
+        *add, std::make_unique<LinearLayer>(net, dense->name(), *dense->inputs()[0], *residual,
+                                            *add->output(), dense->out_features(), dense->normal_std()));
+    net.remove_layer(*dense);
+  }
+}
+
 }  // namespace
 
 void fuse_layers(Network& net, const FusionChoices& choices) {
   fold_shortcut_batchnorms(net, choices.shortcut_batchnorm);
   fuse_batchnorm_max_pools(net, choices.batchnorm_max_pool);
+  fuse_mlps(net, choices.dense_gelu_dense, choices.dense_residual);
+  fuse_dense_residuals(net, choices.dense_residual);
   // Last: the batch norms the fusions above made take their statistics too.
   take_statistics_from_convolutions(net, choices.conv_statistics);
 }

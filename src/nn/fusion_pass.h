@@ -6,7 +6,11 @@
 //   * a block's closing batch norm (add_relu) whose residual is a shortcut batch norm read by it alone, and
 //     the shortcut's batch norm  ->  BatchNormShortcutLayer (the closing one's place);
 //   * a batch norm whose input a convolution makes  ->  the convolution sums its output for it
-//     (ConvLayer::request_statistics, BatchNormState::take_input_sums_from).
+//     (ConvLayer::request_statistics, BatchNormState::take_input_sums_from);
+//   * a transformer's MLP, dense -> GELU -> dense with the inner values read by nothing else, and the
+//     residual add of its output where that add alone reads it  ->  MlpLayer (the last layer's place);
+//   * a dense layer whose output only a residual add reads, and the add  ->  LinearLayer with a residual
+//     (the add's place).
 // The fused layers hold the same parameters, in the same order and under the same names, as the layers
 // they replace, so checkpoints do not depend on what was fused; every backend runs every fused op (composing
 // the single ones where it has no kernels for it), so results do not either.
@@ -24,6 +28,8 @@ struct FusionChoices {
   std::optional<bool> conv_statistics;
   std::optional<bool> shortcut_batchnorm;
   std::optional<bool> batchnorm_max_pool;
+  std::optional<bool> dense_gelu_dense;
+  std::optional<bool> dense_residual;
 };
 
 // Rewrites `net`'s layers (built, not planned) where `choices` or else the backend says so.

@@ -30,6 +30,14 @@ struct Activation {
   bool kept_after_step = false;  // read from outside after a training step (Network::keep_after_step)
 };
 
+// A value a layer makes in its forward for its own backward, beside its output (the fused MLP's GELU
+// input): the memory plan holds it from the layer's forward to its backward, and a layer of a recomputed
+// block that has one is run again before the block's backward.
+struct SavedValue {
+  std::string name;
+  Tensor* tensor = nullptr;
+};
+
 class Layer {
  public:
   Layer(Network& net, std::string name) : net_(net), name_(std::move(name)) {}
@@ -58,6 +66,8 @@ class Layer {
   // to its producer's backward; the layer must be the value's only reader.
   virtual bool gradient_over_input(int index) const { return false; }
   virtual bool backward_reads_output() const { return true; }
+  // The values beside the output that the layer's forward makes for its backward (see SavedValue).
+  virtual std::vector<SavedValue> saved_values() { return {}; }
   // Multiply-accumulates of one forward pass (for FLOP counts and the per-layer profile).
   virtual int64_t forward_macs() const { return 0; }
 

@@ -1,10 +1,13 @@
 // LinearLayer: y = x W^T + b, a ResNet's classifier and a transformer's projections.
 //   input  x [N, I]  (a 4-D input is flattened per sample; a transformer's rows are its B * T tokens)
-//   weight W [O, I], bias b [O]   U(-1/sqrt(I), 1/sqrt(I)), PyTorch's default; or, with a normal_std
-//                                 above 0, W ~ N(0, normal_std^2) and b = 0 (GPT-2's initialisation)
+//   weight W [O, I], bias b [O]   (nn/dense_parameters.h: PyTorch's or GPT-2's initialisation)
 //   output y [N, O]
+// With a residual (the fusion pass's, where the backend adds it in the GEMM: Fusion::dense_residual),
+// y = x W^T + b + r, in the place and into the output of the residual add it replaces; backward hands dy
+// to r's gradient as that add would.
 #pragma once
 
+#include "nn/dense_parameters.h"
 #include "nn/layer.h"
 
 namespace dlbench {
@@ -13,18 +16,25 @@ class LinearLayer final : public Layer {
  public:
   LinearLayer(Network& net, std::string name, Activation& input, int64_t out_features,
               double normal_std = 0.0);
-  const char* kind() const override { return "linear"; }
+  LinearLayer(Network& net, std::string name, Activation& input, Activation& residual, Activation& output,
+              int64_t out_features, double normal_std);
+  const char* kind() const override { return residual() ? "linear+add" : "linear"; }
   void plan(MemoryPlan& plan) override;
   void forward(Phase phase) override;
   void backward() override;
   bool can_accumulate_input_grad(int) const override { return true; }
+  bool backward_reads_input(int index) const override { return index == 0; }  // never the residual
   bool backward_reads_output() const override { return false; }  // dW, db and dx need x, dy and W only
-  int64_t forward_macs() const override { return batch_ * in_features_ * out_features_; }
+  int64_t forward_macs() const override { return batch_ * params_.in_features * params_.out_features; }
+
+  DenseGeometry geometry() const;
+  int64_t out_features() const { return params_.out_features; }
+  double normal_std() const { return params_.normal_std; }
+  Activation* residual() const { return inputs_.size() > 1 ? inputs_[1] : nullptr; }
 
  private:
-  int64_t batch_, in_features_, out_features_;
-  double normal_std_;
-  Tensor weight_, dweight_, bias_, dbias_;
+  int64_t batch_;
+  DenseParameters params_;
 };
 
 }  // namespace dlbench

@@ -21,14 +21,15 @@ struct Schedule {
 
 // The layers of the block [first, last] to run again before its backward: those whose output a backward in
 // the block reads, or a layer run again reads (walked from the end, so that a layer is kept when what
-// reads its output is). The last layer is not run again: its output, the next block's input, is kept from
-// the forward pass; nor is a layer whose output only the forward pass needed.
+// reads its output is), and those that save values for their own backward (Layer::saved_values). The
+// last layer is not run again for its output, the next block's input, which is kept from the forward pass;
+// nor is a layer whose output only the forward pass needed.
 std::vector<int> layers_to_run_again(const std::vector<std::unique_ptr<Layer>>& layers, int first, int last) {
   std::vector<bool> again(layers.size(), false);
   std::vector<int> chosen;
-  for (int j = last - 1; j >= first; --j) {
-    const Layer& layer = *layers[static_cast<size_t>(j)];
-    bool needed = layer.backward_reads_output();
+  for (int j = last; j >= first; --j) {
+    Layer& layer = *layers[static_cast<size_t>(j)];
+    bool needed = !layer.saved_values().empty() || (j < last && layer.backward_reads_output());
     for (int k = j + 1; k <= last && !needed; ++k) {
       const Layer& reader = *layers[static_cast<size_t>(k)];
       for (int i = 0; i < static_cast<int>(reader.inputs().size()); ++i)
@@ -224,6 +225,15 @@ void Network::plan() {
                             s.backward[static_cast<size_t>(produced->second)]);
     } else {
       memory_.add_activation(a.grad, a.name + ".grad");
+    }
+  }
+  // A layer's saved values hold data from its forward to its backward, or, run again, from its run again.
+  for (size_t i = 0; i < layers_.size(); ++i) {
+    for (const SavedValue& v : layers_[i]->saved_values()) {
+      if (s.again[i] >= 0)
+        memory_.add_transient(*v.tensor, v.name, s.forward[i], s.forward[i], s.again[i], s.backward[i]);
+      else
+        memory_.add_transient(*v.tensor, v.name, s.forward[i], s.backward[i]);
     }
   }
   for (size_t i = 0; i < layers_.size(); ++i) {

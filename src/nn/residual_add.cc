@@ -18,22 +18,22 @@ void ResidualAddLayer::forward(Phase) {
   net_.backend().add(inputs_[0]->value, inputs_[1]->value, output_->value);
 }
 
-void ResidualAddLayer::backward() {
-  Backend& backend = net_.backend();
-  const Tensor& dy = output_->grad;
-  for (int i = 0; i < 2; ++i) {
-    Tensor& dx = inputs_[static_cast<size_t>(i)]->grad;
-    switch (input_grad_mode(i)) {
-      case GradMode::none:
-        break;
-      case GradMode::overwrite:
-        backend.copy(dx.data(), dy.data(), dy.bytes());
-        break;
-      case GradMode::accumulate:
-        backend.add(dx, dy, dx);
-        break;
-    }
+void pass_gradient(Backend& backend, GradMode mode, const Tensor& dy, Tensor& dx) {
+  switch (mode) {
+    case GradMode::none:
+      break;
+    case GradMode::overwrite:
+      backend.copy(dx.data(), dy.data(), dy.bytes());
+      break;
+    case GradMode::accumulate:
+      backend.add(dx, dy, dx);
+      break;
   }
+}
+
+void ResidualAddLayer::backward() {
+  for (int i = 0; i < 2; ++i)
+    pass_gradient(net_.backend(), input_grad_mode(i), output_->grad, inputs_[static_cast<size_t>(i)]->grad);
 }
 
 }  // namespace dlbench

@@ -7,6 +7,9 @@
 
 namespace dlbench {
 
+// Hands dy to an input's gradient by `mode`: nothing, dx = dy, or dx += dy.
+void pass_gradient(Backend& backend, GradMode mode, const Tensor& dy, Tensor& dx);
+
 class ResidualAddLayer final : public Layer {
  public:
   ResidualAddLayer(Network& net, std::string name, Activation& a, Activation& b);

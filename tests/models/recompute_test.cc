@@ -1,8 +1,11 @@
 // --recompute (NetworkOptions::recompute): gpt-mini's blocks made again in the backward pass give the
 // same loss and the same gradients, bit for bit, as keeping every activation, in less activation memory;
-// and the memory plan's placements of values live twice are checked like any other.
+// and the memory plan's placements of values live twice are checked like any other. The dense layers'
+// fusions (the MLP as one layer, residual adds taken by the projections) change nothing a step computes
+// on backends that compose them, recomputed or not.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstring>
 #include <string>
 #include <vector>
@@ -18,15 +21,19 @@ namespace {
 struct Step {
   float loss = 0;
   std::vector<float> gradients;
+  std::vector<std::string> kinds, parameters;
   size_t activation_bytes = 0, transient_peak_bytes = 0;
   size_t layers_run_again = 0;
 };
 
-// One forward and backward pass of gpt-mini on fixed tokens, from seed 7's weights.
-Step mini_step(Backend& backend, bool recompute) {
+// One forward and backward pass of gpt-mini on fixed tokens, from seed 7's weights; `fuse`: the dense
+// layers' fusions forced on (else off).
+Step mini_step(Backend& backend, bool recompute, bool fuse = false) {
   NetworkOptions options;
   options.batch = 2;
   options.recompute = recompute;
+  options.fusions.dense_gelu_dense = fuse;
+  options.fusions.dense_residual = fuse;
   Model model = build_gpt("gpt-mini", backend, options, 32);
   Network& net = *model.net;
   net.finalize(7);
@@ -48,7 +55,16 @@ Step mini_step(Backend& backend, bool recompute) {
   s.activation_bytes = net.memory().activation_bytes();
   s.transient_peak_bytes = net.memory().transient_peak_bytes();
   for (const Placement& p : net.memory().placements()) s.layers_run_again += p.again_first >= 0;
+  for (const auto& layer : net.layers()) s.kinds.push_back(layer->kind());
+  for (const auto& p : net.memory().parameters()) s.parameters.push_back(p.name);
   return s;
+}
+
+void expect_same_numbers(const Step& a, const Step& b) {
+  EXPECT_EQ(a.loss, b.loss);
+  ASSERT_EQ(a.gradients.size(), b.gradients.size());
+  EXPECT_EQ(std::memcmp(a.gradients.data(), b.gradients.data(), a.gradients.size() * sizeof(float)), 0)
+      << "the gradients differ";
 }
 
 void expect_same_step_with_less_memory(Backend& backend) {
@@ -77,6 +93,33 @@ TEST(Recompute, GptMiniOnTheReferenceBackendSameStepLessMemory) {
 TEST(Recompute, GptMiniOnOneDnnSameStepLessMemory) {
   auto backend = make_onednn_backend(2);
   expect_same_step_with_less_memory(*backend);
+}
+
+// Each block's MLP (c_fc, GELU, c_proj and residual_2) as one layer and attn.c_proj taking residual_1:
+// 9 layers a block become 6, the parameters keep their names and order, and the step computes the same,
+// bit for bit, kept or recomputed. Recomputed, the MLP (a block's last layer now) is run again for the
+// GELU's input and output it saves, in about the memory the separate layers took.
+TEST(Recompute, FusedDenseLayersComputeWhatTheLayersDo) {
+  for (const bool onednn : {false, true}) {
+    SCOPED_TRACE(onednn ? "onednn" : "reference");
+    auto backend = onednn ? make_onednn_backend(2) : make_reference_backend();
+    const Step layers = mini_step(*backend, false), fused = mini_step(*backend, false, true),
+               fused_again = mini_step(*backend, true, true), layers_again = mini_step(*backend, true);
+    EXPECT_EQ(layers.kinds.size(), fused.kinds.size() + 4 * 4);  // 4 blocks: -3 for the MLP, -1 for c_proj
+    EXPECT_EQ(std::count(fused.kinds.begin(), fused.kinds.end(), "mlp+add"), 4);
+    EXPECT_EQ(std::count(fused.kinds.begin(), fused.kinds.end(), "linear+add"), 4);
+    EXPECT_EQ(std::count(fused.kinds.begin(), fused.kinds.end(), "gelu"), 0);
+    EXPECT_EQ(std::count(fused.kinds.begin(), fused.kinds.end(), "add"), 0);
+    EXPECT_EQ(fused.parameters, layers.parameters);
+    expect_same_numbers(fused, layers);
+    expect_same_numbers(fused_again, layers);
+    // Run again per block: ln_1, c_attn, attention, c_proj + residual_1, ln_2 and the MLP (its output and
+    // its two saved values).
+    EXPECT_EQ(fused_again.layers_run_again, 8u * 4);
+    EXPECT_LT(fused_again.transient_peak_bytes, fused.transient_peak_bytes);
+    EXPECT_LE(fused_again.activation_bytes, layers_again.activation_bytes);
+    EXPECT_LE(fused.activation_bytes, layers.activation_bytes);
+  }
 }
 
 // At GPT-2's size: each block holds 16 x width values per token inside it (ln_1, c_attn's three, the

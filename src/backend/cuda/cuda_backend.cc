@@ -11,6 +11,7 @@
 #include "backend/cuda/cuda_stream.h"
 #include "backend/cuda/cudnn_graph.h"
 #include "backend/cuda/kernels.h"
+#include "backend/cuda/lt_matmul.h"
 
 namespace dlbench {
 namespace cuda {
@@ -148,6 +149,7 @@ CudaBackend::CudaBackend(int device, const CudaOptions& options,
   CUBLAS_CHECK(cublasSetStream(cublas_, stream_));
   cublas_workspace_ = DeviceBuffer(kCublasWorkspaceBytes);
   CUBLAS_CHECK(cublasSetWorkspace(cublas_, cublas_workspace_.get(), cublas_workspace_.bytes()));
+  lt_ = std::make_unique<LtMatmuls>(cublas_workspace_.get(), cublas_workspace_.bytes());
   // FP32 GEMMs: TF32 tensor cores only when allowed. The compute type of each call says the same (gemm).
   CUBLAS_CHECK(
       cublasSetMathMode(cublas_, options_.allow_tf32 ? CUBLAS_TF32_TENSOR_OP_MATH : CUBLAS_DEFAULT_MATH));
@@ -175,6 +177,7 @@ CudaBackend::~CudaBackend() {
   graph_plans_.clear();  // before the cuDNN handle they were built on
   attention_choices_.clear();
   for (cudaEvent_t event : markers_) cudaEventDestroy(event);
+  lt_.reset();
   if (cublas_) cublasDestroy(cublas_);
   cublas_workspace_.reset();
   if (cudnn_) cudnnDestroy(cudnn_);

@@ -470,14 +470,17 @@ void check_pooled(const char* op, const CudaBatchNormPlan& p, const PoolPlan& po
 
 bool CudaBackend::fuses(const FusionCandidate& c) const {
   // What makes a plan's `own` (new_plan), without planning: FP64 trains on cuDNN's batch norm.
-  if (c.batchnorm.dtype == DType::f64) return false;
+  const bool own_batchnorm = c.batchnorm.dtype != DType::f64;
   switch (c.fusion) {
     case Fusion::conv_statistics:
-      return options_.conv_statistics != KernelChoice::off;
+      return own_batchnorm && options_.conv_statistics != KernelChoice::off;
     case Fusion::shortcut_batchnorm:
-      return options_.fold_shortcut_batchnorm && bn::keeps_relu_mask(c.batchnorm);
+      return own_batchnorm && options_.fold_shortcut_batchnorm && bn::keeps_relu_mask(c.batchnorm);
     case Fusion::batchnorm_max_pool:
-      return pooled_fits(c.batchnorm, c.pool, options_);
+      return own_batchnorm && pooled_fits(c.batchnorm, c.pool, options_);
+    case Fusion::dense_gelu_dense:  // cuBLASLt's epilogues, in every float dtype but FP64
+    case Fusion::dense_residual:
+      return options_.dense_epilogues && c.dense.dtype != DType::f64;
   }
   return false;
 }

@@ -34,6 +34,7 @@ namespace dlbench::cuda {
 
 class GraphPlan;
 class AttentionPlan;
+class LtMatmuls;
 
 // Owning device memory (cudaMalloc / cudaFree); move-only.
 class DeviceBuffer {
@@ -247,6 +248,13 @@ class CudaBackend final : public Backend {
             const Tensor& b, float beta, Tensor& c) override;
   void add_bias(Tensor& y, const Tensor& bias) override;
   void bias_backward(const Tensor& dy, Tensor& dbias, Accumulate accumulate) override;
+  // The dense ops on cuBLASLt with epilogues (dense_epilogues.cc) where --dense-epilogues is on.
+  void dense_forward(const Tensor& x, const Tensor& w, const Tensor& b, DenseActivation act,
+                     const Tensor* residual, Tensor& y, Tensor* pre) override;
+  void dense_backward_data(const Tensor& dy, const Tensor& w, DenseActivation act, const Tensor* pre,
+                           Accumulate accumulate, Tensor& dx) override;
+  void dense_backward_weights(const Tensor& dy, const Tensor& x, Accumulate accumulate, Tensor& dw,
+                              Tensor& db) override;
 
   void softmax_cross_entropy_forward(const Tensor& logits, const Tensor& labels, float label_smoothing,
                                      Tensor& probs, Tensor& loss) override;
@@ -338,6 +346,7 @@ class CudaBackend final : public Backend {
   cudnnHandle_t cudnn_ = nullptr;
   cublasHandle_t cublas_ = nullptr;
   DeviceBuffer cublas_workspace_;
+  std::unique_ptr<LtMatmuls> lt_;  // cuBLASLt's GEMMs with epilogues, on cublas_workspace_
   // sgd_update's segment tables, uploaded once per distinct content.
   std::vector<cudaEvent_t> markers_;  // timeline events (--trace), destroyed with the backend
   std::mutex segments_mutex_;

@@ -1,0 +1,71 @@
+// Backend's defaults for the dense ops (a fully connected layer with its bias, its GELU or the residual
+// add after it), composed from gemm, add_bias, gelu_forward/backward, add and bias_backward in the order
+// the separate layers run them: the same results, bit for bit, and no saving. A backend whose GEMMs apply
+// epilogues (CUDA's cuBLASLt) overrides them.
+#include "backend/backend.h"
+#include "core/status.h"
+
+namespace dlbench {
+namespace {
+
+// x [N, I], w [O, I]: returns {N, I, O}.
+struct DenseShape {
+  int64_t rows, in, out;
+};
+
+DenseShape dense_shape(const char* op, const Tensor& x, const Tensor& w) {
+  DLB_CHECK(w.rank() == 2 && w.dim(1) > 0 && x.numel() % w.dim(1) == 0, "{}: x is {}, w {}", op, x.describe(),
+            w.describe());
+  return {x.numel() / w.dim(1), w.dim(1), w.dim(0)};
+}
+
+}  // namespace
+
+void Backend::dense_forward(const Tensor& x, const Tensor& w, const Tensor& b, DenseActivation act,
+                            const Tensor* residual, Tensor& y, Tensor* pre) {
+  const char* op = "dense_forward";
+  const DenseShape s = dense_shape(op, x, w);
+  DLB_CHECK(act == DenseActivation::none || (pre && pre->numel() == y.numel()),
+            "{}: GELU needs `pre` of y's size", op);
+  DLB_CHECK(!residual || residual->numel() == y.numel(), "{}: the residual is {}, y {}", op,
+            residual ? residual->describe() : "", y.describe());
+  Tensor out = (act == DenseActivation::gelu ? *pre : y).reshaped({s.rows, s.out});
+  gemm(Transpose::no, Transpose::yes, s.rows, s.out, s.in, 1.f, x, w, 0.f, out);
+  add_bias(out, b);
+  if (act == DenseActivation::gelu) {
+    Tensor y2 = y.reshaped({s.rows, s.out});
+    gelu_forward(out, y2);
+  }
+  if (residual) add(y, *residual, y);  // branch + residual: the residual layer's sum, bit for bit
+}
+
+void Backend::dense_backward_data(const Tensor& dy, const Tensor& w, DenseActivation act, const Tensor* pre,
+                                  Accumulate accumulate, Tensor& dx) {
+  const char* op = "dense_backward_data";
+  const DenseShape s = dense_shape(op, dx, w);
+  const float beta = accumulate == Accumulate::add ? 1.f : 0.f;
+  if (act == DenseActivation::none) {
+    Tensor dx2 = dx.reshaped({s.rows, s.in});
+    gemm(Transpose::no, Transpose::no, s.rows, s.in, s.out, 1.f, dy, w, beta, dx2);
+    return;
+  }
+  DLB_CHECK(pre && pre->numel() == dx.numel() && accumulate == Accumulate::overwrite,
+            "{}: GELU's gradient needs `pre` of dx's size and overwrites dx", op);
+  // The gradient reaching gelu(pre), then through GELU, as the GELU layer would take it.
+  Tensor gradient(allocate(dx.bytes()), {s.rows, s.in}, dx.dtype(), dx.layout(), device());
+  gemm(Transpose::no, Transpose::no, s.rows, s.in, s.out, 1.f, dy, w, 0.f, gradient);
+  Tensor dx2 = dx.reshaped({s.rows, s.in});
+  gelu_backward(pre->reshaped({s.rows, s.in}), gradient, dx2);
+  deallocate(gradient.data());
+}
+
+void Backend::dense_backward_weights(const Tensor& dy, const Tensor& x, Accumulate accumulate, Tensor& dw,
+                                     Tensor& db) {
+  const DenseShape s = dense_shape("dense_backward_weights", x, dw);
+  const float beta = accumulate == Accumulate::add ? 1.f : 0.f;
+  const Tensor dy2 = dy.reshaped({s.rows, s.out});
+  gemm(Transpose::yes, Transpose::no, s.out, s.in, s.rows, 1.f, dy2, x, beta, dw);
+  bias_backward(dy2, db, accumulate);
+}
+
+}  // namespace dlbench

@@ -1,0 +1,30 @@
+#include "nn/dense_parameters.h"
+
+#include "nn/memory_plan.h"
+#include "nn/network.h"
+
+namespace dlbench {
+
+DenseParameters::DenseParameters(Network& net, int64_t in, int64_t out, double std)
+    : in_features(in), out_features(out), normal_std(std) {
+  const Device device = net.backend().device();
+  weight = Tensor(nullptr, {out, in}, net.dtype(), Layout::nchw, device);
+  dweight = Tensor(nullptr, {out, in}, net.dtype(), Layout::nchw, device);
+  bias = Tensor(nullptr, {out}, net.dtype(), Layout::nchw, device);
+  dbias = Tensor(nullptr, {out}, net.dtype(), Layout::nchw, device);
+}
+
+void DenseParameters::declare(MemoryPlan& plan, const std::string& name) {
+  if (normal_std > 0) {
+    plan.add_parameter(name + ".weight", weight, dweight, ParamInit::normal, in_features, false,
+                       ParamUse::compute, normal_std);
+    plan.add_parameter(name + ".bias", bias, dbias, ParamInit::zeros, in_features, true, ParamUse::compute);
+    return;
+  }
+  plan.add_parameter(name + ".weight", weight, dweight, ParamInit::uniform_fan_in, in_features, false,
+                     ParamUse::compute);
+  plan.add_parameter(name + ".bias", bias, dbias, ParamInit::uniform_fan_in, in_features, true,
+                     ParamUse::compute);
+}
+
+}  // namespace dlbench

@@ -1,0 +1,76 @@
+#include "nn/mlp.h"
+
+#include "core/status.h"
+#include "nn/linear.h"
+#include "nn/memory_plan.h"
+#include "nn/network.h"
+#include "nn/residual_add.h"
+
+namespace dlbench {
+
+MlpLayer::MlpLayer(Network& net, std::string name, const LinearLayer& fc, const LinearLayer& proj,
+                   Activation& input, Activation* residual, Activation& output)
+    : Layer(net, std::move(name)),
+      rows_(input.value.dim(0)),
+      fc_name_(fc.name()),
+      proj_name_(proj.name()),
+      fc_(net, input.value.numel() / rows_, fc.out_features(), fc.normal_std()),
+      proj_(net, fc.out_features(), proj.out_features(), proj.normal_std()) {
+  DLB_CHECK(output.value.numel() == rows_ * proj_.out_features, "{}: output {} is not [{}, {}]", name_,
+            output.value.describe(), rows_, proj_.out_features);
+  if (residual) {
+    DLB_CHECK(residual->value.dims() == output.value.dims(), "{}: adds {} of {} to {}", name_, residual->name,
+              residual->value.describe(), output.value.describe());
+    set_inputs({&input, residual});
+  } else {
+    set_inputs({&input});
+  }
+  output_ = &output;
+  const Device device = net.backend().device();
+  pre_ = Tensor(nullptr, {rows_, fc_.out_features}, net.dtype(), Layout::nchw, device);
+  hidden_ = Tensor(nullptr, {rows_, fc_.out_features}, net.dtype(), Layout::nchw, device);
+}
+
+std::vector<SavedValue> MlpLayer::saved_values() {
+  return {{fc_name_ + ".out", &pre_}, {name_ + ".gelu.out", &hidden_}};
+}
+
+int64_t MlpLayer::forward_macs() const {
+  return rows_ * fc_.out_features * (fc_.in_features + proj_.out_features);
+}
+
+void MlpLayer::plan(MemoryPlan& plan) {
+  fc_.declare(plan, fc_name_);
+  proj_.declare(plan, proj_name_);
+  plan.require_workspace(pre_.bytes());  // dh, in the backward
+}
+
+void MlpLayer::forward(Phase) {
+  Backend& backend = net_.backend();
+  const Tensor x = inputs_[0]->value.reshaped({rows_, fc_.in_features});
+  Tensor y = output_->value.reshaped({rows_, proj_.out_features});
+  backend.dense_forward(x, fc_.weight, fc_.bias, DenseActivation::gelu, nullptr, hidden_, &pre_);
+  const Tensor* r = residual() ? &residual()->value : nullptr;
+  backend.dense_forward(hidden_, proj_.weight, proj_.bias, DenseActivation::none, r, y, nullptr);
+}
+
+void MlpLayer::backward() {
+  Backend& backend = net_.backend();
+  Activation& in = *inputs_[0];
+  const Accumulate params = net_.parameter_grad_mode();
+  const Tensor dy = output_->grad.reshaped({rows_, proj_.out_features});
+  if (residual()) pass_gradient(backend, input_grad_mode(1), output_->grad, residual()->grad);
+  backend.dense_backward_weights(dy, hidden_, params, proj_.dweight, proj_.dbias);
+  // dh = (dy Wproj) * gelu'(h): GELU's gradient taken by c_proj's data GEMM.
+  Tensor dh(net_.workspace(), pre_.dims(), pre_.dtype(), Layout::nchw, pre_.device());
+  backend.dense_backward_data(dy, proj_.weight, DenseActivation::gelu, &pre_, Accumulate::overwrite, dh);
+  const Tensor x = in.value.reshaped({rows_, fc_.in_features});
+  backend.dense_backward_weights(dh, x, params, fc_.dweight, fc_.dbias);
+  if (input_grad_mode(0) != GradMode::none) {
+    Tensor dx = in.grad.reshaped({rows_, fc_.in_features});
+    backend.dense_backward_data(dh, fc_.weight, DenseActivation::none, nullptr,
+                                to_accumulate(input_grad_mode(0)), dx);
+  }
+}
+
+}  // namespace dlbench

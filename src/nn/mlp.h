@@ -1,0 +1,42 @@
+// MlpLayer: a transformer's MLP as one layer, made by the fusion pass (Fusion::dense_gelu_dense) from
+// c_fc (dense), GELU and c_proj (dense), and the residual add after them where that is fused too:
+//   h = x Wfc^T + bfc,  g = gelu(h),  y = g Wproj^T + bproj (+ r)
+// On a backend with GEMM epilogues that is two GEMMs (the first adds the bias and applies GELU, saving h;
+// the second adds the bias and the residual), and the backward's GEMMs take GELU's gradient and the
+// biases' (dense_*). The parameters are the two layers' under their names (`<fc>.weight`, ...); h and g
+// are saved for the backward (Layer::saved_values), dh lives in the workspace.
+#pragma once
+
+#include "nn/dense_parameters.h"
+#include "nn/layer.h"
+
+namespace dlbench {
+
+class LinearLayer;
+
+class MlpLayer final : public Layer {
+ public:
+  // `fc` and `proj` are the layers replaced (read for their names, shapes and initialisation); `residual`
+  // (may be null) is added to the output, which is then `output` (the residual add's).
+  MlpLayer(Network& net, std::string name, const LinearLayer& fc, const LinearLayer& proj, Activation& input,
+           Activation* residual, Activation& output);
+  const char* kind() const override { return residual() ? "mlp+add" : "mlp"; }
+  void plan(MemoryPlan& plan) override;
+  void forward(Phase phase) override;
+  void backward() override;
+  bool can_accumulate_input_grad(int) const override { return true; }
+  bool backward_reads_input(int index) const override { return index == 0; }  // never the residual
+  bool backward_reads_output() const override { return false; }
+  std::vector<SavedValue> saved_values() override;
+  int64_t forward_macs() const override;
+
+  Activation* residual() const { return inputs_.size() > 1 ? inputs_[1] : nullptr; }
+
+ private:
+  int64_t rows_;
+  std::string fc_name_, proj_name_;
+  DenseParameters fc_, proj_;
+  Tensor pre_, hidden_;  // h = x Wfc^T + bfc and g = gelu(h), [N, hidden]
+};
+
+}  // namespace dlbench
