@@ -533,10 +533,11 @@ class Backend : public StreamClock {
   // (biased variance); mean and rstd [N] are saved for the backward.
   virtual void layernorm_forward(const Tensor& x, const Tensor& weight, const Tensor& bias, float eps,
                                  Tensor& y, Tensor& mean, Tensor& rstd);
-  // dx is overwritten; dweight and dbias by `accumulate` (accumulation over micro-batches).
+  // dweight and dbias by `accumulate` (accumulation over micro-batches); dx by `dx_accumulate` (added to
+  // where the input's gradient has another writer: a transformer's residual stream).
   virtual void layernorm_backward(const Tensor& x, const Tensor& weight, const Tensor& mean,
                                   const Tensor& rstd, const Tensor& dy, Tensor& dx, Tensor& dweight,
-                                  Tensor& dbias, Accumulate accumulate);
+                                  Tensor& dbias, Accumulate accumulate, Accumulate dx_accumulate);
   // GELU, tanh form (GPT-2's): y = 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))), any shape.
   virtual void gelu_forward(const Tensor& x, Tensor& y);
   virtual void gelu_backward(const Tensor& x, const Tensor& dy, Tensor& dx);  // dx = dy * gelu'(x)

@@ -25,7 +25,7 @@ void Backend::layernorm_forward(const Tensor&, const Tensor&, const Tensor&, flo
   not_implemented(*this, "layernorm_forward");
 }
 void Backend::layernorm_backward(const Tensor&, const Tensor&, const Tensor&, const Tensor&, const Tensor&,
-                                 Tensor&, Tensor&, Tensor&, Accumulate) {
+                                 Tensor&, Tensor&, Tensor&, Accumulate, Accumulate) {
   not_implemented(*this, "layernorm_backward");
 }
 void Backend::gelu_forward(const Tensor&, Tensor&) { not_implemented(*this, "gelu_forward"); }

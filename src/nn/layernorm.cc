@@ -24,7 +24,7 @@ void LayerNormLayer::plan(MemoryPlan& plan) {
   plan.add_parameter(name_ + ".bias", bias_, dbias_, ParamInit::zeros, 1, true, ParamUse::compute);
   plan.add_activation(mean_, name_ + ".mean");
   plan.add_activation(rstd_, name_ + ".rstd");
-  plan.require_workspace(inputs_[0]->grad.bytes());  // the input's gradient before it is added
+  plan.require_workspace(inputs_[0]->grad.bytes());  // the input's gradient where nothing reads it
 }
 
 void LayerNormLayer::forward(Phase) {
@@ -39,18 +39,11 @@ void LayerNormLayer::backward() {
     // Parameter gradients only; the input's lands in the workspace and is dropped.
     Tensor scratch(net_.workspace(), in.grad.dims(), in.grad.dtype(), Layout::nchw, in.grad.device());
     backend.layernorm_backward(in.value, weight_, mean_, rstd_, output_->grad, scratch, dweight_, dbias_,
-                               net_.parameter_grad_mode());
+                               net_.parameter_grad_mode(), Accumulate::overwrite);
     return;
   }
-  if (mode == GradMode::overwrite) {
-    backend.layernorm_backward(in.value, weight_, mean_, rstd_, output_->grad, in.grad, dweight_, dbias_,
-                               net_.parameter_grad_mode());
-    return;
-  }
-  Tensor dx(net_.workspace(), in.grad.dims(), in.grad.dtype(), Layout::nchw, in.grad.device());
-  backend.layernorm_backward(in.value, weight_, mean_, rstd_, output_->grad, dx, dweight_, dbias_,
-                             net_.parameter_grad_mode());
-  backend.add(in.grad, dx, in.grad);
+  backend.layernorm_backward(in.value, weight_, mean_, rstd_, output_->grad, in.grad, dweight_, dbias_,
+                             net_.parameter_grad_mode(), to_accumulate(mode));
 }
 
 }  // namespace dlbench

@@ -150,7 +150,9 @@ struct LayerNormCase {
   int64_t B, T, C;
 };
 
-const LayerNormCase kLayerNormCases[] = {{2, 64, 64}, {4, 100, 768}, {2, 1024, 768}, {3, 33, 100}};
+const LayerNormCase kLayerNormCases[] = {{2, 64, 64},  {4, 100, 768}, {2, 1024, 768},
+                                         {3, 33, 100}, {2, 64, 1600},  // gpt2-xl: 50 channels a lane
+                                         {2, 16, 2560}};  // wider than the one-pass kernel: two kernels
 
 class LayerNormTest : public TransformerOpsTest, public ::testing::WithParamInterface<DType> {};
 
@@ -187,13 +189,15 @@ TEST_P(LayerNormTest, ForwardAndBackwardMatchReference) {
 
     for (Accumulate accumulate : {Accumulate::overwrite, Accumulate::add}) {
       const char* mode = accumulate == Accumulate::add ? "add" : "overwrite";
-      const HostBuffer dw0 = random_host(*ref, {c.C}, dtype, 35), db0 = random_host(*ref, {c.C}, dtype, 36);
-      DeviceTensor d_dx(gpu, {c.B, c.T, c.C}, dtype), d_dw(gpu, dw0), d_db(gpu, db0);
-      HostBuffer rdx({c.B, c.T, c.C}, DType::f32), rdw = wide(*ref, dw0), rdb = wide(*ref, db0);
+      // dx too is added to (a residual stream's gradient) or overwritten.
+      const HostBuffer dw0 = random_host(*ref, {c.C}, dtype, 35), db0 = random_host(*ref, {c.C}, dtype, 36),
+                       dx0 = random_host(*ref, {c.B, c.T, c.C}, dtype, 37);
+      DeviceTensor d_dx(gpu, dx0), d_dw(gpu, dw0), d_db(gpu, db0);
+      HostBuffer rdx = wide(*ref, dx0), rdw = wide(*ref, dw0), rdb = wide(*ref, db0);
       gpu.layernorm_backward(d_x.tensor(), d_w.tensor(), d_mean.tensor(), d_rstd.tensor(), d_dy.tensor(),
-                             d_dx.tensor(), d_dw.tensor(), d_db.tensor(), accumulate);
+                             d_dx.tensor(), d_dw.tensor(), d_db.tensor(), accumulate, accumulate);
       ref->layernorm_backward(rx.tensor(), rw.tensor(), rmean.tensor(), rrstd.tensor(), rdy.tensor(),
-                              rdx.tensor(), rdw.tensor(), rdb.tensor(), accumulate);
+                              rdx.tensor(), rdw.tensor(), rdb.tensor(), accumulate, accumulate);
       expect_close(fmt::format("layernorm_backward dx ({}) {}", mode, where).c_str(),
                    download_wide(*ref, d_dx).tensor(), rdx.tensor(), tolerance(dtype, false, 2));
       // Sums over up to 2048 rows in f32.
@@ -218,10 +222,10 @@ TEST_F(TransformerOpsTest, LayerNormBackwardIsDeterministic) {
   DeviceTensor dx(gpu, {N, C}, DType::f32), dw(gpu, {C}, DType::f32), db(gpu, {C}, DType::f32);
   gpu.layernorm_forward(x.tensor(), w.tensor(), b.tensor(), 1e-5f, y.tensor(), mean.tensor(), rstd.tensor());
   gpu.layernorm_backward(x.tensor(), w.tensor(), mean.tensor(), rstd.tensor(), dy.tensor(), dx.tensor(),
-                         dw.tensor(), db.tensor(), Accumulate::overwrite);
+                         dw.tensor(), db.tensor(), Accumulate::overwrite, Accumulate::overwrite);
   const HostBuffer first_dw = dw.download(), first_db = db.download();
   gpu.layernorm_backward(x.tensor(), w.tensor(), mean.tensor(), rstd.tensor(), dy.tensor(), dx.tensor(),
-                         dw.tensor(), db.tensor(), Accumulate::overwrite);
+                         dw.tensor(), db.tensor(), Accumulate::overwrite, Accumulate::overwrite);
   EXPECT_TRUE(same_bits(first_dw, dw.download())) << "layernorm_backward dweight N=4096 C=768 f32";
   EXPECT_TRUE(same_bits(first_db, db.download())) << "layernorm_backward dbias N=4096 C=768 f32";
 }

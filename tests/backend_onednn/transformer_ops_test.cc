@@ -144,9 +144,10 @@ void check_layernorm(Backend& onednn, Backend& ref, int64_t N, int64_t C, double
     HostBuffer dweight = random_buffer({C}, 25), dbias = random_buffer({C}, 26);
     HostBuffer dweight_ref = copy_of(dweight), dbias_ref = copy_of(dbias);
     onednn.layernorm_backward(x.tensor(), weight.tensor(), mean.tensor(), rstd.tensor(), dy.tensor(),
-                              dx.tensor(), dweight.tensor(), dbias.tensor(), acc);
+                              dx.tensor(), dweight.tensor(), dbias.tensor(), acc, Accumulate::overwrite);
     ref.layernorm_backward(x.tensor(), weight.tensor(), mean_ref.tensor(), rstd_ref.tensor(), dy.tensor(),
-                           dx_ref.tensor(), dweight_ref.tensor(), dbias_ref.tensor(), acc);
+                           dx_ref.tensor(), dweight_ref.tensor(), dbias_ref.tensor(), acc,
+                           Accumulate::overwrite);
     EXPECT_LT(relative_error(dx.tensor(), dx_ref.tensor()), 1e-5);
     EXPECT_LT(relative_error(dweight.tensor(), dweight_ref.tensor()), 3e-5);
     EXPECT_LT(relative_error(dbias.tensor(), dbias_ref.tensor()), 1e-5);

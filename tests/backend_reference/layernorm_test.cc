@@ -38,7 +38,7 @@ TEST(LayerNormGradient, MatchesCentralDifferences) {
   HostBuffer dweight = zeros({kChannels}, DType::f64), dbias = zeros({kChannels}, DType::f64);
   ln.forward(backend);
   backend.layernorm_backward(ln.x.tensor(), ln.weight.tensor(), ln.mean.tensor(), ln.rstd.tensor(),
-                             r.tensor(), dx.tensor(), dweight.tensor(), dbias.tensor(),
+                             r.tensor(), dx.tensor(), dweight.tensor(), dbias.tensor(), Accumulate::overwrite,
                              Accumulate::overwrite);
   auto loss = [&] {
     ln.forward(backend);
@@ -101,10 +101,10 @@ TEST(LayerNorm, AccumulateAddsIntoWeightAndBiasGradients) {
   HostBuffer dweight2 = filled({kChannels}, DType::f64, 5.0), dbias2 = filled({kChannels}, DType::f64, 5.0);
   backend.layernorm_backward(ln.x.tensor(), ln.weight.tensor(), ln.mean.tensor(), ln.rstd.tensor(),
                              dy.tensor(), dx.tensor(), dweight.tensor(), dbias.tensor(),
-                             Accumulate::overwrite);
+                             Accumulate::overwrite, Accumulate::overwrite);
   backend.layernorm_backward(ln.x.tensor(), ln.weight.tensor(), ln.mean.tensor(), ln.rstd.tensor(),
                              dy.tensor(), dx_again.tensor(), dweight2.tensor(), dbias2.tensor(),
-                             Accumulate::add);
+                             Accumulate::add, Accumulate::overwrite);
   EXPECT_TRUE(bit_identical(dx.tensor(), dx_again.tensor(), 0, dx.numel()));
   for (int64_t c = 0; c < kChannels; ++c) {
     EXPECT_DOUBLE_EQ(dweight2.ptr<double>()[c], 5.0 + dweight.ptr<double>()[c]);
@@ -125,10 +125,10 @@ TEST(LayerNorm, F32MatchesF64) {
   HostBuffer dw32 = zeros({kChannels}, DType::f32), db32 = zeros({kChannels}, DType::f32);
   backend.layernorm_backward(ln64.x.tensor(), ln64.weight.tensor(), ln64.mean.tensor(), ln64.rstd.tensor(),
                              dy64.tensor(), dx64.tensor(), dw64.tensor(), db64.tensor(),
-                             Accumulate::overwrite);
+                             Accumulate::overwrite, Accumulate::overwrite);
   backend.layernorm_backward(ln32.x.tensor(), ln32.weight.tensor(), ln32.mean.tensor(), ln32.rstd.tensor(),
                              dy32.tensor(), dx32.tensor(), dw32.tensor(), db32.tensor(),
-                             Accumulate::overwrite);
+                             Accumulate::overwrite, Accumulate::overwrite);
   EXPECT_LT(relative_error(dx32.tensor(), dx64.tensor()), kF32VsF64Tolerance);
   EXPECT_LT(relative_error(dw32.tensor(), dw64.tensor()), kF32VsF64Tolerance);
   EXPECT_LT(relative_error(db32.tensor(), db64.tensor()), kF32VsF64Tolerance);

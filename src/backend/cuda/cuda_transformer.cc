@@ -95,7 +95,7 @@ void CudaBackend::layernorm_forward(const Tensor& x, const Tensor& weight, const
 
 void CudaBackend::layernorm_backward(const Tensor& x, const Tensor& weight, const Tensor& mean,
                                      const Tensor& rstd, const Tensor& dy, Tensor& dx, Tensor& dweight,
-                                     Tensor& dbias, Accumulate accumulate) {
+                                     Tensor& dbias, Accumulate accumulate, Accumulate dx_accumulate) {
   const char* op = "layernorm_backward";
   const int64_t N = check_layernorm(op, x, weight, mean, rstd), C = x.dims().back();
   check_same_shape(op, "x", x, "dy", dy);
@@ -106,7 +106,7 @@ void CudaBackend::layernorm_backward(const Tensor& x, const Tensor& weight, cons
   void* work = scratch(cuda::layernorm_backward_scratch_bytes(N, C), op);
   cuda::layernorm_backward(x.data(), weight.data(), mean.ptr<float>(), rstd.ptr<float>(), dy.data(),
                            dx.data(), dweight.data(), dbias.data(), N, C, x.dtype(),
-                           accumulate == Accumulate::add, work, stream_);
+                           accumulate == Accumulate::add, dx_accumulate == Accumulate::add, work, stream_);
 }
 
 // ---- GELU ----

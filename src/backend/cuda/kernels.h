@@ -75,12 +75,13 @@ void embedding_backward(const int32_t* tokens, const void* dout, void* dwte, voi
 // Layer norm over rows of `channels` (x, y, weight, bias in `dtype`; mean and rstd f32 [rows]).
 void layernorm_forward(const void* x, const void* weight, const void* bias, float eps, void* y, float* mean,
                        float* rstd, int64_t rows, int64_t channels, DType dtype, cudaStream_t stream);
-// dx overwritten; dweight and dbias reduced over the rows in two deterministic passes: per-block partial
-// sums of row ranges into `scratch` (layernorm_backward_scratch_bytes), then one fixed-order sum per channel.
+// dx overwritten (or added to: accumulate_dx); dweight and dbias reduced over the rows deterministically:
+// per-block partial sums of row ranges into `scratch` (layernorm_backward_scratch_bytes), then fixed-order
+// sums per channel.
 size_t layernorm_backward_scratch_bytes(int64_t rows, int64_t channels);
 void layernorm_backward(const void* x, const void* weight, const float* mean, const float* rstd,
                         const void* dy, void* dx, void* dweight, void* dbias, int64_t rows, int64_t channels,
-                        DType dtype, bool accumulate, void* scratch, cudaStream_t stream);
+                        DType dtype, bool accumulate, bool accumulate_dx, void* scratch, cudaStream_t stream);
 
 // GELU, tanh form: y = gelu(x); dx = dy * gelu'(x).
 void gelu_forward(const void* x, void* y, DType dtype, int64_t n, cudaStream_t stream);

@@ -7,10 +7,15 @@
 // the warp's shuffles are the only reductions and no block barrier is needed. The variance is taken around
 // the mean in a second pass over the row (served from L1), not as E[x^2] - mean^2, which cancels.
 //
-// dweight and dbias are sums over every row: summing them with atomics would make their last bits depend on
-// timing. They are reduced in two passes instead, as llm.c does: blocks of 32 channels x 8 row lanes sum a
-// fixed range of rows each into per-range partials (the scratch), then one thread per channel adds the
-// partials in range order and writes (or adds to) dweight and dbias. The same bits on every run.
+// The backward is one pass over x and dy (C <= 2048, every GPT-2): a block of 4 warps takes a fixed range
+// of rows, a warp a row at a time; the warp's dx comes from the row's two sums (its second read of the row
+// served from L1), written over dx or added to it, and each lane keeps its channels' sums of dy * xhat and
+// dy in registers over the warp's rows. dweight and dbias are sums over every row: summing them with atomics
+// would make their last bits depend on timing. So the block adds its warps' sums in warp order into its
+// range's partials (the scratch), and a second kernel adds the partials of each channel in range order
+// (32 channels x 8 range lanes a block, the lanes added in lane order) and writes (or adds to) dweight and
+// dbias. The same bits on every run. Wider rows take a dx kernel and a partials kernel of their own (two
+// reads of x and dy).
 #include "backend/cuda/kernel_common.cuh"
 #include "backend/cuda/kernels.h"
 
@@ -21,9 +26,20 @@ using namespace detail;
 
 constexpr int kRowsPerBlock = 8;  // warps of 32 threads, one row each
 constexpr int kParamChannels = 32, kParamRowLanes = 8;
-constexpr int64_t kMaxRanges = 128;  // partial sums per channel: enough blocks to fill the GPU
+constexpr int64_t kMaxRanges = 128;  // the two-kernel path's partial sums per channel
 
-int64_t row_ranges(int64_t rows) { return std::max<int64_t>(1, std::min(rows, kMaxRanges)); }
+// The one-pass backward: 4 warps a block, up to 64 channels a lane, ranges of 32 rows (8 a warp), at most
+// 1024 of them (GPT-2 small at 16 x 1024 tokens: 512 blocks, ~4 per SM).
+constexpr int kOnePassWarps = 4;
+constexpr int64_t kOnePassMaxChannels = 64 * 32, kOnePassRangeRows = 32, kOnePassMaxRanges = 1024;
+
+bool one_pass(int64_t channels) { return channels <= kOnePassMaxChannels; }
+
+int64_t row_ranges(int64_t rows, int64_t channels) {
+  if (one_pass(channels))
+    return std::clamp<int64_t>(ceil_div<int64_t>(rows, kOnePassRangeRows), 1, kOnePassMaxRanges);
+  return std::max<int64_t>(1, std::min(rows, kMaxRanges));
+}
 
 template <typename T>
 __global__ void __launch_bounds__(kRowsPerBlock * 32)
@@ -52,17 +68,11 @@ __global__ void __launch_bounds__(kRowsPerBlock * 32)
   }
 }
 
+// One row's dx by one warp: written over dx, or added to it.
 template <typename T>
-__global__ void __launch_bounds__(kRowsPerBlock * 32)
-    layernorm_dx_kernel(const T* __restrict__ x, const T* __restrict__ weight, const float* __restrict__ mean,
-                        const float* __restrict__ rstd, const T* __restrict__ dy, T* __restrict__ dx,
-                        int64_t rows, int64_t C) {
-  const int64_t row = int64_t(blockIdx.x) * kRowsPerBlock + threadIdx.x / 32;
-  const int lane = threadIdx.x % 32;
-  if (row >= rows) return;
-  const T* xr = x + row * C;
-  const T* dyr = dy + row * C;
-  const float m = mean[row], r = rstd[row];
+__device__ __forceinline__ void row_dx(const T* __restrict__ xr, const T* __restrict__ weight,
+                                       const T* __restrict__ dyr, T* __restrict__ dxr, float m, float r,
+                                       int64_t C, bool add, int lane) {
   float sum_g = 0, sum_gx = 0;
   for (int64_t c = lane; c < C; c += 32) {
     const float g = widen(dyr[c]) * widen(weight[c]);
@@ -70,11 +80,68 @@ __global__ void __launch_bounds__(kRowsPerBlock * 32)
     sum_gx += g * (widen(xr[c]) - m) * r;
   }
   const float mean_g = warp_sum(sum_g) / float(C), mean_gx = warp_sum(sum_gx) / float(C);
-  T* dxr = dx + row * C;
   for (int64_t c = lane; c < C; c += 32) {
     const float g = widen(dyr[c]) * widen(weight[c]);
     const float xhat = (widen(xr[c]) - m) * r;
-    dxr[c] = narrow<T>(r * (g - mean_g - xhat * mean_gx));
+    const float d = r * (g - mean_g - xhat * mean_gx);
+    dxr[c] = narrow<T>(add ? widen(dxr[c]) + d : d);
+  }
+}
+
+template <typename T>
+__global__ void __launch_bounds__(kRowsPerBlock * 32)
+    layernorm_dx_kernel(const T* __restrict__ x, const T* __restrict__ weight, const float* __restrict__ mean,
+                        const float* __restrict__ rstd, const T* __restrict__ dy, T* __restrict__ dx,
+                        int64_t rows, int64_t C, bool add) {
+  const int64_t row = int64_t(blockIdx.x) * kRowsPerBlock + threadIdx.x / 32;
+  if (row >= rows) return;
+  row_dx(x + row * C, weight, dy + row * C, dx + row * C, mean[row], rstd[row], C, add, threadIdx.x % 32);
+}
+
+// The one-pass backward (see the top): block `range` takes rows [range * rows_per_range, +rows_per_range);
+// kLane channels a lane (C <= 32 kLane). Shared memory: kOnePassWarps x C floats.
+template <typename T, int kLane>
+__global__ void __launch_bounds__(kOnePassWarps * 32)
+    layernorm_backward_one_pass_kernel(const T* __restrict__ x, const T* __restrict__ weight,
+                                       const float* __restrict__ mean, const float* __restrict__ rstd,
+                                       const T* __restrict__ dy, T* __restrict__ dx, bool add,
+                                       float* __restrict__ partials, int64_t rows, int64_t C,
+                                       int64_t rows_per_range, int64_t ranges) {
+  extern __shared__ float warp_sums[];  // [kOnePassWarps][C]
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int64_t range = blockIdx.x, begin = range * rows_per_range, end = min(rows, begin + rows_per_range);
+  float dweight[kLane], dbias[kLane];
+#pragma unroll
+  for (int i = 0; i < kLane; ++i) dweight[i] = dbias[i] = 0.f;
+  for (int64_t row = begin + warp; row < end; row += kOnePassWarps) {
+    const T* xr = x + row * C;
+    const T* dyr = dy + row * C;
+    const float m = mean[row], r = rstd[row];
+#pragma unroll
+    for (int i = 0; i < kLane; ++i) {
+      const int64_t c = lane + 32 * i;
+      if (c < C) {
+        const float g = widen(dyr[c]);
+        dweight[i] += g * (widen(xr[c]) - m) * r;
+        dbias[i] += g;
+      }
+    }
+    row_dx(xr, weight, dyr, dx + row * C, m, r, C, add, lane);
+  }
+  // The warps' sums in warp order: dweight's into the first half of the range's partials, dbias's after.
+  for (int half = 0; half < 2; ++half) {
+#pragma unroll
+    for (int i = 0; i < kLane; ++i) {
+      const int64_t c = lane + 32 * i;
+      if (c < C) warp_sums[warp * C + c] = half == 0 ? dweight[i] : dbias[i];
+    }
+    __syncthreads();
+    for (int64_t c = threadIdx.x; c < C; c += kOnePassWarps * 32) {
+      float sum = warp_sums[c];
+      for (int w = 1; w < kOnePassWarps; ++w) sum += warp_sums[w * C + c];
+      partials[(half * ranges + range) * C + c] = sum;
+    }
+    __syncthreads();
   }
 }
 
@@ -111,16 +178,29 @@ __global__ void __launch_bounds__(kParamChannels* kParamRowLanes)
   }
 }
 
+// Block (channel tile): dweight and dbias from the ranges' partials, 8 range lanes a channel (lane l takes
+// ranges l, l + 8, ... in order), the lanes added in lane order.
 template <typename T>
-__global__ void layernorm_param_sum_kernel(const float* __restrict__ partials, T* __restrict__ dweight,
-                                           T* __restrict__ dbias, int64_t C, int64_t ranges,
-                                           bool accumulate) {
-  const int64_t c = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
-  if (c >= C) return;
+__global__ void __launch_bounds__(kParamChannels* kParamRowLanes)
+    layernorm_param_sum_kernel(const float* __restrict__ partials, T* __restrict__ dweight,
+                               T* __restrict__ dbias, int64_t C, int64_t ranges, bool accumulate) {
+  __shared__ float w_lanes[kParamRowLanes][kParamChannels], b_lanes[kParamRowLanes][kParamChannels];
+  const int tx = threadIdx.x % kParamChannels, ty = threadIdx.x / kParamChannels;
+  const int64_t c = int64_t(blockIdx.x) * kParamChannels + tx;
   float w = 0, b = 0;
-  for (int64_t r = 0; r < ranges; ++r) {
-    w += partials[r * C + c];
-    b += partials[(ranges + r) * C + c];
+  if (c < C) {
+    for (int64_t r = ty; r < ranges; r += kParamRowLanes) {
+      w += partials[r * C + c];
+      b += partials[(ranges + r) * C + c];
+    }
+  }
+  w_lanes[ty][tx] = w;
+  b_lanes[ty][tx] = b;
+  __syncthreads();
+  if (ty != 0 || c >= C) return;
+  for (int lane = 1; lane < kParamRowLanes; ++lane) {
+    w += w_lanes[lane][tx];
+    b += b_lanes[lane][tx];
   }
   if (accumulate) {
     w += widen(dweight[c]);
@@ -128,6 +208,25 @@ __global__ void layernorm_param_sum_kernel(const float* __restrict__ partials, T
   }
   dweight[c] = narrow<T>(w);
   dbias[c] = narrow<T>(b);
+}
+
+// Launches the one-pass kernel with kLane the smallest multiple of 8 channels a lane that covers C.
+template <typename T, int kLane = 8>
+void launch_one_pass(const T* x, const T* weight, const float* mean, const float* rstd, const T* dy, T* dx,
+                     bool add, float* partials, int64_t rows, int64_t C, int64_t rows_per_range,
+                     int64_t ranges, cudaStream_t stream) {
+  if constexpr (kLane < 64) {
+    if (C > 32 * kLane) {
+      launch_one_pass<T, kLane + 8>(x, weight, mean, rstd, dy, dx, add, partials, rows, C, rows_per_range,
+                                    ranges, stream);
+      return;
+    }
+  }
+  const size_t shared = static_cast<size_t>(kOnePassWarps * C) * sizeof(float);  // <= 32 KiB
+  layernorm_backward_one_pass_kernel<T, kLane>
+      <<<static_cast<unsigned>(ranges), kOnePassWarps * 32, shared, stream>>>(
+          x, weight, mean, rstd, dy, dx, add, partials, rows, C, rows_per_range, ranges);
+  DLB_KERNEL_LAUNCH_CHECK();
 }
 
 void require_rows(const char* op, int64_t rows, int64_t channels) {
@@ -153,15 +252,16 @@ void layernorm_forward(const void* x, const void* weight, const void* bias, floa
 }
 
 size_t layernorm_backward_scratch_bytes(int64_t rows, int64_t channels) {
-  return static_cast<size_t>(2 * row_ranges(rows) * channels) * sizeof(float);
+  return static_cast<size_t>(2 * row_ranges(rows, channels) * channels) * sizeof(float);
 }
 
 void layernorm_backward(const void* x, const void* weight, const float* mean, const float* rstd,
                         const void* dy, void* dx, void* dweight, void* dbias, int64_t rows, int64_t channels,
-                        DType dtype, bool accumulate, void* scratch, cudaStream_t stream) {
+                        DType dtype, bool accumulate, bool accumulate_dx, void* scratch,
+                        cudaStream_t stream) {
   const char* op = "layernorm_backward";
   require_rows(op, rows, channels);
-  const int64_t ranges = row_ranges(rows),
+  const int64_t ranges = row_ranges(rows, channels),
                 rows_per_range = ceil_div<int64_t>(std::max<int64_t>(rows, 1), ranges);
   DLB_KERNEL_REQUIRE(ceil_div<int64_t>(channels, kParamChannels) <= int64_t(INT32_MAX), op,
                      "too many channels");
@@ -169,20 +269,26 @@ void layernorm_backward(const void* x, const void* weight, const float* mean, co
     using T = decltype(tag);
     const T* xt = static_cast<const T*>(x);
     const T* dyt = static_cast<const T*>(dy);
-    if (rows > 0) {
-      const unsigned blocks = static_cast<unsigned>(ceil_div<int64_t>(rows, kRowsPerBlock));
-      layernorm_dx_kernel<T><<<blocks, kRowsPerBlock * 32, 0, stream>>>(
-          xt, static_cast<const T*>(weight), mean, rstd, dyt, static_cast<T*>(dx), rows, channels);
+    float* partials = static_cast<float*>(scratch);
+    if (one_pass(channels)) {
+      launch_one_pass(xt, static_cast<const T*>(weight), mean, rstd, dyt, static_cast<T*>(dx), accumulate_dx,
+                      partials, rows, channels, rows_per_range, ranges, stream);
+    } else {
+      if (rows > 0) {
+        const unsigned blocks = static_cast<unsigned>(ceil_div<int64_t>(rows, kRowsPerBlock));
+        layernorm_dx_kernel<T>
+            <<<blocks, kRowsPerBlock * 32, 0, stream>>>(xt, static_cast<const T*>(weight), mean, rstd, dyt,
+                                                        static_cast<T*>(dx), rows, channels, accumulate_dx);
+        DLB_KERNEL_LAUNCH_CHECK();
+      }
+      const dim3 grid(static_cast<unsigned>(ceil_div<int64_t>(channels, kParamChannels)),
+                      static_cast<unsigned>(ranges));
+      layernorm_param_partials_kernel<T><<<grid, kParamChannels * kParamRowLanes, 0, stream>>>(
+          xt, mean, rstd, dyt, partials, rows, channels, rows_per_range, ranges);
       DLB_KERNEL_LAUNCH_CHECK();
     }
-    float* partials = static_cast<float*>(scratch);
-    const dim3 grid(static_cast<unsigned>(ceil_div<int64_t>(channels, kParamChannels)),
-                    static_cast<unsigned>(ranges));
-    layernorm_param_partials_kernel<T><<<grid, kParamChannels * kParamRowLanes, 0, stream>>>(
-        xt, mean, rstd, dyt, partials, rows, channels, rows_per_range, ranges);
-    DLB_KERNEL_LAUNCH_CHECK();
-    const unsigned sum_blocks = static_cast<unsigned>(ceil_div<int64_t>(channels, 256));
-    layernorm_param_sum_kernel<T><<<sum_blocks, 256, 0, stream>>>(
+    const unsigned sum_blocks = static_cast<unsigned>(ceil_div<int64_t>(channels, kParamChannels));
+    layernorm_param_sum_kernel<T><<<sum_blocks, kParamChannels * kParamRowLanes, 0, stream>>>(
         partials, static_cast<T*>(dweight), static_cast<T*>(dbias), channels, ranges, accumulate);
     DLB_KERNEL_LAUNCH_CHECK();
   });

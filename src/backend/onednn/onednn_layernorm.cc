@@ -77,7 +77,7 @@ void OneDnnBackend::layernorm_forward(const Tensor& x, const Tensor& weight, con
 
 void OneDnnBackend::layernorm_backward(const Tensor& x, const Tensor& weight, const Tensor& mean,
                                        const Tensor& rstd, const Tensor& dy, Tensor& dx, Tensor& dweight,
-                                       Tensor& dbias, Accumulate accumulate) {
+                                       Tensor& dbias, Accumulate accumulate, Accumulate dx_accumulate) {
   const char* op = "layernorm_backward";
   const auto [N, C] = check_layernorm(op, x, weight, mean, rstd);
   check_like(op, dy, x, "dy");
@@ -91,10 +91,12 @@ void OneDnnBackend::layernorm_backward(const Tensor& x, const Tensor& weight, co
     return dnnl::primitive(dnnl::layer_normalization_backward(
         dnnl::layer_normalization_backward::primitive_desc(desc, engine_, forward_pd(engine_, N, C, 0.f))));
   });
-  const bool add = accumulate == Accumulate::add;
-  float* variance = scratch().floats(static_cast<size_t>(N + (add ? 2 * C : 0)));
+  const bool add = accumulate == Accumulate::add, add_dx = dx_accumulate == Accumulate::add;
+  // With add_dx, dx's new part lands after the variance and the parameters' parts, and is added after.
+  float* variance = scratch().floats(static_cast<size_t>(N + (add ? 2 * C : 0) + (add_dx ? N * C : 0)));
   float* dweight_out = add ? variance + N : dweight.ptr<float>();
   float* dbias_out = add ? variance + N + C : dbias.ptr<float>();
+  float* dx_out = add_dx ? variance + N + (add ? 2 * C : 0) : dx.ptr<float>();
   const float* r = rstd.ptr<float>();
 #pragma omp parallel for simd schedule(static) num_threads(threads_) if (N > kParallelThreshold)
   for (int64_t n = 0; n < N; ++n) variance[n] = 1.f / (r[n] * r[n]);
@@ -106,11 +108,17 @@ void OneDnnBackend::layernorm_backward(const Tensor& x, const Tensor& weight, co
                                          {DNNL_ARG_VARIANCE, wrap(stats, engine_, variance)},
                                          {DNNL_ARG_SCALE, wrap(params, engine_, weight.data())},
                                          {DNNL_ARG_SHIFT, wrap(params, engine_, weight.data())},
-                                         {DNNL_ARG_DIFF_SRC, wrap(data, engine_, dx.data())},
+                                         {DNNL_ARG_DIFF_SRC, wrap(data, engine_, dx_out)},
                                          {DNNL_ARG_DIFF_SCALE, wrap(params, engine_, dweight_out)},
                                          {DNNL_ARG_DIFF_SHIFT, wrap(params, engine_, dbias_out)}}),
              "executing layer normalisation backward on {}", x.describe());
   stream_.wait();
+  if (add_dx) {
+    float* d = dx.ptr<float>();
+    const int64_t count = N * C;
+#pragma omp parallel for simd schedule(static) num_threads(threads_) if (count > kParallelThreshold)
+    for (int64_t i = 0; i < count; ++i) d[i] += dx_out[i];
+  }
   if (add) {
     float* dw = dweight.ptr<float>();
     float* db = dbias.ptr<float>();

@@ -92,8 +92,8 @@ class ReferenceBackend : public Backend {
   void layernorm_forward(const Tensor& x, const Tensor& weight, const Tensor& bias, float eps, Tensor& y,
                          Tensor& mean, Tensor& rstd) override;
   void layernorm_backward(const Tensor& x, const Tensor& weight, const Tensor& mean, const Tensor& rstd,
-                          const Tensor& dy, Tensor& dx, Tensor& dweight, Tensor& dbias,
-                          Accumulate accumulate) override;
+                          const Tensor& dy, Tensor& dx, Tensor& dweight, Tensor& dbias, Accumulate accumulate,
+                          Accumulate dx_accumulate) override;
   void gelu_forward(const Tensor& x, Tensor& y) override;
   void gelu_backward(const Tensor& x, const Tensor& dy, Tensor& dx) override;
   void attention_forward(const Tensor& qkv, int64_t heads, Tensor& out, Tensor& stats) override;

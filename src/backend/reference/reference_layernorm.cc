@@ -53,8 +53,8 @@ void forward(const Tensor& x_t, const Tensor& weight, const Tensor& bias, double
 
 template <typename T>
 void backward(const Tensor& x_t, const Tensor& weight, const std::vector<double>& mean,
-              const std::vector<double>& rstd, const Tensor& dy_t, Tensor& dx_t, std::vector<double>& dweight,
-              std::vector<double>& dbias) {
+              const std::vector<double>& rstd, const Tensor& dy_t, Tensor& dx_t, bool add_dx,
+              std::vector<double>& dweight, std::vector<double>& dbias) {
   const int64_t C = x_t.dims().back(), N = x_t.numel() / C;
   const View2<T> x(x_t, C), dy(dy_t, C), dx(dx_t, C);
   const T* w = weight.ptr<T>();
@@ -73,7 +73,9 @@ void backward(const Tensor& x_t, const Tensor& weight, const std::vector<double>
     }
     for (int64_t c = 0; c < C; ++c) {
       const size_t i = static_cast<size_t>(c);
-      dx(n, c) = static_cast<T>(r * (g[i] - mean_g - xhat[i] * mean_g_xhat));
+      // Added to dx as the add op would add the rounded value.
+      const T d = static_cast<T>(r * (g[i] - mean_g - xhat[i] * mean_g_xhat));
+      dx(n, c) = add_dx ? static_cast<T>(double(dx(n, c)) + double(d)) : d;
     }
   }
 }
@@ -96,7 +98,7 @@ void ReferenceBackend::layernorm_forward(const Tensor& x, const Tensor& weight, 
 
 void ReferenceBackend::layernorm_backward(const Tensor& x, const Tensor& weight, const Tensor& mean,
                                           const Tensor& rstd, const Tensor& dy, Tensor& dx, Tensor& dweight,
-                                          Tensor& dbias, Accumulate accumulate) {
+                                          Tensor& dbias, Accumulate accumulate, Accumulate dx_accumulate) {
   const char* op = "layernorm_backward";
   check_layernorm(op, x, weight, mean, rstd);
   reference::check_same(op, "x", x, "dy", dy);
@@ -106,7 +108,7 @@ void ReferenceBackend::layernorm_backward(const Tensor& x, const Tensor& weight,
   std::vector<double> sum_dweight(static_cast<size_t>(weight.numel())), sum_dbias(sum_dweight.size());
   reference::dispatch_float(x.dtype(), op, [&](auto tag) {
     backward<decltype(tag)>(x, weight, reference::read_channels(mean), reference::read_channels(rstd), dy, dx,
-                            sum_dweight, sum_dbias);
+                            dx_accumulate == Accumulate::add, sum_dweight, sum_dbias);
   });
   reference::write_channels(dweight, sum_dweight, accumulate);
   reference::write_channels(dbias, sum_dbias, accumulate);
