@@ -24,9 +24,13 @@
 //
 // Backward: an elementwise pass, dlogits = (scale / N) * (probs - target), 16-byte loads of probs.
 //
-// Fused (the language model's loss, Backend::softmax_cross_entropy_fused): the block kernel's statistics,
-// each row's loss into row_loss, then, with a gradient, the gradient written over the logits it was
-// computed from; mean_of_rows_kernel sums the row losses in f64 in a fixed order.
+// Fused (the language model's loss, Backend::softmax_cross_entropy_fused): each row's loss into row_loss,
+// then, with a gradient, the gradient written over the logits it was computed from; mean_of_rows_kernel
+// sums the row losses in f64 in a fixed order. A row that fits in shared memory (GPT-2's 50,304 bf16
+// logits: 98 KiB) is read from memory once, into shared memory, with its max and sum of exponentials
+// taken in the same pass (online: each thread's running sum is rescaled when its max grows), and the
+// gradient is written from that copy: one read and one write of the logits, 16 bytes an access
+// (fused_rows_shared_kernel). Other rows take the block kernel's passes (fused_rows_kernel), three reads.
 //
 // A vocabulary padded to a round width (GPT-2's 50,257 tokens in rows of 50,304) runs the same kernels
 // with a row stride: the statistics, stashes and smoothing cover the valid columns alone, and the padded
@@ -261,6 +265,131 @@ __global__ void __launch_bounds__(kLossThreads)
   for (int64_t j = k + t; j < ld; j += kLossThreads) x[j] = narrow<T>(A(0));
 }
 
+constexpr int kSharedRowThreads = 512;
+
+// A running max and sum of exponentials relative to it (the online softmax's statistics).
+struct MaxSum {
+  float max, sum;
+};
+__device__ __forceinline__ MaxSum combine(MaxSum a, MaxSum b) {
+  if (a.max == -INFINITY) return b;
+  if (b.max == -INFINITY) return a;
+  const float m = fmaxf(a.max, b.max);
+  return {m, a.sum * expf(a.max - m) + b.sum * expf(b.max - m)};
+}
+
+// fused_rows_kernel's results with the row read once (see the top of the file): f32, f16, bf16 logits
+// whose row stride `ld` is a whole number of 16-byte vectors, one row a block, the row in dynamic shared
+// memory (ld * sizeof(T) bytes).
+template <typename T>
+__global__ void __launch_bounds__(kSharedRowThreads)
+    fused_rows_shared_kernel(T* __restrict__ logits, const int32_t* __restrict__ labels, int64_t k,
+                             int64_t ld, float smoothing, bool write_gradient, float c,
+                             const float* loss_scale, float* __restrict__ row_loss) {
+  constexpr int W = 16 / sizeof(T);
+  constexpr int kWarps = kSharedRowThreads / 32;
+  extern __shared__ __align__(16) unsigned char shared_bytes[];
+  T* row = reinterpret_cast<T*>(shared_bytes);
+  __shared__ MaxSum warp_stats[kWarps];
+  __shared__ float warp_sums[kWarps];
+  T* x = logits + int64_t(blockIdx.x) * ld;
+  const int t = threadIdx.x, lane = t % 32, warp = t / 32;
+  const int64_t vectors = ld / W;
+
+  // One pass: the row into shared memory; each thread's max, sum of exp(x - max) and sum of x.
+  MaxSum stats{-INFINITY, 0.f};
+  float sum_x = 0.f;
+  for (int64_t v = t; v < vectors; v += kSharedRowThreads) {
+    const Vec<T, W> chunk = load_vec<W>(x + v * W);
+    store_vec<W>(row + v * W, chunk);
+    float a[W], local = -INFINITY;
+#pragma unroll
+    for (int j = 0; j < W; ++j) {
+      a[j] = v * W + j < k ? widen(chunk.v[j]) : -INFINITY;
+      local = fmaxf(local, a[j]);
+    }
+    if (local == -INFINITY) continue;  // padded columns only
+    const float m = fmaxf(stats.max, local);
+    float s = stats.max == -INFINITY ? 0.f : stats.sum * expf(stats.max - m);
+#pragma unroll
+    for (int j = 0; j < W; ++j) {
+      if (v * W + j < k) {
+        s += expf(a[j] - m);
+        sum_x += a[j];
+      }
+    }
+    stats = {m, s};
+  }
+  // The block's statistics: warps by shuffles, then the warps' in a fixed order.
+#pragma unroll
+  for (int offset = 16; offset > 0; offset /= 2) {
+    const MaxSum other{__shfl_xor_sync(0xffffffffu, stats.max, offset),
+                       __shfl_xor_sync(0xffffffffu, stats.sum, offset)};
+    stats = combine(stats, other);
+  }
+  sum_x = warp_sum(sum_x);
+  if (lane == 0) warp_stats[warp] = stats, warp_sums[warp] = sum_x;
+  __syncthreads();  // also: the whole row is in shared memory
+  stats = warp_stats[0];
+  sum_x = warp_sums[0];
+  for (int w = 1; w < kWarps; ++w) stats = combine(stats, warp_stats[w]), sum_x += warp_sums[w];
+  const float m = stats.max, log_s = logf(stats.sum);
+  const int64_t label = labels[blockIdx.x];
+  if (t == 0) {
+    // D = sum (x - m) = sum x - k m: the smoothing term's mean of log-probabilities.
+    const float a = log_s - (widen(row[label]) - m), b = log_s - (sum_x - float(k) * m) / float(k);
+    row_loss[blockIdx.x] = (1.f - smoothing) * a + smoothing * b;
+  }
+  if (!write_gradient) return;
+  const float scale = loss_scale ? c * *loss_scale : c, other = smoothing / float(k),
+              hit = (1.f - smoothing) + other;
+  for (int64_t v = t; v < vectors; v += kSharedRowThreads) {
+    const Vec<T, W> chunk = load_vec<W>(row + v * W);
+    Vec<T, W> g;
+#pragma unroll
+    for (int j = 0; j < W; ++j) {
+      const int64_t col = v * W + j;
+      const float p = expf((widen(chunk.v[j]) - m) - log_s);
+      g.v[j] = narrow<T>(col < k ? scale * (p - (col == label ? hit : other)) : 0.f);
+    }
+    store_vec<W>(x + v * W, g);
+  }
+}
+
+// The most dynamic shared memory a block may take on the current device, once per device.
+size_t shared_memory_opt_in() {
+  int device = 0, bytes = 0;
+  if (cudaGetDevice(&device) != cudaSuccess ||
+      cudaDeviceGetAttribute(&bytes, cudaDevAttrMaxSharedMemoryPerBlockOptin, device) != cudaSuccess) {
+    (void)cudaGetLastError();
+    return 0;
+  }
+  return static_cast<size_t>(bytes);
+}
+
+// Launches fused_rows_shared_kernel<T> where its row fits (and lets it take that much shared memory);
+// false where it does not, and nothing is launched.
+template <typename T>
+bool launch_shared_rows(T* logits, const int32_t* labels, int64_t n, int64_t k, int64_t ld, float smoothing,
+                        bool write_gradient, float c, const float* loss_scale, float* row_loss,
+                        cudaStream_t stream) {
+  if constexpr (std::is_same_v<T, double>) {
+    return false;
+  } else {
+    constexpr int W = 16 / sizeof(T);
+    const size_t bytes = static_cast<size_t>(ld) * sizeof(T);
+    if (ld % W != 0 || reinterpret_cast<uintptr_t>(logits) % 16 != 0 || bytes + 1024 > shared_memory_opt_in())
+      return false;
+    // Not an operation on the stream: allowed while a step is being recorded.
+    DLB_KERNEL_CHECK(cudaFuncSetAttribute(
+        fused_rows_shared_kernel<T>, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(bytes)));
+    fused_rows_shared_kernel<T><<<static_cast<unsigned>(n), kSharedRowThreads, bytes, stream>>>(
+        logits, labels, k, ld, smoothing, write_gradient, c, loss_scale, row_loss);
+    DLB_KERNEL_LAUNCH_CHECK();
+    return true;
+  }
+}
+
 // loss[0] = the mean of row_loss[0, n), summed in f64 in a fixed order (no atomics): one block.
 template <typename L>
 __global__ void __launch_bounds__(kFinalizeThreads)
@@ -394,9 +523,13 @@ void softmax_cross_entropy_fused(void* logits, DType logits_dtype, const int32_t
   const float c = static_cast<float>(static_cast<double>(scale) / static_cast<double>(n));
   dispatch_float(logits_dtype, op, [&](auto tag) {
     using T = decltype(tag);
-    fused_rows_kernel<T><<<static_cast<unsigned>(n), kLossThreads, 0, stream>>>(
-        static_cast<T*>(logits), labels, n, k, ld, label_smoothing, write_gradient, c, loss_scale, row_loss);
-    DLB_KERNEL_LAUNCH_CHECK();
+    if (!launch_shared_rows(static_cast<T*>(logits), labels, n, k, ld, label_smoothing, write_gradient, c,
+                            loss_scale, row_loss, stream)) {
+      fused_rows_kernel<T><<<static_cast<unsigned>(n), kLossThreads, 0, stream>>>(
+          static_cast<T*>(logits), labels, n, k, ld, label_smoothing, write_gradient, c, loss_scale,
+          row_loss);
+      DLB_KERNEL_LAUNCH_CHECK();
+    }
     using L = std::conditional_t<std::is_same_v<T, double>, double, float>;
     mean_of_rows_kernel<L><<<1, kFinalizeThreads, 0, stream>>>(row_loss, n, static_cast<L*>(loss));
     DLB_KERNEL_LAUNCH_CHECK();
