@@ -68,6 +68,9 @@ class Layer {
   virtual bool backward_reads_output() const { return true; }
   // The values beside the output that the layer's forward makes for its backward (see SavedValue).
   virtual std::vector<SavedValue> saved_values() { return {}; }
+  // Makes the saved values again where nothing needs the output again (a recomputed block's last layer):
+  // the training forward, unless the layer can skip the work that only the output takes.
+  virtual void recompute_saved_values() { forward(Phase::train); }
   // Multiply-accumulates of one forward pass (for FLOP counts and the per-layer profile).
   virtual int64_t forward_macs() const { return 0; }
 

@@ -45,13 +45,17 @@ void MlpLayer::plan(MemoryPlan& plan) {
   plan.require_workspace(pre_.bytes());  // dh, in the backward
 }
 
-void MlpLayer::forward(Phase) {
-  Backend& backend = net_.backend();
+// h = x Wfc^T + bfc and g = gelu(h), in one GEMM where the backend applies epilogues.
+void MlpLayer::recompute_saved_values() {
   const Tensor x = inputs_[0]->value.reshaped({rows_, fc_.in_features});
+  net_.backend().dense_forward(x, fc_.weight, fc_.bias, DenseActivation::gelu, nullptr, hidden_, &pre_);
+}
+
+void MlpLayer::forward(Phase) {
+  recompute_saved_values();
   Tensor y = output_->value.reshaped({rows_, proj_.out_features});
-  backend.dense_forward(x, fc_.weight, fc_.bias, DenseActivation::gelu, nullptr, hidden_, &pre_);
   const Tensor* r = residual() ? &residual()->value : nullptr;
-  backend.dense_forward(hidden_, proj_.weight, proj_.bias, DenseActivation::none, r, y, nullptr);
+  net_.backend().dense_forward(hidden_, proj_.weight, proj_.bias, DenseActivation::none, r, y, nullptr);
 }
 
 void MlpLayer::backward() {

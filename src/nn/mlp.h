@@ -28,6 +28,7 @@ class MlpLayer final : public Layer {
   bool backward_reads_input(int index) const override { return index == 0; }  // never the residual
   bool backward_reads_output() const override { return false; }
   std::vector<SavedValue> saved_values() override;
+  void recompute_saved_values() override;  // h and g: c_fc's GEMM alone
   int64_t forward_macs() const override;
 
   Activation* residual() const { return inputs_.size() > 1 ? inputs_[1] : nullptr; }

@@ -17,28 +17,33 @@ namespace {
 struct Schedule {
   std::vector<int> forward, again, backward;
   std::vector<std::vector<int>> recompute_before;  // the layers run again just before layer i's backward
+  std::vector<bool> only_saved;                    // layer i is run again for its saved values alone
 };
 
 // The layers of the block [first, last] to run again before its backward: those whose output a backward in
 // the block reads, or a layer run again reads (walked from the end, so that a layer is kept when what
 // reads its output is), and those that save values for their own backward (Layer::saved_values). The
 // last layer is not run again for its output, the next block's input, which is kept from the forward pass;
-// nor is a layer whose output only the forward pass needed.
-std::vector<int> layers_to_run_again(const std::vector<std::unique_ptr<Layer>>& layers, int first, int last) {
+// nor is a layer whose output only the forward pass needed. `only_saved[j]` says that layer j is run again
+// for its saved values alone (Layer::recompute_saved_values).
+std::vector<int> layers_to_run_again(const std::vector<std::unique_ptr<Layer>>& layers, int first, int last,
+                                     std::vector<bool>& only_saved) {
   std::vector<bool> again(layers.size(), false);
   std::vector<int> chosen;
   for (int j = last; j >= first; --j) {
     Layer& layer = *layers[static_cast<size_t>(j)];
-    bool needed = !layer.saved_values().empty() || (j < last && layer.backward_reads_output());
-    for (int k = j + 1; k <= last && !needed; ++k) {
+    bool output_needed = j < last && layer.backward_reads_output();
+    for (int k = j + 1; k <= last && !output_needed; ++k) {
       const Layer& reader = *layers[static_cast<size_t>(k)];
       for (int i = 0; i < static_cast<int>(reader.inputs().size()); ++i)
         if (reader.inputs()[static_cast<size_t>(i)] == layer.output() &&
             (again[static_cast<size_t>(k)] || reader.backward_reads_input(i)))
-          needed = true;
+          output_needed = true;
     }
-    if (!needed) continue;
+    const bool saves = !layer.saved_values().empty();
+    if (!output_needed && !saves) continue;
     again[static_cast<size_t>(j)] = true;
+    only_saved[static_cast<size_t>(j)] = !output_needed;
     chosen.insert(chosen.begin(), j);
   }
   return chosen;
@@ -51,12 +56,14 @@ Schedule schedule(const std::vector<std::unique_ptr<Layer>>& layers, bool recomp
   s.again.assign(n, -1);
   s.backward.resize(n);
   s.recompute_before.resize(n);
+  s.only_saved.assign(n, false);
   for (size_t first = 0; recompute && first < n;) {
     size_t last = first;
     const int block = layers[first]->block();
     while (last + 1 < n && layers[last + 1]->block() == block) ++last;
     if (block >= 0 && last > first)
-      s.recompute_before[last] = layers_to_run_again(layers, static_cast<int>(first), static_cast<int>(last));
+      s.recompute_before[last] =
+          layers_to_run_again(layers, static_cast<int>(first), static_cast<int>(last), s.only_saved);
     first = last + 1;
   }
   int step = 0;
@@ -130,6 +137,7 @@ void Network::plan() {
   planned_ = true;
   const Schedule s = schedule(layers_, options_.recompute);
   recompute_before_ = s.recompute_before;
+  only_saved_ = s.only_saved;
   const int layer_count = static_cast<int>(layers_.size());
   std::unordered_map<const Activation*, int> producer;
   for (int i = 0; i < layer_count; ++i) producer[layers_[static_cast<size_t>(i)]->output()] = i;
@@ -203,7 +211,7 @@ void Network::plan() {
     }
     if (produced != producer.end() && consumers.count(&a) && !a.kept_after_step) {
       const auto p = static_cast<size_t>(produced->second);
-      const int again = s.again[p];
+      const int again = s.only_saved[p] ? -1 : s.again[p];  // run again, it remakes its output too
       int last = s.forward[p], again_last = again;
       for (int step : read->second) {
         if (again >= 0 && step > again)
@@ -256,7 +264,11 @@ void Network::backward() {
   for (int i = static_cast<int>(layers_.size()) - 1; i >= 0; --i) {
     for (int j : recompute_before_[static_cast<size_t>(i)]) {
       TimelineSpan span(layers_[static_cast<size_t>(j)]->name() + " recompute", "compute");
-      layers_[static_cast<size_t>(j)]->forward(Phase::train);
+      Layer& layer = *layers_[static_cast<size_t>(j)];
+      if (only_saved_[static_cast<size_t>(j)])
+        layer.recompute_saved_values();
+      else
+        layer.forward(Phase::train);
     }
     {
       TimelineSpan span(layers_[static_cast<size_t>(i)]->name() + " backward", "compute");

@@ -115,6 +115,7 @@ class Network {
   int current_block_ = -1;
   // With recompute: the layers whose forward runs again just before layer i's backward (execution order).
   std::vector<std::vector<int>> recompute_before_;
+  std::vector<bool> only_saved_;  // run again for the layer's saved values alone
   bool finalized_ = false, planned_ = false;
 
   void plan();  // fusions, gradient modes, live ranges, layer plans, placement
