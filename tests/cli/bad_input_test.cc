@@ -85,6 +85,8 @@ TEST(BadInput, UnknownKernelChoice) {
                      "--conv-graph sometimes: choose auto, off or force");
   expect_parse_error(run_dlbench("bench --model resnet20 --stem-pool-fusion maybe"),
                      "--stem-pool-fusion maybe: choose on or off");
+  expect_parse_error(run_dlbench("bench --model gpt-mini --dense-epilogues yes"),
+                     "--dense-epilogues yes: choose on or off");
 }
 
 TEST(BadInput, BatchSizeZeroOrNegative) {

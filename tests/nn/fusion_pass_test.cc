@@ -15,7 +15,10 @@
 #include "nn/batchnorm_max_pool.h"
 #include "nn/batchnorm_shortcut.h"
 #include "nn/conv.h"
+#include "nn/gelu.h"
+#include "nn/linear.h"
 #include "nn/pool.h"
+#include "nn/residual_add.h"
 
 namespace dlbench {
 namespace {
@@ -191,6 +194,37 @@ TEST(FusionPass, AValueReadElsewhereIsNotFusedAway) {
   net.plan_memory_only();
   EXPECT_EQ(layer_list(net),
             (std::vector<std::string>{"conv conv", "bn batchnorm", "side conv", "pool maxpool"}));
+}
+
+// A transformer's MLP (dense, GELU, dense) whose GELU output a second layer reads must stay three layers:
+// the fused layer keeps that value to itself. The residual add after it still folds into the second
+// dense layer where the backend fuses residuals.
+TEST(FusionPass, AnMlpWhoseInnerValueIsReadElsewhereStaysApart) {
+  FusingBackend backend({Fusion::dense_gelu_dense, Fusion::dense_residual});
+  NetworkOptions options;
+  options.batch = 8;
+  Network net(backend, options);
+  Activation& x = net.new_input("x", {8, 16}, DType::f32);
+  auto& fc = net.add<LinearLayer>("mlp.c_fc", x, 64, 0.02);
+  auto& gelu = net.add<GeluLayer>("mlp.gelu", *fc.output());
+  net.add<LinearLayer>("side", *gelu.output(), 4);  // a second reader of gelu(h)
+  auto& proj = net.add<LinearLayer>("mlp.c_proj", *gelu.output(), 16, 0.02);
+  net.add<ResidualAddLayer>("residual", x, *proj.output());
+  net.plan_memory_only();
+  EXPECT_EQ(layer_list(net), (std::vector<std::string>{"mlp.c_fc linear", "mlp.gelu gelu", "side linear",
+                                                       "mlp.c_proj linear+add"}));
+
+  // Read by nothing else, the same layers become one.
+  Network whole(backend, options);
+  Activation& x2 = whole.new_input("x", {8, 16}, DType::f32);
+  auto& fc2 = whole.add<LinearLayer>("mlp.c_fc", x2, 64, 0.02);
+  auto& gelu2 = whole.add<GeluLayer>("mlp.gelu", *fc2.output());
+  auto& proj2 = whole.add<LinearLayer>("mlp.c_proj", *gelu2.output(), 16, 0.02);
+  whole.add<ResidualAddLayer>("residual", x2, *proj2.output());
+  whole.plan_memory_only();
+  EXPECT_EQ(layer_list(whole), (std::vector<std::string>{"mlp mlp+add"}));
+  EXPECT_EQ(parameter_names(whole), (std::vector<std::string>{"mlp.c_fc.weight", "mlp.c_fc.bias",
+                                                              "mlp.c_proj.weight", "mlp.c_proj.bias"}));
 }
 
 }  // namespace
