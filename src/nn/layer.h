@@ -68,6 +68,9 @@ class Layer {
   virtual bool backward_reads_output() const { return true; }
   // The values beside the output that the layer's forward makes for its backward (see SavedValue).
   virtual std::vector<SavedValue> saved_values() { return {}; }
+  // Tensors the layer's backward alone uses (the fused MLP's dh): the plan holds them over that step only,
+  // so they share memory with everything not live then.
+  virtual std::vector<SavedValue> backward_scratch() { return {}; }
   // Makes the saved values again where nothing needs the output again (a recomputed block's last layer):
   // the training forward, unless the layer can skip the work that only the output takes.
   virtual void recompute_saved_values() { forward(Phase::train); }

@@ -29,6 +29,7 @@ MlpLayer::MlpLayer(Network& net, std::string name, const LinearLayer& fc, const 
   const Device device = net.backend().device();
   pre_ = Tensor(nullptr, {rows_, fc_.out_features}, net.dtype(), Layout::nchw, device);
   hidden_ = Tensor(nullptr, {rows_, fc_.out_features}, net.dtype(), Layout::nchw, device);
+  pre_grad_ = Tensor(nullptr, {rows_, fc_.out_features}, net.dtype(), Layout::nchw, device);
 }
 
 std::vector<SavedValue> MlpLayer::saved_values() {
@@ -42,7 +43,6 @@ int64_t MlpLayer::forward_macs() const {
 void MlpLayer::plan(MemoryPlan& plan) {
   fc_.declare(plan, fc_name_);
   proj_.declare(plan, proj_name_);
-  plan.require_workspace(pre_.bytes());  // dh, in the backward
 }
 
 // h = x Wfc^T + bfc and g = gelu(h), in one GEMM where the backend applies epilogues.
@@ -66,13 +66,13 @@ void MlpLayer::backward() {
   if (residual()) pass_gradient(backend, input_grad_mode(1), output_->grad, residual()->grad);
   backend.dense_backward_weights(dy, hidden_, params, proj_.dweight, proj_.dbias);
   // dh = (dy Wproj) * gelu'(h): GELU's gradient taken by c_proj's data GEMM.
-  Tensor dh(net_.workspace(), pre_.dims(), pre_.dtype(), Layout::nchw, pre_.device());
-  backend.dense_backward_data(dy, proj_.weight, DenseActivation::gelu, &pre_, Accumulate::overwrite, dh);
+  backend.dense_backward_data(dy, proj_.weight, DenseActivation::gelu, &pre_, Accumulate::overwrite,
+                              pre_grad_);
   const Tensor x = in.value.reshaped({rows_, fc_.in_features});
-  backend.dense_backward_weights(dh, x, params, fc_.dweight, fc_.dbias);
+  backend.dense_backward_weights(pre_grad_, x, params, fc_.dweight, fc_.dbias);
   if (input_grad_mode(0) != GradMode::none) {
     Tensor dx = in.grad.reshaped({rows_, fc_.in_features});
-    backend.dense_backward_data(dh, fc_.weight, DenseActivation::none, nullptr,
+    backend.dense_backward_data(pre_grad_, fc_.weight, DenseActivation::none, nullptr,
                                 to_accumulate(input_grad_mode(0)), dx);
   }
 }

@@ -4,7 +4,7 @@
 // On a backend with GEMM epilogues that is two GEMMs (the first adds the bias and applies GELU, saving h;
 // the second adds the bias and the residual), and the backward's GEMMs take GELU's gradient and the
 // biases' (dense_*). The parameters are the two layers' under their names (`<fc>.weight`, ...); h and g
-// are saved for the backward (Layer::saved_values), dh lives in the workspace.
+// are saved for the backward (Layer::saved_values), dh is the backward's scratch (Layer::backward_scratch).
 #pragma once
 
 #include "nn/dense_parameters.h"
@@ -28,6 +28,7 @@ class MlpLayer final : public Layer {
   bool backward_reads_input(int index) const override { return index == 0; }  // never the residual
   bool backward_reads_output() const override { return false; }
   std::vector<SavedValue> saved_values() override;
+  std::vector<SavedValue> backward_scratch() override { return {{name_ + ".dh", &pre_grad_}}; }
   void recompute_saved_values() override;  // h and g: c_fc's GEMM alone
   int64_t forward_macs() const override;
 
@@ -38,6 +39,7 @@ class MlpLayer final : public Layer {
   std::string fc_name_, proj_name_;
   DenseParameters fc_, proj_;
   Tensor pre_, hidden_;  // h = x Wfc^T + bfc and g = gelu(h), [N, hidden]
+  Tensor pre_grad_;      // dh, in the backward
 };
 
 }  // namespace dlbench

@@ -235,7 +235,8 @@ void Network::plan() {
       memory_.add_activation(a.grad, a.name + ".grad");
     }
   }
-  // A layer's saved values hold data from its forward to its backward, or, run again, from its run again.
+  // A layer's saved values hold data from its forward to its backward, or, run again, from its run again;
+  // its backward scratch over its backward alone.
   for (size_t i = 0; i < layers_.size(); ++i) {
     for (const SavedValue& v : layers_[i]->saved_values()) {
       if (s.again[i] >= 0)
@@ -243,6 +244,8 @@ void Network::plan() {
       else
         memory_.add_transient(*v.tensor, v.name, s.forward[i], s.backward[i]);
     }
+    for (const SavedValue& v : layers_[i]->backward_scratch())
+      memory_.add_transient(*v.tensor, v.name, s.backward[i], s.backward[i]);
   }
   for (size_t i = 0; i < layers_.size(); ++i) {
     memory_.set_current_layer(static_cast<int>(i));
