@@ -9,9 +9,10 @@
 #   BINARY bench --device DEV --model M --precision P --batch-size B --steps S --warmup-steps W ARGS FLAGS
 #         --json LOGS/<run>.json
 # and appends one JSON line to FILE: label, binary, flags, env, model, precision, batch, rep, rc, and from
-# the result object images_per_second, step_ms_median, algorithm_digest, sm_clock_median_mhz,
-# power_capped_fraction, seconds_to_first_timed_step, date and system. Last it prints the median img/s of
-# each side per point and its ratio to the first side (B/A).
+# the result object images_per_second (a GPT model's sequences/s), tokens_per_second, mfu,
+# peak_memory_bytes, step_ms_median, algorithm_digest, sm_clock_median_mhz, power_capped_fraction,
+# seconds_to_first_timed_step, date and system. Last it prints the median img/s (sequences/s) of each side
+# per point and its ratio to the first side (B/A), which is the tokens/s ratio too.
 #
 # Options:
 #   --results FILE       JSON Lines file the runs are appended to (required)
@@ -140,6 +141,8 @@ clocks = r.get("gpu_clocks") or {}
 line = {"label": label, "binary": binary, "flags": flags, "env": env, "model": model,
         "precision": precision, "batch": int(batch) if batch.isdigit() else batch, "rep": int(rep),
         "rc": int(rc), "images_per_second": r.get("images_per_second"),
+        "tokens_per_second": r.get("tokens_per_second"), "mfu": r.get("mfu"),
+        "peak_memory_bytes": r.get("peak_memory_bytes"),
         "step_ms_median": (r.get("step_ms") or {}).get("median"),
         "algorithm_digest": r.get("algorithm_digest"),
         "sm_clock_median_mhz": clocks.get("sm_clock_median_mhz"),
@@ -148,9 +151,10 @@ line = {"label": label, "binary": binary, "flags": flags, "env": env, "model": m
         "date": r.get("date"), "system": r.get("system")}
 with open(results, "a") as f:
     f.write(json.dumps(line) + "\n")
-ips = line["images_per_second"]
+ips, tps = line["images_per_second"], line["tokens_per_second"]
+rate = f"{tps:,.0f} tokens/s" if tps else f"{ips:,.1f} img/s" if ips else ""
 print(f"{label:>12} {model} {precision} b{batch} rep {rep}: rc={rc} "
-      + (f"{ips:,.1f} img/s, step median {line['step_ms_median']} ms" if ips else "no result"))
+      + (f"{rate}, step median {line['step_ms_median']} ms" if ips else "no result"))
 sys.exit(0 if ips else 3)
 PY
           [[ $? -eq 0 ]] || failed=1
@@ -185,6 +189,6 @@ for key in points:
     a = med[names[0]]
     row += "".join(f"{med[n] / a:>16.4f}" if a and med[n] else f"{'-':>16}" for n in names[1:])
     print(row)
-print(f"median img/s of each side over its runs; {runs} runs appended to {results}")
+print(f"median img/s (GPT: sequences/s) of each side over its runs; {runs} runs appended to {results}")
 PY
 [[ $failed -eq 0 ]] || { echo "ab.sh: some runs wrote no result (rc and logs in $LOGS)" >&2; exit 3; }
