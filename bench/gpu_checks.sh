@@ -1,11 +1,11 @@
 #!/usr/bin/env bash
-# The GPU half of the test suite, for a machine with a GPU (CI has none): the CUDA backend's op tests,
-# the kernels' tests, one ResNet-50 step against oneDNN, compute-sanitizer on a short ResNet-50 run, and
-# resnet20 on Fashion-MNIST to >= 90% test accuracy in fp32 and fp16, one epoch of it from JPEGs decoded on
-# the GPU (every image there, > 80%; memcheck on the GPU pipeline), `--batch-size max` resolving to a batch
-# that runs, the energy of the timed window read from NVML, and two processes choosing the same
-# convolution algorithms, and --algorithm-cache reused by a second process, and a training run stopped by
-# SIGINT saving first and resuming. Runs binaries built elsewhere.
+# The GPU half of the test suite, for a machine with a GPU (CI has none): the CUDA backend's op tests, the
+# kernels' tests, one ResNet-50 step and one gpt-mini step (fused and not) against oneDNN, compute-sanitizer
+# on a short ResNet-50 run, and resnet20 on Fashion-MNIST to >= 90% test accuracy in fp32 and fp16, one
+# epoch of it from JPEGs decoded on the GPU (every image there, > 80%; memcheck on the GPU pipeline),
+# `--batch-size max` resolving to a batch that runs, the energy of the timed window read from NVML, and two
+# processes choosing the same convolution algorithms, and --algorithm-cache reused by a second process, and
+# a training run stopped by SIGINT saving first and resuming. Runs binaries built elsewhere.
 #
 # Environment: BIN (folder with dlbench and the test binaries; default build), DATA (Fashion-MNIST
 # folder; default /usr/share/datasets/fashion-mnist), LOGS (where logs go; default a temporary folder),
