@@ -1,0 +1,23 @@
+// FP8 numbers, the two formats Hopper's tensor cores multiply (OCP 8-bit floating point):
+//   E4M3  sign, 4 exponent bits (bias 7), 3 mantissa bits: largest finite 448, smallest subnormal 2^-9;
+//         no infinities, S.1111.111 is NaN (the format forward activations and weights take);
+//   E5M2  sign, 5 exponent bits (bias 15), 2 mantissa bits: IEEE-like, largest finite 57344, smallest
+//         subnormal 2^-16, infinities and NaNs (gradients' wider range).
+// The host's conversions, exact: the reference the GPU's FP8 casts and GEMMs are checked against. A float
+// rounds to the nearest FP8 value, ties to the even code; beyond the largest finite value (infinities
+// included) it saturates to it, as the GPU's saturating casts do (an overflowing value becomes the
+// largest, not NaN); NaN stays NaN.
+#pragma once
+
+#include <cstdint>
+
+namespace dlbench {
+
+enum class Fp8Format : uint8_t { e4m3, e5m2 };
+
+const char* fp8_format_name(Fp8Format format);  // "e4m3", "e5m2"
+double fp8_largest(Fp8Format format);           // 448, 57344
+float fp8_to_float(uint8_t bits, Fp8Format format);
+uint8_t float_to_fp8(float value, Fp8Format format);
+
+}  // namespace dlbench
