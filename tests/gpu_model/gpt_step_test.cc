@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "backend/backend.h"
+#include "gpt_test_util.h"
 #include "models/gpt.h"
 #ifdef DLBENCH_WITH_CUDA
 #include "backend/cuda/cuda_backend.h"
@@ -39,14 +40,7 @@ GptStep gpt_step(Backend& backend, std::optional<bool> fuse) {
   options.fusions.dense_residual = fuse;
   Model model = build_gpt("gpt-mini", backend, options, 64);
   model.net->finalize(7);
-  const int64_t n = model.tokens->value.numel();
-  std::vector<int32_t> tokens(static_cast<size_t>(n)), targets(static_cast<size_t>(n));
-  for (int64_t i = 0; i < n; ++i) {
-    tokens[static_cast<size_t>(i)] = static_cast<int32_t>((i * 37 + 11) % 256);
-    targets[static_cast<size_t>(i)] = static_cast<int32_t>((i * 53 + 5) % 256);
-  }
-  backend.copy_to_device(model.tokens->value.data(), tokens.data(), tokens.size() * sizeof(int32_t));
-  backend.copy_to_device(model.targets->value.data(), targets.data(), targets.size() * sizeof(int32_t));
+  testing::feed_fixed_tokens(backend, model);
   model.net->forward(Phase::train);
   model.net->backward();
   backend.synchronize();

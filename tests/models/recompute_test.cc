@@ -12,6 +12,7 @@
 
 #include "backend/backend.h"
 #include "core/status.h"
+#include "gpt_test_util.h"
 #include "models/gpt.h"
 #include "nn/network.h"
 
@@ -37,14 +38,7 @@ Step mini_step(Backend& backend, bool recompute, bool fuse = false) {
   Model model = build_gpt("gpt-mini", backend, options, 32);
   Network& net = *model.net;
   net.finalize(7);
-  const int64_t n = model.tokens->value.numel();
-  std::vector<int32_t> tokens(static_cast<size_t>(n)), targets(static_cast<size_t>(n));
-  for (int64_t i = 0; i < n; ++i) {
-    tokens[static_cast<size_t>(i)] = static_cast<int32_t>((i * 37 + 11) % 256);
-    targets[static_cast<size_t>(i)] = static_cast<int32_t>((i * 53 + 5) % 256);
-  }
-  backend.copy_to_device(model.tokens->value.data(), tokens.data(), tokens.size() * sizeof(int32_t));
-  backend.copy_to_device(model.targets->value.data(), targets.data(), targets.size() * sizeof(int32_t));
+  testing::feed_fixed_tokens(backend, model);
   net.forward(Phase::train);
   net.backward();
   backend.synchronize();

@@ -74,10 +74,8 @@ void CudaBackend::dense_backward_data(const Tensor& dy, const Tensor& w, DenseAc
   }
   if (d.rows == 0) return;
   activate();
-  if (act == DenseActivation::none) {
-    Tensor dx2 = dx.reshaped({d.rows, d.in});
-    gemm(Transpose::no, Transpose::no, d.rows, d.in, d.out, 1.f, dy, w,
-         accumulate == Accumulate::add ? 1.f : 0.f, dx2);
+  if (act == DenseActivation::none) {  // a plain GEMM: no epilogue to apply
+    Backend::dense_backward_data(dy, w, act, pre, accumulate, dx);
     return;
   }
   if (options_.dense_epilogues) {

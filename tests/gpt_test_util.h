@@ -1,0 +1,24 @@
+// Fixed tokens and targets for one GPT step in a test: token i is (37 i + 11) mod 256 and its target
+// (53 i + 5) mod 256 (gpt-mini's vocabulary), copied to the model's inputs on `backend`.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "backend/backend.h"
+#include "models/model.h"
+
+namespace dlbench::testing {
+
+inline void feed_fixed_tokens(Backend& backend, Model& model) {
+  const int64_t n = model.tokens->value.numel();
+  std::vector<int32_t> tokens(static_cast<size_t>(n)), targets(static_cast<size_t>(n));
+  for (int64_t i = 0; i < n; ++i) {
+    tokens[static_cast<size_t>(i)] = static_cast<int32_t>((i * 37 + 11) % 256);
+    targets[static_cast<size_t>(i)] = static_cast<int32_t>((i * 53 + 5) % 256);
+  }
+  backend.copy_to_device(model.tokens->value.data(), tokens.data(), tokens.size() * sizeof(int32_t));
+  backend.copy_to_device(model.targets->value.data(), targets.data(), targets.size() * sizeof(int32_t));
+}
+
+}  // namespace dlbench::testing
