@@ -1,7 +1,10 @@
 // The two ceilings a training step is held against, measured on the GPU it runs on:
 //   * dense matrix-multiply rate per precision: cuBLAS GEMMs of M = N = K = --size (8192 by default), FP16
 //     and BF16 inputs with FP32 accumulation on tensor cores, TF32 tensor cores, and plain FP32 (pedantic:
-//     no tensor cores) — the most a convolution lowered to a GEMM can reach;
+//     no tensor cores) — the most a convolution lowered to a GEMM can reach; and on GPUs with FP8 tensor
+//     cores (compute capability 8.9 and up) cuBLASLt's FP8 GEMMs with BF16 output as a transformer's FP8
+//     training runs them: E4M3 x E4M3 (forward) and E4M3 x E5M2 (a gradient GEMM), both operands K-major
+//     (the only layout Hopper's FP8 GEMMs take);
 //   * memory bandwidth: a device-to-device copy (cudaMemcpyAsync) and dlbench's own grid-stride copy and
 //     read-only sum kernels over --gib GiB buffers, far larger than the L2 (bytes read + written / time).
 // Each figure is the median of --reps timed repetitions between two CUDA events, after one warm-up.
@@ -9,6 +12,7 @@
 // bench/results/gpu-ceilings/.
 //
 //   gpu_ceilings [--size N] [--gib G] [--reps R] [--json FILE]
+#include <cublasLt.h>
 #include <cublas_v2.h>
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
@@ -131,7 +135,7 @@ int main(int argc, char** argv) {
   check(cudaMalloc(&b, n * n * 4), "malloc B");
   check(cudaMalloc(&c, n * n * 4), "malloc C");
   // Small values, so that no product overflows in FP16: 0x2c00 is 2^-4 in FP16; in BF16 and FP32 the same
-  // bytes are small normal numbers too.
+  // bytes are small normal numbers too, and one 0x2c byte is 0.375 in E4M3 and 2^-4 in E5M2.
   check(cudaMemset(a, 0x2c, n * n * 4), "memset");
   check(cudaMemset(b, 0x2c, n * n * 4), "memset");
   struct GemmCase {
@@ -157,10 +161,63 @@ int main(int argc, char** argv) {
     std::snprintf(detail, sizeof detail, "M=N=K=%d, %.3f ms", size, ms);
     ceilings.push_back({g.name, "TFLOP/s", tflops, detail});
   }
+  cublasDestroy(handle);
+
+  // FP8: D (BF16, M x N) = A^T B with A (K x M) and B (K x N) column-major, so that both are K-major.
+  if (prop.major * 10 + prop.minor >= 89) {
+    cublasLtHandle_t lt;
+    check(cublasLtCreate(&lt), "cublasLtCreate");
+    const size_t workspace_bytes = size_t{64} << 20;
+    void* workspace;
+    check(cudaMalloc(&workspace, workspace_bytes), "malloc workspace");
+    const struct {
+      const char* name;
+      cudaDataType_t a, b;
+    } fp8_cases[] = {{"gemm_fp8_e4m3_tensor_core", CUDA_R_8F_E4M3, CUDA_R_8F_E4M3},
+                     {"gemm_fp8_e4m3_e5m2_tensor_core", CUDA_R_8F_E4M3, CUDA_R_8F_E5M2}};
+    for (const auto& g : fp8_cases) {
+      cublasLtMatmulDesc_t desc;
+      check(cublasLtMatmulDescCreate(&desc, CUBLAS_COMPUTE_32F, CUDA_R_32F), "matmul desc");
+      const cublasOperation_t transpose = CUBLAS_OP_T;
+      check(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_TRANSA, &transpose, sizeof transpose),
+            "transa");
+      cublasLtMatrixLayout_t la, lb, ld;
+      check(cublasLtMatrixLayoutCreate(&la, g.a, size, size, size), "layout A");
+      check(cublasLtMatrixLayoutCreate(&lb, g.b, size, size, size), "layout B");
+      check(cublasLtMatrixLayoutCreate(&ld, CUDA_R_16BF, size, size, size), "layout D");
+      cublasLtMatmulPreference_t preference;
+      check(cublasLtMatmulPreferenceCreate(&preference), "preference");
+      check(cublasLtMatmulPreferenceSetAttribute(preference, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
+                                                 &workspace_bytes, sizeof workspace_bytes),
+            "workspace preference");
+      cublasLtMatmulHeuristicResult_t result{};
+      int found = 0;
+      check(cublasLtMatmulAlgoGetHeuristic(lt, desc, la, lb, ld, ld, preference, 1, &result, &found),
+            "FP8 heuristic");
+      if (found == 0) {
+        std::fprintf(stderr, "gpu_ceilings: %s: cuBLASLt has no algorithm\n", g.name);
+      } else {
+        const double ms = median_ms(stream, reps, [&] {
+          check(cublasLtMatmul(lt, desc, &alpha, a, la, b, lb, &beta, c, ld, c, ld, &result.algo, workspace,
+                               workspace_bytes, stream),
+                g.name);
+        });
+        char detail[96];
+        std::snprintf(detail, sizeof detail, "M=N=K=%d, BF16 out, %.3f ms", size, ms);
+        ceilings.push_back({g.name, "TFLOP/s", 2.0 * n * n * n / (ms * 1e-3) / 1e12, detail});
+      }
+      cublasLtMatmulPreferenceDestroy(preference);
+      cublasLtMatrixLayoutDestroy(la);
+      cublasLtMatrixLayoutDestroy(lb);
+      cublasLtMatrixLayoutDestroy(ld);
+      cublasLtMatmulDescDestroy(desc);
+    }
+    cudaFree(workspace);
+    cublasLtDestroy(lt);
+  }
   cudaFree(a);
   cudaFree(b);
   cudaFree(c);
-  cublasDestroy(handle);
 
   // ---- memory bandwidth ----
   const size_t bytes = static_cast<size_t>(gib * (1 << 30)) / 16 * 16;
