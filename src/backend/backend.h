@@ -211,6 +211,24 @@ struct ParamSegment {
   bool weight_decay = true;
 };
 
+// Mixed precision folded into an optimizer update (sgd_update, adamw_update): the first `count` elements
+// of the flat buffers (the weights layers read in FP16/BF16, MemoryPlan's compute parameters) have copies
+// in the compute dtype. With `parameters`, the update writes each updated weight's copy there, rounded
+// from its FP32 value to nearest even exactly as Backend::cast would, so no cast pass follows the update.
+// With `gradients`, it reads those elements' gradients there (widened exactly) instead of in the FP32
+// `grads`, so no cast pass precedes it: a one-rank step whose gradients never leave the compute dtype.
+// Both tensors, where given, are flat [count] in one dtype; `grads` may then be empty when the copies
+// cover every element. A skipped (overflowed) update writes nothing, copies included.
+struct ComputeCopies {
+  Tensor* parameters = nullptr;
+  const Tensor* gradients = nullptr;
+  bool any() const { return parameters || gradients; }
+};
+// Checks `copies` against an update's `params` and `grads` (the rule above) and returns how many leading
+// elements they cover (0: none); throws dlbench::Error naming `op` otherwise.
+int64_t check_compute_copies(const char* op, const Tensor& params, const Tensor& grads,
+                             const ComputeCopies& copies);
+
 struct SgdStep {
   float lr = 0.1f;
   float momentum = 0.9f;
@@ -510,10 +528,10 @@ class Backend : public StreamClock {
   // p -= lr * (nesterov ? g + momentum * v : v). (PyTorch's SGD with dampening 0.)
   // With `scalars` (in the backend's memory, read when the op runs): nothing happens while
   // scalars->overflow is set; otherwise lr is scalars->lr and the gradients are also divided by
-  // scalars->loss_scale (step.lr is ignored).
+  // scalars->loss_scale (step.lr is ignored). `copies`: see ComputeCopies.
   virtual void sgd_update(Tensor& params, const Tensor& grads, Tensor& momentum_buffer,
                           std::span<const ParamSegment> segments, const SgdStep& step,
-                          const StepScalars* scalars = nullptr) = 0;
+                          const StepScalars* scalars = nullptr, const ComputeCopies& copies = {}) = 0;
   // advance_loss_scale(*scalars), in stream order after the update.
   virtual void update_loss_scale(StepScalars* scalars) = 0;
 
@@ -572,8 +590,9 @@ class Backend : public StreamClock {
                                            float label_smoothing, Tensor& row_loss, Tensor& loss,
                                            std::optional<float> gradient_scale,
                                            const float* loss_scale = nullptr);
-  // out (f32 [1]) = (or +=, by `accumulate`: several buffers into one norm) the sum of squares of x (an
-  // FP32 flat buffer): the global gradient norm for AdamWStep::grad_norm_squared.
+  // out (f32 [1]) = (or +=, by `accumulate`: several buffers into one norm) the sum of squares of x (a
+  // flat buffer of FP32 or of compute-dtype gradients), each square and the sum in f64: the global
+  // gradient norm for AdamWStep::grad_norm_squared.
   virtual void sum_of_squares(const Tensor& x, Tensor& out, Accumulate accumulate);
   // AdamW over the flat FP32 buffers, per element of each segment (PyTorch's torch.optim.AdamW):
   //   g = grad * grad_scale * clip          (clip: see AdamWStep; 1 without clipping)
@@ -581,10 +600,11 @@ class Backend : public StreamClock {
   //   p -= lr * (mhat / (sqrt(vhat) + eps) + weight_decay * p)   (the decay where the segment decays)
   //   mhat = m / (1 - beta1^t), vhat = v / (1 - beta2^t).
   // With `scalars` (as sgd_update): nothing happens while scalars->overflow is set; otherwise lr is
-  // scalars->lr and the gradients (and their norm) are also divided by scalars->loss_scale.
+  // scalars->lr and the gradients (and their norm) are also divided by scalars->loss_scale. `copies`: see
+  // ComputeCopies.
   virtual void adamw_update(Tensor& params, const Tensor& grads, Tensor& m, Tensor& v,
                             std::span<const ParamSegment> segments, const AdamWStep& step,
-                            const StepScalars* scalars = nullptr);
+                            const StepScalars* scalars = nullptr, const ComputeCopies& copies = {});
 };
 
 // Factories; `threads` = 0 means all cores.

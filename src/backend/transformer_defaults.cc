@@ -62,7 +62,7 @@ void Backend::softmax_cross_entropy_padded_backward(const Tensor& probs, const T
 
 void Backend::sum_of_squares(const Tensor&, Tensor&, Accumulate) { not_implemented(*this, "sum_of_squares"); }
 void Backend::adamw_update(Tensor&, const Tensor&, Tensor&, Tensor&, std::span<const ParamSegment>,
-                           const AdamWStep&, const StepScalars*) {
+                           const AdamWStep&, const StepScalars*, const ComputeCopies&) {
   not_implemented(*this, "adamw_update");
 }
 

@@ -207,7 +207,7 @@ void MemoryPlan::place() {
 
   // The arenas in the order allocate() makes them.
   const size_t flat_bytes = static_cast<size_t>(parameter_count_) * dtype_size(master_dtype_);
-  arena_sizes_ = {flat_bytes, flat_bytes, flat_bytes};
+  arena_sizes_ = {flat_bytes, has_master_gradients() ? flat_bytes : 0, flat_bytes};
   if (second_moment_) arena_sizes_.push_back(flat_bytes);
   if (has_compute_copies()) {
     const size_t compute_bytes = static_cast<size_t>(compute_count_) * dtype_size(compute_dtype_);
@@ -240,10 +240,10 @@ void MemoryPlan::allocate(uint64_t seed) {
   const size_t element = dtype_size(master_dtype_);
   size_t flat_bytes = static_cast<size_t>(parameter_count_) * element;
   std::byte* params = new_arena(flat_bytes);
-  std::byte* grads = new_gradient_arena(flat_bytes);
+  std::byte* grads = has_master_gradients() ? new_gradient_arena(flat_bytes) : nullptr;
   std::byte* momentum = new_arena(flat_bytes);
   flat_parameters_ = Tensor(params, {parameter_count_}, master_dtype_, Layout::nchw, device);
-  flat_gradients_ = Tensor(grads, {parameter_count_}, master_dtype_, Layout::nchw, device);
+  if (grads) flat_gradients_ = Tensor(grads, {parameter_count_}, master_dtype_, Layout::nchw, device);
   flat_momentum_ = Tensor(momentum, {parameter_count_}, master_dtype_, Layout::nchw, device);
   if (second_moment_)
     flat_second_moment_ =
@@ -327,7 +327,7 @@ void MemoryPlan::initialise(uint64_t seed) {
       }
     }
   }
-  backend_.fill(flat_gradients_, 0.0);
+  if (has_master_gradients()) backend_.fill(flat_gradients_, 0.0);
   backend_.fill(flat_momentum_, 0.0);
   if (second_moment_) backend_.fill(flat_second_moment_, 0.0);
 
@@ -339,7 +339,37 @@ void MemoryPlan::initialise(uint64_t seed) {
   parameters_to_compute();
 }
 
+void MemoryPlan::keep_gradients_in_compute_dtype() {
+  DLB_CHECK(!placed_, "keep_gradients_in_compute_dtype after placement");
+  gradients_in_compute_dtype_ = true;
+}
+
+bool MemoryPlan::has_master_gradients() const {
+  return !(gradients_in_compute_dtype() && compute_count_ == parameter_count_);
+}
+
+ComputeCopies MemoryPlan::compute_copies() {
+  ComputeCopies copies;
+  if (!has_compute_copies() || compute_count_ == 0) return copies;
+  copies.parameters = &compute_parameters_;
+  if (gradients_in_compute_dtype()) copies.gradients = &compute_gradients_;
+  return copies;
+}
+
+std::vector<Tensor> MemoryPlan::stored_gradients() {
+  if (!gradients_in_compute_dtype() || compute_count_ == 0) return {flat_gradients_};
+  std::vector<Tensor> stored{compute_gradients_};
+  if (compute_count_ < parameter_count_) {
+    const size_t skipped = static_cast<size_t>(compute_count_) * dtype_size(master_dtype_);
+    stored.emplace_back(static_cast<std::byte*>(flat_gradients_.data()) + skipped,
+                        std::vector<int64_t>{parameter_count_ - compute_count_}, master_dtype_, Layout::nchw,
+                        flat_gradients_.device());
+  }
+  return stored;
+}
+
 void MemoryPlan::gradients_to_master() {
+  DLB_CHECK(!gradients_in_compute_dtype(), "gradients_to_master: the plan keeps no FP32 copy of them");
   if (!has_compute_copies() || compute_count_ == 0) return;
   Tensor leading(flat_gradients_.data(), {compute_count_}, master_dtype_, Layout::nchw,
                  flat_gradients_.device());

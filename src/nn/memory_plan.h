@@ -14,9 +14,12 @@
 // Mixed precision: when the compute dtype (FP16, BF16) differs from the master dtype, the parameters that
 // layers read in the compute dtype (conv and linear weights: ParamUse::compute) get a second copy in two
 // more flat buffers, compute parameters and compute gradients. Those parameters are placed first in the
-// flat buffers, so that one cast moves all compute gradients to the master gradients after backward
-// (gradients_to_master) and one cast refreshes the compute copy after the update (parameters_to_compute).
-// Batch-norm parameters (ParamUse::master) stay FP32 and are used directly.
+// flat buffers, so that one leading range holds every copy. The optimizer's update refreshes the compute
+// parameters as it writes the masters (compute_copies(), Backend's ComputeCopies). Where ranks sum the
+// gradients in FP32, one cast first moves the compute gradients to the master gradients
+// (gradients_to_master); with one rank the update reads them where the backward wrote them
+// (keep_gradients_in_compute_dtype), and where every parameter is a compute one (GPT-2) no FP32 gradient
+// arena is allocated at all. Batch-norm parameters (ParamUse::master) stay FP32 and are used directly.
 //   activations everything per-step: layer outputs and their gradients, saved state, labels, the loss
 //   workspace   one scratch area shared by all ops (they run one after another): the largest request
 //
@@ -154,13 +157,19 @@ class MemoryPlan {
   void set_gradient_memory(std::function<void*(size_t bytes)> source) {
     gradient_memory_ = std::move(source);
   }
+  // Mixed precision with one rank: the optimizer reads the compute parameters' gradients in the compute
+  // dtype, so no FP32 copy of them is kept (see the top). Before place().
+  void keep_gradients_in_compute_dtype();
+  bool gradients_in_compute_dtype() const { return gradients_in_compute_dtype_ && has_compute_copies(); }
+  // Whether the FP32 gradient arena exists: flat_gradients() is empty where it does not.
+  bool has_master_gradients() const;
   bool allocated() const { return !arenas_.empty(); }
 
   const std::vector<ParameterInfo>& parameters() const { return parameters_; }
   int64_t parameter_count() const { return parameter_count_; }
   int64_t buffer_count() const { return buffer_count_; }
   Tensor& flat_parameters() { return flat_parameters_; }
-  Tensor& flat_gradients() { return flat_gradients_; }
+  Tensor& flat_gradients() { return flat_gradients_; }  // the FP32 gradients (empty: see above)
   Tensor& flat_momentum() { return flat_momentum_; }
   // AdamW's second moment: allocated (zeroed) only where require_second_moment() was called before.
   void require_second_moment() { second_moment_ = true; }
@@ -172,6 +181,13 @@ class MemoryPlan {
   Tensor& compute_gradients() { return compute_gradients_; }  // valid when has_compute_copies()
   void gradients_to_master();    // master gradients[0, compute_count) = compute gradients
   void parameters_to_compute();  // compute parameters = master parameters[0, compute_count)
+  // What the optimizer's update folds in: the compute parameters it refreshes and, where
+  // gradients_in_compute_dtype(), the compute gradients it reads (nothing without compute copies).
+  ComputeCopies compute_copies();
+  // Every gradient the update reads, as stored when the step's backward (and any exchange) is done: the
+  // FP32 gradients, or the compute gradients and the FP32 ones of the other parameters. Checks over all
+  // gradients (overflow, the clipping norm) read these.
+  std::vector<Tensor> stored_gradients();
   void* workspace() const { return workspace_; }
   size_t workspace_bytes() const { return workspace_bytes_; }
   // The activation arena's size, and what it would be with every tensor in memory of its own.
@@ -214,7 +230,7 @@ class MemoryPlan {
   int64_t parameter_count_ = 0, buffer_count_ = 0;
   int current_layer_ = -1;
   size_t workspace_bytes_ = 0, activation_bytes_ = 0, held_bytes_ = 0;
-  bool estimate_only_ = false, placed_ = false, second_moment_ = false;
+  bool estimate_only_ = false, placed_ = false, second_moment_ = false, gradients_in_compute_dtype_ = false;
   void* workspace_ = nullptr;
   Tensor flat_parameters_, flat_gradients_, flat_momentum_, flat_second_moment_, flat_buffers_;
   struct Arena {

@@ -16,7 +16,7 @@ SgdOptimizer::SgdOptimizer(Backend& backend, MemoryPlan& memory, const RunConfig
 void SgdOptimizer::step(float grad_scale, const StepScalars* scalars) {
   hyper_.grad_scale = grad_scale;
   backend_.sgd_update(memory_.flat_parameters(), memory_.flat_gradients(), memory_.flat_momentum(), segments_,
-                      hyper_, scalars);
+                      hyper_, scalars, memory_.compute_copies());
 }
 
 AdamWOptimizer::AdamWOptimizer(Backend& backend, MemoryPlan& memory, const RunConfig& config)
@@ -58,10 +58,14 @@ void AdamWOptimizer::step(float grad_scale, const StepScalars* scalars) {
   if (hyper_.max_grad_norm > 0) {
     // The global norm of the stored gradients, summed in backend memory: the update reads it there.
     Tensor norm(norm_squared_, {1}, DType::f32, Layout::nchw, backend_.device());
-    backend_.sum_of_squares(memory_.flat_gradients(), norm, Accumulate::overwrite);
+    Accumulate mode = Accumulate::overwrite;
+    for (const Tensor& gradients : memory_.stored_gradients()) {
+      backend_.sum_of_squares(gradients, norm, mode);
+      mode = Accumulate::add;
+    }
   }
   backend_.adamw_update(memory_.flat_parameters(), memory_.flat_gradients(), memory_.flat_momentum(),
-                        memory_.flat_second_moment(), segments_, hyper_, scalars);
+                        memory_.flat_second_moment(), segments_, hyper_, scalars, memory_.compute_copies());
 }
 
 void prepare_optimizer_memory(MemoryPlan& memory, const RunConfig& config) {

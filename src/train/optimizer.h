@@ -6,6 +6,9 @@
 //                   GPT models'. Its first moment m is the plan's momentum buffer, its second moment v the
 //                   plan's second-moment buffer (MemoryPlan::require_second_moment, asked before the plan
 //                   allocates: prepare()).
+// Under mixed precision either update also refreshes the FP16/BF16 copies of the weights, and with one
+// rank reads the FP16/BF16 gradients as the backward wrote them, in the same pass
+// (MemoryPlan::compute_copies).
 #pragma once
 
 #include <memory>

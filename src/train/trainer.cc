@@ -29,6 +29,9 @@ Trainer::Trainer(Backend& backend, Model& model, const RunConfig& config, parall
   // The gradients in memory the communicator sums fastest, where it has some (--nccl-symmetric).
   if (exchanges) {
     network.memory().set_gradient_memory([this](size_t bytes) { return comm_->allocate_window(bytes); });
+  } else {
+    // One rank: the update reads FP16/BF16 gradients where the backward wrote them (no FP32 copy).
+    network.memory().keep_gradients_in_compute_dtype();
   }
   prepare_optimizer_memory(network.memory(), config);
   network.finalize(config.seed);
@@ -162,20 +165,17 @@ void Trainer::forward_backward(int64_t micro) {
 
 void Trainer::finish_step() {
   MemoryPlan& memory = model_.net->memory();
-  if (exchange_) {
-    exchange_->finish();  // the sum over the ranks, in the FP32 master gradients
-  } else {
-    memory.gradients_to_master();  // mixed precision: FP16/BF16 gradients into the FP32 ones
-  }
+  // The sum over the ranks, in the FP32 master gradients; one rank's gradients stay where they are.
+  if (exchange_) exchange_->finish();
   // The summed gradients are the same on every rank, so every rank takes the same overflow decision.
   if (dynamic_loss_scale_) {
     Tensor overflow = scalar_view(offsetof(StepScalars, overflow), DType::i32);
-    backend_.check_finite(memory.flat_gradients(), overflow);
+    for (const Tensor& gradients : memory.stored_gradients()) backend_.check_finite(gradients, overflow);
   }
   // Skipped on the device when a gradient overflowed; divides by the loss scale it finds there.
-  // The mean over micro-batches and ranks.
+  // The mean over micro-batches and ranks. Mixed precision: the update also refreshes the FP16/BF16
+  // copies of the weights (MemoryPlan::compute_copies).
   optimizer_->step(1.f / static_cast<float>(accumulate_steps_ * ranks_), scalars_);
-  memory.parameters_to_compute();  // mixed precision: refresh the FP16/BF16 weight copies
   if (dynamic_loss_scale_) backend_.update_loss_scale(scalars_);
 }
 

@@ -2,9 +2,10 @@
 // f16 and bf16 on GPT-like shapes: embedding (repeated tokens, accumulate and overwrite), layer norm, GELU,
 // causal attention (cuDNN's fused attention in f16/bf16, the own kernels in f32 and where cuDNN refuses),
 // the padded softmax cross-entropy (50,304 columns, 50,257 valid), the gradient norm and AdamW with its
-// step count, scales and clipping read from device memory. Also: the deterministic reductions give the
-// same bits twice, attention forward + backward recorded in a CUDA graph replays the eager results, and
-// bad arguments are refused with one line. Every failure names the op, the shape and the dtype.
+// step count, scales and clipping read from device memory, both updates with the FP16/BF16 copies folded
+// in. Also: the deterministic reductions give the same bits twice, attention forward + backward recorded in
+// a CUDA graph replays the eager results, and bad arguments are refused with one line. Every failure names
+// the op, the shape and the dtype.
 #include <cuda_runtime_api.h>
 #include <fmt/format.h>
 #include <gtest/gtest.h>
@@ -19,6 +20,7 @@
 
 #include "backend/backend_factory.h"
 #include "backend/cuda/cuda_backend.h"
+#include "compute_copies_check.h"
 #include "cuda_test_util.h"
 
 namespace dlbench {
@@ -557,6 +559,21 @@ TEST_F(TransformerOpsTest, AdamWMatchesReferenceWithDeviceScalars) {
   EXPECT_TRUE(same_bits(params, p.download())) << "adamw_update ran on an overflowed step";
   EXPECT_EQ(count.download().ptr<int32_t>()[0], 5) << "adamw_update: an overflowed step advanced the count";
   gpu.deallocate(scalars);
+}
+
+// SGD and AdamW with the compute copies folded in (ComputeCopies): the same bits as the three passes they
+// replace, on the GPU (the vector paths, the scalar heads and tails, the copies' end inside a segment).
+TEST_F(TransformerOpsTest, UpdatesFoldTheComputeCopiesBitForBit) {
+  Backend& gpu = shared_gpu();
+  using compute_copies_check::Update;
+  for (Update update : {Update::sgd, Update::adamw}) {
+    for (DType compute : {DType::f16, DType::bf16}) {
+      compute_copies_check::expect_update_folds_copies(gpu, update, compute, 100003, 65536, false);
+      compute_copies_check::expect_update_folds_copies(gpu, update, compute, 65536, 65536, false);
+      compute_copies_check::expect_update_folds_copies(gpu, update, compute, 65536, 65536, true);
+    }
+  }
+  compute_copies_check::expect_bad_copies_refused(gpu);
 }
 
 // AdamW recorded once and replayed: t advances with every replay (the bias corrections change).

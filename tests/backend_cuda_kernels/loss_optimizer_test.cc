@@ -232,7 +232,7 @@ TEST_F(CudaSgd, MatchesTheReferenceBitForBitOverSeveralSteps) {
         HostBuffer grads = random_values(total, DType::f32, 40 + iteration, -10, 10);
         dg.upload(grads);
         cuda::sgd_update(dp.as<float>(), dg.as<float>(), dv.as<float>(), dseg.as<ParamSegment>(),
-                         static_cast<int>(layout.segments.size()), step, nullptr, stream_);
+                         static_cast<int>(layout.segments.size()), step, nullptr, {}, stream_);
         reference.sgd_update(params.tensor(), grads.tensor(), momentum.tensor(), layout.segments, step);
       }
       sync();
@@ -281,7 +281,7 @@ TEST_F(CudaSgd, ManySmallSegmentsSpanSeveralTableChunks) {
   dv.upload(momentum);
   dseg.upload(segments.data(), segments.size() * sizeof(ParamSegment));
   cuda::sgd_update(dp.as<float>(), dg.as<float>(), dv.as<float>(), dseg.as<ParamSegment>(),
-                   static_cast<int>(segments.size()), step, nullptr, stream_);
+                   static_cast<int>(segments.size()), step, nullptr, {}, stream_);
   ReferenceBackend reference;
   reference.sgd_update(params.tensor(), grads.tensor(), momentum.tensor(), segments, step);
   sync();
@@ -303,9 +303,9 @@ TEST_F(CudaSgd, NoSegmentsAndEmptySegmentsLeaveEverythingAlone) {
   DeviceBuffer dseg(empty.size() * sizeof(ParamSegment));
   dseg.upload(empty.data(), empty.size() * sizeof(ParamSegment));
   cuda::sgd_update(dp.as<float>(), dg.as<float>(), dv.as<float>(), dseg.as<ParamSegment>(), 0, SgdStep{},
-                   nullptr, stream_);
+                   nullptr, {}, stream_);
   cuda::sgd_update(dp.as<float>(), dg.as<float>(), dv.as<float>(), dseg.as<ParamSegment>(), 2, SgdStep{},
-                   nullptr, stream_);
+                   nullptr, {}, stream_);
   sync();
   HostBuffer p({total}, DType::f32);
   dp.download(p);

@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "backend/backend.h"
+#include "compute_copies_check.h"
 #include "core/status.h"
 #include "test_util.h"
 
@@ -566,6 +567,17 @@ TEST_F(OneDnnVsReference, SgdUpdate) {
     EXPECT_LT(relative_error(p.tensor(), p_ref.tensor()), 1e-6);
     EXPECT_LT(relative_error(v.tensor(), v_ref.tensor()), 1e-6);
   }
+}
+
+// The oneDNN backend trains in FP32 only: it keeps no copies and says so rather than ignoring them.
+TEST(OneDnnOptimizer, RefusesComputeCopies) {
+  auto backend = make_onednn_backend(1);
+  compute_copies_check::Flat p(*backend, 256, DType::f32), g(*backend, 256, DType::f32),
+      m(*backend, 256, DType::f32), copy(*backend, 128, DType::bf16);
+  const std::vector<ParamSegment> segments = {{0, 256, true}};
+  EXPECT_THROW(backend->sgd_update(p.tensor(), g.tensor(), m.tensor(), segments, SgdStep{}, nullptr,
+                                   ComputeCopies{&copy.tensor(), nullptr}),
+               Error);
 }
 
 }  // namespace

@@ -161,6 +161,73 @@ TEST(MemoryPlan, GradientArenasComeFromTheGivenSource) {
   }
 }
 
+// Mixed precision with one rank: the optimizer's update reads the gradients in the compute dtype, so the
+// plan keeps no FP32 copy of them. GPT-2 (every parameter a compute one) then has no FP32 gradient arena at
+// all; a ResNet keeps it, for batch norm's FP32 parameters, and the update reads those there.
+TEST(MemoryPlan, OneRankKeepsGradientsInTheComputeDtype) {
+  auto backend = make_reference_backend();
+  for (const std::string name : {"gpt-mini", "resnet20"}) {
+    SCOPED_TRACE(name);
+    const bool gpt = name == "gpt-mini";
+    auto make = [&](bool keep) {
+      NetworkOptions options;
+      options.batch = 2;
+      options.dtype = DType::bf16;
+      ModelOptions model_options;
+      if (gpt) {
+        model_options.seq_len = 32;
+      } else {
+        model_options.input = default_input_shape(name);
+        model_options.num_classes = default_num_classes(name);
+      }
+      Model model = build_model(name, *backend, options, model_options);
+      if (keep) model.net->memory().keep_gradients_in_compute_dtype();
+      model.net->finalize(1);
+      return model;
+    };
+    Model plain_model = make(false), kept_model = make(true);
+    MemoryPlan& plain = plain_model.net->memory();
+    MemoryPlan& kept = kept_model.net->memory();
+    EXPECT_FALSE(plain.gradients_in_compute_dtype());
+    ASSERT_TRUE(kept.gradients_in_compute_dtype());
+    // Both updates refresh the compute copies of the weights; only one reads the compute gradients.
+    EXPECT_NE(plain.compute_copies().parameters, nullptr);
+    EXPECT_EQ(plain.compute_copies().gradients, nullptr);
+    EXPECT_EQ(kept.compute_copies().gradients, &kept.compute_gradients());
+
+    const int64_t count = kept.parameter_count(), copied = kept.compute_count();
+    EXPECT_EQ(copied == count, gpt) << "only GPT-2's parameters are all compute ones";
+    const size_t fp32_gradients = static_cast<size_t>(count) * sizeof(float);
+    EXPECT_EQ(plain.total_bytes() - kept.total_bytes(), gpt ? fp32_gradients : 0);
+    EXPECT_EQ(kept.flat_gradients().numel(), gpt ? 0 : count);
+    EXPECT_EQ(kept.has_master_gradients(), !gpt);
+
+    // What the checks over every gradient read: the compute gradients, then the FP32 ones of the rest.
+    const std::vector<Tensor> stored = kept.stored_gradients();
+    ASSERT_EQ(stored.size(), gpt ? 1u : 2u);
+    EXPECT_EQ(stored[0].data(), kept.compute_gradients().data());
+    EXPECT_EQ(stored[0].dtype(), DType::bf16);
+    EXPECT_EQ(stored[0].numel(), copied);
+    if (!gpt) {
+      EXPECT_EQ(stored[1].dtype(), DType::f32);
+      EXPECT_EQ(stored[1].numel(), count - copied);
+    }
+    // Every parameter's gradient lies in one of them.
+    for (const ParameterInfo& p : kept.parameters()) {
+      const auto* g = static_cast<const std::byte*>(p.grad->data());
+      bool inside = false;
+      for (const Tensor& t : stored) {
+        const auto* begin = static_cast<const std::byte*>(t.data());
+        inside = inside || (g >= begin && g + p.grad->bytes() <= begin + t.bytes());
+      }
+      EXPECT_TRUE(inside) << p.name;
+    }
+    EXPECT_EQ(plain.stored_gradients().size(), 1u);
+    EXPECT_EQ(plain.stored_gradients()[0].data(), plain.flat_gradients().data());
+    EXPECT_THROW(kept.gradients_to_master(), Error) << "there are no FP32 gradients of them to fill";
+  }
+}
+
 // check_placements must catch a placement that puts two live tensors in the same bytes.
 TEST(MemoryPlan, CheckCatchesTwoLiveTensorsInTheSameMemory) {
   auto backend = make_reference_backend();

@@ -365,18 +365,36 @@ void CudaBackend::check_finite(const Tensor& x, Tensor& flag) {
 
 void CudaBackend::sgd_update(Tensor& params, const Tensor& grads, Tensor& momentum_buffer,
                              std::span<const ParamSegment> segments, const SgdStep& step,
-                             const StepScalars* scalars) {
+                             const StepScalars* scalars, const ComputeCopies& copies) {
   const char* op = "sgd_update";
   check_device_tensor(op, "params", params);
   DLB_CHECK(params.rank() == 1 && params.dtype() == DType::f32,
             "{}: params is {}, expected a flat f32 buffer", op, params.describe());
-  check_same_shape(op, "params", params, "grads", grads);
+  const UpdateCopies raw_copies = update_copies(op, params, grads, copies);
   check_same_shape(op, "params", params, "momentum_buffer", momentum_buffer);
   if (segments.empty()) return;
   activate();
   const ParamSegment* table = segment_table(op, params, segments);
   cuda::sgd_update(params.ptr<float>(), grads.ptr<float>(), momentum_buffer.ptr<float>(), table,
-                   static_cast<int>(segments.size()), step, scalars, stream_);
+                   static_cast<int>(segments.size()), step, scalars, raw_copies, stream_);
+}
+
+UpdateCopies update_copies(const char* op, const Tensor& params, const Tensor& grads,
+                           const ComputeCopies& copies) {
+  UpdateCopies raw;
+  raw.count = check_compute_copies(op, params, grads, copies);
+  if (grads.numel() > 0) check_device_tensor(op, "grads", grads);
+  if (copies.parameters) {
+    check_device_tensor(op, "compute parameters", *copies.parameters);
+    raw.parameters = copies.parameters->data();
+    raw.dtype = copies.parameters->dtype();
+  }
+  if (copies.gradients) {
+    check_device_tensor(op, "compute gradients", *copies.gradients);
+    raw.gradients = copies.gradients->data();
+    raw.dtype = copies.gradients->dtype();
+  }
+  return raw;
 }
 
 const ParamSegment* CudaBackend::segment_table(const char* op, const Tensor& params,

@@ -24,6 +24,7 @@
 #include "backend/backend.h"
 #include "backend/cuda/cuda_backend.h"
 #include "backend/cuda/cuda_check.h"
+#include "backend/cuda/kernels.h"
 #include "backend/cuda/stream_gate.h"
 #include "backend/cuda_options.h"
 #include "backend/tuning/algorithm_cache.h"
@@ -126,6 +127,10 @@ void check_activation(const char* op, const char* name, const Tensor& t, std::ve
 void check_float(const char* op, const char* name, const Tensor& t);  // a device tensor of a float dtype
 void check_same_shape(const char* op, const char* name_a, const Tensor& a, const char* name_b,
                       const Tensor& b);
+// An optimizer update's ComputeCopies, checked (check_compute_copies, on the device), as the kernels take
+// them.
+UpdateCopies update_copies(const char* op, const Tensor& params, const Tensor& grads,
+                           const ComputeCopies& copies);
 
 inline void* at_offset(void* base, size_t offset) { return static_cast<std::byte*>(base) + offset; }
 // Byte offsets in a workspace are kept 256-aligned, as cuDNN's allocations are.
@@ -270,7 +275,7 @@ class CudaBackend final : public Backend {
 
   void sgd_update(Tensor& params, const Tensor& grads, Tensor& momentum_buffer,
                   std::span<const ParamSegment> segments, const SgdStep& step,
-                  const StepScalars* scalars = nullptr) override;
+                  const StepScalars* scalars = nullptr, const ComputeCopies& copies = {}) override;
   void update_loss_scale(StepScalars* scalars) override;
 
   // The transformer ops (GPT-2) on dlbench's own kernels (cuda_transformer.cc) and, for attention in
@@ -301,7 +306,7 @@ class CudaBackend final : public Backend {
   void sum_of_squares(const Tensor& x, Tensor& out, Accumulate accumulate) override;
   void adamw_update(Tensor& params, const Tensor& grads, Tensor& m, Tensor& v,
                     std::span<const ParamSegment> segments, const AdamWStep& step,
-                    const StepScalars* scalars = nullptr) override;
+                    const StepScalars* scalars = nullptr, const ComputeCopies& copies = {}) override;
 
   void hold_queue(double microseconds) override;
   int64_t mark(void* stream) override;

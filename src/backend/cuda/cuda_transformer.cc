@@ -203,22 +203,23 @@ void CudaBackend::softmax_cross_entropy_fused(Tensor& logits, const Tensor& labe
 void CudaBackend::sum_of_squares(const Tensor& x, Tensor& out, Accumulate accumulate) {
   const char* op = "sum_of_squares";
   check_device_tensor(op, "x", x);
-  DLB_CHECK(x.dtype() == DType::f32, "{}: x is {}, expected an f32 buffer", op, x.describe());
+  DLB_CHECK(x.dtype() == DType::f32 || x.dtype() == DType::f16 || x.dtype() == DType::bf16,
+            "{}: x is {}, expected an f32, f16 or bf16 buffer", op, x.describe());
   check_tensor(op, "out", out, {1}, DType::f32);
   activate();
   void* work = scratch(cuda::sum_of_squares_scratch_bytes(), op);
-  cuda::sum_of_squares(x.ptr<float>(), x.numel(), out.ptr<float>(), accumulate == Accumulate::add, work,
+  cuda::sum_of_squares(x.data(), x.dtype(), x.numel(), out.ptr<float>(), accumulate == Accumulate::add, work,
                        stream_);
 }
 
 void CudaBackend::adamw_update(Tensor& params, const Tensor& grads, Tensor& m, Tensor& v,
                                std::span<const ParamSegment> segments, const AdamWStep& step,
-                               const StepScalars* scalars) {
+                               const StepScalars* scalars, const ComputeCopies& copies) {
   const char* op = "adamw_update";
   check_device_tensor(op, "params", params);
   DLB_CHECK(params.rank() == 1 && params.dtype() == DType::f32,
             "{}: params is {}, expected a flat f32 buffer (the FP32 masters)", op, params.describe());
-  check_same_shape(op, "params", params, "grads", grads);
+  const UpdateCopies raw_copies = update_copies(op, params, grads, copies);
   check_same_shape(op, "params", params, "m", m);
   check_same_shape(op, "params", params, "v", v);
   DLB_CHECK(step.step_count || step.step >= 1, "{}: step {} must count from 1", op, step.step);
@@ -229,7 +230,7 @@ void CudaBackend::adamw_update(Tensor& params, const Tensor& grads, Tensor& m, T
   activate();
   const ParamSegment* table = segments.empty() ? nullptr : segment_table(op, params, segments);
   cuda::adamw_update(params.ptr<float>(), grads.ptr<float>(), m.ptr<float>(), v.ptr<float>(), table,
-                     static_cast<int>(segments.size()), step, scalars, stream_);
+                     static_cast<int>(segments.size()), step, scalars, raw_copies, stream_);
 }
 
 }  // namespace dlbench::cuda

@@ -98,17 +98,29 @@ void attention_backward(const void* qkv, const void* out, const float* stats, co
                         int64_t batch, int64_t time, int64_t channels, int64_t heads, DType dtype,
                         cudaStream_t stream);
 
-// out[0] (=|+=) the sum of squares of x[0..n) (f32), in f64 partial sums per block (`scratch`,
-// sum_of_squares_scratch_bytes()) added in a fixed order: the same bits every run.
+// out[0] (=|+=) the sum of squares of x[0..n) (f32, f16 or bf16), in f64 partial sums per block
+// (`scratch`, sum_of_squares_scratch_bytes()) added in a fixed order: the same bits every run, and the same
+// for FP16/BF16 values as for their exact FP32 widening.
 size_t sum_of_squares_scratch_bytes();
-void sum_of_squares(const float* x, int64_t n, float* out, bool accumulate, void* scratch,
+void sum_of_squares(const void* x, DType dtype, int64_t n, float* out, bool accumulate, void* scratch,
                     cudaStream_t stream);
+
+// An optimizer update's compute copies (Backend's ComputeCopies) as the kernels take them: elements
+// [0, count) have copies of `dtype` (f16 or bf16); `parameters` (written after the update) and
+// `gradients` (read instead of the f32 gradients) are null where the update does neither.
+struct UpdateCopies {
+  void* parameters = nullptr;
+  const void* gradients = nullptr;
+  int64_t count = 0;
+  DType dtype = DType::f32;
+};
 // Backend::adamw_update over f32 buffers, all segments in one launch (as sgd_update). Everything a
 // recorded step must see change is read in device memory when the kernel runs: scalars (lr, loss scale,
 // overflow; may be null), step.grad_norm_squared and step.step_count (may be null: step.step is t), which a
 // second one-thread kernel advances after the update unless the step overflowed.
 void adamw_update(float* params, const float* grads, float* m, float* v, const ParamSegment* segments,
-                  int count, const AdamWStep& step, const StepScalars* scalars, cudaStream_t stream);
+                  int count, const AdamWStep& step, const StepScalars* scalars, const UpdateCopies& copies,
+                  cudaStream_t stream);
 
 // Space-to-depth by 2 (space_to_depth.cu): dst[n, i, j, (bh * 2 + bw) * c + k] = src[n, 2i + bh - off_h,
 // 2j + bw - off_w, k] over the blocks_h x blocks_w x block_channels result, zero outside src and past 4c
@@ -141,7 +153,8 @@ void check_finite(const void* x, DType dtype, int64_t n, int32_t* flag, cudaStre
 // The fused SGD update of Backend::sgd_update over f32 buffers, all segments in one launch.
 // `segments` points to `count` ParamSegment in device memory; `scalars` (device memory) may be null.
 void sgd_update(float* params, const float* grads, float* momentum, const ParamSegment* segments, int count,
-                const SgdStep& step, const StepScalars* scalars, cudaStream_t stream);
+                const SgdStep& step, const StepScalars* scalars, const UpdateCopies& copies,
+                cudaStream_t stream);
 // advance_loss_scale(*scalars) in one thread (scalars in device memory).
 void update_loss_scale(StepScalars* scalars, cudaStream_t stream);
 

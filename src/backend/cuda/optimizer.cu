@@ -21,8 +21,15 @@
 // AdamW's gradient norm and step count), so that a recorded step replays with the values of its own run;
 // it returns false to skip the step (an overflow). AdamW's step count is advanced after the update by a
 // one-thread kernel: the update's threads all read it first, so none may write it.
+//
+// Mixed precision is folded into the same pass (Backend's ComputeCopies): an update reads the gradients of
+// the compute parameters in FP16/BF16 where they are kept only there, and writes each updated weight's
+// FP16/BF16 copy, rounded from its FP32 value as the cast kernel rounds it. Without this a BF16 step ran
+// three passes over the parameters (widen the gradients, update, narrow the weights); with it, one.
+// Updates are templates over the copies' type (float: none).
 #include <atomic>
 #include <cub/block/block_scan.cuh>
+#include <type_traits>
 
 #include "backend/cuda/kernel_common.cuh"
 #include "backend/cuda/kernels.h"
@@ -50,6 +57,38 @@ __device__ __forceinline__ void sgd_element(float& p, float grad, float& v, doub
   p = __double2float_rn(__dsub_rn(pd, __dmul_rn(s.lr, update)));
 }
 
+// Where an update reads element e's gradient and writes its compute copy: for e < count, the copies of
+// type C where given, else the f32 gradients. C = float: no copies (count 0). A 4-vector never straddles
+// `count` (a multiple of 64, MemoryPlan's padding), so the vector paths test its first element.
+template <typename C>
+struct Copies {
+  C* parameters = nullptr;
+  const C* gradients = nullptr;
+  int64_t count = 0;
+
+  __device__ float gradient(const float* grads, int64_t e) const {
+    return gradients && e < count ? widen(gradients[e]) : grads[e];
+  }
+  __device__ Vec<float, 4> gradient4(const float* grads, int64_t e) const {
+    if (!(gradients && e < count)) return load_vec<4>(grads + e);
+    const Vec<C, 4> c = load_vec<4>(gradients + e);
+    Vec<float, 4> g;
+#pragma unroll
+    for (int j = 0; j < 4; ++j) g.v[j] = widen(c.v[j]);
+    return g;
+  }
+  __device__ void updated(int64_t e, float p) const {
+    if (parameters && e < count) parameters[e] = narrow<C>(p);
+  }
+  __device__ void updated4(int64_t e, const Vec<float, 4>& p) const {
+    if (!(parameters && e < count)) return;
+    Vec<C, 4> c;
+#pragma unroll
+    for (int j = 0; j < 4; ++j) c.v[j] = narrow<C>(p.v[j]);
+    store_vec<4>(parameters + e, c);
+  }
+};
+
 // A segment cut into units: heads [start, head_end), vectors [head_end, vector_end) (4 floats each),
 // tail [vector_end, end).
 struct SegmentUnits {
@@ -74,12 +113,14 @@ __device__ __forceinline__ SegmentUnits cut(const ParamSegment& seg, bool vector
   return u;
 }
 
+template <typename C>
 struct SgdUpdate {
   float* params;
   const float* grads;
   float* momentum;
   SgdScalars s;
   const StepScalars* scalars;
+  Copies<C> copies;
 
   __device__ bool begin() {
     if (scalars) {  // read in the step that runs: a recorded step follows the rate and the loss scale
@@ -92,21 +133,24 @@ struct SgdUpdate {
   __device__ void vector(int64_t e, bool decay) const {
     const double weight_decay = decay ? s.weight_decay : 0.0;
     Vec<float, 4> p = load_vec<4>(params + e), m = load_vec<4>(momentum + e);
-    const Vec<float, 4> grad = load_vec<4>(grads + e);
+    const Vec<float, 4> grad = copies.gradient4(grads, e);
 #pragma unroll
     for (int j = 0; j < 4; ++j) sgd_element(p.v[j], grad.v[j], m.v[j], weight_decay, s);
     store_vec<4>(params + e, p);
     store_vec<4>(momentum + e, m);
+    copies.updated4(e, p);
   }
   __device__ void scalar(int64_t e, bool decay) const {
     float p = params[e], m = momentum[e];
-    sgd_element(p, grads[e], m, decay ? s.weight_decay : 0.0, s);
+    sgd_element(p, copies.gradient(grads, e), m, decay ? s.weight_decay : 0.0, s);
     params[e] = p;
     momentum[e] = m;
+    copies.updated(e, p);
   }
 };
 
 // AdamW per element, in f64, in the reference's order of operations (reference_adamw.cc).
+template <typename C>
 struct AdamWUpdate {
   float* params;
   const float* grads;
@@ -116,6 +160,7 @@ struct AdamWUpdate {
   const StepScalars* scalars;
   const float* grad_norm_squared;
   const int32_t* step_count;
+  Copies<C> copies;
   // Set by begin():
   double unscale, clip, correction1, correction2;
 
@@ -146,19 +191,21 @@ struct AdamWUpdate {
   __device__ void vector(int64_t e, bool decay) const {
     const double wd = decay ? weight_decay : 0.0;
     Vec<float, 4> p = load_vec<4>(params + e), m = load_vec<4>(first + e), v = load_vec<4>(second + e);
-    const Vec<float, 4> grad = load_vec<4>(grads + e);
+    const Vec<float, 4> grad = copies.gradient4(grads, e);
 #pragma unroll
     for (int j = 0; j < 4; ++j) element(p.v[j], grad.v[j], m.v[j], v.v[j], wd);
     store_vec<4>(params + e, p);
     store_vec<4>(first + e, m);
     store_vec<4>(second + e, v);
+    copies.updated4(e, p);
   }
   __device__ void scalar(int64_t e, bool decay) const {
     float p = params[e], m = first[e], v = second[e];
-    element(p, grads[e], m, v, decay ? weight_decay : 0.0);
+    element(p, copies.gradient(grads, e), m, v, decay ? weight_decay : 0.0);
     params[e] = p;
     first[e] = m;
     second[e] = v;
+    copies.updated(e, p);
   }
 };
 
@@ -231,18 +278,51 @@ int segment_blocks_per_sm() {
   return blocks;
 }
 
+// Calls fn with the typed Copies of `copies` (an empty Copies<float> where there are none).
+template <typename Fn>
+void with_copies(const UpdateCopies& copies, Fn&& fn) {
+  auto typed = [&](auto tag) {
+    using C = decltype(tag);
+    fn(Copies<C>{static_cast<C*>(copies.parameters), static_cast<const C*>(copies.gradients), copies.count});
+  };
+  if (!copies.parameters && !copies.gradients) {
+    fn(Copies<float>{});
+  } else if (copies.dtype == DType::f16) {
+    typed(__half{});
+  } else {
+    DLB_KERNEL_REQUIRE(copies.dtype == DType::bf16, "optimizer update", "compute copies must be f16 or bf16");
+    typed(__nv_bfloat16{});
+  }
+}
+
+// The vector path reads and writes the copies four elements (8 bytes) at a time.
+bool copies_aligned(const UpdateCopies& copies) {
+  return aligned(copies.parameters, 8) && aligned(copies.gradients, 8);
+}
+
+template <typename Update>
+void launch_segments(const ParamSegment* segments, int count, const Update& update, bool vector_ok,
+                     cudaStream_t stream) {
+  const unsigned blocks = static_cast<unsigned>(multiprocessor_count() * segment_blocks_per_sm<Update>());
+  segments_kernel<<<blocks, kSgdThreads, 0, stream>>>(segments, count, update, vector_ok);
+  DLB_KERNEL_LAUNCH_CHECK();
+}
+
 }  // namespace
 
 void sgd_update(float* params, const float* grads, float* momentum, const ParamSegment* segments, int count,
-                const SgdStep& step, const StepScalars* scalars, cudaStream_t stream) {
+                const SgdStep& step, const StepScalars* scalars, const UpdateCopies& copies,
+                cudaStream_t stream) {
   DLB_KERNEL_REQUIRE(count >= 0, "sgd_update", "the segment count is negative");
   if (count == 0) return;
   const SgdScalars s{step.lr, step.momentum, step.weight_decay, step.grad_scale, step.nesterov};
-  const bool vector_ok = aligned(params, 16) && aligned(grads, 16) && aligned(momentum, 16);
-  const unsigned blocks = static_cast<unsigned>(multiprocessor_count() * segment_blocks_per_sm<SgdUpdate>());
-  segments_kernel<<<blocks, kSgdThreads, 0, stream>>>(
-      segments, count, SgdUpdate{params, grads, momentum, s, scalars}, vector_ok);
-  DLB_KERNEL_LAUNCH_CHECK();
+  const bool vector_ok =
+      aligned(params, 16) && aligned(grads, 16) && aligned(momentum, 16) && copies_aligned(copies);
+  with_copies(copies, [&](auto typed) {
+    using C = std::remove_const_t<std::remove_pointer_t<decltype(typed.gradients)>>;
+    launch_segments(segments, count, SgdUpdate<C>{params, grads, momentum, s, scalars, typed}, vector_ok,
+                    stream);
+  });
 }
 
 namespace {
@@ -265,12 +345,13 @@ __device__ double block_sum(double x) {
   return total;
 }
 
+template <typename T>
 __global__ void __launch_bounds__(kSquareThreads)
-    square_partials_kernel(const float* __restrict__ x, int64_t n, double* __restrict__ partials) {
+    square_partials_kernel(const T* __restrict__ x, int64_t n, double* __restrict__ partials) {
   double sum = 0;
   const int64_t stride = int64_t(gridDim.x) * blockDim.x;
   for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += stride) {
-    const double v = x[i];
+    const double v = widen(x[i]);
     sum += v * v;
   }
   sum = block_sum(sum);
@@ -288,47 +369,60 @@ static_assert(kSquareBlocks <= kSquareThreads, "one thread per partial in the se
 
 size_t sum_of_squares_scratch_bytes() { return kSquareBlocks * sizeof(double); }
 
-void sum_of_squares(const float* x, int64_t n, float* out, bool accumulate, void* scratch,
+void sum_of_squares(const void* x, DType dtype, int64_t n, float* out, bool accumulate, void* scratch,
                     cudaStream_t stream) {
   DLB_KERNEL_REQUIRE(n >= 0, "sum_of_squares", "the element count is negative");
   auto* partials = static_cast<double*>(scratch);
   // A fixed grid: the partition of x into partial sums, and so the result's bits, never change.
-  square_partials_kernel<<<kSquareBlocks, kSquareThreads, 0, stream>>>(x, n, partials);
+  auto partial_sums = [&](auto* typed) {
+    square_partials_kernel<<<kSquareBlocks, kSquareThreads, 0, stream>>>(typed, n, partials);
+  };
+  if (dtype == DType::f32) {
+    partial_sums(static_cast<const float*>(x));
+  } else if (dtype == DType::f16) {
+    partial_sums(static_cast<const __half*>(x));
+  } else {
+    DLB_KERNEL_REQUIRE(dtype == DType::bf16, "sum_of_squares", "x must be f32, f16 or bf16");
+    partial_sums(static_cast<const __nv_bfloat16*>(x));
+  }
   DLB_KERNEL_LAUNCH_CHECK();
   square_total_kernel<<<1, kSquareThreads, 0, stream>>>(partials, out, accumulate);
   DLB_KERNEL_LAUNCH_CHECK();
 }
 
 void adamw_update(float* params, const float* grads, float* m, float* v, const ParamSegment* segments,
-                  int count, const AdamWStep& step, const StepScalars* scalars, cudaStream_t stream) {
+                  int count, const AdamWStep& step, const StepScalars* scalars, const UpdateCopies& copies,
+                  cudaStream_t stream) {
   DLB_KERNEL_REQUIRE(count >= 0, "adamw_update", "the segment count is negative");
   DLB_KERNEL_REQUIRE(step.max_grad_norm == 0 || step.grad_norm_squared, "adamw_update",
                      "clipping needs grad_norm_squared (the gradients' sum of squares)");
-  const AdamWUpdate update{params,
-                           grads,
-                           m,
-                           v,
-                           step.lr,
-                           step.beta1,
-                           step.beta2,
-                           step.eps,
-                           step.weight_decay,
-                           step.grad_scale,
-                           step.max_grad_norm,
-                           step.step,
-                           scalars,
-                           step.grad_norm_squared,
-                           step.step_count,
-                           0,
-                           0,
-                           0,
-                           0};
   if (count > 0) {
-    const bool vector_ok = aligned(params, 16) && aligned(grads, 16) && aligned(m, 16) && aligned(v, 16);
-    const unsigned blocks =
-        static_cast<unsigned>(multiprocessor_count() * segment_blocks_per_sm<AdamWUpdate>());
-    segments_kernel<<<blocks, kSgdThreads, 0, stream>>>(segments, count, update, vector_ok);
-    DLB_KERNEL_LAUNCH_CHECK();
+    const bool vector_ok = aligned(params, 16) && aligned(grads, 16) && aligned(m, 16) && aligned(v, 16) &&
+                           copies_aligned(copies);
+    with_copies(copies, [&](auto typed) {
+      using C = std::remove_const_t<std::remove_pointer_t<decltype(typed.gradients)>>;
+      const AdamWUpdate<C> update{params,
+                                  grads,
+                                  m,
+                                  v,
+                                  step.lr,
+                                  step.beta1,
+                                  step.beta2,
+                                  step.eps,
+                                  step.weight_decay,
+                                  step.grad_scale,
+                                  step.max_grad_norm,
+                                  step.step,
+                                  scalars,
+                                  step.grad_norm_squared,
+                                  step.step_count,
+                                  typed,
+                                  0,
+                                  0,
+                                  0,
+                                  0};
+      launch_segments(segments, count, update, vector_ok, stream);
+    });
   }
   if (step.step_count) {
     advance_step_count_kernel<<<1, 1, 0, stream>>>(step.step_count, scalars);

@@ -27,8 +27,9 @@ void OneDnnBackend::sum_of_squares(const Tensor& x, Tensor& out, Accumulate accu
 
 void OneDnnBackend::adamw_update(Tensor& params, const Tensor& grads, Tensor& m, Tensor& v,
                                  std::span<const ParamSegment> segments, const AdamWStep& step,
-                                 const StepScalars* scalars) {
+                                 const StepScalars* scalars, const ComputeCopies& copies) {
   const char* op = "adamw_update";
+  DLB_CHECK(!copies.any(), "{}: the oneDNN backend trains in FP32 and keeps no compute copies", op);
   require_f32(params, op, "params");
   require_f32(grads, op, "grads");
   require_f32(m, op, "m");

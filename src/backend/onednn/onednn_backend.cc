@@ -214,7 +214,8 @@ void OneDnnBackend::check_finite(const Tensor& x, Tensor& flag) {
 
 void OneDnnBackend::sgd_update(Tensor& params, const Tensor& grads, Tensor& momentum_buffer,
                                std::span<const ParamSegment> segments, const SgdStep& step,
-                               const StepScalars* scalars) {
+                               const StepScalars* scalars, const ComputeCopies& copies) {
+  DLB_CHECK(!copies.any(), "sgd_update: the oneDNN backend trains in FP32 and keeps no compute copies");
   check_f32(params, "sgd_update params");
   check_f32(grads, "sgd_update grads");
   check_f32(momentum_buffer, "sgd_update momentum");

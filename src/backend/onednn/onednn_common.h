@@ -208,7 +208,7 @@ class OneDnnBackend final : public Backend {
 
   void sgd_update(Tensor& params, const Tensor& grads, Tensor& momentum_buffer,
                   std::span<const ParamSegment> segments, const SgdStep& step,
-                  const StepScalars* scalars = nullptr) override;
+                  const StepScalars* scalars = nullptr, const ComputeCopies& copies = {}) override;
   void update_loss_scale(StepScalars* scalars) override;
 
   // ---- transformer ops (f32; one file each: onednn_embedding, _layernorm, _gelu, _attention, _loss,
@@ -238,7 +238,7 @@ class OneDnnBackend final : public Backend {
   void sum_of_squares(const Tensor& x, Tensor& out, Accumulate accumulate) override;
   void adamw_update(Tensor& params, const Tensor& grads, Tensor& m, Tensor& v,
                     std::span<const ParamSegment> segments, const AdamWStep& step,
-                    const StepScalars* scalars = nullptr) override;
+                    const StepScalars* scalars = nullptr, const ComputeCopies& copies = {}) override;
 
   // The transformer ops have no plans (their shapes arrive with each call), so their oneDNN primitives are
   // made at the first call of a shape and kept under a key naming the op and the shape.

@@ -20,7 +20,8 @@ namespace dlbench {
 
 void ReferenceBackend::sum_of_squares(const Tensor& x, Tensor& out, Accumulate accumulate) {
   const char* op = "sum_of_squares";
-  reference::check_f32_or_f64(op, "x", x, x.dims());
+  reference::check_host(op, "x", x);
+  DLB_CHECK(reference::is_float_dtype(x.dtype()), "{}: x is {}, expected floats", op, x.describe());
   reference::check_f32_or_f64(op, "out", out, {1});
   double sum = 0;  // in double: a norm over 10^8 gradients loses nothing to the order of the sum
   for (int64_t i = 0; i < x.numel(); ++i)
@@ -30,10 +31,11 @@ void ReferenceBackend::sum_of_squares(const Tensor& x, Tensor& out, Accumulate a
 
 void ReferenceBackend::adamw_update(Tensor& params, const Tensor& grads, Tensor& m, Tensor& v,
                                     std::span<const ParamSegment> segments, const AdamWStep& step,
-                                    const StepScalars* scalars) {
+                                    const StepScalars* scalars, const ComputeCopies& copies) {
   const char* op = "adamw_update";
   reference::check_flat_params(op, params, segments);
-  reference::check_same(op, "params", params, "grads", grads);
+  if (grads.numel() > 0) reference::check_same(op, "params", params, "grads", grads);
+  const reference::ElementCopies copied(op, params, grads, copies);
   reference::check_same(op, "params", params, "m", m);
   reference::check_same(op, "params", params, "v", v);
   DLB_CHECK(step.step_count || step.step >= 1, "{}: step {} must count from 1", op, step.step);
@@ -67,7 +69,7 @@ void ReferenceBackend::adamw_update(Tensor& params, const Tensor& grads, Tensor&
     for (const ParamSegment& s : segments) {
       const double weight_decay = s.weight_decay ? step.weight_decay : 0.0;
       for (int64_t i = s.offset; i < s.offset + s.count; ++i) {
-        const double g = double(grad[i]) * unscale * clip;
+        const double g = copied.gradient(grad, i) * unscale * clip;
         const double m_i = beta1 * double(first[i]) + (1 - beta1) * g;
         const double v_i = beta2 * double(second[i]) + (1 - beta2) * g * g;
         const double mhat = m_i / correction1, vhat = v_i / correction2;
@@ -75,6 +77,7 @@ void ReferenceBackend::adamw_update(Tensor& params, const Tensor& grads, Tensor&
         first[i] = static_cast<T>(m_i);
         second[i] = static_cast<T>(v_i);
         p[i] = static_cast<T>(double(p[i]) - lr * update);
+        copied.updated(i, double(p[i]));
       }
     }
   });

@@ -89,11 +89,12 @@ void ReferenceBackend::check_finite(const Tensor& x, Tensor& flag) {
 //   p = p - lr * (nesterov ? g + momentum * v : v)
 void ReferenceBackend::sgd_update(Tensor& params, const Tensor& grads, Tensor& momentum_buffer,
                                   std::span<const ParamSegment> segments, const SgdStep& step,
-                                  const StepScalars* scalars) {
+                                  const StepScalars* scalars, const ComputeCopies& copies) {
   const char* op = "sgd_update";
   reference::check_flat_params(op, params, segments);
-  reference::check_same(op, "params", params, "grads", grads);
+  if (grads.numel() > 0) reference::check_same(op, "params", params, "grads", grads);
   reference::check_same(op, "params", params, "momentum_buffer", momentum_buffer);
+  const reference::ElementCopies copied(op, params, grads, copies);
 
   if (scalars && scalars->overflow) return;  // an overflowed step is skipped
   const double lr = scalars ? double(scalars->lr) : double(step.lr);
@@ -106,11 +107,12 @@ void ReferenceBackend::sgd_update(Tensor& params, const Tensor& grads, Tensor& m
     for (const ParamSegment& s : segments) {
       const double weight_decay = s.weight_decay ? step.weight_decay : 0.0;
       for (int64_t i = s.offset; i < s.offset + s.count; ++i) {
-        const double g = double(grad[i]) * grad_scale + weight_decay * double(p[i]);
+        const double g = copied.gradient(grad, i) * grad_scale + weight_decay * double(p[i]);
         const double velocity = double(step.momentum) * double(v[i]) + g;
         const double update = step.nesterov ? g + double(step.momentum) * velocity : velocity;
         v[i] = static_cast<T>(velocity);
         p[i] = static_cast<T>(double(p[i]) - lr * update);
+        copied.updated(i, double(p[i]));
       }
     }
   });

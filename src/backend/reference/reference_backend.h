@@ -82,7 +82,7 @@ class ReferenceBackend : public Backend {
 
   void sgd_update(Tensor& params, const Tensor& grads, Tensor& momentum_buffer,
                   std::span<const ParamSegment> segments, const SgdStep& step,
-                  const StepScalars* scalars = nullptr) override;
+                  const StepScalars* scalars = nullptr, const ComputeCopies& copies = {}) override;
   void update_loss_scale(StepScalars* scalars) override;
 
   // ---- transformer ops: f32 and f64 (f64 activations take f64 statistics and scalars too) ----
@@ -111,7 +111,7 @@ class ReferenceBackend : public Backend {
   void sum_of_squares(const Tensor& x, Tensor& out, Accumulate accumulate) override;
   void adamw_update(Tensor& params, const Tensor& grads, Tensor& m, Tensor& v,
                     std::span<const ParamSegment> segments, const AdamWStep& step,
-                    const StepScalars* scalars = nullptr) override;
+                    const StepScalars* scalars = nullptr, const ComputeCopies& copies = {}) override;
 };
 
 }  // namespace dlbench

@@ -92,4 +92,24 @@ double load_element(const Tensor& t, int64_t i);
 void store_element(Tensor& t, int64_t i, double value);
 bool is_float_dtype(DType dtype);
 
+// An optimizer update's compute copies (ComputeCopies), element by element.
+class ElementCopies {
+ public:
+  ElementCopies(const char* op, const Tensor& params, const Tensor& grads, const ComputeCopies& copies)
+      : copies_(copies), count_(check_compute_copies(op, params, grads, copies)) {}
+  // Element i's stored gradient: in the compute copy where it is kept there, else in `grads`.
+  template <typename T>
+  double gradient(const T* grads, int64_t i) const {
+    return copies_.gradients && i < count_ ? load_element(*copies_.gradients, i) : double(grads[i]);
+  }
+  // After element i's update: its compute copy made from the new weight (given exactly, as stored).
+  void updated(int64_t i, double weight) const {
+    if (copies_.parameters && i < count_) store_element(*copies_.parameters, i, weight);
+  }
+
+ private:
+  const ComputeCopies& copies_;
+  int64_t count_;
+};
+
 }  // namespace dlbench::reference
