@@ -10,6 +10,7 @@
 
 #include "core/status.h"
 #include "nn/network.h"
+#include "train/optimizer.h"
 
 namespace dlbench {
 
@@ -28,6 +29,10 @@ Estimate estimate_at(const RunConfig& config, Backend& backend, const ModelOptio
   net_options.recompute = config.model.recompute;
   Model model = build_model(config.model.name, backend, net_options, options);
   Network& net = *model.net;
+  // The optimizer's state as the trainer plans it (AdamW's second moment). The FP32 gradients are counted
+  // even where a one-rank run keeps none (MemoryPlan::keep_gradients_in_compute_dtype): the estimate does
+  // not know the ranks, and over-counting only costs a little batch.
+  prepare_optimizer_memory(net.memory(), config);
   net.plan_memory_only();
   Estimate e;
   e.bytes = net.memory().total_bytes();
