@@ -1,9 +1,9 @@
 // The CUDA backend's transformer ops (GPT-2) against the reference backend, forward and backward, in f32,
 // f16 and bf16 on GPT-like shapes: embedding (repeated tokens, accumulate and overwrite), layer norm, GELU,
-// causal attention (cuDNN's fused attention in f16/bf16, the own kernels in f32 and where cuDNN refuses),
-// the padded softmax cross-entropy (50,304 columns, 50,257 valid), the gradient norm and AdamW with its
-// step count, scales and clipping read from device memory, both updates with the FP16/BF16 copies folded
-// in. Also: the deterministic reductions give the same bits twice, attention forward + backward recorded in
+// causal attention (cuDNN's fused attention in f16/bf16, the own kernels where cuDNN refuses, GEMMs in f32,
+// on TF32 tensor cores where allowed), the padded softmax cross-entropy (50,304 columns, 50,257 valid), the
+// gradient norm and AdamW with its step count, scales and clipping read from device memory, both updates
+// with the FP16/BF16 copies folded in. Also: the deterministic reductions give the same bits twice, attention forward + backward recorded in
 // a CUDA graph replays the eager results, and bad arguments are refused with one line. Every failure names
 // the op, the shape and the dtype.
 #include <cuda_runtime_api.h>
@@ -320,6 +320,37 @@ TEST_P(AttentionTest, ForwardAndBackwardMatchReference) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Dtypes, AttentionTest, ::testing::ValuesIn(kDtypes), dtype_label);
+
+// f32 attention runs as GEMMs around row kernels; where the backend allows TF32 its GEMMs run on TF32
+// tensor cores, and match the reference to TF32's precision.
+TEST_F(TransformerOpsTest, F32AttentionOnTf32MatchesReference) {
+  Backend& gpu = shared_gpu(/*allow_tf32=*/true);
+  for (const AttentionCase& c : kAttentionCases) {
+    const std::string where =
+        fmt::format("B={} T={} C={} heads={} f32, TF32 allowed", c.B, c.T, c.C, c.heads);
+    SCOPED_TRACE(where);
+    EXPECT_EQ(describe_cuda_attention(gpu, DType::f32, c.B, c.T, c.C, c.heads),
+              "cuBLAS GEMMs (TF32) + own softmax rows");
+    const HostBuffer qkv = random_host(*ref, {c.B, c.T, 3 * c.C}, DType::f32, 63, Layout::nchw, -2.0, 2.0);
+    const HostBuffer dout = random_host(*ref, {c.B, c.T, c.C}, DType::f32, 64);
+    DeviceTensor d_qkv(gpu, qkv), d_dout(gpu, dout), d_out(gpu, {c.B, c.T, c.C}, DType::f32);
+    DeviceTensor d_stats(gpu, {c.B, c.heads, c.T}, DType::f32), d_dqkv(gpu, {c.B, c.T, 3 * c.C}, DType::f32);
+    HostBuffer rout({c.B, c.T, c.C}, DType::f32), rstats({c.B, c.heads, c.T}, DType::f32),
+        rdqkv({c.B, c.T, 3 * c.C}, DType::f32);
+    gpu.attention_forward(d_qkv.tensor(), c.heads, d_out.tensor(), d_stats.tensor());
+    ref->attention_forward(qkv.tensor(), c.heads, rout.tensor(), rstats.tensor());
+    expect_close(("attention_forward out " + where).c_str(), d_out.download().tensor(), rout.tensor(),
+                 tolerance(DType::f32, true, 2));
+    expect_close(("attention_forward stats " + where).c_str(), d_stats.download().tensor(), rstats.tensor(),
+                 tolerance(DType::f32, true, 2));
+    gpu.attention_backward(d_qkv.tensor(), d_out.tensor(), d_stats.tensor(), d_dout.tensor(), c.heads,
+                           d_dqkv.tensor());
+    ref->attention_backward(qkv.tensor(), rout.tensor(), rstats.tensor(), dout.tensor(), c.heads,
+                            rdqkv.tensor());
+    expect_close(("attention_backward dqkv " + where).c_str(), d_dqkv.download().tensor(), rdqkv.tensor(),
+                 tolerance(DType::f32, true, 10));
+  }
+}
 
 // Forward + backward recorded once (Backend::capture: a host synchronisation or an allocation inside fails
 // it) and replayed: the replay gives the eager results, and follows new data in the same buffers.

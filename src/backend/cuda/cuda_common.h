@@ -35,6 +35,7 @@ namespace dlbench::cuda {
 
 class GraphPlan;
 class AttentionPlan;
+struct AttentionShape;
 class LtMatmuls;
 
 // Owning device memory (cudaMalloc / cudaFree); move-only.
@@ -336,6 +337,11 @@ class CudaBackend final : public Backend {
   // allocation, so that call must not be inside a capture (the first, ordinary step of a training run
   // sizes it); inside one it throws, saying so.
   void* scratch(size_t bytes, const char* op);
+
+  // f32 attention from GEMMs (attention.cc), on checked tensors of shape `s`.
+  void gemm_attention_forward(const AttentionShape& s, const float* qkv, float* out, float* stats);
+  void gemm_attention_backward(const AttentionShape& s, const float* qkv, const float* out,
+                               const float* stats, const float* dout, float* dqkv);
 
   // The device table of `segments` (checked against `params`: inside it, no overlap), uploaded at its
   // first use and kept: the optimizer updates read it.

@@ -88,7 +88,7 @@ void gelu_forward(const void* x, void* y, DType dtype, int64_t n, cudaStream_t s
 void gelu_backward(const void* x, const void* dy, void* dx, DType dtype, int64_t n, cudaStream_t stream);
 
 // Causal self-attention on dlbench's own kernels (attention_kernel.cu), any float dtype and head size up to
-// kOwnAttentionMaxHead: what runs where cuDNN's fused attention does not (f32, shapes it refuses). qkv
+// kOwnAttentionMaxHead: what runs where cuDNN's fused attention refuses an f16/bf16 shape. qkv
 // [B, T, 3C], out [B, T, C], stats f32 [B, heads, T] (natural-log log-sum-exp of the scaled scores).
 inline constexpr int64_t kOwnAttentionMaxHead = 256;
 void attention_forward(const void* qkv, void* out, float* stats, int64_t batch, int64_t time,
@@ -97,6 +97,18 @@ void attention_forward(const void* qkv, void* out, float* stats, int64_t batch, 
 void attention_backward(const void* qkv, const void* out, const float* stats, const void* dout, void* dqkv,
                         int64_t batch, int64_t time, int64_t channels, int64_t heads, DType dtype,
                         cudaStream_t stream);
+
+// The row kernels of f32 attention from GEMMs (attention_rows.cu), over one sequence's scores S [heads, T,
+// T] (row h * T + t: query t against every key; keys past t are causal-masked and written 0):
+//   causal_softmax_rows           S (scaled) -> P in place; stats [heads, T] = max + log(sum of exp)
+//   causal_probabilities          S (scaled) -> P = exp(S - stats) in place, from the forward's stats
+//   causal_softmax_backward_rows  dp (dO V^T) -> dS = P * (dp - D) in place, D = the row's sum over the
+//                                 head's channels of dout * out (out, dout [T, channels] of the sequence)
+void causal_softmax_rows(float* scores, float* stats, int64_t heads, int64_t time, cudaStream_t stream);
+void causal_probabilities(float* scores, const float* stats, int64_t heads, int64_t time,
+                          cudaStream_t stream);
+void causal_softmax_backward_rows(const float* probs, float* dp, const float* out, const float* dout,
+                                  int64_t heads, int64_t time, int64_t channels, cudaStream_t stream);
 
 // out[0] (=|+=) the sum of squares of x[0..n) (f32, f16 or bf16), in f64 partial sums per block
 // (`scratch`, sum_of_squares_scratch_bytes()) added in a fixed order: the same bits every run, and the same
