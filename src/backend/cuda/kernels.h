@@ -10,6 +10,7 @@
 #include <cstdint>
 
 #include "backend/backend.h"
+#include "core/fp8.h"
 
 namespace dlbench::cuda {
 
@@ -157,6 +158,14 @@ void scatter_strided_pixels(const void* src, int64_t batch, int64_t in_h, int64_
 
 // Holds `stream` for `microseconds` (one thread polling the GPU's global timer): work queued behind it then
 // runs back to back, whatever the host's time per call (the convolution search times calls this way).
+// FP8 quantization of a GEMM operand for delayed per-tensor scaling (fp8_quantize.cu): x [rows, cols] (f32,
+// f16 or bf16) times *scale, rounded to `format` as core/fp8's float_to_fp8 rounds (nearest even,
+// saturating) into q [rows, cols]; where given, also into q_transposed [cols, rows], and the largest |x|
+// folded into *amax (an atomic maximum; NaN ignored). scale and amax live in device memory, so a recorded
+// step follows their changes.
+void quantize_fp8(const void* x, DType dtype, int64_t rows, int64_t cols, Fp8Format format,
+                  const float* scale, uint8_t* q, uint8_t* q_transposed, float* amax, cudaStream_t stream);
+
 void hold_stream(double microseconds, cudaStream_t stream);
 
 // Sets *flag = 1 if any of x[0..n) is Inf or NaN; never clears it.

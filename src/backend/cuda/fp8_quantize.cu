@@ -1,0 +1,102 @@
+// FP8 quantization of a GEMM operand, the first piece of FP8 training with delayed per-tensor scaling (the
+// recipe NVIDIA's Transformer Engine trains Hopper models with): a tensor x is multiplied by its scale,
+// rounded to the nearest FP8 value of its format (E4M3 for weights and activations, E5M2 for gradients),
+// saturating past the largest finite one, exactly as core/fp8's float_to_fp8 does on the host; the
+// largest |x| seen (its amax, what the next steps' scale is made from) is folded into a float in device
+// memory; and a 2-D operand may be written transposed too, since Hopper's FP8 GEMMs take both operands
+// K-major and the backward's GEMMs reduce over the other dimension.
+//
+// One block per 32 x 32 tile: read coalesced along a row of x, written coalesced along a row of q and,
+// through shared memory, along a row of q_transposed. The amax is a block maximum, then one atomicMax on
+// the float's bits (the order of the maxima does not change the result: the same bits every run).
+#include <cuda_fp8.h>
+
+#include "backend/cuda/kernel_common.cuh"
+#include "backend/cuda/kernels.h"
+
+namespace dlbench::cuda {
+namespace {
+
+using namespace detail;
+
+constexpr int kTile = 32;
+constexpr int kTileRowsPerPass = 8;  // a 32 x 8 block walks the tile's 32 rows in 4 passes
+
+__device__ __forceinline__ uint8_t to_fp8(float v, Fp8Format format) {
+  return format == Fp8Format::e4m3 ? __nv_cvt_float_to_fp8(v, __NV_SATFINITE, __NV_E4M3)
+                                   : __nv_cvt_float_to_fp8(v, __NV_SATFINITE, __NV_E5M2);
+}
+
+template <typename T>
+__global__ void __launch_bounds__(kTile* kTileRowsPerPass)
+    quantize_fp8_kernel(const T* __restrict__ x, int64_t rows, int64_t cols, Fp8Format format,
+                        const float* __restrict__ scale, uint8_t* __restrict__ q,
+                        uint8_t* __restrict__ q_transposed, float* __restrict__ amax) {
+  __shared__ uint8_t tile[kTile][kTile + 4];  // padded: the transposed reads hit different banks
+  __shared__ float warp_maxima[kTile * kTileRowsPerPass / 32];
+  const float s = *scale;
+  const int64_t row0 = int64_t(blockIdx.y) * kTile, col0 = int64_t(blockIdx.x) * kTile;
+  const int64_t col = col0 + threadIdx.x;
+  float largest = 0.f;
+  for (int r = threadIdx.y; r < kTile; r += kTileRowsPerPass) {
+    const int64_t row = row0 + r;
+    if (row < rows && col < cols) {
+      const float v = widen(x[row * cols + col]);
+      largest = fmaxf(largest, fabsf(v));  // fmaxf drops a NaN
+      const uint8_t bits = to_fp8(v * s, format);
+      q[row * cols + col] = bits;
+      tile[r][threadIdx.x] = bits;
+    }
+  }
+  if (q_transposed) {
+    __syncthreads();
+    const int64_t t_col = row0 + threadIdx.x;  // a row of q_transposed is a column of x
+    for (int r = threadIdx.y; r < kTile; r += kTileRowsPerPass) {
+      const int64_t t_row = col0 + r;
+      if (t_row < cols && t_col < rows) q_transposed[t_row * rows + t_col] = tile[threadIdx.x][r];
+    }
+  }
+  if (amax) {
+    const int thread = threadIdx.y * kTile + threadIdx.x;
+    largest = warp_max(largest);
+    if (thread % 32 == 0) warp_maxima[thread / 32] = largest;
+    __syncthreads();
+    if (thread == 0) {
+      float block = 0.f;
+      for (int w = 0; w < kTile * kTileRowsPerPass / 32; ++w) block = fmaxf(block, warp_maxima[w]);
+      // Non-negative floats order as their bit patterns do as integers.
+      atomicMax(reinterpret_cast<int*>(amax), __float_as_int(block));
+    }
+  }
+}
+
+}  // namespace
+
+void quantize_fp8(const void* x, DType dtype, int64_t rows, int64_t cols, Fp8Format format,
+                  const float* scale, uint8_t* q, uint8_t* q_transposed, float* amax, cudaStream_t stream) {
+  DLB_KERNEL_REQUIRE(rows >= 0 && cols >= 0, "quantize_fp8", "negative shape");
+  if (rows == 0 || cols == 0) return;
+  const dim3 block(kTile, kTileRowsPerPass);
+  const dim3 grid(static_cast<unsigned>((cols + kTile - 1) / kTile),
+                  static_cast<unsigned>((rows + kTile - 1) / kTile));
+  DLB_KERNEL_REQUIRE(grid.y <= 65535, "quantize_fp8", "more than 2^21 rows");
+  switch (dtype) {
+    case DType::f32:
+      quantize_fp8_kernel<<<grid, block, 0, stream>>>(static_cast<const float*>(x), rows, cols, format, scale,
+                                                      q, q_transposed, amax);
+      break;
+    case DType::f16:
+      quantize_fp8_kernel<<<grid, block, 0, stream>>>(static_cast<const __half*>(x), rows, cols, format,
+                                                      scale, q, q_transposed, amax);
+      break;
+    case DType::bf16:
+      quantize_fp8_kernel<<<grid, block, 0, stream>>>(static_cast<const __nv_bfloat16*>(x), rows, cols,
+                                                      format, scale, q, q_transposed, amax);
+      break;
+    default:
+      DLB_KERNEL_REQUIRE(false, "quantize_fp8", "x must be f32, f16 or bf16");
+  }
+  DLB_KERNEL_LAUNCH_CHECK();
+}
+
+}  // namespace dlbench::cuda

@@ -1,0 +1,106 @@
+// FP8 quantization (fp8_quantize.cu) against the host's exact conversion (core/fp8): every code of q and of
+// its transpose equal to float_to_fp8(x * scale) in E4M3 and E5M2, from f32, f16 and bf16 inputs, on shapes
+// that are and are not whole 32 x 32 tiles; values past the format's range saturate; amax is max |x| with
+// NaN ignored, folded into what *amax held before.
+#include <gtest/gtest.h>
+
+#ifndef DLBENCH_WITH_CUDA
+TEST(CudaKernels, Skipped) { GTEST_SKIP() << "no CUDA GPU: dlbench was built without CUDA"; }
+#else
+
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "core/fp8.h"
+#include "cuda_kernels_test_util.h"
+
+namespace dlbench {
+namespace {
+
+using testing::DeviceBuffer;
+using testing::get;
+using testing::random_values;
+using testing::set;
+
+class CudaFp8Quantize : public testing::CudaKernelTest {};
+
+struct Shape {
+  int64_t rows, cols;
+};
+
+TEST_F(CudaFp8Quantize, CodesMatchTheHostConversionAndTheTransposeAndAmaxFollow) {
+  for (DType dtype : {DType::f32, DType::f16, DType::bf16}) {
+    for (Fp8Format format : {Fp8Format::e4m3, Fp8Format::e5m2}) {
+      for (Shape s : {Shape{1, 1}, Shape{32, 32}, Shape{33, 70}, Shape{200, 7}, Shape{768, 2304}}) {
+        const int64_t n = s.rows * s.cols;
+        SCOPED_TRACE(std::string(dtype_name(dtype)) + " " + fp8_format_name(format) + " " +
+                     std::to_string(s.rows) + "x" + std::to_string(s.cols));
+        // Values up to 600: with a scale of 2, E4M3 (largest 448) saturates many of them.
+        HostBuffer x = random_values(n, dtype, 7 + static_cast<uint64_t>(n), -600.0, 600.0);
+        if (n > 3) set(x, 3, NAN);
+        const float scale = 2.f, earlier_amax = 1.f;
+        DeviceBuffer dx(x.tensor().bytes()), dq(static_cast<size_t>(n)), dqt(static_cast<size_t>(n)),
+            dscale(sizeof(float)), damax(sizeof(float));
+        dx.upload(x);
+        dscale.upload(&scale, sizeof scale);
+        damax.upload(&earlier_amax, sizeof earlier_amax);
+        cuda::quantize_fp8(dx.get(), dtype, s.rows, s.cols, format, dscale.as<float>(), dq.as<uint8_t>(),
+                           dqt.as<uint8_t>(), damax.as<float>(), stream_);
+        sync();
+        std::vector<uint8_t> q(static_cast<size_t>(n)), qt(static_cast<size_t>(n));
+        float amax = 0;
+        dq.download(q.data(), q.size());
+        dqt.download(qt.data(), qt.size());
+        damax.download(&amax, sizeof amax);
+
+        double expected_amax = earlier_amax;
+        int64_t wrong = 0, wrong_transposed = 0;
+        for (int64_t r = 0; r < s.rows; ++r) {
+          for (int64_t c = 0; c < s.cols; ++c) {
+            const double v = get(x, r * s.cols + c);
+            if (!std::isnan(v)) expected_amax = std::max(expected_amax, std::abs(v));
+            const uint8_t code = float_to_fp8(static_cast<float>(v) * scale, format);
+            wrong += q[static_cast<size_t>(r * s.cols + c)] != code;
+            wrong_transposed += qt[static_cast<size_t>(c * s.rows + r)] != code;
+          }
+        }
+        EXPECT_EQ(wrong, 0) << "codes differ from float_to_fp8";
+        EXPECT_EQ(wrong_transposed, 0) << "transposed codes differ";
+        EXPECT_EQ(amax, static_cast<float>(expected_amax)) << "amax is not max |x| (NaN ignored)";
+      }
+    }
+  }
+}
+
+// Without a transpose or an amax the kernel writes q alone; a larger earlier amax stays.
+TEST_F(CudaFp8Quantize, OptionalOutputsAndAnEarlierLargerAmax) {
+  const int64_t rows = 64, cols = 96, n = rows * cols;
+  HostBuffer x = random_values(n, DType::bf16, 11, -1.0, 1.0);
+  const float scale = 100.f, earlier_amax = 5.f;
+  DeviceBuffer dx(x.tensor().bytes()), dq(static_cast<size_t>(n)), dscale(sizeof(float)),
+      damax(sizeof(float));
+  dx.upload(x);
+  dscale.upload(&scale, sizeof scale);
+  damax.upload(&earlier_amax, sizeof earlier_amax);
+  cuda::quantize_fp8(dx.get(), DType::bf16, rows, cols, Fp8Format::e4m3, dscale.as<float>(), dq.as<uint8_t>(),
+                     nullptr, nullptr, stream_);
+  cuda::quantize_fp8(dx.get(), DType::bf16, rows, cols, Fp8Format::e4m3, dscale.as<float>(), dq.as<uint8_t>(),
+                     nullptr, damax.as<float>(), stream_);
+  sync();
+  std::vector<uint8_t> q(static_cast<size_t>(n));
+  float amax = 0;
+  dq.download(q.data(), q.size());
+  damax.download(&amax, sizeof amax);
+  for (int64_t i = 0; i < n; ++i)
+    ASSERT_EQ(q[static_cast<size_t>(i)], float_to_fp8(static_cast<float>(get(x, i)) * scale, Fp8Format::e4m3))
+        << i;
+  EXPECT_EQ(amax, earlier_amax) << "every |x| is below the earlier amax, which must stay";
+}
+
+}  // namespace
+}  // namespace dlbench
+
+#endif  // DLBENCH_WITH_CUDA
