@@ -71,4 +71,9 @@ uint8_t float_to_fp8(float value, Fp8Format f) {
   return sign | static_cast<uint8_t>(code);
 }
 
+float fp8_scale_from_amax(float amax, Fp8Format f, int margin, float previous) {
+  if (!(amax > 0.f) || !std::isfinite(amax)) return previous;
+  return std::ldexp(static_cast<float>(fp8_largest(f)) / amax, -margin);
+}
+
 }  // namespace dlbench

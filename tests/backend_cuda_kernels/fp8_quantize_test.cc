@@ -1,7 +1,8 @@
-// FP8 quantization (fp8_quantize.cu) against the host's exact conversion (core/fp8): every code of q and of
-// its transpose equal to float_to_fp8(x * scale) in E4M3 and E5M2, from f32, f16 and bf16 inputs, on shapes
-// that are and are not whole 32 x 32 tiles; values past the format's range saturate; amax is max |x| with
-// NaN ignored, folded into what *amax held before.
+// FP8 quantization and delayed scaling (fp8_quantize.cu) against the host's exact rules (core/fp8): every
+// code of q and of its transpose equal to float_to_fp8(x * scale) in E4M3 and E5M2, from f32, f16 and bf16
+// inputs, on shapes that are and are not whole 32 x 32 tiles; values past the format's range saturate;
+// amax is max |x| with NaN ignored, folded into what *amax held before; the step end's histories and
+// scales follow fp8_scale_from_amax to the bit.
 #include <gtest/gtest.h>
 
 #ifndef DLBENCH_WITH_CUDA
@@ -11,6 +12,7 @@ TEST(CudaKernels, Skipped) { GTEST_SKIP() << "no CUDA GPU: dlbench was built wit
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <random>
 #include <string>
 #include <vector>
 
@@ -98,6 +100,49 @@ TEST_F(CudaFp8Quantize, OptionalOutputsAndAnEarlierLargerAmax) {
     ASSERT_EQ(q[static_cast<size_t>(i)], float_to_fp8(static_cast<float>(get(x, i)) * scale, Fp8Format::e4m3))
         << i;
   EXPECT_EQ(amax, earlier_amax) << "every |x| is below the earlier amax, which must stay";
+}
+
+// Delayed scaling's step end: histories shift with the amax entering first, the amaxes are zeroed, and each
+// scale is core/fp8's fp8_scale_from_amax of its history's maximum, to the bit; an operand that saw nothing
+// keeps its scale.
+TEST_F(CudaFp8Quantize, ScalesFollowTheAmaxHistory) {
+  const int count = 300, length = 4, margin = 1;
+  std::vector<float> amaxes(count), histories(count * length), scales(count, 3.f);
+  std::vector<Fp8Format> formats(count);
+  std::mt19937_64 rng(5);
+  std::uniform_real_distribution<float> dist(0.f, 100.f);
+  for (int i = 0; i < count; ++i) {
+    amaxes[static_cast<size_t>(i)] = i % 7 == 0 ? 0.f : dist(rng);
+    for (int j = 0; j < length; ++j)
+      histories[static_cast<size_t>(i * length + j)] = i % 7 == 0 ? 0.f : dist(rng);
+    formats[static_cast<size_t>(i)] = i % 2 ? Fp8Format::e5m2 : Fp8Format::e4m3;
+  }
+  DeviceBuffer damax(amaxes.size() * sizeof(float)), dhistory(histories.size() * sizeof(float)),
+      dscale(scales.size() * sizeof(float)), dformat(formats.size() * sizeof(Fp8Format));
+  damax.upload(amaxes.data(), amaxes.size() * sizeof(float));
+  dhistory.upload(histories.data(), histories.size() * sizeof(float));
+  dscale.upload(scales.data(), scales.size() * sizeof(float));
+  dformat.upload(formats.data(), formats.size() * sizeof(Fp8Format));
+  cuda::update_fp8_scales(damax.as<float>(), dhistory.as<float>(), length, dscale.as<float>(),
+                          dformat.as<Fp8Format>(), count, margin, stream_);
+  sync();
+  std::vector<float> new_amaxes(count), new_histories(histories.size()), new_scales(count);
+  damax.download(new_amaxes.data(), new_amaxes.size() * sizeof(float));
+  dhistory.download(new_histories.data(), new_histories.size() * sizeof(float));
+  dscale.download(new_scales.data(), new_scales.size() * sizeof(float));
+  for (int i = 0; i < count; ++i) {
+    const auto at = [&](int j) { return static_cast<size_t>(i * length + j); };
+    EXPECT_EQ(new_amaxes[static_cast<size_t>(i)], 0.f) << i;
+    EXPECT_EQ(new_histories[at(0)], amaxes[static_cast<size_t>(i)]) << i;
+    float largest = new_histories[at(0)];
+    for (int j = 1; j < length; ++j) {
+      EXPECT_EQ(new_histories[at(j)], histories[at(j - 1)]) << i << " entry " << j;
+      largest = std::max(largest, new_histories[at(j)]);
+    }
+    EXPECT_EQ(new_scales[static_cast<size_t>(i)],
+              fp8_scale_from_amax(largest, formats[static_cast<size_t>(i)], margin, 3.f))
+        << i;
+  }
 }
 
 }  // namespace

@@ -6,6 +6,10 @@
 // memory; and a 2-D operand may be written transposed too, since Hopper's FP8 GEMMs take both operands
 // K-major and the backward's GEMMs reduce over the other dimension.
 //
+// At the end of a step, update_fp8_scales pushes each operand's amax onto its history and makes its next
+// scale from the history's maximum (core/fp8's fp8_scale_from_amax, the same float arithmetic), all in
+// device memory, so that a recorded step adapts its scales without the host.
+//
 // One block per 32 x 32 tile: read coalesced along a row of x, written coalesced along a row of q and,
 // through shared memory, along a row of q_transposed. The amax is a block maximum, then one atomicMax on
 // the float's bits (the order of the maxima does not change the result: the same bits every run).
@@ -70,7 +74,33 @@ __global__ void __launch_bounds__(kTile* kTileRowsPerPass)
   }
 }
 
+// One thread per operand: the history shifts by one (newest first), the amax enters it and is zeroed for
+// the next step, and the scale follows the history's maximum.
+__global__ void update_fp8_scales_kernel(float* __restrict__ amaxes, float* __restrict__ histories,
+                                         int length, float* __restrict__ scales,
+                                         const Fp8Format* __restrict__ formats, int count, int margin) {
+  const int i = blockIdx.x * blockDim.x + threadIdx.x;
+  if (i >= count) return;
+  float* history = histories + int64_t(i) * length;
+  for (int j = length - 1; j > 0; --j) history[j] = history[j - 1];
+  history[0] = amaxes[i];
+  amaxes[i] = 0.f;
+  float amax = 0.f;
+  for (int j = 0; j < length; ++j) amax = fmaxf(amax, history[j]);  // an infinity stays, a NaN drops out
+  const float largest = formats[i] == Fp8Format::e4m3 ? 448.f : 57344.f;
+  if (amax > 0.f && isfinite(amax)) scales[i] = ldexpf(largest / amax, -margin);
+}
+
 }  // namespace
+
+void update_fp8_scales(float* amaxes, float* histories, int length, float* scales, const Fp8Format* formats,
+                       int count, int margin, cudaStream_t stream) {
+  DLB_KERNEL_REQUIRE(count >= 0 && length >= 1, "update_fp8_scales", "no operands or an empty history");
+  if (count == 0) return;
+  update_fp8_scales_kernel<<<static_cast<unsigned>((count + 255) / 256), 256, 0, stream>>>(
+      amaxes, histories, length, scales, formats, count, margin);
+  DLB_KERNEL_LAUNCH_CHECK();
+}
 
 void quantize_fp8(const void* x, DType dtype, int64_t rows, int64_t cols, Fp8Format format,
                   const float* scale, uint8_t* q, uint8_t* q_transposed, float* amax, cudaStream_t stream) {

@@ -166,6 +166,13 @@ void scatter_strided_pixels(const void* src, int64_t batch, int64_t in_h, int64_
 void quantize_fp8(const void* x, DType dtype, int64_t rows, int64_t cols, Fp8Format format,
                   const float* scale, uint8_t* q, uint8_t* q_transposed, float* amax, cudaStream_t stream);
 
+// Delayed scaling at the end of a step, for `count` operands (fp8_quantize.cu): operand i's amax becomes
+// the newest of the `length` entries of its history (histories[i * length], newest first; the oldest
+// drops out) and is zeroed, and scales[i] = fp8_scale_from_amax(max of the history, formats[i], margin,
+// scales[i]). Everything in device memory.
+void update_fp8_scales(float* amaxes, float* histories, int length, float* scales, const Fp8Format* formats,
+                       int count, int margin, cudaStream_t stream);
+
 void hold_stream(double microseconds, cudaStream_t stream);
 
 // Sets *flag = 1 if any of x[0..n) is Inf or NaN; never clears it.
