@@ -7,7 +7,10 @@
 namespace dlbench {
 
 SgdOptimizer::SgdOptimizer(Backend& backend, MemoryPlan& memory, const RunConfig& config)
-    : backend_(backend), memory_(memory), segments_(memory.segments(config.optimizer.decay_norm_and_bias)) {
+    : backend_(backend),
+      memory_(memory),
+      segments_(memory.segments(config.optimizer.decay_norm_and_bias)),
+      copies_(memory.compute_copies()) {
   hyper_.momentum = static_cast<float>(config.optimizer.momentum);
   hyper_.weight_decay = static_cast<float>(config.optimizer.weight_decay);
   hyper_.nesterov = config.optimizer.nesterov;
@@ -16,12 +19,16 @@ SgdOptimizer::SgdOptimizer(Backend& backend, MemoryPlan& memory, const RunConfig
 void SgdOptimizer::step(float grad_scale, const StepScalars* scalars) {
   hyper_.grad_scale = grad_scale;
   backend_.sgd_update(memory_.flat_parameters(), memory_.flat_gradients(), memory_.flat_momentum(), segments_,
-                      hyper_, scalars, memory_.compute_copies());
+                      hyper_, scalars, copies_);
 }
 
 AdamWOptimizer::AdamWOptimizer(Backend& backend, MemoryPlan& memory, const RunConfig& config)
     // Biases and layer norms never decay (nanoGPT's parameter groups): decay_norm_and_bias false.
-    : backend_(backend), memory_(memory), segments_(memory.segments(/*decay_norm_and_bias=*/false)) {
+    : backend_(backend),
+      memory_(memory),
+      segments_(memory.segments(/*decay_norm_and_bias=*/false)),
+      copies_(memory.compute_copies()),
+      stored_gradients_(memory.stored_gradients()) {
   DLB_CHECK(memory.has_second_moment() && memory.allocated(), "AdamW needs the plan's second moment");
   const OptimizerConfig& o = config.optimizer;
   hyper_.beta1 = static_cast<float>(o.adam_beta1);
@@ -59,13 +66,13 @@ void AdamWOptimizer::step(float grad_scale, const StepScalars* scalars) {
     // The global norm of the stored gradients, summed in backend memory: the update reads it there.
     Tensor norm(norm_squared_, {1}, DType::f32, Layout::nchw, backend_.device());
     Accumulate mode = Accumulate::overwrite;
-    for (const Tensor& gradients : memory_.stored_gradients()) {
+    for (const Tensor& gradients : stored_gradients_) {
       backend_.sum_of_squares(gradients, norm, mode);
       mode = Accumulate::add;
     }
   }
   backend_.adamw_update(memory_.flat_parameters(), memory_.flat_gradients(), memory_.flat_momentum(),
-                        memory_.flat_second_moment(), segments_, hyper_, scalars, memory_.compute_copies());
+                        memory_.flat_second_moment(), segments_, hyper_, scalars, copies_);
 }
 
 void prepare_optimizer_memory(MemoryPlan& memory, const RunConfig& config) {

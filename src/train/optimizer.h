@@ -42,6 +42,7 @@ class SgdOptimizer final : public Optimizer {
   Backend& backend_;
   MemoryPlan& memory_;
   std::vector<ParamSegment> segments_;
+  ComputeCopies copies_;  // the plan's, fixed once it is allocated
   SgdStep hyper_;
 };
 
@@ -60,6 +61,8 @@ class AdamWOptimizer final : public Optimizer {
   Backend& backend_;
   MemoryPlan& memory_;
   std::vector<ParamSegment> segments_;
+  ComputeCopies copies_;
+  std::vector<Tensor> stored_gradients_;  // what the clipping norm sums
   AdamWStep hyper_;
   // In backend memory: f32 [1] the gradients' sum of squares, i32 [1] the updates applied (the update
   // reads and advances it there, so that a step recorded as a CUDA graph replays with a rising t).

@@ -3,9 +3,9 @@
 // causal attention (cuDNN's fused attention in f16/bf16, the own kernels where cuDNN refuses, GEMMs in f32,
 // on TF32 tensor cores where allowed), the padded softmax cross-entropy (50,304 columns, 50,257 valid), the
 // gradient norm and AdamW with its step count, scales and clipping read from device memory, both updates
-// with the FP16/BF16 copies folded in. Also: the deterministic reductions give the same bits twice, attention forward + backward recorded in
-// a CUDA graph replays the eager results, and bad arguments are refused with one line. Every failure names
-// the op, the shape and the dtype.
+// with the FP16/BF16 copies folded in. Also: the deterministic reductions give the same bits twice, attention
+// forward + backward recorded in a CUDA graph replays the eager results, and bad arguments are refused with
+// one line. Every failure names the op, the shape and the dtype.
 #include <cuda_runtime_api.h>
 #include <fmt/format.h>
 #include <gtest/gtest.h>

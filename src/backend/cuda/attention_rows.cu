@@ -16,29 +16,6 @@ using namespace detail;
 
 constexpr int kRowThreads = 256;
 
-// The block's maximum and sum of one value per thread (kRowThreads threads), returned to every thread.
-__device__ float block_max(float x) {
-  __shared__ float warps[kRowThreads / 32];
-  x = warp_max(x);
-  if (threadIdx.x % 32 == 0) warps[threadIdx.x / 32] = x;
-  __syncthreads();
-  float result = warps[0];
-  for (int w = 1; w < kRowThreads / 32; ++w) result = fmaxf(result, warps[w]);
-  __syncthreads();  // warps[] may be written again by the next call
-  return result;
-}
-
-__device__ float block_sum(float x) {
-  __shared__ float warps[kRowThreads / 32];
-  x = warp_sum(x);
-  if (threadIdx.x % 32 == 0) warps[threadIdx.x / 32] = x;
-  __syncthreads();
-  float result = 0;
-  for (int w = 0; w < kRowThreads / 32; ++w) result += warps[w];
-  __syncthreads();
-  return result;
-}
-
 // P = softmax over keys 0..t of the (already scaled) scores, in place; stats = max + log(sum of exp).
 __global__ void __launch_bounds__(kRowThreads)
     causal_softmax_kernel(float* __restrict__ scores, float* __restrict__ stats, int time) {
@@ -47,10 +24,10 @@ __global__ void __launch_bounds__(kRowThreads)
   float* x = scores + row * time;
   float m = -INFINITY;
   for (int j = threadIdx.x; j < keys; j += kRowThreads) m = fmaxf(m, x[j]);
-  m = block_max(m);
+  m = block_reduce<kRowThreads>(m, Max{});
   float sum = 0;
   for (int j = threadIdx.x; j < keys; j += kRowThreads) sum += expf(x[j] - m);
-  sum = block_sum(sum);
+  sum = block_reduce<kRowThreads>(sum, Add{});
   const float inverse = 1.f / sum;
   for (int j = threadIdx.x; j < time; j += kRowThreads) x[j] = j < keys ? expf(x[j] - m) * inverse : 0.f;
   if (threadIdx.x == 0) stats[row] = m + logf(sum);
@@ -77,7 +54,7 @@ __global__ void __launch_bounds__(kRowThreads)
   const int64_t at = int64_t(t) * channels + int64_t(h) * head_size;
   float d = 0;
   for (int c = threadIdx.x; c < head_size; c += kRowThreads) d += dout[at + c] * out[at + c];
-  d = block_sum(d);
+  d = block_reduce<kRowThreads>(d, Add{});
   const float* p = probs + row * time;
   float* g = dp + row * time;
   for (int j = threadIdx.x; j < time; j += kRowThreads) g[j] = j <= t ? p[j] * (g[j] - d) : 0.f;

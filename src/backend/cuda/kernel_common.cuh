@@ -175,4 +175,33 @@ __device__ __forceinline__ T warp_max(T x) {
   return x;
 }
 
+// One value per thread of a block of `Threads` threads (whole warps, threadIdx.x only) combined into one,
+// returned to every thread: each warp by shuffles, then the warps' results in warp order, so the result's
+// bits never change from run to run. Ends with a barrier, so that it may be called again at once.
+struct Add {
+  template <typename T>
+  __device__ __forceinline__ T operator()(T a, T b) const {
+    return a + b;
+  }
+};
+struct Max {
+  template <typename T>
+  __device__ __forceinline__ T operator()(T a, T b) const {
+    return max(a, b);
+  }
+};
+template <int Threads, typename T, typename Combine>
+__device__ __forceinline__ T block_reduce(T x, Combine combine) {
+  static_assert(Threads % 32 == 0 && Threads <= 1024, "a block of whole warps");
+  __shared__ T warps[Threads / 32];
+#pragma unroll
+  for (int offset = 16; offset > 0; offset >>= 1) x = combine(x, __shfl_xor_sync(0xffffffffu, x, offset));
+  if (threadIdx.x % 32 == 0) warps[threadIdx.x / 32] = x;
+  __syncthreads();
+  T result = warps[0];
+  for (int w = 1; w < Threads / 32; ++w) result = combine(result, warps[w]);
+  __syncthreads();
+  return result;
+}
+
 }  // namespace dlbench::cuda::detail

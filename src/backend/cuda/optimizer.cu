@@ -334,17 +334,7 @@ __global__ void advance_step_count_kernel(int32_t* step_count, const StepScalars
 
 constexpr int kSquareBlocks = 256, kSquareThreads = 256;
 
-// A block's sum of squares in f64; the warps' sums combined in warp order.
-__device__ double block_sum(double x) {
-  __shared__ double warps[kSquareThreads / 32];
-  x = warp_sum(x);
-  if (threadIdx.x % 32 == 0) warps[threadIdx.x / 32] = x;
-  __syncthreads();
-  double total = 0;
-  for (int w = 0; w < kSquareThreads / 32; ++w) total += warps[w];
-  return total;
-}
-
+// Each block's sum of squares in f64 (block_reduce: the warps' sums in warp order).
 template <typename T>
 __global__ void __launch_bounds__(kSquareThreads)
     square_partials_kernel(const T* __restrict__ x, int64_t n, double* __restrict__ partials) {
@@ -354,13 +344,14 @@ __global__ void __launch_bounds__(kSquareThreads)
     const double v = widen(x[i]);
     sum += v * v;
   }
-  sum = block_sum(sum);
+  sum = block_reduce<kSquareThreads>(sum, Add{});
   if (threadIdx.x == 0) partials[blockIdx.x] = sum;
 }
 
 __global__ void __launch_bounds__(kSquareThreads)
     square_total_kernel(const double* __restrict__ partials, float* __restrict__ out, bool accumulate) {
-  const double total = block_sum(threadIdx.x < kSquareBlocks ? partials[threadIdx.x] : 0.0);
+  const double total =
+      block_reduce<kSquareThreads>(threadIdx.x < kSquareBlocks ? partials[threadIdx.x] : 0.0, Add{});
   if (threadIdx.x == 0) out[0] = static_cast<float>(total + (accumulate ? double(out[0]) : 0.0));
 }
 static_assert(kSquareBlocks <= kSquareThreads, "one thread per partial in the second pass");
