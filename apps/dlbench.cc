@@ -139,6 +139,12 @@ void add_model_flags(CLI::App& cmd, RunConfig& c, RunFlagTexts& t) {
   cmd.add_flag("--recompute", c.model.recompute,
                "GPT models: keep only each block's input from the forward pass and make the block's other "
                "activations again just before its backward (less memory, about a third more forward work)");
+  cmd.add_option("--fp8-amax-history", c.model.fp8_amax_history,
+                 "--precision fp8: steps of each operand's largest |value| its scale is made from")
+      ->capture_default_str();
+  cmd.add_option("--fp8-margin", c.model.fp8_margin,
+                 "--precision fp8: powers of two of headroom below the FP8 format's largest value")
+      ->capture_default_str();
   cmd.add_option("--steps", c.steps, "train: total optimizer steps; bench: timed steps");
   cmd.add_option("--warmup-steps", c.warmup_steps, "steps run before the timed window and left out of it");
   cmd.add_option("--accumulate-steps", c.accumulate_steps, "micro-batches whose gradients make one step")
@@ -174,7 +180,9 @@ void add_optimizer_flags(CLI::App& cmd, RunConfig& c, RunFlagTexts& t) {
       ->delimiter(',');
   cmd.add_option("--lr-decay-factor", c.optimizer.lr_decay_factor, "step schedule: factor of each drop")
       ->capture_default_str();
-  cmd.add_option("--precision", t.precision, "fp32 | tf32 | fp16 | bf16 (the CPU trains in fp32)")
+  cmd.add_option("--precision", t.precision,
+                 "fp32 | tf32 | fp16 | bf16 | fp8 (GPT models: bf16 with the dense layers' GEMMs in FP8, "
+                 "delayed scaling; the CPU trains in fp32)")
       ->capture_default_str();
   cmd.add_option("--loss-scale", t.loss_scale,
                  "dynamic | a fixed factor (default: dynamic for fp16, else 1)");

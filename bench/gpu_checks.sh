@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The GPU half of the test suite, for a machine with a GPU (CI has none): the CUDA backend's op tests, the
 # kernels' tests, one ResNet-50 step and one gpt-mini step (fused and not) against oneDNN, compute-sanitizer
-# on a short ResNet-50 run, gpt-mini on the GPL in bf16 and fp16 beating the text's byte entropy, and
+# on a short ResNet-50 run, gpt-mini on the GPL in bf16, fp16 and fp8 beating the text's byte entropy, and
 # resnet20 on Fashion-MNIST to >= 90% test accuracy in fp32 and fp16, one
 # epoch of it from JPEGs decoded on the GPU (every image there, > 80%; memcheck on the GPU pipeline),
 # `--batch-size max` resolving to a batch that runs, the energy of the timed window read from NVML, and two
@@ -57,11 +57,12 @@ check memcheck_gpu_decode compute-sanitizer --tool memcheck --error-exitcode 1 "
   --data "$JPEGS/val" --decode gpu --data-threads 2 --batch-size 16 --batches 3 --warmup-batches 1
 # GPT-2's kind of model on real text in mixed precision: gpt-mini trained byte-level on the GPL in bf16
 # and in fp16 (dynamic loss scaling), its AdamW reading the BF16/FP16 gradients where the backward wrote
-# them (one rank keeps no FP32 gradients), must learn the byte contexts as the CPU test's fp32 run does:
-# a validation loss 0.6 nats below the text's byte-frequency entropy.
+# them (one rank keeps no FP32 gradients), and in fp8 (the dense layers' GEMMs on FP8 codes, delayed
+# scaling), must learn the byte contexts as the CPU test's fp32 run does: a validation loss 0.6 nats below
+# the text's byte-frequency entropy.
 GPL=/usr/share/common-licenses/GPL-3
 check tokenize_gpl "$BIN/dlbench" tokenize "$GPL" -o "$LOGS/gpl"
-for p in bf16 fp16; do
+for p in bf16 fp16 fp8; do
   check "gpt_mini_gpl_$p" "$BIN/dlbench" train --device cuda --precision "$p" --model gpt-mini --data "$LOGS/gpl" \
     --seq-len 64 --batch-size 16 --steps 600 --lr 3e-3 --log-every 200 --json "$LOGS/gpt_$p.json"
   check "gpt_mini_gpl_${p}_beats_the_unigram_entropy" python3 -c "

@@ -338,6 +338,8 @@ RunSetup set_up(const RunConfig& given, parallel::Launch& launch, int slot,
   net_options.layout = config.model.layout;
   net_options.dtype = compute_dtype(config.model.precision);
   net_options.recompute = config.model.recompute;
+  if (config.model.precision == Precision::fp8)
+    net_options.fp8 = Fp8Recipe{config.model.fp8_amax_history, config.model.fp8_margin};
   s.model = build_model(config.model.name, *s.backend, net_options, options);
   s.trainer = std::make_unique<Trainer>(*s.backend, s.model, config, s.comm.get());
   // Every rank of this process has planned (searched) by the barrier; each process merges its choices

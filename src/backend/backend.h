@@ -30,6 +30,7 @@
 #include <string>
 #include <vector>
 
+#include "core/fp8.h"
 #include "core/stream_clock.h"
 #include "core/tensor.h"
 
@@ -202,6 +203,36 @@ struct FusionCandidate {
   static FusionCandidate dense_fusion(Fusion fusion, const DenseGeometry& dense) {
     return {fusion, {}, {}, {}, {}, dense};
   }
+};
+
+// FP8 dense layers (--precision fp8, delayed per-tensor scaling): a dense op's three GEMM operands, x and
+// w in E4M3 and the output gradient dy in E5M2, are each multiplied by a power-of-two scale and rounded to
+// FP8 before their GEMM; the product is multiplied back by the scales' inverses. Every array holds one float
+// per operand (kFp8X, kFp8W, kFp8Dy), in the backend's memory, so that a recorded step follows the scales
+// as they change; the op folds each operand's largest |value| into its amax (null: a pass that must not
+// count, inference), from which the step's end makes the next scales (update_fp8_scales).
+// Since the scales are powers of two, scaling rounds nothing: an operand's FP8 value times its inverse
+// scale is exactly representable in BF16, and the FP8 GEMM is the BF16 GEMM of the rounded operands up to
+// the order of summation. The backends without FP8 GEMMs compute it that way (fp8_round_trip).
+enum Fp8Operand : int { kFp8X = 0, kFp8W = 1, kFp8Dy = 2, kFp8OperandsPerDense = 3 };
+
+struct Fp8DenseScaling {
+  const float* scale = nullptr;          // [3]
+  const float* inverse_scale = nullptr;  // [3]
+  float* amax = nullptr;                 // [3], or null
+};
+
+// The state of delayed scaling for `count` operands, in the backend's memory: scale, inverse_scale and amax
+// [count] each, history [count * history_length] (newest first), format [count].
+struct Fp8ScalingState {
+  float* scale = nullptr;
+  float* inverse_scale = nullptr;
+  float* amax = nullptr;
+  float* history = nullptr;
+  const Fp8Format* format = nullptr;
+  int count = 0;
+  int history_length = 1;
+  int margin = 0;
 };
 
 // A stretch of the flat parameter buffer with its own weight-decay rule (BN and bias may be exempt).
@@ -493,15 +524,28 @@ class Backend : public StreamClock {
   // y = act(x W^T + b) + residual, where `residual` ([N, O], may be null) is added after the activation;
   // with act gelu, `pre` ([N, O]) receives x W^T + b, what the backward needs (else it may be null).
   // The defaults compose gemm, add_bias, gelu_forward and add: a backend with GEMM epilogues overrides.
+  // With `fp8` (bf16 tensors), the GEMM's operands are rounded to FP8 first (Fp8DenseScaling); the
+  // defaults round them with fp8_round_trip and compose as without.
   virtual void dense_forward(const Tensor& x, const Tensor& w, const Tensor& b, DenseActivation act,
-                             const Tensor* residual, Tensor& y, Tensor* pre);
+                             const Tensor* residual, Tensor& y, Tensor* pre,
+                             const Fp8DenseScaling* fp8 = nullptr);
   // dx (+)= dy W, by `accumulate`. With act gelu the layer's input was gelu(pre), `pre` ([N, I]) given:
   // dx = (dy W) * gelu'(pre), the gradient of pre (overwritten; act gelu takes Accumulate::overwrite).
   virtual void dense_backward_data(const Tensor& dy, const Tensor& w, DenseActivation act, const Tensor* pre,
-                                   Accumulate accumulate, Tensor& dx);
-  // dW (+)= dy^T x and db (+)= the sum of dy over N, by `accumulate`.
+                                   Accumulate accumulate, Tensor& dx, const Fp8DenseScaling* fp8 = nullptr);
+  // dW (+)= dy^T x and db (+)= the sum of dy over N, by `accumulate`. With `fp8` the GEMM's dy and x are
+  // FP8; the bias gradient sums dy as it is.
   virtual void dense_backward_weights(const Tensor& dy, const Tensor& x, Accumulate accumulate, Tensor& dw,
-                                      Tensor& db);
+                                      Tensor& db, const Fp8DenseScaling* fp8 = nullptr);
+
+  // ---- FP8 (delayed scaling) ----
+  // y = fp8(x * *scale) / *scale in y's dtype (x's shape, f32/f16/bf16): x rounded to `format`'s nearest
+  // value (ties to even, saturating; core/fp8), its largest |x| folded into *amax where amax is not null.
+  // The default runs on the host (CPU backends); scale and amax are in the backend's memory.
+  virtual void fp8_round_trip(const Tensor& x, Fp8Format format, const float* scale, float* amax, Tensor& y);
+  // The end of a step's delayed scaling: each operand's amax enters its history (the oldest drops out) and
+  // is zeroed; its scale becomes fp8_scale_from_amax of the history's maximum, inverse_scale 1 / scale.
+  virtual void update_fp8_scales(const Fp8ScalingState& state);
 
   // ---- loss ----
   // logits [N,K] (any float dtype), labels i32 [N]; probs [N,K] and loss [1] f32 (f64 for f64 logits);

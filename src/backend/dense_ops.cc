@@ -2,6 +2,10 @@
 // add after it), composed from gemm, add_bias, gelu_forward/backward, add and bias_backward in the order
 // the separate layers run them: the same results, bit for bit, and no saving. A backend whose GEMMs apply
 // epilogues (CUDA's cuBLASLt) overrides them.
+//
+// FP8 (Fp8DenseScaling): each GEMM operand is replaced by its round trip through FP8 (fp8_round_trip, x
+// and w in E4M3, dy in E5M2), and the op composes as without. With power-of-two scales that is what an FP8
+// GEMM computes, up to the order of summation.
 #include "backend/backend.h"
 #include "core/status.h"
 
@@ -19,10 +23,37 @@ DenseShape dense_shape(const char* op, const Tensor& x, const Tensor& w) {
   return {x.numel() / w.dim(1), w.dim(1), w.dim(0)};
 }
 
+// An operand's FP8 round trip in memory of the backend's own, released when it goes out of scope.
+class RoundTripped {
+ public:
+  // `count_amax`: whether x's largest |value| joins the operand's amax (the backward ops leave out x and
+  // w, whose amaxes the forward took).
+  RoundTripped(Backend& backend, const Tensor& x, Fp8Format format, const Fp8DenseScaling& fp8, int operand,
+               bool count_amax = true)
+      : backend_(backend),
+        value_(backend.allocate(x.bytes()), x.dims(), x.dtype(), x.layout(), backend.device()) {
+    backend.fp8_round_trip(x, format, fp8.scale + operand, fp8.amax && count_amax ? fp8.amax + operand : nullptr,
+                           value_);
+  }
+  ~RoundTripped() { backend_.deallocate(value_.data()); }
+  RoundTripped(const RoundTripped&) = delete;
+  RoundTripped& operator=(const RoundTripped&) = delete;
+  const Tensor& get() const { return value_; }
+
+ private:
+  Backend& backend_;
+  Tensor value_;
+};
+
 }  // namespace
 
 void Backend::dense_forward(const Tensor& x, const Tensor& w, const Tensor& b, DenseActivation act,
-                            const Tensor* residual, Tensor& y, Tensor* pre) {
+                            const Tensor* residual, Tensor& y, Tensor* pre, const Fp8DenseScaling* fp8) {
+  if (fp8) {
+    const RoundTripped x8(*this, x, Fp8Format::e4m3, *fp8, kFp8X), w8(*this, w, Fp8Format::e4m3, *fp8, kFp8W);
+    dense_forward(x8.get(), w8.get(), b, act, residual, y, pre);
+    return;
+  }
   const char* op = "dense_forward";
   const DenseShape s = dense_shape(op, x, w);
   DLB_CHECK(act == DenseActivation::none || (pre && pre->numel() == y.numel()),
@@ -40,7 +71,13 @@ void Backend::dense_forward(const Tensor& x, const Tensor& w, const Tensor& b, D
 }
 
 void Backend::dense_backward_data(const Tensor& dy, const Tensor& w, DenseActivation act, const Tensor* pre,
-                                  Accumulate accumulate, Tensor& dx) {
+                                  Accumulate accumulate, Tensor& dx, const Fp8DenseScaling* fp8) {
+  if (fp8) {
+    const RoundTripped dy8(*this, dy, Fp8Format::e5m2, *fp8, kFp8Dy),
+        w8(*this, w, Fp8Format::e4m3, *fp8, kFp8W, false);
+    dense_backward_data(dy8.get(), w8.get(), act, pre, accumulate, dx);
+    return;
+  }
   const char* op = "dense_backward_data";
   const DenseShape s = dense_shape(op, dx, w);
   const float beta = accumulate == Accumulate::add ? 1.f : 0.f;
@@ -60,12 +97,18 @@ void Backend::dense_backward_data(const Tensor& dy, const Tensor& w, DenseActiva
 }
 
 void Backend::dense_backward_weights(const Tensor& dy, const Tensor& x, Accumulate accumulate, Tensor& dw,
-                                     Tensor& db) {
+                                     Tensor& db, const Fp8DenseScaling* fp8) {
   const DenseShape s = dense_shape("dense_backward_weights", x, dw);
   const float beta = accumulate == Accumulate::add ? 1.f : 0.f;
   const Tensor dy2 = dy.reshaped({s.rows, s.out});
-  gemm(Transpose::yes, Transpose::no, s.out, s.in, s.rows, 1.f, dy2, x, beta, dw);
-  bias_backward(dy2, db, accumulate);
+  if (fp8) {
+    const RoundTripped dy8(*this, dy2, Fp8Format::e5m2, *fp8, kFp8Dy),
+        x8(*this, x, Fp8Format::e4m3, *fp8, kFp8X, false);
+    gemm(Transpose::yes, Transpose::no, s.out, s.in, s.rows, 1.f, dy8.get(), x8.get(), beta, dw);
+  } else {
+    gemm(Transpose::yes, Transpose::no, s.out, s.in, s.rows, 1.f, dy2, x, beta, dw);
+  }
+  bias_backward(dy2, db, accumulate);  // the sum of dy as it is: no GEMM, so no FP8
 }
 
 }  // namespace dlbench

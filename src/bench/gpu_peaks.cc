@@ -32,6 +32,8 @@ std::optional<StatedPeak> stated_dense_peak(std::string_view gpu_name, Precision
         return peak(g.fp16, "dense FP16 tensor cores");
       case Precision::bf16:
         return peak(g.bf16, "dense BF16 tensor cores");
+      case Precision::fp8:  // MFU stays comparable with bf16's: FP8 runs only the dense layers' GEMMs
+        return peak(g.bf16, "dense BF16 tensor cores (fp8 counted against BF16's peak)");
       case Precision::tf32:
         return peak(g.tf32, "dense TF32 tensor cores");
       case Precision::fp32:

@@ -73,7 +73,12 @@ uint8_t float_to_fp8(float value, Fp8Format f) {
 
 float fp8_scale_from_amax(float amax, Fp8Format f, int margin, float previous) {
   if (!(amax > 0.f) || !std::isfinite(amax)) return previous;
-  return std::ldexp(static_cast<float>(fp8_largest(f)) / amax, -margin);
+  const float ratio = static_cast<float>(fp8_largest(f)) / amax;
+  if (!std::isfinite(ratio)) return previous;
+  int exponent = 0;
+  std::frexp(ratio, &exponent);  // ratio = m 2^exponent, m in [0.5, 1): the power below is 2^(exponent - 1)
+  const float scale = std::ldexp(1.f, exponent - 1 - margin);
+  return std::isnormal(scale) ? scale : previous;
 }
 
 }  // namespace dlbench

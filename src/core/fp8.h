@@ -21,10 +21,13 @@ float fp8_to_float(uint8_t bits, Fp8Format format);
 uint8_t float_to_fp8(float value, Fp8Format format);
 
 // Delayed scaling: the scale an operand is multiplied by before its FP8 cast, made from the largest |x| it
-// held over the last steps (the maximum of its amax history): the format's largest finite value over that
-// amax, halved `margin` times for headroom, so that the next step's values fill the format's range without
-// saturating. An amax of 0 or one not finite (nothing seen yet, an overflowed step) keeps `previous`. In
-// float arithmetic, exactly as the GPU's update kernel computes it (update_fp8_scales).
+// held over the last steps (the maximum of its amax history): the largest power of two that keeps that
+// amax within the format's largest finite value, halved `margin` times for headroom, so that the next
+// step's values fill the format's range (to within a factor of two) without saturating. A power of two,
+// so that scaling and unscaling round nothing: an FP8 value times the inverse scale is exact in BF16.
+// An amax of 0 or one not finite (nothing seen yet, an overflowed step), or a scale that would not be a
+// normal float, keeps `previous`. In float arithmetic, exactly as the GPU's update kernel computes it
+// (update_fp8_scales).
 float fp8_scale_from_amax(float amax, Fp8Format format, int margin, float previous);
 
 }  // namespace dlbench

@@ -1,12 +1,13 @@
 #include "nn/dense_parameters.h"
 
+#include "nn/fp8_scaling.h"
 #include "nn/memory_plan.h"
 #include "nn/network.h"
 
 namespace dlbench {
 
 DenseParameters::DenseParameters(Network& net, int64_t in, int64_t out, double std)
-    : in_features(in), out_features(out), normal_std(std) {
+    : in_features(in), out_features(out), normal_std(std), fp8_scaling_(net.fp8()) {
   const Device device = net.backend().device();
   weight = Tensor(nullptr, {out, in}, net.dtype(), Layout::nchw, device);
   dweight = Tensor(nullptr, {out, in}, net.dtype(), Layout::nchw, device);
@@ -15,6 +16,7 @@ DenseParameters::DenseParameters(Network& net, int64_t in, int64_t out, double s
 }
 
 void DenseParameters::declare(MemoryPlan& plan, const std::string& name) {
+  if (fp8_scaling_ && fp8_first_ < 0) fp8_first_ = fp8_scaling_->add_dense(name);
   if (normal_std > 0) {
     plan.add_parameter(name + ".weight", weight, dweight, ParamInit::normal, in_features, false,
                        ParamUse::compute, normal_std);
@@ -25,6 +27,15 @@ void DenseParameters::declare(MemoryPlan& plan, const std::string& name) {
                      ParamUse::compute);
   plan.add_parameter(name + ".bias", bias, dbias, ParamInit::uniform_fan_in, in_features, true,
                      ParamUse::compute);
+}
+
+}  // namespace dlbench
+
+namespace dlbench {
+
+std::optional<Fp8DenseScaling> DenseParameters::fp8(bool count_amax) const {
+  if (!fp8_scaling_) return std::nullopt;
+  return fp8_scaling_->dense(fp8_first_, count_amax);
 }
 
 }  // namespace dlbench

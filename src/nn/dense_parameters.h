@@ -7,22 +7,38 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 
+#include "backend/backend.h"
 #include "core/tensor.h"
 
 namespace dlbench {
 
+class Fp8Scaling;
 class MemoryPlan;
 class Network;
 
 struct DenseParameters {
   DenseParameters(Network& net, int64_t in_features, int64_t out_features, double normal_std);
+  // Declares the parameters and, in an FP8 network, registers the layer's FP8 operands.
   void declare(MemoryPlan& plan, const std::string& name);
+  // The layer's FP8 scaling in an FP8 network (count_amax: whether this pass's values count towards the
+  // next scales; evaluation's do not); nullopt otherwise.
+  std::optional<Fp8DenseScaling> fp8(bool count_amax) const;
 
   int64_t in_features, out_features;
   double normal_std;
   Tensor weight, dweight, bias, dbias;
+
+ private:
+  Fp8Scaling* fp8_scaling_;  // the network's, or null
+  int fp8_first_ = -1;
 };
+
+// The pointer the dense ops take for an optional scaling.
+inline const Fp8DenseScaling* fp8_or_null(const std::optional<Fp8DenseScaling>& fp8) {
+  return fp8 ? &*fp8 : nullptr;
+}
 
 }  // namespace dlbench

@@ -34,11 +34,13 @@ DenseGeometry LinearLayer::geometry() const {
 
 void LinearLayer::plan(MemoryPlan& plan) { params_.declare(plan, name_); }
 
-void LinearLayer::forward(Phase) {
+void LinearLayer::forward(Phase phase) {
   const Tensor x = inputs_[0]->value.reshaped({batch_, params_.in_features});
   Tensor y = output_->value.reshaped({batch_, params_.out_features});
   const Tensor* r = residual() ? &residual()->value : nullptr;
-  net_.backend().dense_forward(x, params_.weight, params_.bias, DenseActivation::none, r, y, nullptr);
+  const auto fp8 = params_.fp8(phase == Phase::train);
+  net_.backend().dense_forward(x, params_.weight, params_.bias, DenseActivation::none, r, y, nullptr,
+                               fp8_or_null(fp8));
 }
 
 void LinearLayer::backward() {
@@ -47,11 +49,13 @@ void LinearLayer::backward() {
   const Tensor x = in.value.reshaped({batch_, params_.in_features});
   const Tensor dy = output_->grad.reshaped({batch_, params_.out_features});
   if (residual()) pass_gradient(backend, input_grad_mode(1), output_->grad, residual()->grad);
-  backend.dense_backward_weights(dy, x, net_.parameter_grad_mode(), params_.dweight, params_.dbias);
+  const auto fp8 = params_.fp8(true);
+  backend.dense_backward_weights(dy, x, net_.parameter_grad_mode(), params_.dweight, params_.dbias,
+                                 fp8_or_null(fp8));
   if (input_grad_mode(0) != GradMode::none) {
     Tensor dx = in.grad.reshaped({batch_, params_.in_features});
     backend.dense_backward_data(dy, params_.weight, DenseActivation::none, nullptr,
-                                to_accumulate(input_grad_mode(0)), dx);
+                                to_accumulate(input_grad_mode(0)), dx, fp8_or_null(fp8));
   }
 }
 

@@ -46,16 +46,23 @@ void MlpLayer::plan(MemoryPlan& plan) {
 }
 
 // h = x Wfc^T + bfc and g = gelu(h), in one GEMM where the backend applies epilogues.
-void MlpLayer::recompute_saved_values() {
+void MlpLayer::recompute_saved_values() { first_dense(true); }
+
+void MlpLayer::first_dense(bool count_amax) {
   const Tensor x = inputs_[0]->value.reshaped({rows_, fc_.in_features});
-  net_.backend().dense_forward(x, fc_.weight, fc_.bias, DenseActivation::gelu, nullptr, hidden_, &pre_);
+  const auto fp8 = fc_.fp8(count_amax);
+  net_.backend().dense_forward(x, fc_.weight, fc_.bias, DenseActivation::gelu, nullptr, hidden_, &pre_,
+                               fp8_or_null(fp8));
 }
 
-void MlpLayer::forward(Phase) {
-  recompute_saved_values();
+void MlpLayer::forward(Phase phase) {
+  const bool training = phase == Phase::train;
+  first_dense(training);
   Tensor y = output_->value.reshaped({rows_, proj_.out_features});
   const Tensor* r = residual() ? &residual()->value : nullptr;
-  net_.backend().dense_forward(hidden_, proj_.weight, proj_.bias, DenseActivation::none, r, y, nullptr);
+  const auto fp8 = proj_.fp8(training);
+  net_.backend().dense_forward(hidden_, proj_.weight, proj_.bias, DenseActivation::none, r, y, nullptr,
+                               fp8_or_null(fp8));
 }
 
 void MlpLayer::backward() {
@@ -64,16 +71,17 @@ void MlpLayer::backward() {
   const Accumulate params = net_.parameter_grad_mode();
   const Tensor dy = output_->grad.reshaped({rows_, proj_.out_features});
   if (residual()) pass_gradient(backend, input_grad_mode(1), output_->grad, residual()->grad);
-  backend.dense_backward_weights(dy, hidden_, params, proj_.dweight, proj_.dbias);
+  const auto proj_fp8 = proj_.fp8(true), fc_fp8 = fc_.fp8(true);
+  backend.dense_backward_weights(dy, hidden_, params, proj_.dweight, proj_.dbias, fp8_or_null(proj_fp8));
   // dh = (dy Wproj) * gelu'(h): GELU's gradient taken by c_proj's data GEMM.
   backend.dense_backward_data(dy, proj_.weight, DenseActivation::gelu, &pre_, Accumulate::overwrite,
-                              pre_grad_);
+                              pre_grad_, fp8_or_null(proj_fp8));
   const Tensor x = in.value.reshaped({rows_, fc_.in_features});
-  backend.dense_backward_weights(pre_grad_, x, params, fc_.dweight, fc_.dbias);
+  backend.dense_backward_weights(pre_grad_, x, params, fc_.dweight, fc_.dbias, fp8_or_null(fc_fp8));
   if (input_grad_mode(0) != GradMode::none) {
     Tensor dx = in.grad.reshaped({rows_, fc_.in_features});
     backend.dense_backward_data(pre_grad_, fc_.weight, DenseActivation::none, nullptr,
-                                to_accumulate(input_grad_mode(0)), dx);
+                                to_accumulate(input_grad_mode(0)), dx, fp8_or_null(fc_fp8));
   }
 }
 

@@ -35,6 +35,9 @@ class MlpLayer final : public Layer {
   Activation* residual() const { return inputs_.size() > 1 ? inputs_[1] : nullptr; }
 
  private:
+  // h and g = gelu(h) from the input: c_fc's GEMM with its epilogue; its FP8 amaxes counted or not.
+  void first_dense(bool count_amax);
+
   int64_t rows_;
   std::string fc_name_, proj_name_;
   DenseParameters fc_, proj_;

@@ -78,7 +78,9 @@ Schedule schedule(const std::vector<std::unique_ptr<Layer>>& layers, bool recomp
 }  // namespace
 
 Network::Network(Backend& backend, NetworkOptions options)
-    : backend_(backend), options_(options), memory_(backend, master_dtype(), options.dtype) {}
+    : backend_(backend), options_(options), memory_(backend, master_dtype(), options.dtype) {
+  if (options.fp8) fp8_ = std::make_unique<Fp8Scaling>(backend, *options.fp8);
+}
 
 Activation& Network::new_activation(std::string name, std::vector<int64_t> dims, DType dtype) {
   DLB_CHECK(!planned_, "activation {} added after finalize", name);
@@ -123,6 +125,7 @@ void Network::finalize(uint64_t seed) {
   DLB_CHECK(!finalized_ && !planned_, "network finalized twice");
   plan();
   memory_.allocate(seed);
+  if (fp8_) fp8_->allocate();
   finalized_ = true;
 }
 

@@ -8,10 +8,12 @@
 #include <functional>
 #include <list>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "backend/backend.h"
+#include "nn/fp8_scaling.h"
 #include "nn/fusion_pass.h"
 #include "nn/layer.h"
 #include "nn/memory_plan.h"
@@ -29,6 +31,9 @@ struct NetworkOptions {
   // running the block's layers forward once more. The memory of a block's inner activations is then
   // needed by one block at a time instead of by all of them, for about a third more forward compute.
   bool recompute = false;
+  // FP8 dense layers (--precision fp8): their GEMMs' operands in FP8 with delayed scaling (nn/fp8_scaling.h).
+  // The dtype is then the activations' (BF16).
+  std::optional<Fp8Recipe> fp8;
 };
 
 class Network {
@@ -96,6 +101,13 @@ class Network {
   void set_loss_scale_source(const float* loss_scale) { loss_scale_ = loss_scale; }
   const float* loss_scale_source() const { return loss_scale_; }
 
+  // The FP8 scaling of the dense layers; null unless the options ask for FP8. update_fp8_scales ends a
+  // step's delayed scaling (nothing without FP8).
+  Fp8Scaling* fp8() const { return fp8_.get(); }
+  void update_fp8_scales() {
+    if (fp8_) fp8_->update();
+  }
+
   MemoryPlan& memory() { return memory_; }
   void* workspace() const { return memory_.workspace(); }
   const std::vector<std::unique_ptr<Layer>>& layers() const { return layers_; }
@@ -109,6 +121,7 @@ class Network {
   std::list<Activation> activations_;  // list: stable addresses, and the fusion pass removes some
   std::vector<std::unique_ptr<Layer>> layers_;
   MemoryPlan memory_;
+  std::unique_ptr<Fp8Scaling> fp8_;
   Accumulate parameter_grad_mode_ = Accumulate::overwrite;
   const float* loss_scale_ = nullptr;
   std::function<void(int)> backward_observer_;

@@ -28,6 +28,8 @@ const char* precision_name(Precision precision) {
       return "fp16";
     case Precision::bf16:
       return "bf16";
+    case Precision::fp8:
+      return "fp8";
   }
   return "?";
 }
@@ -49,6 +51,7 @@ DType compute_dtype(Precision precision) {
     case Precision::fp16:
       return DType::f16;
     case Precision::bf16:
+    case Precision::fp8:  // the activations; the dense layers' GEMM operands are FP8
       return DType::bf16;
     default:
       return DType::f32;
@@ -74,7 +77,8 @@ Precision parse_precision(const std::string& text) {
   if (text == "tf32") return Precision::tf32;
   if (text == "fp16") return Precision::fp16;
   if (text == "bf16") return Precision::bf16;
-  throw_user_error("--precision {}: unknown; choose fp32, tf32, fp16 or bf16", text);
+  if (text == "fp8") return Precision::fp8;
+  throw_user_error("--precision {}: unknown; choose fp32, tf32, fp16, bf16 or fp8", text);
 }
 
 LrSchedule parse_lr_schedule(const std::string& text) {
@@ -263,7 +267,15 @@ void resolve_length(RunConfig& c) {
     // second forward would move them twice.
     DLB_REQUIRE(!c.model.recompute, "--recompute: only the GPT models recompute their blocks; {} does not",
                 c.model.name);
+    DLB_REQUIRE(c.model.precision != Precision::fp8,
+                "--precision fp8: FP8 runs a transformer's dense layers, which {} has none of; choose a GPT "
+                "model or another precision",
+                c.model.name);
   }
+  DLB_REQUIRE(c.model.fp8_amax_history >= 1 && c.model.fp8_amax_history <= 1024,
+              "--fp8-amax-history {}: must be 1 to 1024 steps", c.model.fp8_amax_history);
+  DLB_REQUIRE(c.model.fp8_margin >= 0 && c.model.fp8_margin <= 16, "--fp8-margin {}: must be 0 to 16",
+              c.model.fp8_margin);
   if (!c.batch_size) c.batch_size = on_cpu ? (imagenet_model ? 16 : 128) : (imagenet_model ? 256 : 512);
   DLB_REQUIRE(*c.batch_size > 0, "--batch-size {}: must be a positive number of {} per device", *c.batch_size,
               gpt ? "sequences" : "images");
@@ -588,6 +600,10 @@ nlohmann::json config_to_json(const RunConfig& c) {
   if (is_gpt_model(c.model.name)) {
     j["seq_len"] = c.model.seq_len;
     j["recompute"] = c.model.recompute;
+    if (c.model.precision == Precision::fp8) {
+      j["fp8_amax_history"] = c.model.fp8_amax_history;
+      j["fp8_margin"] = c.model.fp8_margin;
+    }
     j["optimizer"] = optimizer_name(c.optimizer.kind);
     j["adam_betas"] = {c.optimizer.adam_beta1, c.optimizer.adam_beta2};
     j["adam_eps"] = c.optimizer.adam_eps;

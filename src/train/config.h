@@ -16,7 +16,9 @@
 namespace dlbench {
 
 enum class RunKind : uint8_t { train, bench };
-enum class Precision : uint8_t { fp32, tf32, fp16, bf16 };
+// fp8: BF16 activations and weights with the transformer's dense layers' GEMMs in FP8 (delayed scaling,
+// Fp8DenseScaling in backend/backend.h).
+enum class Precision : uint8_t { fp32, tf32, fp16, bf16, fp8 };
 enum class LrSchedule : uint8_t { constant, step, cosine };
 // --device: auto takes a GPU where this dlbench has a usable one, else the CPU.
 enum class DeviceRequest : uint8_t { automatic, cpu, cuda };
@@ -76,6 +78,10 @@ struct ModelConfig {
   int image_size = 0;      // output size of the image transform (0 = 224, or the images' own size)
   int64_t seq_len = 0;     // GPT models: tokens per sequence (resolved: 0 = the model's context)
   bool recompute = false;  // GPT models: each block's activations made again in backward (--recompute)
+  // --precision fp8: the steps of amax history each scale is made from, and the powers of two of headroom
+  // left below the format's largest value.
+  int fp8_amax_history = 16;
+  int fp8_margin = 0;
 };
 
 // The optimizer, its learning-rate schedule, the loss and its scaling.

@@ -27,6 +27,8 @@ Estimate estimate_at(const RunConfig& config, Backend& backend, const ModelOptio
   net_options.layout = config.model.layout;
   net_options.dtype = compute_dtype(config.model.precision);
   net_options.recompute = config.model.recompute;
+  if (config.model.precision == Precision::fp8)
+    net_options.fp8 = Fp8Recipe{config.model.fp8_amax_history, config.model.fp8_margin};
   Model model = build_model(config.model.name, backend, net_options, options);
   Network& net = *model.net;
   // The optimizer's state as the trainer plans it (AdamW's second moment). The FP32 gradients are counted

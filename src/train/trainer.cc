@@ -165,6 +165,8 @@ void Trainer::forward_backward(int64_t micro) {
 
 void Trainer::finish_step() {
   MemoryPlan& memory = model_.net->memory();
+  // FP8 delayed scaling: this step's amaxes make the next step's scales.
+  model_.net->update_fp8_scales();
   // The sum over the ranks, in the FP32 master gradients; one rank's gradients stay where they are.
   if (exchange_) exchange_->finish();
   // The summed gradients are the same on every rank, so every rank takes the same overflow decision.
@@ -288,14 +290,22 @@ Checkpoint Trainer::make_checkpoint(int64_t step, int64_t epoch) const {
   read(memory.flat_parameters(), c.parameters);
   read(memory.flat_momentum(), c.momentum);
   read(memory.flat_buffers(), c.buffers);
+  // FP8's delayed scaling (scales and amax histories) is state that is not trained, like a batch norm's
+  // running statistics: it follows the buffers, so that a resumed run quantizes as the stopped one would.
+  if (const Fp8Scaling* fp8 = model_.net->fp8()) {
+    const std::vector<float> state = fp8->state();
+    c.buffers.insert(c.buffers.end(), state.begin(), state.end());
+  }
   if (memory.has_second_moment()) read(memory.flat_second_moment(), c.second_moment);
   return c;
 }
 
 void Trainer::restore(const Checkpoint& c) {
   MemoryPlan& memory = model_.net->memory();
+  const Fp8Scaling* fp8 = model_.net->fp8();
+  const size_t buffer_count = static_cast<size_t>(memory.buffer_count());
   check_checkpoint_matches(c, model_.name, static_cast<size_t>(memory.parameter_count()),
-                           static_cast<size_t>(memory.buffer_count()));
+                           buffer_count + (fp8 ? fp8->state_floats() : 0));
   DLB_REQUIRE(c.config_digest == config_digest_,
               "checkpoint was made for {}, this run is {}; resume with the "
               "same model and data",
@@ -304,7 +314,8 @@ void Trainer::restore(const Checkpoint& c) {
                           c.parameters.size() * sizeof(float));
   backend_.copy_to_device(memory.flat_momentum().data(), c.momentum.data(),
                           c.momentum.size() * sizeof(float));
-  backend_.copy_to_device(memory.flat_buffers().data(), c.buffers.data(), c.buffers.size() * sizeof(float));
+  backend_.copy_to_device(memory.flat_buffers().data(), c.buffers.data(), buffer_count * sizeof(float));
+  if (fp8) model_.net->fp8()->load_state(c.buffers.data() + buffer_count, c.buffers.size() - buffer_count);
   if (memory.has_second_moment()) {
     DLB_REQUIRE(c.second_moment.size() == c.parameters.size(),
                 "checkpoint holds no AdamW second moment (it was trained with SGD); resume with the same "

@@ -107,7 +107,7 @@ TEST_F(CudaFp8Quantize, OptionalOutputsAndAnEarlierLargerAmax) {
 // keeps its scale.
 TEST_F(CudaFp8Quantize, ScalesFollowTheAmaxHistory) {
   const int count = 300, length = 4, margin = 1;
-  std::vector<float> amaxes(count), histories(count * length), scales(count, 3.f);
+  std::vector<float> amaxes(count), histories(count * length), scales(count, 4.f);
   std::vector<Fp8Format> formats(count);
   std::mt19937_64 rng(5);
   std::uniform_real_distribution<float> dist(0.f, 100.f);
@@ -118,15 +118,17 @@ TEST_F(CudaFp8Quantize, ScalesFollowTheAmaxHistory) {
     formats[static_cast<size_t>(i)] = i % 2 ? Fp8Format::e5m2 : Fp8Format::e4m3;
   }
   DeviceBuffer damax(amaxes.size() * sizeof(float)), dhistory(histories.size() * sizeof(float)),
-      dscale(scales.size() * sizeof(float)), dformat(formats.size() * sizeof(Fp8Format));
+      dscale(scales.size() * sizeof(float)), dinverse(scales.size() * sizeof(float)),
+      dformat(formats.size() * sizeof(Fp8Format));
   damax.upload(amaxes.data(), amaxes.size() * sizeof(float));
   dhistory.upload(histories.data(), histories.size() * sizeof(float));
   dscale.upload(scales.data(), scales.size() * sizeof(float));
   dformat.upload(formats.data(), formats.size() * sizeof(Fp8Format));
   cuda::update_fp8_scales(damax.as<float>(), dhistory.as<float>(), length, dscale.as<float>(),
-                          dformat.as<Fp8Format>(), count, margin, stream_);
+                          dinverse.as<float>(), dformat.as<Fp8Format>(), count, margin, stream_);
   sync();
-  std::vector<float> new_amaxes(count), new_histories(histories.size()), new_scales(count);
+  std::vector<float> new_amaxes(count), new_histories(histories.size()), new_scales(count), inverses(count);
+  dinverse.download(inverses.data(), inverses.size() * sizeof(float));
   damax.download(new_amaxes.data(), new_amaxes.size() * sizeof(float));
   dhistory.download(new_histories.data(), new_histories.size() * sizeof(float));
   dscale.download(new_scales.data(), new_scales.size() * sizeof(float));
@@ -140,8 +142,40 @@ TEST_F(CudaFp8Quantize, ScalesFollowTheAmaxHistory) {
       largest = std::max(largest, new_histories[at(j)]);
     }
     EXPECT_EQ(new_scales[static_cast<size_t>(i)],
-              fp8_scale_from_amax(largest, formats[static_cast<size_t>(i)], margin, 3.f))
+              fp8_scale_from_amax(largest, formats[static_cast<size_t>(i)], margin, 4.f))
         << i;
+    EXPECT_EQ(inverses[static_cast<size_t>(i)], 1.f / new_scales[static_cast<size_t>(i)]) << i;
+  }
+}
+
+// The round trip the backends without FP8 GEMMs apply: y = fp8(x * s) / s, to the bit the host's
+// conversion gives (the scale a power of two, the result exact in every output dtype), amax folded.
+TEST_F(CudaFp8Quantize, RoundTripMatchesTheHostConversion) {
+  const int64_t n = 100003;
+  for (DType dtype : {DType::f32, DType::bf16}) {
+    for (Fp8Format format : {Fp8Format::e4m3, Fp8Format::e5m2}) {
+      SCOPED_TRACE(std::string(dtype_name(dtype)) + " " + fp8_format_name(format));
+      HostBuffer x = random_values(n, dtype, 11, -300.0, 300.0);
+      const float scale = 0.25f, earlier_amax = 0.f;
+      DeviceBuffer dx(x.tensor().bytes()), dy(x.tensor().bytes()), dscale(sizeof(float)), damax(sizeof(float));
+      dx.upload(x);
+      dscale.upload(&scale, sizeof scale);
+      damax.upload(&earlier_amax, sizeof earlier_amax);
+      cuda::fp8_round_trip(dx.get(), dtype, n, format, dscale.as<float>(), dy.get(), dtype, damax.as<float>(),
+                           stream_);
+      sync();
+      HostBuffer y = random_values(n, dtype, 12, 0.0, 1.0);
+      dy.download(y);
+      float amax = 0.f, largest = 0.f;
+      damax.download(&amax, sizeof amax);
+      for (int64_t i = 0; i < n; ++i) {
+        const float v = static_cast<float>(get(x, i));
+        largest = std::max(largest, std::fabs(v));
+        ASSERT_EQ(static_cast<float>(get(y, i)), fp8_to_float(float_to_fp8(v * scale, format), format) / scale)
+            << i;
+      }
+      EXPECT_EQ(amax, largest);
+    }
   }
 }
 

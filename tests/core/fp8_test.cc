@@ -77,21 +77,30 @@ TEST(Fp8, SaturatesBeyondTheLargestAndKeepsNan) {
   EXPECT_TRUE(std::isnan(fp8_to_float(float_to_fp8(std::nanf(""), Fp8Format::e5m2), Fp8Format::e5m2)));
 }
 
-// Delayed scaling's rule: the format's largest value over the amax, halved `margin` times; nothing seen
-// (amax 0) or an overflowed step (amax not finite) keeps the scale it had.
+// Delayed scaling's rule: the largest power of two that keeps the amax within the format's largest value,
+// halved `margin` times; nothing seen (amax 0) or an overflowed step (amax not finite) keeps the scale it
+// had.
 TEST(Fp8, ScaleFromAmax) {
-  EXPECT_EQ(fp8_scale_from_amax(224.f, Fp8Format::e4m3, 0, 1.f), 2.f);  // 224 maps onto 448
+  EXPECT_EQ(fp8_scale_from_amax(224.f, Fp8Format::e4m3, 0, 1.f), 2.f);  // 224 maps onto 448 exactly
   EXPECT_EQ(fp8_scale_from_amax(224.f, Fp8Format::e4m3, 1, 1.f), 1.f);  // with one bit of headroom
-  EXPECT_EQ(fp8_scale_from_amax(0.5f, Fp8Format::e5m2, 0, 1.f), 114688.f);
-  EXPECT_EQ(fp8_scale_from_amax(3.f, Fp8Format::e4m3, 0, 1.f), 448.f / 3.f);  // float division
+  EXPECT_EQ(fp8_scale_from_amax(225.f, Fp8Format::e4m3, 0, 1.f), 1.f);  // 2 would take 225 past 448
+  EXPECT_EQ(fp8_scale_from_amax(0.5f, Fp8Format::e5m2, 0, 1.f), 65536.f);  // 114688 rounded down
+  EXPECT_EQ(fp8_scale_from_amax(3.f, Fp8Format::e4m3, 0, 1.f), 128.f);     // 149.3 rounded down
+  EXPECT_EQ(fp8_scale_from_amax(1e-30f, Fp8Format::e5m2, 0, 1.f), std::ldexp(1.f, 115));  // 5.7e34
+  EXPECT_EQ(fp8_scale_from_amax(1e-40f, Fp8Format::e5m2, 0, 7.f), 7.f);  // 57344 / 1e-40 overflows
   EXPECT_EQ(fp8_scale_from_amax(0.f, Fp8Format::e4m3, 0, 7.f), 7.f);
   EXPECT_EQ(fp8_scale_from_amax(INFINITY, Fp8Format::e4m3, 0, 7.f), 7.f);
   EXPECT_EQ(fp8_scale_from_amax(std::nanf(""), Fp8Format::e5m2, 0, 7.f), 7.f);
-  // The scaled amax lands on the format's largest value, not past it (no saturation at the amax).
-  for (float amax : {1e-3f, 0.37f, 5.f, 1234.5f}) {
-    const float scale = fp8_scale_from_amax(amax, Fp8Format::e4m3, 0, 1.f);
-    EXPECT_LE(fp8_to_float(float_to_fp8(amax * scale, Fp8Format::e4m3), Fp8Format::e4m3), 448.f) << amax;
-    EXPECT_GE(amax * scale, 447.f) << amax;
+  // The scaled amax stays within the format and above half of its largest value; the scale is a power
+  // of two.
+  for (float amax : {1e-3f, 0.37f, 5.f, 1234.5f, 448.f, 3e4f}) {
+    for (Fp8Format f : {Fp8Format::e4m3, Fp8Format::e5m2}) {
+      const float scale = fp8_scale_from_amax(amax, f, 0, 1.f);
+      int exponent = 0;
+      EXPECT_EQ(std::frexp(scale, &exponent), 0.5f) << amax;
+      EXPECT_LE(amax * scale, fp8_largest(f)) << amax;
+      EXPECT_GT(amax * scale, fp8_largest(f) / 2) << amax;
+    }
   }
 }
 

@@ -254,13 +254,17 @@ class CudaBackend final : public Backend {
             const Tensor& b, float beta, Tensor& c) override;
   void add_bias(Tensor& y, const Tensor& bias) override;
   void bias_backward(const Tensor& dy, Tensor& dbias, Accumulate accumulate) override;
-  // The dense ops on cuBLASLt with epilogues (dense_epilogues.cc) where --dense-epilogues is on.
+  // The dense ops on cuBLASLt with epilogues (dense_epilogues.cc) where --dense-epilogues is on; with
+  // `fp8`, on cuBLASLt's FP8 GEMMs (dense_fp8.cc) whatever the option.
   void dense_forward(const Tensor& x, const Tensor& w, const Tensor& b, DenseActivation act,
-                     const Tensor* residual, Tensor& y, Tensor* pre) override;
+                     const Tensor* residual, Tensor& y, Tensor* pre,
+                     const Fp8DenseScaling* fp8 = nullptr) override;
   void dense_backward_data(const Tensor& dy, const Tensor& w, DenseActivation act, const Tensor* pre,
-                           Accumulate accumulate, Tensor& dx) override;
+                           Accumulate accumulate, Tensor& dx, const Fp8DenseScaling* fp8 = nullptr) override;
   void dense_backward_weights(const Tensor& dy, const Tensor& x, Accumulate accumulate, Tensor& dw,
-                              Tensor& db) override;
+                              Tensor& db, const Fp8DenseScaling* fp8 = nullptr) override;
+  void fp8_round_trip(const Tensor& x, Fp8Format format, const float* scale, float* amax, Tensor& y) override;
+  void update_fp8_scales(const Fp8ScalingState& state) override;
 
   void softmax_cross_entropy_forward(const Tensor& logits, const Tensor& labels, float label_smoothing,
                                      Tensor& probs, Tensor& loss) override;
@@ -337,6 +341,19 @@ class CudaBackend final : public Backend {
   // allocation, so that call must not be inside a capture (the first, ordinary step of a training run
   // sizes it); inside one it throws, saying so.
   void* scratch(size_t bytes, const char* op);
+
+  // The dense ops on FP8 GEMMs (dense_fp8.cc), on tensors the public ops checked.
+  void dense_forward_fp8(const Tensor& x, const Tensor& w, const Tensor& b, DenseActivation act,
+                         const Tensor* residual, Tensor& y, Tensor* pre, const Fp8DenseScaling& fp8);
+  void dense_backward_data_fp8(const Tensor& dy, const Tensor& w, DenseActivation act, const Tensor* pre,
+                               Accumulate accumulate, Tensor& dx, const Fp8DenseScaling& fp8);
+  void dense_backward_weights_fp8(const Tensor& dy, const Tensor& x, Accumulate accumulate, Tensor& dw,
+                                  Tensor& db, const Fp8DenseScaling& fp8);
+  // a's and b's round trips through FP8 (fp8_round_trip) in the scratch: the operands of an FP8 op where
+  // cuBLASLt has no FP8 GEMM for its shape.
+  std::pair<Tensor, Tensor> fp8_round_trips(const Tensor& a, Fp8Format a_format, const float* a_scale,
+                                            const Tensor& b, Fp8Format b_format, const float* b_scale,
+                                            const char* op);
 
   // f32 attention from GEMMs (attention.cc), on checked tensors of shape `s`.
   void gemm_attention_forward(const AttentionShape& s, const float* qkv, float* out, float* stats);

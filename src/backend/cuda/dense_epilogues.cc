@@ -9,6 +9,7 @@
 // Each of them would otherwise be a pass of its own over an [N, O] matrix (add_bias, gelu, add,
 // gelu_backward, bias_backward). Where the option is off, or cuBLASLt has no algorithm for a shape, the
 // ops are composed from the single kernels (Backend's defaults), with the same results up to rounding.
+// With FP8 scaling the ops run on FP8 GEMMs instead (dense_fp8.cc).
 #include "backend/cuda/cuda_common.h"
 #include "backend/cuda/kernels.h"
 #include "backend/cuda/lt_matmul.h"
@@ -38,7 +39,7 @@ void check_size(const char* op, const char* name, const Tensor& t, int64_t eleme
 }  // namespace
 
 void CudaBackend::dense_forward(const Tensor& x, const Tensor& w, const Tensor& b, DenseActivation act,
-                                const Tensor* residual, Tensor& y, Tensor* pre) {
+                                const Tensor* residual, Tensor& y, Tensor* pre, const Fp8DenseScaling* fp8) {
   const char* op = "dense_forward";
   const DenseDims d = check_dense(op, x, w);
   check_size(op, "b", b, d.out, x.dtype());
@@ -50,6 +51,10 @@ void CudaBackend::dense_forward(const Tensor& x, const Tensor& w, const Tensor& 
   }
   if (d.rows == 0) return;
   activate();
+  if (fp8) {
+    dense_forward_fp8(x, w, b, act, residual, y, pre, *fp8);
+    return;
+  }
   if (options_.dense_epilogues) {
     LtGemm g;
     g.ta = Transpose::no, g.tb = Transpose::yes, g.m = d.rows, g.n = d.out, g.k = d.in, g.dtype = x.dtype();
@@ -63,7 +68,8 @@ void CudaBackend::dense_forward(const Tensor& x, const Tensor& w, const Tensor& 
 }
 
 void CudaBackend::dense_backward_data(const Tensor& dy, const Tensor& w, DenseActivation act,
-                                      const Tensor* pre, Accumulate accumulate, Tensor& dx) {
+                                      const Tensor* pre, Accumulate accumulate, Tensor& dx,
+                                      const Fp8DenseScaling* fp8) {
   const char* op = "dense_backward_data";
   const DenseDims d = check_dense(op, dx, w);
   check_size(op, "dy", dy, d.rows * d.out, dx.dtype());
@@ -74,6 +80,10 @@ void CudaBackend::dense_backward_data(const Tensor& dy, const Tensor& w, DenseAc
   }
   if (d.rows == 0) return;
   activate();
+  if (fp8) {
+    dense_backward_data_fp8(dy, w, act, pre, accumulate, dx, *fp8);
+    return;
+  }
   if (act == DenseActivation::none) {  // a plain GEMM: no epilogue to apply
     Backend::dense_backward_data(dy, w, act, pre, accumulate, dx);
     return;
@@ -91,12 +101,16 @@ void CudaBackend::dense_backward_data(const Tensor& dy, const Tensor& w, DenseAc
 }
 
 void CudaBackend::dense_backward_weights(const Tensor& dy, const Tensor& x, Accumulate accumulate, Tensor& dw,
-                                         Tensor& db) {
+                                         Tensor& db, const Fp8DenseScaling* fp8) {
   const char* op = "dense_backward_weights";
   const DenseDims d = check_dense(op, x, dw);
   check_size(op, "dy", dy, d.rows * d.out, x.dtype());
   check_size(op, "db", db, d.out, x.dtype());
   activate();
+  if (fp8 && d.rows > 0) {
+    dense_backward_weights_fp8(dy, x, accumulate, dw, db, *fp8);
+    return;
+  }
   if (options_.dense_epilogues && accumulate == Accumulate::overwrite && d.rows > 0) {
     LtGemm g;
     g.ta = Transpose::yes, g.tb = Transpose::no, g.m = d.out, g.n = d.in, g.k = d.rows, g.dtype = x.dtype();

@@ -15,6 +15,9 @@
 // the float's bits (the order of the maxima does not change the result: the same bits every run).
 #include <cuda_fp8.h>
 
+#include <cfloat>
+#include <type_traits>
+
 #include "backend/cuda/kernel_common.cuh"
 #include "backend/cuda/kernels.h"
 
@@ -48,7 +51,7 @@ __global__ void __launch_bounds__(kTile* kTileRowsPerPass)
       const float v = widen(x[row * cols + col]);
       largest = fmaxf(largest, fabsf(v));  // fmaxf drops a NaN
       const uint8_t bits = to_fp8(v * s, format);
-      q[row * cols + col] = bits;
+      if (q) q[row * cols + col] = bits;
       tile[r][threadIdx.x] = bits;
     }
   }
@@ -77,7 +80,7 @@ __global__ void __launch_bounds__(kTile* kTileRowsPerPass)
 // One thread per operand: the history shifts by one (newest first), the amax enters it and is zeroed for
 // the next step, and the scale follows the history's maximum.
 __global__ void update_fp8_scales_kernel(float* __restrict__ amaxes, float* __restrict__ histories,
-                                         int length, float* __restrict__ scales,
+                                         int length, float* __restrict__ scales, float* __restrict__ inverse_scales,
                                          const Fp8Format* __restrict__ formats, int count, int margin) {
   const int i = blockIdx.x * blockDim.x + threadIdx.x;
   if (i >= count) return;
@@ -88,17 +91,93 @@ __global__ void update_fp8_scales_kernel(float* __restrict__ amaxes, float* __re
   float amax = 0.f;
   for (int j = 0; j < length; ++j) amax = fmaxf(amax, history[j]);  // an infinity stays, a NaN drops out
   const float largest = formats[i] == Fp8Format::e4m3 ? 448.f : 57344.f;
-  if (amax > 0.f && isfinite(amax)) scales[i] = ldexpf(largest / amax, -margin);
+  const float ratio = largest / amax;
+  if (amax > 0.f && isfinite(amax) && isfinite(ratio)) {
+    int exponent = 0;
+    frexpf(ratio, &exponent);  // the largest power of two not above the ratio is 2^(exponent - 1)
+    const float scale = ldexpf(1.f, exponent - 1 - margin);
+    if (scale >= FLT_MIN && isfinite(scale)) scales[i] = scale;  // a normal float, as the host's rule
+  }
+  inverse_scales[i] = 1.f / scales[i];  // exact: a power of two
+}
+
+// y = fp8(x * s) / s in y's dtype, and the largest |x| folded into *amax: the FP8 rounding of an operand as
+// the backends without FP8 GEMMs apply it (and the reference the FP8 GEMMs are tested against).
+template <typename T, typename U>
+__global__ void fp8_round_trip_kernel(const T* __restrict__ x, int64_t n, Fp8Format format,
+                                      const float* __restrict__ scale, U* __restrict__ y, float* __restrict__ amax) {
+  __shared__ float warp_maxima[32];
+  const float s = *scale, inverse = 1.f / s;
+  float largest = 0.f;
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x) {
+    const float v = widen(x[i]);
+    largest = fmaxf(largest, fabsf(v));
+    const uint8_t bits = to_fp8(v * s, format);
+    // Every E4M3 and E5M2 value is a half exactly.
+    const float rounded = __half2float(
+        __half(__nv_cvt_fp8_to_halfraw(bits, format == Fp8Format::e4m3 ? __NV_E4M3 : __NV_E5M2)));
+    y[i] = narrow<U>(rounded * inverse);
+  }
+  if (!amax) return;
+  largest = warp_max(largest);
+  if (threadIdx.x % 32 == 0) warp_maxima[threadIdx.x / 32] = largest;
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    float block = 0.f;
+    for (int w = 0; w < int(blockDim.x / 32); ++w) block = fmaxf(block, warp_maxima[w]);
+    atomicMax(reinterpret_cast<int*>(amax), __float_as_int(block));
+  }
 }
 
 }  // namespace
 
-void update_fp8_scales(float* amaxes, float* histories, int length, float* scales, const Fp8Format* formats,
-                       int count, int margin, cudaStream_t stream) {
+void update_fp8_scales(float* amaxes, float* histories, int length, float* scales, float* inverse_scales,
+                       const Fp8Format* formats, int count, int margin, cudaStream_t stream) {
   DLB_KERNEL_REQUIRE(count >= 0 && length >= 1, "update_fp8_scales", "no operands or an empty history");
   if (count == 0) return;
   update_fp8_scales_kernel<<<static_cast<unsigned>((count + 255) / 256), 256, 0, stream>>>(
-      amaxes, histories, length, scales, formats, count, margin);
+      amaxes, histories, length, scales, inverse_scales, formats, count, margin);
+  DLB_KERNEL_LAUNCH_CHECK();
+}
+
+void fp8_round_trip(const void* x, DType x_dtype, int64_t n, Fp8Format format, const float* scale, void* y,
+                    DType y_dtype, float* amax, cudaStream_t stream) {
+  DLB_KERNEL_REQUIRE(n >= 0, "fp8_round_trip", "negative size");
+  if (n == 0) return;
+  const int threads = 256;
+  const unsigned blocks = static_cast<unsigned>(std::min<int64_t>((n + threads - 1) / threads, 4096));
+  auto launch = [&](auto* typed_y) {
+    using U = std::remove_pointer_t<decltype(typed_y)>;
+    switch (x_dtype) {
+      case DType::f32:
+        fp8_round_trip_kernel<<<blocks, threads, 0, stream>>>(static_cast<const float*>(x), n, format, scale,
+                                                              typed_y, amax);
+        break;
+      case DType::f16:
+        fp8_round_trip_kernel<<<blocks, threads, 0, stream>>>(static_cast<const __half*>(x), n, format, scale,
+                                                              typed_y, amax);
+        break;
+      case DType::bf16:
+        fp8_round_trip_kernel<<<blocks, threads, 0, stream>>>(static_cast<const __nv_bfloat16*>(x), n, format,
+                                                              scale, typed_y, amax);
+        break;
+      default:
+        DLB_KERNEL_REQUIRE(false, "fp8_round_trip", "x must be f32, f16 or bf16");
+    }
+  };
+  switch (y_dtype) {
+    case DType::f32:
+      launch(static_cast<float*>(y));
+      break;
+    case DType::f16:
+      launch(static_cast<__half*>(y));
+      break;
+    case DType::bf16:
+      launch(static_cast<__nv_bfloat16*>(y));
+      break;
+    default:
+      DLB_KERNEL_REQUIRE(false, "fp8_round_trip", "y must be f32, f16 or bf16");
+  }
   DLB_KERNEL_LAUNCH_CHECK();
 }
 

@@ -160,7 +160,7 @@ void scatter_strided_pixels(const void* src, int64_t batch, int64_t in_h, int64_
 // runs back to back, whatever the host's time per call (the convolution search times calls this way).
 // FP8 quantization of a GEMM operand for delayed per-tensor scaling (fp8_quantize.cu): x [rows, cols] (f32,
 // f16 or bf16) times *scale, rounded to `format` as core/fp8's float_to_fp8 rounds (nearest even,
-// saturating) into q [rows, cols]; where given, also into q_transposed [cols, rows], and the largest |x|
+// saturating) into q [rows, cols] where given, into q_transposed [cols, rows] where given, and the largest |x|
 // folded into *amax (an atomic maximum; NaN ignored). scale and amax live in device memory, so a recorded
 // step follows their changes.
 void quantize_fp8(const void* x, DType dtype, int64_t rows, int64_t cols, Fp8Format format,
@@ -169,9 +169,13 @@ void quantize_fp8(const void* x, DType dtype, int64_t rows, int64_t cols, Fp8For
 // Delayed scaling at the end of a step, for `count` operands (fp8_quantize.cu): operand i's amax becomes
 // the newest of the `length` entries of its history (histories[i * length], newest first; the oldest
 // drops out) and is zeroed, and scales[i] = fp8_scale_from_amax(max of the history, formats[i], margin,
-// scales[i]). Everything in device memory.
-void update_fp8_scales(float* amaxes, float* histories, int length, float* scales, const Fp8Format* formats,
-                       int count, int margin, cudaStream_t stream);
+// scales[i]) and inverse_scales[i] = 1 / scales[i]. Everything in device memory.
+void update_fp8_scales(float* amaxes, float* histories, int length, float* scales, float* inverse_scales,
+                       const Fp8Format* formats, int count, int margin, cudaStream_t stream);
+// y[i] = fp8(x[i] * *scale) / *scale in y_dtype (Backend::fp8_round_trip), max |x| folded into *amax
+// where amax is not null. x and y f32, f16 or bf16.
+void fp8_round_trip(const void* x, DType x_dtype, int64_t n, Fp8Format format, const float* scale, void* y,
+                    DType y_dtype, float* amax, cudaStream_t stream);
 
 void hold_stream(double microseconds, cudaStream_t stream);
 

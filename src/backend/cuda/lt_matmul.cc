@@ -1,18 +1,22 @@
 #include "backend/cuda/lt_matmul.h"
 
 #include <algorithm>
+#include <vector>
 
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/cuda_common.h"
+#include "core/log.h"
 #include "core/status.h"
 
 namespace dlbench::cuda {
 
-// The descriptors of one configuration and the algorithm cuBLASLt's heuristic gave for it (none: ok false).
+// The descriptors of one configuration and the algorithms cuBLASLt's heuristic gave for it, best first:
+// `algo` is the one calls use, and moves down the list where a call refuses it (none left: ok false).
 struct LtMatmuls::Plan {
   cublasLtMatmulDesc_t desc = nullptr;
   cublasLtMatrixLayout_t a = nullptr, b = nullptr, c = nullptr;
   cublasLtMatmulAlgo_t algo{};
+  std::vector<cublasLtMatmulAlgo_t> others;  // the heuristic's later choices, best first
   bool ok = false;
   ~Plan() {
     if (desc) cublasLtMatmulDescDestroy(desc);
@@ -50,6 +54,12 @@ template <typename T>
 void set(cublasLtMatmulDesc_t desc, cublasLtMatmulDescAttributes_t attribute, const T& value) {
   CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(desc, attribute, &value, sizeof(value)));
 }
+
+cudaDataType_t fp8_type(Fp8Format format) {
+  return format == Fp8Format::e4m3 ? CUDA_R_8F_E4M3 : CUDA_R_8F_E5M2;
+}
+
+int fp8_key(const std::optional<Fp8Format>& format) { return format ? static_cast<int>(*format) : -1; }
 
 // The column-major layout of a row-major [rows, cols] matrix: [cols, rows], leading dimension cols.
 cublasLtMatrixLayout_t row_major_layout(cudaDataType_t type, int64_t rows, int64_t cols) {
@@ -90,8 +100,18 @@ const LtMatmuls::Plan& LtMatmuls::plan(const Key& key, const LtGemm& g, bool all
     set(p->desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, g.aux);
     set(p->desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, g.n);
   }
-  p->b = g.tb == Transpose::no ? row_major_layout(type, g.k, g.n) : row_major_layout(type, g.n, g.k);
-  p->a = g.ta == Transpose::no ? row_major_layout(type, g.m, g.k) : row_major_layout(type, g.k, g.m);
+  const bool fp8 = g.a_fp8 || g.b_fp8;
+  if (fp8) {
+    DLB_CHECK(g.a_fp8 && g.b_fp8 && g.a_scale && g.b_scale && g.ta == Transpose::no && g.tb == Transpose::yes,
+              "cuBLASLt FP8 gemm: both operands FP8 with their scales, a [m, k] and b [n, k]");
+    set(p->desc, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, g.b_scale);  // cuBLASLt's A is our b
+    set(p->desc, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, g.a_scale);
+    if (g.bias) set(p->desc, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, type);
+    if (g.aux) set(p->desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_DATA_TYPE, type);
+  }
+  const cudaDataType_t a_type = g.a_fp8 ? fp8_type(*g.a_fp8) : type, b_type = g.b_fp8 ? fp8_type(*g.b_fp8) : type;
+  p->b = g.tb == Transpose::no ? row_major_layout(b_type, g.k, g.n) : row_major_layout(b_type, g.n, g.k);
+  p->a = g.ta == Transpose::no ? row_major_layout(a_type, g.m, g.k) : row_major_layout(a_type, g.k, g.m);
   p->c = row_major_layout(type, g.m, g.n);
 
   cublasLtMatmulPreference_t preference = nullptr;
@@ -104,13 +124,17 @@ const LtMatmuls::Plan& LtMatmuls::plan(const Key& key, const LtGemm& g, bool all
        {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES,
         CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES})
     CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(preference, attribute, &align, sizeof(align)));
-  cublasLtMatmulHeuristicResult_t result{};
+  constexpr int kChoices = 8;
+  cublasLtMatmulHeuristicResult_t results[kChoices] = {};
   int found = 0;
   const cublasStatus_t status = cublasLtMatmulAlgoGetHeuristic(handle_, p->desc, p->b, p->a, p->c, p->c,
-                                                               preference, 1, &result, &found);
+                                                               preference, kChoices, results, &found);
   cublasLtMatmulPreferenceDestroy(preference);
   p->ok = status == CUBLAS_STATUS_SUCCESS && found > 0;
-  if (p->ok) p->algo = result.algo;
+  if (p->ok) {
+    p->algo = results[0].algo;
+    for (int i = found - 1; i >= 1; --i) p->others.push_back(results[i].algo);  // popped from the back
+  }
   return *plans_.emplace(key, std::move(p)).first->second;
 }
 
@@ -123,16 +147,36 @@ bool LtMatmuls::run(const LtGemm& g, bool allow_tf32, cudaStream_t stream) {
                         static_cast<const void*>(g.bias), static_cast<const void*>(g.aux)})
     align = std::min(align, alignment_of(p));
   const Key key{static_cast<int>(g.ta),    static_cast<int>(g.tb),       g.m,        g.n,        g.k,
-                static_cast<int>(g.dtype), static_cast<int>(g.epilogue), allow_tf32, separate_c, align};
+                static_cast<int>(g.dtype), static_cast<int>(g.epilogue), allow_tf32, separate_c, align,
+                fp8_key(g.a_fp8),          fp8_key(g.b_fp8)};
   const Plan& p = plan(key, g, allow_tf32);
   if (!p.ok) return false;
+  if (g.a_scale) set(p.desc, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, g.a_scale);
+  if (g.b_scale) set(p.desc, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, g.b_scale);
   if (g.bias) set(p.desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, g.bias);
   if (g.aux) set(p.desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, g.aux);
   const float alpha = 1.f;
-  CUBLAS_CHECK(cublasLtMatmul(handle_, p.desc, &alpha, g.b, p.b, g.a, p.a, &g.beta,
-                              g.beta != 0.f ? g.c_in : g.c, p.c, g.c, p.c, &p.algo, workspace_,
-                              workspace_bytes_, stream));
-  return true;
+  Plan& plan_of_key = *plans_.at(key);
+  for (;;) {
+    const cublasStatus_t status =
+        cublasLtMatmul(handle_, p.desc, &alpha, g.b, p.b, g.a, p.a, &g.beta, g.beta != 0.f ? g.c_in : g.c, p.c,
+                       g.c, p.c, &p.algo, workspace_, workspace_bytes_, stream);
+    if (status != CUBLAS_STATUS_NOT_SUPPORTED) {
+      CUBLAS_CHECK(status);
+      return true;
+    }
+    // An algorithm the heuristic offered that the call then refuses (seen with FP8 operands): the next
+    // one; with none left the configuration is remembered as having none, and the caller composes the op
+    // another way.
+    log_debug("cuBLASLt refused an algorithm of its heuristic for a {}x{}x{} gemm (epilogue {}, fp8 {}/{})", g.m,
+              g.n, g.k, static_cast<int>(g.epilogue), fp8_key(g.a_fp8), fp8_key(g.b_fp8));
+    if (plan_of_key.others.empty()) {
+      plan_of_key.ok = false;
+      return false;
+    }
+    plan_of_key.algo = plan_of_key.others.back();
+    plan_of_key.others.pop_back();
+  }
 }
 
 }  // namespace dlbench::cuda

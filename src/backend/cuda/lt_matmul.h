@@ -18,6 +18,7 @@
 #include <cstdint>
 #include <map>
 #include <memory>
+#include <optional>
 #include <tuple>
 
 #include "backend/backend.h"
@@ -44,6 +45,12 @@ struct LtGemm {
   LtEpilogue epilogue = LtEpilogue::none;
   void* bias = nullptr;  // [n] (bias, bias_gelu) or [m] (bias_grad), c's dtype
   void* aux = nullptr;   // [m, n] row-major, c's dtype (bias_gelu writes it, dgelu reads it)
+  // FP8 operands: a and b hold E4M3 or E5M2 codes (not both E5M2), each times its dequantizing scale (a
+  // float in device memory) its values; `dtype` is then c's (and c_in's, the bias's and aux's), BF16 or
+  // FP16. Hopper's FP8 GEMMs take both operands K-major only: ta no, tb yes.
+  std::optional<Fp8Format> a_fp8, b_fp8;
+  const float* a_scale = nullptr;
+  const float* b_scale = nullptr;
 };
 
 class LtMatmuls {
@@ -60,8 +67,9 @@ class LtMatmuls {
 
  private:
   struct Plan;
-  // ta, tb, m, n, k, dtype, epilogue, tf32, c_in apart from c, the smallest operand alignment in bytes
-  using Key = std::tuple<int, int, int64_t, int64_t, int64_t, int, int, bool, bool, int>;
+  // ta, tb, m, n, k, dtype, epilogue, tf32, c_in apart from c, the smallest operand alignment in bytes,
+  // a's and b's FP8 formats (-1: none)
+  using Key = std::tuple<int, int, int64_t, int64_t, int64_t, int, int, bool, bool, int, int, int>;
   const Plan& plan(const Key& key, const LtGemm& g, bool allow_tf32);
 
   cublasLtHandle_t handle_ = nullptr;

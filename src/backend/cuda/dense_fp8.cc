@@ -1,0 +1,201 @@
+// The dense ops in FP8 (--precision fp8; Fp8DenseScaling in backend.h): each GEMM's two operands are
+// quantized to FP8 codes with their delayed scales (quantize_fp8, which also folds their amax) and
+// multiplied by cuBLASLt's FP8 GEMM, which takes the scales' inverses and writes BF16 with the same
+// epilogues as the BF16 ops (dense_epilogues.cc):
+//   forward          y = x W^T + b (+ r | gelu):  x [N, I] and W [O, I] in E4M3, both K-major as they are;
+//   backward data    dx = dy W:                   dy [N, O] in E5M2, W^T [I, O] in E4M3 (quantized
+//                                                 transposed: Hopper's FP8 GEMMs take K-major operands only);
+//   backward weights dW = dy^T x:                 dy^T [O, N] in E5M2 and x^T [I, N] in E4M3, the
+//                                                 reduction over the tokens K-major after transposing;
+//                                                 the bias gradient sums dy as it is (bias_backward).
+// The codes live in the backend's scratch, used by one op at a time. Where cuBLASLt has no FP8 algorithm
+// with an epilogue, the plain FP8 GEMM runs and the epilogue's single kernels follow; where it has none
+// at all (a dimension FP8 GEMMs cannot take, not a multiple of 16), the operands' round trips through
+// FP8, exact in BF16, go into the scratch and the op runs as without FP8: the same products, summed by a
+// BF16 GEMM.
+#include <mutex>
+#include <set>
+#include <string>
+#include <tuple>
+#include <utility>
+
+#include "backend/cuda/cuda_common.h"
+#include "backend/cuda/kernels.h"
+#include "backend/cuda/lt_matmul.h"
+#include "core/align.h"
+#include "core/log.h"
+
+namespace dlbench::cuda {
+namespace {
+
+constexpr size_t kCodeAlignment = 256;
+
+size_t code_bytes(int64_t rows, int64_t cols) {
+  return align_up(static_cast<size_t>(rows * cols), kCodeAlignment);
+}
+
+struct Fp8Dims {
+  int64_t rows, in, out;
+};
+
+Fp8Dims check_fp8_dense(const char* op, const Tensor& x, const Tensor& w) {
+  check_float(op, "x", x);
+  DLB_CHECK(w.rank() == 2 && w.dim(1) > 0 && x.numel() % w.dim(1) == 0 && w.dtype() == x.dtype() &&
+                (x.dtype() == DType::bf16 || x.dtype() == DType::f16),
+            "{}: x is {}, w {}: FP8 takes x [N, I] and w [O, I] of one dtype, bf16 or f16", op, x.describe(),
+            w.describe());
+  return {x.numel() / w.dim(1), w.dim(1), w.dim(0)};
+}
+
+// An FP8 GEMM c[m, n] = a[m, k] b[n, k]^T of codes in `a_format` and `b_format`, each times its inverse
+// scale.
+LtGemm fp8_gemm(int64_t m, int64_t n, int64_t k, DType out, const uint8_t* a, Fp8Format a_format,
+                const float* a_inverse, const uint8_t* b, Fp8Format b_format, const float* b_inverse, void* c) {
+  LtGemm g;
+  g.ta = Transpose::no, g.tb = Transpose::yes, g.m = m, g.n = n, g.k = k, g.dtype = out;
+  g.a = a, g.b = b, g.c = c;
+  g.a_fp8 = a_format, g.b_fp8 = b_format, g.a_scale = a_inverse, g.b_scale = b_inverse;
+  return g;
+}
+
+float* operand_amax(const Fp8DenseScaling& fp8, int operand) { return fp8.amax ? fp8.amax + operand : nullptr; }
+
+// Says once per op and shape that an FP8 op runs its GEMM in BF16 on FP8-rounded operands: the numbers are
+// FP8 training's, the speed is not.
+void note_bf16_fallback(const char* op, int64_t rows, int64_t in, int64_t out) {
+  static std::mutex mutex;
+  static std::set<std::tuple<std::string, int64_t, int64_t, int64_t>> said;
+  std::lock_guard<std::mutex> lock(mutex);
+  if (said.emplace(op, rows, in, out).second)
+    log_warning("{}: cuBLASLt runs no FP8 GEMM for {} x {} -> {}; its GEMM runs in BF16 on the FP8-rounded "
+                "operands (the same products, not FP8's speed)",
+                op, rows, in, out);
+}
+
+// A tensor of t's shape and dtype at `at`.
+Tensor like(const Tensor& t, void* at) { return Tensor(at, t.dims(), t.dtype(), t.layout(), t.device()); }
+
+}  // namespace
+
+std::pair<Tensor, Tensor> CudaBackend::fp8_round_trips(const Tensor& a, Fp8Format a_format, const float* a_scale,
+                                                       const Tensor& b, Fp8Format b_format, const float* b_scale,
+                                                       const char* op) {
+  auto* base = static_cast<unsigned char*>(scratch(align_up(a.bytes(), kCodeAlignment) + b.bytes(), op));
+  Tensor a8 = like(a, base), b8 = like(b, base + align_up(a.bytes(), kCodeAlignment));
+  cuda::fp8_round_trip(a.data(), a.dtype(), a.numel(), a_format, a_scale, a8.data(), a8.dtype(), nullptr,
+                       stream_);
+  cuda::fp8_round_trip(b.data(), b.dtype(), b.numel(), b_format, b_scale, b8.data(), b8.dtype(), nullptr,
+                       stream_);
+  return {a8, b8};
+}
+
+void CudaBackend::fp8_round_trip(const Tensor& x, Fp8Format format, const float* scale, float* amax, Tensor& y) {
+  const char* op = "fp8_round_trip";
+  check_float(op, "x", x);
+  check_float(op, "y", y);
+  DLB_CHECK(x.numel() == y.numel(), "{}: x is {}, y {}", op, x.describe(), y.describe());
+  activate();
+  cuda::fp8_round_trip(x.data(), x.dtype(), x.numel(), format, scale, y.data(), y.dtype(), amax, stream_);
+}
+
+void CudaBackend::update_fp8_scales(const Fp8ScalingState& s) {
+  activate();
+  cuda::update_fp8_scales(s.amax, s.history, s.history_length, s.scale, s.inverse_scale, s.format, s.count,
+                          s.margin, stream_);
+}
+
+void CudaBackend::dense_forward_fp8(const Tensor& x, const Tensor& w, const Tensor& b, DenseActivation act,
+                                    const Tensor* residual, Tensor& y, Tensor* pre, const Fp8DenseScaling& fp8) {
+  const char* op = "dense_forward (fp8)";
+  const Fp8Dims d = check_fp8_dense(op, x, w);
+  auto* x_codes = static_cast<uint8_t*>(scratch(code_bytes(d.rows, d.in) + code_bytes(d.out, d.in), op));
+  uint8_t* w_codes = x_codes + code_bytes(d.rows, d.in);
+  quantize_fp8(x.data(), x.dtype(), d.rows, d.in, Fp8Format::e4m3, fp8.scale + kFp8X, x_codes, nullptr,
+               operand_amax(fp8, kFp8X), stream_);
+  quantize_fp8(w.data(), w.dtype(), d.out, d.in, Fp8Format::e4m3, fp8.scale + kFp8W, w_codes, nullptr,
+               operand_amax(fp8, kFp8W), stream_);
+  Tensor& out = act == DenseActivation::gelu ? *pre : y;
+  LtGemm g = fp8_gemm(d.rows, d.out, d.in, x.dtype(), x_codes, Fp8Format::e4m3, fp8.inverse_scale + kFp8X,
+                      w_codes, Fp8Format::e4m3, fp8.inverse_scale + kFp8W, y.data());
+  g.bias = b.data();
+  g.epilogue = act == DenseActivation::gelu ? LtEpilogue::bias_gelu : LtEpilogue::bias;
+  if (act == DenseActivation::gelu) g.aux = pre->data();
+  if (residual) g.beta = 1.f, g.c_in = residual->data();
+  if (lt_->run(g, false, stream_)) return;
+  // The plain FP8 GEMM, then the bias, GELU and residual as single passes.
+  LtGemm plain = fp8_gemm(d.rows, d.out, d.in, x.dtype(), x_codes, Fp8Format::e4m3, fp8.inverse_scale + kFp8X,
+                          w_codes, Fp8Format::e4m3, fp8.inverse_scale + kFp8W, out.data());
+  if (!lt_->run(plain, false, stream_)) {
+    note_bf16_fallback(op, d.rows, d.in, d.out);
+    const auto [x8, w8] = fp8_round_trips(x, Fp8Format::e4m3, fp8.scale + kFp8X, w, Fp8Format::e4m3,
+                                          fp8.scale + kFp8W, op);
+    dense_forward(x8, w8, b, act, residual, y, pre);
+    return;
+  }
+  Tensor out2 = out.reshaped({d.rows, d.out});
+  add_bias(out2, b);
+  if (act == DenseActivation::gelu) {
+    Tensor y2 = y.reshaped({d.rows, d.out});
+    gelu_forward(out2, y2);
+  }
+  if (residual) add(y, *residual, y);
+}
+
+void CudaBackend::dense_backward_data_fp8(const Tensor& dy, const Tensor& w, DenseActivation act,
+                                          const Tensor* pre, Accumulate accumulate, Tensor& dx,
+                                          const Fp8DenseScaling& fp8) {
+  const char* op = "dense_backward_data (fp8)";
+  const Fp8Dims d = check_fp8_dense(op, dx, w);
+  auto* dy_codes = static_cast<uint8_t*>(scratch(code_bytes(d.rows, d.out) + code_bytes(d.in, d.out), op));
+  uint8_t* wt_codes = dy_codes + code_bytes(d.rows, d.out);
+  quantize_fp8(dy.data(), dy.dtype(), d.rows, d.out, Fp8Format::e5m2, fp8.scale + kFp8Dy, dy_codes, nullptr,
+               operand_amax(fp8, kFp8Dy), stream_);
+  // W's amax was taken by the forward; its transposed codes are the same values.
+  quantize_fp8(w.data(), w.dtype(), d.out, d.in, Fp8Format::e4m3, fp8.scale + kFp8W, nullptr, wt_codes, nullptr,
+               stream_);
+  LtGemm g = fp8_gemm(d.rows, d.in, d.out, dx.dtype(), dy_codes, Fp8Format::e5m2, fp8.inverse_scale + kFp8Dy,
+                      wt_codes, Fp8Format::e4m3, fp8.inverse_scale + kFp8W, dx.data());
+  if (accumulate == Accumulate::add) g.beta = 1.f, g.c_in = dx.data();
+  if (act == DenseActivation::gelu) {
+    g.epilogue = LtEpilogue::dgelu, g.aux = pre->data();
+    if (lt_->run(g, false, stream_)) return;
+    g.epilogue = LtEpilogue::none, g.aux = nullptr;
+  }
+  if (!lt_->run(g, false, stream_)) {
+    note_bf16_fallback(op, d.rows, d.in, d.out);
+    const auto [dy8, w8] = fp8_round_trips(dy, Fp8Format::e5m2, fp8.scale + kFp8Dy, w, Fp8Format::e4m3,
+                                           fp8.scale + kFp8W, op);
+    dense_backward_data(dy8, w8, act, pre, accumulate, dx);
+    return;
+  }
+  if (act == DenseActivation::gelu) {  // GELU's gradient over dy W, in place (it overwrites dx)
+    Tensor dx2 = dx.reshaped({d.rows, d.in});
+    gelu_backward(pre->reshaped({d.rows, d.in}), dx2, dx2);
+  }
+}
+
+void CudaBackend::dense_backward_weights_fp8(const Tensor& dy, const Tensor& x, Accumulate accumulate,
+                                             Tensor& dw, Tensor& db, const Fp8DenseScaling& fp8) {
+  const char* op = "dense_backward_weights (fp8)";
+  const Fp8Dims d = check_fp8_dense(op, x, dw);
+  auto* dyt_codes = static_cast<uint8_t*>(scratch(code_bytes(d.out, d.rows) + code_bytes(d.in, d.rows), op));
+  uint8_t* xt_codes = dyt_codes + code_bytes(d.out, d.rows);
+  quantize_fp8(dy.data(), dy.dtype(), d.rows, d.out, Fp8Format::e5m2, fp8.scale + kFp8Dy, nullptr, dyt_codes,
+               operand_amax(fp8, kFp8Dy), stream_);
+  // x's amax was taken by the forward.
+  quantize_fp8(x.data(), x.dtype(), d.rows, d.in, Fp8Format::e4m3, fp8.scale + kFp8X, nullptr, xt_codes, nullptr,
+               stream_);
+  LtGemm g = fp8_gemm(d.out, d.in, d.rows, dw.dtype(), dyt_codes, Fp8Format::e5m2, fp8.inverse_scale + kFp8Dy,
+                      xt_codes, Fp8Format::e4m3, fp8.inverse_scale + kFp8X, dw.data());
+  if (accumulate == Accumulate::add) g.beta = 1.f, g.c_in = dw.data();
+  if (!lt_->run(g, false, stream_)) {
+    note_bf16_fallback(op, d.rows, d.in, d.out);
+    const auto [dy8, x8] = fp8_round_trips(dy, Fp8Format::e5m2, fp8.scale + kFp8Dy, x, Fp8Format::e4m3,
+                                           fp8.scale + kFp8X, op);
+    gemm(Transpose::yes, Transpose::no, d.out, d.in, d.rows, 1.f, dy8, x8,
+         accumulate == Accumulate::add ? 1.f : 0.f, dw);
+  }
+  bias_backward(dy.reshaped({d.rows, d.out}), db, accumulate);
+}
+
+}  // namespace dlbench::cuda

@@ -1,0 +1,202 @@
+// The CUDA backend's FP8 dense ops (dense_fp8.cc: operands quantized to E4M3/E5M2 codes, cuBLASLt's FP8
+// GEMMs with the scales' inverses and the BF16 epilogues) against the reference backend's definition of
+// them: each operand's round trip through FP8, then the f32 op. With power-of-two scales both multiply
+// the same FP8 values, so the results differ only in the order of summation and BF16's rounding of the
+// output: the BF16 tolerance of the plain dense ops holds. The amaxes each op folds in must be the
+// reference's exactly, and an op that quantized nothing must not be within the tolerance of the unquantized
+// result (so that the test could not pass on a path that forgot to quantize). Shapes: GPT-2's c_fc and
+// c_proj on few rows, gpt-mini's c_attn, and one whose rows FP8 GEMMs cannot take (37: not a multiple of
+// 16), where the op runs on the operands' round trips instead.
+#include <fmt/format.h>
+#include <gtest/gtest.h>
+
+#include <string>
+#include <vector>
+
+#include "backend/backend_factory.h"
+#include "backend/cuda/cuda_backend.h"
+#include "cuda_test_util.h"
+
+namespace dlbench {
+namespace {
+
+using namespace cuda_testing;
+
+struct Fp8Case {
+  int64_t rows, in, out;
+};
+
+const Fp8Case kFp8Cases[] = {{64, 128, 384}, {96, 768, 3072}, {96, 3072, 768}, {37, 96, 48}};
+
+// Scales that put each operand's values well inside its format: x in [-1, 1] times 128 (E4M3's largest
+// 448), w in [-0.2, 0.2] times 1024, dy in [-1, 1] times 8192 (E5M2's largest 57344).
+const float kScales[kFp8OperandsPerDense] = {128.f, 1024.f, 8192.f};
+
+// One layer's scaling in the memory of `backend`, amaxes starting at 0.
+class ScalingMemory {
+ public:
+  explicit ScalingMemory(Backend& backend) : backend_(backend) {
+    std::vector<float> image(3 * kFp8OperandsPerDense, 0.f);
+    for (int i = 0; i < kFp8OperandsPerDense; ++i) {
+      image[static_cast<size_t>(i)] = kScales[i];
+      image[static_cast<size_t>(kFp8OperandsPerDense + i)] = 1.f / kScales[i];
+    }
+    memory_ = static_cast<float*>(backend.allocate(image.size() * sizeof(float)));
+    backend.copy_to_device(memory_, image.data(), image.size() * sizeof(float));
+  }
+  ~ScalingMemory() { backend_.deallocate(memory_); }
+  Fp8DenseScaling scaling() const {
+    return {memory_, memory_ + kFp8OperandsPerDense, memory_ + 2 * kFp8OperandsPerDense};
+  }
+  std::vector<float> amaxes() const {
+    std::vector<float> a(kFp8OperandsPerDense);
+    backend_.synchronize();
+    backend_.copy_to_host(a.data(), memory_ + 2 * kFp8OperandsPerDense, a.size() * sizeof(float));
+    return a;
+  }
+
+ private:
+  Backend& backend_;
+  float* memory_ = nullptr;
+};
+
+class DenseFp8Test : public ::testing::TestWithParam<bool> {
+ protected:
+  void SetUp() override {
+    if (cuda_device_count() == 0) GTEST_SKIP() << "no CUDA GPU: cuda_device_count() == 0";
+  }
+  std::unique_ptr<Backend> ref = make_reference_backend();
+};
+
+TEST_P(DenseFp8Test, ForwardAndBackwardMatchTheReferenceRoundTrips) {
+  const DType dtype = DType::bf16;
+  CudaOptions options;
+  options.dense_epilogues = GetParam();
+  Backend& gpu = shared_gpu(options);
+  for (const Fp8Case& c : kFp8Cases) {
+    const std::string where =
+        fmt::format("N={} I={} O={} epilogues {}", c.rows, c.in, c.out, options.dense_epilogues ? "on" : "off");
+    SCOPED_TRACE(where);
+    const double tol = tolerance(dtype, false, 2);
+    const HostBuffer x = random_host(*ref, {c.rows, c.in}, dtype, 71),
+                     w = random_host(*ref, {c.out, c.in}, dtype, 72, Layout::nchw, -0.2, 0.2),
+                     b = random_host(*ref, {c.out}, dtype, 73), r = random_host(*ref, {c.rows, c.out}, dtype, 74),
+                     dy = random_host(*ref, {c.rows, c.out}, dtype, 75);
+    DeviceTensor d_x(gpu, x), d_w(gpu, w), d_b(gpu, b), d_r(gpu, r), d_dy(gpu, dy);
+    const auto wide = [&](const HostBuffer& h) { return converted(*ref, h, DType::f32); };
+    const HostBuffer rx = wide(x), rw = wide(w), rb = wide(b), rr = wide(r), rdy = wide(dy);
+    const ScalingMemory gpu_scaling(gpu), ref_scaling(*ref);
+    const Fp8DenseScaling g8 = gpu_scaling.scaling(), r8 = ref_scaling.scaling();
+    auto check = [&](const std::string& what, const DeviceTensor& actual, const HostBuffer& expected) {
+      expect_close((what + " " + where).c_str(), download_wide(*ref, actual).tensor(), expected.tensor(), tol);
+    };
+
+    // y = x W^T + b + r, and y = gelu(x W^T + b) with its input.
+    DeviceTensor d_y(gpu, {c.rows, c.out}, dtype), d_g(gpu, {c.rows, c.out}, dtype),
+        d_pre(gpu, {c.rows, c.out}, dtype);
+    HostBuffer ry({c.rows, c.out}, DType::f32), rg({c.rows, c.out}, DType::f32), rpre({c.rows, c.out}, DType::f32);
+    gpu.dense_forward(d_x.tensor(), d_w.tensor(), d_b.tensor(), DenseActivation::none, d_r.ptr(), d_y.tensor(),
+                      nullptr, &g8);
+    ref->dense_forward(rx.tensor(), rw.tensor(), rb.tensor(), DenseActivation::none, &rr.tensor(), ry.tensor(),
+                       nullptr, &r8);
+    check("fp8 dense_forward y (bias, residual)", d_y, ry);
+    gpu.dense_forward(d_x.tensor(), d_w.tensor(), d_b.tensor(), DenseActivation::gelu, nullptr, d_g.tensor(),
+                      d_pre.ptr(), &g8);
+    ref->dense_forward(rx.tensor(), rw.tensor(), rb.tensor(), DenseActivation::gelu, nullptr, rg.tensor(),
+                       &rpre.tensor(), &r8);
+    check("fp8 dense_forward pre (GELU)", d_pre, rpre);
+    check("fp8 dense_forward y (GELU)", d_g, rg);
+    {
+      // The unquantized result is off by FP8's rounding (measured 2-4%), far more than BF16's (under 0.5%).
+      HostBuffer unquantized({c.rows, c.out}, DType::f32);
+      ref->dense_forward(rx.tensor(), rw.tensor(), rb.tensor(), DenseActivation::none, &rr.tensor(),
+                         unquantized.tensor(), nullptr);
+      EXPECT_GT(relative_error(download_wide(*ref, d_y).tensor(), unquantized.tensor()), tol / 2)
+          << "the FP8 forward matches the unquantized one: nothing was quantized";
+    }
+
+    // dx = dy W, overwritten and added to.
+    for (const Accumulate accumulate : {Accumulate::overwrite, Accumulate::add}) {
+      const HostBuffer dx0 = random_host(*ref, {c.rows, c.in}, dtype, 76);
+      DeviceTensor d_dx(gpu, dx0);
+      HostBuffer rdx = wide(dx0);
+      gpu.dense_backward_data(d_dy.tensor(), d_w.tensor(), DenseActivation::none, nullptr, accumulate,
+                              d_dx.tensor(), &g8);
+      ref->dense_backward_data(rdy.tensor(), rw.tensor(), DenseActivation::none, nullptr, accumulate,
+                               rdx.tensor(), &r8);
+      check(accumulate == Accumulate::add ? "fp8 dense_backward_data dx (add)" : "fp8 dense_backward_data dx",
+            d_dx, rdx);
+    }
+    {
+      // Through GELU: the layer after it maps [N, out] to [N, in] with W2 [in, out].
+      const HostBuffer w2 = random_host(*ref, {c.in, c.out}, dtype, 77, Layout::nchw, -0.2, 0.2),
+                       dy2 = random_host(*ref, {c.rows, c.in}, dtype, 78);
+      DeviceTensor d_w2(gpu, w2), d_dy2(gpu, dy2), d_dh(gpu, {c.rows, c.out}, dtype);
+      const HostBuffer rpre_exact = wide(d_pre.download());
+      HostBuffer rdh({c.rows, c.out}, DType::f32);
+      gpu.dense_backward_data(d_dy2.tensor(), d_w2.tensor(), DenseActivation::gelu, d_pre.ptr(),
+                              Accumulate::overwrite, d_dh.tensor(), &g8);
+      ref->dense_backward_data(wide(dy2).tensor(), wide(w2).tensor(), DenseActivation::gelu, &rpre_exact.tensor(),
+                               Accumulate::overwrite, rdh.tensor(), &r8);
+      check("fp8 dense_backward_data dh (GELU)", d_dh, rdh);
+    }
+
+    // dW = dy^T x (FP8) and db = the sum of dy (as it is), overwritten and added to.
+    for (const Accumulate accumulate : {Accumulate::overwrite, Accumulate::add}) {
+      const HostBuffer dw0 = random_host(*ref, {c.out, c.in}, dtype, 79), db0 = random_host(*ref, {c.out}, dtype, 80);
+      DeviceTensor d_dw(gpu, dw0), d_db(gpu, db0);
+      HostBuffer rdw = wide(dw0), rdb = wide(db0);
+      gpu.dense_backward_weights(d_dy.tensor(), d_x.tensor(), accumulate, d_dw.tensor(), d_db.tensor(), &g8);
+      ref->dense_backward_weights(rdy.tensor(), rx.tensor(), accumulate, rdw.tensor(), rdb.tensor(), &r8);
+      const std::string mode = accumulate == Accumulate::add ? " (add)" : "";
+      check("fp8 dense_backward_weights dw" + mode, d_dw, rdw);
+      check("fp8 dense_backward_weights db" + mode, d_db, rdb);
+    }
+
+    // Every op folded its operands' largest |value|: the same floats on both sides.
+    const std::vector<float> gpu_amax = gpu_scaling.amaxes(), ref_amax = ref_scaling.amaxes();
+    for (int i = 0; i < kFp8OperandsPerDense; ++i) {
+      EXPECT_EQ(gpu_amax[static_cast<size_t>(i)], ref_amax[static_cast<size_t>(i)]) << "operand " << i;
+      EXPECT_GT(gpu_amax[static_cast<size_t>(i)], 0.f) << "operand " << i;
+    }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Epilogues, DenseFp8Test, ::testing::Bool(),
+                         [](const auto& info) { return info.param ? "epilogues_on" : "epilogues_off"; });
+
+// The step end on the GPU follows the host's rule: histories, scales and inverses equal to the bit.
+TEST(Fp8ScalesOnTheGpu, UpdateMatchesTheHost) {
+  if (cuda_device_count() == 0) GTEST_SKIP() << "no CUDA GPU: cuda_device_count() == 0";
+  Backend& gpu = shared_gpu();
+  std::unique_ptr<Backend> ref = make_reference_backend();
+  const int count = 6, length = 3;
+  std::vector<float> image;
+  for (int i = 0; i < count; ++i) image.push_back(1.f);                 // scale
+  for (int i = 0; i < count; ++i) image.push_back(1.f);                 // inverse
+  for (int i = 0; i < count; ++i) image.push_back(0.37f * float(i));    // amax (operand 0 saw nothing)
+  for (int i = 0; i < count * length; ++i) image.push_back(0.1f * float(i % 5));  // history
+  const std::vector<Fp8Format> formats = {Fp8Format::e4m3, Fp8Format::e4m3, Fp8Format::e5m2,
+                                          Fp8Format::e4m3, Fp8Format::e4m3, Fp8Format::e5m2};
+  const size_t bytes = image.size() * sizeof(float);
+  std::vector<float> host_state = image;
+  auto* device_state = static_cast<float*>(gpu.allocate(bytes + formats.size()));
+  gpu.copy_to_device(device_state, image.data(), bytes);
+  gpu.copy_to_device(reinterpret_cast<unsigned char*>(device_state) + bytes, formats.data(), formats.size());
+  auto state = [&](float* base, const Fp8Format* f) {
+    return Fp8ScalingState{base, base + count, base + 2 * count, base + 3 * count, f, count, length, 1};
+  };
+  for (int step = 0; step < 4; ++step) {
+    gpu.update_fp8_scales(state(device_state, reinterpret_cast<const Fp8Format*>(
+                                                  reinterpret_cast<unsigned char*>(device_state) + bytes)));
+    ref->update_fp8_scales(state(host_state.data(), formats.data()));
+  }
+  std::vector<float> from_gpu(image.size());
+  gpu.synchronize();
+  gpu.copy_to_host(from_gpu.data(), device_state, bytes);
+  gpu.deallocate(device_state);
+  EXPECT_EQ(from_gpu, host_state);
+}
+
+}  // namespace
+}  // namespace dlbench
