@@ -62,6 +62,7 @@ Trainer::Trainer(Backend& backend, Model& model, const RunConfig& config, parall
     if (images.dtype() != DType::f32) device_staging_ = backend.allocate(staging_images_.tensor().bytes());
   }
   dynamic_loss_scale_ = config.optimizer.loss_scaling == LossScaling::dynamic;
+  fp8_scales_pending_ = network.fp8() != nullptr;
   StepScalars initial;
   initial.loss_scale = static_cast<float>(config.optimizer.loss_scale);
   initial.dynamic = dynamic_loss_scale_ ? 1 : 0;
@@ -142,6 +143,7 @@ float Trainer::step(const std::function<void(int64_t)>& feed, double lr, bool re
     if (comm_) comm_->watch_compute_stream();  // the recorded collectives are watched for stalls too
     return read_loss ? this->read_loss() : NAN;
   }
+  if (fp8_scales_pending_) calibrate_fp8_scales(feed);
   float loss_sum = 0.f;
   for (int64_t micro = 0; micro < accumulate_steps_; ++micro) {
     feed(micro);
@@ -151,6 +153,16 @@ float Trainer::step(const std::function<void(int64_t)>& feed, double lr, bool re
   finish_step();
   // The loss is computed from scaled logits' gradients only: its value is unscaled.
   return read_loss ? loss_sum / static_cast<float>(accumulate_steps_) : NAN;
+}
+
+void Trainer::calibrate_fp8_scales(const std::function<void(int64_t)>& feed) {
+  Network& network = *model_.net;
+  feed(0);
+  network.set_parameter_grad_mode(Accumulate::overwrite);  // the step's first micro-batch overwrites them
+  network.forward(Phase::train);
+  network.backward();  // no exchange armed: nothing leaves for the other ranks
+  network.update_fp8_scales();
+  fp8_scales_pending_ = false;
 }
 
 void Trainer::forward_backward(int64_t micro) {
@@ -326,6 +338,7 @@ void Trainer::restore(const Checkpoint& c) {
   // AdamW's bias corrections go on from the checkpoint's step (one update per optimizer step; steps an
   // fp16 overflow skipped count here, which moves 1 - beta^t by less than beta^t itself).
   optimizer_->set_steps_taken(c.step);
+  fp8_scales_pending_ = false;  // the checkpoint's scales go on
   StepScalars scalars = read_scalars();
   scalars.loss_scale = c.loss_scale;
   scalars.good_steps = 0;

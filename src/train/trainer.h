@@ -91,6 +91,10 @@ class Trainer {
   int64_t images_per_step() const { return batch_ * accumulate_steps_; }
 
  private:
+  // FP8 delayed scaling has no amax history before the first step, which would run at scales of 1 (E5M2
+  // then loses every gradient below 2^-16). One forward and backward pass on the first batch, its
+  // gradients thrown away, records the amaxes and makes the first step's scales from them.
+  void calibrate_fp8_scales(const std::function<void(int64_t)>& feed);
   // Forward and backward of micro-batch `micro` on the current inputs.
   void forward_backward(int64_t micro);
   // Everything after the micro-batches' backward passes: gradients to FP32, overflow check, update,
@@ -109,6 +113,9 @@ class Trainer {
   void* device_staging_ = nullptr;              // FP32 images on the device, cast to a narrower compute dtype
   StepScalars* scalars_ = nullptr;  // in the backend's memory: lr, loss scale, overflow flag, counters
   bool dynamic_loss_scale_ = false;
+  // FP8: the first step's scales are still to be made from a pass of its own (calibrate_fp8_scales);
+  // false once made, or where a checkpoint brought them.
+  bool fp8_scales_pending_ = false;
   std::unique_ptr<CapturedWork> recorded_step_;
   parallel::Communicator* comm_ = nullptr;
   int ranks_ = 1;
