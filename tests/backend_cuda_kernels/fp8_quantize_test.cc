@@ -1,6 +1,6 @@
 // FP8 quantization and delayed scaling (fp8_quantize.cu) against the host's exact rules (core/fp8): every
 // code of q and of its transpose equal to float_to_fp8(x * scale) in E4M3 and E5M2, from f32, f16 and bf16
-// inputs, on shapes that are and are not whole 32 x 32 tiles; values past the format's range saturate;
+// inputs, on shapes of both kernels, whole tiles and partial ones; values past the format's range saturate;
 // amax is max |x| with NaN ignored, folded into what *amax held before; the step end's histories and
 // scales follow fp8_scale_from_amax to the bit.
 #include <gtest/gtest.h>
@@ -36,7 +36,10 @@ struct Shape {
 TEST_F(CudaFp8Quantize, CodesMatchTheHostConversionAndTheTransposeAndAmaxFollow) {
   for (DType dtype : {DType::f32, DType::f16, DType::bf16}) {
     for (Fp8Format format : {Fp8Format::e4m3, Fp8Format::e5m2}) {
-      for (Shape s : {Shape{1, 1}, Shape{32, 32}, Shape{33, 70}, Shape{200, 7}, Shape{768, 2304}}) {
+      // Shapes of the generic kernel (a dimension not a multiple of 4) and of the wide one (whole 64 x 64
+      // tiles and partial ones).
+      for (Shape s : {Shape{1, 1}, Shape{33, 70}, Shape{200, 7}, Shape{32, 32}, Shape{100, 36}, Shape{260, 132},
+                      Shape{768, 2304}}) {
         const int64_t n = s.rows * s.cols;
         SCOPED_TRACE(std::string(dtype_name(dtype)) + " " + fp8_format_name(format) + " " +
                      std::to_string(s.rows) + "x" + std::to_string(s.cols));
