@@ -537,6 +537,20 @@ class Backend : public StreamClock {
   // FP8; the bias gradient sums dy as it is.
   virtual void dense_backward_weights(const Tensor& dy, const Tensor& x, Accumulate accumulate, Tensor& dw,
                                       Tensor& db, const Fp8DenseScaling* fp8 = nullptr);
+  // A dense layer's whole backward: dense_backward_weights (by `params`), then, where dx is given,
+  // dense_backward_data (act, pre and `accumulate` as there). The default runs the two; a backend may share
+  // work between them (CUDA in FP8 quantizes dy once for both GEMMs).
+  struct DenseGradients {
+    Accumulate params = Accumulate::overwrite;
+    Tensor* dw = nullptr;
+    Tensor* db = nullptr;
+    Tensor* dx = nullptr;  // null: no input gradient
+    Accumulate accumulate = Accumulate::overwrite;
+    DenseActivation act = DenseActivation::none;
+    const Tensor* pre = nullptr;
+  };
+  virtual void dense_backward(const Tensor& dy, const Tensor& x, const Tensor& w, const DenseGradients& g,
+                              const Fp8DenseScaling* fp8 = nullptr);
 
   // ---- FP8 (delayed scaling) ----
   // y = fp8(x * *scale) / *scale in y's dtype (x's shape, f32/f16/bf16): x rounded to `format`'s nearest

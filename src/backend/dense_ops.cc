@@ -111,4 +111,11 @@ void Backend::dense_backward_weights(const Tensor& dy, const Tensor& x, Accumula
   bias_backward(dy2, db, accumulate);  // the sum of dy as it is: no GEMM, so no FP8
 }
 
+void Backend::dense_backward(const Tensor& dy, const Tensor& x, const Tensor& w, const DenseGradients& g,
+                             const Fp8DenseScaling* fp8) {
+  DLB_CHECK(g.dw && g.db, "dense_backward: no dw or db");
+  dense_backward_weights(dy, x, g.params, *g.dw, *g.db, fp8);
+  if (g.dx) dense_backward_data(dy, w, g.act, g.pre, g.accumulate, *g.dx, fp8);
+}
+
 }  // namespace dlbench

@@ -49,14 +49,16 @@ void LinearLayer::backward() {
   const Tensor x = in.value.reshaped({batch_, params_.in_features});
   const Tensor dy = output_->grad.reshaped({batch_, params_.out_features});
   if (residual()) pass_gradient(backend, input_grad_mode(1), output_->grad, residual()->grad);
-  const auto fp8 = params_.fp8(true);
-  backend.dense_backward_weights(dy, x, net_.parameter_grad_mode(), params_.dweight, params_.dbias,
-                                 fp8_or_null(fp8));
+  Backend::DenseGradients g;
+  g.params = net_.parameter_grad_mode();
+  g.dw = &params_.dweight, g.db = &params_.dbias;
+  Tensor dx;
   if (input_grad_mode(0) != GradMode::none) {
-    Tensor dx = in.grad.reshaped({batch_, params_.in_features});
-    backend.dense_backward_data(dy, params_.weight, DenseActivation::none, nullptr,
-                                to_accumulate(input_grad_mode(0)), dx, fp8_or_null(fp8));
+    dx = in.grad.reshaped({batch_, params_.in_features});
+    g.dx = &dx, g.accumulate = to_accumulate(input_grad_mode(0));
   }
+  const auto fp8 = params_.fp8(true);
+  backend.dense_backward(dy, x, params_.weight, g, fp8_or_null(fp8));
 }
 
 }  // namespace dlbench

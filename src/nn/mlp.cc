@@ -72,17 +72,23 @@ void MlpLayer::backward() {
   const Tensor dy = output_->grad.reshaped({rows_, proj_.out_features});
   if (residual()) pass_gradient(backend, input_grad_mode(1), output_->grad, residual()->grad);
   const auto proj_fp8 = proj_.fp8(true), fc_fp8 = fc_.fp8(true);
-  backend.dense_backward_weights(dy, hidden_, params, proj_.dweight, proj_.dbias, fp8_or_null(proj_fp8));
-  // dh = (dy Wproj) * gelu'(h): GELU's gradient taken by c_proj's data GEMM.
-  backend.dense_backward_data(dy, proj_.weight, DenseActivation::gelu, &pre_, Accumulate::overwrite,
-                              pre_grad_, fp8_or_null(proj_fp8));
+  // c_proj: its weights' gradient, and dh = (dy Wproj) * gelu'(h), GELU's gradient taken by its data GEMM.
+  Backend::DenseGradients proj_grads;
+  proj_grads.params = params;
+  proj_grads.dw = &proj_.dweight, proj_grads.db = &proj_.dbias;
+  proj_grads.dx = &pre_grad_, proj_grads.act = DenseActivation::gelu, proj_grads.pre = &pre_;
+  backend.dense_backward(dy, hidden_, proj_.weight, proj_grads, fp8_or_null(proj_fp8));
+  // c_fc.
   const Tensor x = in.value.reshaped({rows_, fc_.in_features});
-  backend.dense_backward_weights(pre_grad_, x, params, fc_.dweight, fc_.dbias, fp8_or_null(fc_fp8));
+  Backend::DenseGradients fc_grads;
+  fc_grads.params = params;
+  fc_grads.dw = &fc_.dweight, fc_grads.db = &fc_.dbias;
+  Tensor dx;
   if (input_grad_mode(0) != GradMode::none) {
-    Tensor dx = in.grad.reshaped({rows_, fc_.in_features});
-    backend.dense_backward_data(pre_grad_, fc_.weight, DenseActivation::none, nullptr,
-                                to_accumulate(input_grad_mode(0)), dx, fp8_or_null(fc_fp8));
+    dx = in.grad.reshaped({rows_, fc_.in_features});
+    fc_grads.dx = &dx, fc_grads.accumulate = to_accumulate(input_grad_mode(0));
   }
+  backend.dense_backward(pre_grad_, x, fc_.weight, fc_grads, fp8_or_null(fc_fp8));
 }
 
 }  // namespace dlbench

@@ -2,7 +2,8 @@
 // GEMMs with the scales' inverses and the BF16 epilogues) against the reference backend's definition of
 // them: each operand's round trip through FP8, then the f32 op. With power-of-two scales both multiply
 // the same FP8 values, so the results differ only in the order of summation and BF16's rounding of the
-// output: the BF16 tolerance of the plain dense ops holds. The amaxes each op folds in must be the
+// output: the BF16 tolerance of the plain dense ops holds, for each op and for the whole backward as one
+// (dense_backward, which quantizes dy once for both GEMMs). The amaxes each op folds in must be the
 // reference's exactly, and an op that quantized nothing must not be within the tolerance of the unquantized
 // result (so that the test could not pass on a path that forgot to quantize). Shapes: GPT-2's c_fc and
 // c_proj on few rows, gpt-mini's c_attn, and one whose rows FP8 GEMMs cannot take (37: not a multiple of
@@ -151,6 +152,30 @@ TEST_P(DenseFp8Test, ForwardAndBackwardMatchTheReferenceRoundTrips) {
       const std::string mode = accumulate == Accumulate::add ? " (add)" : "";
       check("fp8 dense_backward_weights dw" + mode, d_dw, rdw);
       check("fp8 dense_backward_weights db" + mode, d_db, rdb);
+    }
+
+    // The whole backward in one op (dy quantized once for both GEMMs on the GPU), plain and through GELU.
+    for (const bool gelu : {false, true}) {
+      const HostBuffer dw0 = random_host(*ref, {c.out, c.in}, dtype, 81), db0 = random_host(*ref, {c.out}, dtype, 82),
+                       dx0 = random_host(*ref, {c.rows, c.in}, dtype, 83),
+                       pre = random_host(*ref, {c.rows, c.in}, dtype, 84);
+      DeviceTensor d_dw(gpu, dw0), d_db(gpu, db0), d_dx(gpu, dx0), d_pre_in(gpu, pre);
+      HostBuffer rdw = wide(dw0), rdb = wide(db0), rdx = wide(dx0), rpre_in = wide(pre);
+      Backend::DenseGradients gg, rg_;
+      gg.params = rg_.params = Accumulate::add;
+      gg.dw = &d_dw.tensor(), gg.db = &d_db.tensor(), gg.dx = &d_dx.tensor();
+      rg_.dw = &rdw.tensor(), rg_.db = &rdb.tensor(), rg_.dx = &rdx.tensor();
+      gg.accumulate = rg_.accumulate = gelu ? Accumulate::overwrite : Accumulate::add;
+      if (gelu) {
+        gg.act = rg_.act = DenseActivation::gelu;
+        gg.pre = &d_pre_in.tensor(), rg_.pre = &rpre_in.tensor();
+      }
+      gpu.dense_backward(d_dy.tensor(), d_x.tensor(), d_w.tensor(), gg, &g8);
+      ref->dense_backward(rdy.tensor(), rx.tensor(), rw.tensor(), rg_, &r8);
+      const std::string mode = gelu ? " (GELU)" : "";
+      check("fp8 dense_backward dw" + mode, d_dw, rdw);
+      check("fp8 dense_backward db" + mode, d_db, rdb);
+      check("fp8 dense_backward dx" + mode, d_dx, rdx);
     }
 
     // Every op folded its operands' largest |value|: the same floats on both sides.

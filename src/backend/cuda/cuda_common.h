@@ -263,6 +263,8 @@ class CudaBackend final : public Backend {
                            Accumulate accumulate, Tensor& dx, const Fp8DenseScaling* fp8 = nullptr) override;
   void dense_backward_weights(const Tensor& dy, const Tensor& x, Accumulate accumulate, Tensor& dw,
                               Tensor& db, const Fp8DenseScaling* fp8 = nullptr) override;
+  void dense_backward(const Tensor& dy, const Tensor& x, const Tensor& w, const DenseGradients& g,
+                      const Fp8DenseScaling* fp8 = nullptr) override;
   void fp8_round_trip(const Tensor& x, Fp8Format format, const float* scale, float* amax, Tensor& y) override;
   void update_fp8_scales(const Fp8ScalingState& state) override;
 
@@ -349,6 +351,13 @@ class CudaBackend final : public Backend {
                                Accumulate accumulate, Tensor& dx, const Fp8DenseScaling& fp8);
   void dense_backward_weights_fp8(const Tensor& dy, const Tensor& x, Accumulate accumulate, Tensor& dw,
                                   Tensor& db, const Fp8DenseScaling& fp8);
+  // The backward GEMMs on FP8 codes already made: false where cuBLASLt runs no FP8 GEMM for them
+  // (nothing written then).
+  bool data_gemm_fp8(const uint8_t* dy_codes, const uint8_t* wt_codes, int64_t rows, int64_t in, int64_t out,
+                     DenseActivation act, const Tensor* pre, Accumulate accumulate, Tensor& dx,
+                     const Fp8DenseScaling& fp8);
+  bool weight_gemm_fp8(const uint8_t* dyt_codes, const uint8_t* xt_codes, int64_t rows, int64_t in, int64_t out,
+                       Accumulate accumulate, Tensor& dw, const Fp8DenseScaling& fp8);
   // a's and b's round trips through FP8 (fp8_round_trip) in the scratch: the operands of an FP8 op where
   // cuBLASLt has no FP8 GEMM for its shape.
   std::pair<Tensor, Tensor> fp8_round_trips(const Tensor& a, Fp8Format a_format, const float* a_scale,

@@ -141,6 +141,33 @@ void CudaBackend::dense_forward_fp8(const Tensor& x, const Tensor& w, const Tens
   if (residual) add(y, *residual, y);
 }
 
+bool CudaBackend::data_gemm_fp8(const uint8_t* dy_codes, const uint8_t* wt_codes, int64_t rows, int64_t in,
+                                int64_t out, DenseActivation act, const Tensor* pre, Accumulate accumulate,
+                                Tensor& dx, const Fp8DenseScaling& fp8) {
+  LtGemm g = fp8_gemm(rows, in, out, dx.dtype(), dy_codes, Fp8Format::e5m2, fp8.inverse_scale + kFp8Dy, wt_codes,
+                      Fp8Format::e4m3, fp8.inverse_scale + kFp8W, dx.data());
+  if (accumulate == Accumulate::add) g.beta = 1.f, g.c_in = dx.data();
+  if (act == DenseActivation::gelu) {
+    g.epilogue = LtEpilogue::dgelu, g.aux = pre->data();
+    if (lt_->run(g, false, stream_)) return true;
+    g.epilogue = LtEpilogue::none, g.aux = nullptr;
+  }
+  if (!lt_->run(g, false, stream_)) return false;
+  if (act == DenseActivation::gelu) {  // GELU's gradient over dy W, in place (it overwrites dx)
+    Tensor dx2 = dx.reshaped({rows, in});
+    gelu_backward(pre->reshaped({rows, in}), dx2, dx2);
+  }
+  return true;
+}
+
+bool CudaBackend::weight_gemm_fp8(const uint8_t* dyt_codes, const uint8_t* xt_codes, int64_t rows, int64_t in,
+                                  int64_t out, Accumulate accumulate, Tensor& dw, const Fp8DenseScaling& fp8) {
+  LtGemm g = fp8_gemm(out, in, rows, dw.dtype(), dyt_codes, Fp8Format::e5m2, fp8.inverse_scale + kFp8Dy, xt_codes,
+                      Fp8Format::e4m3, fp8.inverse_scale + kFp8X, dw.data());
+  if (accumulate == Accumulate::add) g.beta = 1.f, g.c_in = dw.data();
+  return lt_->run(g, false, stream_);
+}
+
 void CudaBackend::dense_backward_data_fp8(const Tensor& dy, const Tensor& w, DenseActivation act,
                                           const Tensor* pre, Accumulate accumulate, Tensor& dx,
                                           const Fp8DenseScaling& fp8) {
@@ -153,25 +180,11 @@ void CudaBackend::dense_backward_data_fp8(const Tensor& dy, const Tensor& w, Den
   // W's amax was taken by the forward; its transposed codes are the same values.
   quantize_fp8(w.data(), w.dtype(), d.out, d.in, Fp8Format::e4m3, fp8.scale + kFp8W, nullptr, wt_codes, nullptr,
                stream_);
-  LtGemm g = fp8_gemm(d.rows, d.in, d.out, dx.dtype(), dy_codes, Fp8Format::e5m2, fp8.inverse_scale + kFp8Dy,
-                      wt_codes, Fp8Format::e4m3, fp8.inverse_scale + kFp8W, dx.data());
-  if (accumulate == Accumulate::add) g.beta = 1.f, g.c_in = dx.data();
-  if (act == DenseActivation::gelu) {
-    g.epilogue = LtEpilogue::dgelu, g.aux = pre->data();
-    if (lt_->run(g, false, stream_)) return;
-    g.epilogue = LtEpilogue::none, g.aux = nullptr;
-  }
-  if (!lt_->run(g, false, stream_)) {
-    note_bf16_fallback(op, d.rows, d.in, d.out);
-    const auto [dy8, w8] = fp8_round_trips(dy, Fp8Format::e5m2, fp8.scale + kFp8Dy, w, Fp8Format::e4m3,
-                                           fp8.scale + kFp8W, op);
-    dense_backward_data(dy8, w8, act, pre, accumulate, dx);
-    return;
-  }
-  if (act == DenseActivation::gelu) {  // GELU's gradient over dy W, in place (it overwrites dx)
-    Tensor dx2 = dx.reshaped({d.rows, d.in});
-    gelu_backward(pre->reshaped({d.rows, d.in}), dx2, dx2);
-  }
+  if (data_gemm_fp8(dy_codes, wt_codes, d.rows, d.in, d.out, act, pre, accumulate, dx, fp8)) return;
+  note_bf16_fallback(op, d.rows, d.in, d.out);
+  const auto [dy8, w8] =
+      fp8_round_trips(dy, Fp8Format::e5m2, fp8.scale + kFp8Dy, w, Fp8Format::e4m3, fp8.scale + kFp8W, op);
+  dense_backward_data(dy8, w8, act, pre, accumulate, dx);
 }
 
 void CudaBackend::dense_backward_weights_fp8(const Tensor& dy, const Tensor& x, Accumulate accumulate,
@@ -185,17 +198,49 @@ void CudaBackend::dense_backward_weights_fp8(const Tensor& dy, const Tensor& x, 
   // x's amax was taken by the forward.
   quantize_fp8(x.data(), x.dtype(), d.rows, d.in, Fp8Format::e4m3, fp8.scale + kFp8X, nullptr, xt_codes, nullptr,
                stream_);
-  LtGemm g = fp8_gemm(d.out, d.in, d.rows, dw.dtype(), dyt_codes, Fp8Format::e5m2, fp8.inverse_scale + kFp8Dy,
-                      xt_codes, Fp8Format::e4m3, fp8.inverse_scale + kFp8X, dw.data());
-  if (accumulate == Accumulate::add) g.beta = 1.f, g.c_in = dw.data();
-  if (!lt_->run(g, false, stream_)) {
+  if (!weight_gemm_fp8(dyt_codes, xt_codes, d.rows, d.in, d.out, accumulate, dw, fp8)) {
     note_bf16_fallback(op, d.rows, d.in, d.out);
-    const auto [dy8, x8] = fp8_round_trips(dy, Fp8Format::e5m2, fp8.scale + kFp8Dy, x, Fp8Format::e4m3,
-                                           fp8.scale + kFp8X, op);
+    const auto [dy8, x8] =
+        fp8_round_trips(dy, Fp8Format::e5m2, fp8.scale + kFp8Dy, x, Fp8Format::e4m3, fp8.scale + kFp8X, op);
     gemm(Transpose::yes, Transpose::no, d.out, d.in, d.rows, 1.f, dy8, x8,
          accumulate == Accumulate::add ? 1.f : 0.f, dw);
   }
   bias_backward(dy.reshaped({d.rows, d.out}), db, accumulate);
+}
+
+// Both backward GEMMs from one pass over dy, which writes its codes in both layouts: dy for the data
+// gradient (reducing over O), dy^T for the weight gradient (reducing over the tokens).
+void CudaBackend::dense_backward(const Tensor& dy, const Tensor& x, const Tensor& w, const DenseGradients& g,
+                                 const Fp8DenseScaling* fp8) {
+  if (!fp8 || !g.dx) {
+    Backend::dense_backward(dy, x, w, g, fp8);
+    return;
+  }
+  const char* op = "dense_backward (fp8)";
+  const Fp8Dims d = check_fp8_dense(op, x, w);
+  DLB_CHECK(g.dw && g.db && dy.numel() == d.rows * d.out && dy.dtype() == x.dtype() &&
+                g.dx->numel() == d.rows * d.in && (g.act == DenseActivation::none || g.pre),
+            "{}: dy {} or the gradients do not fit x {} and w {}", op, dy.describe(), x.describe(), w.describe());
+  activate();
+  if (d.rows == 0) return;
+  const size_t dy_bytes = code_bytes(d.rows, d.out);
+  auto* dy_codes = static_cast<uint8_t*>(
+      scratch(2 * dy_bytes + code_bytes(d.in, d.rows) + code_bytes(d.in, d.out), op));
+  uint8_t *dyt_codes = dy_codes + dy_bytes, *xt_codes = dyt_codes + dy_bytes,
+          *wt_codes = xt_codes + code_bytes(d.in, d.rows);
+  quantize_fp8(dy.data(), dy.dtype(), d.rows, d.out, Fp8Format::e5m2, fp8->scale + kFp8Dy, dy_codes, dyt_codes,
+               operand_amax(*fp8, kFp8Dy), stream_);
+  quantize_fp8(x.data(), x.dtype(), d.rows, d.in, Fp8Format::e4m3, fp8->scale + kFp8X, nullptr, xt_codes, nullptr,
+               stream_);
+  if (!weight_gemm_fp8(dyt_codes, xt_codes, d.rows, d.in, d.out, g.params, *g.dw, *fp8)) {
+    Backend::dense_backward(dy, x, w, g, fp8);  // the separate ops, each with its own way round
+    return;
+  }
+  bias_backward(dy.reshaped({d.rows, d.out}), *g.db, g.params);
+  quantize_fp8(w.data(), w.dtype(), d.out, d.in, Fp8Format::e4m3, fp8->scale + kFp8W, nullptr, wt_codes, nullptr,
+               stream_);
+  if (!data_gemm_fp8(dy_codes, wt_codes, d.rows, d.in, d.out, g.act, g.pre, g.accumulate, *g.dx, *fp8))
+    dense_backward_data_fp8(dy, w, g.act, g.pre, g.accumulate, *g.dx, *fp8);
 }
 
 }  // namespace dlbench::cuda
