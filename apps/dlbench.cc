@@ -480,7 +480,9 @@ void add_grid_flags(CLI::App* cmd, dlbench::SweepOptions& o, bool results_requir
   if (results_required) results->required();
   cmd->add_option("--models", o.models, "models, comma-separated (default resnet50; on the CPU resnet20)")
       ->delimiter(',');
-  cmd->add_option("--precisions", o.precisions, "fp32,tf32,fp16,bf16")->delimiter(',')->capture_default_str();
+  cmd->add_option("--precisions", o.precisions, "fp32,tf32,fp16,bf16 (fp8: GPT models, dlbench only)")
+      ->delimiter(',')
+      ->capture_default_str();
   cmd->add_option("--gpus", o.gpus, "GPU counts, comma-separated")->delimiter(',')->capture_default_str();
   cmd->add_option("--batch-sizes", o.batch_sizes,
                   "batch sizes per GPU, comma-separated; max: the largest that fits, per precision "

@@ -6,7 +6,8 @@
 //   none      no scales (the gpu_ceilings set-up, which ran E4M3 x E4M3 at 8192^3);
 //   pointers  A and B scale pointers, 4 bytes apart as dlbench's per-layer arrays hold them;
 //   aligned   the same pointers 16-byte aligned;
-//   alpha     no scale pointers, alpha (their product) read from device memory (CUBLASLT_POINTER_MODE_DEVICE);
+//   alpha     no scale pointers, alpha (their product) read from device memory
+//   (CUBLASLT_POINTER_MODE_DEVICE);
 // and with and without the bias epilogue, it asks the heuristic for up to 8 algorithms, tries each in turn,
 // and prints how many it offered, the index of the first that ran (-1: none), and the fastest that ran in
 // TFLOP/s (median of --reps), beside the BF16 GEMM of the same shape.
@@ -116,12 +117,15 @@ int main(int argc, char** argv) {
       return 2;
     }
   }
-  const int64_t c = model == "gpt2" ? 768 : model == "gpt2-medium" ? 1024 : model == "gpt2-large" ? 1280
-                                                                     : model == "gpt2-xl"   ? 1600
-                                                                                            : 0;
+  const int64_t c = model == "gpt2"          ? 768
+                    : model == "gpt2-medium" ? 1024
+                    : model == "gpt2-large"  ? 1280
+                    : model == "gpt2-xl"     ? 1600
+                                             : 0;
   if (c == 0 || tokens < 16 || tokens % 16 || reps < 1) {
-    std::fprintf(stderr, "fp8_gemm_probe: --model gpt2|gpt2-medium|gpt2-large|gpt2-xl, --tokens a multiple of 16, "
-                         "--reps >= 1\n");
+    std::fprintf(stderr,
+                 "fp8_gemm_probe: --model gpt2|gpt2-medium|gpt2-large|gpt2-xl, --tokens a multiple of 16, "
+                 "--reps >= 1\n");
     return 2;
   }
 
@@ -186,12 +190,13 @@ int main(int argc, char** argv) {
                              ld = layout(CUDA_R_16BF, g.m, g.n);
       cublasLtMatmulPreference_t pref;
       check(cublasLtMatmulPreferenceCreate(&pref), "preference");
-      check(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &workspace_bytes,
-                                                 sizeof workspace_bytes),
+      check(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
+                                                 &workspace_bytes, sizeof workspace_bytes),
             "preference");
       cublasLtMatmulHeuristicResult_t r{};
       int found = 0;
-      if (cublasLtMatmulAlgoGetHeuristic(lt, desc, la, lb, ld, ld, pref, 1, &r, &found) == CUBLAS_STATUS_SUCCESS &&
+      if (cublasLtMatmulAlgoGetHeuristic(lt, desc, la, lb, ld, ld, pref, 1, &r, &found) ==
+              CUBLAS_STATUS_SUCCESS &&
           found > 0) {
         const double ms = median_ms(stream, reps, [&] {
           return cublasLtMatmul(lt, desc, &one, a, la, b, lb, &zero, d, ld, d, ld, &r.algo, workspace,
@@ -229,8 +234,8 @@ int main(int argc, char** argv) {
                                ld = layout(CUDA_R_16BF, g.m, g.n);
         cublasLtMatmulPreference_t pref;
         check(cublasLtMatmulPreferenceCreate(&pref), "preference");
-        check(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &workspace_bytes,
-                                                   sizeof workspace_bytes),
+        check(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
+                                                   &workspace_bytes, sizeof workspace_bytes),
               "preference");
         cublasLtMatmulHeuristicResult_t results[8] = {};
         Outcome o;
@@ -241,16 +246,16 @@ int main(int argc, char** argv) {
         const void* beta = mode == Scales::alpha ? static_cast<const void*>(device_zero) : &zero;
         for (int j = 0; j < o.offered; ++j) {
           auto run = [&] {
-            return cublasLtMatmul(lt, desc, alpha, a, la, b, lb, beta, d, ld, d, ld, &results[j].algo, workspace,
-                                  workspace_bytes, stream) == CUBLAS_STATUS_SUCCESS;
+            return cublasLtMatmul(lt, desc, alpha, a, la, b, lb, beta, d, ld, d, ld, &results[j].algo,
+                                  workspace, workspace_bytes, stream) == CUBLAS_STATUS_SUCCESS;
           };
           if (!run()) continue;
           check(cudaStreamSynchronize(stream), "run");
           if (o.first_running < 0) o.first_running = j;
           o.best_tflops = std::max(o.best_tflops, flops / (median_ms(stream, reps, run) * 1e-3) / 1e12);
         }
-        std::printf(" %s%s %d/%d/%.0f", with_bias ? "bias+" : "", scales_name(mode), o.offered, o.first_running,
-                    o.best_tflops);
+        std::printf(" %s%s %d/%d/%.0f", with_bias ? "bias+" : "", scales_name(mode), o.offered,
+                    o.first_running, o.best_tflops);
         cublasLtMatmulPreferenceDestroy(pref);
         for (auto l : {la, lb, ld}) cublasLtMatrixLayoutDestroy(l);
         cublasLtMatmulDescDestroy(desc);

@@ -32,8 +32,8 @@ class RoundTripped {
                bool count_amax = true)
       : backend_(backend),
         value_(backend.allocate(x.bytes()), x.dims(), x.dtype(), x.layout(), backend.device()) {
-    backend.fp8_round_trip(x, format, fp8.scale + operand, fp8.amax && count_amax ? fp8.amax + operand : nullptr,
-                           value_);
+    backend.fp8_round_trip(x, format, fp8.scale + operand,
+                           fp8.amax && count_amax ? fp8.amax + operand : nullptr, value_);
   }
   ~RoundTripped() { backend_.deallocate(value_.data()); }
   RoundTripped(const RoundTripped&) = delete;

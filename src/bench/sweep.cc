@@ -198,10 +198,11 @@ std::vector<std::string> point_command(const SweepOptions& o, const Point& p, co
 }
 
 // Why a peer cannot run point `p` ("" where it can), so that the point is recorded as unavailable without
-// starting anything: the JAX peer trains ResNets on one GPU; the PyTorch peer of a GPT model
-// (peers/pytorch/gpt.py) trains in one process, so that N of them under torchrun would each write one
-// GPU's result for the N-GPU point, and takes a batch given in numbers.
+// starting anything: no peer trains in fp8 by itself; the JAX peer trains ResNets on one GPU; the PyTorch
+// peer of a GPT model (peers/pytorch/gpt.py) trains in one process, so that N of them under torchrun would
+// each write one GPU's result for the N-GPU point, and takes a batch given in numbers.
 std::string why_peer_cannot_run(const std::string& framework, const Point& p) {
+  if (p.precision == "fp8") return "the peers do not train in fp8 (dlbench's fp8 compares with its own bf16)";
   const bool gpt = is_gpt_model(p.model);
   if (framework == "jax") {
     if (gpt) return "the JAX peer has no GPT model";
@@ -294,8 +295,8 @@ void check_grid(const SweepOptions& o, bool on_gpu) {
   parse_decode_mode(o.decode, "--decode");  // the value checked here; each point resolves it
   for (const std::string& m : o.models) DLB_REQUIRE(is_model_name(m), "--models {}: unknown model", m);
   for (const std::string& p : o.precisions)
-    DLB_REQUIRE(p == "fp32" || p == "tf32" || p == "fp16" || p == "bf16",
-                "--precisions {}: choose among fp32, tf32, fp16, bf16", p);
+    DLB_REQUIRE(p == "fp32" || p == "tf32" || p == "fp16" || p == "bf16" || p == "fp8",
+                "--precisions {}: choose among fp32, tf32, fp16, bf16, fp8", p);
   for (int g : o.gpus) {
     DLB_REQUIRE(g >= 1, "--gpus {}: must be 1 or more", g);
     // One dlbench process trains on one CPU rank: several need one process each.

@@ -75,13 +75,14 @@ TEST_P(DenseFp8Test, ForwardAndBackwardMatchTheReferenceRoundTrips) {
   options.dense_epilogues = GetParam();
   Backend& gpu = shared_gpu(options);
   for (const Fp8Case& c : kFp8Cases) {
-    const std::string where =
-        fmt::format("N={} I={} O={} epilogues {}", c.rows, c.in, c.out, options.dense_epilogues ? "on" : "off");
+    const std::string where = fmt::format("N={} I={} O={} epilogues {}", c.rows, c.in, c.out,
+                                          options.dense_epilogues ? "on" : "off");
     SCOPED_TRACE(where);
     const double tol = tolerance(dtype, false, 2);
     const HostBuffer x = random_host(*ref, {c.rows, c.in}, dtype, 71),
                      w = random_host(*ref, {c.out, c.in}, dtype, 72, Layout::nchw, -0.2, 0.2),
-                     b = random_host(*ref, {c.out}, dtype, 73), r = random_host(*ref, {c.rows, c.out}, dtype, 74),
+                     b = random_host(*ref, {c.out}, dtype, 73),
+                     r = random_host(*ref, {c.rows, c.out}, dtype, 74),
                      dy = random_host(*ref, {c.rows, c.out}, dtype, 75);
     DeviceTensor d_x(gpu, x), d_w(gpu, w), d_b(gpu, b), d_r(gpu, r), d_dy(gpu, dy);
     const auto wide = [&](const HostBuffer& h) { return converted(*ref, h, DType::f32); };
@@ -89,17 +90,19 @@ TEST_P(DenseFp8Test, ForwardAndBackwardMatchTheReferenceRoundTrips) {
     const ScalingMemory gpu_scaling(gpu), ref_scaling(*ref);
     const Fp8DenseScaling g8 = gpu_scaling.scaling(), r8 = ref_scaling.scaling();
     auto check = [&](const std::string& what, const DeviceTensor& actual, const HostBuffer& expected) {
-      expect_close((what + " " + where).c_str(), download_wide(*ref, actual).tensor(), expected.tensor(), tol);
+      expect_close((what + " " + where).c_str(), download_wide(*ref, actual).tensor(), expected.tensor(),
+                   tol);
     };
 
     // y = x W^T + b + r, and y = gelu(x W^T + b) with its input.
     DeviceTensor d_y(gpu, {c.rows, c.out}, dtype), d_g(gpu, {c.rows, c.out}, dtype),
         d_pre(gpu, {c.rows, c.out}, dtype);
-    HostBuffer ry({c.rows, c.out}, DType::f32), rg({c.rows, c.out}, DType::f32), rpre({c.rows, c.out}, DType::f32);
-    gpu.dense_forward(d_x.tensor(), d_w.tensor(), d_b.tensor(), DenseActivation::none, d_r.ptr(), d_y.tensor(),
-                      nullptr, &g8);
-    ref->dense_forward(rx.tensor(), rw.tensor(), rb.tensor(), DenseActivation::none, &rr.tensor(), ry.tensor(),
-                       nullptr, &r8);
+    HostBuffer ry({c.rows, c.out}, DType::f32), rg({c.rows, c.out}, DType::f32),
+        rpre({c.rows, c.out}, DType::f32);
+    gpu.dense_forward(d_x.tensor(), d_w.tensor(), d_b.tensor(), DenseActivation::none, d_r.ptr(),
+                      d_y.tensor(), nullptr, &g8);
+    ref->dense_forward(rx.tensor(), rw.tensor(), rb.tensor(), DenseActivation::none, &rr.tensor(),
+                       ry.tensor(), nullptr, &r8);
     check("fp8 dense_forward y (bias, residual)", d_y, ry);
     gpu.dense_forward(d_x.tensor(), d_w.tensor(), d_b.tensor(), DenseActivation::gelu, nullptr, d_g.tensor(),
                       d_pre.ptr(), &g8);
@@ -137,14 +140,15 @@ TEST_P(DenseFp8Test, ForwardAndBackwardMatchTheReferenceRoundTrips) {
       HostBuffer rdh({c.rows, c.out}, DType::f32);
       gpu.dense_backward_data(d_dy2.tensor(), d_w2.tensor(), DenseActivation::gelu, d_pre.ptr(),
                               Accumulate::overwrite, d_dh.tensor(), &g8);
-      ref->dense_backward_data(wide(dy2).tensor(), wide(w2).tensor(), DenseActivation::gelu, &rpre_exact.tensor(),
-                               Accumulate::overwrite, rdh.tensor(), &r8);
+      ref->dense_backward_data(wide(dy2).tensor(), wide(w2).tensor(), DenseActivation::gelu,
+                               &rpre_exact.tensor(), Accumulate::overwrite, rdh.tensor(), &r8);
       check("fp8 dense_backward_data dh (GELU)", d_dh, rdh);
     }
 
     // dW = dy^T x (FP8) and db = the sum of dy (as it is), overwritten and added to.
     for (const Accumulate accumulate : {Accumulate::overwrite, Accumulate::add}) {
-      const HostBuffer dw0 = random_host(*ref, {c.out, c.in}, dtype, 79), db0 = random_host(*ref, {c.out}, dtype, 80);
+      const HostBuffer dw0 = random_host(*ref, {c.out, c.in}, dtype, 79),
+                       db0 = random_host(*ref, {c.out}, dtype, 80);
       DeviceTensor d_dw(gpu, dw0), d_db(gpu, db0);
       HostBuffer rdw = wide(dw0), rdb = wide(db0);
       gpu.dense_backward_weights(d_dy.tensor(), d_x.tensor(), accumulate, d_dw.tensor(), d_db.tensor(), &g8);
@@ -156,7 +160,8 @@ TEST_P(DenseFp8Test, ForwardAndBackwardMatchTheReferenceRoundTrips) {
 
     // The whole backward in one op (dy quantized once for both GEMMs on the GPU), plain and through GELU.
     for (const bool gelu : {false, true}) {
-      const HostBuffer dw0 = random_host(*ref, {c.out, c.in}, dtype, 81), db0 = random_host(*ref, {c.out}, dtype, 82),
+      const HostBuffer dw0 = random_host(*ref, {c.out, c.in}, dtype, 81),
+                       db0 = random_host(*ref, {c.out}, dtype, 82),
                        dx0 = random_host(*ref, {c.rows, c.in}, dtype, 83),
                        pre = random_host(*ref, {c.rows, c.in}, dtype, 84);
       DeviceTensor d_dw(gpu, dw0), d_db(gpu, db0), d_dx(gpu, dx0), d_pre_in(gpu, pre);
@@ -197,9 +202,9 @@ TEST(Fp8ScalesOnTheGpu, UpdateMatchesTheHost) {
   std::unique_ptr<Backend> ref = make_reference_backend();
   const int count = 6, length = 3;
   std::vector<float> image;
-  for (int i = 0; i < count; ++i) image.push_back(1.f);                 // scale
-  for (int i = 0; i < count; ++i) image.push_back(1.f);                 // inverse
-  for (int i = 0; i < count; ++i) image.push_back(0.37f * float(i));    // amax (operand 0 saw nothing)
+  for (int i = 0; i < count; ++i) image.push_back(1.f);               // scale
+  for (int i = 0; i < count; ++i) image.push_back(1.f);               // inverse
+  for (int i = 0; i < count; ++i) image.push_back(0.37f * float(i));  // amax (operand 0 saw nothing)
   for (int i = 0; i < count * length; ++i) image.push_back(0.1f * float(i % 5));  // history
   const std::vector<Fp8Format> formats = {Fp8Format::e4m3, Fp8Format::e4m3, Fp8Format::e5m2,
                                           Fp8Format::e4m3, Fp8Format::e4m3, Fp8Format::e5m2};

@@ -38,8 +38,8 @@ TEST_F(CudaFp8Quantize, CodesMatchTheHostConversionAndTheTransposeAndAmaxFollow)
     for (Fp8Format format : {Fp8Format::e4m3, Fp8Format::e5m2}) {
       // Shapes of the generic kernel (a dimension not a multiple of 4) and of the wide one (whole 64 x 64
       // tiles and partial ones).
-      for (Shape s : {Shape{1, 1}, Shape{33, 70}, Shape{200, 7}, Shape{32, 32}, Shape{100, 36}, Shape{260, 132},
-                      Shape{768, 2304}}) {
+      for (Shape s : {Shape{1, 1}, Shape{33, 70}, Shape{200, 7}, Shape{32, 32}, Shape{100, 36},
+                      Shape{260, 132}, Shape{768, 2304}}) {
         const int64_t n = s.rows * s.cols;
         SCOPED_TRACE(std::string(dtype_name(dtype)) + " " + fp8_format_name(format) + " " +
                      std::to_string(s.rows) + "x" + std::to_string(s.cols));
@@ -160,7 +160,8 @@ TEST_F(CudaFp8Quantize, RoundTripMatchesTheHostConversion) {
       SCOPED_TRACE(std::string(dtype_name(dtype)) + " " + fp8_format_name(format));
       HostBuffer x = random_values(n, dtype, 11, -300.0, 300.0);
       const float scale = 0.25f, earlier_amax = 0.f;
-      DeviceBuffer dx(x.tensor().bytes()), dy(x.tensor().bytes()), dscale(sizeof(float)), damax(sizeof(float));
+      DeviceBuffer dx(x.tensor().bytes()), dy(x.tensor().bytes()), dscale(sizeof(float)),
+          damax(sizeof(float));
       dx.upload(x);
       dscale.upload(&scale, sizeof scale);
       damax.upload(&earlier_amax, sizeof earlier_amax);
@@ -174,7 +175,8 @@ TEST_F(CudaFp8Quantize, RoundTripMatchesTheHostConversion) {
       for (int64_t i = 0; i < n; ++i) {
         const float v = static_cast<float>(get(x, i));
         largest = std::max(largest, std::fabs(v));
-        ASSERT_EQ(static_cast<float>(get(y, i)), fp8_to_float(float_to_fp8(v * scale, format), format) / scale)
+        ASSERT_EQ(static_cast<float>(get(y, i)),
+                  fp8_to_float(float_to_fp8(v * scale, format), format) / scale)
             << i;
       }
       EXPECT_EQ(amax, largest);

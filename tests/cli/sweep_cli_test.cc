@@ -480,6 +480,25 @@ TEST(CompareCli, AGptPointAPeerCannotRunIsUnavailableWithTheReason) {
   std::filesystem::remove_all(dir);
 }
 
+// No peer trains in fp8 by itself: its fp8 points are unavailable, with the reason, and nothing starts.
+TEST(CompareCli, Fp8PointsAreUnavailableForEveryPeer) {
+  const auto dir = temp_dir("compare_fp8");
+  const std::string results = (dir / "points.jsonl").string();
+  CommandResult r = run_dlbench(
+      "compare --device cuda --models gpt2 --precisions fp8 --gpus 1 --batch-sizes 16 --steps 3 "
+      "--warmup-steps 1 --frameworks pytorch,pytorch-compiled --python " +
+      fake_python(dir) + " --peers " + DLBENCH_SOURCE_DIR + "/peers --results " + results);
+  ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
+  EXPECT_FALSE(std::filesystem::exists(dir / "argv.txt")) << "a peer was started";
+  const std::vector<nlohmann::json> lines = read_lines(results);
+  ASSERT_EQ(lines.size(), 2u);
+  for (const nlohmann::json& line : lines) {
+    EXPECT_EQ(line["status"], "unavailable");
+    EXPECT_CONTAINS(line["error"].get<std::string>(), "do not train in fp8");
+  }
+  std::filesystem::remove_all(dir);
+}
+
 TEST(CompareCli, RunsEachPeerWithItsBestFlagsAndRecordsAMissingOne) {
   const auto dir = temp_dir("compare");
   const std::string results = (dir / "points.jsonl").string();

@@ -81,9 +81,9 @@ TEST(Fp8, SaturatesBeyondTheLargestAndKeepsNan) {
 // halved `margin` times; nothing seen (amax 0) or an overflowed step (amax not finite) keeps the scale it
 // had.
 TEST(Fp8, ScaleFromAmax) {
-  EXPECT_EQ(fp8_scale_from_amax(224.f, Fp8Format::e4m3, 0, 1.f), 2.f);  // 224 maps onto 448 exactly
-  EXPECT_EQ(fp8_scale_from_amax(224.f, Fp8Format::e4m3, 1, 1.f), 1.f);  // with one bit of headroom
-  EXPECT_EQ(fp8_scale_from_amax(225.f, Fp8Format::e4m3, 0, 1.f), 1.f);  // 2 would take 225 past 448
+  EXPECT_EQ(fp8_scale_from_amax(224.f, Fp8Format::e4m3, 0, 1.f), 2.f);     // 224 maps onto 448 exactly
+  EXPECT_EQ(fp8_scale_from_amax(224.f, Fp8Format::e4m3, 1, 1.f), 1.f);     // with one bit of headroom
+  EXPECT_EQ(fp8_scale_from_amax(225.f, Fp8Format::e4m3, 0, 1.f), 1.f);     // 2 would take 225 past 448
   EXPECT_EQ(fp8_scale_from_amax(0.5f, Fp8Format::e5m2, 0, 1.f), 65536.f);  // 114688 rounded down
   EXPECT_EQ(fp8_scale_from_amax(3.f, Fp8Format::e4m3, 0, 1.f), 128.f);     // 149.3 rounded down
   EXPECT_EQ(fp8_scale_from_amax(1e-30f, Fp8Format::e5m2, 0, 1.f), std::ldexp(1.f, 115));  // 5.7e34

@@ -7,6 +7,8 @@
 //   * gpt-mini in FP8: every dense layer's three operands are counted; an inference pass counts nothing;
 //     recomputed blocks and fused dense layers compute the same step to the bit; the step differs from
 //     the unquantized one, but not by much.
+#include "core/fp8.h"
+
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -15,7 +17,6 @@
 #include <vector>
 
 #include "backend/backend.h"
-#include "core/fp8.h"
 #include "core/status.h"
 #include "gpt_test_util.h"
 #include "models/gpt.h"
@@ -99,16 +100,17 @@ TEST(Fp8Scales, StepEndShiftsTheHistoriesAndMakesPowerOfTwoScales) {
   auto backend = make_reference_backend();
   const int count = 3, length = 2;
   std::vector<float> scale(count, 1.f), inverse(count, 1.f), amax = {3.f, 0.f, 1e-3f},
-                                                           history = {100.f, 0.5f, 0.f, 0.f, 2.f, 9.f};
+                                                             history = {100.f, 0.5f, 0.f, 0.f, 2.f, 9.f};
   const std::vector<Fp8Format> formats = {Fp8Format::e4m3, Fp8Format::e4m3, Fp8Format::e5m2};
   backend->update_fp8_scales(
       {scale.data(), inverse.data(), amax.data(), history.data(), formats.data(), count, length, 0});
   EXPECT_EQ(history, (std::vector<float>{3.f, 100.f, 0.f, 0.f, 1e-3f, 2.f}));
   EXPECT_EQ(amax, (std::vector<float>{0.f, 0.f, 0.f}));
-  EXPECT_EQ(scale[0], 4.f);    // max 100: 448 / 100 = 4.48 -> 4
-  EXPECT_EQ(scale[1], 1.f);    // nothing seen: kept
+  EXPECT_EQ(scale[0], 4.f);      // max 100: 448 / 100 = 4.48 -> 4
+  EXPECT_EQ(scale[1], 1.f);      // nothing seen: kept
   EXPECT_EQ(scale[2], 16384.f);  // max 2 in E5M2: 57344 / 2 = 28672 -> 16384
-  for (int i = 0; i < count; ++i) EXPECT_EQ(inverse[static_cast<size_t>(i)], 1.f / scale[static_cast<size_t>(i)]);
+  for (int i = 0; i < count; ++i)
+    EXPECT_EQ(inverse[static_cast<size_t>(i)], 1.f / scale[static_cast<size_t>(i)]);
 }
 
 struct Fp8Step {
@@ -165,11 +167,13 @@ TEST(Fp8Gpt, EveryDenseOperandIsCountedAndTheStepIsNearTheUnquantizedOne) {
 TEST(Fp8Gpt, RecomputedAndFusedLayersComputeTheSameStep) {
   auto backend = make_reference_backend();
   const Fp8Step kept = mini_step(*backend, true), again = mini_step(*backend, true, true),
-                fused = mini_step(*backend, true, false, true), fused_again = mini_step(*backend, true, true, true);
+                fused = mini_step(*backend, true, false, true),
+                fused_again = mini_step(*backend, true, true, true);
   for (const Fp8Step* s : {&again, &fused, &fused_again}) {
     EXPECT_EQ(s->loss, kept.loss);
     ASSERT_EQ(s->gradients.size(), kept.gradients.size());
-    EXPECT_EQ(std::memcmp(s->gradients.data(), kept.gradients.data(), kept.gradients.size() * sizeof(float)), 0);
+    EXPECT_EQ(std::memcmp(s->gradients.data(), kept.gradients.data(), kept.gradients.size() * sizeof(float)),
+              0);
     EXPECT_EQ(s->scales, kept.scales);
   }
 }

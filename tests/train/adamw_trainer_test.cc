@@ -208,7 +208,8 @@ TEST(AdamWTraining, Fp8CheckpointResumesExactly) {
   const Checkpoint checkpoint = first.trainer->make_checkpoint(3, 0);
   MiniRun resumed(config, true);
   resumed.trainer->restore(checkpoint);
-  for (int64_t s = 3; s < 6; ++s) EXPECT_EQ(resumed.step(text, s, 2e-3), expected[static_cast<size_t>(s)]) << s;
+  for (int64_t s = 3; s < 6; ++s)
+    EXPECT_EQ(resumed.step(text, s, 2e-3), expected[static_cast<size_t>(s)]) << s;
   EXPECT_EQ(resumed.model.net->fp8()->state(), straight.model.net->fp8()->state());
 }
 

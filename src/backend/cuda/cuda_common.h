@@ -356,8 +356,8 @@ class CudaBackend final : public Backend {
   bool data_gemm_fp8(const uint8_t* dy_codes, const uint8_t* wt_codes, int64_t rows, int64_t in, int64_t out,
                      DenseActivation act, const Tensor* pre, Accumulate accumulate, Tensor& dx,
                      const Fp8DenseScaling& fp8);
-  bool weight_gemm_fp8(const uint8_t* dyt_codes, const uint8_t* xt_codes, int64_t rows, int64_t in, int64_t out,
-                       Accumulate accumulate, Tensor& dw, const Fp8DenseScaling& fp8);
+  bool weight_gemm_fp8(const uint8_t* dyt_codes, const uint8_t* xt_codes, int64_t rows, int64_t in,
+                       int64_t out, Accumulate accumulate, Tensor& dw, const Fp8DenseScaling& fp8);
   // a's and b's round trips through FP8 (fp8_round_trip) in the scratch: the operands of an FP8 op where
   // cuBLASLt has no FP8 GEMM for its shape.
   std::pair<Tensor, Tensor> fp8_round_trips(const Tensor& a, Fp8Format a_format, const float* a_scale,

@@ -50,7 +50,8 @@ Fp8Dims check_fp8_dense(const char* op, const Tensor& x, const Tensor& w) {
 // An FP8 GEMM c[m, n] = a[m, k] b[n, k]^T of codes in `a_format` and `b_format`, each times its inverse
 // scale.
 LtGemm fp8_gemm(int64_t m, int64_t n, int64_t k, DType out, const uint8_t* a, Fp8Format a_format,
-                const float* a_inverse, const uint8_t* b, Fp8Format b_format, const float* b_inverse, void* c) {
+                const float* a_inverse, const uint8_t* b, Fp8Format b_format, const float* b_inverse,
+                void* c) {
   LtGemm g;
   g.ta = Transpose::no, g.tb = Transpose::yes, g.m = m, g.n = n, g.k = k, g.dtype = out;
   g.a = a, g.b = b, g.c = c;
@@ -58,7 +59,9 @@ LtGemm fp8_gemm(int64_t m, int64_t n, int64_t k, DType out, const uint8_t* a, Fp
   return g;
 }
 
-float* operand_amax(const Fp8DenseScaling& fp8, int operand) { return fp8.amax ? fp8.amax + operand : nullptr; }
+float* operand_amax(const Fp8DenseScaling& fp8, int operand) {
+  return fp8.amax ? fp8.amax + operand : nullptr;
+}
 
 // Says once per op and shape that an FP8 op runs its GEMM in BF16 on FP8-rounded operands: the numbers are
 // FP8 training's, the speed is not.
@@ -67,9 +70,10 @@ void note_bf16_fallback(const char* op, int64_t rows, int64_t in, int64_t out) {
   static std::set<std::tuple<std::string, int64_t, int64_t, int64_t>> said;
   std::lock_guard<std::mutex> lock(mutex);
   if (said.emplace(op, rows, in, out).second)
-    log_warning("{}: cuBLASLt runs no FP8 GEMM for {} x {} -> {}; its GEMM runs in BF16 on the FP8-rounded "
-                "operands (the same products, not FP8's speed)",
-                op, rows, in, out);
+    log_warning(
+        "{}: cuBLASLt runs no FP8 GEMM for {} x {} -> {}; its GEMM runs in BF16 on the FP8-rounded "
+        "operands (the same products, not FP8's speed)",
+        op, rows, in, out);
 }
 
 // A tensor of t's shape and dtype at `at`.
@@ -77,8 +81,9 @@ Tensor like(const Tensor& t, void* at) { return Tensor(at, t.dims(), t.dtype(), 
 
 }  // namespace
 
-std::pair<Tensor, Tensor> CudaBackend::fp8_round_trips(const Tensor& a, Fp8Format a_format, const float* a_scale,
-                                                       const Tensor& b, Fp8Format b_format, const float* b_scale,
+std::pair<Tensor, Tensor> CudaBackend::fp8_round_trips(const Tensor& a, Fp8Format a_format,
+                                                       const float* a_scale, const Tensor& b,
+                                                       Fp8Format b_format, const float* b_scale,
                                                        const char* op) {
   auto* base = static_cast<unsigned char*>(scratch(align_up(a.bytes(), kCodeAlignment) + b.bytes(), op));
   Tensor a8 = like(a, base), b8 = like(b, base + align_up(a.bytes(), kCodeAlignment));
@@ -89,7 +94,8 @@ std::pair<Tensor, Tensor> CudaBackend::fp8_round_trips(const Tensor& a, Fp8Forma
   return {a8, b8};
 }
 
-void CudaBackend::fp8_round_trip(const Tensor& x, Fp8Format format, const float* scale, float* amax, Tensor& y) {
+void CudaBackend::fp8_round_trip(const Tensor& x, Fp8Format format, const float* scale, float* amax,
+                                 Tensor& y) {
   const char* op = "fp8_round_trip";
   check_float(op, "x", x);
   check_float(op, "y", y);
@@ -105,7 +111,8 @@ void CudaBackend::update_fp8_scales(const Fp8ScalingState& s) {
 }
 
 void CudaBackend::dense_forward_fp8(const Tensor& x, const Tensor& w, const Tensor& b, DenseActivation act,
-                                    const Tensor* residual, Tensor& y, Tensor* pre, const Fp8DenseScaling& fp8) {
+                                    const Tensor* residual, Tensor& y, Tensor* pre,
+                                    const Fp8DenseScaling& fp8) {
   const char* op = "dense_forward (fp8)";
   const Fp8Dims d = check_fp8_dense(op, x, w);
   auto* x_codes = static_cast<uint8_t*>(scratch(code_bytes(d.rows, d.in) + code_bytes(d.out, d.in), op));
@@ -127,8 +134,8 @@ void CudaBackend::dense_forward_fp8(const Tensor& x, const Tensor& w, const Tens
                           w_codes, Fp8Format::e4m3, fp8.inverse_scale + kFp8W, out.data());
   if (!lt_->run(plain, false, stream_)) {
     note_bf16_fallback(op, d.rows, d.in, d.out);
-    const auto [x8, w8] = fp8_round_trips(x, Fp8Format::e4m3, fp8.scale + kFp8X, w, Fp8Format::e4m3,
-                                          fp8.scale + kFp8W, op);
+    const auto [x8, w8] =
+        fp8_round_trips(x, Fp8Format::e4m3, fp8.scale + kFp8X, w, Fp8Format::e4m3, fp8.scale + kFp8W, op);
     dense_forward(x8, w8, b, act, residual, y, pre);
     return;
   }
@@ -144,8 +151,8 @@ void CudaBackend::dense_forward_fp8(const Tensor& x, const Tensor& w, const Tens
 bool CudaBackend::data_gemm_fp8(const uint8_t* dy_codes, const uint8_t* wt_codes, int64_t rows, int64_t in,
                                 int64_t out, DenseActivation act, const Tensor* pre, Accumulate accumulate,
                                 Tensor& dx, const Fp8DenseScaling& fp8) {
-  LtGemm g = fp8_gemm(rows, in, out, dx.dtype(), dy_codes, Fp8Format::e5m2, fp8.inverse_scale + kFp8Dy, wt_codes,
-                      Fp8Format::e4m3, fp8.inverse_scale + kFp8W, dx.data());
+  LtGemm g = fp8_gemm(rows, in, out, dx.dtype(), dy_codes, Fp8Format::e5m2, fp8.inverse_scale + kFp8Dy,
+                      wt_codes, Fp8Format::e4m3, fp8.inverse_scale + kFp8W, dx.data());
   if (accumulate == Accumulate::add) g.beta = 1.f, g.c_in = dx.data();
   if (act == DenseActivation::gelu) {
     g.epilogue = LtEpilogue::dgelu, g.aux = pre->data();
@@ -161,9 +168,10 @@ bool CudaBackend::data_gemm_fp8(const uint8_t* dy_codes, const uint8_t* wt_codes
 }
 
 bool CudaBackend::weight_gemm_fp8(const uint8_t* dyt_codes, const uint8_t* xt_codes, int64_t rows, int64_t in,
-                                  int64_t out, Accumulate accumulate, Tensor& dw, const Fp8DenseScaling& fp8) {
-  LtGemm g = fp8_gemm(out, in, rows, dw.dtype(), dyt_codes, Fp8Format::e5m2, fp8.inverse_scale + kFp8Dy, xt_codes,
-                      Fp8Format::e4m3, fp8.inverse_scale + kFp8X, dw.data());
+                                  int64_t out, Accumulate accumulate, Tensor& dw,
+                                  const Fp8DenseScaling& fp8) {
+  LtGemm g = fp8_gemm(out, in, rows, dw.dtype(), dyt_codes, Fp8Format::e5m2, fp8.inverse_scale + kFp8Dy,
+                      xt_codes, Fp8Format::e4m3, fp8.inverse_scale + kFp8X, dw.data());
   if (accumulate == Accumulate::add) g.beta = 1.f, g.c_in = dw.data();
   return lt_->run(g, false, stream_);
 }
@@ -178,8 +186,8 @@ void CudaBackend::dense_backward_data_fp8(const Tensor& dy, const Tensor& w, Den
   quantize_fp8(dy.data(), dy.dtype(), d.rows, d.out, Fp8Format::e5m2, fp8.scale + kFp8Dy, dy_codes, nullptr,
                operand_amax(fp8, kFp8Dy), stream_);
   // W's amax was taken by the forward; its transposed codes are the same values.
-  quantize_fp8(w.data(), w.dtype(), d.out, d.in, Fp8Format::e4m3, fp8.scale + kFp8W, nullptr, wt_codes, nullptr,
-               stream_);
+  quantize_fp8(w.data(), w.dtype(), d.out, d.in, Fp8Format::e4m3, fp8.scale + kFp8W, nullptr, wt_codes,
+               nullptr, stream_);
   if (data_gemm_fp8(dy_codes, wt_codes, d.rows, d.in, d.out, act, pre, accumulate, dx, fp8)) return;
   note_bf16_fallback(op, d.rows, d.in, d.out);
   const auto [dy8, w8] =
@@ -196,8 +204,8 @@ void CudaBackend::dense_backward_weights_fp8(const Tensor& dy, const Tensor& x, 
   quantize_fp8(dy.data(), dy.dtype(), d.rows, d.out, Fp8Format::e5m2, fp8.scale + kFp8Dy, nullptr, dyt_codes,
                operand_amax(fp8, kFp8Dy), stream_);
   // x's amax was taken by the forward.
-  quantize_fp8(x.data(), x.dtype(), d.rows, d.in, Fp8Format::e4m3, fp8.scale + kFp8X, nullptr, xt_codes, nullptr,
-               stream_);
+  quantize_fp8(x.data(), x.dtype(), d.rows, d.in, Fp8Format::e4m3, fp8.scale + kFp8X, nullptr, xt_codes,
+               nullptr, stream_);
   if (!weight_gemm_fp8(dyt_codes, xt_codes, d.rows, d.in, d.out, accumulate, dw, fp8)) {
     note_bf16_fallback(op, d.rows, d.in, d.out);
     const auto [dy8, x8] =
@@ -220,25 +228,26 @@ void CudaBackend::dense_backward(const Tensor& dy, const Tensor& x, const Tensor
   const Fp8Dims d = check_fp8_dense(op, x, w);
   DLB_CHECK(g.dw && g.db && dy.numel() == d.rows * d.out && dy.dtype() == x.dtype() &&
                 g.dx->numel() == d.rows * d.in && (g.act == DenseActivation::none || g.pre),
-            "{}: dy {} or the gradients do not fit x {} and w {}", op, dy.describe(), x.describe(), w.describe());
+            "{}: dy {} or the gradients do not fit x {} and w {}", op, dy.describe(), x.describe(),
+            w.describe());
   activate();
   if (d.rows == 0) return;
   const size_t dy_bytes = code_bytes(d.rows, d.out);
-  auto* dy_codes = static_cast<uint8_t*>(
-      scratch(2 * dy_bytes + code_bytes(d.in, d.rows) + code_bytes(d.in, d.out), op));
+  auto* dy_codes =
+      static_cast<uint8_t*>(scratch(2 * dy_bytes + code_bytes(d.in, d.rows) + code_bytes(d.in, d.out), op));
   uint8_t *dyt_codes = dy_codes + dy_bytes, *xt_codes = dyt_codes + dy_bytes,
           *wt_codes = xt_codes + code_bytes(d.in, d.rows);
-  quantize_fp8(dy.data(), dy.dtype(), d.rows, d.out, Fp8Format::e5m2, fp8->scale + kFp8Dy, dy_codes, dyt_codes,
-               operand_amax(*fp8, kFp8Dy), stream_);
-  quantize_fp8(x.data(), x.dtype(), d.rows, d.in, Fp8Format::e4m3, fp8->scale + kFp8X, nullptr, xt_codes, nullptr,
-               stream_);
+  quantize_fp8(dy.data(), dy.dtype(), d.rows, d.out, Fp8Format::e5m2, fp8->scale + kFp8Dy, dy_codes,
+               dyt_codes, operand_amax(*fp8, kFp8Dy), stream_);
+  quantize_fp8(x.data(), x.dtype(), d.rows, d.in, Fp8Format::e4m3, fp8->scale + kFp8X, nullptr, xt_codes,
+               nullptr, stream_);
   if (!weight_gemm_fp8(dyt_codes, xt_codes, d.rows, d.in, d.out, g.params, *g.dw, *fp8)) {
     Backend::dense_backward(dy, x, w, g, fp8);  // the separate ops, each with its own way round
     return;
   }
   bias_backward(dy.reshaped({d.rows, d.out}), *g.db, g.params);
-  quantize_fp8(w.data(), w.dtype(), d.out, d.in, Fp8Format::e4m3, fp8->scale + kFp8W, nullptr, wt_codes, nullptr,
-               stream_);
+  quantize_fp8(w.data(), w.dtype(), d.out, d.in, Fp8Format::e4m3, fp8->scale + kFp8W, nullptr, wt_codes,
+               nullptr, stream_);
   if (!data_gemm_fp8(dy_codes, wt_codes, d.rows, d.in, d.out, g.act, g.pre, g.accumulate, *g.dx, *fp8))
     dense_backward_data_fp8(dy, w, g.act, g.pre, g.accumulate, *g.dx, *fp8);
 }

@@ -92,7 +92,9 @@ struct Four;  // 4 consecutive elements in one access
 template <>
 struct Four<float> {
   using Access = float4;
-  static __device__ __forceinline__ void widen4(Access a, float* v) { v[0] = a.x, v[1] = a.y, v[2] = a.z, v[3] = a.w; }
+  static __device__ __forceinline__ void widen4(Access a, float* v) {
+    v[0] = a.x, v[1] = a.y, v[2] = a.z, v[3] = a.w;
+  }
 };
 template <>
 struct Four<__half> {
@@ -161,7 +163,8 @@ __global__ void __launch_bounds__(kWideThreads)
 // One thread per operand: the history shifts by one (newest first), the amax enters it and is zeroed for
 // the next step, and the scale follows the history's maximum.
 __global__ void update_fp8_scales_kernel(float* __restrict__ amaxes, float* __restrict__ histories,
-                                         int length, float* __restrict__ scales, float* __restrict__ inverse_scales,
+                                         int length, float* __restrict__ scales,
+                                         float* __restrict__ inverse_scales,
                                          const Fp8Format* __restrict__ formats, int count, int margin) {
   const int i = blockIdx.x * blockDim.x + threadIdx.x;
   if (i >= count) return;
@@ -186,11 +189,13 @@ __global__ void update_fp8_scales_kernel(float* __restrict__ amaxes, float* __re
 // the backends without FP8 GEMMs apply it (and the reference the FP8 GEMMs are tested against).
 template <typename T, typename U>
 __global__ void fp8_round_trip_kernel(const T* __restrict__ x, int64_t n, Fp8Format format,
-                                      const float* __restrict__ scale, U* __restrict__ y, float* __restrict__ amax) {
+                                      const float* __restrict__ scale, U* __restrict__ y,
+                                      float* __restrict__ amax) {
   __shared__ float warp_maxima[32];
   const float s = *scale, inverse = 1.f / s;
   float largest = 0.f;
-  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x) {
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n;
+       i += int64_t(gridDim.x) * blockDim.x) {
     const float v = widen(x[i]);
     largest = fmaxf(largest, fabsf(v));
     const uint8_t bits = to_fp8(v * s, format);
@@ -266,7 +271,9 @@ void quantize_fp8(const void* x, DType dtype, int64_t rows, int64_t cols, Fp8For
                   const float* scale, uint8_t* q, uint8_t* q_transposed, float* amax, cudaStream_t stream) {
   DLB_KERNEL_REQUIRE(rows >= 0 && cols >= 0, "quantize_fp8", "negative shape");
   if (rows == 0 || cols == 0) return;
-  const auto aligned = [](const void* p, size_t bytes) { return !p || reinterpret_cast<uintptr_t>(p) % bytes == 0; };
+  const auto aligned = [](const void* p, size_t bytes) {
+    return !p || reinterpret_cast<uintptr_t>(p) % bytes == 0;
+  };
   if (rows % 4 == 0 && cols % 4 == 0 && aligned(x, 4 * dtype_size(dtype)) && aligned(q, 4) &&
       aligned(q_transposed, 4) && (rows + kWideTile - 1) / kWideTile <= 65535) {
     const dim3 grid(static_cast<unsigned>((cols + kWideTile - 1) / kWideTile),
@@ -274,11 +281,11 @@ void quantize_fp8(const void* x, DType dtype, int64_t rows, int64_t cols, Fp8For
     switch (dtype) {
       case DType::f32:
         quantize_fp8_wide_kernel<<<grid, kWideThreads, 0, stream>>>(static_cast<const float*>(x), rows, cols,
-                                                                   format, scale, q, q_transposed, amax);
+                                                                    format, scale, q, q_transposed, amax);
         break;
       case DType::f16:
         quantize_fp8_wide_kernel<<<grid, kWideThreads, 0, stream>>>(static_cast<const __half*>(x), rows, cols,
-                                                                   format, scale, q, q_transposed, amax);
+                                                                    format, scale, q, q_transposed, amax);
         break;
       case DType::bf16:
         quantize_fp8_wide_kernel<<<grid, kWideThreads, 0, stream>>>(

@@ -160,8 +160,8 @@ void scatter_strided_pixels(const void* src, int64_t batch, int64_t in_h, int64_
 // runs back to back, whatever the host's time per call (the convolution search times calls this way).
 // FP8 quantization of a GEMM operand for delayed per-tensor scaling (fp8_quantize.cu): x [rows, cols] (f32,
 // f16 or bf16) times *scale, rounded to `format` as core/fp8's float_to_fp8 rounds (nearest even,
-// saturating) into q [rows, cols] where given, into q_transposed [cols, rows] where given, and the largest |x|
-// folded into *amax (an atomic maximum; NaN ignored). scale and amax live in device memory, so a recorded
+// saturating) into q [rows, cols] where given, into q_transposed [cols, rows] where given, and the largest
+// |x| folded into *amax (an atomic maximum; NaN ignored). scale and amax live in device memory, so a recorded
 // step follows their changes.
 void quantize_fp8(const void* x, DType dtype, int64_t rows, int64_t cols, Fp8Format format,
                   const float* scale, uint8_t* q, uint8_t* q_transposed, float* amax, cudaStream_t stream);

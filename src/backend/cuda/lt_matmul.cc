@@ -109,7 +109,8 @@ const LtMatmuls::Plan& LtMatmuls::plan(const Key& key, const LtGemm& g, bool all
     if (g.bias) set(p->desc, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, type);
     if (g.aux) set(p->desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_DATA_TYPE, type);
   }
-  const cudaDataType_t a_type = g.a_fp8 ? fp8_type(*g.a_fp8) : type, b_type = g.b_fp8 ? fp8_type(*g.b_fp8) : type;
+  const cudaDataType_t a_type = g.a_fp8 ? fp8_type(*g.a_fp8) : type,
+                       b_type = g.b_fp8 ? fp8_type(*g.b_fp8) : type;
   p->b = g.tb == Transpose::no ? row_major_layout(b_type, g.k, g.n) : row_major_layout(b_type, g.n, g.k);
   p->a = g.ta == Transpose::no ? row_major_layout(a_type, g.m, g.k) : row_major_layout(a_type, g.k, g.m);
   p->c = row_major_layout(type, g.m, g.n);
@@ -146,9 +147,18 @@ bool LtMatmuls::run(const LtGemm& g, bool allow_tf32, cudaStream_t stream) {
   for (const void* p : {g.a, g.b, separate_c ? g.c_in : nullptr, static_cast<const void*>(g.c),
                         static_cast<const void*>(g.bias), static_cast<const void*>(g.aux)})
     align = std::min(align, alignment_of(p));
-  const Key key{static_cast<int>(g.ta),    static_cast<int>(g.tb),       g.m,        g.n,        g.k,
-                static_cast<int>(g.dtype), static_cast<int>(g.epilogue), allow_tf32, separate_c, align,
-                fp8_key(g.a_fp8),          fp8_key(g.b_fp8)};
+  const Key key{static_cast<int>(g.ta),
+                static_cast<int>(g.tb),
+                g.m,
+                g.n,
+                g.k,
+                static_cast<int>(g.dtype),
+                static_cast<int>(g.epilogue),
+                allow_tf32,
+                separate_c,
+                align,
+                fp8_key(g.a_fp8),
+                fp8_key(g.b_fp8)};
   const Plan& p = plan(key, g, allow_tf32);
   if (!p.ok) return false;
   if (g.a_scale) set(p.desc, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, g.a_scale);
@@ -159,8 +169,8 @@ bool LtMatmuls::run(const LtGemm& g, bool allow_tf32, cudaStream_t stream) {
   Plan& plan_of_key = *plans_.at(key);
   for (;;) {
     const cublasStatus_t status =
-        cublasLtMatmul(handle_, p.desc, &alpha, g.b, p.b, g.a, p.a, &g.beta, g.beta != 0.f ? g.c_in : g.c, p.c,
-                       g.c, p.c, &p.algo, workspace_, workspace_bytes_, stream);
+        cublasLtMatmul(handle_, p.desc, &alpha, g.b, p.b, g.a, p.a, &g.beta, g.beta != 0.f ? g.c_in : g.c,
+                       p.c, g.c, p.c, &p.algo, workspace_, workspace_bytes_, stream);
     if (status != CUBLAS_STATUS_NOT_SUPPORTED) {
       CUBLAS_CHECK(status);
       return true;
@@ -168,8 +178,8 @@ bool LtMatmuls::run(const LtGemm& g, bool allow_tf32, cudaStream_t stream) {
     // An algorithm the heuristic offered that the call then refuses (seen with FP8 operands): the next
     // one; with none left the configuration is remembered as having none, and the caller composes the op
     // another way.
-    log_debug("cuBLASLt refused an algorithm of its heuristic for a {}x{}x{} gemm (epilogue {}, fp8 {}/{})", g.m,
-              g.n, g.k, static_cast<int>(g.epilogue), fp8_key(g.a_fp8), fp8_key(g.b_fp8));
+    log_debug("cuBLASLt refused an algorithm of its heuristic for a {}x{}x{} gemm (epilogue {}, fp8 {}/{})",
+              g.m, g.n, g.k, static_cast<int>(g.epilogue), fp8_key(g.a_fp8), fp8_key(g.b_fp8));
     if (plan_of_key.others.empty()) {
       plan_of_key.ok = false;
       return false;
