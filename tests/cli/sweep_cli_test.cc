@@ -139,7 +139,7 @@ TEST(SweepCli, AFailedPointIsRecordedWithItsErrorAndTheOthersRun) {
 
 TEST(SweepCli, BadGridsAreOneLine) {
   for (const std::string& args : {std::string("sweep --results /tmp/x.jsonl --models resnet9"),
-                                  std::string("sweep --results /tmp/x.jsonl --precisions fp8"),
+                                  std::string("sweep --results /tmp/x.jsonl --precisions fp4"),
                                   std::string("sweep --results /tmp/x.jsonl --launcher slurm")}) {
     CommandResult r = run_dlbench(args);
     EXPECT_EQ(r.exit_code, 1) << args;
