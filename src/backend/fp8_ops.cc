@@ -7,42 +7,15 @@
 #include <cstring>
 
 #include "backend/backend.h"
-#include "backend/reference/half_float.h"
+#include "backend/reference/reference_common.h"
 #include "core/status.h"
 
 namespace dlbench {
 namespace {
 
-double host_value(const Tensor& t, int64_t i) {
-  const void* base = t.data();
-  switch (t.dtype()) {
-    case DType::f32:
-      return static_cast<const float*>(base)[i];
-    case DType::f16:
-      return f16_to_double(static_cast<const uint16_t*>(base)[i]);
-    case DType::bf16:
-      return bf16_to_double(static_cast<const uint16_t*>(base)[i]);
-    default:
-      DLB_CHECK(false, "fp8_round_trip: {} must be f32, f16 or bf16", t.describe());
-  }
-  return 0;
-}
-
-void set_host_value(Tensor& t, int64_t i, double v) {
-  void* base = t.data();
-  switch (t.dtype()) {
-    case DType::f32:
-      static_cast<float*>(base)[i] = static_cast<float>(v);
-      return;
-    case DType::f16:
-      static_cast<uint16_t*>(base)[i] = f16_from_double(v);
-      return;
-    case DType::bf16:
-      static_cast<uint16_t*>(base)[i] = bf16_from_double(v);
-      return;
-    default:
-      DLB_CHECK(false, "fp8_round_trip: {} must be f32, f16 or bf16", t.describe());
-  }
+void check_round_trip_dtype(const Tensor& t) {
+  DLB_CHECK(t.dtype() == DType::f32 || t.dtype() == DType::f16 || t.dtype() == DType::bf16,
+            "fp8_round_trip: {} must be f32, f16 or bf16", t.describe());
 }
 
 }  // namespace
@@ -50,14 +23,17 @@ void set_host_value(Tensor& t, int64_t i, double v) {
 void Backend::fp8_round_trip(const Tensor& x, Fp8Format format, const float* scale, float* amax, Tensor& y) {
   DLB_CHECK(device().kind == DeviceKind::cpu, "fp8_round_trip is not implemented on backend {}", name());
   DLB_CHECK(x.numel() == y.numel(), "fp8_round_trip: x is {}, y {}", x.describe(), y.describe());
+  check_round_trip_dtype(x);
+  check_round_trip_dtype(y);
   const float s = *scale, inverse = 1.f / s;
   float largest = amax ? *amax : 0.f;
   for (int64_t i = 0; i < x.numel(); ++i) {
-    const float v = static_cast<float>(host_value(x, i));
+    const float v = static_cast<float>(reference::load_element(x, i));
     if (std::fabs(v) > largest) largest = std::fabs(v);  // a NaN compares false: ignored
     // The product is exact (s is a power of two), and so is the FP8 value times the inverse in any of
     // the output dtypes.
-    set_host_value(y, i, static_cast<double>(fp8_to_float(float_to_fp8(v * s, format), format) * inverse));
+    reference::store_element(
+        y, i, static_cast<double>(fp8_to_float(float_to_fp8(v * s, format), format) * inverse));
   }
   if (amax) *amax = largest;
 }
