@@ -7,15 +7,19 @@
 // reference's exactly, and an op that quantized nothing must not be within the tolerance of the unquantized
 // result (so that the test could not pass on a path that forgot to quantize). Shapes: GPT-2's c_fc and
 // c_proj on few rows, gpt-mini's c_attn, and one whose rows FP8 GEMMs cannot take (37: not a multiple of
-// 16), where the op runs on the operands' round trips instead.
+// 16), where the op runs on the operands' round trips instead. On the other shapes every GEMM must run in
+// FP8, each way of handing cuBLASLt the scales (--fp8-gemm-scales pointers and alpha): none may fall back
+// to BF16, which would give the same numbers without FP8's speed.
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "backend/backend_factory.h"
 #include "backend/cuda/cuda_backend.h"
+#include "backend/cuda/cuda_common.h"
 #include "cuda_test_util.h"
 
 namespace dlbench {
@@ -61,7 +65,8 @@ class ScalingMemory {
   float* memory_ = nullptr;
 };
 
-class DenseFp8Test : public ::testing::TestWithParam<bool> {
+// Epilogues on or off, and how the FP8 GEMMs take their scales.
+class DenseFp8Test : public ::testing::TestWithParam<std::tuple<bool, Fp8GemmScales>> {
  protected:
   void SetUp() override {
     if (cuda_device_count() == 0) GTEST_SKIP() << "no CUDA GPU: cuda_device_count() == 0";
@@ -72,12 +77,15 @@ class DenseFp8Test : public ::testing::TestWithParam<bool> {
 TEST_P(DenseFp8Test, ForwardAndBackwardMatchTheReferenceRoundTrips) {
   const DType dtype = DType::bf16;
   CudaOptions options;
-  options.dense_epilogues = GetParam();
+  options.dense_epilogues = std::get<0>(GetParam());
+  options.fp8_gemm_scales = std::get<1>(GetParam());
   Backend& gpu = shared_gpu(options);
   for (const Fp8Case& c : kFp8Cases) {
-    const std::string where = fmt::format("N={} I={} O={} epilogues {}", c.rows, c.in, c.out,
-                                          options.dense_epilogues ? "on" : "off");
+    const std::string where =
+        fmt::format("N={} I={} O={} epilogues {} scales {}", c.rows, c.in, c.out,
+                    options.dense_epilogues ? "on" : "off", fp8_gemm_scales_name(options.fp8_gemm_scales));
     SCOPED_TRACE(where);
+    const int64_t in_bf16_before = cuda::as_cuda(gpu).fp8_gemms_in_bf16();
     const double tol = tolerance(dtype, false, 2);
     const HostBuffer x = random_host(*ref, {c.rows, c.in}, dtype, 71),
                      w = random_host(*ref, {c.out, c.in}, dtype, 72, Layout::nchw, -0.2, 0.2),
@@ -183,6 +191,12 @@ TEST_P(DenseFp8Test, ForwardAndBackwardMatchTheReferenceRoundTrips) {
       check("fp8 dense_backward dx" + mode, d_dx, rdx);
     }
 
+    // Shapes FP8 GEMMs take ran every GEMM in FP8.
+    if (c.rows % 16 == 0) {
+      EXPECT_EQ(cuda::as_cuda(gpu).fp8_gemms_in_bf16(), in_bf16_before)
+          << "cuBLASLt ran no FP8 GEMM for some of these ops: they ran in BF16 on FP8-rounded operands";
+    }
+
     // Every op folded its operands' largest |value|: the same floats on both sides.
     const std::vector<float> gpu_amax = gpu_scaling.amaxes(), ref_amax = ref_scaling.amaxes();
     for (int i = 0; i < kFp8OperandsPerDense; ++i) {
@@ -192,8 +206,13 @@ TEST_P(DenseFp8Test, ForwardAndBackwardMatchTheReferenceRoundTrips) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(Epilogues, DenseFp8Test, ::testing::Bool(),
-                         [](const auto& info) { return info.param ? "epilogues_on" : "epilogues_off"; });
+INSTANTIATE_TEST_SUITE_P(EpiloguesAndScales, DenseFp8Test,
+                         ::testing::Combine(::testing::Bool(),
+                                            ::testing::Values(Fp8GemmScales::pointers, Fp8GemmScales::alpha)),
+                         [](const auto& info) {
+                           return std::string(std::get<0>(info.param) ? "epilogues_on" : "epilogues_off") +
+                                  "_scales_" + fp8_gemm_scales_name(std::get<1>(info.param));
+                         });
 
 // The step end on the GPU follows the host's rule: histories, scales and inverses equal to the bit.
 TEST(Fp8ScalesOnTheGpu, UpdateMatchesTheHost) {

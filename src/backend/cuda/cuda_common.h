@@ -358,6 +358,11 @@ class CudaBackend final : public Backend {
                      const Fp8DenseScaling& fp8);
   bool weight_gemm_fp8(const uint8_t* dyt_codes, const uint8_t* xt_codes, int64_t rows, int64_t in,
                        int64_t out, Accumulate accumulate, Tensor& dw, const Fp8DenseScaling& fp8);
+  // Counts an FP8 op whose GEMM runs in BF16 on FP8-rounded operands, cuBLASLt having run no FP8 GEMM for
+  // it, and says so once per op and shape: the numbers are FP8 training's, the speed is not.
+  void note_fp8_in_bf16(const char* op, int64_t rows, int64_t in, int64_t out);
+  // How many FP8 ops ran their GEMM in BF16 since the backend was made: 0 where every FP8 GEMM ran (tests).
+  int64_t fp8_gemms_in_bf16() const { return fp8_gemms_in_bf16_; }
   // a's and b's round trips through FP8 (fp8_round_trip) in the scratch: the operands of an FP8 op where
   // cuBLASLt has no FP8 GEMM for its shape.
   std::pair<Tensor, Tensor> fp8_round_trips(const Tensor& a, Fp8Format a_format, const float* a_scale,
@@ -393,6 +398,7 @@ class CudaBackend final : public Backend {
   mutable std::mutex attention_mutex_;
   mutable std::map<std::vector<int64_t>, AttentionChoice> attention_choices_;
   DeviceBuffer scratch_;
+  int64_t fp8_gemms_in_bf16_ = 0;
 };
 
 const CudaBackend& as_cuda(const Backend& backend);

@@ -63,10 +63,14 @@ float* operand_amax(const Fp8DenseScaling& fp8, int operand) {
   return fp8.amax ? fp8.amax + operand : nullptr;
 }
 
-// Says once per op and shape that an FP8 op runs its GEMM in BF16 on FP8-rounded operands: the numbers are
-// FP8 training's, the speed is not.
-void note_bf16_fallback(const char* op, int64_t rows, int64_t in, int64_t out) {
-  static std::mutex mutex;
+// A tensor of t's shape and dtype at `at`.
+Tensor like(const Tensor& t, void* at) { return Tensor(at, t.dims(), t.dtype(), t.layout(), t.device()); }
+
+}  // namespace
+
+void CudaBackend::note_fp8_in_bf16(const char* op, int64_t rows, int64_t in, int64_t out) {
+  ++fp8_gemms_in_bf16_;
+  static std::mutex mutex;  // once per process: the backends of one process's GPUs meet the same shapes
   static std::set<std::tuple<std::string, int64_t, int64_t, int64_t>> said;
   std::lock_guard<std::mutex> lock(mutex);
   if (said.emplace(op, rows, in, out).second)
@@ -75,11 +79,6 @@ void note_bf16_fallback(const char* op, int64_t rows, int64_t in, int64_t out) {
         "operands (the same products, not FP8's speed)",
         op, rows, in, out);
 }
-
-// A tensor of t's shape and dtype at `at`.
-Tensor like(const Tensor& t, void* at) { return Tensor(at, t.dims(), t.dtype(), t.layout(), t.device()); }
-
-}  // namespace
 
 std::pair<Tensor, Tensor> CudaBackend::fp8_round_trips(const Tensor& a, Fp8Format a_format,
                                                        const float* a_scale, const Tensor& b,
@@ -133,7 +132,7 @@ void CudaBackend::dense_forward_fp8(const Tensor& x, const Tensor& w, const Tens
   LtGemm plain = fp8_gemm(d.rows, d.out, d.in, x.dtype(), x_codes, Fp8Format::e4m3, fp8.inverse_scale + kFp8X,
                           w_codes, Fp8Format::e4m3, fp8.inverse_scale + kFp8W, out.data());
   if (!lt_->run(plain, false, stream_)) {
-    note_bf16_fallback(op, d.rows, d.in, d.out);
+    note_fp8_in_bf16(op, d.rows, d.in, d.out);
     const auto [x8, w8] =
         fp8_round_trips(x, Fp8Format::e4m3, fp8.scale + kFp8X, w, Fp8Format::e4m3, fp8.scale + kFp8W, op);
     dense_forward(x8, w8, b, act, residual, y, pre);
@@ -189,7 +188,7 @@ void CudaBackend::dense_backward_data_fp8(const Tensor& dy, const Tensor& w, Den
   quantize_fp8(w.data(), w.dtype(), d.out, d.in, Fp8Format::e4m3, fp8.scale + kFp8W, nullptr, wt_codes,
                nullptr, stream_);
   if (data_gemm_fp8(dy_codes, wt_codes, d.rows, d.in, d.out, act, pre, accumulate, dx, fp8)) return;
-  note_bf16_fallback(op, d.rows, d.in, d.out);
+  note_fp8_in_bf16(op, d.rows, d.in, d.out);
   const auto [dy8, w8] =
       fp8_round_trips(dy, Fp8Format::e5m2, fp8.scale + kFp8Dy, w, Fp8Format::e4m3, fp8.scale + kFp8W, op);
   dense_backward_data(dy8, w8, act, pre, accumulate, dx);
@@ -207,7 +206,7 @@ void CudaBackend::dense_backward_weights_fp8(const Tensor& dy, const Tensor& x, 
   quantize_fp8(x.data(), x.dtype(), d.rows, d.in, Fp8Format::e4m3, fp8.scale + kFp8X, nullptr, xt_codes,
                nullptr, stream_);
   if (!weight_gemm_fp8(dyt_codes, xt_codes, d.rows, d.in, d.out, accumulate, dw, fp8)) {
-    note_bf16_fallback(op, d.rows, d.in, d.out);
+    note_fp8_in_bf16(op, d.rows, d.in, d.out);
     const auto [dy8, x8] =
         fp8_round_trips(dy, Fp8Format::e5m2, fp8.scale + kFp8Dy, x, Fp8Format::e4m3, fp8.scale + kFp8X, op);
     gemm(Transpose::yes, Transpose::no, d.out, d.in, d.rows, 1.f, dy8, x8,

@@ -215,7 +215,16 @@ __global__ void fp8_round_trip_kernel(const T* __restrict__ x, int64_t n, Fp8For
   }
 }
 
+__global__ void fp8_gemm_alpha_kernel(const float* a_scale, const float* b_scale, float* alpha) {
+  *alpha = *a_scale * *b_scale;  // exact: powers of two
+}
+
 }  // namespace
+
+void fp8_gemm_alpha(const float* a_scale, const float* b_scale, float* alpha, cudaStream_t stream) {
+  fp8_gemm_alpha_kernel<<<1, 1, 0, stream>>>(a_scale, b_scale, alpha);
+  DLB_KERNEL_LAUNCH_CHECK();
+}
 
 void update_fp8_scales(float* amaxes, float* histories, int length, float* scales, float* inverse_scales,
                        const Fp8Format* formats, int count, int margin, cudaStream_t stream) {

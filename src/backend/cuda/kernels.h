@@ -156,8 +156,6 @@ void gather_strided_pixels(const void* src, int64_t batch, int64_t in_h, int64_t
 void scatter_strided_pixels(const void* src, int64_t batch, int64_t in_h, int64_t in_w, int64_t channels,
                             int64_t stride, void* dst, DType dtype, bool accumulate, cudaStream_t stream);
 
-// Holds `stream` for `microseconds` (one thread polling the GPU's global timer): work queued behind it then
-// runs back to back, whatever the host's time per call (the convolution search times calls this way).
 // FP8 quantization of a GEMM operand for delayed per-tensor scaling (fp8_quantize.cu): x [rows, cols] (f32,
 // f16 or bf16) times *scale, rounded to `format` as core/fp8's float_to_fp8 rounds (nearest even,
 // saturating) into q [rows, cols] where given, into q_transposed [cols, rows] where given, and the largest
@@ -176,7 +174,12 @@ void update_fp8_scales(float* amaxes, float* histories, int length, float* scale
 // where amax is not null. x and y f32, f16 or bf16.
 void fp8_round_trip(const void* x, DType x_dtype, int64_t n, Fp8Format format, const float* scale, void* y,
                     DType y_dtype, float* amax, cudaStream_t stream);
+// *alpha = *a_scale * *b_scale, one thread (fp8_quantize.cu): an FP8 GEMM's dequantizing factor for
+// cuBLASLt to take as a device-side alpha (lt_matmul.h, Fp8GemmScales::alpha).
+void fp8_gemm_alpha(const float* a_scale, const float* b_scale, float* alpha, cudaStream_t stream);
 
+// Holds `stream` for `microseconds` (one thread polling the GPU's global timer): work queued behind it then
+// runs back to back, whatever the host's time per call (the convolution search times calls this way).
 void hold_stream(double microseconds, cudaStream_t stream);
 
 // Sets *flag = 1 if any of x[0..n) is Inf or NaN; never clears it.

@@ -5,6 +5,7 @@
 
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/cuda_common.h"
+#include "backend/cuda/kernels.h"
 #include "core/log.h"
 #include "core/status.h"
 
@@ -18,6 +19,7 @@ struct LtMatmuls::Plan {
   cublasLtMatmulAlgo_t algo{};
   std::vector<cublasLtMatmulAlgo_t> others;  // the heuristic's later choices, best first
   bool ok = false;
+  bool scales_as_alpha = false;  // FP8: the scales' product for alpha, alpha and beta in device memory
   ~Plan() {
     if (desc) cublasLtMatmulDescDestroy(desc);
     for (auto* layout : {a, b, c})
@@ -71,8 +73,11 @@ cublasLtMatrixLayout_t row_major_layout(cudaDataType_t type, int64_t rows, int64
 
 }  // namespace
 
-LtMatmuls::LtMatmuls(void* workspace, size_t bytes) : workspace_(workspace), workspace_bytes_(bytes) {
+LtMatmuls::LtMatmuls(void* workspace, size_t bytes, Fp8GemmScales fp8_scales)
+    : workspace_(workspace), workspace_bytes_(bytes), fp8_scales_(fp8_scales), scalars_(3 * sizeof(float)) {
   CUBLAS_CHECK(cublasLtCreate(&handle_));
+  const float scalars[3] = {1.f, 0.f, 1.f};
+  CUDA_CHECK(cudaMemcpy(scalars_.get(), scalars, sizeof(scalars), cudaMemcpyHostToDevice));
 }
 
 LtMatmuls::~LtMatmuls() {
@@ -80,10 +85,19 @@ LtMatmuls::~LtMatmuls() {
   if (handle_) cublasLtDestroy(handle_);
 }
 
-const LtMatmuls::Plan& LtMatmuls::plan(const Key& key, const LtGemm& g, bool allow_tf32) {
+LtMatmuls::Plan& LtMatmuls::plan(const Key& key, const LtGemm& g, bool allow_tf32) {
   auto it = plans_.find(key);
   if (it != plans_.end()) return *it->second;
+  const bool fp8 = g.a_fp8 || g.b_fp8;
+  auto p = make_plan(g, allow_tf32, static_cast<uint32_t>(std::get<9>(key)),
+                     fp8 && fp8_scales_ == Fp8GemmScales::alpha);
+  return *plans_.emplace(key, std::move(p)).first->second;
+}
+
+std::unique_ptr<LtMatmuls::Plan> LtMatmuls::make_plan(const LtGemm& g, bool allow_tf32, uint32_t align,
+                                                      bool scales_as_alpha) {
   auto p = std::make_unique<Plan>();
+  p->scales_as_alpha = scales_as_alpha;
   const cudaDataType_t type = cuda_dtype(g.dtype);
   const cublasComputeType_t compute =
       g.dtype == DType::f32 && allow_tf32 ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F;
@@ -104,8 +118,12 @@ const LtMatmuls::Plan& LtMatmuls::plan(const Key& key, const LtGemm& g, bool all
   if (fp8) {
     DLB_CHECK(g.a_fp8 && g.b_fp8 && g.a_scale && g.b_scale && g.ta == Transpose::no && g.tb == Transpose::yes,
               "cuBLASLt FP8 gemm: both operands FP8 with their scales, a [m, k] and b [n, k]");
-    set(p->desc, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, g.b_scale);  // cuBLASLt's A is our b
-    set(p->desc, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, g.a_scale);
+    if (scales_as_alpha) {
+      set(p->desc, CUBLASLT_MATMUL_DESC_POINTER_MODE, CUBLASLT_POINTER_MODE_DEVICE);
+    } else {
+      set(p->desc, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, g.b_scale);  // cuBLASLt's A is our b
+      set(p->desc, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, g.a_scale);
+    }
     if (g.bias) set(p->desc, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, type);
     if (g.aux) set(p->desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_DATA_TYPE, type);
   }
@@ -120,7 +138,6 @@ const LtMatmuls::Plan& LtMatmuls::plan(const Key& key, const LtGemm& g, bool all
   const uint64_t workspace = workspace_bytes_;
   CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(preference, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
                                                     &workspace, sizeof(workspace)));
-  const uint32_t align = static_cast<uint32_t>(std::get<9>(key));
   for (auto attribute :
        {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES,
         CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES})
@@ -136,7 +153,7 @@ const LtMatmuls::Plan& LtMatmuls::plan(const Key& key, const LtGemm& g, bool all
     p->algo = results[0].algo;
     for (int i = found - 1; i >= 1; --i) p->others.push_back(results[i].algo);  // popped from the back
   }
-  return *plans_.emplace(key, std::move(p)).first->second;
+  return p;
 }
 
 bool LtMatmuls::run(const LtGemm& g, bool allow_tf32, cudaStream_t stream) {
@@ -159,33 +176,51 @@ bool LtMatmuls::run(const LtGemm& g, bool allow_tf32, cudaStream_t stream) {
                 align,
                 fp8_key(g.a_fp8),
                 fp8_key(g.b_fp8)};
-  const Plan& p = plan(key, g, allow_tf32);
-  if (!p.ok) return false;
-  if (g.a_scale) set(p.desc, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, g.a_scale);
-  if (g.b_scale) set(p.desc, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, g.b_scale);
-  if (g.bias) set(p.desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, g.bias);
-  if (g.aux) set(p.desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, g.aux);
+  Plan* p = &plan(key, g, allow_tf32);
+  if (!p->ok) return false;
+  const bool fp8 = g.a_fp8 || g.b_fp8;
+  DLB_CHECK(!fp8 || g.beta == 0.f || g.beta == 1.f, "cuBLASLt FP8 gemm: beta {} is neither 0 nor 1", g.beta);
   const float alpha = 1.f;
-  Plan& plan_of_key = *plans_.at(key);
+  auto* scalars = static_cast<float*>(scalars_.get());
   for (;;) {
-    const cublasStatus_t status =
-        cublasLtMatmul(handle_, p.desc, &alpha, g.b, p.b, g.a, p.a, &g.beta, g.beta != 0.f ? g.c_in : g.c,
-                       p.c, g.c, p.c, &p.algo, workspace_, workspace_bytes_, stream);
+    if (g.bias) set(p->desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, g.bias);
+    if (g.aux) set(p->desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, g.aux);
+    const void* alpha_at = &alpha;
+    const void* beta_at = &g.beta;
+    if (p->scales_as_alpha) {
+      fp8_gemm_alpha(g.a_scale, g.b_scale, scalars, stream);
+      alpha_at = scalars;
+      beta_at = scalars + (g.beta == 0.f ? 1 : 2);
+    } else if (fp8) {
+      set(p->desc, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, g.a_scale);
+      set(p->desc, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, g.b_scale);
+    }
+    const cublasStatus_t status = cublasLtMatmul(handle_, p->desc, alpha_at, g.b, p->b, g.a, p->a, beta_at,
+                                                 g.beta != 0.f ? g.c_in : g.c, p->c, g.c, p->c, &p->algo,
+                                                 workspace_, workspace_bytes_, stream);
     if (status != CUBLAS_STATUS_NOT_SUPPORTED) {
       CUBLAS_CHECK(status);
       return true;
     }
     // An algorithm the heuristic offered that the call then refuses (seen with FP8 operands): the next
-    // one; with none left the configuration is remembered as having none, and the caller composes the op
-    // another way.
-    log_debug("cuBLASLt refused an algorithm of its heuristic for a {}x{}x{} gemm (epilogue {}, fp8 {}/{})",
-              g.m, g.n, g.k, static_cast<int>(g.epilogue), fp8_key(g.a_fp8), fp8_key(g.b_fp8));
-    if (plan_of_key.others.empty()) {
-      plan_of_key.ok = false;
-      return false;
+    // one; then, for FP8 with automatic scales, the same GEMM with its scales as alpha; with none left the
+    // configuration is remembered as having none, and the caller composes the op another way.
+    log_debug("cuBLASLt refused an algorithm of its heuristic for a {}x{}x{} gemm (epilogue {}, fp8 {}/{}{})",
+              g.m, g.n, g.k, static_cast<int>(g.epilogue), fp8_key(g.a_fp8), fp8_key(g.b_fp8),
+              p->scales_as_alpha ? ", scales as alpha" : "");
+    if (!p->others.empty()) {
+      p->algo = p->others.back();
+      p->others.pop_back();
+      continue;
     }
-    plan_of_key.algo = plan_of_key.others.back();
-    plan_of_key.others.pop_back();
+    if (fp8 && !p->scales_as_alpha && fp8_scales_ == Fp8GemmScales::automatic) {
+      std::unique_ptr<Plan>& slot = plans_.at(key);
+      slot = make_plan(g, allow_tf32, static_cast<uint32_t>(align), true);
+      p = slot.get();
+      if (p->ok) continue;
+    }
+    p->ok = false;
+    return false;
   }
 }
 

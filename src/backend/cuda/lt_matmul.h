@@ -7,9 +7,14 @@
 // of its transpose, so the call is c^T = op(b)^T op(a)^T with the operands swapped (cuda_dense.cc).
 //
 // Each distinct shape, dtype, epilogue and operand alignment gets its descriptors and cuBLASLt's
-// heuristic's first algorithm once, at its first call, and keeps them: a GEMM inside a recorded step asks
+// heuristic's first algorithms once, at its first call, and keeps them: a GEMM inside a recorded step asks
 // the heuristic nothing. A shape for which cuBLASLt offers no algorithm is remembered as such, and run()
 // then returns false, so that the caller composes the op from its single kernels instead.
+//
+// FP8 GEMMs take their operands' dequantizing scales one of two ways (Fp8GemmScales): cuBLASLt's A and B
+// scale pointers, or, with no scale pointers, alpha = a_scale * b_scale, which a one-thread kernel writes
+// into device memory before the call (and beta from device memory too: the pointer mode is per call).
+// Both read the scales when the GEMM runs, so a recorded step follows scales that change every step.
 #pragma once
 
 #include <cublasLt.h>
@@ -22,6 +27,8 @@
 #include <tuple>
 
 #include "backend/backend.h"
+#include "backend/cuda/cuda_common.h"
+#include "backend/cuda_options.h"
 
 namespace dlbench::cuda {
 
@@ -56,7 +63,7 @@ struct LtGemm {
 class LtMatmuls {
  public:
   // `workspace` (device memory, `bytes` of it) is lent by the caller for every call; it must outlive this.
-  LtMatmuls(void* workspace, size_t bytes);
+  LtMatmuls(void* workspace, size_t bytes, Fp8GemmScales fp8_scales = Fp8GemmScales::automatic);
   ~LtMatmuls();
   LtMatmuls(const LtMatmuls&) = delete;
   LtMatmuls& operator=(const LtMatmuls&) = delete;
@@ -70,11 +77,16 @@ class LtMatmuls {
   // ta, tb, m, n, k, dtype, epilogue, tf32, c_in apart from c, the smallest operand alignment in bytes,
   // a's and b's FP8 formats (-1: none)
   using Key = std::tuple<int, int, int64_t, int64_t, int64_t, int, int, bool, bool, int, int, int>;
-  const Plan& plan(const Key& key, const LtGemm& g, bool allow_tf32);
+  Plan& plan(const Key& key, const LtGemm& g, bool allow_tf32);
+  std::unique_ptr<Plan> make_plan(const LtGemm& g, bool allow_tf32, uint32_t align, bool scales_as_alpha);
 
   cublasLtHandle_t handle_ = nullptr;
   void* workspace_;
   size_t workspace_bytes_;
+  Fp8GemmScales fp8_scales_;
+  // Device floats for FP8 GEMMs that take their scales as alpha: [0] that alpha, written before each such
+  // call (one stream: each call reads it before the next writes it), [1] 0 and [2] 1 for beta.
+  DeviceBuffer scalars_;
   std::map<Key, std::unique_ptr<Plan>> plans_;
 };
 
