@@ -7,6 +7,7 @@
 // backward runs and accumulated by every later one. Network::finalize works out which is which.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -74,6 +75,14 @@ class Layer {
   // Makes the saved values again where nothing needs the output again (a recomputed block's last layer):
   // the training forward, unless the layer can skip the work that only the output takes.
   virtual void recompute_saved_values() { forward(Phase::train); }
+  // Elements of the largest tensor the layer's ops may index with 32-bit integers (cuDNN's tensor
+  // descriptors): a batch that makes one pass 2^31 elements cannot run (train/memory_fit). Every input and
+  // output unless the layer knows better: cuBLAS's GEMMs and dlbench's own kernels index with 64 bits.
+  virtual int64_t largest_32bit_indexed_tensor() const {
+    int64_t largest = output_ ? output_->value.numel() : 0;
+    for (const Activation* input : inputs_) largest = std::max(largest, input->value.numel());
+    return largest;
+  }
   // Multiply-accumulates of one forward pass (for FLOP counts and the per-layer profile).
   virtual int64_t forward_macs() const { return 0; }
 

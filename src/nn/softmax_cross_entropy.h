@@ -36,6 +36,8 @@ class SoftmaxCrossEntropyLayer final : public Layer {
     return index == 0 && gradient_ == LossGradient::over_the_logits;
   }
   bool backward_reads_input(int) const override { return gradient_ == LossGradient::from_probabilities; }
+  // The loss kernels index rows with 64 bits.
+  int64_t largest_32bit_indexed_tensor() const override { return 0; }
 
   // With LossGradient::from_probabilities.
   const Tensor& probabilities() const { return probabilities_; }

@@ -26,6 +26,8 @@ class TiedLmHeadLayer final : public Layer {
   bool can_accumulate_input_grad(int) const override { return true; }
   bool backward_reads_output() const override { return false; }
   int64_t forward_macs() const override { return rows_ * channels_ * vocab_; }
+  // Its tensors meet only cuBLAS's GEMMs: logits past 2^31 elements run (GPT-2 medium at batch 64).
+  int64_t largest_32bit_indexed_tensor() const override { return 0; }
 
  private:
   int64_t rows_, channels_, vocab_;

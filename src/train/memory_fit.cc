@@ -18,7 +18,7 @@ namespace {
 
 struct Estimate {
   size_t bytes = 0;
-  int64_t largest_activation = 0;  // elements of the largest layer input or output
+  int64_t largest_32bit_tensor = 0;  // elements of the largest tensor an op indexes with 32-bit integers
 };
 
 Estimate estimate_at(const RunConfig& config, Backend& backend, const ModelOptions& options, int64_t batch) {
@@ -44,11 +44,8 @@ Estimate estimate_at(const RunConfig& config, Backend& backend, const ModelOptio
   if (model.images && model.images->value.dtype() != DType::f32)
     e.bytes += static_cast<size_t>(model.images->value.numel()) * sizeof(float);
   e.bytes += sizeof(int32_t);
-  for (const auto& layer : net.layers()) {
-    e.largest_activation = std::max(e.largest_activation, layer->output()->value.numel());
-    for (const Activation* input : layer->inputs())
-      e.largest_activation = std::max(e.largest_activation, input->value.numel());
-  }
+  for (const auto& layer : net.layers())
+    e.largest_32bit_tensor = std::max(e.largest_32bit_tensor, layer->largest_32bit_indexed_tensor());
   return e;
 }
 
@@ -115,8 +112,9 @@ MemoryFit largest_batch_that_fits(const RunConfig& config, Backend& backend, con
   // With no figure to compare with, nothing is estimated: a run's start costs no second planning.
   if (!device) return fit;
   // Activations grow with the batch: past `limit` one would have 2^31 elements, more than a cuDNN tensor
-  // descriptor takes, so such a batch cannot even be planned. Known from a plan at batch 1.
-  const int64_t per_sample = std::max<int64_t>(1, estimate(1).largest_activation);
+  // descriptor takes, so such a batch cannot even be planned. Known from a plan at batch 1; a language
+  // model's logits, which only GEMMs and 64-bit kernels touch, do not count.
+  const int64_t per_sample = std::max<int64_t>(1, estimate(1).largest_32bit_tensor);
   const int64_t limit = std::max<int64_t>(1, INT_MAX / per_sample);
   fit.element_limit_batch = limit;
   // The line through two estimates: at the batch asked for (or the limit, for a batch past it) and half.

@@ -110,6 +110,18 @@ TEST(MemoryFit, BatchPastTheElementLimitIsRefusedBeforePlanning) {
   }
 }
 
+// GPT-2's logits (1,024 x 50,304 a sequence) meet only GEMMs and the loss's 64-bit kernels: the limit comes
+// from the largest tensor cuDNN could take, the MLP's [T, 4C], so that batch 64 of gpt2-medium is planned.
+TEST(MemoryFit, LogitsDoNotSetTheElementLimit) {
+  auto backend = make_reference_backend();
+  ModelOptions options;
+  MemoryFit fit = largest_batch_that_fits(config_for("gpt2-medium", 64, Precision::bf16), *backend, options,
+                                          device_with_free(size_t{1} << 40));
+  EXPECT_EQ(fit.element_limit_batch, INT32_MAX / (1024 * 4 * 1024));
+  EXPECT_TRUE(fit.fits());
+  EXPECT_NO_THROW(require_fit(fit));
+}
+
 TEST(MemoryFit, LargestFitsAndOneMoreDoesNot) {
   auto backend = make_reference_backend();
   for (Precision precision : {Precision::fp32, Precision::fp16}) {
