@@ -105,6 +105,73 @@ TEST_F(CudaFp8Quantize, OptionalOutputsAndAnEarlierLargerAmax) {
   EXPECT_EQ(amax, earlier_amax) << "every |x| is below the earlier amax, which must stay";
 }
 
+// The bias gradient's column sums made in the quantizing pass: the same codes as quantize_fp8, and each
+// column's sum (written, then added to) within f32's rounding of the host's f64 sum, on shapes of both
+// kernels; the same bits on a second run (no atomics).
+TEST_F(CudaFp8Quantize, ColumnSumsInTheSamePassMatchTheHost) {
+  for (DType sums_dtype : {DType::f32, DType::bf16}) {
+    for (Shape s : {Shape{37, 70}, Shape{200, 7}, Shape{64, 96}, Shape{260, 132}, Shape{1024, 768}}) {
+      const int64_t n = s.rows * s.cols;
+      SCOPED_TRACE(std::string(dtype_name(sums_dtype)) + " sums " + std::to_string(s.rows) + "x" +
+                   std::to_string(s.cols));
+      const HostBuffer x = random_values(n, DType::bf16, 21 + static_cast<uint64_t>(n), -1.0, 1.0);
+      const HostBuffer before = random_values(s.cols, sums_dtype, 22, -1.0, 1.0);
+      const float scale = 64.f;
+      const int64_t partial_rows = cuda::fp8_column_partial_rows(s.rows);
+      DeviceBuffer dx(x.tensor().bytes()), dq(static_cast<size_t>(n)), dqt(static_cast<size_t>(n)),
+          dscale(sizeof(float)), dpartials(static_cast<size_t>(partial_rows * s.cols) * sizeof(float)),
+          dsums(before.tensor().bytes());
+      dx.upload(x);
+      dscale.upload(&scale, sizeof scale);
+      std::vector<std::vector<uint8_t> > runs;
+      for (bool accumulate : {false, true}) {
+        dsums.upload(before);
+        const int64_t rows_written = cuda::quantize_fp8_summing_columns(
+            dx.get(), DType::bf16, s.rows, s.cols, Fp8Format::e5m2, dscale.as<float>(), dq.as<uint8_t>(),
+            dqt.as<uint8_t>(), nullptr, dpartials.as<float>(), stream_);
+        ASSERT_GE(rows_written, 1);
+        ASSERT_LE(rows_written, partial_rows);
+        cuda::sum_column_partials(dpartials.as<float>(), rows_written, s.cols, dsums.get(), sums_dtype,
+                                  accumulate, stream_);
+        sync();
+        std::vector<uint8_t> q(static_cast<size_t>(n));
+        dq.download(q.data(), q.size());
+        int64_t wrong = 0;
+        for (int64_t i = 0; i < n; ++i)
+          wrong += q[static_cast<size_t>(i)] !=
+                   float_to_fp8(static_cast<float>(get(x, i)) * scale, Fp8Format::e5m2);
+        EXPECT_EQ(wrong, 0) << "codes differ from float_to_fp8";
+        HostBuffer sums(std::vector<int64_t>{s.cols}, sums_dtype);
+        dsums.download(sums);
+        // f32 sums of up to 1,024 values in [-1, 1], then (bf16) rounded to 8 bits.
+        const double tolerance = sums_dtype == DType::bf16 ? 1e-2 : 1e-4;
+        for (int64_t c = 0; c < s.cols; ++c) {
+          double expected = accumulate ? get(before, c) : 0.0;
+          for (int64_t r = 0; r < s.rows; ++r) expected += get(x, r * s.cols + c);
+          EXPECT_NEAR(get(sums, c), expected, tolerance * std::max(1.0, std::abs(expected)))
+              << "column " << c << (accumulate ? " (added to)" : "");
+        }
+        std::vector<uint8_t> bytes(sums.tensor().bytes());
+        std::memcpy(bytes.data(), sums.tensor().data(), bytes.size());
+        runs.push_back(std::move(bytes));
+      }
+      // Run again: the same bits.
+      dsums.upload(before);
+      cuda::sum_column_partials(
+          dpartials.as<float>(),
+          cuda::quantize_fp8_summing_columns(dx.get(), DType::bf16, s.rows, s.cols, Fp8Format::e5m2,
+                                             dscale.as<float>(), dq.as<uint8_t>(), nullptr, nullptr,
+                                             dpartials.as<float>(), stream_),
+          s.cols, dsums.get(), sums_dtype, true, stream_);
+      sync();
+      HostBuffer again(std::vector<int64_t>{s.cols}, sums_dtype);
+      dsums.download(again);
+      EXPECT_EQ(std::memcmp(again.tensor().data(), runs[1].data(), runs[1].size()), 0)
+          << "the sums differ between two runs";
+    }
+  }
+}
+
 // Delayed scaling's step end: histories shift with the amax entering first, the amaxes are zeroed, and each
 // scale is core/fp8's fp8_scale_from_amax of its history's maximum, to the bit; an operand that saw nothing
 // keeps its scale.

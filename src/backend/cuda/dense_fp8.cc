@@ -7,7 +7,9 @@
 //                                                 transposed: Hopper's FP8 GEMMs take K-major operands only);
 //   backward weights dW = dy^T x:                 dy^T [O, N] in E5M2 and x^T [I, N] in E4M3, the
 //                                                 reduction over the tokens K-major after transposing;
-//                                                 the bias gradient sums dy as it is (bias_backward).
+//                                                 the bias gradient sums dy as it is (in the pass that
+//                                                 quantizes dy where the layer's whole backward is one
+//                                                 op, dense_backward; else bias_backward).
 // The codes live in the backend's scratch, used by one op at a time. Where cuBLASLt has no FP8 algorithm
 // with an epilogue, the plain FP8 GEMM runs and the epilogue's single kernels follow; where it has none
 // at all (a dimension FP8 GEMMs cannot take, not a multiple of 16), the operands' round trips through
@@ -225,26 +227,33 @@ void CudaBackend::dense_backward(const Tensor& dy, const Tensor& x, const Tensor
   }
   const char* op = "dense_backward (fp8)";
   const Fp8Dims d = check_fp8_dense(op, x, w);
-  DLB_CHECK(g.dw && g.db && dy.numel() == d.rows * d.out && dy.dtype() == x.dtype() &&
-                g.dx->numel() == d.rows * d.in && (g.act == DenseActivation::none || g.pre),
-            "{}: dy {} or the gradients do not fit x {} and w {}", op, dy.describe(), x.describe(),
-            w.describe());
+  DLB_CHECK(
+      g.dw && g.db && g.db->numel() == d.out && dy.numel() == d.rows * d.out && dy.dtype() == x.dtype() &&
+          g.dx->numel() == d.rows * d.in && (g.act == DenseActivation::none || g.pre),
+      "{}: dy {} or the gradients do not fit x {} and w {}", op, dy.describe(), x.describe(), w.describe());
   activate();
   if (d.rows == 0) return;
   const size_t dy_bytes = code_bytes(d.rows, d.out);
-  auto* dy_codes =
-      static_cast<uint8_t*>(scratch(2 * dy_bytes + code_bytes(d.in, d.rows) + code_bytes(d.in, d.out), op));
+  const size_t partial_bytes =
+      align_up(static_cast<size_t>(fp8_column_partial_rows(d.rows) * d.out) * sizeof(float), kCodeAlignment);
+  auto* dy_codes = static_cast<uint8_t*>(
+      scratch(2 * dy_bytes + code_bytes(d.in, d.rows) + code_bytes(d.in, d.out) + partial_bytes, op));
   uint8_t *dyt_codes = dy_codes + dy_bytes, *xt_codes = dyt_codes + dy_bytes,
           *wt_codes = xt_codes + code_bytes(d.in, d.rows);
-  quantize_fp8(dy.data(), dy.dtype(), d.rows, d.out, Fp8Format::e5m2, fp8->scale + kFp8Dy, dy_codes,
-               dyt_codes, operand_amax(*fp8, kFp8Dy), stream_);
+  auto* bias_partials = reinterpret_cast<float*>(wt_codes + code_bytes(d.in, d.out));
+  // dy's codes in both layouts and, in the same pass, its column sums: the bias gradient's, which the
+  // BF16 path has its GEMM's epilogue make (BGRADB) and FP8 would otherwise read dy once more for.
+  const int64_t partial_rows =
+      quantize_fp8_summing_columns(dy.data(), dy.dtype(), d.rows, d.out, Fp8Format::e5m2, fp8->scale + kFp8Dy,
+                                   dy_codes, dyt_codes, operand_amax(*fp8, kFp8Dy), bias_partials, stream_);
   quantize_fp8(x.data(), x.dtype(), d.rows, d.in, Fp8Format::e4m3, fp8->scale + kFp8X, nullptr, xt_codes,
                nullptr, stream_);
   if (!weight_gemm_fp8(dyt_codes, xt_codes, d.rows, d.in, d.out, g.params, *g.dw, *fp8)) {
     Backend::dense_backward(dy, x, w, g, fp8);  // the separate ops, each with its own way round
     return;
   }
-  bias_backward(dy.reshaped({d.rows, d.out}), *g.db, g.params);
+  sum_column_partials(bias_partials, partial_rows, d.out, g.db->data(), g.db->dtype(),
+                      g.params == Accumulate::add, stream_);
   quantize_fp8(w.data(), w.dtype(), d.out, d.in, Fp8Format::e4m3, fp8->scale + kFp8W, nullptr, wt_codes,
                nullptr, stream_);
   if (!data_gemm_fp8(dy_codes, wt_codes, d.rows, d.in, d.out, g.act, g.pre, g.accumulate, *g.dx, *fp8))

@@ -15,6 +15,8 @@
 // coalesced along a row of x, written coalesced along a row of q and, through shared memory, along a row
 // of q_transposed. The amax is a block maximum, then one atomicMax on
 // the float's bits (the order of the maxima does not change the result: the same bits every run).
+// A dense layer's output gradient may have its columns summed in the same pass (its bias gradient): each
+// block's sums per column into a row of partials, added in row order by a second kernel, without atomics.
 #include <cuda_fp8.h>
 
 #include <cfloat>
@@ -40,18 +42,21 @@ template <typename T>
 __global__ void __launch_bounds__(kTile* kTileRowsPerPass)
     quantize_fp8_kernel(const T* __restrict__ x, int64_t rows, int64_t cols, Fp8Format format,
                         const float* __restrict__ scale, uint8_t* __restrict__ q,
-                        uint8_t* __restrict__ q_transposed, float* __restrict__ amax) {
+                        uint8_t* __restrict__ q_transposed, float* __restrict__ amax,
+                        float* __restrict__ column_partials) {
   __shared__ uint8_t tile[kTile][kTile + 4];  // padded: the transposed reads hit different banks
   __shared__ float warp_maxima[kTile * kTileRowsPerPass / 32];
+  __shared__ float column_sums[kTileRowsPerPass][kTile];
   const float s = *scale;
   const int64_t row0 = int64_t(blockIdx.y) * kTile, col0 = int64_t(blockIdx.x) * kTile;
   const int64_t col = col0 + threadIdx.x;
-  float largest = 0.f;
+  float largest = 0.f, column_sum = 0.f;
   for (int r = threadIdx.y; r < kTile; r += kTileRowsPerPass) {
     const int64_t row = row0 + r;
     if (row < rows && col < cols) {
       const float v = widen(x[row * cols + col]);
       largest = fmaxf(largest, fabsf(v));  // fmaxf drops a NaN
+      column_sum += v;
       const uint8_t bits = to_fp8(v * s, format);
       if (q) q[row * cols + col] = bits;
       tile[r][threadIdx.x] = bits;
@@ -63,6 +68,15 @@ __global__ void __launch_bounds__(kTile* kTileRowsPerPass)
     for (int r = threadIdx.y; r < kTile; r += kTileRowsPerPass) {
       const int64_t t_row = col0 + r;
       if (t_row < cols && t_col < rows) q_transposed[t_row * rows + t_col] = tile[threadIdx.x][r];
+    }
+  }
+  if (column_partials) {  // the tile's column sums, its row lanes added in a fixed order
+    column_sums[threadIdx.y][threadIdx.x] = column_sum;
+    __syncthreads();
+    if (threadIdx.y == 0 && col < cols) {
+      float sum = column_sums[0][threadIdx.x];
+      for (int lane = 1; lane < kTileRowsPerPass; ++lane) sum += column_sums[lane][threadIdx.x];
+      column_partials[int64_t(blockIdx.y) * cols + col] = sum;
     }
   }
   if (amax) {
@@ -118,12 +132,14 @@ template <typename T>
 __global__ void __launch_bounds__(kWideThreads)
     quantize_fp8_wide_kernel(const T* __restrict__ x, int64_t rows, int64_t cols, Fp8Format format,
                              const float* __restrict__ scale, uint8_t* __restrict__ q,
-                             uint8_t* __restrict__ q_transposed, float* __restrict__ amax) {
+                             uint8_t* __restrict__ q_transposed, float* __restrict__ amax,
+                             float* __restrict__ column_partials) {
   __shared__ __align__(4) uint8_t tile[kWideTile][kWideTile + 4];  // a row: 68 bytes, 4-aligned
+  __shared__ float column_sums[kWideRowsPerPass][kWideTile];
   const float s = *scale;
   const int64_t row0 = int64_t(blockIdx.y) * kWideTile, col0 = int64_t(blockIdx.x) * kWideTile;
   const int quad = threadIdx.x % (kWideTile / 4), lane_row = threadIdx.x / (kWideTile / 4);
-  float largest = 0.f;
+  float largest = 0.f, column_sum[4] = {0.f, 0.f, 0.f, 0.f};
 #pragma unroll
   for (int pass = 0; pass < kWideTile / kWideRowsPerPass; ++pass) {
     const int r = pass * kWideRowsPerPass + lane_row;
@@ -135,6 +151,7 @@ __global__ void __launch_bounds__(kWideThreads)
 #pragma unroll
       for (int i = 0; i < 4; ++i) {
         largest = fmaxf(largest, fabsf(v[i]));
+        column_sum[i] += v[i];
         word |= uint32_t(to_fp8(v[i] * s, format)) << (8 * i);
       }
       if (q) *reinterpret_cast<uint32_t*>(q + row * cols + col) = word;
@@ -152,6 +169,17 @@ __global__ void __launch_bounds__(kWideThreads)
                               uint32_t(tile[4 * quad + 2][c]) << 16 | uint32_t(tile[4 * quad + 3][c]) << 24;
         *reinterpret_cast<uint32_t*>(q_transposed + t_row * rows + t_col) = word;
       }
+    }
+  }
+  if (column_partials) {  // the tile's column sums, its row lanes added in a fixed order
+#pragma unroll
+    for (int i = 0; i < 4; ++i) column_sums[lane_row][4 * quad + i] = column_sum[i];
+    __syncthreads();
+    const int64_t col = col0 + threadIdx.x;
+    if (threadIdx.x < kWideTile && col < cols) {
+      float sum = column_sums[0][threadIdx.x];
+      for (int lane = 1; lane < kWideRowsPerPass; ++lane) sum += column_sums[lane][threadIdx.x];
+      column_partials[int64_t(blockIdx.y) * cols + col] = sum;
     }
   }
   if (amax) {
@@ -215,6 +243,18 @@ __global__ void fp8_round_trip_kernel(const T* __restrict__ x, int64_t n, Fp8For
   }
 }
 
+// sums[c] (=, or += where `accumulate`) the partial sums of column c, added in row order: a thread a column.
+template <typename D>
+__global__ void sum_column_partials_kernel(const float* __restrict__ partials, int64_t partial_rows,
+                                           int64_t cols, D* __restrict__ sums, bool accumulate) {
+  const int64_t col = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (col >= cols) return;
+  float total = 0.f;
+  for (int64_t r = 0; r < partial_rows; ++r) total += partials[r * cols + col];
+  if (accumulate) total += widen(sums[col]);
+  sums[col] = narrow<D>(total);
+}
+
 __global__ void fp8_gemm_alpha_kernel(const float* a_scale, const float* b_scale, float* alpha) {
   *alpha = *a_scale * *b_scale;  // exact: powers of two
 }
@@ -276,55 +316,91 @@ void fp8_round_trip(const void* x, DType x_dtype, int64_t n, Fp8Format format, c
   DLB_KERNEL_LAUNCH_CHECK();
 }
 
-void quantize_fp8(const void* x, DType dtype, int64_t rows, int64_t cols, Fp8Format format,
-                  const float* scale, uint8_t* q, uint8_t* q_transposed, float* amax, cudaStream_t stream) {
-  DLB_KERNEL_REQUIRE(rows >= 0 && cols >= 0, "quantize_fp8", "negative shape");
-  if (rows == 0 || cols == 0) return;
+namespace {
+
+// quantize_fp8's launch for x of element type T, with x's column sums per tile of rows into
+// `column_partials` where not null; returns the tiles of rows (the partials' rows).
+template <typename T>
+int64_t launch_quantize_fp8(const T* x, int64_t rows, int64_t cols, Fp8Format format, const float* scale,
+                            uint8_t* q, uint8_t* q_transposed, float* amax, float* column_partials,
+                            cudaStream_t stream) {
   const auto aligned = [](const void* p, size_t bytes) {
     return !p || reinterpret_cast<uintptr_t>(p) % bytes == 0;
   };
-  if (rows % 4 == 0 && cols % 4 == 0 && aligned(x, 4 * dtype_size(dtype)) && aligned(q, 4) &&
+  if (rows % 4 == 0 && cols % 4 == 0 && aligned(x, 4 * sizeof(T)) && aligned(q, 4) &&
       aligned(q_transposed, 4) && (rows + kWideTile - 1) / kWideTile <= 65535) {
     const dim3 grid(static_cast<unsigned>((cols + kWideTile - 1) / kWideTile),
                     static_cast<unsigned>((rows + kWideTile - 1) / kWideTile));
-    switch (dtype) {
-      case DType::f32:
-        quantize_fp8_wide_kernel<<<grid, kWideThreads, 0, stream>>>(static_cast<const float*>(x), rows, cols,
-                                                                    format, scale, q, q_transposed, amax);
-        break;
-      case DType::f16:
-        quantize_fp8_wide_kernel<<<grid, kWideThreads, 0, stream>>>(static_cast<const __half*>(x), rows, cols,
-                                                                    format, scale, q, q_transposed, amax);
-        break;
-      case DType::bf16:
-        quantize_fp8_wide_kernel<<<grid, kWideThreads, 0, stream>>>(
-            static_cast<const __nv_bfloat16*>(x), rows, cols, format, scale, q, q_transposed, amax);
-        break;
-      default:
-        DLB_KERNEL_REQUIRE(false, "quantize_fp8", "x must be f32, f16 or bf16");
-    }
+    quantize_fp8_wide_kernel<<<grid, kWideThreads, 0, stream>>>(x, rows, cols, format, scale, q, q_transposed,
+                                                                amax, column_partials);
     DLB_KERNEL_LAUNCH_CHECK();
-    return;
+    return grid.y;
   }
-  const dim3 block(kTile, kTileRowsPerPass);
   const dim3 grid(static_cast<unsigned>((cols + kTile - 1) / kTile),
                   static_cast<unsigned>((rows + kTile - 1) / kTile));
   DLB_KERNEL_REQUIRE(grid.y <= 65535, "quantize_fp8", "more than 2^21 rows");
+  quantize_fp8_kernel<<<grid, dim3(kTile, kTileRowsPerPass), 0, stream>>>(
+      x, rows, cols, format, scale, q, q_transposed, amax, column_partials);
+  DLB_KERNEL_LAUNCH_CHECK();
+  return grid.y;
+}
+
+int64_t launch_quantize_fp8(const void* x, DType dtype, int64_t rows, int64_t cols, Fp8Format format,
+                            const float* scale, uint8_t* q, uint8_t* q_transposed, float* amax,
+                            float* column_partials, cudaStream_t stream) {
+  DLB_KERNEL_REQUIRE(rows >= 0 && cols >= 0, "quantize_fp8", "negative shape");
+  if (rows == 0 || cols == 0) return 0;
   switch (dtype) {
     case DType::f32:
-      quantize_fp8_kernel<<<grid, block, 0, stream>>>(static_cast<const float*>(x), rows, cols, format, scale,
-                                                      q, q_transposed, amax);
-      break;
+      return launch_quantize_fp8(static_cast<const float*>(x), rows, cols, format, scale, q, q_transposed,
+                                 amax, column_partials, stream);
     case DType::f16:
-      quantize_fp8_kernel<<<grid, block, 0, stream>>>(static_cast<const __half*>(x), rows, cols, format,
-                                                      scale, q, q_transposed, amax);
-      break;
+      return launch_quantize_fp8(static_cast<const __half*>(x), rows, cols, format, scale, q, q_transposed,
+                                 amax, column_partials, stream);
     case DType::bf16:
-      quantize_fp8_kernel<<<grid, block, 0, stream>>>(static_cast<const __nv_bfloat16*>(x), rows, cols,
-                                                      format, scale, q, q_transposed, amax);
-      break;
+      return launch_quantize_fp8(static_cast<const __nv_bfloat16*>(x), rows, cols, format, scale, q,
+                                 q_transposed, amax, column_partials, stream);
     default:
       DLB_KERNEL_REQUIRE(false, "quantize_fp8", "x must be f32, f16 or bf16");
+  }
+  return 0;
+}
+
+}  // namespace
+
+void quantize_fp8(const void* x, DType dtype, int64_t rows, int64_t cols, Fp8Format format,
+                  const float* scale, uint8_t* q, uint8_t* q_transposed, float* amax, cudaStream_t stream) {
+  launch_quantize_fp8(x, dtype, rows, cols, format, scale, q, q_transposed, amax, nullptr, stream);
+}
+
+int64_t quantize_fp8_summing_columns(const void* x, DType dtype, int64_t rows, int64_t cols, Fp8Format format,
+                                     const float* scale, uint8_t* q, uint8_t* q_transposed, float* amax,
+                                     float* column_partials, cudaStream_t stream) {
+  DLB_KERNEL_REQUIRE(column_partials != nullptr, "quantize_fp8_summing_columns", "no partials");
+  return launch_quantize_fp8(x, dtype, rows, cols, format, scale, q, q_transposed, amax, column_partials,
+                             stream);
+}
+
+void sum_column_partials(const float* partials, int64_t partial_rows, int64_t cols, void* sums,
+                         DType sums_dtype, bool accumulate, cudaStream_t stream) {
+  DLB_KERNEL_REQUIRE(partial_rows >= 0 && cols >= 0, "sum_column_partials", "negative shape");
+  if (cols == 0) return;
+  const unsigned blocks = static_cast<unsigned>((cols + 255) / 256);
+  switch (sums_dtype) {
+    case DType::f32:
+      sum_column_partials_kernel<<<blocks, 256, 0, stream>>>(partials, partial_rows, cols,
+                                                             static_cast<float*>(sums), accumulate);
+      break;
+    case DType::f16:
+      sum_column_partials_kernel<<<blocks, 256, 0, stream>>>(partials, partial_rows, cols,
+                                                             static_cast<__half*>(sums), accumulate);
+      break;
+    case DType::bf16:
+      sum_column_partials_kernel<<<blocks, 256, 0, stream>>>(partials, partial_rows, cols,
+                                                             static_cast<__nv_bfloat16*>(sums), accumulate);
+      break;
+    default:
+      DLB_KERNEL_REQUIRE(false, "sum_column_partials", "sums must be f32, f16 or bf16");
   }
   DLB_KERNEL_LAUNCH_CHECK();
 }

@@ -164,6 +164,18 @@ void scatter_strided_pixels(const void* src, int64_t batch, int64_t in_h, int64_
 void quantize_fp8(const void* x, DType dtype, int64_t rows, int64_t cols, Fp8Format format,
                   const float* scale, uint8_t* q, uint8_t* q_transposed, float* amax, cudaStream_t stream);
 
+// quantize_fp8 that also sums x's columns, as a dense layer's bias gradient sums its output gradient, in
+// the same pass over x: each tile of rows writes its columns' f32 sums into `column_partials` (row-major,
+// room for fp8_column_partial_rows(rows) rows); returns the rows it wrote. sum_column_partials then adds
+// them in row order into sums (cols elements, f32, f16 or bf16; added to where `accumulate`): no atomics,
+// the same bits every run.
+int64_t quantize_fp8_summing_columns(const void* x, DType dtype, int64_t rows, int64_t cols, Fp8Format format,
+                                     const float* scale, uint8_t* q, uint8_t* q_transposed, float* amax,
+                                     float* column_partials, cudaStream_t stream);
+inline int64_t fp8_column_partial_rows(int64_t rows) { return (rows + 31) / 32; }  // the smallest tile: 32
+void sum_column_partials(const float* partials, int64_t partial_rows, int64_t cols, void* sums,
+                         DType sums_dtype, bool accumulate, cudaStream_t stream);
+
 // Delayed scaling at the end of a step, for `count` operands (fp8_quantize.cu): operand i's amax becomes
 // the newest of the `length` entries of its history (histories[i * length], newest first; the oldest
 // drops out) and is zeroed, and scales[i] = fp8_scale_from_amax(max of the history, formats[i], margin,
