@@ -1,0 +1,238 @@
+// Would a timed search among cuBLASLt's heuristic choices pay for GPT-2's BF16 GEMMs? dlbench runs the
+// heuristic's first algorithm for each shape (lt_matmul.cc). For each GEMM of a model's dense layers, laid
+// out and with the epilogue dlbench's BF16 dense ops give it (dense_epilogues.cc), this asks the heuristic
+// for up to 8 algorithms, times each that runs (median of --reps, on random operands: a power-capped GPU's
+// speed depends on the bits), and prints the first choice's TFLOP/s, the best one's and its place in the
+// list. The last line sums the twelve GEMMs' times: what a search could save of them, an upper bound on
+// its worth in a step (the layers' twelve GEMMs are ~60% of a gpt2-large bf16 step).
+//
+//   gemm_choice_probe [--model gpt2|gpt2-medium|gpt2-large|gpt2-xl] [--tokens N] [--reps R]
+#include <cublasLt.h>
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+#include <vector>
+
+namespace {
+
+void check(cudaError_t e, const char* what) {
+  if (e != cudaSuccess) {
+    std::fprintf(stderr, "gemm_choice_probe: %s: %s\n", what, cudaGetErrorString(e));
+    std::exit(1);
+  }
+}
+void check(cublasStatus_t s, const char* what) {
+  if (s != CUBLAS_STATUS_SUCCESS) {
+    std::fprintf(stderr, "gemm_choice_probe: %s: cuBLAS status %d\n", what, static_cast<int>(s));
+    std::exit(1);
+  }
+}
+
+template <typename T>
+void set(cublasLtMatmulDesc_t desc, cublasLtMatmulDescAttributes_t attribute, const T& value) {
+  check(cublasLtMatmulDescSetAttribute(desc, attribute, &value, sizeof(value)), "set attribute");
+}
+
+// Uniform values in [-1, 1) from a hash of the index.
+__global__ void fill_random(__nv_bfloat16* x, int64_t n, uint32_t seed) {
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n;
+       i += int64_t(gridDim.x) * blockDim.x) {
+    uint32_t h = static_cast<uint32_t>(i) * 2654435761u ^ seed;
+    h ^= h >> 15, h *= 2246822519u, h ^= h >> 13;
+    x[i] = __float2bfloat16(static_cast<float>(h) / 2147483648.f - 1.f);
+  }
+}
+
+// One GEMM in cuBLASLt's column-major terms, D[m, n] = op(A)[m, k] op(B)[k, n] (+ C), as dlbench's
+// row-major call maps onto it (cuBLASLt's A is the row-major b, its B the row-major a).
+struct Gemm {
+  std::string name;
+  cublasOperation_t ta, tb;
+  int64_t m, n, k;
+  cublasLtEpilogue_t epilogue;
+  bool residual;  // beta 1, C another matrix (the forward's residual add)
+};
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  std::string model = "gpt2-large";
+  int64_t tokens = 16384;
+  int reps = 10;
+  for (int i = 1; i < argc; ++i) {
+    auto value = [&](const char* flag) {
+      if (i + 1 >= argc) {
+        std::fprintf(stderr, "gemm_choice_probe: %s needs a value\n", flag);
+        std::exit(2);
+      }
+      return argv[++i];
+    };
+    if (!std::strcmp(argv[i], "--model"))
+      model = value("--model");
+    else if (!std::strcmp(argv[i], "--tokens"))
+      tokens = std::atoll(value("--tokens"));
+    else if (!std::strcmp(argv[i], "--reps"))
+      reps = std::atoi(value("--reps"));
+    else {
+      std::fprintf(stderr, "gemm_choice_probe: unknown argument %s (--model M --tokens N --reps R)\n",
+                   argv[i]);
+      return 2;
+    }
+  }
+  const int64_t c = model == "gpt2"          ? 768
+                    : model == "gpt2-medium" ? 1024
+                    : model == "gpt2-large"  ? 1280
+                    : model == "gpt2-xl"     ? 1600
+                                             : 0;
+  if (c == 0 || tokens < 1 || reps < 1) {
+    std::fprintf(
+        stderr,
+        "gemm_choice_probe: --model gpt2|gpt2-medium|gpt2-large|gpt2-xl, --tokens >= 1, --reps >= 1\n");
+    return 2;
+  }
+
+  // The dense layers (in, out) and their three GEMMs with dlbench's BF16 epilogues:
+  //   forward  y = x W^T + b (+ residual, or GELU with its input saved): A = W, B = x;
+  //   data     dx = dy W (through GELU's gradient after mlp.c_fc): A = W, B = dy;
+  //   weight   dW = dy^T x with db the sum of dy (BGRADB): A = x, B = dy.
+  struct Layer {
+    const char* name;
+    int64_t in, out;
+    cublasLtEpilogue_t forward;
+    bool residual, dgelu;
+  };
+  const Layer layers[] = {{"c_attn", c, 3 * c, CUBLASLT_EPILOGUE_BIAS, false, false},
+                          {"attn.c_proj", c, c, CUBLASLT_EPILOGUE_BIAS, true, false},
+                          {"mlp.c_fc", c, 4 * c, CUBLASLT_EPILOGUE_GELU_AUX_BIAS, false, false},
+                          {"mlp.c_proj", 4 * c, c, CUBLASLT_EPILOGUE_BIAS, true, true}};
+  std::vector<Gemm> gemms;
+  for (const Layer& l : layers) {
+    const std::string name = l.name;
+    gemms.push_back(
+        {name + " forward", CUBLAS_OP_T, CUBLAS_OP_N, l.out, tokens, l.in, l.forward, l.residual});
+    gemms.push_back({name + " data grad", CUBLAS_OP_N, CUBLAS_OP_N, l.in, tokens, l.out,
+                     l.dgelu ? CUBLASLT_EPILOGUE_DGELU : CUBLASLT_EPILOGUE_DEFAULT, false});
+    gemms.push_back({name + " weight grad", CUBLAS_OP_N, CUBLAS_OP_T, l.in, l.out, tokens,
+                     CUBLASLT_EPILOGUE_BGRADB, false});
+  }
+
+  cudaStream_t stream;
+  check(cudaStreamCreate(&stream), "stream");
+  cublasLtHandle_t lt;
+  check(cublasLtCreate(&lt), "cublasLtCreate");
+  int64_t largest = 0;
+  for (const Gemm& g : gemms) largest = std::max({largest, g.m * g.k, g.n * g.k, g.m * g.n});
+  __nv_bfloat16 *a, *b, *d, *residual, *aux, *bias;
+  void* workspace;
+  const size_t workspace_bytes = size_t{32} << 20;  // dlbench's cuBLAS workspace
+  for (__nv_bfloat16** p : {&a, &b, &d, &residual, &aux})
+    check(cudaMalloc(p, static_cast<size_t>(largest) * sizeof(__nv_bfloat16)), "malloc");
+  check(cudaMalloc(&bias, static_cast<size_t>(4 * c) * sizeof(__nv_bfloat16)), "malloc");
+  check(cudaMalloc(&workspace, workspace_bytes), "malloc");
+  uint32_t seed = 1;
+  for (__nv_bfloat16* p : {a, b, residual, aux}) fill_random<<<1024, 256, 0, stream>>>(p, largest, seed++);
+  fill_random<<<16, 256, 0, stream>>>(bias, 4 * c, seed++);
+  check(cudaStreamSynchronize(stream), "fill");
+  cudaEvent_t start, stop;
+  check(cudaEventCreate(&start), "event");
+  check(cudaEventCreate(&stop), "event");
+  const float one = 1.f, zero = 0.f;
+
+  std::printf("%s, %lld tokens, BF16: heuristic offered / first choice TFLOP/s / best TFLOP/s (its place)\n",
+              model.c_str(), static_cast<long long>(tokens));
+  double first_total_ms = 0, best_total_ms = 0;
+  for (const Gemm& g : gemms) {
+    cublasLtMatmulDesc_t desc;
+    check(cublasLtMatmulDescCreate(&desc, CUBLAS_COMPUTE_32F, CUDA_R_32F), "desc");
+    set(desc, CUBLASLT_MATMUL_DESC_TRANSA, g.ta);
+    set(desc, CUBLASLT_MATMUL_DESC_TRANSB, g.tb);
+    set(desc, CUBLASLT_MATMUL_DESC_EPILOGUE, g.epilogue);
+    if (g.epilogue != CUBLASLT_EPILOGUE_DEFAULT && g.epilogue != CUBLASLT_EPILOGUE_DGELU)
+      set(desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, static_cast<void*>(bias));
+    if (g.epilogue == CUBLASLT_EPILOGUE_GELU_AUX_BIAS || g.epilogue == CUBLASLT_EPILOGUE_DGELU) {
+      set(desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, static_cast<void*>(aux));
+      set(desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, g.m);
+    }
+    // Column-major layouts: op(A) is [m, k], so A is stored [k, m] where transposed; likewise B.
+    auto layout = [](int64_t rows, int64_t cols) {
+      cublasLtMatrixLayout_t l;
+      check(cublasLtMatrixLayoutCreate(&l, CUDA_R_16BF, rows, cols, rows), "layout");
+      return l;
+    };
+    cublasLtMatrixLayout_t la = g.ta == CUBLAS_OP_N ? layout(g.m, g.k) : layout(g.k, g.m),
+                           lb = g.tb == CUBLAS_OP_N ? layout(g.k, g.n) : layout(g.n, g.k),
+                           ld = layout(g.m, g.n);
+    cublasLtMatmulPreference_t pref;
+    check(cublasLtMatmulPreferenceCreate(&pref), "preference");
+    check(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
+                                               &workspace_bytes, sizeof workspace_bytes),
+          "preference");
+    cublasLtMatmulHeuristicResult_t results[8] = {};
+    int offered = 0;
+    if (cublasLtMatmulAlgoGetHeuristic(lt, desc, la, lb, ld, ld, pref, 8, results, &offered) !=
+        CUBLAS_STATUS_SUCCESS)
+      offered = 0;
+    const float* beta = g.residual ? &one : &zero;
+    const void* c_in = g.residual ? static_cast<const void*>(residual) : static_cast<const void*>(d);
+    std::vector<double> ms(static_cast<size_t>(offered), -1.0);
+    for (int j = 0; j < offered; ++j) {
+      auto run = [&] {
+        return cublasLtMatmul(lt, desc, &one, a, la, b, lb, beta, c_in, ld, d, ld, &results[j].algo,
+                              workspace, workspace_bytes, stream) == CUBLAS_STATUS_SUCCESS;
+      };
+      if (!run()) continue;
+      check(cudaStreamSynchronize(stream), "warm-up");
+      std::vector<double> times;
+      for (int r = 0; r < reps; ++r) {
+        check(cudaEventRecord(start, stream), "record");
+        run();
+        check(cudaEventRecord(stop, stream), "record");
+        check(cudaEventSynchronize(stop), "synchronize");
+        float t = 0;
+        check(cudaEventElapsedTime(&t, start, stop), "elapsed");
+        times.push_back(t);
+      }
+      std::sort(times.begin(), times.end());
+      ms[static_cast<size_t>(j)] = times[times.size() / 2];
+    }
+    const double flops = 2.0 * static_cast<double>(g.m) * static_cast<double>(g.n) * static_cast<double>(g.k);
+    int first = -1, best = -1;
+    for (int j = 0; j < offered; ++j) {
+      if (ms[static_cast<size_t>(j)] < 0) continue;
+      if (first < 0) first = j;
+      if (best < 0 || ms[static_cast<size_t>(j)] < ms[static_cast<size_t>(best)]) best = j;
+    }
+    if (first < 0) {
+      std::printf("%-24s m %5lld n %5lld k %5lld  offered %d, none ran\n", g.name.c_str(),
+                  static_cast<long long>(g.m), static_cast<long long>(g.n), static_cast<long long>(g.k),
+                  offered);
+    } else {
+      const double first_ms = ms[static_cast<size_t>(first)], best_ms = ms[static_cast<size_t>(best)];
+      first_total_ms += first_ms;
+      best_total_ms += best_ms;
+      std::printf("%-24s m %5lld n %5lld k %5lld  %d / %6.1f / %6.1f (%d)  %.3f -> %.3f ms\n", g.name.c_str(),
+                  static_cast<long long>(g.m), static_cast<long long>(g.n), static_cast<long long>(g.k),
+                  offered, flops / (first_ms * 1e-3) / 1e12, flops / (best_ms * 1e-3) / 1e12, best, first_ms,
+                  best_ms);
+    }
+    cublasLtMatmulPreferenceDestroy(pref);
+    for (auto l : {la, lb, ld}) cublasLtMatrixLayoutDestroy(l);
+    cublasLtMatmulDescDestroy(desc);
+  }
+  std::printf("a block's twelve GEMMs: first choices %.3f ms, best %.3f ms: a search saves %.1f%%\n",
+              first_total_ms, best_total_ms,
+              first_total_ms > 0 ? 100.0 * (first_total_ms - best_total_ms) / first_total_ms : 0.0);
+  cudaEventDestroy(start);
+  cudaEventDestroy(stop);
+  cublasLtDestroy(lt);
+  for (void* p : {static_cast<void*>(a), static_cast<void*>(b), static_cast<void*>(d),
+                  static_cast<void*>(residual), static_cast<void*>(aux), static_cast<void*>(bias), workspace})
+    cudaFree(p);
+  return 0;
+}
