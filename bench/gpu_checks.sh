@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The GPU half of the test suite, for a machine with a GPU (CI has none): the CUDA backend's op tests, the
 # kernels' tests, one ResNet-50 step and one gpt-mini step (fused and not) against oneDNN, compute-sanitizer
-# on a short ResNet-50 run, gpt-mini on the GPL in bf16, fp16 and fp8 beating the text's byte entropy, and
+# on a short ResNet-50 run and a gpt-mini fp8 one, gpt-mini on the GPL in bf16, fp16 and fp8 beating the text's byte entropy, and
 # resnet20 on Fashion-MNIST to >= 90% test accuracy in fp32 and fp16, one
 # epoch of it from JPEGs decoded on the GPU (every image there, > 80%; memcheck on the GPU pipeline),
 # `--batch-size max` resolving to a batch that runs, the energy of the timed window read from NVML, and two
@@ -32,6 +32,10 @@ check cuda_kernels "$BIN/test_backend_cuda_kernels"
 check resnet50_step_vs_onednn "$BIN/test_gpu_model"
 check memcheck_resnet50 compute-sanitizer --tool memcheck --error-exitcode 1 \
   "$BIN/dlbench" bench --device cuda --model resnet50 --batch-size 8 --steps 2 --warmup-steps 1 --cuda-graph false
+# FP8's own kernels (quantization with the bias's column sums, the scales' product for alpha) on a GPT step.
+check memcheck_gpt_mini_fp8 compute-sanitizer --tool memcheck --error-exitcode 1 \
+  "$BIN/dlbench" bench --device cuda --model gpt-mini --precision fp8 --batch-size 4 --steps 2 --warmup-steps 1 \
+  --cuda-graph false
 for p in fp32 fp16; do
   check "fmnist_resnet20_$p" "$BIN/dlbench" train --device cuda --precision "$p" --model resnet20 --data "$DATA" \
     --epochs 4 --batch-size 128 --lr 0.2 --nesterov --weight-decay 5e-4 --lr-warmup-epochs 0.2 --log-every 200 \
