@@ -25,7 +25,8 @@ MpiWatchdog::MpiWatchdog(MPI_Comm world, std::shared_ptr<ProgressTracker> progre
   MPI_CHECK(MPI_Comm_rank(comm_, &rank_));
   MPI_CHECK(MPI_Comm_size(comm_, &size_));
   host_ = this_host();
-  received_.resize(static_cast<size_t>(size_));
+  buffers_ = std::make_unique<RoundBuffers>();
+  buffers_->received.resize(static_cast<size_t>(size_));
   thread_ = std::thread([this] { watch(); });
   signal_thread_ = std::thread([this] { watch_for_signal(); });
 }
@@ -43,15 +44,19 @@ MpiWatchdog::~MpiWatchdog() {
   thread_.join();
   ending_ = true;
   signal_thread_.join();
-  // A round left in flight (abandoned) keeps the communicator: freeing it could wait for that round.
-  if (request_ == MPI_REQUEST_NULL) MPI_Comm_free(&comm_);
+  // A round left in flight (abandoned) keeps the communicator, since freeing it could wait for that round,
+  // and its buffers, which MPI may yet write: a few kilobytes left to the ending process.
+  if (request_ == MPI_REQUEST_NULL)
+    MPI_Comm_free(&comm_);
+  else
+    static_cast<void>(buffers_.release());
 }
 
 bool MpiWatchdog::round(const Record& own) {
   if (request_ == MPI_REQUEST_NULL) {
-    send_ = own;
-    MPI_CHECK(MPI_Iallgather(&send_, sizeof(Record), MPI_BYTE, received_.data(), sizeof(Record), MPI_BYTE,
-                             comm_, &request_));
+    buffers_->send = own;
+    MPI_CHECK(MPI_Iallgather(&buffers_->send, sizeof(Record), MPI_BYTE, buffers_->received.data(),
+                             sizeof(Record), MPI_BYTE, comm_, &request_));
   }
   int done = 0;
   MPI_CHECK(MPI_Test(&request_, &done, MPI_STATUS_IGNORE));
@@ -142,7 +147,7 @@ void MpiWatchdog::watch() {
         std::vector<RankProgress> records;
         bool all_closing = true;
         hosts_.clear();
-        for (const Record& r : received_) {
+        for (const Record& r : buffers_->received) {
           if (r.progress.stopping && r.reason[0] != '\0') stop(r.reason);
           records.push_back(r.progress);
           hosts_.emplace_back(r.host);

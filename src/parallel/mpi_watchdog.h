@@ -74,8 +74,14 @@ class MpiWatchdog {
   std::vector<std::function<void()>> abort_hooks_;
   double timeout_seconds_;
 
-  Record send_{};
-  std::vector<Record> received_;
+  // A round's buffers, on the heap: a round abandoned in flight (an exception unwinding) may still complete
+  // in finish_mpi_process's barrier or in MPI_Finalize, once the other ranks post theirs, and MPI then
+  // reads and writes these. The destructor leaves them to the process instead of freeing them under MPI.
+  struct RoundBuffers {
+    Record send{};
+    std::vector<Record> received;
+  };
+  std::unique_ptr<RoundBuffers> buffers_;
   MPI_Request request_ = MPI_REQUEST_NULL;
 
   std::mutex mutex_;
