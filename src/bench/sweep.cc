@@ -216,7 +216,7 @@ std::string why_peer_cannot_run(const std::string& framework, const Point& p) {
 // How many points of `o` failed (recorded in the results file); unavailable peers are not failures.
 struct SweepTally {
   bool interrupted = false;  // stopped by a signal: points were left
-  size_t run = 0;
+  size_t run = 0;            // points whose process ran them (ok, failed or interrupted)
   int failed = 0, skipped = 0, unavailable = 0;
   std::string unavailable_reason;
 };
@@ -401,12 +401,13 @@ void run_point(const SweepRun& r, const Point& p, size_t i, size_t count, double
   run.timeout_seconds = o.point_timeout_seconds;
   const ProcessResult outcome = run_process(argv, run);
   spent += outcome.seconds;
-  ++tally.run;
   line["seconds"] = outcome.seconds;
   line["log"] = log_path;
   if (!r.peer && !outcome.stopped && is_usage_error(outcome.exit_code))
     refuse_command_line(o, error_of(log_path, outcome), log_path);
   record_outcome(o, outcome, json_path, log_path, r.system, line, tally);
+  // A peer that turned out not to be installed ran no point: it counts among the unavailable ones alone.
+  if (line["status"] != "unavailable") ++tally.run;
   append_line(o.results, line.dump());
 }
 

@@ -510,6 +510,9 @@ TEST(CompareCli, RunsEachPeerWithItsBestFlagsAndRecordsAMissingOne) {
   CommandResult r = run_dlbench(args);
   ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
   EXPECT_CONTAINS(r.out, "not installed here: jax (jax peer: JAX is not installed (no module jax))");
+  // The peer started once to find it missing ran no point: counted among the unavailable ones alone.
+  EXPECT_CONTAINS(r.out, "compare: jax done: 0 run, 0 failed, 2 not available, 0 skipped");
+  EXPECT_CONTAINS(r.out, "compare: pytorch done: 2 run, 0 failed, 0 not available, 0 skipped");
 
   const std::string argv = read_text((dir / "argv.txt").string());
   // One GPU: the script itself; two: under torchrun. Channels-last always, --compile for the compiled peer.
