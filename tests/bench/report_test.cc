@@ -325,6 +325,25 @@ std::string image_and_token_points() {
          "\n";
 }
 
+// The machine is described from a dlbench result whatever ran it: a CPU run is "dlbench (CPU)" in the
+// tables, and its system still heads the report (a CPU study's report said no result carried one).
+TEST(Report, ACpuRunsSystemHeadsTheReport) {
+  testing::TempDir dir;
+  const std::string path = dir.file("cpu.jsonl");
+  testing::write_file(
+      path,
+      R"({"config": {"command": "bench", "device": "cpu"}, "device": "cpu", "model": "resnet20", )"
+      R"("precision": "fp32", "ranks": 1, "batch_size": 128, "launcher": "single", "images_per_second": 1169.0, )"
+      R"("system": {"dlbench_version": "9.9.9", "git_commit": "abc1234", "hostname": "testhost", )"
+      R"("os": "Debian 12", "cpu": "Test CPU", "logical_cores": 2, "memory_bytes": 25769803776}})"
+      "\n");
+  const std::string md = report_markdown(read_report_input({path}));
+  EXPECT_CONTAINS(md, "| dlbench (CPU) | fp32 | 128 | 1,169 |");
+  EXPECT_CONTAINS(md, "dlbench    9.9.9 (commit abc1234)");
+  EXPECT_CONTAINS(md, "host       testhost, Debian 12");
+  EXPECT_EQ(md.find("No result carries a system description."), std::string::npos) << md;
+}
+
 // A token model's rows and figures state its tokens/s (not its sequences/s) and its MFU, an image model's
 // its img/s; the ratios divide like by like.
 TEST(Report, ATokenModelIsReportedInTokensPerSecond) {
