@@ -711,7 +711,8 @@ int main(int argc, char** argv) {
   set_cuda_driver_defaults();
   // Until a command stops at safe points of its own, a signal ends it at once, its temporaries removed.
   dlbench::install_stop_handler();
-  CLI::App app{"dlbench: how fast does this machine train a ResNet? A training engine and benchmark."};
+  CLI::App app{
+      "dlbench: how fast does this machine train a ResNet or a GPT-2? A training engine and benchmark."};
   app.set_version_flag("--version",
                        std::string("dlbench ") + DLBENCH_VERSION + " (" + DLBENCH_GIT_COMMIT + ")");
   app.require_subcommand(1);
