@@ -375,8 +375,11 @@ void run_point(const SweepRun& r, const Point& p, size_t i, size_t count, double
   const std::string json_path = r.logs + "/" + name + ".json", log_path = r.logs + "/" + name + ".log";
   nlohmann::json line = {{"date", iso_date_utc()},
                          {"sweep_point", point_key(o, p.model, p.precision, p.gpus, p.batch)}};
-  // A peer found missing, or a point it cannot run, is recorded without starting anything.
+  // A peer found missing, or a point it cannot run, is recorded without starting anything; the missing
+  // peer's reason without the program that gave it ("pytorch gpt peer: "), which may be another model's.
   std::string not_run = tally.unavailable_reason;
+  if (const size_t named = not_run.find(" peer: "); named != std::string::npos)
+    not_run = not_run.substr(named + std::string(" peer: ").size());
   if (not_run.empty() && r.peer) not_run = why_peer_cannot_run(o.framework, p);
   if (!not_run.empty()) {
     line["status"] = "unavailable";

@@ -530,6 +530,9 @@ TEST(CompareCli, RunsEachPeerWithItsBestFlagsAndRecordsAMissingOne) {
   }
   EXPECT_EQ(ok, 4);
   EXPECT_EQ(unavailable, 2);  // JAX: missing at one GPU, and one GPU only anyway at two
+  // The point JAX said it is missing at keeps its words; the one recorded after it, the reason alone.
+  EXPECT_EQ(lines[4]["error"], "jax peer: JAX is not installed (no module jax)") << lines[4].dump();
+  EXPECT_EQ(lines[5]["error"], "JAX is not installed (no module jax)") << lines[5].dump();
   // JAX ran once: after it said it is missing, its other points were recorded without starting it.
   EXPECT_EQ(count_lines(argv), 5) << argv;
 
