@@ -1,7 +1,8 @@
 // Which of cuBLASLt's FP8 GEMMs run at GPT-2's shapes, set up as dlbench's FP8 dense ops set them up, and
 // how fast: the question behind --precision fp8's speed (bench/results/gpt2-fp8). On the H200 the heuristic
-// offered algorithms for the forward's E4M3 x E4M3 GEMMs that cublasLtMatmul then refused
-// (CUBLAS_STATUS_NOT_SUPPORTED), while the gradients' E5M2 x E4M3 GEMMs mostly ran. For each GEMM of a
+// offered algorithms that cublasLtMatmul then refused (CUBLAS_STATUS_NOT_SUPPORTED) for 22 of gpt2's and
+// gpt2-large's 24 FP8 GEMM shapes, all set up with scale pointers, while gpu_ceilings' FP8 GEMMs without
+// scales ran. For each GEMM of a
 // model's dense layers (forward, data gradient, weight gradient) and each way of giving the scales:
 //   none      no scales (the gpu_ceilings set-up, which ran E4M3 x E4M3 at 8192^3);
 //   pointers  A and B scale pointers, 4 bytes apart as dlbench's per-layer arrays hold them;
