@@ -20,31 +20,17 @@
 
 #include <algorithm>
 #include <cstdio>
-#include <cstdlib>
-#include <cstring>
-#include <functional>
 #include <string>
 #include <vector>
 
+#include "gpt_gemm_probe.h"
+
 namespace {
 
-void check(cudaError_t e, const char* what) {
-  if (e != cudaSuccess) {
-    std::fprintf(stderr, "fp8_gemm_probe: %s: %s\n", what, cudaGetErrorString(e));
-    std::exit(1);
-  }
-}
-void check(cublasStatus_t s, const char* what) {
-  if (s != CUBLAS_STATUS_SUCCESS) {
-    std::fprintf(stderr, "fp8_gemm_probe: %s: cuBLAS status %d\n", what, static_cast<int>(s));
-    std::exit(1);
-  }
-}
-
-template <typename T>
-void set(cublasLtMatmulDesc_t desc, cublasLtMatmulDescAttributes_t attribute, const T& value) {
-  check(cublasLtMatmulDescSetAttribute(desc, attribute, &value, sizeof(value)), "set attribute");
-}
+using gpt_gemm_probe::check;
+using gpt_gemm_probe::heuristic_choices;
+using gpt_gemm_probe::median_ms;
+using gpt_gemm_probe::set;
 
 // One GEMM in cuBLASLt's column-major terms: D[m, n] = op(A)[m, k] op(B)[k, n] with A stored [k, m]
 // (transposed, K-major) and B [k, n] (K-major): the only FP8 layout.
@@ -73,62 +59,14 @@ struct Outcome {
   double best_tflops = 0;
 };
 
-double median_ms(cudaStream_t stream, int reps, const std::function<bool()>& body) {
-  cudaEvent_t start, stop;
-  check(cudaEventCreate(&start), "event");
-  check(cudaEventCreate(&stop), "event");
-  std::vector<double> times;
-  for (int i = 0; i < reps; ++i) {
-    check(cudaEventRecord(start, stream), "record");
-    body();
-    check(cudaEventRecord(stop, stream), "record");
-    check(cudaEventSynchronize(stop), "synchronize");
-    float ms = 0;
-    check(cudaEventElapsedTime(&ms, start, stop), "elapsed");
-    times.push_back(ms);
-  }
-  cudaEventDestroy(start);
-  cudaEventDestroy(stop);
-  std::sort(times.begin(), times.end());
-  return times[times.size() / 2];
-}
-
 }  // namespace
 
 int main(int argc, char** argv) {
-  std::string model = "gpt2-large";
-  int64_t tokens = 16384;
-  int reps = 10;
-  for (int i = 1; i < argc; ++i) {
-    auto value = [&](const char* flag) {
-      if (i + 1 >= argc) {
-        std::fprintf(stderr, "fp8_gemm_probe: %s needs a value\n", flag);
-        std::exit(2);
-      }
-      return argv[++i];
-    };
-    if (!std::strcmp(argv[i], "--model"))
-      model = value("--model");
-    else if (!std::strcmp(argv[i], "--tokens"))
-      tokens = std::atoll(value("--tokens"));
-    else if (!std::strcmp(argv[i], "--reps"))
-      reps = std::atoi(value("--reps"));
-    else {
-      std::fprintf(stderr, "fp8_gemm_probe: unknown argument %s (--model M --tokens N --reps R)\n", argv[i]);
-      return 2;
-    }
-  }
-  const int64_t c = model == "gpt2"          ? 768
-                    : model == "gpt2-medium" ? 1024
-                    : model == "gpt2-large"  ? 1280
-                    : model == "gpt2-xl"     ? 1600
-                                             : 0;
-  if (c == 0 || tokens < 16 || tokens % 16 || reps < 1) {
-    std::fprintf(stderr,
-                 "fp8_gemm_probe: --model gpt2|gpt2-medium|gpt2-large|gpt2-xl, --tokens a multiple of 16, "
-                 "--reps >= 1\n");
-    return 2;
-  }
+  gpt_gemm_probe::program = "fp8_gemm_probe";
+  const gpt_gemm_probe::Options options = gpt_gemm_probe::parse_options(argc, argv, 16);
+  const std::string& model = options.model;
+  const int64_t tokens = options.tokens, c = options.width;
+  const int reps = options.reps;
 
   // The dense layers (in, out) and their three GEMMs, as dense_fp8.cc runs them (our row-major
   // c[M, N] = a[M, K] b[N, K]^T is cuBLASLt's D[N, M] with A = b, B = a).
@@ -189,23 +127,14 @@ int main(int argc, char** argv) {
       set(desc, CUBLASLT_MATMUL_DESC_TRANSA, CUBLAS_OP_T);
       cublasLtMatrixLayout_t la = layout(CUDA_R_16BF, g.k, g.m), lb = layout(CUDA_R_16BF, g.k, g.n),
                              ld = layout(CUDA_R_16BF, g.m, g.n);
-      cublasLtMatmulPreference_t pref;
-      check(cublasLtMatmulPreferenceCreate(&pref), "preference");
-      check(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
-                                                 &workspace_bytes, sizeof workspace_bytes),
-            "preference");
-      cublasLtMatmulHeuristicResult_t r{};
-      int found = 0;
-      if (cublasLtMatmulAlgoGetHeuristic(lt, desc, la, lb, ld, ld, pref, 1, &r, &found) ==
-              CUBLAS_STATUS_SUCCESS &&
-          found > 0) {
+      const auto choices = heuristic_choices(lt, desc, la, lb, ld, workspace_bytes, 1);
+      if (!choices.empty()) {
         const double ms = median_ms(stream, reps, [&] {
-          return cublasLtMatmul(lt, desc, &one, a, la, b, lb, &zero, d, ld, d, ld, &r.algo, workspace,
-                                workspace_bytes, stream) == CUBLAS_STATUS_SUCCESS;
+          return cublasLtMatmul(lt, desc, &one, a, la, b, lb, &zero, d, ld, d, ld, &choices[0].algo,
+                                workspace, workspace_bytes, stream) == CUBLAS_STATUS_SUCCESS;
         });
         bf16_tflops = flops / (ms * 1e-3) / 1e12;
       }
-      cublasLtMatmulPreferenceDestroy(pref);
       for (auto l : {la, lb, ld}) cublasLtMatrixLayoutDestroy(l);
       cublasLtMatmulDescDestroy(desc);
     }
@@ -233,16 +162,9 @@ int main(int argc, char** argv) {
         }
         cublasLtMatrixLayout_t la = layout(g.a, g.k, g.m), lb = layout(g.b, g.k, g.n),
                                ld = layout(CUDA_R_16BF, g.m, g.n);
-        cublasLtMatmulPreference_t pref;
-        check(cublasLtMatmulPreferenceCreate(&pref), "preference");
-        check(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
-                                                   &workspace_bytes, sizeof workspace_bytes),
-              "preference");
-        cublasLtMatmulHeuristicResult_t results[8] = {};
+        const auto results = heuristic_choices(lt, desc, la, lb, ld, workspace_bytes, 8);
         Outcome o;
-        if (cublasLtMatmulAlgoGetHeuristic(lt, desc, la, lb, ld, ld, pref, 8, results, &o.offered) !=
-            CUBLAS_STATUS_SUCCESS)
-          o.offered = 0;
+        o.offered = static_cast<int>(results.size());
         const void* alpha = mode == Scales::alpha ? static_cast<const void*>(scales + 12) : &one;
         const void* beta = mode == Scales::alpha ? static_cast<const void*>(device_zero) : &zero;
         for (int j = 0; j < o.offered; ++j) {
@@ -257,7 +179,6 @@ int main(int argc, char** argv) {
         }
         std::printf(" %s%s %d/%d/%.0f", with_bias ? "bias+" : "", scales_name(mode), o.offered,
                     o.first_running, o.best_tflops);
-        cublasLtMatmulPreferenceDestroy(pref);
         for (auto l : {la, lb, ld}) cublasLtMatrixLayoutDestroy(l);
         cublasLtMatmulDescDestroy(desc);
       }

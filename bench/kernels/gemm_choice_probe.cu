@@ -14,30 +14,17 @@
 #include <algorithm>
 #include <cstdint>
 #include <cstdio>
-#include <cstdlib>
-#include <cstring>
 #include <string>
 #include <vector>
 
+#include "gpt_gemm_probe.h"
+
 namespace {
 
-void check(cudaError_t e, const char* what) {
-  if (e != cudaSuccess) {
-    std::fprintf(stderr, "gemm_choice_probe: %s: %s\n", what, cudaGetErrorString(e));
-    std::exit(1);
-  }
-}
-void check(cublasStatus_t s, const char* what) {
-  if (s != CUBLAS_STATUS_SUCCESS) {
-    std::fprintf(stderr, "gemm_choice_probe: %s: cuBLAS status %d\n", what, static_cast<int>(s));
-    std::exit(1);
-  }
-}
-
-template <typename T>
-void set(cublasLtMatmulDesc_t desc, cublasLtMatmulDescAttributes_t attribute, const T& value) {
-  check(cublasLtMatmulDescSetAttribute(desc, attribute, &value, sizeof(value)), "set attribute");
-}
+using gpt_gemm_probe::check;
+using gpt_gemm_probe::heuristic_choices;
+using gpt_gemm_probe::median_ms;
+using gpt_gemm_probe::set;
 
 // Uniform values in [-1, 1) from a hash of the index.
 __global__ void fill_random(__nv_bfloat16* x, int64_t n, uint32_t seed) {
@@ -62,40 +49,11 @@ struct Gemm {
 }  // namespace
 
 int main(int argc, char** argv) {
-  std::string model = "gpt2-large";
-  int64_t tokens = 16384;
-  int reps = 10;
-  for (int i = 1; i < argc; ++i) {
-    auto value = [&](const char* flag) {
-      if (i + 1 >= argc) {
-        std::fprintf(stderr, "gemm_choice_probe: %s needs a value\n", flag);
-        std::exit(2);
-      }
-      return argv[++i];
-    };
-    if (!std::strcmp(argv[i], "--model"))
-      model = value("--model");
-    else if (!std::strcmp(argv[i], "--tokens"))
-      tokens = std::atoll(value("--tokens"));
-    else if (!std::strcmp(argv[i], "--reps"))
-      reps = std::atoi(value("--reps"));
-    else {
-      std::fprintf(stderr, "gemm_choice_probe: unknown argument %s (--model M --tokens N --reps R)\n",
-                   argv[i]);
-      return 2;
-    }
-  }
-  const int64_t c = model == "gpt2"          ? 768
-                    : model == "gpt2-medium" ? 1024
-                    : model == "gpt2-large"  ? 1280
-                    : model == "gpt2-xl"     ? 1600
-                                             : 0;
-  if (c == 0 || tokens < 1 || reps < 1) {
-    std::fprintf(
-        stderr,
-        "gemm_choice_probe: --model gpt2|gpt2-medium|gpt2-large|gpt2-xl, --tokens >= 1, --reps >= 1\n");
-    return 2;
-  }
+  gpt_gemm_probe::program = "gemm_choice_probe";
+  const gpt_gemm_probe::Options options = gpt_gemm_probe::parse_options(argc, argv, 1);
+  const std::string& model = options.model;
+  const int64_t tokens = options.tokens, c = options.width;
+  const int reps = options.reps;
 
   // The dense layers (in, out) and their three GEMMs with dlbench's BF16 epilogues:
   //   forward  y = x W^T + b (+ residual, or GELU with its input saved): A = W, B = x;
@@ -139,9 +97,6 @@ int main(int argc, char** argv) {
   for (__nv_bfloat16* p : {a, b, residual, aux}) fill_random<<<1024, 256, 0, stream>>>(p, largest, seed++);
   fill_random<<<16, 256, 0, stream>>>(bias, 4 * c, seed++);
   check(cudaStreamSynchronize(stream), "fill");
-  cudaEvent_t start, stop;
-  check(cudaEventCreate(&start), "event");
-  check(cudaEventCreate(&stop), "event");
   const float one = 1.f, zero = 0.f;
 
   std::printf("%s, %lld tokens, BF16: heuristic offered / first choice TFLOP/s / best TFLOP/s (its place)\n",
@@ -168,16 +123,8 @@ int main(int argc, char** argv) {
     cublasLtMatrixLayout_t la = g.ta == CUBLAS_OP_N ? layout(g.m, g.k) : layout(g.k, g.m),
                            lb = g.tb == CUBLAS_OP_N ? layout(g.k, g.n) : layout(g.n, g.k),
                            ld = layout(g.m, g.n);
-    cublasLtMatmulPreference_t pref;
-    check(cublasLtMatmulPreferenceCreate(&pref), "preference");
-    check(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
-                                               &workspace_bytes, sizeof workspace_bytes),
-          "preference");
-    cublasLtMatmulHeuristicResult_t results[8] = {};
-    int offered = 0;
-    if (cublasLtMatmulAlgoGetHeuristic(lt, desc, la, lb, ld, ld, pref, 8, results, &offered) !=
-        CUBLAS_STATUS_SUCCESS)
-      offered = 0;
+    const auto results = heuristic_choices(lt, desc, la, lb, ld, workspace_bytes, 8);
+    const int offered = static_cast<int>(results.size());
     const float* beta = g.residual ? &one : &zero;
     const void* c_in = g.residual ? static_cast<const void*>(residual) : static_cast<const void*>(d);
     std::vector<double> ms(static_cast<size_t>(offered), -1.0);
@@ -188,18 +135,7 @@ int main(int argc, char** argv) {
       };
       if (!run()) continue;
       check(cudaStreamSynchronize(stream), "warm-up");
-      std::vector<double> times;
-      for (int r = 0; r < reps; ++r) {
-        check(cudaEventRecord(start, stream), "record");
-        run();
-        check(cudaEventRecord(stop, stream), "record");
-        check(cudaEventSynchronize(stop), "synchronize");
-        float t = 0;
-        check(cudaEventElapsedTime(&t, start, stop), "elapsed");
-        times.push_back(t);
-      }
-      std::sort(times.begin(), times.end());
-      ms[static_cast<size_t>(j)] = times[times.size() / 2];
+      ms[static_cast<size_t>(j)] = median_ms(stream, reps, run);
     }
     const double flops = 2.0 * static_cast<double>(g.m) * static_cast<double>(g.n) * static_cast<double>(g.k);
     int first = -1, best = -1;
@@ -221,15 +157,12 @@ int main(int argc, char** argv) {
                   offered, flops / (first_ms * 1e-3) / 1e12, flops / (best_ms * 1e-3) / 1e12, best, first_ms,
                   best_ms);
     }
-    cublasLtMatmulPreferenceDestroy(pref);
     for (auto l : {la, lb, ld}) cublasLtMatrixLayoutDestroy(l);
     cublasLtMatmulDescDestroy(desc);
   }
   std::printf("a block's twelve GEMMs: first choices %.3f ms, best %.3f ms: a search saves %.1f%%\n",
               first_total_ms, best_total_ms,
               first_total_ms > 0 ? 100.0 * (first_total_ms - best_total_ms) / first_total_ms : 0.0);
-  cudaEventDestroy(start);
-  cudaEventDestroy(stop);
   cublasLtDestroy(lt);
   for (void* p : {static_cast<void*>(a), static_cast<void*>(b), static_cast<void*>(d),
                   static_cast<void*>(residual), static_cast<void*>(aux), static_cast<void*>(bias), workspace})

@@ -1,0 +1,126 @@
+// What the GPT-2 GEMM probes share (fp8_gemm_probe, gemm_choice_probe): errors that end the program with
+// one line naming it, cuBLASLt descriptor attributes, the command line (--model, --tokens, --reps) with the
+// model's width, cuBLASLt's heuristic choices for a GEMM, and the median time of a body.
+#pragma once
+
+#include <cublasLt.h>
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <functional>
+#include <string>
+#include <vector>
+
+namespace gpt_gemm_probe {
+
+inline const char* program = "probe";  // set by main: the name each error line starts with
+
+inline void check(cudaError_t e, const char* what) {
+  if (e != cudaSuccess) {
+    std::fprintf(stderr, "%s: %s: %s\n", program, what, cudaGetErrorString(e));
+    std::exit(1);
+  }
+}
+inline void check(cublasStatus_t s, const char* what) {
+  if (s != CUBLAS_STATUS_SUCCESS) {
+    std::fprintf(stderr, "%s: %s: cuBLAS status %d\n", program, what, static_cast<int>(s));
+    std::exit(1);
+  }
+}
+
+template <typename T>
+void set(cublasLtMatmulDesc_t desc, cublasLtMatmulDescAttributes_t attribute, const T& value) {
+  check(cublasLtMatmulDescSetAttribute(desc, attribute, &value, sizeof(value)), "set attribute");
+}
+
+struct Options {
+  std::string model = "gpt2-large";
+  int64_t tokens = 16384;
+  int reps = 10;
+  int64_t width = 0;  // the model's C
+};
+
+// --model, --tokens (a positive multiple of `token_multiple`), --reps; a bad one ends the program with
+// status 2 and one line.
+inline Options parse_options(int argc, char** argv, int64_t token_multiple) {
+  Options o;
+  for (int i = 1; i < argc; ++i) {
+    auto value = [&](const char* flag) {
+      if (i + 1 >= argc) {
+        std::fprintf(stderr, "%s: %s needs a value\n", program, flag);
+        std::exit(2);
+      }
+      return argv[++i];
+    };
+    if (!std::strcmp(argv[i], "--model")) {
+      o.model = value("--model");
+    } else if (!std::strcmp(argv[i], "--tokens")) {
+      o.tokens = std::atoll(value("--tokens"));
+    } else if (!std::strcmp(argv[i], "--reps")) {
+      o.reps = std::atoi(value("--reps"));
+    } else {
+      std::fprintf(stderr, "%s: unknown argument %s (--model M --tokens N --reps R)\n", program, argv[i]);
+      std::exit(2);
+    }
+  }
+  o.width = o.model == "gpt2"          ? 768
+            : o.model == "gpt2-medium" ? 1024
+            : o.model == "gpt2-large"  ? 1280
+            : o.model == "gpt2-xl"     ? 1600
+                                       : 0;
+  if (o.width == 0 || o.tokens < token_multiple || o.tokens % token_multiple || o.reps < 1) {
+    const std::string tokens =
+        token_multiple > 1 ? "a multiple of " + std::to_string(token_multiple) : std::string(">= 1");
+    std::fprintf(stderr, "%s: --model gpt2|gpt2-medium|gpt2-large|gpt2-xl, --tokens %s, --reps >= 1\n",
+                 program, tokens.c_str());
+    std::exit(2);
+  }
+  return o;
+}
+
+// Up to `count` algorithms of cuBLASLt's heuristic for D = op(A) op(B) with `workspace_bytes` of
+// workspace, best first; none where it offers none.
+inline std::vector<cublasLtMatmulHeuristicResult_t> heuristic_choices(
+    cublasLtHandle_t lt, cublasLtMatmulDesc_t desc, cublasLtMatrixLayout_t a, cublasLtMatrixLayout_t b,
+    cublasLtMatrixLayout_t d, size_t workspace_bytes, int count) {
+  cublasLtMatmulPreference_t pref;
+  check(cublasLtMatmulPreferenceCreate(&pref), "preference");
+  check(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &workspace_bytes,
+                                             sizeof workspace_bytes),
+        "preference");
+  std::vector<cublasLtMatmulHeuristicResult_t> results(static_cast<size_t>(count));
+  int found = 0;
+  if (cublasLtMatmulAlgoGetHeuristic(lt, desc, a, b, d, d, pref, count, results.data(), &found) !=
+      CUBLAS_STATUS_SUCCESS)
+    found = 0;
+  cublasLtMatmulPreferenceDestroy(pref);
+  results.resize(static_cast<size_t>(found));
+  return results;
+}
+
+// The median over `reps` runs of `body` on `stream`, in milliseconds, each timed by events.
+inline double median_ms(cudaStream_t stream, int reps, const std::function<bool()>& body) {
+  cudaEvent_t start, stop;
+  check(cudaEventCreate(&start), "event");
+  check(cudaEventCreate(&stop), "event");
+  std::vector<double> times;
+  for (int i = 0; i < reps; ++i) {
+    check(cudaEventRecord(start, stream), "record");
+    body();
+    check(cudaEventRecord(stop, stream), "record");
+    check(cudaEventSynchronize(stop), "synchronize");
+    float ms = 0;
+    check(cudaEventElapsedTime(&ms, start, stop), "elapsed");
+    times.push_back(ms);
+  }
+  cudaEventDestroy(start);
+  cudaEventDestroy(stop);
+  std::sort(times.begin(), times.end());
+  return times[times.size() / 2];
+}
+
+}  // namespace gpt_gemm_probe
