@@ -378,8 +378,9 @@ void run_point(const SweepRun& r, const Point& p, size_t i, size_t count, double
   // A peer found missing, or a point it cannot run, is recorded without starting anything; the missing
   // peer's reason without the program that gave it ("pytorch gpt peer: "), which may be another model's.
   std::string not_run = tally.unavailable_reason;
-  if (const size_t named = not_run.find(" peer: "); named != std::string::npos)
-    not_run = not_run.substr(named + std::string(" peer: ").size());
+  constexpr std::string_view kNamedBy = " peer: ";
+  if (const size_t named = not_run.find(kNamedBy); named != std::string::npos)
+    not_run = not_run.substr(named + kNamedBy.size());
   if (not_run.empty() && r.peer) not_run = why_peer_cannot_run(o.framework, p);
   if (!not_run.empty()) {
     line["status"] = "unavailable";
