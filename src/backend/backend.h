@@ -215,15 +215,23 @@ struct FusionCandidate {
 // scale is exactly representable in BF16, and the FP8 GEMM is the BF16 GEMM of the rounded operands up to
 // the order of summation. The backends without FP8 GEMMs compute it that way (fp8_round_trip).
 enum Fp8Operand : int { kFp8X = 0, kFp8W = 1, kFp8Dy = 2, kFp8OperandsPerDense = 3 };
+// The inverse scales lie 16 bytes apart, operand i's at inverse_scale[i * kFp8InverseScaleStride]: the
+// GEMMs take them as cuBLASLt's A/B scale pointers, which its FP8 kernels refuse unless 16-byte aligned
+// (CUBLAS_STATUS_NOT_SUPPORTED from every algorithm on the H200, CUDA 13: bench/results/gpt2-fp8).
+constexpr int kFp8InverseScaleStride = 4;
 
 struct Fp8DenseScaling {
   const float* scale = nullptr;          // [3]
-  const float* inverse_scale = nullptr;  // [3]
+  const float* inverse_scale = nullptr;  // [3 * kFp8InverseScaleStride]
   float* amax = nullptr;                 // [3], or null
+  const float* inverse_scale_of(Fp8Operand operand) const {
+    return inverse_scale + operand * kFp8InverseScaleStride;
+  }
 };
 
-// The state of delayed scaling for `count` operands, in the backend's memory: scale, inverse_scale and amax
-// [count] each, history [count * history_length] (newest first), format [count].
+// The state of delayed scaling for `count` operands, in the backend's memory: scale and amax [count] each,
+// inverse_scale [count * kFp8InverseScaleStride], history [count * history_length] (newest first), format
+// [count].
 struct Fp8ScalingState {
   float* scale = nullptr;
   float* inverse_scale = nullptr;

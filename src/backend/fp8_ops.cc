@@ -49,7 +49,7 @@ void Backend::update_fp8_scales(const Fp8ScalingState& state) {
     float largest = 0.f;
     for (int j = 0; j < state.history_length; ++j) largest = std::fmax(largest, history[j]);
     state.scale[i] = fp8_scale_from_amax(largest, state.format[i], state.margin, state.scale[i]);
-    state.inverse_scale[i] = 1.f / state.scale[i];
+    state.inverse_scale[i * kFp8InverseScaleStride] = 1.f / state.scale[i];
   }
 }
 

@@ -1,6 +1,6 @@
 #include "nn/fp8_scaling.h"
 
-#include <cstring>
+#include <algorithm>
 
 #include "core/status.h"
 
@@ -23,32 +23,37 @@ int Fp8Scaling::add_dense(const std::string& name) {
   return first;
 }
 
+// The backend's memory: the inverse scales first, 16 bytes apart from the allocation's (aligned) start,
+// then scale [n], amax [n], history [n * length] and format [n].
+size_t Fp8Scaling::inverse_floats() const { return formats_.size() * kFp8InverseScaleStride; }
+size_t Fp8Scaling::device_floats() const {
+  return inverse_floats() + formats_.size() * (2 + static_cast<size_t>(recipe_.amax_history));
+}
+
 void Fp8Scaling::allocate() {
   DLB_CHECK(!allocated(), "fp8: allocated twice");
-  const size_t n = formats_.size(), length = static_cast<size_t>(recipe_.amax_history);
-  // Host image of the state, laid out as in the backend's memory.
-  const size_t floats = 3 * n + n * length;
-  std::vector<unsigned char> image(floats * sizeof(float) + n * sizeof(Fp8Format));
-  auto* f = reinterpret_cast<float*>(image.data());
-  for (size_t i = 0; i < 2 * n; ++i) f[i] = 1.f;  // scales and inverses; amaxes and histories stay 0
-  std::memcpy(image.data() + floats * sizeof(float), formats_.data(), n * sizeof(Fp8Format));
-  memory_ = backend_.allocate(image.size());
-  backend_.copy_to_device(memory_, image.data(), image.size());
+  const size_t n = formats_.size();
+  std::vector<float> floats(device_floats(), 0.f);  // amaxes and histories 0
+  std::fill(floats.begin(), floats.begin() + static_cast<ptrdiff_t>(inverse_floats() + n), 1.f);
+  memory_ = backend_.allocate(floats.size() * sizeof(float) + n * sizeof(Fp8Format));
   float* base = static_cast<float*>(memory_);
-  state_.scale = base;
-  state_.inverse_scale = base + n;
-  state_.amax = base + 2 * n;
-  state_.history = base + 3 * n;
-  state_.format = reinterpret_cast<const Fp8Format*>(base + floats);
+  state_.inverse_scale = base;
+  state_.scale = base + inverse_floats();
+  state_.amax = state_.scale + n;
+  state_.history = state_.amax + n;
+  state_.format = reinterpret_cast<const Fp8Format*>(base + floats.size());
   state_.count = static_cast<int>(n);
   state_.history_length = recipe_.amax_history;
   state_.margin = recipe_.margin;
+  backend_.copy_to_device(memory_, floats.data(), floats.size() * sizeof(float));
+  backend_.copy_to_device(base + floats.size(), formats_.data(), n * sizeof(Fp8Format));
 }
 
 Fp8DenseScaling Fp8Scaling::dense(int first, bool count_amax) const {
   DLB_CHECK(allocated() && first >= 0 && first + kFp8OperandsPerDense <= operands(),
             "fp8: no dense layer at operand {}", first);
-  return {state_.scale + first, state_.inverse_scale + first, count_amax ? state_.amax + first : nullptr};
+  return {state_.scale + first, state_.inverse_scale + static_cast<ptrdiff_t>(first) * kFp8InverseScaleStride,
+          count_amax ? state_.amax + first : nullptr};
 }
 
 void Fp8Scaling::update() {
@@ -64,19 +69,33 @@ std::vector<float> Fp8Scaling::read_scales() const {
   return scales;
 }
 
+// A checkpoint keeps scale, inverse, amax [n] each and history [n * length]: the inverses gathered from their
+// 16-byte strides and spread back on load.
 std::vector<float> Fp8Scaling::state() const {
   std::vector<float> floats(state_floats());
-  if (allocated() && !floats.empty()) {
-    backend_.synchronize();
-    backend_.copy_to_host(floats.data(), state_.scale, floats.size() * sizeof(float));
-  }
+  if (!allocated() || floats.empty()) return floats;
+  const size_t n = formats_.size();
+  std::vector<float> device(device_floats());
+  backend_.synchronize();
+  backend_.copy_to_host(device.data(), memory_, device.size() * sizeof(float));
+  const auto rest = device.begin() + static_cast<ptrdiff_t>(inverse_floats());  // scale, amax, history
+  std::copy(rest, rest + static_cast<ptrdiff_t>(n), floats.begin());
+  for (size_t i = 0; i < n; ++i) floats[n + i] = device[i * kFp8InverseScaleStride];
+  std::copy(rest + static_cast<ptrdiff_t>(n), device.end(), floats.begin() + static_cast<ptrdiff_t>(2 * n));
   return floats;
 }
 
 void Fp8Scaling::load_state(const float* floats, size_t count) {
   DLB_CHECK(allocated() && count == state_floats(), "fp8: a state of {} floats for {} expected", count,
             state_floats());
-  if (count > 0) backend_.copy_to_device(state_.scale, floats, count * sizeof(float));
+  if (count == 0) return;
+  const size_t n = formats_.size();
+  std::vector<float> device(device_floats(), 0.f);
+  for (size_t i = 0; i < n; ++i) device[i * kFp8InverseScaleStride] = floats[n + i];
+  float* rest = device.data() + inverse_floats();
+  std::copy(floats, floats + n, rest);
+  std::copy(floats + 2 * n, floats + count, rest + n);
+  backend_.copy_to_device(memory_, device.data(), device.size() * sizeof(float));
 }
 
 }  // namespace dlbench

@@ -52,7 +52,9 @@ class Fp8Scaling {
   Fp8Recipe recipe_;
   std::vector<Fp8Format> formats_;
   std::vector<std::string> names_;
-  void* memory_ = nullptr;  // scale, inverse_scale, amax [n] each, history [n * length], format [n]
+  size_t inverse_floats() const;  // n * kFp8InverseScaleStride
+  size_t device_floats() const;   // the inverses, then scale and amax [n] each and history [n * length]
+  void* memory_ = nullptr;        // device_floats() floats, then format [n]
   Fp8ScalingState state_;
 };
 

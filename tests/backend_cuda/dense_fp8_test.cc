@@ -37,26 +37,27 @@ const Fp8Case kFp8Cases[] = {{64, 128, 384}, {96, 768, 3072}, {96, 3072, 768}, {
 // 448), w in [-0.2, 0.2] times 1024, dy in [-1, 1] times 8192 (E5M2's largest 57344).
 const float kScales[kFp8OperandsPerDense] = {128.f, 1024.f, 8192.f};
 
-// One layer's scaling in the memory of `backend`, amaxes starting at 0.
+// One layer's scaling in the memory of `backend`, amaxes starting at 0: the inverse scales first, 16 bytes
+// apart from the allocation's start (kFp8InverseScaleStride), then the scales, then the amaxes.
 class ScalingMemory {
  public:
+  static constexpr int kScalesAt = kFp8OperandsPerDense * kFp8InverseScaleStride;
+  static constexpr int kAmaxesAt = kScalesAt + kFp8OperandsPerDense;
   explicit ScalingMemory(Backend& backend) : backend_(backend) {
-    std::vector<float> image(3 * kFp8OperandsPerDense, 0.f);
+    std::vector<float> image(kAmaxesAt + kFp8OperandsPerDense, 0.f);
     for (int i = 0; i < kFp8OperandsPerDense; ++i) {
-      image[static_cast<size_t>(i)] = kScales[i];
-      image[static_cast<size_t>(kFp8OperandsPerDense + i)] = 1.f / kScales[i];
+      image[static_cast<size_t>(i * kFp8InverseScaleStride)] = 1.f / kScales[i];
+      image[static_cast<size_t>(kScalesAt + i)] = kScales[i];
     }
     memory_ = static_cast<float*>(backend.allocate(image.size() * sizeof(float)));
     backend.copy_to_device(memory_, image.data(), image.size() * sizeof(float));
   }
   ~ScalingMemory() { backend_.deallocate(memory_); }
-  Fp8DenseScaling scaling() const {
-    return {memory_, memory_ + kFp8OperandsPerDense, memory_ + 2 * kFp8OperandsPerDense};
-  }
+  Fp8DenseScaling scaling() const { return {memory_ + kScalesAt, memory_, memory_ + kAmaxesAt}; }
   std::vector<float> amaxes() const {
     std::vector<float> a(kFp8OperandsPerDense);
     backend_.synchronize();
-    backend_.copy_to_host(a.data(), memory_ + 2 * kFp8OperandsPerDense, a.size() * sizeof(float));
+    backend_.copy_to_host(a.data(), memory_ + kAmaxesAt, a.size() * sizeof(float));
     return a;
   }
 
@@ -220,9 +221,8 @@ TEST(Fp8ScalesOnTheGpu, UpdateMatchesTheHost) {
   Backend& gpu = shared_gpu();
   std::unique_ptr<Backend> ref = make_reference_backend();
   const int count = 6, length = 3;
-  std::vector<float> image;
-  for (int i = 0; i < count; ++i) image.push_back(1.f);               // scale
-  for (int i = 0; i < count; ++i) image.push_back(1.f);               // inverse
+  std::vector<float> image(static_cast<size_t>(count * kFp8InverseScaleStride), 1.f);  // inverse, 16 B apart
+  for (int i = 0; i < count; ++i) image.push_back(1.f);                                  // scale
   for (int i = 0; i < count; ++i) image.push_back(0.37f * float(i));  // amax (operand 0 saw nothing)
   for (int i = 0; i < count * length; ++i) image.push_back(0.1f * float(i % 5));  // history
   const std::vector<Fp8Format> formats = {Fp8Format::e4m3, Fp8Format::e4m3, Fp8Format::e5m2,
@@ -233,7 +233,8 @@ TEST(Fp8ScalesOnTheGpu, UpdateMatchesTheHost) {
   gpu.copy_to_device(device_state, image.data(), bytes);
   gpu.copy_to_device(reinterpret_cast<unsigned char*>(device_state) + bytes, formats.data(), formats.size());
   auto state = [&](float* base, const Fp8Format* f) {
-    return Fp8ScalingState{base, base + count, base + 2 * count, base + 3 * count, f, count, length, 1};
+    float* scale = base + count * kFp8InverseScaleStride;
+    return Fp8ScalingState{scale, base, scale + count, scale + 2 * count, f, count, length, 1};
   };
   for (int step = 0; step < 4; ++step) {
     gpu.update_fp8_scales(state(device_state, reinterpret_cast<const Fp8Format*>(

@@ -188,7 +188,7 @@ TEST_F(CudaFp8Quantize, ScalesFollowTheAmaxHistory) {
     formats[static_cast<size_t>(i)] = i % 2 ? Fp8Format::e5m2 : Fp8Format::e4m3;
   }
   DeviceBuffer damax(amaxes.size() * sizeof(float)), dhistory(histories.size() * sizeof(float)),
-      dscale(scales.size() * sizeof(float)), dinverse(scales.size() * sizeof(float)),
+      dscale(scales.size() * sizeof(float)), dinverse(scales.size() * kFp8InverseScaleStride * sizeof(float)),
       dformat(formats.size() * sizeof(Fp8Format));
   damax.upload(amaxes.data(), amaxes.size() * sizeof(float));
   dhistory.upload(histories.data(), histories.size() * sizeof(float));
@@ -197,7 +197,8 @@ TEST_F(CudaFp8Quantize, ScalesFollowTheAmaxHistory) {
   cuda::update_fp8_scales(damax.as<float>(), dhistory.as<float>(), length, dscale.as<float>(),
                           dinverse.as<float>(), dformat.as<Fp8Format>(), count, margin, stream_);
   sync();
-  std::vector<float> new_amaxes(count), new_histories(histories.size()), new_scales(count), inverses(count);
+  std::vector<float> new_amaxes(count), new_histories(histories.size()), new_scales(count),
+      inverses(static_cast<size_t>(count * kFp8InverseScaleStride));
   dinverse.download(inverses.data(), inverses.size() * sizeof(float));
   damax.download(new_amaxes.data(), new_amaxes.size() * sizeof(float));
   dhistory.download(new_histories.data(), new_histories.size() * sizeof(float));
@@ -214,7 +215,8 @@ TEST_F(CudaFp8Quantize, ScalesFollowTheAmaxHistory) {
     EXPECT_EQ(new_scales[static_cast<size_t>(i)],
               fp8_scale_from_amax(largest, formats[static_cast<size_t>(i)], margin, 4.f))
         << i;
-    EXPECT_EQ(inverses[static_cast<size_t>(i)], 1.f / new_scales[static_cast<size_t>(i)]) << i;
+    EXPECT_EQ(inverses[static_cast<size_t>(i * kFp8InverseScaleStride)], 1.f / new_scales[static_cast<size_t>(i)])
+        << i;
   }
 }
 

@@ -12,6 +12,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdint>
 #include <cstring>
 #include <random>
 #include <vector>
@@ -20,6 +21,7 @@
 #include "core/status.h"
 #include "gpt_test_util.h"
 #include "models/gpt.h"
+#include "nn/fp8_scaling.h"
 #include "nn/network.h"
 
 namespace dlbench {
@@ -69,7 +71,8 @@ TEST(Fp8Dense, ForwardIsTheProductOfTheFp8Values) {
   std::vector<float> x = uniform(rows * in, -2.f, 2.f, 4), w = uniform(out * in, -0.3f, 0.3f, 5),
                      b = uniform(out, -1.f, 1.f, 6), y(rows * out), plain(rows * out);
   // x times 64 stays within E4M3's 448 for |x| < 7; w times 512 for |w| < 0.875.
-  std::vector<float> scale = {64.f, 512.f, 1.f}, inverse = {1.f / 64, 1.f / 512, 1.f}, amax = {0.f, 0.f, 0.f};
+  std::vector<float> scale = {64.f, 512.f, 1.f}, amax = {0.f, 0.f, 0.f}, inverse(3 * kFp8InverseScaleStride);
+  for (int i = 0; i < 3; ++i) inverse[static_cast<size_t>(i * kFp8InverseScaleStride)] = 1.f / scale[i];
   const Fp8DenseScaling fp8{scale.data(), inverse.data(), amax.data()};
   Tensor tx = host_tensor(x, {rows, in}), tw = host_tensor(w, {out, in}), tb = host_tensor(b, {out}),
          ty = host_tensor(y, {rows, out}), tplain = host_tensor(plain, {rows, out});
@@ -99,8 +102,8 @@ TEST(Fp8Dense, ForwardIsTheProductOfTheFp8Values) {
 TEST(Fp8Scales, StepEndShiftsTheHistoriesAndMakesPowerOfTwoScales) {
   auto backend = make_reference_backend();
   const int count = 3, length = 2;
-  std::vector<float> scale(count, 1.f), inverse(count, 1.f), amax = {3.f, 0.f, 1e-3f},
-                                                             history = {100.f, 0.5f, 0.f, 0.f, 2.f, 9.f};
+  std::vector<float> scale(count, 1.f), inverse(count * kFp8InverseScaleStride, 1.f), amax = {3.f, 0.f, 1e-3f},
+                     history = {100.f, 0.5f, 0.f, 0.f, 2.f, 9.f};
   const std::vector<Fp8Format> formats = {Fp8Format::e4m3, Fp8Format::e4m3, Fp8Format::e5m2};
   backend->update_fp8_scales(
       {scale.data(), inverse.data(), amax.data(), history.data(), formats.data(), count, length, 0});
@@ -110,7 +113,7 @@ TEST(Fp8Scales, StepEndShiftsTheHistoriesAndMakesPowerOfTwoScales) {
   EXPECT_EQ(scale[1], 1.f);      // nothing seen: kept
   EXPECT_EQ(scale[2], 16384.f);  // max 2 in E5M2: 57344 / 2 = 28672 -> 16384
   for (int i = 0; i < count; ++i)
-    EXPECT_EQ(inverse[static_cast<size_t>(i)], 1.f / scale[static_cast<size_t>(i)]);
+    EXPECT_EQ(inverse[static_cast<size_t>(i * kFp8InverseScaleStride)], 1.f / scale[static_cast<size_t>(i)]);
 }
 
 struct Fp8Step {
@@ -212,12 +215,40 @@ TEST(Fp8Gpt, TheScalingStateComesBackFromItsFloats) {
   }
   const std::vector<float> state = first.net->fp8()->state();
   ASSERT_EQ(state.size(), first.net->fp8()->state_floats());
+  // The floats checkpoints hold: scales, then their inverses, then the amaxes and histories.
+  const size_t n = static_cast<size_t>(first.net->fp8()->operands());
+  for (size_t i = 0; i < n; ++i) EXPECT_EQ(state[n + i], 1.f / state[i]) << "operand " << i;
   Model second = build();
   EXPECT_NE(second.net->fp8()->state(), state);
   second.net->fp8()->load_state(state.data(), state.size());
   EXPECT_EQ(second.net->fp8()->state(), state);
   EXPECT_EQ(second.net->fp8()->read_scales(), first.net->fp8()->read_scales());
   EXPECT_THROW(second.net->fp8()->load_state(state.data(), state.size() - 1), Error);
+}
+
+// cuBLASLt's FP8 GEMMs take the inverse scales as their A/B scale pointers and refuse them unless 16-byte
+// aligned: every dense layer's three lie 16 bytes apart, each equal to 1 / its scale after a step.
+TEST(Fp8Gpt, EveryInverseScaleIs16ByteAlignedAndFollowsItsScale) {
+  auto backend = make_reference_backend();
+  NetworkOptions options;
+  options.batch = 2;
+  options.fp8 = Fp8Recipe{};
+  Model model = build_gpt("gpt-mini", *backend, options, 32);
+  model.net->finalize(7);
+  testing::feed_fixed_tokens(*backend, model);
+  model.net->forward(Phase::train);
+  model.net->backward();
+  model.net->update_fp8_scales();
+  const Fp8Scaling& fp8 = *model.net->fp8();
+  for (int first = 0; first < fp8.operands(); first += kFp8OperandsPerDense) {
+    const Fp8DenseScaling dense = fp8.dense(first, false);
+    for (Fp8Operand operand : {kFp8X, kFp8W, kFp8Dy}) {
+      const float* inverse = dense.inverse_scale_of(operand);
+      EXPECT_EQ(reinterpret_cast<uintptr_t>(inverse) % 16, 0u) << "operand " << first + operand;
+      EXPECT_NE(dense.scale[operand], 1.f) << "operand " << first + operand << " saw nothing";
+      EXPECT_EQ(*inverse, 1.f / dense.scale[operand]) << "operand " << first + operand;
+    }
+  }
 }
 
 }  // namespace

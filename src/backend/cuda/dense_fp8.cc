@@ -123,16 +123,16 @@ void CudaBackend::dense_forward_fp8(const Tensor& x, const Tensor& w, const Tens
   quantize_fp8(w.data(), w.dtype(), d.out, d.in, Fp8Format::e4m3, fp8.scale + kFp8W, w_codes, nullptr,
                operand_amax(fp8, kFp8W), stream_);
   Tensor& out = act == DenseActivation::gelu ? *pre : y;
-  LtGemm g = fp8_gemm(d.rows, d.out, d.in, x.dtype(), x_codes, Fp8Format::e4m3, fp8.inverse_scale + kFp8X,
-                      w_codes, Fp8Format::e4m3, fp8.inverse_scale + kFp8W, y.data());
+  LtGemm g = fp8_gemm(d.rows, d.out, d.in, x.dtype(), x_codes, Fp8Format::e4m3, fp8.inverse_scale_of(kFp8X),
+                      w_codes, Fp8Format::e4m3, fp8.inverse_scale_of(kFp8W), y.data());
   g.bias = b.data();
   g.epilogue = act == DenseActivation::gelu ? LtEpilogue::bias_gelu : LtEpilogue::bias;
   if (act == DenseActivation::gelu) g.aux = pre->data();
   if (residual) g.beta = 1.f, g.c_in = residual->data();
   if (lt_->run(g, false, stream_)) return;
   // The plain FP8 GEMM, then the bias, GELU and residual as single passes.
-  LtGemm plain = fp8_gemm(d.rows, d.out, d.in, x.dtype(), x_codes, Fp8Format::e4m3, fp8.inverse_scale + kFp8X,
-                          w_codes, Fp8Format::e4m3, fp8.inverse_scale + kFp8W, out.data());
+  LtGemm plain = fp8_gemm(d.rows, d.out, d.in, x.dtype(), x_codes, Fp8Format::e4m3, fp8.inverse_scale_of(kFp8X),
+                          w_codes, Fp8Format::e4m3, fp8.inverse_scale_of(kFp8W), out.data());
   if (!lt_->run(plain, false, stream_)) {
     note_fp8_in_bf16(op, d.rows, d.in, d.out);
     const auto [x8, w8] =
@@ -152,8 +152,8 @@ void CudaBackend::dense_forward_fp8(const Tensor& x, const Tensor& w, const Tens
 bool CudaBackend::data_gemm_fp8(const uint8_t* dy_codes, const uint8_t* wt_codes, int64_t rows, int64_t in,
                                 int64_t out, DenseActivation act, const Tensor* pre, Accumulate accumulate,
                                 Tensor& dx, const Fp8DenseScaling& fp8) {
-  LtGemm g = fp8_gemm(rows, in, out, dx.dtype(), dy_codes, Fp8Format::e5m2, fp8.inverse_scale + kFp8Dy,
-                      wt_codes, Fp8Format::e4m3, fp8.inverse_scale + kFp8W, dx.data());
+  LtGemm g = fp8_gemm(rows, in, out, dx.dtype(), dy_codes, Fp8Format::e5m2, fp8.inverse_scale_of(kFp8Dy),
+                      wt_codes, Fp8Format::e4m3, fp8.inverse_scale_of(kFp8W), dx.data());
   if (accumulate == Accumulate::add) g.beta = 1.f, g.c_in = dx.data();
   if (act == DenseActivation::gelu) {
     g.epilogue = LtEpilogue::dgelu, g.aux = pre->data();
@@ -171,8 +171,8 @@ bool CudaBackend::data_gemm_fp8(const uint8_t* dy_codes, const uint8_t* wt_codes
 bool CudaBackend::weight_gemm_fp8(const uint8_t* dyt_codes, const uint8_t* xt_codes, int64_t rows, int64_t in,
                                   int64_t out, Accumulate accumulate, Tensor& dw,
                                   const Fp8DenseScaling& fp8) {
-  LtGemm g = fp8_gemm(out, in, rows, dw.dtype(), dyt_codes, Fp8Format::e5m2, fp8.inverse_scale + kFp8Dy,
-                      xt_codes, Fp8Format::e4m3, fp8.inverse_scale + kFp8X, dw.data());
+  LtGemm g = fp8_gemm(out, in, rows, dw.dtype(), dyt_codes, Fp8Format::e5m2, fp8.inverse_scale_of(kFp8Dy),
+                      xt_codes, Fp8Format::e4m3, fp8.inverse_scale_of(kFp8X), dw.data());
   if (accumulate == Accumulate::add) g.beta = 1.f, g.c_in = dw.data();
   return lt_->run(g, false, stream_);
 }

@@ -210,7 +210,7 @@ __global__ void update_fp8_scales_kernel(float* __restrict__ amaxes, float* __re
     const float scale = ldexpf(1.f, exponent - 1 - margin);
     if (scale >= FLT_MIN && isfinite(scale)) scales[i] = scale;  // a normal float, as the host's rule
   }
-  inverse_scales[i] = 1.f / scales[i];  // exact: a power of two
+  inverse_scales[int64_t(i) * kFp8InverseScaleStride] = 1.f / scales[i];  // exact: a power of two
 }
 
 // y = fp8(x * s) / s in y's dtype, and the largest |x| folded into *amax: the FP8 rounding of an operand as

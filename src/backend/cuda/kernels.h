@@ -179,7 +179,7 @@ void sum_column_partials(const float* partials, int64_t partial_rows, int64_t co
 // Delayed scaling at the end of a step, for `count` operands (fp8_quantize.cu): operand i's amax becomes
 // the newest of the `length` entries of its history (histories[i * length], newest first; the oldest
 // drops out) and is zeroed, and scales[i] = fp8_scale_from_amax(max of the history, formats[i], margin,
-// scales[i]) and inverse_scales[i] = 1 / scales[i]. Everything in device memory.
+// scales[i]) and inverse_scales[i * kFp8InverseScaleStride] = 1 / scales[i]. Everything in device memory.
 void update_fp8_scales(float* amaxes, float* histories, int length, float* scales, float* inverse_scales,
                        const Fp8Format* formats, int count, int margin, cudaStream_t stream);
 // y[i] = fp8(x[i] * *scale) / *scale in y_dtype (Backend::fp8_round_trip), max |x| folded into *amax
