@@ -117,13 +117,6 @@ void add_cuda_flags(CLI::App& cmd, dlbench::CudaOptions& o) {
   add_choice(
       cmd, "--dense-epilogues", o.dense_epilogues, on_off,
       "GPU: on | off: transformers' biases, GELU, its gradient and residual adds in the GEMMs' epilogues");
-  add_choice(cmd, "--fp8-gemm-scales", o.fp8_gemm_scales,
-             {{"auto", dlbench::Fp8GemmScales::automatic},
-              {"pointers", dlbench::Fp8GemmScales::pointers},
-              {"alpha", dlbench::Fp8GemmScales::alpha}},
-             "GPU, --precision fp8: auto | pointers | alpha: FP8 GEMMs take their scales as cuBLASLt's A/B "
-             "scale pointers, or as their product for alpha in device memory (auto: pointers, alpha where "
-             "cuBLASLt refuses those)");
   add_choice(cmd, "--comm-priority", o.training_stream,
              {{"normal", dlbench::TrainingStreamPriority::normal},
               {"low", dlbench::TrainingStreamPriority::greatest}},

@@ -22,18 +22,6 @@ std::optional<KernelChoice> parse_kernel_choice(std::string_view text) {
   return std::nullopt;
 }
 
-const char* fp8_gemm_scales_name(Fp8GemmScales scales) {
-  switch (scales) {
-    case Fp8GemmScales::automatic:
-      return "auto";
-    case Fp8GemmScales::pointers:
-      return "pointers";
-    case Fp8GemmScales::alpha:
-      return "alpha";
-  }
-  return "?";
-}
-
 const char* on_off(bool value) { return value ? "on" : "off"; }
 
 nlohmann::json cuda_options_to_json(const CudaOptions& o) {
@@ -46,7 +34,6 @@ nlohmann::json cuda_options_to_json(const CudaOptions& o) {
           {"bn_fold_shortcut", on_off(o.fold_shortcut_batchnorm)},
           {"stem_pool_fusion", on_off(o.stem_pool_fusion)},
           {"dense_epilogues", on_off(o.dense_epilogues)},
-          {"fp8_gemm_scales", fp8_gemm_scales_name(o.fp8_gemm_scales)},
           {"training_stream_priority",
            o.training_stream == TrainingStreamPriority::greatest ? "greatest" : "normal"}};
 }

@@ -25,13 +25,6 @@ enum class KernelChoice { automatic, off, force };
 // priority, so that the sums take SMs only where training leaves some (--comm-priority low).
 enum class TrainingStreamPriority { normal, greatest };
 
-// How an FP8 GEMM (--precision fp8) hands cuBLASLt its operands' dequantizing scales: as the A and B
-// scale pointers (Transformer Engine's way), or as their product in device memory taken for alpha (a
-// plain FP8 GEMM with a device-side alpha). `automatic` takes the pointers and moves to alpha for a GEMM
-// where cuBLASLt refuses every algorithm its heuristic offered with them.
-enum class Fp8GemmScales { automatic, pointers, alpha };
-const char* fp8_gemm_scales_name(Fp8GemmScales scales);  // "auto", "pointers", "alpha"
-
 struct CudaOptions {
   // FP32 convolutions and GEMMs may use TF32 tensor cores (--precision tf32).
   bool allow_tf32 = false;
@@ -52,8 +45,6 @@ struct CudaOptions {
   // --dense-epilogues: dense layers' biases, GELU (and its gradient) and residual adds applied by their
   // cuBLASLt GEMMs (epilogues), and the transformer's MLP fused (Fusion::dense_gelu_dense).
   bool dense_epilogues = true;
-  // --fp8-gemm-scales: how FP8 GEMMs take their scales (Fp8GemmScales).
-  Fp8GemmScales fp8_gemm_scales = Fp8GemmScales::automatic;
   TrainingStreamPriority training_stream = TrainingStreamPriority::normal;
 
   bool operator==(const CudaOptions&) const = default;

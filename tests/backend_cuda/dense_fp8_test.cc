@@ -8,13 +8,12 @@
 // result (so that the test could not pass on a path that forgot to quantize). Shapes: GPT-2's c_fc and
 // c_proj on few rows, gpt-mini's c_attn, and one whose rows FP8 GEMMs cannot take (37: not a multiple of
 // 16), where the op runs on the operands' round trips instead. On the other shapes every GEMM must run in
-// FP8, each way of handing cuBLASLt the scales (--fp8-gemm-scales pointers and alpha): none may fall back
-// to BF16, which would give the same numbers without FP8's speed.
+// FP8: none may fall back to BF16, which would give the same numbers without FP8's speed (as every GEMM
+// did while the scale pointers were 4-byte aligned).
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 
 #include <string>
-#include <tuple>
 #include <vector>
 
 #include "backend/backend_factory.h"
@@ -66,8 +65,8 @@ class ScalingMemory {
   float* memory_ = nullptr;
 };
 
-// Epilogues on or off, and how the FP8 GEMMs take their scales.
-class DenseFp8Test : public ::testing::TestWithParam<std::tuple<bool, Fp8GemmScales>> {
+// Epilogues on or off.
+class DenseFp8Test : public ::testing::TestWithParam<bool> {
  protected:
   void SetUp() override {
     if (cuda_device_count() == 0) GTEST_SKIP() << "no CUDA GPU: cuda_device_count() == 0";
@@ -78,13 +77,11 @@ class DenseFp8Test : public ::testing::TestWithParam<std::tuple<bool, Fp8GemmSca
 TEST_P(DenseFp8Test, ForwardAndBackwardMatchTheReferenceRoundTrips) {
   const DType dtype = DType::bf16;
   CudaOptions options;
-  options.dense_epilogues = std::get<0>(GetParam());
-  options.fp8_gemm_scales = std::get<1>(GetParam());
+  options.dense_epilogues = GetParam();
   Backend& gpu = shared_gpu(options);
   for (const Fp8Case& c : kFp8Cases) {
     const std::string where =
-        fmt::format("N={} I={} O={} epilogues {} scales {}", c.rows, c.in, c.out,
-                    options.dense_epilogues ? "on" : "off", fp8_gemm_scales_name(options.fp8_gemm_scales));
+        fmt::format("N={} I={} O={} epilogues {}", c.rows, c.in, c.out, options.dense_epilogues ? "on" : "off");
     SCOPED_TRACE(where);
     const int64_t in_bf16_before = cuda::as_cuda(gpu).fp8_gemms_in_bf16();
     const double tol = tolerance(dtype, false, 2);
@@ -207,13 +204,9 @@ TEST_P(DenseFp8Test, ForwardAndBackwardMatchTheReferenceRoundTrips) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(EpiloguesAndScales, DenseFp8Test,
-                         ::testing::Combine(::testing::Bool(),
-                                            ::testing::Values(Fp8GemmScales::pointers, Fp8GemmScales::alpha)),
-                         [](const auto& info) {
-                           return std::string(std::get<0>(info.param) ? "epilogues_on" : "epilogues_off") +
-                                  "_scales_" + fp8_gemm_scales_name(std::get<1>(info.param));
-                         });
+INSTANTIATE_TEST_SUITE_P(Epilogues, DenseFp8Test, ::testing::Bool(), [](const auto& info) {
+  return std::string(info.param ? "epilogues_on" : "epilogues_off");
+});
 
 // The step end on the GPU follows the host's rule: histories, scales and inverses equal to the bit.
 TEST(Fp8ScalesOnTheGpu, UpdateMatchesTheHost) {

@@ -87,8 +87,6 @@ TEST(BadInput, UnknownKernelChoice) {
                      "--stem-pool-fusion maybe: choose on or off");
   expect_parse_error(run_dlbench("bench --model gpt-mini --dense-epilogues yes"),
                      "--dense-epilogues yes: choose on or off");
-  expect_parse_error(run_dlbench("bench --model gpt-mini --precision fp8 --fp8-gemm-scales host"),
-                     "--fp8-gemm-scales host: choose auto, pointers or alpha");
 }
 
 TEST(BadInput, BatchSizeZeroOrNegative) {

@@ -255,16 +255,7 @@ __global__ void sum_column_partials_kernel(const float* __restrict__ partials, i
   sums[col] = narrow<D>(total);
 }
 
-__global__ void fp8_gemm_alpha_kernel(const float* a_scale, const float* b_scale, float* alpha) {
-  *alpha = *a_scale * *b_scale;  // exact: powers of two
-}
-
 }  // namespace
-
-void fp8_gemm_alpha(const float* a_scale, const float* b_scale, float* alpha, cudaStream_t stream) {
-  fp8_gemm_alpha_kernel<<<1, 1, 0, stream>>>(a_scale, b_scale, alpha);
-  DLB_KERNEL_LAUNCH_CHECK();
-}
 
 void update_fp8_scales(float* amaxes, float* histories, int length, float* scales, float* inverse_scales,
                        const Fp8Format* formats, int count, int margin, cudaStream_t stream) {

@@ -186,9 +186,6 @@ void update_fp8_scales(float* amaxes, float* histories, int length, float* scale
 // where amax is not null. x and y f32, f16 or bf16.
 void fp8_round_trip(const void* x, DType x_dtype, int64_t n, Fp8Format format, const float* scale, void* y,
                     DType y_dtype, float* amax, cudaStream_t stream);
-// *alpha = *a_scale * *b_scale, one thread (fp8_quantize.cu): an FP8 GEMM's dequantizing factor for
-// cuBLASLt to take as a device-side alpha (lt_matmul.h, Fp8GemmScales::alpha).
-void fp8_gemm_alpha(const float* a_scale, const float* b_scale, float* alpha, cudaStream_t stream);
 
 // Holds `stream` for `microseconds` (one thread polling the GPU's global timer): work queued behind it then
 // runs back to back, whatever the host's time per call (the convolution search times calls this way).

@@ -19,7 +19,6 @@ struct LtMatmuls::Plan {
   cublasLtMatmulAlgo_t algo{};
   std::vector<cublasLtMatmulAlgo_t> others;  // the heuristic's later choices, best first
   bool ok = false;
-  bool scales_as_alpha = false;  // FP8: the scales' product for alpha, alpha and beta in device memory
   ~Plan() {
     if (desc) cublasLtMatmulDescDestroy(desc);
     for (auto* layout : {a, b, c})
@@ -73,11 +72,8 @@ cublasLtMatrixLayout_t row_major_layout(cudaDataType_t type, int64_t rows, int64
 
 }  // namespace
 
-LtMatmuls::LtMatmuls(void* workspace, size_t bytes, Fp8GemmScales fp8_scales)
-    : workspace_(workspace), workspace_bytes_(bytes), fp8_scales_(fp8_scales), scalars_(3 * sizeof(float)) {
+LtMatmuls::LtMatmuls(void* workspace, size_t bytes) : workspace_(workspace), workspace_bytes_(bytes) {
   CUBLAS_CHECK(cublasLtCreate(&handle_));
-  const float scalars[3] = {1.f, 0.f, 1.f};
-  CUDA_CHECK(cudaMemcpy(scalars_.get(), scalars, sizeof(scalars), cudaMemcpyHostToDevice));
 }
 
 LtMatmuls::~LtMatmuls() {
@@ -88,16 +84,12 @@ LtMatmuls::~LtMatmuls() {
 LtMatmuls::Plan& LtMatmuls::plan(const Key& key, const LtGemm& g, bool allow_tf32) {
   auto it = plans_.find(key);
   if (it != plans_.end()) return *it->second;
-  const bool fp8 = g.a_fp8 || g.b_fp8;
-  auto p = make_plan(g, allow_tf32, static_cast<uint32_t>(std::get<9>(key)),
-                     fp8 && fp8_scales_ == Fp8GemmScales::alpha);
+  auto p = make_plan(g, allow_tf32, static_cast<uint32_t>(std::get<9>(key)));
   return *plans_.emplace(key, std::move(p)).first->second;
 }
 
-std::unique_ptr<LtMatmuls::Plan> LtMatmuls::make_plan(const LtGemm& g, bool allow_tf32, uint32_t align,
-                                                      bool scales_as_alpha) {
+std::unique_ptr<LtMatmuls::Plan> LtMatmuls::make_plan(const LtGemm& g, bool allow_tf32, uint32_t align) {
   auto p = std::make_unique<Plan>();
-  p->scales_as_alpha = scales_as_alpha;
   const cudaDataType_t type = cuda_dtype(g.dtype);
   const cublasComputeType_t compute =
       g.dtype == DType::f32 && allow_tf32 ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F;
@@ -118,12 +110,8 @@ std::unique_ptr<LtMatmuls::Plan> LtMatmuls::make_plan(const LtGemm& g, bool allo
   if (fp8) {
     DLB_CHECK(g.a_fp8 && g.b_fp8 && g.a_scale && g.b_scale && g.ta == Transpose::no && g.tb == Transpose::yes,
               "cuBLASLt FP8 gemm: both operands FP8 with their scales, a [m, k] and b [n, k]");
-    if (scales_as_alpha) {
-      set(p->desc, CUBLASLT_MATMUL_DESC_POINTER_MODE, CUBLASLT_POINTER_MODE_DEVICE);
-    } else {
-      set(p->desc, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, g.b_scale);  // cuBLASLt's A is our b
-      set(p->desc, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, g.a_scale);
-    }
+    set(p->desc, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, g.b_scale);  // cuBLASLt's A is our b
+    set(p->desc, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, g.a_scale);
     if (g.bias) set(p->desc, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, type);
     if (g.aux) set(p->desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_DATA_TYPE, type);
   }
@@ -179,45 +167,33 @@ bool LtMatmuls::run(const LtGemm& g, bool allow_tf32, cudaStream_t stream) {
   Plan* p = &plan(key, g, allow_tf32);
   if (!p->ok) return false;
   const bool fp8 = g.a_fp8 || g.b_fp8;
-  DLB_CHECK(!fp8 || g.beta == 0.f || g.beta == 1.f, "cuBLASLt FP8 gemm: beta {} is neither 0 nor 1", g.beta);
+  DLB_CHECK(!fp8 || (alignment_of(g.a_scale) >= 16 && alignment_of(g.b_scale) >= 16),
+            "cuBLASLt FP8 gemm: scale pointers {} and {} must be 16-byte aligned (its kernels refuse others)",
+            static_cast<const void*>(g.a_scale), static_cast<const void*>(g.b_scale));
   const float alpha = 1.f;
-  auto* scalars = static_cast<float*>(scalars_.get());
   for (;;) {
     if (g.bias) set(p->desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, g.bias);
     if (g.aux) set(p->desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, g.aux);
-    const void* alpha_at = &alpha;
-    const void* beta_at = &g.beta;
-    if (p->scales_as_alpha) {
-      fp8_gemm_alpha(g.a_scale, g.b_scale, scalars, stream);
-      alpha_at = scalars;
-      beta_at = scalars + (g.beta == 0.f ? 1 : 2);
-    } else if (fp8) {
+    if (fp8) {
       set(p->desc, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, g.a_scale);
       set(p->desc, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, g.b_scale);
     }
-    const cublasStatus_t status = cublasLtMatmul(handle_, p->desc, alpha_at, g.b, p->b, g.a, p->a, beta_at,
+    const cublasStatus_t status = cublasLtMatmul(handle_, p->desc, &alpha, g.b, p->b, g.a, p->a, &g.beta,
                                                  g.beta != 0.f ? g.c_in : g.c, p->c, g.c, p->c, &p->algo,
                                                  workspace_, workspace_bytes_, stream);
     if (status != CUBLAS_STATUS_NOT_SUPPORTED) {
       CUBLAS_CHECK(status);
       return true;
     }
-    // An algorithm the heuristic offered that the call then refuses (seen with FP8 operands): the next
-    // one; then, for FP8 with automatic scales, the same GEMM with its scales as alpha; with none left the
-    // configuration is remembered as having none, and the caller composes the op another way.
-    log_debug("cuBLASLt refused an algorithm of its heuristic for a {}x{}x{} gemm (epilogue {}, fp8 {}/{}{})",
-              g.m, g.n, g.k, static_cast<int>(g.epilogue), fp8_key(g.a_fp8), fp8_key(g.b_fp8),
-              p->scales_as_alpha ? ", scales as alpha" : "");
+    // An algorithm the heuristic offered that the call then refuses (seen with FP8 operands whose scale
+    // pointers were 4-byte aligned): the next one; with none left the configuration is remembered as
+    // having none, and the caller composes the op another way.
+    log_debug("cuBLASLt refused an algorithm of its heuristic for a {}x{}x{} gemm (epilogue {}, fp8 {}/{})",
+              g.m, g.n, g.k, static_cast<int>(g.epilogue), fp8_key(g.a_fp8), fp8_key(g.b_fp8));
     if (!p->others.empty()) {
       p->algo = p->others.back();
       p->others.pop_back();
       continue;
-    }
-    if (fp8 && !p->scales_as_alpha && fp8_scales_ == Fp8GemmScales::automatic) {
-      std::unique_ptr<Plan>& slot = plans_.at(key);
-      slot = make_plan(g, allow_tf32, static_cast<uint32_t>(align), true);
-      p = slot.get();
-      if (p->ok) continue;
     }
     p->ok = false;
     return false;

@@ -11,10 +11,9 @@
 // the heuristic nothing. A shape for which cuBLASLt offers no algorithm is remembered as such, and run()
 // then returns false, so that the caller composes the op from its single kernels instead.
 //
-// FP8 GEMMs take their operands' dequantizing scales one of two ways (Fp8GemmScales): cuBLASLt's A and B
-// scale pointers, or, with no scale pointers, alpha = a_scale * b_scale, which a one-thread kernel writes
-// into device memory before the call (and beta from device memory too: the pointer mode is per call).
-// Both read the scales when the GEMM runs, so a recorded step follows scales that change every step.
+// FP8 GEMMs take their operands' dequantizing scales as cuBLASLt's A and B scale pointers, read when the
+// GEMM runs, so that a recorded step follows scales that change every step. cuBLASLt's FP8 kernels refuse
+// scale pointers that are not 16-byte aligned (kFp8InverseScaleStride in backend.h).
 #pragma once
 
 #include <cublasLt.h>
@@ -63,7 +62,7 @@ struct LtGemm {
 class LtMatmuls {
  public:
   // `workspace` (device memory, `bytes` of it) is lent by the caller for every call; it must outlive this.
-  LtMatmuls(void* workspace, size_t bytes, Fp8GemmScales fp8_scales = Fp8GemmScales::automatic);
+  LtMatmuls(void* workspace, size_t bytes);
   ~LtMatmuls();
   LtMatmuls(const LtMatmuls&) = delete;
   LtMatmuls& operator=(const LtMatmuls&) = delete;
@@ -78,15 +77,11 @@ class LtMatmuls {
   // a's and b's FP8 formats (-1: none)
   using Key = std::tuple<int, int, int64_t, int64_t, int64_t, int, int, bool, bool, int, int, int>;
   Plan& plan(const Key& key, const LtGemm& g, bool allow_tf32);
-  std::unique_ptr<Plan> make_plan(const LtGemm& g, bool allow_tf32, uint32_t align, bool scales_as_alpha);
+  std::unique_ptr<Plan> make_plan(const LtGemm& g, bool allow_tf32, uint32_t align);
 
   cublasLtHandle_t handle_ = nullptr;
   void* workspace_;
   size_t workspace_bytes_;
-  Fp8GemmScales fp8_scales_;
-  // Device floats for FP8 GEMMs that take their scales as alpha: [0] that alpha, written before each such
-  // call (one stream: each call reads it before the next writes it), [1] 0 and [2] 1 for beta.
-  DeviceBuffer scalars_;
   std::map<Key, std::unique_ptr<Plan>> plans_;
 };
 
