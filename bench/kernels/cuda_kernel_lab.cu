@@ -10,9 +10,11 @@
 //     time, and the share of the device-to-device copy rate measured at start (cudaMemcpyAsync, bytes
 //     read + written; about 4.3 TB/s on an H200).
 // Shapes marked "small" are the sizes a training step really uses (a batch of 256 logits, ResNet-20's
-// parameters): launch latency, not bandwidth, is what they show.
+// parameters): launch latency, not bandwidth, is what they show. The FP8 quantization runs at the shapes
+// of gpt2-large's dense operands at batch 16 x 1024 (16,384 rows of 1,280 and 5,120 BF16 values), each
+// way a dense op asks for it, and the summing of its column partials (the bias gradient).
 //
-//   cuda_kernel_lab [--reps N] [--melems M]
+//   cuda_kernel_lab [--reps N] [--melems M] [--only fp8]
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -27,6 +29,7 @@
 #include "backend/cuda/kernel_check.h"
 #include "backend/cuda/kernels.h"
 #include "backend/reference/half_float.h"
+#include "core/fp8.h"
 
 using namespace dlbench;
 
@@ -486,7 +489,7 @@ void lab_sgd(Lab& lab, int64_t target, bool small) {
   step.lr = 0.1f, step.momentum = 0.9f, step.weight_decay = 5e-4f, step.nesterov = true,
   step.grad_scale = 1.f / 256;
   cuda::sgd_update(p.as<float>(), g.as<float>(), v.as<float>(), dsegs.as<ParamSegment>(), int(segs.size()),
-                   step, nullptr, lab.stream());
+                   step, nullptr, cuda::UpdateCopies{}, lab.stream());
   cpu_sgd(hp, hg, hv, segs, step);
   std::vector<double> expected(hp.begin(), hp.end()), expected_v(hv.begin(), hv.end());
   const double err = std::max(max_rel_err(download(p.get(), total, DType::f32), expected),
@@ -494,9 +497,74 @@ void lab_sgd(Lab& lab, int64_t target, bool small) {
   step.lr = 0;  // timed launches leave the parameters as they are
   const double us = lab.median_us([&] {
     cuda::sgd_update(p.as<float>(), g.as<float>(), v.as<float>(), dsegs.as<ParamSegment>(), int(segs.size()),
-                     step, nullptr, lab.stream());
+                     step, nullptr, cuda::UpdateCopies{}, lab.stream());
   });
   lab.add({"sgd_update (nesterov)", "f32", shape, err, 1e-6, us, double(total) * 20});
+}
+
+// ---- FP8 quantization (a GEMM operand's codes, transposed codes, amax, column sums) ----
+
+void lab_fp8_quantize(Lab& lab, int64_t rows, int64_t cols) {
+  const DType d = DType::bf16;
+  const std::string shape = std::to_string(rows) + "x" + std::to_string(cols);
+  const int64_t n = rows * cols;
+  const int64_t partial_rows = cuda::fp8_column_partial_rows(rows);
+  DeviceMem x(n * 2), q(n), qt(n), scale(4), amax(4), partials(partial_rows * cols * 4), sums(cols * 4);
+  const std::vector<double> vx = random_values(n, d, 11, -3, 3);
+  upload(x.get(), vx, d);
+  const float s = 64.f;  // |x| < 3: within E4M3's 448
+  DLB_KERNEL_CHECK(cudaMemcpy(scale.get(), &s, 4, cudaMemcpyHostToDevice));
+  DLB_KERNEL_CHECK(cudaMemset(amax.get(), 0, 4));
+  auto* qp = static_cast<uint8_t*>(q.get());
+  auto* qtp = static_cast<uint8_t*>(qt.get());
+  auto* sp = static_cast<const float*>(scale.get());
+  auto* ap = static_cast<float*>(amax.get());
+  auto* pp = static_cast<float*>(partials.get());
+
+  // Validation: both layouts' codes as the host rounds, the amax, the column sums.
+  const int64_t written = cuda::quantize_fp8_summing_columns(x.get(), d, rows, cols, Fp8Format::e4m3, sp, qp,
+                                                             qtp, ap, pp, lab.stream());
+  cuda::sum_column_partials(pp, written, cols, sums.get(), DType::f32, false, lab.stream());
+  lab.sync();
+  std::vector<uint8_t> codes(n), codes_t(n);
+  DLB_KERNEL_CHECK(cudaMemcpy(codes.data(), qp, n, cudaMemcpyDeviceToHost));
+  DLB_KERNEL_CHECK(cudaMemcpy(codes_t.data(), qtp, n, cudaMemcpyDeviceToHost));
+  float gpu_amax = 0;
+  DLB_KERNEL_CHECK(cudaMemcpy(&gpu_amax, ap, 4, cudaMemcpyDeviceToHost));
+  int64_t wrong = 0;
+  double host_amax = 0;
+  std::vector<double> column_sums(cols, 0.0);
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t c = 0; c < cols; ++c) {
+      const double v = vx[r * cols + c];
+      host_amax = std::max(host_amax, std::fabs(v));
+      column_sums[c] += v;
+      const uint8_t code = float_to_fp8(static_cast<float>(v) * s, Fp8Format::e4m3);
+      wrong += codes[r * cols + c] != code || codes_t[c * rows + r] != code;
+    }
+  const double code_error = double(wrong) + std::fabs(gpu_amax - host_amax);  // both exact: 0
+  const double sum_error = max_rel_err(download(sums.get(), cols, DType::f32), column_sums);
+
+  // A forward operand: codes only (read 2 bytes, write 1).
+  double us = lab.median_us([&] {
+    cuda::quantize_fp8(x.get(), d, rows, cols, Fp8Format::e4m3, sp, qp, nullptr, ap, lab.stream());
+  });
+  lab.add({"quantize_fp8 q", "bf16", shape, code_error, 0, us, double(3 * n)});
+  // x^T or W^T in the backward: transposed codes only.
+  us = lab.median_us([&] {
+    cuda::quantize_fp8(x.get(), d, rows, cols, Fp8Format::e4m3, sp, nullptr, qtp, nullptr, lab.stream());
+  });
+  lab.add({"quantize_fp8 q^T", "bf16", shape, -1, 0, us, double(3 * n)});
+  // dy in the backward: both layouts and the column partials, then their sum.
+  us = lab.median_us([&] {
+    cuda::quantize_fp8_summing_columns(x.get(), d, rows, cols, Fp8Format::e5m2, sp, qp, qtp, ap, pp,
+                                       lab.stream());
+  });
+  lab.add({"quantize_fp8 q,q^T,sums", "bf16", shape, -1, 0, us, double(4 * n + written * cols * 4)});
+  us = lab.median_us(
+      [&] { cuda::sum_column_partials(pp, written, cols, sums.get(), DType::f32, false, lab.stream()); });
+  lab.add({"sum_column_partials", "f32", std::to_string(written) + "x" + std::to_string(cols), sum_error, 1e-5,
+           us, double(written * cols * 4 + cols * 4)});
 }
 
 }  // namespace
@@ -504,13 +572,16 @@ void lab_sgd(Lab& lab, int64_t target, bool small) {
 int main(int argc, char** argv) {
   int reps = 50;
   int64_t melems = 64;
+  bool only_fp8 = false;
   for (int i = 1; i < argc; ++i) {
     if (!std::strcmp(argv[i], "--reps") && i + 1 < argc) {
       reps = std::max(1, std::atoi(argv[++i]));
     } else if (!std::strcmp(argv[i], "--melems") && i + 1 < argc) {
       melems = std::max<int64_t>(2, std::atoll(argv[++i]));
+    } else if (!std::strcmp(argv[i], "--only") && i + 1 < argc && !std::strcmp(argv[i + 1], "fp8")) {
+      only_fp8 = true, ++i;
     } else {
-      std::fprintf(stderr, "usage: %s [--reps N] [--melems M]\n", argv[0]);
+      std::fprintf(stderr, "usage: %s [--reps N] [--melems M] [--only fp8]\n", argv[0]);
       return 2;
     }
   }
@@ -524,6 +595,10 @@ int main(int argc, char** argv) {
     const double ceiling = measure_copy(lab);
     lab.set_ceiling(ceiling);
     std::printf("device-to-device copy: %.0f GB/s (bytes read + written)\n", ceiling);
+    // gpt2-large's dense operands at 16 x 1024 tokens: the residual stream's width and the MLP's.
+    lab_fp8_quantize(lab, 16384, 1280);
+    lab_fp8_quantize(lab, 16384, 5120);
+    if (only_fp8) return lab.print() == 0 ? 0 : 1;
     for (DType d : kDtypes) lab_elementwise(lab, d);
     lab_cast(lab, DType::f32, DType::f16);
     lab_cast(lab, DType::f16, DType::f32);
