@@ -1,17 +1,17 @@
-// Which of cuBLASLt's FP8 GEMMs run at GPT-2's shapes, set up as dlbench's FP8 dense ops set them up, and
-// how fast: the question behind --precision fp8's speed (bench/results/gpt2-fp8). On the H200 the heuristic
-// offered algorithms that cublasLtMatmul then refused (CUBLAS_STATUS_NOT_SUPPORTED) for 22 of gpt2's and
-// gpt2-large's 24 FP8 GEMM shapes, all set up with scale pointers, while gpu_ceilings' FP8 GEMMs without
-// scales ran. For each GEMM of a
-// model's dense layers (forward, data gradient, weight gradient) and each way of giving the scales:
-//   none      no scales (the gpu_ceilings set-up, which ran E4M3 x E4M3 at 8192^3);
-//   pointers  A and B scale pointers, 4 bytes apart as dlbench's per-layer arrays hold them;
-//   aligned   the same pointers 16-byte aligned;
-//   alpha     no scale pointers, alpha (their product) read from device memory
-//   (CUBLASLT_POINTER_MODE_DEVICE);
-// and with and without the bias epilogue, it asks the heuristic for up to 8 algorithms, tries each in turn,
-// and prints how many it offered, the index of the first that ran (-1: none), and the fastest that ran in
-// TFLOP/s (median of --reps), beside the BF16 GEMM of the same shape.
+// How fast cuBLASLt's FP8 GEMMs run at GPT-2's shapes with the epilogues dlbench's dense layers give them,
+// beside BF16 GEMMs with the same epilogues: the question behind --precision fp8's speed
+// (bench/results/gpt2-fp8). For each GEMM of a model's dense layers (forward, data gradient, weight
+// gradient), set up as dense_fp8.cc does (E4M3/E5M2 codes, BF16 out, the inverse scales as 16-byte aligned
+// A/B scale pointers), it prints the plain GEMM's rate in BF16 and FP8 and, where dlbench applies one, the
+// rate with its epilogue: the bias on the forwards, GELU with its saved input (GELU_AUX_BIAS) on
+// mlp.c_fc's forward, GELU's gradient (DGELU) on mlp.c_proj's data gradient. Each FP8 case tries every
+// algorithm the heuristic offers (up to 8) and reports how many it offered, the first that ran (-1: none)
+// and the best rate, in TFLOP/s (median of --reps). An epilogue that costs FP8 much more than BF16 says the
+// op would run faster as the plain FP8 GEMM and its epilogue fused into the pass that follows.
+//
+// The probe as of 6664ab5 answered the question before: which way of giving the scales runs. With the
+// pointers 4 bytes apart (as dlbench held them then) every algorithm refused every GEMM; 16-byte aligned,
+// no scales, or the scales as a device-side alpha, all ran (bench/results/gpt2-fp8, 2026-12-05).
 //
 //   fp8_gemm_probe [--model gpt2|gpt2-medium|gpt2-large|gpt2-xl] [--tokens N] [--reps R]
 #include <cublasLt.h>
@@ -33,25 +33,20 @@ using gpt_gemm_probe::median_ms;
 using gpt_gemm_probe::set;
 
 // One GEMM in cuBLASLt's column-major terms: D[m, n] = op(A)[m, k] op(B)[k, n] with A stored [k, m]
-// (transposed, K-major) and B [k, n] (K-major): the only FP8 layout.
+// (transposed, K-major) and B [k, n] (K-major): the only FP8 layout. `epilogue` is the one dlbench gives
+// it (DEFAULT: none).
 struct Gemm {
+  std::string name;
   int64_t m, n, k;
   cudaDataType_t a, b;
+  cublasLtEpilogue_t epilogue;
 };
 
-enum class Scales { none, pointers, aligned, alpha };
-const char* scales_name(Scales s) {
-  switch (s) {
-    case Scales::none:
-      return "none";
-    case Scales::pointers:
-      return "pointers";
-    case Scales::aligned:
-      return "aligned";
-    case Scales::alpha:
-      return "alpha";
-  }
-  return "?";
+const char* epilogue_name(cublasLtEpilogue_t e) {
+  return e == CUBLASLT_EPILOGUE_BIAS            ? "bias"
+         : e == CUBLASLT_EPILOGUE_GELU_AUX_BIAS ? "gelu_aux_bias"
+         : e == CUBLASLT_EPILOGUE_DGELU         ? "dgelu"
+                                                : "none";
 }
 
 struct Outcome {
@@ -73,16 +68,15 @@ int main(int argc, char** argv) {
   const int64_t layers[][2] = {{c, 3 * c}, {c, c}, {c, 4 * c}, {4 * c, c}};
   const char* layer_names[] = {"c_attn", "attn.c_proj", "mlp.c_fc", "mlp.c_proj"};
   std::vector<Gemm> gemms;
-  std::vector<std::string> names;
-  names.reserve(12);
   for (int l = 0; l < 4; ++l) {
     const int64_t in = layers[l][0], out = layers[l][1];
-    names.push_back(std::string(layer_names[l]) + " forward");
-    gemms.push_back({out, tokens, in, CUDA_R_8F_E4M3, CUDA_R_8F_E4M3});  // A = w, B = x
-    names.push_back(std::string(layer_names[l]) + " data grad");
-    gemms.push_back({in, tokens, out, CUDA_R_8F_E4M3, CUDA_R_8F_E5M2});  // A = w^T, B = dy
-    names.push_back(std::string(layer_names[l]) + " weight grad");
-    gemms.push_back({in, out, tokens, CUDA_R_8F_E4M3, CUDA_R_8F_E5M2});  // A = x^T, B = dy^T
+    const std::string layer = layer_names[l];
+    gemms.push_back({layer + " forward", out, tokens, in, CUDA_R_8F_E4M3, CUDA_R_8F_E4M3,  // A = w, B = x
+                     layer == "mlp.c_fc" ? CUBLASLT_EPILOGUE_GELU_AUX_BIAS : CUBLASLT_EPILOGUE_BIAS});
+    gemms.push_back({layer + " data grad", in, tokens, out, CUDA_R_8F_E4M3, CUDA_R_8F_E5M2,  // A = w^T, B = dy
+                     layer == "mlp.c_proj" ? CUBLASLT_EPILOGUE_DGELU : CUBLASLT_EPILOGUE_DEFAULT});
+    gemms.push_back({layer + " weight grad", in, out, tokens, CUDA_R_8F_E4M3, CUDA_R_8F_E5M2,  // x^T, dy^T
+                     CUBLASLT_EPILOGUE_DEFAULT});
   }
 
   cudaStream_t stream;
@@ -91,101 +85,88 @@ int main(int argc, char** argv) {
   check(cublasLtCreate(&lt), "cublasLtCreate");
   int64_t largest = 0;
   for (const Gemm& g : gemms) largest = std::max({largest, g.m * g.k, g.n * g.k, g.m * g.n});
-  void *a, *b, *d, *bias, *workspace;
-  float* scales;  // [0..3): 4 bytes apart, as dlbench's arrays; [4], [8]: 16-byte aligned; [12]: alpha
+  void *a, *b, *d, *aux, *bias, *workspace;
+  float* scales;  // [0] and [4]: the two inverse scales, 16 bytes apart
   const size_t workspace_bytes = size_t{32} << 20;
   check(cudaMalloc(&a, largest * 2), "malloc");
   check(cudaMalloc(&b, largest * 2), "malloc");
   check(cudaMalloc(&d, largest * 2), "malloc");
+  check(cudaMalloc(&aux, largest * 2), "malloc");
   check(cudaMalloc(&bias, 4 * c * 2), "malloc");
   check(cudaMalloc(&workspace, workspace_bytes), "malloc");
-  check(cudaMalloc(&scales, 16 * sizeof(float)), "malloc");
+  check(cudaMalloc(&scales, 8 * sizeof(float)), "malloc");
   // Small values: 0x2c is 0.375 in E4M3 and 2^-4 in E5M2; 0x2c2c a small BF16 number.
   check(cudaMemset(a, 0x2c, largest * 2), "memset");
   check(cudaMemset(b, 0x2c, largest * 2), "memset");
+  check(cudaMemset(aux, 0x2c, largest * 2), "memset");
   check(cudaMemset(bias, 0, 4 * c * 2), "memset");
-  const float host_scales[16] = {0.5f, 0.25f, 0.125f, 0, 0.5f, 0, 0, 0, 0.25f, 0, 0, 0, 0.125f, 0, 0, 0};
+  const float host_scales[8] = {0.5f, 0, 0, 0, 0.25f, 0, 0, 0};
   check(cudaMemcpy(scales, host_scales, sizeof host_scales, cudaMemcpyHostToDevice), "upload");
   const float zero = 0.f, one = 1.f;
-  float* device_zero = scales + 3;  // beta in device memory for the alpha mode
 
-  std::printf("%s, %lld tokens; FP8 with BF16 out: offered / first that ran / best TFLOP/s\n", model.c_str(),
-              static_cast<long long>(tokens));
-  for (size_t i = 0; i < gemms.size(); ++i) {
-    const Gemm& g = gemms[i];
-    const double flops = 2.0 * g.m * g.n * g.k;
-    auto layout = [](cudaDataType_t t, int64_t rows, int64_t cols) {
-      cublasLtMatrixLayout_t l;
-      check(cublasLtMatrixLayoutCreate(&l, t, rows, cols, rows), "layout");
-      return l;
-    };
-    // The BF16 GEMM of the same shape, its heuristic's first algorithm.
-    double bf16_tflops = 0;
-    {
-      cublasLtMatmulDesc_t desc;
-      check(cublasLtMatmulDescCreate(&desc, CUBLAS_COMPUTE_32F, CUDA_R_32F), "desc");
-      set(desc, CUBLASLT_MATMUL_DESC_TRANSA, CUBLAS_OP_T);
-      cublasLtMatrixLayout_t la = layout(CUDA_R_16BF, g.k, g.m), lb = layout(CUDA_R_16BF, g.k, g.n),
-                             ld = layout(CUDA_R_16BF, g.m, g.n);
-      const auto choices = heuristic_choices(lt, desc, la, lb, ld, workspace_bytes, 1);
-      if (!choices.empty()) {
-        const double ms = median_ms(stream, reps, [&] {
-          return cublasLtMatmul(lt, desc, &one, a, la, b, lb, &zero, d, ld, d, ld, &choices[0].algo,
-                                workspace, workspace_bytes, stream) == CUBLAS_STATUS_SUCCESS;
-        });
-        bf16_tflops = flops / (ms * 1e-3) / 1e12;
-      }
-      for (auto l : {la, lb, ld}) cublasLtMatrixLayoutDestroy(l);
-      cublasLtMatmulDescDestroy(desc);
+  auto layout = [](cudaDataType_t t, int64_t rows, int64_t cols) {
+    cublasLtMatrixLayout_t l;
+    check(cublasLtMatrixLayoutCreate(&l, t, rows, cols, rows), "layout");
+    return l;
+  };
+  // The GEMM g in BF16 or FP8 with `epilogue`: every algorithm the heuristic offers (the first only in
+  // BF16, as dlbench's BF16 path takes it), the best rate among those that run.
+  auto probe = [&](const Gemm& g, bool fp8, cublasLtEpilogue_t epilogue) {
+    cublasLtMatmulDesc_t desc;
+    check(cublasLtMatmulDescCreate(&desc, CUBLAS_COMPUTE_32F, CUDA_R_32F), "desc");
+    set(desc, CUBLASLT_MATMUL_DESC_TRANSA, CUBLAS_OP_T);
+    if (fp8) {
+      set(desc, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, static_cast<const float*>(scales));
+      set(desc, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, static_cast<const float*>(scales + 4));
     }
-    std::printf("%-24s m %5lld n %5lld k %5lld  bf16 %6.0f |", names[i].c_str(), static_cast<long long>(g.m),
-                static_cast<long long>(g.n), static_cast<long long>(g.k), bf16_tflops);
-    for (const bool with_bias : {false, true}) {
-      if (with_bias && names[i].find("forward") == std::string::npos) continue;
-      for (Scales mode : {Scales::none, Scales::pointers, Scales::aligned, Scales::alpha}) {
-        cublasLtMatmulDesc_t desc;
-        check(cublasLtMatmulDescCreate(&desc, CUBLAS_COMPUTE_32F, CUDA_R_32F), "desc");
-        set(desc, CUBLASLT_MATMUL_DESC_TRANSA, CUBLAS_OP_T);
-        if (mode == Scales::pointers) {
-          set(desc, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, static_cast<const float*>(scales + 1));
-          set(desc, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, static_cast<const float*>(scales + 0));
-        } else if (mode == Scales::aligned) {
-          set(desc, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, static_cast<const float*>(scales + 4));
-          set(desc, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, static_cast<const float*>(scales + 8));
-        } else if (mode == Scales::alpha) {
-          set(desc, CUBLASLT_MATMUL_DESC_POINTER_MODE, CUBLASLT_POINTER_MODE_DEVICE);
-        }
-        if (with_bias) {
-          set(desc, CUBLASLT_MATMUL_DESC_EPILOGUE, CUBLASLT_EPILOGUE_BIAS);
-          set(desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, static_cast<const void*>(bias));
-          set(desc, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, CUDA_R_16BF);
-        }
-        cublasLtMatrixLayout_t la = layout(g.a, g.k, g.m), lb = layout(g.b, g.k, g.n),
-                               ld = layout(CUDA_R_16BF, g.m, g.n);
-        const auto results = heuristic_choices(lt, desc, la, lb, ld, workspace_bytes, 8);
-        Outcome o;
-        o.offered = static_cast<int>(results.size());
-        const void* alpha = mode == Scales::alpha ? static_cast<const void*>(scales + 12) : &one;
-        const void* beta = mode == Scales::alpha ? static_cast<const void*>(device_zero) : &zero;
-        for (int j = 0; j < o.offered; ++j) {
-          auto run = [&] {
-            return cublasLtMatmul(lt, desc, alpha, a, la, b, lb, beta, d, ld, d, ld, &results[j].algo,
-                                  workspace, workspace_bytes, stream) == CUBLAS_STATUS_SUCCESS;
-          };
-          if (!run()) continue;
-          check(cudaStreamSynchronize(stream), "run");
-          if (o.first_running < 0) o.first_running = j;
-          o.best_tflops = std::max(o.best_tflops, flops / (median_ms(stream, reps, run) * 1e-3) / 1e12);
-        }
-        std::printf(" %s%s %d/%d/%.0f", with_bias ? "bias+" : "", scales_name(mode), o.offered,
-                    o.first_running, o.best_tflops);
-        for (auto l : {la, lb, ld}) cublasLtMatrixLayoutDestroy(l);
-        cublasLtMatmulDescDestroy(desc);
-      }
+    set(desc, CUBLASLT_MATMUL_DESC_EPILOGUE, epilogue);
+    if (epilogue == CUBLASLT_EPILOGUE_BIAS || epilogue == CUBLASLT_EPILOGUE_GELU_AUX_BIAS) {
+      set(desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, static_cast<const void*>(bias));
+      if (fp8) set(desc, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, CUDA_R_16BF);
+    }
+    if (epilogue == CUBLASLT_EPILOGUE_GELU_AUX_BIAS || epilogue == CUBLASLT_EPILOGUE_DGELU) {
+      set(desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, static_cast<const void*>(aux));
+      set(desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, g.m);
+      if (fp8) set(desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_DATA_TYPE, CUDA_R_16BF);
+    }
+    cublasLtMatrixLayout_t la = layout(fp8 ? g.a : CUDA_R_16BF, g.k, g.m),
+                           lb = layout(fp8 ? g.b : CUDA_R_16BF, g.k, g.n), ld = layout(CUDA_R_16BF, g.m, g.n);
+    const auto results = heuristic_choices(lt, desc, la, lb, ld, workspace_bytes, fp8 ? 8 : 1);
+    Outcome o;
+    o.offered = static_cast<int>(results.size());
+    const double flops = 2.0 * g.m * g.n * g.k;
+    for (int j = 0; j < o.offered; ++j) {
+      auto run = [&] {
+        return cublasLtMatmul(lt, desc, &one, a, la, b, lb, &zero, d, ld, d, ld, &results[j].algo, workspace,
+                              workspace_bytes, stream) == CUBLAS_STATUS_SUCCESS;
+      };
+      if (!run()) continue;
+      check(cudaStreamSynchronize(stream), "run");
+      if (o.first_running < 0) o.first_running = j;
+      o.best_tflops = std::max(o.best_tflops, flops / (median_ms(stream, reps, run) * 1e-3) / 1e12);
+    }
+    for (auto l : {la, lb, ld}) cublasLtMatrixLayoutDestroy(l);
+    cublasLtMatmulDescDestroy(desc);
+    return o;
+  };
+
+  std::printf(
+      "%s, %lld tokens; TFLOP/s, BF16 (its first algorithm) and FP8 (offered/first that ran/best), plain and "
+      "with dlbench's epilogue\n",
+      model.c_str(), static_cast<long long>(tokens));
+  for (const Gemm& g : gemms) {
+    const Outcome bf16 = probe(g, false, CUBLASLT_EPILOGUE_DEFAULT), fp8 = probe(g, true, CUBLASLT_EPILOGUE_DEFAULT);
+    std::printf("%-24s m %5lld n %5lld k %5lld | plain bf16 %5.0f fp8 %d/%d/%5.0f", g.name.c_str(),
+                static_cast<long long>(g.m), static_cast<long long>(g.n), static_cast<long long>(g.k),
+                bf16.best_tflops, fp8.offered, fp8.first_running, fp8.best_tflops);
+    if (g.epilogue != CUBLASLT_EPILOGUE_DEFAULT) {
+      const Outcome bf16_e = probe(g, false, g.epilogue), fp8_e = probe(g, true, g.epilogue);
+      std::printf(" | %s bf16 %5.0f fp8 %d/%d/%5.0f", epilogue_name(g.epilogue), bf16_e.best_tflops,
+                  fp8_e.offered, fp8_e.first_running, fp8_e.best_tflops);
     }
     std::printf("\n");
   }
   cublasLtDestroy(lt);
-  for (void* p : {a, b, d, bias, workspace, static_cast<void*>(scales)}) cudaFree(p);
+  for (void* p : {a, b, d, aux, bias, workspace, static_cast<void*>(scales)}) cudaFree(p);
   return 0;
 }
