@@ -181,14 +181,20 @@ TEST(Fp8Gpt, RecomputedAndFusedLayersComputeTheSameStep) {
   }
 }
 
-TEST(Fp8Gpt, AnInferencePassMovesNoScale) {
-  auto backend = make_reference_backend();
+// gpt-mini in FP8 with `recipe` (batch 2, sequence 32, seed 7's weights) on fixed tokens.
+Model fp8_mini(Backend& backend, Fp8Recipe recipe = {}) {
   NetworkOptions options;
   options.batch = 2;
-  options.fp8 = Fp8Recipe{};
-  Model model = build_gpt("gpt-mini", *backend, options, 32);
+  options.fp8 = recipe;
+  Model model = build_gpt("gpt-mini", backend, options, 32);
   model.net->finalize(7);
-  testing::feed_fixed_tokens(*backend, model);
+  testing::feed_fixed_tokens(backend, model);
+  return model;
+}
+
+TEST(Fp8Gpt, AnInferencePassMovesNoScale) {
+  auto backend = make_reference_backend();
+  Model model = fp8_mini(*backend);
   model.net->forward(Phase::inference);
   model.net->update_fp8_scales();
   for (float s : model.net->fp8()->read_scales()) EXPECT_EQ(s, 1.f);
@@ -198,16 +204,8 @@ TEST(Fp8Gpt, AnInferencePassMovesNoScale) {
 // and histories in a new network.
 TEST(Fp8Gpt, TheScalingStateComesBackFromItsFloats) {
   auto backend = make_reference_backend();
-  auto build = [&] {
-    NetworkOptions options;
-    options.batch = 2;
-    options.fp8 = Fp8Recipe{4, 1};
-    Model model = build_gpt("gpt-mini", *backend, options, 32);
-    model.net->finalize(7);
-    return model;
-  };
+  auto build = [&] { return fp8_mini(*backend, Fp8Recipe{4, 1}); };
   Model first = build();
-  testing::feed_fixed_tokens(*backend, first);
   for (int step = 0; step < 2; ++step) {
     first.net->forward(Phase::train);
     first.net->backward();
@@ -230,12 +228,7 @@ TEST(Fp8Gpt, TheScalingStateComesBackFromItsFloats) {
 // aligned: every dense layer's three lie 16 bytes apart, each equal to 1 / its scale after a step.
 TEST(Fp8Gpt, EveryInverseScaleIs16ByteAlignedAndFollowsItsScale) {
   auto backend = make_reference_backend();
-  NetworkOptions options;
-  options.batch = 2;
-  options.fp8 = Fp8Recipe{};
-  Model model = build_gpt("gpt-mini", *backend, options, 32);
-  model.net->finalize(7);
-  testing::feed_fixed_tokens(*backend, model);
+  Model model = fp8_mini(*backend);
   model.net->forward(Phase::train);
   model.net->backward();
   model.net->update_fp8_scales();
