@@ -16,7 +16,8 @@
 // of q_transposed. The amax is a block maximum, then one atomicMax on
 // the float's bits (the order of the maxima does not change the result: the same bits every run).
 // A dense layer's output gradient may have its columns summed in the same pass (its bias gradient): each
-// block's sums per column into a row of partials, added in row order by a second kernel, without atomics.
+// block's sums per column into a row of partials, added in a fixed order by a second kernel, without
+// atomics.
 #include <cuda_fp8.h>
 
 #include <cfloat>
@@ -243,14 +244,26 @@ __global__ void fp8_round_trip_kernel(const T* __restrict__ x, int64_t n, Fp8For
   }
 }
 
-// sums[c] (=, or += where `accumulate`) the partial sums of column c, added in row order: a thread a column.
+// sums[c] (=, or += where `accumulate`) the partial sums of column c, in a fixed order: each of a block's
+// kSumLanes lanes adds every kSumLanes-th partial row of its column, then the lanes are added in order.
+// One thread a column would leave gpt2-large's 1,280 columns 5 blocks, each reading 256 rows one after
+// another: a pass bound by memory latency on a few SMs, not by bandwidth.
+constexpr int kSumColumns = 32, kSumLanes = 16;
+
 template <typename D>
-__global__ void sum_column_partials_kernel(const float* __restrict__ partials, int64_t partial_rows,
-                                           int64_t cols, D* __restrict__ sums, bool accumulate) {
-  const int64_t col = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
-  if (col >= cols) return;
+__global__ void __launch_bounds__(kSumColumns* kSumLanes)
+    sum_column_partials_kernel(const float* __restrict__ partials, int64_t partial_rows, int64_t cols,
+                               D* __restrict__ sums, bool accumulate) {
+  __shared__ float lane_sums[kSumLanes][kSumColumns];
+  const int64_t col = int64_t(blockIdx.x) * kSumColumns + threadIdx.x;
   float total = 0.f;
-  for (int64_t r = 0; r < partial_rows; ++r) total += partials[r * cols + col];
+  if (col < cols)
+    for (int64_t r = threadIdx.y; r < partial_rows; r += kSumLanes) total += partials[r * cols + col];
+  lane_sums[threadIdx.y][threadIdx.x] = total;
+  __syncthreads();
+  if (threadIdx.y != 0 || col >= cols) return;
+  total = lane_sums[0][threadIdx.x];
+  for (int lane = 1; lane < kSumLanes; ++lane) total += lane_sums[lane][threadIdx.x];
   if (accumulate) total += widen(sums[col]);
   sums[col] = narrow<D>(total);
 }
@@ -376,19 +389,20 @@ void sum_column_partials(const float* partials, int64_t partial_rows, int64_t co
                          DType sums_dtype, bool accumulate, cudaStream_t stream) {
   DLB_KERNEL_REQUIRE(partial_rows >= 0 && cols >= 0, "sum_column_partials", "negative shape");
   if (cols == 0) return;
-  const unsigned blocks = static_cast<unsigned>((cols + 255) / 256);
+  const unsigned blocks = static_cast<unsigned>((cols + kSumColumns - 1) / kSumColumns);
+  const dim3 threads(kSumColumns, kSumLanes);
   switch (sums_dtype) {
     case DType::f32:
-      sum_column_partials_kernel<<<blocks, 256, 0, stream>>>(partials, partial_rows, cols,
-                                                             static_cast<float*>(sums), accumulate);
+      sum_column_partials_kernel<<<blocks, threads, 0, stream>>>(partials, partial_rows, cols,
+                                                                 static_cast<float*>(sums), accumulate);
       break;
     case DType::f16:
-      sum_column_partials_kernel<<<blocks, 256, 0, stream>>>(partials, partial_rows, cols,
-                                                             static_cast<__half*>(sums), accumulate);
+      sum_column_partials_kernel<<<blocks, threads, 0, stream>>>(partials, partial_rows, cols,
+                                                                 static_cast<__half*>(sums), accumulate);
       break;
     case DType::bf16:
-      sum_column_partials_kernel<<<blocks, 256, 0, stream>>>(partials, partial_rows, cols,
-                                                             static_cast<__nv_bfloat16*>(sums), accumulate);
+      sum_column_partials_kernel<<<blocks, threads, 0, stream>>>(partials, partial_rows, cols,
+                                                                 static_cast<__nv_bfloat16*>(sums), accumulate);
       break;
     default:
       DLB_KERNEL_REQUIRE(false, "sum_column_partials", "sums must be f32, f16 or bf16");

@@ -167,8 +167,8 @@ void quantize_fp8(const void* x, DType dtype, int64_t rows, int64_t cols, Fp8For
 // quantize_fp8 that also sums x's columns, as a dense layer's bias gradient sums its output gradient, in
 // the same pass over x: each tile of rows writes its columns' f32 sums into `column_partials` (row-major,
 // room for fp8_column_partial_rows(rows) rows); returns the rows it wrote. sum_column_partials then adds
-// them in row order into sums (cols elements, f32, f16 or bf16; added to where `accumulate`): no atomics,
-// the same bits every run.
+// them in a fixed order into sums (cols elements, f32, f16 or bf16; added to where `accumulate`): no
+// atomics, the same bits every run.
 int64_t quantize_fp8_summing_columns(const void* x, DType dtype, int64_t rows, int64_t cols, Fp8Format format,
                                      const float* scale, uint8_t* q, uint8_t* q_transposed, float* amax,
                                      float* column_partials, cudaStream_t stream);
