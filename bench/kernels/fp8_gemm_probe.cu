@@ -6,8 +6,10 @@
 // rate with its epilogue: the bias on the forwards, GELU with its saved input (GELU_AUX_BIAS) on
 // mlp.c_fc's forward, GELU's gradient (DGELU) on mlp.c_proj's data gradient. Each FP8 case tries every
 // algorithm the heuristic offers (up to 8) and reports how many it offered, the first that ran (-1: none)
-// and the best rate, in TFLOP/s (median of --reps). An epilogue that costs FP8 much more than BF16 says the
-// op would run faster as the plain FP8 GEMM and its epilogue fused into the pass that follows.
+// and the best rate, in TFLOP/s (median of --reps), with cuBLASLt's default FP8 accumulation (partial sums
+// promoted to FP32 at intervals) and with its fast accumulation (CUBLASLT_MATMUL_DESC_FAST_ACCUM, which
+// Transformer Engine's recipe takes for the forward GEMMs). An epilogue that costs FP8 much more than BF16
+// says the op would run faster as the plain FP8 GEMM and its epilogue fused into the pass that follows.
 //
 // The probe as of 6664ab5 answered the question before: which way of giving the scales runs. With the
 // pointers 4 bytes apart (as dlbench held them then) every algorithm refused every GEMM; 16-byte aligned,
@@ -111,13 +113,14 @@ int main(int argc, char** argv) {
   };
   // The GEMM g in BF16 or FP8 with `epilogue`: every algorithm the heuristic offers (the first only in
   // BF16, as dlbench's BF16 path takes it), the best rate among those that run.
-  auto probe = [&](const Gemm& g, bool fp8, cublasLtEpilogue_t epilogue) {
+  auto probe = [&](const Gemm& g, bool fp8, cublasLtEpilogue_t epilogue, bool fast_accumulation = false) {
     cublasLtMatmulDesc_t desc;
     check(cublasLtMatmulDescCreate(&desc, CUBLAS_COMPUTE_32F, CUDA_R_32F), "desc");
     set(desc, CUBLASLT_MATMUL_DESC_TRANSA, CUBLAS_OP_T);
     if (fp8) {
       set(desc, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, static_cast<const float*>(scales));
       set(desc, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, static_cast<const float*>(scales + 4));
+      set(desc, CUBLASLT_MATMUL_DESC_FAST_ACCUM, static_cast<int8_t>(fast_accumulation));
     }
     set(desc, CUBLASLT_MATMUL_DESC_EPILOGUE, epilogue);
     if (epilogue == CUBLASLT_EPILOGUE_BIAS || epilogue == CUBLASLT_EPILOGUE_GELU_AUX_BIAS) {
@@ -151,18 +154,19 @@ int main(int argc, char** argv) {
   };
 
   std::printf(
-      "%s, %lld tokens; TFLOP/s, BF16 (its first algorithm) and FP8 (offered/first that ran/best), plain and "
-      "with dlbench's epilogue\n",
+      "%s, %lld tokens; TFLOP/s, BF16 (its first algorithm) and FP8 (offered/first that ran/best; fast: with "
+      "fast accumulation), plain and with dlbench's epilogue\n",
       model.c_str(), static_cast<long long>(tokens));
   for (const Gemm& g : gemms) {
-    const Outcome bf16 = probe(g, false, CUBLASLT_EPILOGUE_DEFAULT), fp8 = probe(g, true, CUBLASLT_EPILOGUE_DEFAULT);
-    std::printf("%-24s m %5lld n %5lld k %5lld | plain bf16 %5.0f fp8 %d/%d/%5.0f", g.name.c_str(),
-                static_cast<long long>(g.m), static_cast<long long>(g.n), static_cast<long long>(g.k),
-                bf16.best_tflops, fp8.offered, fp8.first_running, fp8.best_tflops);
-    if (g.epilogue != CUBLASLT_EPILOGUE_DEFAULT) {
-      const Outcome bf16_e = probe(g, false, g.epilogue), fp8_e = probe(g, true, g.epilogue);
-      std::printf(" | %s bf16 %5.0f fp8 %d/%d/%5.0f", epilogue_name(g.epilogue), bf16_e.best_tflops,
-                  fp8_e.offered, fp8_e.first_running, fp8_e.best_tflops);
+    std::printf("%-24s m %5lld n %5lld k %5lld", g.name.c_str(), static_cast<long long>(g.m),
+                static_cast<long long>(g.n), static_cast<long long>(g.k));
+    for (cublasLtEpilogue_t epilogue : {CUBLASLT_EPILOGUE_DEFAULT, g.epilogue}) {
+      const Outcome bf16 = probe(g, false, epilogue), fp8 = probe(g, true, epilogue),
+                    fast = probe(g, true, epilogue, true);
+      std::printf(" | %s bf16 %5.0f fp8 %d/%d/%5.0f fast %d/%d/%5.0f", epilogue_name(epilogue), bf16.best_tflops,
+                  fp8.offered, fp8.first_running, fp8.best_tflops, fast.offered, fast.first_running,
+                  fast.best_tflops);
+      if (g.epilogue == CUBLASLT_EPILOGUE_DEFAULT) break;  // no epilogue of its own: the plain GEMM only
     }
     std::printf("\n");
   }
