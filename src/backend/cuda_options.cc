@@ -22,6 +22,18 @@ std::optional<KernelChoice> parse_kernel_choice(std::string_view text) {
   return std::nullopt;
 }
 
+const char* fp8_fast_accumulation_name(Fp8FastAccumulation f) {
+  switch (f) {
+    case Fp8FastAccumulation::off:
+      return "off";
+    case Fp8FastAccumulation::forward:
+      return "forward";
+    case Fp8FastAccumulation::all:
+      return "all";
+  }
+  return "?";
+}
+
 const char* on_off(bool value) { return value ? "on" : "off"; }
 
 nlohmann::json cuda_options_to_json(const CudaOptions& o) {
@@ -34,6 +46,7 @@ nlohmann::json cuda_options_to_json(const CudaOptions& o) {
           {"bn_fold_shortcut", on_off(o.fold_shortcut_batchnorm)},
           {"stem_pool_fusion", on_off(o.stem_pool_fusion)},
           {"dense_epilogues", on_off(o.dense_epilogues)},
+          {"fp8_fast_accumulation", fp8_fast_accumulation_name(o.fp8_fast_accumulation)},
           {"training_stream_priority",
            o.training_stream == TrainingStreamPriority::greatest ? "greatest" : "normal"}};
 }

@@ -25,6 +25,12 @@ enum class KernelChoice { automatic, off, force };
 // priority, so that the sums take SMs only where training leaves some (--comm-priority low).
 enum class TrainingStreamPriority { normal, greatest };
 
+// Which FP8 GEMMs (--precision fp8) take cuBLASLt's fast accumulation (CUBLASLT_MATMUL_DESC_FAST_ACCUM:
+// partial sums not promoted to FP32 at intervals, faster and less exact): none, the forward's (Transformer
+// Engine's recipe), or every one.
+enum class Fp8FastAccumulation { off, forward, all };
+const char* fp8_fast_accumulation_name(Fp8FastAccumulation f);  // "off", "forward", "all"
+
 struct CudaOptions {
   // FP32 convolutions and GEMMs may use TF32 tensor cores (--precision tf32).
   bool allow_tf32 = false;
@@ -45,6 +51,8 @@ struct CudaOptions {
   // --dense-epilogues: dense layers' biases, GELU (and its gradient) and residual adds applied by their
   // cuBLASLt GEMMs (epilogues), and the transformer's MLP fused (Fusion::dense_gelu_dense).
   bool dense_epilogues = true;
+  // --fp8-fast-accumulation (Fp8FastAccumulation).
+  Fp8FastAccumulation fp8_fast_accumulation = Fp8FastAccumulation::off;
   TrainingStreamPriority training_stream = TrainingStreamPriority::normal;
 
   bool operator==(const CudaOptions&) const = default;

@@ -9,11 +9,13 @@
 // c_proj on few rows, gpt-mini's c_attn, and one whose rows FP8 GEMMs cannot take (37: not a multiple of
 // 16), where the op runs on the operands' round trips instead. On the other shapes every GEMM must run in
 // FP8: none may fall back to BF16, which would give the same numbers without FP8's speed (as every GEMM
-// did while the scale pointers were 4-byte aligned).
+// did while the scale pointers were 4-byte aligned). Each GEMM accumulates as cuBLASLt does by default
+// and, in a second run, with its fast accumulation (--fp8-fast-accumulation all).
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "backend/backend_factory.h"
@@ -65,8 +67,8 @@ class ScalingMemory {
   float* memory_ = nullptr;
 };
 
-// Epilogues on or off.
-class DenseFp8Test : public ::testing::TestWithParam<bool> {
+// Epilogues on or off; fast accumulation off or everywhere.
+class DenseFp8Test : public ::testing::TestWithParam<std::tuple<bool, Fp8FastAccumulation>> {
  protected:
   void SetUp() override {
     if (cuda_device_count() == 0) GTEST_SKIP() << "no CUDA GPU: cuda_device_count() == 0";
@@ -77,11 +79,13 @@ class DenseFp8Test : public ::testing::TestWithParam<bool> {
 TEST_P(DenseFp8Test, ForwardAndBackwardMatchTheReferenceRoundTrips) {
   const DType dtype = DType::bf16;
   CudaOptions options;
-  options.dense_epilogues = GetParam();
+  options.dense_epilogues = std::get<0>(GetParam());
+  options.fp8_fast_accumulation = std::get<1>(GetParam());
   Backend& gpu = shared_gpu(options);
   for (const Fp8Case& c : kFp8Cases) {
     const std::string where =
-        fmt::format("N={} I={} O={} epilogues {}", c.rows, c.in, c.out, options.dense_epilogues ? "on" : "off");
+        fmt::format("N={} I={} O={} epilogues {} fast accumulation {}", c.rows, c.in, c.out,
+                    options.dense_epilogues ? "on" : "off", fp8_fast_accumulation_name(options.fp8_fast_accumulation));
     SCOPED_TRACE(where);
     const int64_t in_bf16_before = cuda::as_cuda(gpu).fp8_gemms_in_bf16();
     const double tol = tolerance(dtype, false, 2);
@@ -204,9 +208,13 @@ TEST_P(DenseFp8Test, ForwardAndBackwardMatchTheReferenceRoundTrips) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(Epilogues, DenseFp8Test, ::testing::Bool(), [](const auto& info) {
-  return std::string(info.param ? "epilogues_on" : "epilogues_off");
-});
+INSTANTIATE_TEST_SUITE_P(EpiloguesAndAccumulation, DenseFp8Test,
+                         ::testing::Combine(::testing::Bool(),
+                                            ::testing::Values(Fp8FastAccumulation::off, Fp8FastAccumulation::all)),
+                         [](const auto& info) {
+                           return std::string(std::get<0>(info.param) ? "epilogues_on" : "epilogues_off") +
+                                  "_fast_accumulation_" + fp8_fast_accumulation_name(std::get<1>(info.param));
+                         });
 
 // The step end on the GPU follows the host's rule: histories, scales and inverses equal to the bit.
 TEST(Fp8ScalesOnTheGpu, UpdateMatchesTheHost) {

@@ -10,7 +10,9 @@
 //                                                 the bias gradient sums dy as it is (in the pass that
 //                                                 quantizes dy where the layer's whole backward is one
 //                                                 op, dense_backward; else bias_backward).
-// The codes live in the backend's scratch, used by one op at a time. Where cuBLASLt has no FP8 algorithm
+// The GEMMs accumulate as cuBLASLt does by default (partial sums promoted to FP32 at intervals), or with
+// its fast accumulation where --fp8-fast-accumulation says (the forward's, or all). The codes live in the
+// backend's scratch, used by one op at a time. Where cuBLASLt has no FP8 algorithm
 // with an epilogue, the plain FP8 GEMM runs and the epilogue's single kernels follow; where it has none
 // at all (a dimension FP8 GEMMs cannot take, not a multiple of 16), the operands' round trips through
 // FP8, exact in BF16, go into the scratch and the op runs as without FP8: the same products, summed by a
@@ -49,12 +51,18 @@ Fp8Dims check_fp8_dense(const char* op, const Tensor& x, const Tensor& w) {
   return {x.numel() / w.dim(1), w.dim(1), w.dim(0)};
 }
 
+// Whether a forward (or a backward) FP8 GEMM takes cuBLASLt's fast accumulation under `f`.
+bool fast_accumulation(Fp8FastAccumulation f, bool forward) {
+  return f == Fp8FastAccumulation::all || (forward && f == Fp8FastAccumulation::forward);
+}
+
 // An FP8 GEMM c[m, n] = a[m, k] b[n, k]^T of codes in `a_format` and `b_format`, each times its inverse
 // scale.
 LtGemm fp8_gemm(int64_t m, int64_t n, int64_t k, DType out, const uint8_t* a, Fp8Format a_format,
-                const float* a_inverse, const uint8_t* b, Fp8Format b_format, const float* b_inverse,
-                void* c) {
+                const float* a_inverse, const uint8_t* b, Fp8Format b_format, const float* b_inverse, void* c,
+                bool fast) {
   LtGemm g;
+  g.fast_accumulation = fast;
   g.ta = Transpose::no, g.tb = Transpose::yes, g.m = m, g.n = n, g.k = k, g.dtype = out;
   g.a = a, g.b = b, g.c = c;
   g.a_fp8 = a_format, g.b_fp8 = b_format, g.a_scale = a_inverse, g.b_scale = b_inverse;
@@ -124,7 +132,8 @@ void CudaBackend::dense_forward_fp8(const Tensor& x, const Tensor& w, const Tens
                operand_amax(fp8, kFp8W), stream_);
   Tensor& out = act == DenseActivation::gelu ? *pre : y;
   LtGemm g = fp8_gemm(d.rows, d.out, d.in, x.dtype(), x_codes, Fp8Format::e4m3, fp8.inverse_scale_of(kFp8X),
-                      w_codes, Fp8Format::e4m3, fp8.inverse_scale_of(kFp8W), y.data());
+                      w_codes, Fp8Format::e4m3, fp8.inverse_scale_of(kFp8W), y.data(),
+                      fast_accumulation(options_.fp8_fast_accumulation, true));
   g.bias = b.data();
   g.epilogue = act == DenseActivation::gelu ? LtEpilogue::bias_gelu : LtEpilogue::bias;
   if (act == DenseActivation::gelu) g.aux = pre->data();
@@ -132,7 +141,8 @@ void CudaBackend::dense_forward_fp8(const Tensor& x, const Tensor& w, const Tens
   if (lt_->run(g, false, stream_)) return;
   // The plain FP8 GEMM, then the bias, GELU and residual as single passes.
   LtGemm plain = fp8_gemm(d.rows, d.out, d.in, x.dtype(), x_codes, Fp8Format::e4m3, fp8.inverse_scale_of(kFp8X),
-                          w_codes, Fp8Format::e4m3, fp8.inverse_scale_of(kFp8W), out.data());
+                          w_codes, Fp8Format::e4m3, fp8.inverse_scale_of(kFp8W), out.data(),
+                          fast_accumulation(options_.fp8_fast_accumulation, true));
   if (!lt_->run(plain, false, stream_)) {
     note_fp8_in_bf16(op, d.rows, d.in, d.out);
     const auto [x8, w8] =
@@ -153,7 +163,8 @@ bool CudaBackend::data_gemm_fp8(const uint8_t* dy_codes, const uint8_t* wt_codes
                                 int64_t out, DenseActivation act, const Tensor* pre, Accumulate accumulate,
                                 Tensor& dx, const Fp8DenseScaling& fp8) {
   LtGemm g = fp8_gemm(rows, in, out, dx.dtype(), dy_codes, Fp8Format::e5m2, fp8.inverse_scale_of(kFp8Dy),
-                      wt_codes, Fp8Format::e4m3, fp8.inverse_scale_of(kFp8W), dx.data());
+                      wt_codes, Fp8Format::e4m3, fp8.inverse_scale_of(kFp8W), dx.data(),
+                      fast_accumulation(options_.fp8_fast_accumulation, false));
   if (accumulate == Accumulate::add) g.beta = 1.f, g.c_in = dx.data();
   if (act == DenseActivation::gelu) {
     g.epilogue = LtEpilogue::dgelu, g.aux = pre->data();
@@ -172,7 +183,8 @@ bool CudaBackend::weight_gemm_fp8(const uint8_t* dyt_codes, const uint8_t* xt_co
                                   int64_t out, Accumulate accumulate, Tensor& dw,
                                   const Fp8DenseScaling& fp8) {
   LtGemm g = fp8_gemm(out, in, rows, dw.dtype(), dyt_codes, Fp8Format::e5m2, fp8.inverse_scale_of(kFp8Dy),
-                      xt_codes, Fp8Format::e4m3, fp8.inverse_scale_of(kFp8X), dw.data());
+                      xt_codes, Fp8Format::e4m3, fp8.inverse_scale_of(kFp8X), dw.data(),
+                      fast_accumulation(options_.fp8_fast_accumulation, false));
   if (accumulate == Accumulate::add) g.beta = 1.f, g.c_in = dw.data();
   return lt_->run(g, false, stream_);
 }

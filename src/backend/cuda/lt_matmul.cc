@@ -112,6 +112,7 @@ std::unique_ptr<LtMatmuls::Plan> LtMatmuls::make_plan(const LtGemm& g, bool allo
               "cuBLASLt FP8 gemm: both operands FP8 with their scales, a [m, k] and b [n, k]");
     set(p->desc, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, g.b_scale);  // cuBLASLt's A is our b
     set(p->desc, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, g.a_scale);
+    set(p->desc, CUBLASLT_MATMUL_DESC_FAST_ACCUM, static_cast<int8_t>(g.fast_accumulation));
     if (g.bias) set(p->desc, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, type);
     if (g.aux) set(p->desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_DATA_TYPE, type);
   }
@@ -163,7 +164,8 @@ bool LtMatmuls::run(const LtGemm& g, bool allow_tf32, cudaStream_t stream) {
                 separate_c,
                 align,
                 fp8_key(g.a_fp8),
-                fp8_key(g.b_fp8)};
+                fp8_key(g.b_fp8),
+                g.fast_accumulation};
   Plan* p = &plan(key, g, allow_tf32);
   if (!p->ok) return false;
   const bool fp8 = g.a_fp8 || g.b_fp8;

@@ -57,6 +57,7 @@ struct LtGemm {
   std::optional<Fp8Format> a_fp8, b_fp8;
   const float* a_scale = nullptr;
   const float* b_scale = nullptr;
+  bool fast_accumulation = false;  // FP8: cuBLASLt's fast accumulation (Fp8FastAccumulation)
 };
 
 class LtMatmuls {
@@ -74,8 +75,8 @@ class LtMatmuls {
  private:
   struct Plan;
   // ta, tb, m, n, k, dtype, epilogue, tf32, c_in apart from c, the smallest operand alignment in bytes,
-  // a's and b's FP8 formats (-1: none)
-  using Key = std::tuple<int, int, int64_t, int64_t, int64_t, int, int, bool, bool, int, int, int>;
+  // a's and b's FP8 formats (-1: none), FP8's fast accumulation
+  using Key = std::tuple<int, int, int64_t, int64_t, int64_t, int, int, bool, bool, int, int, int, bool>;
   Plan& plan(const Key& key, const LtGemm& g, bool allow_tf32);
   std::unique_ptr<Plan> make_plan(const LtGemm& g, bool allow_tf32, uint32_t align);
 
