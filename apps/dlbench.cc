@@ -117,12 +117,13 @@ void add_cuda_flags(CLI::App& cmd, dlbench::CudaOptions& o) {
   add_choice(
       cmd, "--dense-epilogues", o.dense_epilogues, on_off,
       "GPU: on | off: transformers' biases, GELU, its gradient and residual adds in the GEMMs' epilogues");
-  add_choice(cmd, "--fp8-fast-accumulation", o.fp8_fast_accumulation,
-             {{"off", dlbench::Fp8FastAccumulation::off},
-              {"forward", dlbench::Fp8FastAccumulation::forward},
-              {"all", dlbench::Fp8FastAccumulation::all}},
-             "GPU, --precision fp8: off | forward | all: the FP8 GEMMs that take cuBLASLt's fast accumulation "
-             "(partial sums not promoted to FP32 at intervals: faster, less exact)");
+  add_choice(
+      cmd, "--fp8-fast-accumulation", o.fp8_fast_accumulation,
+      {{"off", dlbench::Fp8FastAccumulation::off},
+       {"forward", dlbench::Fp8FastAccumulation::forward},
+       {"all", dlbench::Fp8FastAccumulation::all}},
+      "GPU, --precision fp8: off | forward | all: the FP8 GEMMs that take cuBLASLt's fast accumulation "
+      "(partial sums not promoted to FP32 at intervals: faster, less exact)");
   add_choice(cmd, "--comm-priority", o.training_stream,
              {{"normal", dlbench::TrainingStreamPriority::normal},
               {"low", dlbench::TrainingStreamPriority::greatest}},

@@ -567,8 +567,8 @@ void lab_fp8_quantize(Lab& lab, int64_t rows, int64_t cols) {
   lab.add({"quantize_fp8 q,q^T,sums", "bf16", shape, -1, 0, us, double(4 * n + written * cols * 4)});
   us = lab.median_us(
       [&] { cuda::sum_column_partials(pp, written, cols, sums.get(), DType::f32, false, lab.stream()); });
-  lab.add({"sum_column_partials", "f32", std::to_string(written) + "x" + std::to_string(cols), sum_error, 1e-5,
-           us, double(written * cols * 4 + cols * 4)});
+  lab.add({"sum_column_partials", "f32", std::to_string(written) + "x" + std::to_string(cols), sum_error,
+           1e-5, us, double(written * cols * 4 + cols * 4)});
 }
 
 // ---- layer norm at a GPT-2 block's shape, and a candidate backward ----
@@ -595,10 +595,11 @@ __device__ __forceinline__ uint2 pack4(const float* v) {
 
 template <int kChunks>
 __global__ void __launch_bounds__(kLnWarps * 32)
-    layernorm_backward_registers(const __nv_bfloat16* __restrict__ x, const __nv_bfloat16* __restrict__ weight,
-                                 const float* __restrict__ mean, const float* __restrict__ rstd,
-                                 const __nv_bfloat16* __restrict__ dy, __nv_bfloat16* __restrict__ dx,
-                                 float* __restrict__ partials, int64_t rows, int64_t ranges) {
+    layernorm_backward_registers(const __nv_bfloat16* __restrict__ x,
+                                 const __nv_bfloat16* __restrict__ weight, const float* __restrict__ mean,
+                                 const float* __restrict__ rstd, const __nv_bfloat16* __restrict__ dy,
+                                 __nv_bfloat16* __restrict__ dx, float* __restrict__ partials, int64_t rows,
+                                 int64_t ranges) {
   constexpr int C = 128 * kChunks;
   __shared__ float warp_sums[kLnWarps][C];
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
@@ -667,8 +668,8 @@ void lab_layernorm(Lab& lab, int64_t rows) {
   const std::string shape = std::to_string(rows) + "x" + std::to_string(C);
   const DType d = DType::bf16;
   const int64_t ranges = (rows + kLnRangeRows - 1) / kLnRangeRows;
-  DeviceMem x(n * 2), y(n * 2), dy(n * 2), dx(n * 2), dx_start(n * 2), weight(C * 2), bias(C * 2), mean(rows * 4),
-      rstd(rows * 4), dweight(C * 2), dbias(C * 2),
+  DeviceMem x(n * 2), y(n * 2), dy(n * 2), dx(n * 2), dx_start(n * 2), weight(C * 2), bias(C * 2),
+      mean(rows * 4), rstd(rows * 4), dweight(C * 2), dbias(C * 2),
       scratch(std::max<size_t>(cuda::layernorm_backward_scratch_bytes(rows, C), 2 * ranges * C * 4)),
       partials(2 * ranges * C * 4);
   upload(x.get(), random_values(n, d, 31, -2, 2), d);
@@ -679,16 +680,18 @@ void lab_layernorm(Lab& lab, int64_t rows) {
   auto* mp = static_cast<float*>(mean.get());
   auto* rp = static_cast<float*>(rstd.get());
   double us = lab.median_us([&] {
-    cuda::layernorm_forward(x.get(), weight.get(), bias.get(), 1e-5f, y.get(), mp, rp, rows, C, d, lab.stream());
+    cuda::layernorm_forward(x.get(), weight.get(), bias.get(), 1e-5f, y.get(), mp, rp, rows, C, d,
+                            lab.stream());
   });
   lab.add({"layernorm_forward", "bf16", shape, -1, 0, us, double(4 * n + 8 * rows)});
 
   auto restart_dx = [&] {
-    DLB_KERNEL_CHECK(cudaMemcpyAsync(dx.get(), dx_start.get(), n * 2, cudaMemcpyDeviceToDevice, lab.stream()));
+    DLB_KERNEL_CHECK(
+        cudaMemcpyAsync(dx.get(), dx_start.get(), n * 2, cudaMemcpyDeviceToDevice, lab.stream()));
   };
   auto dlbench_backward = [&] {
-    cuda::layernorm_backward(x.get(), weight.get(), mp, rp, dy.get(), dx.get(), dweight.get(), dbias.get(), rows,
-                             C, d, false, true, scratch.get(), lab.stream());
+    cuda::layernorm_backward(x.get(), weight.get(), mp, rp, dy.get(), dx.get(), dweight.get(), dbias.get(),
+                             rows, C, d, false, true, scratch.get(), lab.stream());
   };
   auto candidate = [&] {
     layernorm_backward_registers<kChunks><<<static_cast<unsigned>(ranges), kLnWarps * 32, 0, lab.stream()>>>(
@@ -700,7 +703,8 @@ void lab_layernorm(Lab& lab, int64_t rows) {
   restart_dx();
   dlbench_backward();
   lab.sync();
-  const std::vector<double> dx_dlbench = download(dx.get(), n, d), dweight_dlbench = download(dweight.get(), C, d),
+  const std::vector<double> dx_dlbench = download(dx.get(), n, d),
+                            dweight_dlbench = download(dweight.get(), C, d),
                             dbias_dlbench = download(dbias.get(), C, d);
   restart_dx();
   candidate();
@@ -720,8 +724,8 @@ void lab_layernorm(Lab& lab, int64_t rows) {
   us = lab.median_us(dlbench_backward);
   lab.add({"layernorm_backward", "bf16", shape + " dx+=", -1, 0, us, double(8 * n + 4 * 2 * ranges * C)});
   us = lab.median_us(candidate);
-  lab.add({"layernorm_bwd candidate", "bf16", shape + " dx+=", max_rel_err(dx_candidate, dx_dlbench), 8e-3, us,
-           double(8 * n + 4 * 2 * ranges * C)});
+  lab.add({"layernorm_bwd candidate", "bf16", shape + " dx+=", max_rel_err(dx_candidate, dx_dlbench), 8e-3,
+           us, double(8 * n + 4 * 2 * ranges * C)});
   lab.add({"  its dweight, dbias", "f32", std::to_string(C), param_error, 8e-3, 0, 0});
 }
 

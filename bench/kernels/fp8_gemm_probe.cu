@@ -75,7 +75,8 @@ int main(int argc, char** argv) {
     const std::string layer = layer_names[l];
     gemms.push_back({layer + " forward", out, tokens, in, CUDA_R_8F_E4M3, CUDA_R_8F_E4M3,  // A = w, B = x
                      layer == "mlp.c_fc" ? CUBLASLT_EPILOGUE_GELU_AUX_BIAS : CUBLASLT_EPILOGUE_BIAS});
-    gemms.push_back({layer + " data grad", in, tokens, out, CUDA_R_8F_E4M3, CUDA_R_8F_E5M2,  // A = w^T, B = dy
+    gemms.push_back({layer + " data grad", in, tokens, out, CUDA_R_8F_E4M3,
+                     CUDA_R_8F_E5M2,  // A = w^T, B = dy
                      layer == "mlp.c_proj" ? CUBLASLT_EPILOGUE_DGELU : CUBLASLT_EPILOGUE_DEFAULT});
     gemms.push_back({layer + " weight grad", in, out, tokens, CUDA_R_8F_E4M3, CUDA_R_8F_E5M2,  // x^T, dy^T
                      CUBLASLT_EPILOGUE_DEFAULT});
@@ -163,9 +164,9 @@ int main(int argc, char** argv) {
     for (cublasLtEpilogue_t epilogue : {CUBLASLT_EPILOGUE_DEFAULT, g.epilogue}) {
       const Outcome bf16 = probe(g, false, epilogue), fp8 = probe(g, true, epilogue),
                     fast = probe(g, true, epilogue, true);
-      std::printf(" | %s bf16 %5.0f fp8 %d/%d/%5.0f fast %d/%d/%5.0f", epilogue_name(epilogue), bf16.best_tflops,
-                  fp8.offered, fp8.first_running, fp8.best_tflops, fast.offered, fast.first_running,
-                  fast.best_tflops);
+      std::printf(" | %s bf16 %5.0f fp8 %d/%d/%5.0f fast %d/%d/%5.0f", epilogue_name(epilogue),
+                  bf16.best_tflops, fp8.offered, fp8.first_running, fp8.best_tflops, fast.offered,
+                  fast.first_running, fast.best_tflops);
       if (g.epilogue == CUBLASLT_EPILOGUE_DEFAULT) break;  // no epilogue of its own: the plain GEMM only
     }
     std::printf("\n");

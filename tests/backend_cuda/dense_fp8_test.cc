@@ -83,9 +83,9 @@ TEST_P(DenseFp8Test, ForwardAndBackwardMatchTheReferenceRoundTrips) {
   options.fp8_fast_accumulation = std::get<1>(GetParam());
   Backend& gpu = shared_gpu(options);
   for (const Fp8Case& c : kFp8Cases) {
-    const std::string where =
-        fmt::format("N={} I={} O={} epilogues {} fast accumulation {}", c.rows, c.in, c.out,
-                    options.dense_epilogues ? "on" : "off", fp8_fast_accumulation_name(options.fp8_fast_accumulation));
+    const std::string where = fmt::format("N={} I={} O={} epilogues {} fast accumulation {}", c.rows, c.in,
+                                          c.out, options.dense_epilogues ? "on" : "off",
+                                          fp8_fast_accumulation_name(options.fp8_fast_accumulation));
     SCOPED_TRACE(where);
     const int64_t in_bf16_before = cuda::as_cuda(gpu).fp8_gemms_in_bf16();
     const double tol = tolerance(dtype, false, 2);
@@ -209,8 +209,8 @@ TEST_P(DenseFp8Test, ForwardAndBackwardMatchTheReferenceRoundTrips) {
 }
 
 INSTANTIATE_TEST_SUITE_P(EpiloguesAndAccumulation, DenseFp8Test,
-                         ::testing::Combine(::testing::Bool(),
-                                            ::testing::Values(Fp8FastAccumulation::off, Fp8FastAccumulation::all)),
+                         ::testing::Combine(::testing::Bool(), ::testing::Values(Fp8FastAccumulation::off,
+                                                                                 Fp8FastAccumulation::all)),
                          [](const auto& info) {
                            return std::string(std::get<0>(info.param) ? "epilogues_on" : "epilogues_off") +
                                   "_fast_accumulation_" + fp8_fast_accumulation_name(std::get<1>(info.param));
@@ -223,7 +223,7 @@ TEST(Fp8ScalesOnTheGpu, UpdateMatchesTheHost) {
   std::unique_ptr<Backend> ref = make_reference_backend();
   const int count = 6, length = 3;
   std::vector<float> image(static_cast<size_t>(count * kFp8InverseScaleStride), 1.f);  // inverse, 16 B apart
-  for (int i = 0; i < count; ++i) image.push_back(1.f);                                  // scale
+  for (int i = 0; i < count; ++i) image.push_back(1.f);                                // scale
   for (int i = 0; i < count; ++i) image.push_back(0.37f * float(i));  // amax (operand 0 saw nothing)
   for (int i = 0; i < count * length; ++i) image.push_back(0.1f * float(i % 5));  // history
   const std::vector<Fp8Format> formats = {Fp8Format::e4m3, Fp8Format::e4m3, Fp8Format::e5m2,

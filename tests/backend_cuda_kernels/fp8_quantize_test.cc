@@ -215,7 +215,8 @@ TEST_F(CudaFp8Quantize, ScalesFollowTheAmaxHistory) {
     EXPECT_EQ(new_scales[static_cast<size_t>(i)],
               fp8_scale_from_amax(largest, formats[static_cast<size_t>(i)], margin, 4.f))
         << i;
-    EXPECT_EQ(inverses[static_cast<size_t>(i * kFp8InverseScaleStride)], 1.f / new_scales[static_cast<size_t>(i)])
+    EXPECT_EQ(inverses[static_cast<size_t>(i * kFp8InverseScaleStride)],
+              1.f / new_scales[static_cast<size_t>(i)])
         << i;
   }
 }

@@ -102,8 +102,8 @@ TEST(Fp8Dense, ForwardIsTheProductOfTheFp8Values) {
 TEST(Fp8Scales, StepEndShiftsTheHistoriesAndMakesPowerOfTwoScales) {
   auto backend = make_reference_backend();
   const int count = 3, length = 2;
-  std::vector<float> scale(count, 1.f), inverse(count * kFp8InverseScaleStride, 1.f), amax = {3.f, 0.f, 1e-3f},
-                     history = {100.f, 0.5f, 0.f, 0.f, 2.f, 9.f};
+  std::vector<float> scale(count, 1.f), inverse(count * kFp8InverseScaleStride, 1.f),
+      amax = {3.f, 0.f, 1e-3f}, history = {100.f, 0.5f, 0.f, 0.f, 2.f, 9.f};
   const std::vector<Fp8Format> formats = {Fp8Format::e4m3, Fp8Format::e4m3, Fp8Format::e5m2};
   backend->update_fp8_scales(
       {scale.data(), inverse.data(), amax.data(), history.data(), formats.data(), count, length, 0});

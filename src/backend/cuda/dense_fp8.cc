@@ -140,9 +140,9 @@ void CudaBackend::dense_forward_fp8(const Tensor& x, const Tensor& w, const Tens
   if (residual) g.beta = 1.f, g.c_in = residual->data();
   if (lt_->run(g, false, stream_)) return;
   // The plain FP8 GEMM, then the bias, GELU and residual as single passes.
-  LtGemm plain = fp8_gemm(d.rows, d.out, d.in, x.dtype(), x_codes, Fp8Format::e4m3, fp8.inverse_scale_of(kFp8X),
-                          w_codes, Fp8Format::e4m3, fp8.inverse_scale_of(kFp8W), out.data(),
-                          fast_accumulation(options_.fp8_fast_accumulation, true));
+  LtGemm plain = fp8_gemm(d.rows, d.out, d.in, x.dtype(), x_codes, Fp8Format::e4m3,
+                          fp8.inverse_scale_of(kFp8X), w_codes, Fp8Format::e4m3, fp8.inverse_scale_of(kFp8W),
+                          out.data(), fast_accumulation(options_.fp8_fast_accumulation, true));
   if (!lt_->run(plain, false, stream_)) {
     note_fp8_in_bf16(op, d.rows, d.in, d.out);
     const auto [x8, w8] =

@@ -401,8 +401,8 @@ void sum_column_partials(const float* partials, int64_t partial_rows, int64_t co
                                                                  static_cast<__half*>(sums), accumulate);
       break;
     case DType::bf16:
-      sum_column_partials_kernel<<<blocks, threads, 0, stream>>>(partials, partial_rows, cols,
-                                                                 static_cast<__nv_bfloat16*>(sums), accumulate);
+      sum_column_partials_kernel<<<blocks, threads, 0, stream>>>(
+          partials, partial_rows, cols, static_cast<__nv_bfloat16*>(sums), accumulate);
       break;
     default:
       DLB_KERNEL_REQUIRE(false, "sum_column_partials", "sums must be f32, f16 or bf16");

@@ -180,9 +180,9 @@ bool LtMatmuls::run(const LtGemm& g, bool allow_tf32, cudaStream_t stream) {
       set(p->desc, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, g.a_scale);
       set(p->desc, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, g.b_scale);
     }
-    const cublasStatus_t status = cublasLtMatmul(handle_, p->desc, &alpha, g.b, p->b, g.a, p->a, &g.beta,
-                                                 g.beta != 0.f ? g.c_in : g.c, p->c, g.c, p->c, &p->algo,
-                                                 workspace_, workspace_bytes_, stream);
+    const cublasStatus_t status =
+        cublasLtMatmul(handle_, p->desc, &alpha, g.b, p->b, g.a, p->a, &g.beta, g.beta != 0.f ? g.c_in : g.c,
+                       p->c, g.c, p->c, &p->algo, workspace_, workspace_bytes_, stream);
     if (status != CUBLAS_STATUS_NOT_SUPPORTED) {
       CUBLAS_CHECK(status);
       return true;
