@@ -1,6 +1,6 @@
 // What the GPT-2 GEMM probes share (fp8_gemm_probe, gemm_choice_probe): errors that end the program with
 // one line naming it, cuBLASLt descriptor attributes, the command line (--model, --tokens, --reps) with the
-// model's width, cuBLASLt's heuristic choices for a GEMM, and the median time of a body.
+// model's width and cuBLASLt's heuristic choices for a GEMM; errors and timing from event_timing.h.
 #pragma once
 
 #include <cublasLt.h>
@@ -11,26 +11,16 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
-#include <functional>
 #include <string>
 #include <vector>
 
+#include "event_timing.h"
+
 namespace gpt_gemm_probe {
 
-inline const char* program = "probe";  // set by main: the name each error line starts with
-
-inline void check(cudaError_t e, const char* what) {
-  if (e != cudaSuccess) {
-    std::fprintf(stderr, "%s: %s: %s\n", program, what, cudaGetErrorString(e));
-    std::exit(1);
-  }
-}
-inline void check(cublasStatus_t s, const char* what) {
-  if (s != CUBLAS_STATUS_SUCCESS) {
-    std::fprintf(stderr, "%s: %s: cuBLAS status %d\n", program, what, static_cast<int>(s));
-    std::exit(1);
-  }
-}
+using kernel_bench::check;
+using kernel_bench::median_ms;
+using kernel_bench::program;
 
 template <typename T>
 void set(cublasLtMatmulDesc_t desc, cublasLtMatmulDescAttributes_t attribute, const T& value) {
@@ -100,27 +90,6 @@ inline std::vector<cublasLtMatmulHeuristicResult_t> heuristic_choices(
   cublasLtMatmulPreferenceDestroy(pref);
   results.resize(static_cast<size_t>(found));
   return results;
-}
-
-// The median over `reps` runs of `body` on `stream`, in milliseconds, each timed by events.
-inline double median_ms(cudaStream_t stream, int reps, const std::function<bool()>& body) {
-  cudaEvent_t start, stop;
-  check(cudaEventCreate(&start), "event");
-  check(cudaEventCreate(&stop), "event");
-  std::vector<double> times;
-  for (int i = 0; i < reps; ++i) {
-    check(cudaEventRecord(start, stream), "record");
-    body();
-    check(cudaEventRecord(stop, stream), "record");
-    check(cudaEventSynchronize(stop), "synchronize");
-    float ms = 0;
-    check(cudaEventElapsedTime(&ms, start, stop), "elapsed");
-    times.push_back(ms);
-  }
-  cudaEventDestroy(start);
-  cudaEventDestroy(stop);
-  std::sort(times.begin(), times.end());
-  return times[times.size() / 2];
 }
 
 }  // namespace gpt_gemm_probe

@@ -26,42 +26,15 @@
 #include <string>
 #include <vector>
 
+#include "event_timing.h"
+
 namespace {
 
-void check(cudaError_t e, const char* what) {
-  if (e != cudaSuccess) {
-    std::fprintf(stderr, "gpu_ceilings: %s: %s\n", what, cudaGetErrorString(e));
-    std::exit(1);
-  }
-}
-void check(cublasStatus_t s, const char* what) {
-  if (s != CUBLAS_STATUS_SUCCESS) {
-    std::fprintf(stderr, "gpu_ceilings: %s: cuBLAS status %d\n", what, static_cast<int>(s));
-    std::exit(1);
-  }
-}
+using kernel_bench::check;
 
-// Median milliseconds of `reps` runs of `body`, each between two events on `stream`, after one warm-up.
+// Each timed figure follows one warm-up.
 double median_ms(cudaStream_t stream, int reps, const std::function<void()>& body) {
-  cudaEvent_t start, stop;
-  check(cudaEventCreate(&start), "event");
-  check(cudaEventCreate(&stop), "event");
-  body();
-  check(cudaStreamSynchronize(stream), "warm-up");
-  std::vector<double> times;
-  for (int i = 0; i < reps; ++i) {
-    check(cudaEventRecord(start, stream), "record");
-    body();
-    check(cudaEventRecord(stop, stream), "record");
-    check(cudaEventSynchronize(stop), "synchronize");
-    float ms = 0;
-    check(cudaEventElapsedTime(&ms, start, stop), "elapsed");
-    times.push_back(ms);
-  }
-  cudaEventDestroy(start);
-  cudaEventDestroy(stop);
-  std::sort(times.begin(), times.end());
-  return times[times.size() / 2];
+  return kernel_bench::median_ms(stream, reps, body, 1);
 }
 
 __global__ void copy_kernel(const float4* __restrict__ in, float4* __restrict__ out, size_t n) {
@@ -89,6 +62,7 @@ struct Ceiling {
 }  // namespace
 
 int main(int argc, char** argv) {
+  kernel_bench::program = "gpu_ceilings";
   int size = 8192, reps = 20;
   double gib = 2.0;
   const char* json_path = nullptr;

@@ -1,0 +1,55 @@
+// What the standalone GPU programs of bench/kernels (gpu_ceilings, the GPT-2 GEMM probes) share: errors
+// that end the program with one line naming it, and the median time of a body between two CUDA events.
+#pragma once
+
+#include <cublas_api.h>
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <functional>
+#include <vector>
+
+namespace kernel_bench {
+
+inline const char* program = "probe";  // set by main: the name each error line starts with
+
+inline void check(cudaError_t e, const char* what) {
+  if (e != cudaSuccess) {
+    std::fprintf(stderr, "%s: %s: %s\n", program, what, cudaGetErrorString(e));
+    std::exit(1);
+  }
+}
+inline void check(cublasStatus_t s, const char* what) {
+  if (s != CUBLAS_STATUS_SUCCESS) {
+    std::fprintf(stderr, "%s: %s: cuBLAS status %d\n", program, what, static_cast<int>(s));
+    std::exit(1);
+  }
+}
+
+// The median over `reps` runs of `body` on `stream`, in milliseconds, each between two events, after
+// `warm_ups` untimed runs.
+inline double median_ms(cudaStream_t stream, int reps, const std::function<void()>& body, int warm_ups = 0) {
+  cudaEvent_t start, stop;
+  check(cudaEventCreate(&start), "event");
+  check(cudaEventCreate(&stop), "event");
+  for (int i = 0; i < warm_ups; ++i) body();
+  if (warm_ups > 0) check(cudaStreamSynchronize(stream), "warm-up");
+  std::vector<double> times;
+  for (int i = 0; i < reps; ++i) {
+    check(cudaEventRecord(start, stream), "record");
+    body();
+    check(cudaEventRecord(stop, stream), "record");
+    check(cudaEventSynchronize(stop), "synchronize");
+    float ms = 0;
+    check(cudaEventElapsedTime(&ms, start, stop), "elapsed");
+    times.push_back(ms);
+  }
+  cudaEventDestroy(start);
+  cudaEventDestroy(stop);
+  std::sort(times.begin(), times.end());
+  return times[times.size() / 2];
+}
+
+}  // namespace kernel_bench
