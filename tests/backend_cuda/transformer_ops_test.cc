@@ -152,9 +152,11 @@ struct LayerNormCase {
   int64_t B, T, C;
 };
 
-const LayerNormCase kLayerNormCases[] = {{2, 64, 64},  {4, 100, 768}, {2, 1024, 768},
-                                         {3, 33, 100}, {2, 64, 1600},  // gpt2-xl: 50 channels a lane
-                                         {2, 16, 2560}};  // wider than the one-pass kernel: two kernels
+// The one-pass kernel's chunks of 128 channels: partial (64, 100), whole (768, 1280, 2048), 13 with a
+// 14th idle (gpt2-xl's 1600); rows it does not take (30: not a multiple of 4; 2560: wider) take two kernels.
+const LayerNormCase kLayerNormCases[] = {{2, 64, 64},   {4, 100, 768}, {2, 1024, 768}, {3, 33, 100},
+                                         {2, 64, 1280}, {2, 64, 1600}, {1, 40, 2048},  {2, 8, 30},
+                                         {2, 16, 2560}};
 
 class LayerNormTest : public TransformerOpsTest, public ::testing::WithParamInterface<DType> {};
 

@@ -166,11 +166,9 @@ bool CudaBackend::data_gemm_fp8(const uint8_t* dy_codes, const uint8_t* wt_codes
                       wt_codes, Fp8Format::e4m3, fp8.inverse_scale_of(kFp8W), dx.data(),
                       fast_accumulation(options_.fp8_fast_accumulation, false));
   if (accumulate == Accumulate::add) g.beta = 1.f, g.c_in = dx.data();
-  if (act == DenseActivation::gelu) {
-    g.epilogue = LtEpilogue::dgelu, g.aux = pre->data();
-    if (lt_->run(g, false, stream_)) return true;
-    g.epilogue = LtEpilogue::none, g.aux = nullptr;
-  }
+  // No DGELU epilogue: cuBLASLt's FP8 GEMM with it ran at a fifth of the plain one's rate on the H200
+  // (280 against 1,253 TFLOP/s at gpt2-large's mlp.c_proj, bench/results/gpt2-fp8), slower than BF16's
+  // with it; the plain GEMM and one pass for GELU's gradient take a third of its time.
   if (!lt_->run(g, false, stream_)) return false;
   if (act == DenseActivation::gelu) {  // GELU's gradient over dy W, in place (it overwrites dx)
     Tensor dx2 = dx.reshaped({rows, in});

@@ -7,15 +7,20 @@
 // the warp's shuffles are the only reductions and no block barrier is needed. The variance is taken around
 // the mean in a second pass over the row (served from L1), not as E[x^2] - mean^2, which cancels.
 //
-// The backward is one pass over x and dy (C <= 2048, every GPT-2): a block of 4 warps takes a fixed range
-// of rows, a warp a row at a time; the warp's dx comes from the row's two sums (its second read of the row
-// served from L1), written over dx or added to it, and each lane keeps its channels' sums of dy * xhat and
-// dy in registers over the warp's rows. dweight and dbias are sums over every row: summing them with atomics
-// would make their last bits depend on timing. So the block adds its warps' sums in warp order into its
-// range's partials (the scratch), and a second kernel adds the partials of each channel in range order
-// (32 channels x 8 range lanes a block, the lanes added in lane order) and writes (or adds to) dweight and
-// dbias. The same bits on every run. Wider rows take a dx kernel and a partials kernel of their own (two
-// reads of x and dy).
+// The backward is one pass over x and dy for rows of C <= 2048 channels, C a multiple of 4 (every GPT-2):
+// a block of 4 warps takes a fixed range of rows, a warp a row at a time. Lane l holds channels
+// [4 (32 k + l), +4) of the row's k-th chunk of 128 in registers (x and dy read 4 at a time, 8 or 16 bytes),
+// so the row is read once: the warp's two sums, then dx from the registers, written over dx or added to
+// it; each lane also keeps its channels' sums of dy * xhat and dy over the warp's rows. (Reading the row
+// element by element and a second time from L1 ran at half the speed: bench/results/gpt2-layernorm.)
+// dweight and dbias are sums over every row: summing them with atomics would make their last bits depend
+// on timing. So the block adds its warps' sums in warp order into its range's partials (the scratch), and
+// a second kernel adds the partials of each channel in range order (32 channels x 8 range lanes a block,
+// the lanes added in lane order) and writes (or adds to) dweight and dbias. The same bits on every run.
+// Other rows (wider, or C not a multiple of 4, or f64) take a dx kernel and a partials kernel of their own
+// (two reads of x and dy).
+#include <type_traits>
+
 #include "backend/cuda/kernel_common.cuh"
 #include "backend/cuda/kernels.h"
 
@@ -28,12 +33,13 @@ constexpr int kRowsPerBlock = 8;  // warps of 32 threads, one row each
 constexpr int kParamChannels = 32, kParamRowLanes = 8;
 constexpr int64_t kMaxRanges = 128;  // the two-kernel path's partial sums per channel
 
-// The one-pass backward: 4 warps a block, up to 64 channels a lane, ranges of 32 rows (8 a warp), at most
-// 1024 of them (GPT-2 small at 16 x 1024 tokens: 512 blocks, ~4 per SM).
-constexpr int kOnePassWarps = 4;
-constexpr int64_t kOnePassMaxChannels = 64 * 32, kOnePassRangeRows = 32, kOnePassMaxRanges = 1024;
+// The one-pass backward: 4 warps a block, up to 16 chunks of 128 channels, ranges of 32 rows (8 a warp),
+// at most 1024 of them (GPT-2 small at 16 x 1024 tokens: 512 blocks, ~4 per SM).
+constexpr int kOnePassWarps = 4, kChunkChannels = 128;
+constexpr int64_t kOnePassMaxChannels = 16 * kChunkChannels, kOnePassRangeRows = 32, kOnePassMaxRanges = 1024;
 
-bool one_pass(int64_t channels) { return channels <= kOnePassMaxChannels; }
+// Whether rows of `channels` take the one-pass kernel (their pointers aside: one_pass_aligned).
+bool one_pass(int64_t channels) { return channels <= kOnePassMaxChannels && channels % 4 == 0; }
 
 int64_t row_ranges(int64_t rows, int64_t channels) {
   if (one_pass(channels))
@@ -68,7 +74,7 @@ __global__ void __launch_bounds__(kRowsPerBlock * 32)
   }
 }
 
-// One row's dx by one warp: written over dx, or added to it.
+// One row's dx by one warp, the row read twice (the second time from L1): written over dx, or added to it.
 template <typename T>
 __device__ __forceinline__ void row_dx(const T* __restrict__ xr, const T* __restrict__ weight,
                                        const T* __restrict__ dyr, T* __restrict__ dxr, float m, float r,
@@ -99,8 +105,9 @@ __global__ void __launch_bounds__(kRowsPerBlock * 32)
 }
 
 // The one-pass backward (see the top): block `range` takes rows [range * rows_per_range, +rows_per_range);
-// kLane channels a lane (C <= 32 kLane). Shared memory: kOnePassWarps x C floats.
-template <typename T, int kLane>
+// kChunks chunks of 128 channels a row (C <= 128 kChunks; a lane's 4 channels of a chunk are in or out
+// together, C being a multiple of 4). Shared memory: kOnePassWarps x C floats.
+template <typename T, int kChunks>
 __global__ void __launch_bounds__(kOnePassWarps * 32)
     layernorm_backward_one_pass_kernel(const T* __restrict__ x, const T* __restrict__ weight,
                                        const float* __restrict__ mean, const float* __restrict__ rstd,
@@ -110,31 +117,55 @@ __global__ void __launch_bounds__(kOnePassWarps * 32)
   extern __shared__ float warp_sums[];  // [kOnePassWarps][C]
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int64_t range = blockIdx.x, begin = range * rows_per_range, end = min(rows, begin + rows_per_range);
-  float dweight[kLane], dbias[kLane];
+  auto channel = [&](int k) -> int64_t { return 4 * (32 * k + lane); };  // the first of chunk k's four
+  float dweight[kChunks][4], dbias[kChunks][4];
 #pragma unroll
-  for (int i = 0; i < kLane; ++i) dweight[i] = dbias[i] = 0.f;
+  for (int k = 0; k < kChunks; ++k)
+#pragma unroll
+    for (int i = 0; i < 4; ++i) dweight[k][i] = dbias[k][i] = 0.f;
   for (int64_t row = begin + warp; row < end; row += kOnePassWarps) {
-    const T* xr = x + row * C;
-    const T* dyr = dy + row * C;
     const float m = mean[row], r = rstd[row];
+    float xhat[kChunks][4], g[kChunks][4];  // g = dy * weight
+    float sum_g = 0.f, sum_gx = 0.f;
 #pragma unroll
-    for (int i = 0; i < kLane; ++i) {
-      const int64_t c = lane + 32 * i;
-      if (c < C) {
-        const float g = widen(dyr[c]);
-        dweight[i] += g * (widen(xr[c]) - m) * r;
-        dbias[i] += g;
+    for (int k = 0; k < kChunks; ++k) {
+      if (channel(k) >= C) continue;
+      const Vec<T, 4> xv = load_vec<4>(x + row * C + channel(k)),
+                      dyv = load_vec<4>(dy + row * C + channel(k)), wv = load_vec<4>(weight + channel(k));
+#pragma unroll
+      for (int i = 0; i < 4; ++i) {
+        const float d = widen(dyv.v[i]);
+        xhat[k][i] = (widen(xv.v[i]) - m) * r;
+        g[k][i] = d * widen(wv.v[i]);
+        dweight[k][i] += d * xhat[k][i];
+        dbias[k][i] += d;
+        sum_g += g[k][i];
+        sum_gx += g[k][i] * xhat[k][i];
       }
     }
-    row_dx(xr, weight, dyr, dx + row * C, m, r, C, add, lane);
+    const float mean_g = warp_sum(sum_g) / float(C), mean_gx = warp_sum(sum_gx) / float(C);
+#pragma unroll
+    for (int k = 0; k < kChunks; ++k) {
+      if (channel(k) >= C) continue;
+      T* dxr = dx + row * C + channel(k);
+      Vec<T, 4> out;
+      if (add) out = load_vec<4>(dxr);
+#pragma unroll
+      for (int i = 0; i < 4; ++i) {
+        const float d = r * (g[k][i] - mean_g - xhat[k][i] * mean_gx);
+        out.v[i] = narrow<T>(add ? widen(out.v[i]) + d : d);
+      }
+      store_vec<4>(dxr, out);
+    }
   }
   // The warps' sums in warp order: dweight's into the first half of the range's partials, dbias's after.
   for (int half = 0; half < 2; ++half) {
 #pragma unroll
-    for (int i = 0; i < kLane; ++i) {
-      const int64_t c = lane + 32 * i;
-      if (c < C) warp_sums[warp * C + c] = half == 0 ? dweight[i] : dbias[i];
-    }
+    for (int k = 0; k < kChunks; ++k)
+      if (channel(k) < C)
+#pragma unroll
+        for (int i = 0; i < 4; ++i)
+          warp_sums[warp * C + channel(k) + i] = half == 0 ? dweight[k][i] : dbias[k][i];
     __syncthreads();
     for (int64_t c = threadIdx.x; c < C; c += kOnePassWarps * 32) {
       float sum = warp_sums[c];
@@ -210,20 +241,21 @@ __global__ void __launch_bounds__(kParamChannels* kParamRowLanes)
   dbias[c] = narrow<T>(b);
 }
 
-// Launches the one-pass kernel with kLane the smallest multiple of 8 channels a lane that covers C.
-template <typename T, int kLane = 8>
+// Launches the one-pass kernel with kChunks the smallest of 1, 2, 4, ..., 16 that covers C (an odd count of
+// chunks takes the next even one: half the instantiations, the last chunk's lanes idle).
+template <typename T, int kChunks = 1>
 void launch_one_pass(const T* x, const T* weight, const float* mean, const float* rstd, const T* dy, T* dx,
                      bool add, float* partials, int64_t rows, int64_t C, int64_t rows_per_range,
                      int64_t ranges, cudaStream_t stream) {
-  if constexpr (kLane < 64) {
-    if (C > 32 * kLane) {
-      launch_one_pass<T, kLane + 8>(x, weight, mean, rstd, dy, dx, add, partials, rows, C, rows_per_range,
-                                    ranges, stream);
+  if constexpr (kChunks < 16) {
+    if (C > kChunkChannels * kChunks) {
+      launch_one_pass<T, kChunks == 1 ? 2 : kChunks + 2>(x, weight, mean, rstd, dy, dx, add, partials, rows,
+                                                         C, rows_per_range, ranges, stream);
       return;
     }
   }
   const size_t shared = static_cast<size_t>(kOnePassWarps * C) * sizeof(float);  // <= 32 KiB
-  layernorm_backward_one_pass_kernel<T, kLane>
+  layernorm_backward_one_pass_kernel<T, kChunks>
       <<<static_cast<unsigned>(ranges), kOnePassWarps * 32, shared, stream>>>(
           x, weight, mean, rstd, dy, dx, add, partials, rows, C, rows_per_range, ranges);
   DLB_KERNEL_LAUNCH_CHECK();
@@ -270,10 +302,17 @@ void layernorm_backward(const void* x, const void* weight, const float* mean, co
     const T* xt = static_cast<const T*>(x);
     const T* dyt = static_cast<const T*>(dy);
     float* partials = static_cast<float*>(scratch);
-    if (one_pass(channels)) {
-      launch_one_pass(xt, static_cast<const T*>(weight), mean, rstd, dyt, static_cast<T*>(dx), accumulate_dx,
-                      partials, rows, channels, rows_per_range, ranges, stream);
+    constexpr size_t four = 4 * sizeof(T);  // the one-pass kernel's accesses
+    bool row_at_once = one_pass(channels) && aligned(x, four) && aligned(dy, four) && aligned(dx, four) &&
+                       aligned(weight, four);
+    if constexpr (!std::is_same_v<T, double>) {  // its registers hold floats
+      if (row_at_once)
+        launch_one_pass(xt, static_cast<const T*>(weight), mean, rstd, dyt, static_cast<T*>(dx),
+                        accumulate_dx, partials, rows, channels, rows_per_range, ranges, stream);
     } else {
+      row_at_once = false;
+    }
+    if (!row_at_once) {
       if (rows > 0) {
         const unsigned blocks = static_cast<unsigned>(ceil_div<int64_t>(rows, kRowsPerBlock));
         layernorm_dx_kernel<T>
