@@ -548,6 +548,10 @@ class Backend : public StreamClock {
   // A dense layer's whole backward: dense_backward_weights (by `params`), then, where dx is given,
   // dense_backward_data (act, pre and `accumulate` as there). The default runs the two; a backend may share
   // work between them (CUDA in FP8 quantizes dy once for both GEMMs).
+  // With output_act gelu, the layer's output y went through GELU, and dy is the gradient of gelu(y), y in
+  // `output` ([N, O]): the layer's own output gradient is dy * gelu'(y). dy is then scratch: the default
+  // takes GELU's gradient into it in place; a backend may instead take it on its way through dy (CUDA in
+  // FP8, in the pass that quantizes dy) and leave dy as it was.
   struct DenseGradients {
     Accumulate params = Accumulate::overwrite;
     Tensor* dw = nullptr;
@@ -556,6 +560,8 @@ class Backend : public StreamClock {
     Accumulate accumulate = Accumulate::overwrite;
     DenseActivation act = DenseActivation::none;
     const Tensor* pre = nullptr;
+    DenseActivation output_act = DenseActivation::none;
+    const Tensor* output = nullptr;
   };
   virtual void dense_backward(const Tensor& dy, const Tensor& x, const Tensor& w, const DenseGradients& g,
                               const Fp8DenseScaling* fp8 = nullptr);

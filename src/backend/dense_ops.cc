@@ -114,6 +114,12 @@ void Backend::dense_backward_weights(const Tensor& dy, const Tensor& x, Accumula
 void Backend::dense_backward(const Tensor& dy, const Tensor& x, const Tensor& w, const DenseGradients& g,
                              const Fp8DenseScaling* fp8) {
   DLB_CHECK(g.dw && g.db, "dense_backward: no dw or db");
+  if (g.output_act == DenseActivation::gelu) {
+    DLB_CHECK(g.output && g.output->numel() == dy.numel(),
+              "dense_backward: GELU's gradient needs y of dy's shape");
+    Tensor gradient = dy.reshaped(g.output->dims());  // dy is scratch (DenseGradients): GELU's, in place
+    gelu_backward(*g.output, gradient, gradient);
+  }
   dense_backward_weights(dy, x, g.params, *g.dw, *g.db, fp8);
   if (g.dx) dense_backward_data(dy, w, g.act, g.pre, g.accumulate, *g.dx, fp8);
 }

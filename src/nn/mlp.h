@@ -3,8 +3,9 @@
 //   h = x Wfc^T + bfc,  g = gelu(h),  y = g Wproj^T + bproj (+ r)
 // On a backend with GEMM epilogues that is two GEMMs (the first adds the bias and applies GELU, saving h;
 // the second adds the bias and the residual), and the backward's GEMMs take GELU's gradient and the
-// biases' (dense_*). The parameters are the two layers' under their names (`<fc>.weight`, ...); h and g
-// are saved for the backward (Layer::saved_values), dh is the backward's scratch (Layer::backward_scratch).
+// biases' (dense_*); in FP8 the pass that quantizes c_fc's output gradient takes GELU's gradient. The
+// parameters are the two layers' under their names (`<fc>.weight`, ...); h and g are saved for the backward
+// (Layer::saved_values), dh is the backward's scratch (Layer::backward_scratch).
 #pragma once
 
 #include "nn/dense_parameters.h"
@@ -42,7 +43,7 @@ class MlpLayer final : public Layer {
   std::string fc_name_, proj_name_;
   DenseParameters fc_, proj_;
   Tensor pre_, hidden_;  // h = x Wfc^T + bfc and g = gelu(h), [N, hidden]
-  Tensor pre_grad_;      // dh, in the backward
+  Tensor pre_grad_;      // dh in the backward (in FP8 dg = dy Wproj, GELU's gradient taken by c_fc's op)
 };
 
 }  // namespace dlbench

@@ -171,4 +171,10 @@ inline void expect_close(const char* what, const Tensor& actual, const Tensor& e
   std::printf("    %-34s rel err %.3g (tol %.3g)\n", what, err, tol);
 }
 
+// Whether two host buffers hold the same bytes.
+inline bool same_bits(const HostBuffer& a, const HostBuffer& b) {
+  return a.tensor().bytes() == b.tensor().bytes() &&
+         std::memcmp(a.tensor().data(), b.tensor().data(), a.tensor().bytes()) == 0;
+}
+
 }  // namespace dlbench::cuda_testing

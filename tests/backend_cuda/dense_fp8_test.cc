@@ -193,6 +193,52 @@ TEST_P(DenseFp8Test, ForwardAndBackwardMatchTheReferenceRoundTrips) {
       check("fp8 dense_backward dx" + mode, d_dx, rdx);
     }
 
+    // GELU's gradient taken by the pass that quantizes dy (output_act, as the MLP's c_fc in FP8): the same
+    // bits as gelu_backward first and the op after it, and the reference's result within the tolerance.
+    // Scalings of their own: dy's amax is here of dy * gelu'(y), in f32 on the GPU and f64 on the host.
+    {
+      const ScalingMemory on_the_way_scaling(gpu), separate_scaling(gpu), ref_gelu_scaling(*ref);
+      const Fp8DenseScaling on_the_way8 = on_the_way_scaling.scaling(),
+                            separate8 = separate_scaling.scaling(), ref_gelu8 = ref_gelu_scaling.scaling();
+      const HostBuffer y = random_host(*ref, {c.rows, c.out}, dtype, 85, Layout::nchw, -3, 3),
+                       dw0 = random_host(*ref, {c.out, c.in}, dtype, 86),
+                       db0 = random_host(*ref, {c.out}, dtype, 87),
+                       dx0 = random_host(*ref, {c.rows, c.in}, dtype, 88);
+      DeviceTensor d_out(gpu, y);
+      struct Run {
+        DeviceTensor dy, dw, db, dx;
+      };
+      Run on_the_way{DeviceTensor(gpu, dy), DeviceTensor(gpu, dw0), DeviceTensor(gpu, db0),
+                     DeviceTensor(gpu, dx0)},
+          separate{DeviceTensor(gpu, dy), DeviceTensor(gpu, dw0), DeviceTensor(gpu, db0),
+                   DeviceTensor(gpu, dx0)};
+      auto gradients = [](Run& r) {
+        Backend::DenseGradients g;
+        g.params = Accumulate::add;
+        g.dw = &r.dw.tensor(), g.db = &r.db.tensor(), g.dx = &r.dx.tensor();
+        return g;
+      };
+      Backend::DenseGradients g = gradients(on_the_way);
+      g.output_act = DenseActivation::gelu, g.output = &d_out.tensor();
+      gpu.dense_backward(on_the_way.dy.tensor(), d_x.tensor(), d_w.tensor(), g, &on_the_way8);
+      gpu.gelu_backward(d_out.tensor(), separate.dy.tensor(), separate.dy.tensor());
+      gpu.dense_backward(separate.dy.tensor(), d_x.tensor(), d_w.tensor(), gradients(separate), &separate8);
+      EXPECT_TRUE(same_bits(on_the_way.dw.download(), separate.dw.download())) << "dw (GELU on the way)";
+      EXPECT_TRUE(same_bits(on_the_way.db.download(), separate.db.download())) << "db (GELU on the way)";
+      EXPECT_TRUE(same_bits(on_the_way.dx.download(), separate.dx.download())) << "dx (GELU on the way)";
+      EXPECT_EQ(on_the_way_scaling.amaxes(), separate_scaling.amaxes());
+
+      HostBuffer rdw = wide(dw0), rdb = wide(db0), rdx = wide(dx0), rdy_scratch = wide(dy), ry_out = wide(y);
+      Backend::DenseGradients rg;
+      rg.params = Accumulate::add;
+      rg.dw = &rdw.tensor(), rg.db = &rdb.tensor(), rg.dx = &rdx.tensor();
+      rg.output_act = DenseActivation::gelu, rg.output = &ry_out.tensor();
+      ref->dense_backward(rdy_scratch.tensor(), rx.tensor(), rw.tensor(), rg, &ref_gelu8);
+      check("fp8 dense_backward dw (GELU on the way)", on_the_way.dw, rdw);
+      check("fp8 dense_backward db (GELU on the way)", on_the_way.db, rdb);
+      check("fp8 dense_backward dx (GELU on the way)", on_the_way.dx, rdx);
+    }
+
     // Shapes FP8 GEMMs take ran every GEMM in FP8.
     if (c.rows % 16 == 0) {
       EXPECT_EQ(cuda::as_cuda(gpu).fp8_gemms_in_bf16(), in_bf16_before)

@@ -61,11 +61,6 @@ HostBuffer wide(Backend& ref, const HostBuffer& x) {
   return converted(ref, x, reference_dtype(x.tensor().dtype()));
 }
 
-bool same_bits(const HostBuffer& a, const HostBuffer& b) {
-  return a.tensor().bytes() == b.tensor().bytes() &&
-         std::memcmp(a.tensor().data(), b.tensor().data(), a.tensor().bytes()) == 0;
-}
-
 // ---------------------------------------------------------------------------------------------------------
 // Embedding
 
@@ -154,9 +149,9 @@ struct LayerNormCase {
 
 // The one-pass kernel's chunks of 128 channels: partial (64, 100), whole (768, 1280, 2048), 13 with a
 // 14th idle (gpt2-xl's 1600); rows it does not take (30: not a multiple of 4; 2560: wider) take two kernels.
-const LayerNormCase kLayerNormCases[] = {{2, 64, 64},   {4, 100, 768}, {2, 1024, 768}, {3, 33, 100},
-                                         {2, 64, 1280}, {2, 64, 1600}, {1, 40, 2048},  {2, 8, 30},
-                                         {2, 16, 2560}};
+const LayerNormCase kLayerNormCases[] = {{2, 64, 64},   {4, 100, 768}, {2, 1024, 768},
+                                         {3, 33, 100},  {2, 64, 1280}, {2, 64, 1600},
+                                         {1, 40, 2048}, {2, 8, 30},    {2, 16, 2560}};
 
 class LayerNormTest : public TransformerOpsTest, public ::testing::WithParamInterface<DType> {};
 

@@ -172,6 +172,71 @@ TEST_F(CudaFp8Quantize, ColumnSumsInTheSamePassMatchTheHost) {
   }
 }
 
+// GELU (or its gradient) taken on the way through the quantization: the same codes, transposed codes, amax
+// and column sums, to the bit, as gelu_forward (gelu_backward) writing its result and the quantization
+// reading it; and not the codes of x itself (the prologue did something). Shapes of both kernels.
+TEST_F(CudaFp8Quantize, GeluOnTheWayMatchesTheSeparatePassToTheBit) {
+  for (DType dtype : {DType::f32, DType::bf16}) {
+    for (const auto kind : {cuda::Fp8Prologue::Kind::gelu, cuda::Fp8Prologue::Kind::gelu_gradient}) {
+      for (Shape s : {Shape{33, 70}, Shape{64, 96}, Shape{260, 132}}) {
+        const bool gradient = kind == cuda::Fp8Prologue::Kind::gelu_gradient;
+        const int64_t n = s.rows * s.cols, partial_rows = cuda::fp8_column_partial_rows(s.rows);
+        SCOPED_TRACE(std::string(dtype_name(dtype)) + (gradient ? " GELU's gradient " : " GELU ") +
+                     std::to_string(s.rows) + "x" + std::to_string(s.cols));
+        const HostBuffer x = random_values(n, dtype, 41 + static_cast<uint64_t>(n), -3.0, 3.0),
+                         gelu_input = random_values(n, dtype, 42 + static_cast<uint64_t>(n), -3.0, 3.0);
+        const size_t bytes = x.tensor().bytes();
+        DeviceBuffer dx(bytes), dinput(bytes), dseparate(bytes), dscale(sizeof(float));
+        dx.upload(x);
+        dinput.upload(gelu_input);
+        const float scale = 32.f;
+        dscale.upload(&scale, sizeof scale);
+        struct Result {
+          std::vector<uint8_t> q, qt;
+          float amax = 0;
+          std::vector<float> sums;
+        };
+        // Quantizes `from` (after `prologue`): codes both ways, amax and column sums.
+        auto quantize = [&](const void* from, const cuda::Fp8Prologue& prologue) {
+          DeviceBuffer dq(static_cast<size_t>(n)), dqt(static_cast<size_t>(n)), damax(sizeof(float)),
+              dpartials(static_cast<size_t>(partial_rows * s.cols) * sizeof(float)),
+              dsums(static_cast<size_t>(s.cols) * sizeof(float));
+          const float zero = 0;
+          damax.upload(&zero, sizeof zero);
+          const int64_t written = cuda::quantize_fp8_summing_columns(
+              from, dtype, s.rows, s.cols, Fp8Format::e5m2, dscale.as<float>(), dq.as<uint8_t>(),
+              dqt.as<uint8_t>(), damax.as<float>(), dpartials.as<float>(), stream_, prologue);
+          cuda::sum_column_partials(dpartials.as<float>(), written, s.cols, dsums.get(), DType::f32, false,
+                                    stream_);
+          sync();
+          Result r{std::vector<uint8_t>(static_cast<size_t>(n)), std::vector<uint8_t>(static_cast<size_t>(n)),
+                   0.f, std::vector<float>(static_cast<size_t>(s.cols))};
+          dq.download(r.q.data(), r.q.size());
+          dqt.download(r.qt.data(), r.qt.size());
+          damax.download(&r.amax, sizeof r.amax);
+          dsums.download(r.sums.data(), r.sums.size() * sizeof(float));
+          return r;
+        };
+        if (gradient)
+          cuda::gelu_backward(dinput.get(), dx.get(), dseparate.get(), dtype, n, stream_);
+        else
+          cuda::gelu_forward(dx.get(), dseparate.get(), dtype, n, stream_);
+        const Result separate = quantize(dseparate.get(), {});
+        cuda::Fp8Prologue prologue;
+        prologue.kind = kind;
+        if (gradient) prologue.gelu_input = dinput.get();
+        const Result on_the_way = quantize(dx.get(), prologue);
+        EXPECT_EQ(on_the_way.q, separate.q) << "codes";
+        EXPECT_EQ(on_the_way.qt, separate.qt) << "transposed codes";
+        EXPECT_EQ(on_the_way.amax, separate.amax) << "amax";
+        EXPECT_EQ(std::memcmp(on_the_way.sums.data(), separate.sums.data(), separate.sums.size() * 4), 0)
+            << "column sums";
+        EXPECT_NE(on_the_way.q, quantize(dx.get(), {}).q) << "the codes of x itself: no GELU was taken";
+      }
+    }
+  }
+}
+
 // Delayed scaling's step end: histories shift with the amax entering first, the amaxes are zeroed, and each
 // scale is core/fp8's fp8_scale_from_amax of its history's maximum, to the bit; an operand that saw nothing
 // keeps its scale.

@@ -239,7 +239,9 @@ void CudaBackend::dense_backward(const Tensor& dy, const Tensor& x, const Tensor
   const Fp8Dims d = check_fp8_dense(op, x, w);
   DLB_CHECK(
       g.dw && g.db && g.db->numel() == d.out && dy.numel() == d.rows * d.out && dy.dtype() == x.dtype() &&
-          g.dx->numel() == d.rows * d.in && (g.act == DenseActivation::none || g.pre),
+          g.dx->numel() == d.rows * d.in && (g.act == DenseActivation::none || g.pre) &&
+          (g.output_act == DenseActivation::none ||
+           (g.output && g.output->numel() == dy.numel() && g.output->dtype() == dy.dtype())),
       "{}: dy {} or the gradients do not fit x {} and w {}", op, dy.describe(), x.describe(), w.describe());
   activate();
   if (d.rows == 0) return;
@@ -252,10 +254,14 @@ void CudaBackend::dense_backward(const Tensor& dy, const Tensor& x, const Tensor
           *wt_codes = xt_codes + code_bytes(d.in, d.rows);
   auto* bias_partials = reinterpret_cast<float*>(wt_codes + code_bytes(d.in, d.out));
   // dy's codes in both layouts and, in the same pass, its column sums: the bias gradient's, which the
-  // BF16 path has its GEMM's epilogue make (BGRADB) and FP8 would otherwise read dy once more for.
-  const int64_t partial_rows =
-      quantize_fp8_summing_columns(dy.data(), dy.dtype(), d.rows, d.out, Fp8Format::e5m2, fp8->scale + kFp8Dy,
-                                   dy_codes, dyt_codes, operand_amax(*fp8, kFp8Dy), bias_partials, stream_);
+  // BF16 path has its GEMM's epilogue make (BGRADB) and FP8 would otherwise read dy once more for. Where
+  // y went through GELU, the pass takes GELU's gradient on its way (dy stays as it was).
+  Fp8Prologue prologue;
+  if (g.output_act == DenseActivation::gelu)
+    prologue.kind = Fp8Prologue::Kind::gelu_gradient, prologue.gelu_input = g.output->data();
+  const int64_t partial_rows = quantize_fp8_summing_columns(
+      dy.data(), dy.dtype(), d.rows, d.out, Fp8Format::e5m2, fp8->scale + kFp8Dy, dy_codes, dyt_codes,
+      operand_amax(*fp8, kFp8Dy), bias_partials, stream_, prologue);
   quantize_fp8(x.data(), x.dtype(), d.rows, d.in, Fp8Format::e4m3, fp8->scale + kFp8X, nullptr, xt_codes,
                nullptr, stream_);
   if (!weight_gemm_fp8(dyt_codes, xt_codes, d.rows, d.in, d.out, g.params, *g.dw, *fp8)) {
@@ -266,8 +272,12 @@ void CudaBackend::dense_backward(const Tensor& dy, const Tensor& x, const Tensor
                       g.params == Accumulate::add, stream_);
   quantize_fp8(w.data(), w.dtype(), d.out, d.in, Fp8Format::e4m3, fp8->scale + kFp8W, nullptr, wt_codes,
                nullptr, stream_);
-  if (!data_gemm_fp8(dy_codes, wt_codes, d.rows, d.in, d.out, g.act, g.pre, g.accumulate, *g.dx, *fp8))
-    dense_backward_data_fp8(dy, w, g.act, g.pre, g.accumulate, *g.dx, *fp8);
+  if (data_gemm_fp8(dy_codes, wt_codes, d.rows, d.in, d.out, g.act, g.pre, g.accumulate, *g.dx, *fp8)) return;
+  if (g.output_act == DenseActivation::gelu) {  // the separate op reads the gradient of y from dy
+    Tensor gradient = dy.reshaped(g.output->dims());
+    gelu_backward(*g.output, gradient, gradient);
+  }
+  dense_backward_data_fp8(dy, w, g.act, g.pre, g.accumulate, *g.dx, *fp8);
 }
 
 }  // namespace dlbench::cuda

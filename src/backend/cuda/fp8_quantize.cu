@@ -15,6 +15,9 @@
 // coalesced along a row of x, written coalesced along a row of q and, through shared memory, along a row
 // of q_transposed. The amax is a block maximum, then one atomicMax on
 // the float's bits (the order of the maxima does not change the result: the same bits every run).
+// The values may pass through GELU or its gradient first (Fp8Prologue): where a transformer's MLP runs in
+// FP8, the pass that quantizes c_fc's output gradient takes GELU's gradient on the way, so that the
+// gradient of GELU's input is never written out and read back.
 // A dense layer's output gradient may have its columns summed in the same pass (its bias gradient): each
 // block's sums per column into a row of partials, added in a fixed order by a second kernel, without
 // atomics.
@@ -23,6 +26,7 @@
 #include <cfloat>
 #include <type_traits>
 
+#include "backend/cuda/gelu_math.cuh"
 #include "backend/cuda/kernel_common.cuh"
 #include "backend/cuda/kernels.h"
 
@@ -39,12 +43,24 @@ __device__ __forceinline__ uint8_t to_fp8(float v, Fp8Format format) {
                                    : __nv_cvt_float_to_fp8(v, __NV_SATFINITE, __NV_E5M2);
 }
 
+// A value v of x after the prologue (kernels.h), `input` GELU's input where the prologue takes its gradient,
+// rounded to T as gelu_forward and gelu_backward store theirs: the same float arithmetic (gelu_math.cuh),
+// so the same codes as the separate pass followed by the quantization.
+template <typename T>
+__device__ __forceinline__ float after_prologue(float v, Fp8Prologue::Kind kind, float input) {
+  using Math = GeluMath<Acc<T>>;
+  if (kind == Fp8Prologue::Kind::gelu) return widen(narrow<T>(Math::value(v)));
+  if (kind == Fp8Prologue::Kind::gelu_gradient) return widen(narrow<T>(v * Math::derivative(input)));
+  return v;
+}
+
 template <typename T>
 __global__ void __launch_bounds__(kTile* kTileRowsPerPass)
     quantize_fp8_kernel(const T* __restrict__ x, int64_t rows, int64_t cols, Fp8Format format,
                         const float* __restrict__ scale, uint8_t* __restrict__ q,
                         uint8_t* __restrict__ q_transposed, float* __restrict__ amax,
-                        float* __restrict__ column_partials) {
+                        float* __restrict__ column_partials, Fp8Prologue::Kind prologue,
+                        const T* __restrict__ gelu_input) {
   __shared__ uint8_t tile[kTile][kTile + 4];  // padded: the transposed reads hit different banks
   __shared__ float warp_maxima[kTile * kTileRowsPerPass / 32];
   __shared__ float column_sums[kTileRowsPerPass][kTile];
@@ -55,7 +71,9 @@ __global__ void __launch_bounds__(kTile* kTileRowsPerPass)
   for (int r = threadIdx.y; r < kTile; r += kTileRowsPerPass) {
     const int64_t row = row0 + r;
     if (row < rows && col < cols) {
-      const float v = widen(x[row * cols + col]);
+      const int64_t at = row * cols + col;
+      const float input = prologue == Fp8Prologue::Kind::gelu_gradient ? widen(gelu_input[at]) : 0.f;
+      const float v = after_prologue<T>(widen(x[at]), prologue, input);
       largest = fmaxf(largest, fabsf(v));  // fmaxf drops a NaN
       column_sum += v;
       const uint8_t bits = to_fp8(v * s, format);
@@ -134,7 +152,8 @@ __global__ void __launch_bounds__(kWideThreads)
     quantize_fp8_wide_kernel(const T* __restrict__ x, int64_t rows, int64_t cols, Fp8Format format,
                              const float* __restrict__ scale, uint8_t* __restrict__ q,
                              uint8_t* __restrict__ q_transposed, float* __restrict__ amax,
-                             float* __restrict__ column_partials) {
+                             float* __restrict__ column_partials, Fp8Prologue::Kind prologue,
+                             const T* __restrict__ gelu_input) {
   __shared__ __align__(4) uint8_t tile[kWideTile][kWideTile + 4];  // a row: 68 bytes, 4-aligned
   __shared__ float column_sums[kWideRowsPerPass][kWideTile];
   const float s = *scale;
@@ -148,6 +167,14 @@ __global__ void __launch_bounds__(kWideThreads)
     if (row < rows && col < cols) {  // cols is a multiple of 4: all four are in
       float v[4];
       Four<T>::widen4(*reinterpret_cast<const typename Four<T>::Access*>(x + row * cols + col), v);
+      if (prologue != Fp8Prologue::Kind::none) {
+        float input[4] = {0.f, 0.f, 0.f, 0.f};  // GELU's input, for its gradient
+        if (prologue == Fp8Prologue::Kind::gelu_gradient)
+          Four<T>::widen4(*reinterpret_cast<const typename Four<T>::Access*>(gelu_input + row * cols + col),
+                          input);
+#pragma unroll
+        for (int i = 0; i < 4; ++i) v[i] = after_prologue<T>(v[i], prologue, input[i]);
+      }
       uint32_t word = 0;
 #pragma unroll
       for (int i = 0; i < 4; ++i) {
@@ -327,16 +354,19 @@ namespace {
 template <typename T>
 int64_t launch_quantize_fp8(const T* x, int64_t rows, int64_t cols, Fp8Format format, const float* scale,
                             uint8_t* q, uint8_t* q_transposed, float* amax, float* column_partials,
-                            cudaStream_t stream) {
+                            const Fp8Prologue& prologue, cudaStream_t stream) {
+  const T* gelu_input = static_cast<const T*>(prologue.gelu_input);
+  DLB_KERNEL_REQUIRE(prologue.kind != Fp8Prologue::Kind::gelu_gradient || gelu_input, "quantize_fp8",
+                     "GELU's gradient without its input");
   const auto aligned = [](const void* p, size_t bytes) {
     return !p || reinterpret_cast<uintptr_t>(p) % bytes == 0;
   };
-  if (rows % 4 == 0 && cols % 4 == 0 && aligned(x, 4 * sizeof(T)) && aligned(q, 4) &&
-      aligned(q_transposed, 4) && (rows + kWideTile - 1) / kWideTile <= 65535) {
+  if (rows % 4 == 0 && cols % 4 == 0 && aligned(x, 4 * sizeof(T)) && aligned(gelu_input, 4 * sizeof(T)) &&
+      aligned(q, 4) && aligned(q_transposed, 4) && (rows + kWideTile - 1) / kWideTile <= 65535) {
     const dim3 grid(static_cast<unsigned>((cols + kWideTile - 1) / kWideTile),
                     static_cast<unsigned>((rows + kWideTile - 1) / kWideTile));
-    quantize_fp8_wide_kernel<<<grid, kWideThreads, 0, stream>>>(x, rows, cols, format, scale, q, q_transposed,
-                                                                amax, column_partials);
+    quantize_fp8_wide_kernel<<<grid, kWideThreads, 0, stream>>>(
+        x, rows, cols, format, scale, q, q_transposed, amax, column_partials, prologue.kind, gelu_input);
     DLB_KERNEL_LAUNCH_CHECK();
     return grid.y;
   }
@@ -344,26 +374,26 @@ int64_t launch_quantize_fp8(const T* x, int64_t rows, int64_t cols, Fp8Format fo
                   static_cast<unsigned>((rows + kTile - 1) / kTile));
   DLB_KERNEL_REQUIRE(grid.y <= 65535, "quantize_fp8", "more than 2^21 rows");
   quantize_fp8_kernel<<<grid, dim3(kTile, kTileRowsPerPass), 0, stream>>>(
-      x, rows, cols, format, scale, q, q_transposed, amax, column_partials);
+      x, rows, cols, format, scale, q, q_transposed, amax, column_partials, prologue.kind, gelu_input);
   DLB_KERNEL_LAUNCH_CHECK();
   return grid.y;
 }
 
 int64_t launch_quantize_fp8(const void* x, DType dtype, int64_t rows, int64_t cols, Fp8Format format,
                             const float* scale, uint8_t* q, uint8_t* q_transposed, float* amax,
-                            float* column_partials, cudaStream_t stream) {
+                            float* column_partials, const Fp8Prologue& prologue, cudaStream_t stream) {
   DLB_KERNEL_REQUIRE(rows >= 0 && cols >= 0, "quantize_fp8", "negative shape");
   if (rows == 0 || cols == 0) return 0;
   switch (dtype) {
     case DType::f32:
       return launch_quantize_fp8(static_cast<const float*>(x), rows, cols, format, scale, q, q_transposed,
-                                 amax, column_partials, stream);
+                                 amax, column_partials, prologue, stream);
     case DType::f16:
       return launch_quantize_fp8(static_cast<const __half*>(x), rows, cols, format, scale, q, q_transposed,
-                                 amax, column_partials, stream);
+                                 amax, column_partials, prologue, stream);
     case DType::bf16:
       return launch_quantize_fp8(static_cast<const __nv_bfloat16*>(x), rows, cols, format, scale, q,
-                                 q_transposed, amax, column_partials, stream);
+                                 q_transposed, amax, column_partials, prologue, stream);
     default:
       DLB_KERNEL_REQUIRE(false, "quantize_fp8", "x must be f32, f16 or bf16");
   }
@@ -373,16 +403,18 @@ int64_t launch_quantize_fp8(const void* x, DType dtype, int64_t rows, int64_t co
 }  // namespace
 
 void quantize_fp8(const void* x, DType dtype, int64_t rows, int64_t cols, Fp8Format format,
-                  const float* scale, uint8_t* q, uint8_t* q_transposed, float* amax, cudaStream_t stream) {
-  launch_quantize_fp8(x, dtype, rows, cols, format, scale, q, q_transposed, amax, nullptr, stream);
+                  const float* scale, uint8_t* q, uint8_t* q_transposed, float* amax, cudaStream_t stream,
+                  const Fp8Prologue& prologue) {
+  launch_quantize_fp8(x, dtype, rows, cols, format, scale, q, q_transposed, amax, nullptr, prologue, stream);
 }
 
 int64_t quantize_fp8_summing_columns(const void* x, DType dtype, int64_t rows, int64_t cols, Fp8Format format,
                                      const float* scale, uint8_t* q, uint8_t* q_transposed, float* amax,
-                                     float* column_partials, cudaStream_t stream) {
+                                     float* column_partials, cudaStream_t stream,
+                                     const Fp8Prologue& prologue) {
   DLB_KERNEL_REQUIRE(column_partials != nullptr, "quantize_fp8_summing_columns", "no partials");
   return launch_quantize_fp8(x, dtype, rows, cols, format, scale, q, q_transposed, amax, column_partials,
-                             stream);
+                             prologue, stream);
 }
 
 void sum_column_partials(const float* partials, int64_t partial_rows, int64_t cols, void* sums,

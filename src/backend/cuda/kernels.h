@@ -156,22 +156,34 @@ void gather_strided_pixels(const void* src, int64_t batch, int64_t in_h, int64_t
 void scatter_strided_pixels(const void* src, int64_t batch, int64_t in_h, int64_t in_w, int64_t channels,
                             int64_t stride, void* dst, DType dtype, bool accumulate, cudaStream_t stream);
 
-// FP8 quantization of a GEMM operand for delayed per-tensor scaling (fp8_quantize.cu): x [rows, cols] (f32,
-// f16 or bf16) times *scale, rounded to `format` as core/fp8's float_to_fp8 rounds (nearest even,
-// saturating) into q [rows, cols] where given, into q_transposed [cols, rows] where given, and the largest
-// |x| folded into *amax (an atomic maximum; NaN ignored). scale and amax live in device memory, so a recorded
-// step follows their changes.
-void quantize_fp8(const void* x, DType dtype, int64_t rows, int64_t cols, Fp8Format format,
-                  const float* scale, uint8_t* q, uint8_t* q_transposed, float* amax, cudaStream_t stream);
+// What a quantization applies to each value of x on its way (GELU's, where a dense layer's operand is an
+// activation's input or output gradient the layer before left as it was): the value is rounded to x's dtype
+// before it is quantized, summed and its amax taken, exactly as the separate pass (gelu_forward,
+// gelu_backward) would have stored it: the same codes as that pass followed by the quantization.
+struct Fp8Prologue {
+  enum class Kind { none, gelu, gelu_gradient };
+  Kind kind = Kind::none;
+  const void* gelu_input = nullptr;  // gelu_gradient: x is the gradient of gelu(gelu_input), of x's shape
+};
 
-// quantize_fp8 that also sums x's columns, as a dense layer's bias gradient sums its output gradient, in
-// the same pass over x: each tile of rows writes its columns' f32 sums into `column_partials` (row-major,
-// room for fp8_column_partial_rows(rows) rows); returns the rows it wrote. sum_column_partials then adds
-// them in a fixed order into sums (cols elements, f32, f16 or bf16; added to where `accumulate`): no
-// atomics, the same bits every run.
+// FP8 quantization of a GEMM operand for delayed per-tensor scaling (fp8_quantize.cu): x [rows, cols] (f32,
+// f16 or bf16), after `prologue`, times *scale, rounded to `format` as core/fp8's float_to_fp8 rounds
+// (nearest even, saturating) into q [rows, cols] where given, into q_transposed [cols, rows] where given,
+// and the largest |x| folded into *amax (an atomic maximum; NaN ignored). scale and amax live in device
+// memory, so a recorded step follows their changes.
+void quantize_fp8(const void* x, DType dtype, int64_t rows, int64_t cols, Fp8Format format,
+                  const float* scale, uint8_t* q, uint8_t* q_transposed, float* amax, cudaStream_t stream,
+                  const Fp8Prologue& prologue = {});
+
+// quantize_fp8 that also sums x's columns (after `prologue`), as a dense layer's bias gradient sums its
+// output gradient, in the same pass over x: each tile of rows writes its columns' f32 sums into
+// `column_partials` (row-major, room for fp8_column_partial_rows(rows) rows); returns the rows it wrote.
+// sum_column_partials then adds them in a fixed order into sums (cols elements, f32, f16 or bf16; added
+// to where `accumulate`): no atomics, the same bits every run.
 int64_t quantize_fp8_summing_columns(const void* x, DType dtype, int64_t rows, int64_t cols, Fp8Format format,
                                      const float* scale, uint8_t* q, uint8_t* q_transposed, float* amax,
-                                     float* column_partials, cudaStream_t stream);
+                                     float* column_partials, cudaStream_t stream,
+                                     const Fp8Prologue& prologue = {});
 inline int64_t fp8_column_partial_rows(int64_t rows) { return (rows + 31) / 32; }  // the smallest tile: 32
 void sum_column_partials(const float* partials, int64_t partial_rows, int64_t cols, void* sums,
                          DType sums_dtype, bool accumulate, cudaStream_t stream);
