@@ -4,7 +4,10 @@
 // for up to 8 algorithms, times each that runs (median of --reps, on random operands: a power-capped GPU's
 // speed depends on the bits), and prints the first choice's TFLOP/s, the best one's and its place in the
 // list. The last line sums the twelve GEMMs' times: what a search could save of them, an upper bound on
-// its worth in a step (the layers' twelve GEMMs are ~60% of a gpt2-large bf16 step).
+// its worth in a step (the layers' twelve GEMMs are ~60% of a gpt2-large bf16 step). Each GEMM with an
+// epilogue (or a residual) is also timed plain, its first choice on the same operands: what the epilogue
+// costs the GEMM, against what a pass of its own over the result would cost (FP8's DGELU ran at a fifth
+// of the plain GEMM's rate: bench/results/gpt2-fp8).
 //
 //   gemm_choice_probe [--model gpt2|gpt2-medium|gpt2-large|gpt2-xl] [--tokens N] [--reps R]
 #include <cublasLt.h>
@@ -46,6 +49,14 @@ struct Gemm {
   bool residual;  // beta 1, C another matrix (the forward's residual add)
 };
 
+const char* epilogue_name(cublasLtEpilogue_t e, bool residual) {
+  return e == CUBLASLT_EPILOGUE_BIAS            ? (residual ? "bias+residual" : "bias")
+         : e == CUBLASLT_EPILOGUE_GELU_AUX_BIAS ? "gelu_aux_bias"
+         : e == CUBLASLT_EPILOGUE_DGELU         ? "dgelu"
+         : e == CUBLASLT_EPILOGUE_BGRADB        ? "bgradb"
+                                                : "none";
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -86,31 +97,31 @@ int main(int argc, char** argv) {
   check(cublasLtCreate(&lt), "cublasLtCreate");
   int64_t largest = 0;
   for (const Gemm& g : gemms) largest = std::max({largest, g.m * g.k, g.n * g.k, g.m * g.n});
-  __nv_bfloat16 *a, *b, *d, *residual, *aux, *bias;
+  __nv_bfloat16 *a, *b, *d, *residual_values, *aux, *bias;
   void* workspace;
   const size_t workspace_bytes = size_t{32} << 20;  // dlbench's cuBLAS workspace
-  for (__nv_bfloat16** p : {&a, &b, &d, &residual, &aux})
+  for (__nv_bfloat16** p : {&a, &b, &d, &residual_values, &aux})
     check(cudaMalloc(p, static_cast<size_t>(largest) * sizeof(__nv_bfloat16)), "malloc");
   check(cudaMalloc(&bias, static_cast<size_t>(4 * c) * sizeof(__nv_bfloat16)), "malloc");
   check(cudaMalloc(&workspace, workspace_bytes), "malloc");
   uint32_t seed = 1;
-  for (__nv_bfloat16* p : {a, b, residual, aux}) fill_random<<<1024, 256, 0, stream>>>(p, largest, seed++);
+  for (__nv_bfloat16* p : {a, b, residual_values, aux})
+    fill_random<<<1024, 256, 0, stream>>>(p, largest, seed++);
   fill_random<<<16, 256, 0, stream>>>(bias, 4 * c, seed++);
   check(cudaStreamSynchronize(stream), "fill");
   const float one = 1.f, zero = 0.f;
 
-  std::printf("%s, %lld tokens, BF16: heuristic offered / first choice TFLOP/s / best TFLOP/s (its place)\n",
-              model.c_str(), static_cast<long long>(tokens));
-  double first_total_ms = 0, best_total_ms = 0;
-  for (const Gemm& g : gemms) {
+  // The heuristic's choices for g with `epilogue` (and its residual where `residual`), each timed: -1 where
+  // the call refused it.
+  auto time_choices = [&](const Gemm& g, cublasLtEpilogue_t epilogue, bool residual) {
     cublasLtMatmulDesc_t desc;
     check(cublasLtMatmulDescCreate(&desc, CUBLAS_COMPUTE_32F, CUDA_R_32F), "desc");
     set(desc, CUBLASLT_MATMUL_DESC_TRANSA, g.ta);
     set(desc, CUBLASLT_MATMUL_DESC_TRANSB, g.tb);
-    set(desc, CUBLASLT_MATMUL_DESC_EPILOGUE, g.epilogue);
-    if (g.epilogue != CUBLASLT_EPILOGUE_DEFAULT && g.epilogue != CUBLASLT_EPILOGUE_DGELU)
+    set(desc, CUBLASLT_MATMUL_DESC_EPILOGUE, epilogue);
+    if (epilogue != CUBLASLT_EPILOGUE_DEFAULT && epilogue != CUBLASLT_EPILOGUE_DGELU)
       set(desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, static_cast<void*>(bias));
-    if (g.epilogue == CUBLASLT_EPILOGUE_GELU_AUX_BIAS || g.epilogue == CUBLASLT_EPILOGUE_DGELU) {
+    if (epilogue == CUBLASLT_EPILOGUE_GELU_AUX_BIAS || epilogue == CUBLASLT_EPILOGUE_DGELU) {
       set(desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, static_cast<void*>(aux));
       set(desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, g.m);
     }
@@ -124,48 +135,73 @@ int main(int argc, char** argv) {
                            lb = g.tb == CUBLAS_OP_N ? layout(g.k, g.n) : layout(g.n, g.k),
                            ld = layout(g.m, g.n);
     const auto results = heuristic_choices(lt, desc, la, lb, ld, workspace_bytes, 8);
-    const int offered = static_cast<int>(results.size());
-    const float* beta = g.residual ? &one : &zero;
-    const void* c_in = g.residual ? static_cast<const void*>(residual) : static_cast<const void*>(d);
-    std::vector<double> ms(static_cast<size_t>(offered), -1.0);
-    for (int j = 0; j < offered; ++j) {
+    const float* beta = residual ? &one : &zero;
+    const void* c_in = residual ? static_cast<const void*>(residual_values) : static_cast<const void*>(d);
+    std::vector<double> ms(results.size(), -1.0);
+    for (size_t j = 0; j < results.size(); ++j) {
       auto run = [&] {
         return cublasLtMatmul(lt, desc, &one, a, la, b, lb, beta, c_in, ld, d, ld, &results[j].algo,
                               workspace, workspace_bytes, stream) == CUBLAS_STATUS_SUCCESS;
       };
       if (!run()) continue;
       check(cudaStreamSynchronize(stream), "warm-up");
-      ms[static_cast<size_t>(j)] = median_ms(stream, reps, run);
+      ms[j] = median_ms(stream, reps, run);
     }
+    for (auto l : {la, lb, ld}) cublasLtMatrixLayoutDestroy(l);
+    cublasLtMatmulDescDestroy(desc);
+    return ms;
+  };
+  auto first_that_ran = [](const std::vector<double>& ms) {
+    for (size_t j = 0; j < ms.size(); ++j)
+      if (ms[j] >= 0) return static_cast<int>(j);
+    return -1;
+  };
+
+  std::printf(
+      "%s, %lld tokens, BF16: heuristic offered / first choice TFLOP/s / best TFLOP/s (its place); the "
+      "first choice's ms with dlbench's epilogue and as the plain GEMM (no epilogue, no residual)\n",
+      model.c_str(), static_cast<long long>(tokens));
+  double first_total_ms = 0, best_total_ms = 0, plain_total_ms = 0;
+  for (const Gemm& g : gemms) {
+    const std::vector<double> ms = time_choices(g, g.epilogue, g.residual);
+    const int offered = static_cast<int>(ms.size()), first = first_that_ran(ms);
     const double flops = 2.0 * static_cast<double>(g.m) * static_cast<double>(g.n) * static_cast<double>(g.k);
-    int first = -1, best = -1;
-    for (int j = 0; j < offered; ++j) {
-      if (ms[static_cast<size_t>(j)] < 0) continue;
-      if (first < 0) first = j;
-      if (best < 0 || ms[static_cast<size_t>(j)] < ms[static_cast<size_t>(best)]) best = j;
-    }
+    int best = first;
+    for (int j = 0; j < offered; ++j)
+      if (ms[static_cast<size_t>(j)] >= 0 && ms[static_cast<size_t>(j)] < ms[static_cast<size_t>(best)])
+        best = j;
     if (first < 0) {
       std::printf("%-24s m %5lld n %5lld k %5lld  offered %d, none ran\n", g.name.c_str(),
                   static_cast<long long>(g.m), static_cast<long long>(g.n), static_cast<long long>(g.k),
                   offered);
-    } else {
-      const double first_ms = ms[static_cast<size_t>(first)], best_ms = ms[static_cast<size_t>(best)];
-      first_total_ms += first_ms;
-      best_total_ms += best_ms;
-      std::printf("%-24s m %5lld n %5lld k %5lld  %d / %6.1f / %6.1f (%d)  %.3f -> %.3f ms\n", g.name.c_str(),
-                  static_cast<long long>(g.m), static_cast<long long>(g.n), static_cast<long long>(g.k),
-                  offered, flops / (first_ms * 1e-3) / 1e12, flops / (best_ms * 1e-3) / 1e12, best, first_ms,
-                  best_ms);
+      continue;
     }
-    for (auto l : {la, lb, ld}) cublasLtMatrixLayoutDestroy(l);
-    cublasLtMatmulDescDestroy(desc);
+    const double first_ms = ms[static_cast<size_t>(first)], best_ms = ms[static_cast<size_t>(best)];
+    double plain_ms = first_ms;  // the GEMM without an epilogue or residual: itself
+    if (g.epilogue != CUBLASLT_EPILOGUE_DEFAULT || g.residual) {
+      const std::vector<double> plain = time_choices(g, CUBLASLT_EPILOGUE_DEFAULT, false);
+      const int plain_first = first_that_ran(plain);
+      plain_ms = plain_first < 0 ? -1.0 : plain[static_cast<size_t>(plain_first)];
+    }
+    first_total_ms += first_ms;
+    best_total_ms += best_ms;
+    plain_total_ms += plain_ms;
+    std::printf(
+        "%-24s m %5lld n %5lld k %5lld  %d / %6.1f / %6.1f (%d)  %.3f -> %.3f ms  %-14s %.3f, plain %.3f "
+        "ms\n",
+        g.name.c_str(), static_cast<long long>(g.m), static_cast<long long>(g.n), static_cast<long long>(g.k),
+        offered, flops / (first_ms * 1e-3) / 1e12, flops / (best_ms * 1e-3) / 1e12, best, first_ms, best_ms,
+        epilogue_name(g.epilogue, g.residual), first_ms, plain_ms);
   }
   std::printf("a block's twelve GEMMs: first choices %.3f ms, best %.3f ms: a search saves %.1f%%\n",
               first_total_ms, best_total_ms,
               first_total_ms > 0 ? 100.0 * (first_total_ms - best_total_ms) / first_total_ms : 0.0);
+  std::printf("the same GEMMs plain (first choices): %.3f ms: the epilogues cost %.3f ms of the block\n",
+              plain_total_ms, first_total_ms - plain_total_ms);
   cublasLtDestroy(lt);
-  for (void* p : {static_cast<void*>(a), static_cast<void*>(b), static_cast<void*>(d),
-                  static_cast<void*>(residual), static_cast<void*>(aux), static_cast<void*>(bias), workspace})
+  for (void* p :
+       {static_cast<void*>(a), static_cast<void*>(b), static_cast<void*>(d),
+        static_cast<void*>(residual_values), static_cast<void*>(aux), static_cast<void*>(bias), workspace})
     cudaFree(p);
   return 0;
 }
