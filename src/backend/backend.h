@@ -534,9 +534,13 @@ class Backend : public StreamClock {
   // The defaults compose gemm, add_bias, gelu_forward and add: a backend with GEMM epilogues overrides.
   // With `fp8` (bf16 tensors), the GEMM's operands are rounded to FP8 first (Fp8DenseScaling); the
   // defaults round them with fp8_round_trip and compose as without.
+  // With input_act gelu the layer's input is gelu(x): x holds GELU's input. The default makes gelu(x) in
+  // memory of its own first; a backend may take GELU on its way through x instead (CUDA in FP8, in the
+  // pass that quantizes x), so that gelu(x) is never stored.
   virtual void dense_forward(const Tensor& x, const Tensor& w, const Tensor& b, DenseActivation act,
                              const Tensor* residual, Tensor& y, Tensor* pre,
-                             const Fp8DenseScaling* fp8 = nullptr);
+                             const Fp8DenseScaling* fp8 = nullptr,
+                             DenseActivation input_act = DenseActivation::none);
   // dx (+)= dy W, by `accumulate`. With act gelu the layer's input was gelu(pre), `pre` ([N, I]) given:
   // dx = (dy W) * gelu'(pre), the gradient of pre (overwritten; act gelu takes Accumulate::overwrite).
   virtual void dense_backward_data(const Tensor& dy, const Tensor& w, DenseActivation act, const Tensor* pre,
@@ -562,6 +566,9 @@ class Backend : public StreamClock {
     const Tensor* pre = nullptr;
     DenseActivation output_act = DenseActivation::none;
     const Tensor* output = nullptr;
+    // gelu: the layer's input was gelu(x), x holding GELU's input (dense_forward's input_act): the weight
+    // gradient is dy^T gelu(x).
+    DenseActivation input_act = DenseActivation::none;
   };
   virtual void dense_backward(const Tensor& dy, const Tensor& x, const Tensor& w, const DenseGradients& g,
                               const Fp8DenseScaling* fp8 = nullptr);

@@ -45,10 +45,35 @@ class RoundTripped {
   Tensor value_;
 };
 
+// gelu(x) in memory of the backend's own, released when it goes out of scope: a dense layer's input given
+// as GELU's input (input_act).
+class GeluOf {
+ public:
+  GeluOf(Backend& backend, const Tensor& x)
+      : backend_(backend),
+        value_(backend.allocate(x.bytes()), x.dims(), x.dtype(), x.layout(), backend.device()) {
+    backend.gelu_forward(x, value_);
+  }
+  ~GeluOf() { backend_.deallocate(value_.data()); }
+  GeluOf(const GeluOf&) = delete;
+  GeluOf& operator=(const GeluOf&) = delete;
+  const Tensor& get() const { return value_; }
+
+ private:
+  Backend& backend_;
+  Tensor value_;
+};
+
 }  // namespace
 
 void Backend::dense_forward(const Tensor& x, const Tensor& w, const Tensor& b, DenseActivation act,
-                            const Tensor* residual, Tensor& y, Tensor* pre, const Fp8DenseScaling* fp8) {
+                            const Tensor* residual, Tensor& y, Tensor* pre, const Fp8DenseScaling* fp8,
+                            DenseActivation input_act) {
+  if (input_act == DenseActivation::gelu) {
+    const GeluOf input(*this, x);
+    dense_forward(input.get(), w, b, act, residual, y, pre, fp8);
+    return;
+  }
   if (fp8) {
     const RoundTripped x8(*this, x, Fp8Format::e4m3, *fp8, kFp8X), w8(*this, w, Fp8Format::e4m3, *fp8, kFp8W);
     dense_forward(x8.get(), w8.get(), b, act, residual, y, pre);
@@ -114,6 +139,13 @@ void Backend::dense_backward_weights(const Tensor& dy, const Tensor& x, Accumula
 void Backend::dense_backward(const Tensor& dy, const Tensor& x, const Tensor& w, const DenseGradients& g,
                              const Fp8DenseScaling* fp8) {
   DLB_CHECK(g.dw && g.db, "dense_backward: no dw or db");
+  if (g.input_act == DenseActivation::gelu) {
+    const GeluOf input(*this, x);
+    DenseGradients of_input = g;
+    of_input.input_act = DenseActivation::none;
+    dense_backward(dy, input.get(), w, of_input, fp8);
+    return;
+  }
   if (g.output_act == DenseActivation::gelu) {
     DLB_CHECK(g.output && g.output->numel() == dy.numel(),
               "dense_backward: GELU's gradient needs y of dy's shape");

@@ -26,6 +26,7 @@ struct DenseParameters {
   // The layer's FP8 scaling in an FP8 network (count_amax: whether this pass's values count towards the
   // next scales; evaluation's do not); nullopt otherwise.
   std::optional<Fp8DenseScaling> fp8(bool count_amax) const;
+  bool in_fp8() const { return fp8_scaling_ != nullptr; }  // the network trains its dense layers in FP8
 
   int64_t in_features, out_features;
   double normal_std;

@@ -15,7 +15,8 @@ MlpLayer::MlpLayer(Network& net, std::string name, const LinearLayer& fc, const 
       fc_name_(fc.name()),
       proj_name_(proj.name()),
       fc_(net, input.value.numel() / rows_, fc.out_features(), fc.normal_std()),
-      proj_(net, fc.out_features(), proj.out_features(), proj.normal_std()) {
+      proj_(net, fc.out_features(), proj.out_features(), proj.normal_std()),
+      fp8_(fc_.in_fp8()) {
   DLB_CHECK(output.value.numel() == rows_ * proj_.out_features, "{}: output {} is not [{}, {}]", name_,
             output.value.describe(), rows_, proj_.out_features);
   if (residual) {
@@ -33,6 +34,7 @@ MlpLayer::MlpLayer(Network& net, std::string name, const LinearLayer& fc, const 
 }
 
 std::vector<SavedValue> MlpLayer::saved_values() {
+  if (fp8_) return {{fc_name_ + ".out", &pre_}};  // g = gelu(h) is never stored
   return {{fc_name_ + ".out", &pre_}, {name_ + ".gelu.out", &hidden_}};
 }
 
@@ -45,14 +47,17 @@ void MlpLayer::plan(MemoryPlan& plan) {
   proj_.declare(plan, proj_name_);
 }
 
-// h = x Wfc^T + bfc and g = gelu(h), in one GEMM where the backend applies epilogues.
+// h = x Wfc^T + bfc and g = gelu(h), in one GEMM where the backend applies epilogues; in FP8 h alone.
 void MlpLayer::recompute_saved_values() { first_dense(true); }
 
 void MlpLayer::first_dense(bool count_amax) {
   const Tensor x = inputs_[0]->value.reshaped({rows_, fc_.in_features});
   const auto fp8 = fc_.fp8(count_amax);
-  net_.backend().dense_forward(x, fc_.weight, fc_.bias, DenseActivation::gelu, nullptr, hidden_, &pre_,
-                               fp8_or_null(fp8));
+  if (fp8_)
+    net_.backend().dense_forward(x, fc_.weight, fc_.bias, DenseActivation::none, nullptr, pre_, nullptr,
+                                 fp8_or_null(fp8));
+  else
+    net_.backend().dense_forward(x, fc_.weight, fc_.bias, DenseActivation::gelu, nullptr, hidden_, &pre_);
 }
 
 void MlpLayer::forward(Phase phase) {
@@ -61,8 +66,11 @@ void MlpLayer::forward(Phase phase) {
   Tensor y = output_->value.reshaped({rows_, proj_.out_features});
   const Tensor* r = residual() ? &residual()->value : nullptr;
   const auto fp8 = proj_.fp8(training);
-  net_.backend().dense_forward(hidden_, proj_.weight, proj_.bias, DenseActivation::none, r, y, nullptr,
-                               fp8_or_null(fp8));
+  if (fp8_)  // c_proj's input is gelu(h), GELU taken by the pass that quantizes it
+    net_.backend().dense_forward(pre_, proj_.weight, proj_.bias, DenseActivation::none, r, y, nullptr,
+                                 fp8_or_null(fp8), DenseActivation::gelu);
+  else
+    net_.backend().dense_forward(hidden_, proj_.weight, proj_.bias, DenseActivation::none, r, y, nullptr);
 }
 
 void MlpLayer::backward() {
@@ -74,19 +82,22 @@ void MlpLayer::backward() {
   const auto proj_fp8 = proj_.fp8(true), fc_fp8 = fc_.fp8(true);
   // GELU's gradient: in BF16 c_proj's data GEMM takes it (its DGELU epilogue); in FP8 the pass that
   // quantizes c_fc's output gradient does (FP8 GEMMs with that epilogue ran at a fifth of their speed).
-  const bool gelu_in_fc = fp8_or_null(fc_fp8) != nullptr;
-  // c_proj: its weights' gradient, and the gradient of g = gelu(h): dg = dy Wproj, or dh = dg * gelu'(h).
+  // c_proj: its weights' gradient (its input g = gelu(h): in FP8 made on the way from h), and the gradient
+  // of g: dg = dy Wproj, or dh = dg * gelu'(h).
   Backend::DenseGradients proj_grads;
   proj_grads.params = params;
   proj_grads.dw = &proj_.dweight, proj_grads.db = &proj_.dbias, proj_grads.dx = &pre_grad_;
-  if (!gelu_in_fc) proj_grads.act = DenseActivation::gelu, proj_grads.pre = &pre_;
-  backend.dense_backward(dy, hidden_, proj_.weight, proj_grads, fp8_or_null(proj_fp8));
+  if (fp8_)
+    proj_grads.input_act = DenseActivation::gelu;
+  else
+    proj_grads.act = DenseActivation::gelu, proj_grads.pre = &pre_;
+  backend.dense_backward(dy, fp8_ ? pre_ : hidden_, proj_.weight, proj_grads, fp8_or_null(proj_fp8));
   // c_fc.
   const Tensor x = in.value.reshaped({rows_, fc_.in_features});
   Backend::DenseGradients fc_grads;
   fc_grads.params = params;
   fc_grads.dw = &fc_.dweight, fc_grads.db = &fc_.dbias;
-  if (gelu_in_fc) fc_grads.output_act = DenseActivation::gelu, fc_grads.output = &pre_;
+  if (fp8_) fc_grads.output_act = DenseActivation::gelu, fc_grads.output = &pre_;
   Tensor dx;
   if (input_grad_mode(0) != GradMode::none) {
     dx = in.grad.reshaped({rows_, fc_.in_features});

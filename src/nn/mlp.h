@@ -3,9 +3,11 @@
 //   h = x Wfc^T + bfc,  g = gelu(h),  y = g Wproj^T + bproj (+ r)
 // On a backend with GEMM epilogues that is two GEMMs (the first adds the bias and applies GELU, saving h;
 // the second adds the bias and the residual), and the backward's GEMMs take GELU's gradient and the
-// biases' (dense_*); in FP8 the pass that quantizes c_fc's output gradient takes GELU's gradient. The
-// parameters are the two layers' under their names (`<fc>.weight`, ...); h and g are saved for the backward
-// (Layer::saved_values), dh is the backward's scratch (Layer::backward_scratch).
+// biases' (dense_*). In FP8, c_fc's GEMM writes h alone, and GELU and its gradient are taken by the passes
+// that quantize c_proj's input and c_fc's output gradient: g is never stored (FP8 GEMMs with GELU's
+// epilogues ran far below their plain rate). The parameters are the two layers' under their names
+// (`<fc>.weight`, ...); h and g (in FP8 h alone) are saved for the backward (Layer::saved_values), dh is
+// the backward's scratch (Layer::backward_scratch).
 #pragma once
 
 #include "nn/dense_parameters.h"
@@ -30,18 +32,22 @@ class MlpLayer final : public Layer {
   bool backward_reads_output() const override { return false; }
   std::vector<SavedValue> saved_values() override;
   std::vector<SavedValue> backward_scratch() override { return {{name_ + ".dh", &pre_grad_}}; }
-  void recompute_saved_values() override;  // h and g: c_fc's GEMM alone
+  void recompute_saved_values() override;  // h and g (FP8: h): c_fc's GEMM alone
   int64_t forward_macs() const override;
 
   Activation* residual() const { return inputs_.size() > 1 ? inputs_[1] : nullptr; }
 
  private:
-  // h and g = gelu(h) from the input: c_fc's GEMM with its epilogue; its FP8 amaxes counted or not.
+  // h and g = gelu(h) from the input: c_fc's GEMM with its epilogue (in FP8 h alone); its FP8 amaxes
+  // counted or not.
   void first_dense(bool count_amax);
 
   int64_t rows_;
   std::string fc_name_, proj_name_;
   DenseParameters fc_, proj_;
+  // In FP8 GELU and its gradient are taken by the passes that quantize c_proj's input and c_fc's output
+  // gradient, on their way from h and dg: g = gelu(h) is never stored (hidden_ holds no memory).
+  bool fp8_;
   Tensor pre_, hidden_;  // h = x Wfc^T + bfc and g = gelu(h), [N, hidden]
   Tensor pre_grad_;      // dh in the backward (in FP8 dg = dy Wproj, GELU's gradient taken by c_fc's op)
 };

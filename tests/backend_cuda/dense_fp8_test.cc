@@ -10,7 +10,8 @@
 // 16), where the op runs on the operands' round trips instead. On the other shapes every GEMM must run in
 // FP8: none may fall back to BF16, which would give the same numbers without FP8's speed (as every GEMM
 // did while the scale pointers were 4-byte aligned). Each GEMM accumulates as cuBLASLt does by default
-// and, in a second run, with its fast accumulation (--fp8-fast-accumulation all).
+// and, in a second run, with its fast accumulation (--fp8-fast-accumulation all). GELU taken on the way
+// (into x, input_act; out of dy, output_act) must give the bits of the separate passes.
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 
@@ -66,6 +67,30 @@ class ScalingMemory {
   Backend& backend_;
   float* memory_ = nullptr;
 };
+
+// One run of a layer's whole backward on the GPU where GELU is taken on the way (or after gelu_forward or
+// gelu_backward): its gradients, starting from given values and added to, and a scaling of its own (its
+// amaxes are of GELU's output or gradient, made in f32 on the GPU and in f64 by the reference).
+struct GeluRun {
+  GeluRun(Backend& gpu, const HostBuffer& dw0, const HostBuffer& db0, const HostBuffer& dx0)
+      : scaling(gpu), dw(gpu, dw0), db(gpu, db0), dx(gpu, dx0) {}
+  Backend::DenseGradients gradients() {
+    Backend::DenseGradients g;
+    g.params = Accumulate::add;
+    g.dw = &dw.tensor(), g.db = &db.tensor(), g.dx = &dx.tensor();
+    return g;
+  }
+  ScalingMemory scaling;
+  DeviceTensor dw, db, dx;
+};
+
+// GELU on the way must give the bits of the separate pass: the gradients and the amaxes.
+void expect_same_bits(const GeluRun& on_the_way, const GeluRun& separate, const std::string& what) {
+  EXPECT_TRUE(same_bits(on_the_way.dw.download(), separate.dw.download())) << "dw " << what;
+  EXPECT_TRUE(same_bits(on_the_way.db.download(), separate.db.download())) << "db " << what;
+  EXPECT_TRUE(same_bits(on_the_way.dx.download(), separate.dx.download())) << "dx " << what;
+  EXPECT_EQ(on_the_way.scaling.amaxes(), separate.scaling.amaxes()) << what;
+}
 
 // Epilogues on or off; fast accumulation off or everywhere.
 class DenseFp8Test : public ::testing::TestWithParam<std::tuple<bool, Fp8FastAccumulation>> {
@@ -193,50 +218,74 @@ TEST_P(DenseFp8Test, ForwardAndBackwardMatchTheReferenceRoundTrips) {
       check("fp8 dense_backward dx" + mode, d_dx, rdx);
     }
 
-    // GELU's gradient taken by the pass that quantizes dy (output_act, as the MLP's c_fc in FP8): the same
-    // bits as gelu_backward first and the op after it, and the reference's result within the tolerance.
-    // Scalings of their own: dy's amax is here of dy * gelu'(y), in f32 on the GPU and f64 on the host.
+    // GELU's gradient taken by the pass that quantizes dy (output_act, as the MLP's c_fc in FP8), and the
+    // layer's input given as GELU's input (input_act, as the MLP's c_proj in FP8: the forward too): the
+    // same bits as gelu_backward or gelu_forward first and the ops after it, and the reference's result
+    // within the tolerance.
     {
-      const ScalingMemory on_the_way_scaling(gpu), separate_scaling(gpu), ref_gelu_scaling(*ref);
-      const Fp8DenseScaling on_the_way8 = on_the_way_scaling.scaling(),
-                            separate8 = separate_scaling.scaling(), ref_gelu8 = ref_gelu_scaling.scaling();
-      const HostBuffer y = random_host(*ref, {c.rows, c.out}, dtype, 85, Layout::nchw, -3, 3),
-                       dw0 = random_host(*ref, {c.out, c.in}, dtype, 86),
+      const HostBuffer dw0 = random_host(*ref, {c.out, c.in}, dtype, 86),
                        db0 = random_host(*ref, {c.out}, dtype, 87),
                        dx0 = random_host(*ref, {c.rows, c.in}, dtype, 88);
-      DeviceTensor d_out(gpu, y);
-      struct Run {
-        DeviceTensor dy, dw, db, dx;
+      auto check_reference = [&](const GeluRun& run, Backend::DenseGradients rg, const Tensor& rx_,
+                                 const std::string& what) {
+        HostBuffer rdw = wide(dw0), rdb = wide(db0), rdx = wide(dx0), rdy_scratch = wide(dy);
+        const ScalingMemory ref_scaling(*ref);
+        const Fp8DenseScaling r8_gelu = ref_scaling.scaling();
+        rg.params = Accumulate::add;
+        rg.dw = &rdw.tensor(), rg.db = &rdb.tensor(), rg.dx = &rdx.tensor();
+        ref->dense_backward(rdy_scratch.tensor(), rx_, rw.tensor(), rg, &r8_gelu);
+        check("fp8 dense_backward dw " + what, run.dw, rdw);
+        check("fp8 dense_backward db " + what, run.db, rdb);
+        check("fp8 dense_backward dx " + what, run.dx, rdx);
       };
-      Run on_the_way{DeviceTensor(gpu, dy), DeviceTensor(gpu, dw0), DeviceTensor(gpu, db0),
-                     DeviceTensor(gpu, dx0)},
-          separate{DeviceTensor(gpu, dy), DeviceTensor(gpu, dw0), DeviceTensor(gpu, db0),
-                   DeviceTensor(gpu, dx0)};
-      auto gradients = [](Run& r) {
-        Backend::DenseGradients g;
-        g.params = Accumulate::add;
-        g.dw = &r.dw.tensor(), g.db = &r.db.tensor(), g.dx = &r.dx.tensor();
-        return g;
-      };
-      Backend::DenseGradients g = gradients(on_the_way);
-      g.output_act = DenseActivation::gelu, g.output = &d_out.tensor();
-      gpu.dense_backward(on_the_way.dy.tensor(), d_x.tensor(), d_w.tensor(), g, &on_the_way8);
-      gpu.gelu_backward(d_out.tensor(), separate.dy.tensor(), separate.dy.tensor());
-      gpu.dense_backward(separate.dy.tensor(), d_x.tensor(), d_w.tensor(), gradients(separate), &separate8);
-      EXPECT_TRUE(same_bits(on_the_way.dw.download(), separate.dw.download())) << "dw (GELU on the way)";
-      EXPECT_TRUE(same_bits(on_the_way.db.download(), separate.db.download())) << "db (GELU on the way)";
-      EXPECT_TRUE(same_bits(on_the_way.dx.download(), separate.dx.download())) << "dx (GELU on the way)";
-      EXPECT_EQ(on_the_way_scaling.amaxes(), separate_scaling.amaxes());
 
-      HostBuffer rdw = wide(dw0), rdb = wide(db0), rdx = wide(dx0), rdy_scratch = wide(dy), ry_out = wide(y);
+      // Out of dy: y in [-3, 3] went through GELU.
+      const HostBuffer y = random_host(*ref, {c.rows, c.out}, dtype, 85, Layout::nchw, -3, 3), ry = wide(y);
+      DeviceTensor d_out(gpu, y), d_dy_on_the_way(gpu, dy), d_dy_separate(gpu, dy);
+      GeluRun out_on_the_way(gpu, dw0, db0, dx0), out_separate(gpu, dw0, db0, dx0);
+      Backend::DenseGradients g = out_on_the_way.gradients();
+      g.output_act = DenseActivation::gelu, g.output = &d_out.tensor();
+      const Fp8DenseScaling out8 = out_on_the_way.scaling.scaling(),
+                            out_separate8 = out_separate.scaling.scaling();
+      gpu.dense_backward(d_dy_on_the_way.tensor(), d_x.tensor(), d_w.tensor(), g, &out8);
+      gpu.gelu_backward(d_out.tensor(), d_dy_separate.tensor(), d_dy_separate.tensor());
+      gpu.dense_backward(d_dy_separate.tensor(), d_x.tensor(), d_w.tensor(), out_separate.gradients(),
+                         &out_separate8);
+      expect_same_bits(out_on_the_way, out_separate, "(GELU's gradient out of dy)");
       Backend::DenseGradients rg;
-      rg.params = Accumulate::add;
-      rg.dw = &rdw.tensor(), rg.db = &rdb.tensor(), rg.dx = &rdx.tensor();
-      rg.output_act = DenseActivation::gelu, rg.output = &ry_out.tensor();
-      ref->dense_backward(rdy_scratch.tensor(), rx.tensor(), rw.tensor(), rg, &ref_gelu8);
-      check("fp8 dense_backward dw (GELU on the way)", on_the_way.dw, rdw);
-      check("fp8 dense_backward db (GELU on the way)", on_the_way.db, rdb);
-      check("fp8 dense_backward dx (GELU on the way)", on_the_way.dx, rdx);
+      rg.output_act = DenseActivation::gelu, rg.output = &ry.tensor();
+      check_reference(out_on_the_way, rg, rx.tensor(), "(GELU's gradient out of dy)");
+
+      // Into x: h in [-3, 3] is GELU's input, the layer's input gelu(h).
+      const HostBuffer h = random_host(*ref, {c.rows, c.in}, dtype, 89, Layout::nchw, -3, 3), rh = wide(h);
+      DeviceTensor d_h(gpu, h), d_gelu_h(gpu, {c.rows, c.in}, dtype),
+          d_y_on_the_way(gpu, {c.rows, c.out}, dtype), d_y_separate(gpu, {c.rows, c.out}, dtype);
+      gpu.gelu_forward(d_h.tensor(), d_gelu_h.tensor());
+      GeluRun in_on_the_way(gpu, dw0, db0, dx0), in_separate(gpu, dw0, db0, dx0);
+      const Fp8DenseScaling in8 = in_on_the_way.scaling.scaling(),
+                            in_separate8 = in_separate.scaling.scaling();
+      gpu.dense_forward(d_h.tensor(), d_w.tensor(), d_b.tensor(), DenseActivation::none, d_r.ptr(),
+                        d_y_on_the_way.tensor(), nullptr, &in8, DenseActivation::gelu);
+      gpu.dense_forward(d_gelu_h.tensor(), d_w.tensor(), d_b.tensor(), DenseActivation::none, d_r.ptr(),
+                        d_y_separate.tensor(), nullptr, &in_separate8);
+      EXPECT_TRUE(same_bits(d_y_on_the_way.download(), d_y_separate.download())) << "y (GELU into x)";
+      g = in_on_the_way.gradients();
+      g.input_act = DenseActivation::gelu;
+      gpu.dense_backward(d_dy.tensor(), d_h.tensor(), d_w.tensor(), g, &in8);
+      gpu.dense_backward(d_dy.tensor(), d_gelu_h.tensor(), d_w.tensor(), in_separate.gradients(),
+                         &in_separate8);
+      expect_same_bits(in_on_the_way, in_separate, "(GELU into x)");
+      HostBuffer ry_gelu({c.rows, c.out}, DType::f32);
+      {
+        const ScalingMemory ref_scaling(*ref);
+        const Fp8DenseScaling r8_gelu = ref_scaling.scaling();
+        ref->dense_forward(rh.tensor(), rw.tensor(), rb.tensor(), DenseActivation::none, &rr.tensor(),
+                           ry_gelu.tensor(), nullptr, &r8_gelu, DenseActivation::gelu);
+      }
+      check("fp8 dense_forward y (GELU into x)", d_y_on_the_way, ry_gelu);
+      rg = Backend::DenseGradients{};
+      rg.input_act = DenseActivation::gelu;
+      check_reference(in_on_the_way, rg, rh.tensor(), "(GELU into x)");
     }
 
     // Shapes FP8 GEMMs take ran every GEMM in FP8.

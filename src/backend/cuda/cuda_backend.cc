@@ -427,8 +427,16 @@ const ParamSegment* CudaBackend::segment_table(const char* op, const Tensor& par
   return table;
 }
 
-void* CudaBackend::scratch(size_t bytes, const char* op) {
-  if (bytes <= scratch_.bytes()) return scratch_.get();
+void* CudaBackend::scratch(size_t bytes, const char* op) { return grown(scratch_, bytes, op); }
+
+Tensor CudaBackend::gelu_of(const Tensor& x, const char* op) {
+  Tensor gx(grown(gelu_input_, x.bytes(), op), x.dims(), x.dtype(), x.layout(), x.device());
+  gelu_forward(x, gx);
+  return gx;
+}
+
+void* CudaBackend::grown(DeviceBuffer& buffer, size_t bytes, const char* op) {
+  if (bytes <= buffer.bytes()) return buffer.get();
   cudaStreamCaptureStatus capturing = cudaStreamCaptureStatusNone;
   CUDA_CHECK(cudaStreamIsCapturing(stream_, &capturing));
   DLB_CHECK(capturing == cudaStreamCaptureStatusNone,
@@ -436,8 +444,8 @@ void* CudaBackend::scratch(size_t bytes, const char* op) {
             "the step once before recording it",
             op, bytes);
   CUDA_CHECK(cudaStreamSynchronize(stream_));  // work queued on the smaller buffer still reads it
-  scratch_ = DeviceBuffer(bytes);
-  return scratch_.get();
+  buffer = DeviceBuffer(bytes);
+  return buffer.get();
 }
 
 const CudaBackend::AttentionChoice& CudaBackend::attention_choice(

@@ -257,8 +257,8 @@ class CudaBackend final : public Backend {
   // The dense ops on cuBLASLt with epilogues (dense_epilogues.cc) where --dense-epilogues is on; with
   // `fp8`, on cuBLASLt's FP8 GEMMs (dense_fp8.cc) whatever the option.
   void dense_forward(const Tensor& x, const Tensor& w, const Tensor& b, DenseActivation act,
-                     const Tensor* residual, Tensor& y, Tensor* pre,
-                     const Fp8DenseScaling* fp8 = nullptr) override;
+                     const Tensor* residual, Tensor& y, Tensor* pre, const Fp8DenseScaling* fp8 = nullptr,
+                     DenseActivation input_act = DenseActivation::none) override;
   void dense_backward_data(const Tensor& dy, const Tensor& w, DenseActivation act, const Tensor* pre,
                            Accumulate accumulate, Tensor& dx, const Fp8DenseScaling* fp8 = nullptr) override;
   void dense_backward_weights(const Tensor& dy, const Tensor& x, Accumulate accumulate, Tensor& dw,
@@ -343,10 +343,16 @@ class CudaBackend final : public Backend {
   // allocation, so that call must not be inside a capture (the first, ordinary step of a training run
   // sizes it); inside one it throws, saying so.
   void* scratch(size_t bytes, const char* op);
+  // gelu(x) in device memory of its own, grown as the scratch is (not the scratch: the op's other passes
+  // use that): a dense layer's input given as GELU's input (input_act) where the op takes a path that
+  // reads its input as a tensor instead of taking GELU on its way.
+  Tensor gelu_of(const Tensor& x, const char* op);
+  void* grown(DeviceBuffer& buffer, size_t bytes, const char* op);
 
   // The dense ops on FP8 GEMMs (dense_fp8.cc), on tensors the public ops checked.
   void dense_forward_fp8(const Tensor& x, const Tensor& w, const Tensor& b, DenseActivation act,
-                         const Tensor* residual, Tensor& y, Tensor* pre, const Fp8DenseScaling& fp8);
+                         const Tensor* residual, Tensor& y, Tensor* pre, const Fp8DenseScaling& fp8,
+                         DenseActivation input_act);
   void dense_backward_data_fp8(const Tensor& dy, const Tensor& w, DenseActivation act, const Tensor* pre,
                                Accumulate accumulate, Tensor& dx, const Fp8DenseScaling& fp8);
   void dense_backward_weights_fp8(const Tensor& dy, const Tensor& x, Accumulate accumulate, Tensor& dw,
@@ -397,7 +403,7 @@ class CudaBackend final : public Backend {
   mutable std::map<std::vector<int64_t>, std::shared_ptr<const GraphPlan>> graph_plans_;
   mutable std::mutex attention_mutex_;
   mutable std::map<std::vector<int64_t>, AttentionChoice> attention_choices_;
-  DeviceBuffer scratch_;
+  DeviceBuffer scratch_, gelu_input_;
   int64_t fp8_gemms_in_bf16_ = 0;
 };
 

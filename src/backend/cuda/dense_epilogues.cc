@@ -39,7 +39,8 @@ void check_size(const char* op, const char* name, const Tensor& t, int64_t eleme
 }  // namespace
 
 void CudaBackend::dense_forward(const Tensor& x, const Tensor& w, const Tensor& b, DenseActivation act,
-                                const Tensor* residual, Tensor& y, Tensor* pre, const Fp8DenseScaling* fp8) {
+                                const Tensor* residual, Tensor& y, Tensor* pre, const Fp8DenseScaling* fp8,
+                                DenseActivation input_act) {
   const char* op = "dense_forward";
   const DenseDims d = check_dense(op, x, w);
   check_size(op, "b", b, d.out, x.dtype());
@@ -52,7 +53,11 @@ void CudaBackend::dense_forward(const Tensor& x, const Tensor& w, const Tensor& 
   if (d.rows == 0) return;
   activate();
   if (fp8) {
-    dense_forward_fp8(x, w, b, act, residual, y, pre, *fp8);
+    dense_forward_fp8(x, w, b, act, residual, y, pre, *fp8, input_act);
+    return;
+  }
+  if (input_act == DenseActivation::gelu) {  // only FP8 takes GELU on its way through x
+    dense_forward(gelu_of(x, op), w, b, act, residual, y, pre);
     return;
   }
   if (options_.dense_epilogues) {

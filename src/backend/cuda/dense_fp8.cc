@@ -10,6 +10,9 @@
 //                                                 the bias gradient sums dy as it is (in the pass that
 //                                                 quantizes dy where the layer's whole backward is one
 //                                                 op, dense_backward; else bias_backward).
+// Where a layer's input is GELU's output and x holds GELU's input (input_act: the MLP's c_proj), the
+// passes that quantize x and x^T take GELU on their way, and gelu(x) is never stored; where its output
+// gradient is GELU's (output_act: the MLP's c_fc), the pass that quantizes dy takes GELU's gradient.
 // The GEMMs accumulate as cuBLASLt does by default (partial sums promoted to FP32 at intervals), or with
 // its fast accumulation where --fp8-fast-accumulation says (the forward's, or all). The codes live in the
 // backend's scratch, used by one op at a time. Where cuBLASLt has no FP8 algorithm
@@ -73,6 +76,13 @@ float* operand_amax(const Fp8DenseScaling& fp8, int operand) {
   return fp8.amax ? fp8.amax + operand : nullptr;
 }
 
+// The quantization's prologue where a layer's input x is GELU's input (input_act): GELU on the way.
+Fp8Prologue gelu_on_the_way(DenseActivation input_act) {
+  Fp8Prologue p;
+  if (input_act == DenseActivation::gelu) p.kind = Fp8Prologue::Kind::gelu;
+  return p;
+}
+
 // A tensor of t's shape and dtype at `at`.
 Tensor like(const Tensor& t, void* at) { return Tensor(at, t.dims(), t.dtype(), t.layout(), t.device()); }
 
@@ -121,13 +131,14 @@ void CudaBackend::update_fp8_scales(const Fp8ScalingState& s) {
 
 void CudaBackend::dense_forward_fp8(const Tensor& x, const Tensor& w, const Tensor& b, DenseActivation act,
                                     const Tensor* residual, Tensor& y, Tensor* pre,
-                                    const Fp8DenseScaling& fp8) {
+                                    const Fp8DenseScaling& fp8, DenseActivation input_act) {
   const char* op = "dense_forward (fp8)";
   const Fp8Dims d = check_fp8_dense(op, x, w);
   auto* x_codes = static_cast<uint8_t*>(scratch(code_bytes(d.rows, d.in) + code_bytes(d.out, d.in), op));
   uint8_t* w_codes = x_codes + code_bytes(d.rows, d.in);
+  // x's codes; where x is GELU's input, gelu(x)'s, GELU taken on the way (gelu(x) is never stored).
   quantize_fp8(x.data(), x.dtype(), d.rows, d.in, Fp8Format::e4m3, fp8.scale + kFp8X, x_codes, nullptr,
-               operand_amax(fp8, kFp8X), stream_);
+               operand_amax(fp8, kFp8X), stream_, gelu_on_the_way(input_act));
   quantize_fp8(w.data(), w.dtype(), d.out, d.in, Fp8Format::e4m3, fp8.scale + kFp8W, w_codes, nullptr,
                operand_amax(fp8, kFp8W), stream_);
   Tensor& out = act == DenseActivation::gelu ? *pre : y;
@@ -145,8 +156,9 @@ void CudaBackend::dense_forward_fp8(const Tensor& x, const Tensor& w, const Tens
                           out.data(), fast_accumulation(options_.fp8_fast_accumulation, true));
   if (!lt_->run(plain, false, stream_)) {
     note_fp8_in_bf16(op, d.rows, d.in, d.out);
+    const Tensor input = input_act == DenseActivation::gelu ? gelu_of(x, op) : x;
     const auto [x8, w8] =
-        fp8_round_trips(x, Fp8Format::e4m3, fp8.scale + kFp8X, w, Fp8Format::e4m3, fp8.scale + kFp8W, op);
+        fp8_round_trips(input, Fp8Format::e4m3, fp8.scale + kFp8X, w, Fp8Format::e4m3, fp8.scale + kFp8W, op);
     dense_forward(x8, w8, b, act, residual, y, pre);
     return;
   }
@@ -231,11 +243,13 @@ void CudaBackend::dense_backward_weights_fp8(const Tensor& dy, const Tensor& x, 
 // gradient (reducing over O), dy^T for the weight gradient (reducing over the tokens).
 void CudaBackend::dense_backward(const Tensor& dy, const Tensor& x, const Tensor& w, const DenseGradients& g,
                                  const Fp8DenseScaling* fp8) {
+  const char* op = fp8 ? "dense_backward (fp8)" : "dense_backward";
+  DenseGradients of_input = g;  // the same gradients, of the layer's input where x is GELU's (input_act)
+  of_input.input_act = DenseActivation::none;
   if (!fp8 || !g.dx) {
-    Backend::dense_backward(dy, x, w, g, fp8);
+    Backend::dense_backward(dy, g.input_act == DenseActivation::gelu ? gelu_of(x, op) : x, w, of_input, fp8);
     return;
   }
-  const char* op = "dense_backward (fp8)";
   const Fp8Dims d = check_fp8_dense(op, x, w);
   DLB_CHECK(
       g.dw && g.db && g.db->numel() == d.out && dy.numel() == d.rows * d.out && dy.dtype() == x.dtype() &&
@@ -263,9 +277,10 @@ void CudaBackend::dense_backward(const Tensor& dy, const Tensor& x, const Tensor
       dy.data(), dy.dtype(), d.rows, d.out, Fp8Format::e5m2, fp8->scale + kFp8Dy, dy_codes, dyt_codes,
       operand_amax(*fp8, kFp8Dy), bias_partials, stream_, prologue);
   quantize_fp8(x.data(), x.dtype(), d.rows, d.in, Fp8Format::e4m3, fp8->scale + kFp8X, nullptr, xt_codes,
-               nullptr, stream_);
+               nullptr, stream_, gelu_on_the_way(g.input_act));
   if (!weight_gemm_fp8(dyt_codes, xt_codes, d.rows, d.in, d.out, g.params, *g.dw, *fp8)) {
-    Backend::dense_backward(dy, x, w, g, fp8);  // the separate ops, each with its own way round
+    // The separate ops, each with its own way round.
+    Backend::dense_backward(dy, g.input_act == DenseActivation::gelu ? gelu_of(x, op) : x, w, of_input, fp8);
     return;
   }
   sum_column_partials(bias_partials, partial_rows, d.out, g.db->data(), g.db->dtype(),
