@@ -16,8 +16,9 @@
 // of q_transposed. The amax is a block maximum, then one atomicMax on
 // the float's bits (the order of the maxima does not change the result: the same bits every run).
 // The values may pass through GELU or its gradient first (Fp8Prologue): where a transformer's MLP runs in
-// FP8, the pass that quantizes c_fc's output gradient takes GELU's gradient on the way, so that the
-// gradient of GELU's input is never written out and read back.
+// FP8, the passes that quantize c_proj's input take gelu(h) on their way from h, and the pass that
+// quantizes c_fc's output gradient takes GELU's gradient, so that neither gelu(h) nor the gradient of h
+// is written out and read back.
 // A dense layer's output gradient may have its columns summed in the same pass (its bias gradient): each
 // block's sums per column into a row of partials, added in a fixed order by a second kernel, without
 // atomics.
