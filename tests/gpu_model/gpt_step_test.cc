@@ -3,11 +3,13 @@
 // on cuBLASLt's epilogues, residual adds in the projections' GEMMs) and with every fusion off: the loss
 // and every parameter's gradient must agree. A transformer at initialisation has no batch norm to make
 // its gradients ill-conditioned (see resnet50_step_test.cc), so a plain bound holds: 1e-4 relative per
-// tensor, where the GPU's GELU, attention and sums differ from the CPU's in the last bits only.
+// tensor, where the GPU's GELU, attention and sums differ from the CPU's in the last bits only. And the
+// FP8 MLP's step against its separate layers' (below).
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
 #include <cstdio>
 #include <memory>
 #include <optional>
@@ -95,6 +97,59 @@ TEST(GpuGptModel, MiniStepMatchesOneDnnFusedAndNot) {
   EXPECT_EQ(std::count(layers.kinds.begin(), layers.kinds.end(), "gelu"), 4);
   expect_same_step(fused, reference, "GPU fused vs oneDNN");
   expect_same_step(layers, reference, "GPU layers vs oneDNN");
+#endif
+}
+
+// gpt-mini's step in BF16 with FP8 dense layers, the MLP fused into one layer or not (the projections'
+// residual adds fused either way): its loss, the raw bytes of its gradients and its layers' kinds.
+struct Fp8Step {
+  float loss = 0;
+  std::vector<uint8_t> gradient_bytes;
+  std::vector<std::string> kinds;
+};
+
+Fp8Step fp8_step(Backend& backend, bool fuse_mlp, bool fp8 = true) {
+  NetworkOptions options;
+  options.batch = 4;
+  options.dtype = DType::bf16;
+  if (fp8) options.fp8 = Fp8Recipe{};
+  options.fusions.dense_gelu_dense = fuse_mlp;
+  options.fusions.dense_residual = true;
+  Model model = build_gpt("gpt-mini", backend, options, 64);
+  model.net->finalize(7);
+  testing::feed_fixed_tokens(backend, model);
+  model.net->forward(Phase::train);
+  model.net->backward();
+  backend.synchronize();
+  Fp8Step s;
+  backend.copy_to_host(&s.loss, model.loss->output()->value.data(), sizeof(float));
+  const Tensor& grads = model.net->memory().flat_gradients();
+  s.gradient_bytes.resize(grads.bytes());
+  backend.copy_to_host(s.gradient_bytes.data(), grads.data(), grads.bytes());
+  for (const auto& layer : model.net->layers()) s.kinds.push_back(layer->kind());
+  return s;
+}
+
+// In FP8 the fused MLP stores no gelu(h): c_fc's GEMM writes h, c_proj's quantize passes take GELU on
+// their way from h, and c_fc's output gradient is quantized with GELU's gradient taken on the way. Each
+// of those passes makes the codes the separate GELU layer's output would have: the fused step must equal
+// the step of the separate layers (c_fc, gelu, c_proj with its residual) to the bit, and differ from the
+// BF16 step (it ran in FP8).
+TEST(GpuGptModel, Fp8MlpTakingGeluOnTheWayIsTheSeparateLayersStepToTheBit) {
+#ifndef DLBENCH_WITH_CUDA
+  GTEST_SKIP() << "built without CUDA";
+#else
+  if (cuda_device_count() == 0) GTEST_SKIP() << "no CUDA GPU: the FP8 MLP step check needs one";
+  auto gpu = make_cuda_backend(0);
+  const Fp8Step fused = fp8_step(*gpu, true), layers = fp8_step(*gpu, false),
+                bf16 = fp8_step(*gpu, true, false);
+  EXPECT_EQ(std::count(fused.kinds.begin(), fused.kinds.end(), "mlp+add"), 4);
+  EXPECT_EQ(std::count(layers.kinds.begin(), layers.kinds.end(), "gelu"), 4);
+  EXPECT_EQ(fused.loss, layers.loss);
+  ASSERT_EQ(fused.gradient_bytes.size(), layers.gradient_bytes.size());
+  EXPECT_TRUE(fused.gradient_bytes == layers.gradient_bytes) << "the fused FP8 MLP's gradients differ";
+  EXPECT_NE(fused.loss, bf16.loss) << "the FP8 step equals the BF16 one: nothing ran in FP8";
+  EXPECT_NEAR(fused.loss, bf16.loss, 0.02 * std::fabs(bf16.loss));
 #endif
 }
 
