@@ -3,9 +3,11 @@
 //   dx = rstd * (g - mean(g) - xhat * mean(g * xhat)),  g = dy * w
 //   dbias = sum over rows of dy,  dweight = sum over rows of dy * xhat
 //
-// One warp per row for the forward and for dx: a row of GPT-2 (C = 768..1600) is 24..50 values a lane, so
-// the warp's shuffles are the only reductions and no block barrier is needed. The variance is taken around
-// the mean in a second pass over the row (served from L1), not as E[x^2] - mean^2, which cancels.
+// One warp per row for the forward: a row of GPT-2 (C = 768..1600) is 24..50 values a lane, so the warp's
+// shuffles are the only reductions and no block barrier is needed. The variance is taken around the mean,
+// not as E[x^2] - mean^2, which cancels. Rows of C <= 2048, C a multiple of 4 (every GPT-2), are held in
+// registers as the backward below holds them, read once 4 at a time; others are read element by element
+// and the second pass served from L1.
 //
 // The backward is one pass over x and dy for rows of C <= 2048 channels, C a multiple of 4 (every GPT-2):
 // a block of 4 warps takes a fixed range of rows, a warp a row at a time. Lane l holds channels
@@ -68,6 +70,66 @@ __global__ void __launch_bounds__(kRowsPerBlock * 32)
   T* yr = y + row * C;
   for (int64_t c = lane; c < C; c += 32)
     yr[c] = narrow<T>((widen(xr[c]) - m) * r * widen(weight[c]) + widen(bias[c]));
+  if (lane == 0) {
+    mean[row] = m;
+    rstd[row] = r;
+  }
+}
+
+// Calls f(std::integral_constant<int, kChunks>{}) with kChunks the smallest of 1, 2, 4, ..., 16 chunks of
+// 128 channels that covers C (an odd count takes the next even one: half the instantiations, the last
+// chunk's lanes idle). C <= 16 * 128.
+template <int kChunks = 1, typename F>
+void with_chunks(int64_t C, F&& f) {
+  if constexpr (kChunks < 16) {
+    if (C > kChunkChannels * kChunks) {
+      with_chunks<kChunks == 1 ? 2 : kChunks + 2>(C, std::forward<F>(f));
+      return;
+    }
+  }
+  f(std::integral_constant<int, kChunks>{});
+}
+
+// The forward with the row in registers, for rows the one-pass backward takes too (C <= 2048, a multiple
+// of 4; see the top): one warp a row, lane l holding channels [4 (32 k + l), +4) of chunk k, read 4 at a
+// time; the mean, then the variance around it from the registers, then y.
+template <typename T, int kChunks>
+__global__ void __launch_bounds__(kRowsPerBlock * 32)
+    layernorm_forward_chunks_kernel(const T* __restrict__ x, const T* __restrict__ weight,
+                                    const T* __restrict__ bias, float eps, T* __restrict__ y,
+                                    float* __restrict__ mean, float* __restrict__ rstd, int64_t rows,
+                                    int64_t C) {
+  const int64_t row = int64_t(blockIdx.x) * kRowsPerBlock + threadIdx.x / 32;
+  const int lane = threadIdx.x % 32;
+  if (row >= rows) return;
+  auto channel = [&](int k) -> int64_t { return 4 * (32 * k + lane); };
+  float v[kChunks][4];
+  float sum = 0.f;
+#pragma unroll
+  for (int k = 0; k < kChunks; ++k) {
+    if (channel(k) >= C) continue;
+    const Vec<T, 4> xv = load_vec<4>(x + row * C + channel(k));
+#pragma unroll
+    for (int i = 0; i < 4; ++i) sum += v[k][i] = widen(xv.v[i]);
+  }
+  const float m = warp_sum(sum) / float(C);
+  float square_sum = 0.f;
+#pragma unroll
+  for (int k = 0; k < kChunks; ++k) {
+    if (channel(k) >= C) continue;
+#pragma unroll
+    for (int i = 0; i < 4; ++i) square_sum += (v[k][i] - m) * (v[k][i] - m);
+  }
+  const float r = 1.f / sqrtf(warp_sum(square_sum) / float(C) + eps);
+#pragma unroll
+  for (int k = 0; k < kChunks; ++k) {
+    if (channel(k) >= C) continue;
+    const Vec<T, 4> wv = load_vec<4>(weight + channel(k)), bv = load_vec<4>(bias + channel(k));
+    Vec<T, 4> out;
+#pragma unroll
+    for (int i = 0; i < 4; ++i) out.v[i] = narrow<T>((v[k][i] - m) * r * widen(wv.v[i]) + widen(bv.v[i]));
+    store_vec<4>(y + row * C + channel(k), out);
+  }
   if (lane == 0) {
     mean[row] = m;
     rstd[row] = r;
@@ -241,24 +303,29 @@ __global__ void __launch_bounds__(kParamChannels* kParamRowLanes)
   dbias[c] = narrow<T>(b);
 }
 
-// Launches the one-pass kernel with kChunks the smallest of 1, 2, 4, ..., 16 that covers C (an odd count of
-// chunks takes the next even one: half the instantiations, the last chunk's lanes idle).
-template <typename T, int kChunks = 1>
+// Launches the one-pass backward with the fewest chunks that cover C.
+template <typename T>
 void launch_one_pass(const T* x, const T* weight, const float* mean, const float* rstd, const T* dy, T* dx,
                      bool add, float* partials, int64_t rows, int64_t C, int64_t rows_per_range,
                      int64_t ranges, cudaStream_t stream) {
-  if constexpr (kChunks < 16) {
-    if (C > kChunkChannels * kChunks) {
-      launch_one_pass<T, kChunks == 1 ? 2 : kChunks + 2>(x, weight, mean, rstd, dy, dx, add, partials, rows,
-                                                         C, rows_per_range, ranges, stream);
-      return;
-    }
-  }
-  const size_t shared = static_cast<size_t>(kOnePassWarps * C) * sizeof(float);  // <= 32 KiB
-  layernorm_backward_one_pass_kernel<T, kChunks>
-      <<<static_cast<unsigned>(ranges), kOnePassWarps * 32, shared, stream>>>(
-          x, weight, mean, rstd, dy, dx, add, partials, rows, C, rows_per_range, ranges);
-  DLB_KERNEL_LAUNCH_CHECK();
+  with_chunks(C, [&](auto chunks) {
+    const size_t shared = static_cast<size_t>(kOnePassWarps * C) * sizeof(float);  // <= 32 KiB
+    layernorm_backward_one_pass_kernel<T, decltype(chunks)::value>
+        <<<static_cast<unsigned>(ranges), kOnePassWarps * 32, shared, stream>>>(
+            x, weight, mean, rstd, dy, dx, add, partials, rows, C, rows_per_range, ranges);
+    DLB_KERNEL_LAUNCH_CHECK();
+  });
+}
+
+// Whether the row-in-registers kernels take these rows: C (one_pass), the pointers' alignment for their
+// 4-element accesses, and a float element type (their registers hold floats).
+template <typename T>
+bool row_at_once(int64_t C, std::initializer_list<const void*> pointers) {
+  if constexpr (std::is_same_v<T, double>) return false;
+  if (!one_pass(C)) return false;
+  for (const void* p : pointers)
+    if (!aligned(p, 4 * sizeof(T))) return false;
+  return true;
 }
 
 void require_rows(const char* op, int64_t rows, int64_t channels) {
@@ -276,6 +343,18 @@ void layernorm_forward(const void* x, const void* weight, const void* bias, floa
   dispatch_float(dtype, op, [&](auto tag) {
     using T = decltype(tag);
     const unsigned blocks = static_cast<unsigned>(ceil_div<int64_t>(rows, kRowsPerBlock));
+    if constexpr (!std::is_same_v<T, double>) {
+      if (row_at_once<T>(channels, {x, weight, bias, y})) {
+        with_chunks(channels, [&](auto chunks) {
+          layernorm_forward_chunks_kernel<T, decltype(chunks)::value>
+              <<<blocks, kRowsPerBlock * 32, 0, stream>>>(
+                  static_cast<const T*>(x), static_cast<const T*>(weight), static_cast<const T*>(bias), eps,
+                  static_cast<T*>(y), mean, rstd, rows, channels);
+          DLB_KERNEL_LAUNCH_CHECK();
+        });
+        return;
+      }
+    }
     layernorm_forward_kernel<T><<<blocks, kRowsPerBlock * 32, 0, stream>>>(
         static_cast<const T*>(x), static_cast<const T*>(weight), static_cast<const T*>(bias), eps,
         static_cast<T*>(y), mean, rstd, rows, channels);
@@ -302,17 +381,15 @@ void layernorm_backward(const void* x, const void* weight, const float* mean, co
     const T* xt = static_cast<const T*>(x);
     const T* dyt = static_cast<const T*>(dy);
     float* partials = static_cast<float*>(scratch);
-    constexpr size_t four = 4 * sizeof(T);  // the one-pass kernel's accesses
-    bool row_at_once = one_pass(channels) && aligned(x, four) && aligned(dy, four) && aligned(dx, four) &&
-                       aligned(weight, four);
-    if constexpr (!std::is_same_v<T, double>) {  // its registers hold floats
-      if (row_at_once)
+    bool one_pass_taken = false;
+    if constexpr (!std::is_same_v<T, double>) {
+      if (row_at_once<T>(channels, {x, dy, dx, weight})) {
         launch_one_pass(xt, static_cast<const T*>(weight), mean, rstd, dyt, static_cast<T*>(dx),
                         accumulate_dx, partials, rows, channels, rows_per_range, ranges, stream);
-    } else {
-      row_at_once = false;
+        one_pass_taken = true;
+      }
     }
-    if (!row_at_once) {
+    if (!one_pass_taken) {
       if (rows > 0) {
         const unsigned blocks = static_cast<unsigned>(ceil_div<int64_t>(rows, kRowsPerBlock));
         layernorm_dx_kernel<T>
