@@ -13,7 +13,7 @@
 // parameters): launch latency, not bandwidth, is what they show. The FP8 quantization runs at the shapes
 // of gpt2-large's dense operands at batch 16 x 1024 (16,384 rows of 1,280 and 5,120 BF16 values), each
 // way a dense op asks for it, and the summing of its column partials (the bias gradient). The layer norm
-// runs at gpt2-large's [16,384, 1,280].
+// runs at gpt2-large's [16,384, 1,280], and GPT-2's loss with its gradient at 16,384 rows of 50,304.
 //
 //   cuda_kernel_lab [--reps N] [--melems M] [--only gpt]
 #include <cuda_runtime.h>
@@ -599,6 +599,34 @@ void lab_layernorm(Lab& lab, int64_t rows) {
   lab.add({"layernorm_backward", "bf16", shape + " dx+=", -1, 0, us, double(8 * n)});
 }
 
+// GPT-2's loss as the language model runs it (softmax_cross_entropy_fused, bf16): 16,384 rows of 50,257
+// classes padded to 50,304, each row's loss and its gradient written over the logits: one read and one
+// write of them at best. (Validated by the CUDA tests; each launch runs on the last one's gradient, which
+// changes no access.)
+void lab_gpt_loss(Lab& lab, int64_t rows) {
+  constexpr int64_t kClasses = 50257, kPadded = 50304;
+  const DType d = DType::bf16;
+  DeviceMem logits(rows * kPadded * 2), labels(rows * 4), row_loss(rows * 4), loss(4);
+  // 64 random rows, repeated: the whole [rows, 50,304] from the host would be 6.6 GB of doubles.
+  constexpr int64_t kPattern = 64;
+  upload(logits.get(), random_values(kPattern * kPadded, d, 51, -8, 8), d);
+  auto* bytes = static_cast<unsigned char*>(logits.get());
+  for (int64_t r = kPattern; r < rows; r += kPattern)
+    DLB_KERNEL_CHECK(cudaMemcpy(bytes + r * kPadded * 2, bytes, std::min(kPattern, rows - r) * kPadded * 2,
+                                cudaMemcpyDeviceToDevice));
+  std::vector<int32_t> host_labels(static_cast<size_t>(rows));
+  std::mt19937 rng(52);
+  for (int32_t& l : host_labels) l = static_cast<int32_t>(rng() % kClasses);
+  DLB_KERNEL_CHECK(cudaMemcpy(labels.get(), host_labels.data(), rows * 4, cudaMemcpyHostToDevice));
+  const double us = lab.median_us([&] {
+    cuda::softmax_cross_entropy_fused(logits.get(), d, labels.as<int32_t>(), rows, kPadded, kClasses, 0.f,
+                                      row_loss.as<float>(), loss.get(), true, 1.f / float(rows), nullptr,
+                                      lab.stream());
+  });
+  lab.add({"softmax_xent_fused", "bf16", std::to_string(rows) + "x" + std::to_string(kPadded) + " grad", -1,
+           0, us, double(2 * rows * kPadded * 2)});
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -631,6 +659,7 @@ int main(int argc, char** argv) {
     lab_fp8_quantize(lab, 16384, 1280);
     lab_fp8_quantize(lab, 16384, 5120);
     lab_layernorm(lab, 16384);
+    lab_gpt_loss(lab, 16384);
     if (only_gpt) return lab.print() == 0 ? 0 : 1;
     for (DType d : kDtypes) lab_elementwise(lab, d);
     lab_cast(lab, DType::f32, DType::f16);
