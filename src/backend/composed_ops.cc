@@ -6,27 +6,12 @@
 //   * A batch norm + ReLU and the max pool after it: relu(bn(x)) kept in the op's saved memory (as the two
 //     layers keep it), its gradient in a temporary buffer.
 #include "backend/backend.h"
+#include "backend/scratch_tensor.h"
 #include "core/align.h"
 #include "core/status.h"
 
 namespace dlbench {
 namespace {
-
-// A temporary tensor of `like`'s shape, dtype and layout on the backend's device, freed at scope exit.
-class Scratch {
- public:
-  Scratch(Backend& backend, const Tensor& like)
-      : backend_(backend),
-        tensor_(backend.allocate(like.bytes()), like.dims(), like.dtype(), like.layout(), backend.device()) {}
-  ~Scratch() { backend_.deallocate(tensor_.data()); }
-  Scratch(const Scratch&) = delete;
-  Scratch& operator=(const Scratch&) = delete;
-  Tensor& tensor() { return tensor_; }
-
- private:
-  Backend& backend_;
-  Tensor tensor_;
-};
 
 void check_pair(const char* op, const BatchNormPlan& plan, const BatchNormPlan& shortcut_plan,
                 const BatchNormTensors& main, const BatchNormTensors& shortcut) {
@@ -84,7 +69,7 @@ void Backend::batchnorm_shortcut_forward_training(const BatchNormPlan& plan,
                                                   const BatchNormTensors& shortcut, Tensor& y,
                                                   void* workspace) {
   check_pair("batchnorm_shortcut_forward_training", plan, shortcut_plan, main, shortcut);
-  Scratch normalised(*this, *shortcut.x);
+  ScratchTensor normalised(*this, *shortcut.x);
   batchnorm_forward_training(shortcut_plan, shortcut, nullptr, normalised.tensor(), workspace);
   batchnorm_forward_training(plan, main, &normalised.tensor(), y, workspace);
 }
@@ -94,7 +79,7 @@ void Backend::batchnorm_shortcut_forward_inference(const BatchNormPlan& plan,
                                                    const BatchNormTensors& main,
                                                    const BatchNormTensors& shortcut, Tensor& y) {
   check_pair("batchnorm_shortcut_forward_inference", plan, shortcut_plan, main, shortcut);
-  Scratch normalised(*this, *shortcut.x);
+  ScratchTensor normalised(*this, *shortcut.x);
   batchnorm_forward_inference(shortcut_plan, shortcut, nullptr, normalised.tensor());
   batchnorm_forward_inference(plan, main, &normalised.tensor(), y);
 }
@@ -105,7 +90,7 @@ void Backend::batchnorm_shortcut_backward(const BatchNormPlan& plan, const Batch
                                           void* workspace) {
   check_pair("batchnorm_shortcut_backward", plan, shortcut_plan, main, shortcut);
   // The gradient reaching bn_s(s): what the closing batch norm hands its residual.
-  Scratch between(*this, *shortcut.x);
+  ScratchTensor between(*this, *shortcut.x);
   batchnorm_backward(plan, main, y, dy, &between.tensor(), accumulate, workspace);
   // Fusion none: the shortcut's output is not read (y stands in for it).
   batchnorm_backward(shortcut_plan, shortcut, y, between.tensor(), nullptr, accumulate, workspace);
@@ -137,7 +122,7 @@ void Backend::batchnorm_max_pool_backward(const BatchNormPlan& plan, const PoolP
                                           const void* saved, Accumulate accumulate, void* workspace) {
   check_batchnorm_pool("batchnorm_max_pool_backward", plan, pool_plan, bn);
   const Tensor normalised = normalised_in(*bn.x, saved);
-  Scratch gradient(*this, normalised);  // reaching relu(bn(x))
+  ScratchTensor gradient(*this, normalised);  // reaching relu(bn(x))
   pool_backward(pool_plan, normalised, y, dy, pool_saved_in(plan, pool_plan, saved), gradient.tensor());
   batchnorm_backward(plan, bn, normalised, gradient.tensor(), nullptr, accumulate, workspace);
 }

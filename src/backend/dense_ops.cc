@@ -7,6 +7,7 @@
 // and w in E4M3, dy in E5M2), and the op composes as without. With power-of-two scales that is what an FP8
 // GEMM computes, up to the order of summation.
 #include "backend/backend.h"
+#include "backend/scratch_tensor.h"
 #include "core/status.h"
 
 namespace dlbench {
@@ -23,45 +24,22 @@ DenseShape dense_shape(const char* op, const Tensor& x, const Tensor& w) {
   return {x.numel() / w.dim(1), w.dim(1), w.dim(0)};
 }
 
-// An operand's FP8 round trip in memory of the backend's own, released when it goes out of scope.
-class RoundTripped {
+// An operand's FP8 round trip. `count_amax`: whether x's largest |value| joins the operand's amax (the
+// backward ops leave out x and w, whose amaxes the forward took).
+class RoundTripped : public ScratchTensor {
  public:
-  // `count_amax`: whether x's largest |value| joins the operand's amax (the backward ops leave out x and
-  // w, whose amaxes the forward took).
   RoundTripped(Backend& backend, const Tensor& x, Fp8Format format, const Fp8DenseScaling& fp8, int operand,
                bool count_amax = true)
-      : backend_(backend),
-        value_(backend.allocate(x.bytes()), x.dims(), x.dtype(), x.layout(), backend.device()) {
+      : ScratchTensor(backend, x) {
     backend.fp8_round_trip(x, format, fp8.scale + operand,
-                           fp8.amax && count_amax ? fp8.amax + operand : nullptr, value_);
+                           fp8.amax && count_amax ? fp8.amax + operand : nullptr, tensor());
   }
-  ~RoundTripped() { backend_.deallocate(value_.data()); }
-  RoundTripped(const RoundTripped&) = delete;
-  RoundTripped& operator=(const RoundTripped&) = delete;
-  const Tensor& get() const { return value_; }
-
- private:
-  Backend& backend_;
-  Tensor value_;
 };
 
-// gelu(x) in memory of the backend's own, released when it goes out of scope: a dense layer's input given
-// as GELU's input (input_act).
-class GeluOf {
+// gelu(x): a dense layer's input given as GELU's input (input_act).
+class GeluOf : public ScratchTensor {
  public:
-  GeluOf(Backend& backend, const Tensor& x)
-      : backend_(backend),
-        value_(backend.allocate(x.bytes()), x.dims(), x.dtype(), x.layout(), backend.device()) {
-    backend.gelu_forward(x, value_);
-  }
-  ~GeluOf() { backend_.deallocate(value_.data()); }
-  GeluOf(const GeluOf&) = delete;
-  GeluOf& operator=(const GeluOf&) = delete;
-  const Tensor& get() const { return value_; }
-
- private:
-  Backend& backend_;
-  Tensor value_;
+  GeluOf(Backend& backend, const Tensor& x) : ScratchTensor(backend, x) { backend.gelu_forward(x, tensor()); }
 };
 
 }  // namespace
@@ -71,12 +49,12 @@ void Backend::dense_forward(const Tensor& x, const Tensor& w, const Tensor& b, D
                             DenseActivation input_act) {
   if (input_act == DenseActivation::gelu) {
     const GeluOf input(*this, x);
-    dense_forward(input.get(), w, b, act, residual, y, pre, fp8);
+    dense_forward(input.tensor(), w, b, act, residual, y, pre, fp8);
     return;
   }
   if (fp8) {
     const RoundTripped x8(*this, x, Fp8Format::e4m3, *fp8, kFp8X), w8(*this, w, Fp8Format::e4m3, *fp8, kFp8W);
-    dense_forward(x8.get(), w8.get(), b, act, residual, y, pre);
+    dense_forward(x8.tensor(), w8.tensor(), b, act, residual, y, pre);
     return;
   }
   const char* op = "dense_forward";
@@ -100,7 +78,7 @@ void Backend::dense_backward_data(const Tensor& dy, const Tensor& w, DenseActiva
   if (fp8) {
     const RoundTripped dy8(*this, dy, Fp8Format::e5m2, *fp8, kFp8Dy),
         w8(*this, w, Fp8Format::e4m3, *fp8, kFp8W, false);
-    dense_backward_data(dy8.get(), w8.get(), act, pre, accumulate, dx);
+    dense_backward_data(dy8.tensor(), w8.tensor(), act, pre, accumulate, dx);
     return;
   }
   const char* op = "dense_backward_data";
@@ -129,7 +107,7 @@ void Backend::dense_backward_weights(const Tensor& dy, const Tensor& x, Accumula
   if (fp8) {
     const RoundTripped dy8(*this, dy2, Fp8Format::e5m2, *fp8, kFp8Dy),
         x8(*this, x, Fp8Format::e4m3, *fp8, kFp8X, false);
-    gemm(Transpose::yes, Transpose::no, s.out, s.in, s.rows, 1.f, dy8.get(), x8.get(), beta, dw);
+    gemm(Transpose::yes, Transpose::no, s.out, s.in, s.rows, 1.f, dy8.tensor(), x8.tensor(), beta, dw);
   } else {
     gemm(Transpose::yes, Transpose::no, s.out, s.in, s.rows, 1.f, dy2, x, beta, dw);
   }
@@ -143,7 +121,7 @@ void Backend::dense_backward(const Tensor& dy, const Tensor& x, const Tensor& w,
     const GeluOf input(*this, x);
     DenseGradients of_input = g;
     of_input.input_act = DenseActivation::none;
-    dense_backward(dy, input.get(), w, of_input, fp8);
+    dense_backward(dy, input.tensor(), w, of_input, fp8);
     return;
   }
   if (g.output_act == DenseActivation::gelu) {

@@ -35,17 +35,24 @@ struct GptStep {
 
 // gpt-mini at batch 4 x 64 tokens on fixed tokens, from seed 7's weights; `fuse`: the dense fusions as
 // the backend decides (unset) or forced off.
-GptStep gpt_step(Backend& backend, std::optional<bool> fuse) {
-  NetworkOptions options;
-  options.batch = 4;
-  options.fusions.dense_gelu_dense = fuse;
-  options.fusions.dense_residual = fuse;
+// gpt-mini (64 tokens a sequence, seed 7's weights) with `options`, after one forward and backward pass on
+// fixed tokens.
+Model stepped_gpt(Backend& backend, const NetworkOptions& options) {
   Model model = build_gpt("gpt-mini", backend, options, 64);
   model.net->finalize(7);
   testing::feed_fixed_tokens(backend, model);
   model.net->forward(Phase::train);
   model.net->backward();
   backend.synchronize();
+  return model;
+}
+
+GptStep gpt_step(Backend& backend, std::optional<bool> fuse) {
+  NetworkOptions options;
+  options.batch = 4;
+  options.fusions.dense_gelu_dense = fuse;
+  options.fusions.dense_residual = fuse;
+  const Model model = stepped_gpt(backend, options);
   GptStep s;
   backend.copy_to_host(&s.loss, model.loss->output()->value.data(), sizeof(float));
   Tensor& grads = model.net->memory().flat_gradients();
@@ -115,12 +122,7 @@ Fp8Step fp8_step(Backend& backend, bool fuse_mlp, bool fp8 = true) {
   if (fp8) options.fp8 = Fp8Recipe{};
   options.fusions.dense_gelu_dense = fuse_mlp;
   options.fusions.dense_residual = true;
-  Model model = build_gpt("gpt-mini", backend, options, 64);
-  model.net->finalize(7);
-  testing::feed_fixed_tokens(backend, model);
-  model.net->forward(Phase::train);
-  model.net->backward();
-  backend.synchronize();
+  const Model model = stepped_gpt(backend, options);
   Fp8Step s;
   backend.copy_to_host(&s.loss, model.loss->output()->value.data(), sizeof(float));
   const Tensor& grads = model.net->memory().flat_gradients();
