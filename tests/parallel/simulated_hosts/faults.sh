@@ -4,9 +4,11 @@
 #   kill   its daemon is killed (SIGKILL): the host is gone, and mpirun ends the job
 #   stop   its daemon and its ranks are stopped (SIGSTOP), as a host whose network is cut: nothing fails,
 #          nothing answers, and only dlbench's watchdog can tell
-# Every surviving rank (nodea's) must stop within --timeout (and a few seconds' slack), each with one line
-# naming its rank, its host and the step; mpirun must exit non-zero; and the last checkpoint saved must be
-# intact and resume on one host (plain mpirun on this machine) from the step after it.
+# Every surviving rank (nodea's) must stop within --timeout (and a few seconds' slack), saying where: each
+# with one line naming its rank, its host and the step (stop), or at least one such line or rank 0's
+# line naming the step all stopped after (kill: see below); mpirun must exit non-zero; and the last
+# checkpoint saved must be intact and resume on one host (plain mpirun on this machine) from the step
+# after it.
 #
 #   faults.sh kill|stop DLBENCH_BINARY
 # Exit 0: passed; 1: failed (saying what); 77: this machine cannot simulate hosts (skipped).
@@ -97,8 +99,11 @@ mpirun=
 [ $status -ne 124 ] || fail "mpirun hung (the time limit ended it)"
 
 # At most one line per survivor, naming its rank, its host and the step. When dlbench's watchdog stops the
-# job (stop), each survivor says it; when mpirun does (kill), it names the lost host itself and kills the
-# ranks within its SIGKILL window, which a rank may not outlive long enough to speak: one line at least.
+# job (stop), each survivor says it. When mpirun does (kill), it names the lost host itself and sends every
+# rank SIGTERM, then SIGKILL within a second, which a rank may not outlive long enough to speak. A survivor
+# waiting in a collective says it was stopped there; if the signal finds the ranks between two steps, they
+# agree to stop after the step and rank 0 says so for all, with the checkpoint it saved. One of these at
+# least.
 lines=0
 for rank in 0 1; do
   n=$(grep -cE "^dlbench: error: rank $rank \(host nodea\) .*at step [0-9]+" "$state/err")
@@ -106,7 +111,12 @@ for rank in 0 1; do
   [ "$fault" = kill ] || [ "$n" = 1 ] || fail "no line from rank $rank naming its host and step"
   lines=$((lines + n))
 done
-[ $lines -ge 1 ] || fail "no survivor named its rank, host and step"
+if [ "$fault" = kill ]; then
+  agreed=$(grep -cE "^dlbench: stopped by SIGTERM after step [0-9]+ of 1000: checkpoint of step" "$state/err")
+  [ "$agreed" -le 1 ] || fail "$agreed lines saying where the run stopped (rank 0's alone)"
+  lines=$((lines + agreed))
+fi
+[ $lines -ge 1 ] || fail "no survivor named its rank, host and step, nor the step the ranks stopped after"
 if [ "$fault" = kill ]; then
   grep -q "Remote daemon: .* on node nodeb" "$state/err" || fail "mpirun did not name the lost host nodeb"
 fi
