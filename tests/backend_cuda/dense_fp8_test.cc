@@ -221,14 +221,17 @@ TEST_P(DenseFp8Test, ForwardAndBackwardMatchTheReferenceRoundTrips) {
     // GELU's gradient taken by the pass that quantizes dy (output_act, as the MLP's c_fc in FP8), and the
     // layer's input given as GELU's input (input_act, as the MLP's c_proj in FP8: the forward too): the
     // same bits as gelu_backward or gelu_forward first and the ops after it, and the reference's result
-    // within the tolerance.
+    // within the tolerance. The reference is given GELU's BF16 result as the GPU stores it: taken again
+    // in f32, it would round a few percent of the values to the other FP8 neighbour, which moves dw and
+    // dx by ~3% (measured on an H100), more than the tolerance, through no fault of either side.
     {
       const HostBuffer dw0 = random_host(*ref, {c.out, c.in}, dtype, 86),
                        db0 = random_host(*ref, {c.out}, dtype, 87),
                        dx0 = random_host(*ref, {c.rows, c.in}, dtype, 88);
-      auto check_reference = [&](const GeluRun& run, Backend::DenseGradients rg, const Tensor& rx_,
+      auto check_reference = [&](const GeluRun& run, const HostBuffer& rdy_, const Tensor& rx_,
                                  const std::string& what) {
-        HostBuffer rdw = wide(dw0), rdb = wide(db0), rdx = wide(dx0), rdy_scratch = wide(dy);
+        Backend::DenseGradients rg;
+        HostBuffer rdw = wide(dw0), rdb = wide(db0), rdx = wide(dx0), rdy_scratch = wide(rdy_);
         const ScalingMemory ref_scaling(*ref);
         const Fp8DenseScaling r8_gelu = ref_scaling.scaling();
         rg.params = Accumulate::add;
@@ -240,7 +243,7 @@ TEST_P(DenseFp8Test, ForwardAndBackwardMatchTheReferenceRoundTrips) {
       };
 
       // Out of dy: y in [-3, 3] went through GELU.
-      const HostBuffer y = random_host(*ref, {c.rows, c.out}, dtype, 85, Layout::nchw, -3, 3), ry = wide(y);
+      const HostBuffer y = random_host(*ref, {c.rows, c.out}, dtype, 85, Layout::nchw, -3, 3);
       DeviceTensor d_out(gpu, y), d_dy_on_the_way(gpu, dy), d_dy_separate(gpu, dy);
       GeluRun out_on_the_way(gpu, dw0, db0, dx0), out_separate(gpu, dw0, db0, dx0);
       Backend::DenseGradients g = out_on_the_way.gradients();
@@ -252,12 +255,10 @@ TEST_P(DenseFp8Test, ForwardAndBackwardMatchTheReferenceRoundTrips) {
       gpu.dense_backward(d_dy_separate.tensor(), d_x.tensor(), d_w.tensor(), out_separate.gradients(),
                          &out_separate8);
       expect_same_bits(out_on_the_way, out_separate, "(GELU's gradient out of dy)");
-      Backend::DenseGradients rg;
-      rg.output_act = DenseActivation::gelu, rg.output = &ry.tensor();
-      check_reference(out_on_the_way, rg, rx.tensor(), "(GELU's gradient out of dy)");
+      check_reference(out_on_the_way, d_dy_separate.download(), rx.tensor(), "(GELU's gradient out of dy)");
 
       // Into x: h in [-3, 3] is GELU's input, the layer's input gelu(h).
-      const HostBuffer h = random_host(*ref, {c.rows, c.in}, dtype, 89, Layout::nchw, -3, 3), rh = wide(h);
+      const HostBuffer h = random_host(*ref, {c.rows, c.in}, dtype, 89, Layout::nchw, -3, 3);
       DeviceTensor d_h(gpu, h), d_gelu_h(gpu, {c.rows, c.in}, dtype),
           d_y_on_the_way(gpu, {c.rows, c.out}, dtype), d_y_separate(gpu, {c.rows, c.out}, dtype);
       gpu.gelu_forward(d_h.tensor(), d_gelu_h.tensor());
@@ -275,17 +276,16 @@ TEST_P(DenseFp8Test, ForwardAndBackwardMatchTheReferenceRoundTrips) {
       gpu.dense_backward(d_dy.tensor(), d_gelu_h.tensor(), d_w.tensor(), in_separate.gradients(),
                          &in_separate8);
       expect_same_bits(in_on_the_way, in_separate, "(GELU into x)");
+      const HostBuffer r_gelu_h = wide(d_gelu_h.download());
       HostBuffer ry_gelu({c.rows, c.out}, DType::f32);
       {
         const ScalingMemory ref_scaling(*ref);
         const Fp8DenseScaling r8_gelu = ref_scaling.scaling();
-        ref->dense_forward(rh.tensor(), rw.tensor(), rb.tensor(), DenseActivation::none, &rr.tensor(),
-                           ry_gelu.tensor(), nullptr, &r8_gelu, DenseActivation::gelu);
+        ref->dense_forward(r_gelu_h.tensor(), rw.tensor(), rb.tensor(), DenseActivation::none, &rr.tensor(),
+                           ry_gelu.tensor(), nullptr, &r8_gelu);
       }
       check("fp8 dense_forward y (GELU into x)", d_y_on_the_way, ry_gelu);
-      rg = Backend::DenseGradients{};
-      rg.input_act = DenseActivation::gelu;
-      check_reference(in_on_the_way, rg, rh.tensor(), "(GELU into x)");
+      check_reference(in_on_the_way, dy, r_gelu_h.tensor(), "(GELU into x)");
     }
 
     // Shapes FP8 GEMMs take ran every GEMM in FP8.
