@@ -45,7 +45,7 @@ alive() { [ -e "/proc/$1" ] && ! grep -q '^[^ ]* ([^)]*) Z' "/proc/$1/stat" 2>/d
 children() {
   local stat pid ppid
   for stat in /proc/[0-9]*/stat; do
-    read -r pid _ _ ppid _ <"$stat" 2>/dev/null || continue
+    read -r pid _ _ ppid _ 2>/dev/null <"$stat" || continue
     [ "$ppid" = "$1" ] && alive "$pid" && echo "$pid"
   done
 }
