@@ -660,6 +660,9 @@ int main(int argc, char** argv) {
     lab_fp8_quantize(lab, 16384, 5120);
     lab_layernorm(lab, 16384);
     lab_gpt_loss(lab, 16384);
+    // A dense layer's bias gradient as a pass of its own, against cuBLASLt's BGRADB epilogue (the
+    // gemm_choice_probe times that): c_attn's, c_proj's and c_fc's outputs.
+    for (const int64_t cols : {3840, 1280, 5120}) lab_bias(lab, DType::bf16, 16384, cols, false);
     if (only_gpt) return lab.print() == 0 ? 0 : 1;
     for (DType d : kDtypes) lab_elementwise(lab, d);
     lab_cast(lab, DType::f32, DType::f16);
