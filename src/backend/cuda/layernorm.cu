@@ -200,7 +200,7 @@ __global__ void __launch_bounds__(kOnePassWarps * 32)
   __syncthreads();
   for (int64_t row = begin + warp; row < end; row += kOnePassWarps) {
     const float m = mean[row], r = rstd[row];
-    Vec<T, 4> xv[kChunks], dyv[kChunks], dxv[kChunks];
+    Vec<T, 4> xv[kChunks], dyv[kChunks], dxv[kChunks] = {};  // dxv: read only when adding
 #pragma unroll
     for (int k = 0; k < kChunks; ++k) {
       xv[k] = load_vec<4>(x + row * C + loaded(k));
