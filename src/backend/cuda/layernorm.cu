@@ -13,8 +13,10 @@
 // a block of 4 warps takes a fixed range of rows, a warp a row at a time. Lane l holds channels
 // [4 (32 k + l), +4) of the row's k-th chunk of 128 in registers (x and dy read 4 at a time, 8 or 16 bytes),
 // so the row is read once: the warp's two sums, then dx from the registers, written over dx or added to
-// it; each lane also keeps its channels' sums of dy * xhat and dy over the warp's rows. (Reading the row
-// element by element and a second time from L1 ran at half the speed: bench/results/gpt2-layernorm.)
+// it; each lane also keeps its channels' sums of dy * xhat (in registers) and dy (in its warp's row of
+// shared memory) over the warp's rows. All of a row's loads are issued before the first is used. (Reading
+// the row element by element and a second time from L1 ran at half the speed, and loading it chunk by
+// chunk, each chunk used at once, at 30% of the copy rate: bench/results/gpt2-layernorm.)
 // dweight and dbias are sums over every row: summing them with atomics would make their last bits depend
 // on timing. So the block adds its warps' sums in warp order into its range's partials (the scratch), and
 // a second kernel adds the partials of each channel in range order (32 channels x 8 range lanes a block,
