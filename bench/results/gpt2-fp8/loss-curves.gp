@@ -9,7 +9,7 @@ set yrange [2.45:2.95]
 set xrange [30:300]
 set ylabel 'loss (nats per byte)'
 plot for [i=0:3] 'loss-curves.dat' using 1:(column(2+2*i)) with lines lw 1.2 lc i+1 title run[i+1]
-set title "the same runs minus bf16, a 10-step mean (bf16's own run-to-run spread is 0.001-0.002)"
+set title "the same runs minus bf16, a 10-step mean of the differences"
 set yrange [-0.02:0.02]
 set xrange [1:300]
 set xlabel 'step'
