@@ -407,8 +407,8 @@ __global__ void __launch_bounds__(32 * kBiasRowLanes)
   }
 }
 
-__global__ void bias_sum_candidate(const float* __restrict__ partials, float* __restrict__ dbias, int64_t cols,
-                                   int64_t ranges) {
+__global__ void bias_sum_candidate(const float* __restrict__ partials, float* __restrict__ dbias,
+                                   int64_t cols, int64_t ranges) {
   const int64_t c = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
   if (c >= cols) return;
   float total = 0.f;
@@ -425,7 +425,8 @@ void lab_bias_candidate(Lab& lab, int64_t rows, int64_t cols) {
   DeviceMem dy(n * 2), dbias(cols * 4), dbias_candidate(cols * 4), partials(ranges * cols * 4);
   upload(dy.get(), random_values(n, d, 41), d);
   auto candidate = [&] {
-    const dim3 grid(static_cast<unsigned>((cols + kBiasTileCols - 1) / kBiasTileCols), static_cast<unsigned>(ranges));
+    const dim3 grid(static_cast<unsigned>((cols + kBiasTileCols - 1) / kBiasTileCols),
+                    static_cast<unsigned>(ranges));
     bias_partials_candidate<<<grid, 32 * kBiasRowLanes, 0, lab.stream()>>>(
         static_cast<const __nv_bfloat16*>(dy.get()), static_cast<float*>(partials.get()), rows, cols,
         rows_per_range);
@@ -436,8 +437,8 @@ void lab_bias_candidate(Lab& lab, int64_t rows, int64_t cols) {
   candidate();
   DLB_KERNEL_CHECK(cudaGetLastError());
   lab.sync();
-  const double err = max_rel_err(download(dbias_candidate.get(), cols, DType::f32),
-                                 download(dbias.get(), cols, DType::f32));
+  const double err =
+      max_rel_err(download(dbias_candidate.get(), cols, DType::f32), download(dbias.get(), cols, DType::f32));
   const double us = lab.median_us(candidate);
   lab.add({"bias_grad candidate", "bf16", shape, err, 1e-4, us, double(n * 2 + cols * 4)});
 }

@@ -185,7 +185,7 @@ __global__ void __launch_bounds__(kOnePassWarps * 32)
   extern __shared__ float warp_sums[];  // [kOnePassWarps][C], then the weight [C]
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int64_t range = blockIdx.x, begin = range * rows_per_range, end = min(rows, begin + rows_per_range);
-  auto channel = [&](int k) -> int64_t { return 4 * (32 * k + lane); };  // the first of chunk k's four
+  auto channel = [&](int k) -> int64_t { return 4 * (32 * k + lane); };    // the first of chunk k's four
   auto loaded = [&](int k) -> int64_t { return min(channel(k), C - 4); };  // in the row for every lane
   // The lane's sums over the warp's rows: dy * xhat in registers, dy in the warp's row of shared memory;
   // the weight in shared memory too (registers for all of them left too few for a row's loads to be in
@@ -248,7 +248,7 @@ __global__ void __launch_bounds__(kOnePassWarps * 32)
   }
   // The warps' sums in warp order: dweight's into the first half of the range's partials, dbias's after
   // (in shared memory already, so first).
-  for (const int half : {1, 0}) {
+  for (int half = 1; half >= 0; --half) {
     if (half == 0) {
 #pragma unroll
       for (int k = 0; k < kChunks; ++k)
