@@ -117,9 +117,6 @@ void add_cuda_flags(CLI::App& cmd, dlbench::CudaOptions& o) {
   add_choice(
       cmd, "--dense-epilogues", o.dense_epilogues, on_off,
       "GPU: on | off: transformers' biases, GELU, its gradient and residual adds in the GEMMs' epilogues");
-  add_choice(cmd, "--gemm-search", o.gemm_search, on_off,
-             "GPU: on | off: each cuBLASLt GEMM shape's algorithm timed among its heuristic's offers at its "
-             "first call and kept in the algorithm cache (off: the heuristic's first)");
   add_choice(
       cmd, "--fp8-fast-accumulation", o.fp8_fast_accumulation,
       {{"off", dlbench::Fp8FastAccumulation::off},

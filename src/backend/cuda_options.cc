@@ -46,7 +46,6 @@ nlohmann::json cuda_options_to_json(const CudaOptions& o) {
           {"bn_fold_shortcut", on_off(o.fold_shortcut_batchnorm)},
           {"stem_pool_fusion", on_off(o.stem_pool_fusion)},
           {"dense_epilogues", on_off(o.dense_epilogues)},
-          {"gemm_search", on_off(o.gemm_search)},
           {"fp8_fast_accumulation", fp8_fast_accumulation_name(o.fp8_fast_accumulation)},
           {"training_stream_priority",
            o.training_stream == TrainingStreamPriority::greatest ? "greatest" : "normal"}};

@@ -51,9 +51,6 @@ struct CudaOptions {
   // --dense-epilogues: dense layers' biases, GELU (and its gradient) and residual adds applied by their
   // cuBLASLt GEMMs (epilogues), and the transformer's MLP fused (Fusion::dense_gelu_dense).
   bool dense_epilogues = true;
-  // --gemm-search: each cuBLASLt GEMM configuration's algorithm timed among its heuristic's offers at its
-  // first call (lt_matmul.h), not the heuristic's first taken.
-  bool gemm_search = false;
   // --fp8-fast-accumulation (Fp8FastAccumulation). The forward's by default: gpt2-large 1.117x bf16
   // against 1.087x with none, and gpt2's loss on real text as bf16's (bench/results/gpt2-fp8).
   Fp8FastAccumulation fp8_fast_accumulation = Fp8FastAccumulation::forward;

@@ -149,9 +149,7 @@ CudaBackend::CudaBackend(int device, const CudaOptions& options,
   CUBLAS_CHECK(cublasSetStream(cublas_, stream_));
   cublas_workspace_ = DeviceBuffer(kCublasWorkspaceBytes);
   CUBLAS_CHECK(cublasSetWorkspace(cublas_, cublas_workspace_.get(), cublas_workspace_.bytes()));
-  lt_ = std::make_unique<LtMatmuls>(
-      cublas_workspace_.get(), cublas_workspace_.bytes(),
-      options_.gemm_search ? LtSearch{algorithms_.get(), &search_gate_} : LtSearch{});
+  lt_ = std::make_unique<LtMatmuls>(cublas_workspace_.get(), cublas_workspace_.bytes());
   // FP32 GEMMs: TF32 tensor cores only when allowed. The compute type of each call says the same (gemm).
   CUBLAS_CHECK(
       cublasSetMathMode(cublas_, options_.allow_tf32 ? CUBLAS_TF32_TENSOR_OP_MATH : CUBLAS_DEFAULT_MATH));

@@ -1,36 +1,24 @@
 #include "backend/cuda/lt_matmul.h"
 
 #include <algorithm>
-#include <cmath>
 #include <vector>
 
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/cuda_common.h"
 #include "backend/cuda/kernels.h"
-#include "backend/tuning/cuda_timing.h"
-#include "backend/tuning/pick.h"
 #include "core/log.h"
 #include "core/status.h"
 
 namespace dlbench::cuda {
 
-// The descriptors of one configuration and the algorithms cuBLASLt's heuristic offered for it, best
-// first: `algo` is the one calls use (the first, or the search's choice), and moves down the list where a
-// call refuses it (none left: ok false).
+// The descriptors of one configuration and the algorithms cuBLASLt's heuristic gave for it, best first:
+// `algo` is the one calls use, and moves down the list where a call refuses it (none left: ok false).
 struct LtMatmuls::Plan {
   cublasLtMatmulDesc_t desc = nullptr;
   cublasLtMatrixLayout_t a = nullptr, b = nullptr, c = nullptr;
-  std::vector<cublasLtMatmulAlgo_t> offers;  // the heuristic's, best first
   cublasLtMatmulAlgo_t algo{};
-  std::vector<cublasLtMatmulAlgo_t> others;  // the offers after algo, the next one last
+  std::vector<cublasLtMatmulAlgo_t> others;  // the heuristic's later choices, best first
   bool ok = false;
-  // Calls run offer `index`; where one refuses it, the other offers follow in the heuristic's order.
-  void use(size_t index) {
-    algo = offers[index];
-    others.clear();
-    for (size_t i = offers.size(); i-- > 0;)
-      if (i != index) others.push_back(offers[i]);
-  }
   ~Plan() {
     if (desc) cublasLtMatmulDescDestroy(desc);
     for (auto* layout : {a, b, c})
@@ -74,10 +62,6 @@ cudaDataType_t fp8_type(Fp8Format format) {
 
 int fp8_key(const std::optional<Fp8Format>& format) { return format ? static_cast<int>(*format) : -1; }
 
-const char* fp8_key_name(int key) {
-  return key < 0 ? "-" : static_cast<Fp8Format>(key) == Fp8Format::e4m3 ? "e4m3" : "e5m2";
-}
-
 // The column-major layout of a row-major [rows, cols] matrix: [cols, rows], leading dimension cols.
 cublasLtMatrixLayout_t row_major_layout(cudaDataType_t type, int64_t rows, int64_t cols) {
   cublasLtMatrixLayout_t layout = nullptr;
@@ -88,9 +72,7 @@ cublasLtMatrixLayout_t row_major_layout(cudaDataType_t type, int64_t rows, int64
 
 }  // namespace
 
-LtMatmuls::LtMatmuls(void* workspace, size_t bytes, LtSearch search)
-    : workspace_(workspace), workspace_bytes_(bytes), search_(search) {
-  DLB_CHECK(!search_.cache || search_.gate, "cuBLASLt gemm search: a cache without a gate");
+LtMatmuls::LtMatmuls(void* workspace, size_t bytes) : workspace_(workspace), workspace_bytes_(bytes) {
   CUBLAS_CHECK(cublasLtCreate(&handle_));
 }
 
@@ -99,98 +81,11 @@ LtMatmuls::~LtMatmuls() {
   if (handle_) cublasLtDestroy(handle_);
 }
 
-LtMatmuls::Plan& LtMatmuls::plan(const Key& key, const LtGemm& g, bool allow_tf32, cudaStream_t stream) {
+LtMatmuls::Plan& LtMatmuls::plan(const Key& key, const LtGemm& g, bool allow_tf32) {
   auto it = plans_.find(key);
   if (it != plans_.end()) return *it->second;
   auto p = make_plan(g, allow_tf32, static_cast<uint32_t>(std::get<9>(key)));
-  if (p->ok && search_.cache && p->offers.size() > 1)
-    choose(*p, key_text(key), g, stream);
-  else if (p->ok)
-    p->use(0);
   return *plans_.emplace(key, std::move(p)).first->second;
-}
-
-std::string LtMatmuls::key_text(const Key& k) {
-  const auto [ta, tb, m, n, kk, dtype, epilogue, tf32, separate_c, align, a_fp8, b_fp8, fast] = k;
-  return fmt::format("cublaslt-gemm {}{} m{} n{} k{} {} epilogue {}{}{} align {} fp8 {}/{}{}", ta ? "T" : "N",
-                     tb ? "T" : "N", m, n, kk, dtype_name(static_cast<DType>(dtype)), epilogue,
-                     tf32 ? " tf32" : "", separate_c ? " c_in" : "", align, fp8_key_name(a_fp8),
-                     fp8_key_name(b_fp8), fast ? " fast" : "");
-}
-
-void LtMatmuls::choose(Plan& p, const std::string& key, const LtGemm& g, cudaStream_t stream) {
-  tuning::AlgorithmCache& cache = *search_.cache;
-  const size_t offers = p.offers.size();
-  // A choice is the offer's place in the heuristic's list, which the cache's machine key (GPU, driver,
-  // cuBLAS) fixes; a list of another length means the heuristic changed, and the shape is timed again.
-  const auto held_index = [&](const nlohmann::json& held) -> std::optional<size_t> {
-    const int64_t index = held.value("index", int64_t{-1});
-    if (held.value("offers", int64_t{0}) != static_cast<int64_t>(offers) || index < 0 ||
-        index >= static_cast<int64_t>(offers))
-      return std::nullopt;
-    return static_cast<size_t>(index);
-  };
-  if (const std::optional<nlohmann::json> held = cache.find(key)) {
-    if (const std::optional<size_t> index = held_index(*held)) return p.use(*index);
-    cache.forget(key, fmt::format("not one of the {} algorithms cuBLASLt's heuristic offers now", offers));
-  }
-  cudaStreamCaptureStatus capturing = cudaStreamCaptureStatusNone;
-  CUDA_CHECK(cudaStreamIsCapturing(stream, &capturing));
-  if (capturing != cudaStreamCaptureStatusNone) return p.use(0);  // nothing is timed inside a recording
-  const std::vector<double> ms = time_offers(p, g, stream);
-  const std::optional<tuning::Pick> pick = tuning::pick_within_noise(ms);
-  if (!pick) return p.use(0);  // every offer refused: run() finds the same and says so
-  if (pick->close()) cache.record_close_call({key, pick->ms, pick->fastest_ms, pick->second_ms});
-  log_debug("{}: offer {} of {} ({:.4f} ms; the first {:.4f} ms)", key, pick->index, offers, pick->ms, ms[0]);
-  // With --gpus N the first rank to record a choice sets every rank's.
-  const nlohmann::json held = cache.put(
-      key, {{"index", pick->index}, {"offers", offers}, {"ms", pick->ms}, {"first_offer_ms", ms[0]}});
-  p.use(held_index(held).value_or(pick->index));
-}
-
-std::vector<double> LtMatmuls::time_offers(Plan& p, const LtGemm& g, cudaStream_t stream) {
-  // The timed calls write where the call after the search writes, which overwrites what they leave: the
-  // output, GELU's input (aux) and the bias gradient. A call that reads its own output (adds to it in
-  // place: beta != 0 with c_in c; or c is an operand, or DGELU's aux) would read what an earlier timed call
-  // wrote, so it is timed writing a copy of its output.
-  LtGemm timed = g;
-  DeviceBuffer copy;
-  const bool reads_output = (g.beta != 0.f && g.c_in == g.c) || g.c == g.a || g.c == g.b ||
-                            (g.epilogue == LtEpilogue::dgelu && g.c == g.aux);
-  if (reads_output) {
-    const size_t bytes = static_cast<size_t>(g.m * g.n) * dtype_size(g.dtype);
-    copy = DeviceBuffer(bytes);
-    CUDA_CHECK(cudaMemcpyAsync(copy.get(), g.c, bytes, cudaMemcpyDeviceToDevice, stream));
-    if (g.c_in == g.c) timed.c_in = copy.get();
-    timed.c = copy.get();
-  }
-  const auto run_offer = [&](size_t i) {
-    return call(p, timed, p.offers[i], stream) == CUBLAS_STATUS_SUCCESS;
-  };
-  std::vector<double> ms(p.offers.size(), INFINITY);
-  std::optional<float> fastest;
-  for (size_t i = 0; i < p.offers.size(); ++i) {
-    const std::optional<float> t = tuning::time_calls(
-        stream, *search_.gate, [&] { return run_offer(i); }, tuning::give_up_time(fastest));
-    if (!t) continue;
-    ms[i] = *t;
-    if (!fastest || *t < *fastest) fastest = *t;
-  }
-  tuning::look_again_at_close_times(stream, *search_.gate, ms, run_offer);
-  return ms;
-}
-
-cublasStatus_t LtMatmuls::call(Plan& p, const LtGemm& g, const cublasLtMatmulAlgo_t& algo,
-                               cudaStream_t stream) {
-  if (g.bias) set(p.desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, g.bias);
-  if (g.aux) set(p.desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, g.aux);
-  if (g.a_fp8 || g.b_fp8) {
-    set(p.desc, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, g.a_scale);  // cuBLASLt's B is our a
-    set(p.desc, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, g.b_scale);
-  }
-  const float alpha = 1.f;
-  return cublasLtMatmul(handle_, p.desc, &alpha, g.b, p.b, g.a, p.a, &g.beta, g.beta != 0.f ? g.c_in : g.c,
-                        p.c, g.c, p.c, &algo, workspace_, workspace_bytes_, stream);
 }
 
 std::unique_ptr<LtMatmuls::Plan> LtMatmuls::make_plan(const LtGemm& g, bool allow_tf32, uint32_t align) {
@@ -243,7 +138,10 @@ std::unique_ptr<LtMatmuls::Plan> LtMatmuls::make_plan(const LtGemm& g, bool allo
                                                                preference, kChoices, results, &found);
   cublasLtMatmulPreferenceDestroy(preference);
   p->ok = status == CUBLAS_STATUS_SUCCESS && found > 0;
-  for (int i = 0; p->ok && i < found; ++i) p->offers.push_back(results[i].algo);
+  if (p->ok) {
+    p->algo = results[0].algo;
+    for (int i = found - 1; i >= 1; --i) p->others.push_back(results[i].algo);  // popped from the back
+  }
   return p;
 }
 
@@ -268,14 +166,23 @@ bool LtMatmuls::run(const LtGemm& g, bool allow_tf32, cudaStream_t stream) {
                 fp8_key(g.a_fp8),
                 fp8_key(g.b_fp8),
                 g.fast_accumulation};
+  Plan* p = &plan(key, g, allow_tf32);
+  if (!p->ok) return false;
   const bool fp8 = g.a_fp8 || g.b_fp8;
   DLB_CHECK(!fp8 || (alignment_of(g.a_scale) >= 16 && alignment_of(g.b_scale) >= 16),
             "cuBLASLt FP8 gemm: scale pointers {} and {} must be 16-byte aligned (its kernels refuse others)",
             static_cast<const void*>(g.a_scale), static_cast<const void*>(g.b_scale));
-  Plan* p = &plan(key, g, allow_tf32, stream);
-  if (!p->ok) return false;
+  const float alpha = 1.f;
   for (;;) {
-    const cublasStatus_t status = call(*p, g, p->algo, stream);
+    if (g.bias) set(p->desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, g.bias);
+    if (g.aux) set(p->desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, g.aux);
+    if (fp8) {
+      set(p->desc, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, g.a_scale);
+      set(p->desc, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, g.b_scale);
+    }
+    const cublasStatus_t status =
+        cublasLtMatmul(handle_, p->desc, &alpha, g.b, p->b, g.a, p->a, &g.beta, g.beta != 0.f ? g.c_in : g.c,
+                       p->c, g.c, p->c, &p->algo, workspace_, workspace_bytes_, stream);
     if (status != CUBLAS_STATUS_NOT_SUPPORTED) {
       CUBLAS_CHECK(status);
       return true;

@@ -11,14 +11,6 @@
 // the heuristic nothing. A shape for which cuBLASLt offers no algorithm is remembered as such, and run()
 // then returns false, so that the caller composes the op from its single kernels instead.
 //
-// With a search (LtSearch, --gemm-search on), that first call also times the heuristic's offers on the
-// call's own operands, back to back as the step's graph runs them (tuning/cuda_timing.h), and the first
-// within the timing noise of the fastest runs from then on (tuning/pick.h), kept in the launch's
-// algorithm cache under the configuration's key: the ranks of one process, and later processes given the
-// cache's file, run the same algorithm without timing. The heuristic's first is not always the fastest:
-// gpt2-large's mlp.c_proj data gradient ran at 543 TFLOP/s with it and 622 with its eighth offer
-// (bench/results/gpt2-gemm-choice).
-//
 // FP8 GEMMs take their operands' dequantizing scales as cuBLASLt's A and B scale pointers, read when the
 // GEMM runs, so that a recorded step follows scales that change every step. cuBLASLt's FP8 kernels refuse
 // scale pointers that are not 16-byte aligned (kFp8InverseScaleStride in backend.h).
@@ -31,14 +23,11 @@
 #include <map>
 #include <memory>
 #include <optional>
-#include <string>
 #include <tuple>
-#include <vector>
 
 #include "backend/backend.h"
 #include "backend/cuda/cuda_common.h"
 #include "backend/cuda_options.h"
-#include "backend/tuning/algorithm_cache.h"
 
 namespace dlbench::cuda {
 
@@ -71,17 +60,10 @@ struct LtGemm {
   bool fast_accumulation = false;  // FP8: cuBLASLt's fast accumulation (Fp8FastAccumulation)
 };
 
-// Where a first call's timed choice goes (null cache: no search, the heuristic's first algorithm runs) and
-// the gate that holds its timed calls until they are queued; both outlive the LtMatmuls.
-struct LtSearch {
-  tuning::AlgorithmCache* cache = nullptr;
-  StreamGate* gate = nullptr;
-};
-
 class LtMatmuls {
  public:
   // `workspace` (device memory, `bytes` of it) is lent by the caller for every call; it must outlive this.
-  LtMatmuls(void* workspace, size_t bytes, LtSearch search = {});
+  LtMatmuls(void* workspace, size_t bytes);
   ~LtMatmuls();
   LtMatmuls(const LtMatmuls&) = delete;
   LtMatmuls& operator=(const LtMatmuls&) = delete;
@@ -95,19 +77,12 @@ class LtMatmuls {
   // ta, tb, m, n, k, dtype, epilogue, tf32, c_in apart from c, the smallest operand alignment in bytes,
   // a's and b's FP8 formats (-1: none), FP8's fast accumulation
   using Key = std::tuple<int, int, int64_t, int64_t, int64_t, int, int, bool, bool, int, int, int, bool>;
-  Plan& plan(const Key& key, const LtGemm& g, bool allow_tf32, cudaStream_t stream);
+  Plan& plan(const Key& key, const LtGemm& g, bool allow_tf32);
   std::unique_ptr<Plan> make_plan(const LtGemm& g, bool allow_tf32, uint32_t align);
-  // "cublaslt-gemm NT m16384 n5120 k1280 bf16 epilogue 2 align 256 fp8 -/-": the algorithm cache's key.
-  static std::string key_text(const Key& key);
-  // The heuristic's offers' order with the timed choice first (the cache's where it holds one).
-  void choose(Plan& p, const std::string& key, const LtGemm& g, cudaStream_t stream);
-  std::vector<double> time_offers(Plan& p, const LtGemm& g, cudaStream_t stream);
-  cublasStatus_t call(Plan& p, const LtGemm& g, const cublasLtMatmulAlgo_t& algo, cudaStream_t stream);
 
   cublasLtHandle_t handle_ = nullptr;
   void* workspace_;
   size_t workspace_bytes_;
-  LtSearch search_;
   std::map<Key, std::unique_ptr<Plan>> plans_;
 };
 

@@ -20,8 +20,6 @@
 
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/stream_gate.h"
-#include "backend/tuning/pick.h"
-#include "core/log.h"
 
 namespace dlbench::tuning {
 
@@ -163,25 +161,6 @@ std::vector<std::optional<float>> time_interleaved(cudaStream_t stream, cuda::St
   for (size_t i = 0; i < count; ++i)
     if (!failed[i]) medians[i] = median(std::move(rounds[i]));
   return medians;
-}
-
-// Before a pick: the candidates whose times would decide it by a hair (ambiguous_contenders, pick.h) are
-// timed again, in more rounds and interleaved (time_interleaved), and their times in `ms` replaced by
-// those (infinity for one that fails). `run(i)` calls candidate i once and returns whether it ran. Returns
-// how many were looked at again.
-template <typename Run>
-size_t look_again_at_close_times(cudaStream_t stream, cuda::StreamGate& gate, std::vector<double>& ms,
-                                 const Run& run) {
-  const std::vector<size_t> contenders = ambiguous_contenders(ms);
-  if (contenders.empty()) return 0;
-  const std::vector<std::optional<float>> again =
-      time_interleaved(stream, gate, contenders.size(), [&](size_t k) { return run(contenders[k]); });
-  for (size_t k = 0; k < contenders.size(); ++k) {
-    log_debug("  looked at again: candidate {} {:.4f} -> {:.4f} ms", contenders[k], ms[contenders[k]],
-              again[k] ? static_cast<double>(*again[k]) : INFINITY);
-    ms[contenders[k]] = again[k] ? static_cast<double>(*again[k]) : INFINITY;
-  }
-  return contenders.size();
 }
 
 }  // namespace dlbench::tuning

@@ -187,12 +187,23 @@ std::optional<float> time_calls(const CudaBackend& backend, const Run& run,
 }
 using tuning::give_up_time;
 
-// Before a pick: the candidates whose times would decide it by a hair are timed again
-// (tuning::look_again_at_close_times); `run(i)` calls candidate i once and returns a cuDNN status.
+// Before a pick: the candidates whose times would decide it by a hair (tuning::ambiguous_contenders) are
+// timed again, in more rounds and interleaved (tuning::time_interleaved), and their times in `ms` replaced
+// by those (infinity for one that fails). `run(i)` calls candidate i once and returns a cuDNN status.
+// Returns how many were looked at again.
 template <typename Run>
 size_t look_again_at_close_times(const CudaBackend& backend, std::vector<double>& ms, const Run& run) {
-  return tuning::look_again_at_close_times(backend.stream(), backend.search_gate(), ms,
-                                           [&](size_t i) { return run(i) == CUDNN_STATUS_SUCCESS; });
+  const std::vector<size_t> contenders = tuning::ambiguous_contenders(ms);
+  if (contenders.empty()) return 0;
+  const std::vector<std::optional<float>> again =
+      tuning::time_interleaved(backend.stream(), backend.search_gate(), contenders.size(),
+                               [&](size_t k) { return run(contenders[k]) == CUDNN_STATUS_SUCCESS; });
+  for (size_t k = 0; k < contenders.size(); ++k) {
+    log_debug("  looked at again: candidate {} {:.4f} -> {:.4f} ms", contenders[k], ms[contenders[k]],
+              again[k] ? static_cast<double>(*again[k]) : INFINITY);
+    ms[contenders[k]] = again[k] ? static_cast<double>(*again[k]) : INFINITY;
+  }
+  return contenders.size();
 }
 
 // ---- the GEMM's calls and times (gemm.cc) ----
