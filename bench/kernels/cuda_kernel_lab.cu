@@ -14,8 +14,8 @@
 // of gpt2-large's dense operands at batch 16 x 1024 (16,384 rows of 1,280 and 5,120 BF16 values), each
 // way a dense op asks for it, and the summing of its column partials (the bias gradient). The layer norm
 // runs at gpt2-large's [16,384, 1,280], and GPT-2's loss with its gradient at 16,384 rows of 50,304.
-// The bias gradient of gpt2-large's dense outputs (16,384 rows of 3,840, 1,280 and 5,120) runs as
-// dlbench's bias_backward and as a candidate that also splits the rows among blocks, validated against it.
+// The bias gradient of gpt2-large's dense outputs (16,384 rows of 3,840, 1,280 and 5,120): dlbench's
+// bias_backward, which the BF16 dense layers run after their weight GEMMs.
 //
 //   cuda_kernel_lab [--reps N] [--melems M] [--only gpt]
 #include <cuda_bf16.h>
@@ -367,82 +367,6 @@ void lab_bias(Lab& lab, DType d, int64_t rows, int64_t cols, bool small) {
   lab.add({"bias_backward (f32 db)", dt, shape, err, 1e-5, us, double(n * s + cols * 4)});
 }
 
-// ---- a candidate bias gradient for GPT-2's dense outputs ----
-// dlbench's bias_backward gives a block 16 bf16 columns and every row: 80 blocks for 1,280 columns, fewer
-// than the SMs. The candidate splits the rows too: block (tile of 256 columns, range of rows), each
-// thread 8 consecutive columns read 16 bytes at a time, 8 row lanes summed in lane order into the range's
-// partials; a second kernel adds the ranges in order (the same bits on every run, no atomics).
-constexpr int kBiasTileCols = 256, kBiasRowLanes = 8;
-
-__global__ void __launch_bounds__(32 * kBiasRowLanes)
-    bias_partials_candidate(const __nv_bfloat16* __restrict__ dy, float* __restrict__ partials, int64_t rows,
-                            int64_t cols, int64_t rows_per_range) {
-  __shared__ float lanes[kBiasRowLanes][kBiasTileCols];
-  const int tx = threadIdx.x % 32, ty = threadIdx.x / 32;
-  const int64_t col = int64_t(blockIdx.x) * kBiasTileCols + 8 * tx;
-  const int64_t begin = int64_t(blockIdx.y) * rows_per_range;
-  const int64_t end = begin + rows_per_range < rows ? begin + rows_per_range : rows;
-  float sum[8] = {0, 0, 0, 0, 0, 0, 0, 0};
-  if (col < cols) {
-#pragma unroll 4
-    for (int64_t row = begin + ty; row < end; row += kBiasRowLanes) {
-      const uint4 raw = *reinterpret_cast<const uint4*>(dy + row * cols + col);
-      const __nv_bfloat162* pairs = reinterpret_cast<const __nv_bfloat162*>(&raw);
-#pragma unroll
-      for (int i = 0; i < 4; ++i) {
-        sum[2 * i] += __low2float(pairs[i]);
-        sum[2 * i + 1] += __high2float(pairs[i]);
-      }
-    }
-  }
-#pragma unroll
-  for (int i = 0; i < 8; ++i) lanes[ty][8 * tx + i] = sum[i];
-  __syncthreads();
-  for (int c = threadIdx.x; c < kBiasTileCols; c += 32 * kBiasRowLanes) {
-    const int64_t at = int64_t(blockIdx.x) * kBiasTileCols + c;
-    if (at >= cols) continue;
-    float total = lanes[0][c];
-    for (int lane = 1; lane < kBiasRowLanes; ++lane) total += lanes[lane][c];
-    partials[int64_t(blockIdx.y) * cols + at] = total;
-  }
-}
-
-__global__ void bias_sum_candidate(const float* __restrict__ partials, float* __restrict__ dbias,
-                                   int64_t cols, int64_t ranges) {
-  const int64_t c = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
-  if (c >= cols) return;
-  float total = 0.f;
-  for (int64_t r = 0; r < ranges; ++r) total += partials[r * cols + c];
-  dbias[c] = total;
-}
-
-// dlbench's bias_backward and the candidate at [rows, cols] bf16 (cols a multiple of 256), validated
-// against it.
-void lab_bias_candidate(Lab& lab, int64_t rows, int64_t cols) {
-  const DType d = DType::bf16;
-  const int64_t n = rows * cols, ranges = 64, rows_per_range = (rows + ranges - 1) / ranges;
-  const std::string shape = std::to_string(rows) + "x" + std::to_string(cols);
-  DeviceMem dy(n * 2), dbias(cols * 4), dbias_candidate(cols * 4), partials(ranges * cols * 4);
-  upload(dy.get(), random_values(n, d, 41), d);
-  auto candidate = [&] {
-    const dim3 grid(static_cast<unsigned>((cols + kBiasTileCols - 1) / kBiasTileCols),
-                    static_cast<unsigned>(ranges));
-    bias_partials_candidate<<<grid, 32 * kBiasRowLanes, 0, lab.stream()>>>(
-        static_cast<const __nv_bfloat16*>(dy.get()), static_cast<float*>(partials.get()), rows, cols,
-        rows_per_range);
-    bias_sum_candidate<<<static_cast<unsigned>((cols + 255) / 256), 256, 0, lab.stream()>>>(
-        static_cast<const float*>(partials.get()), static_cast<float*>(dbias_candidate.get()), cols, ranges);
-  };
-  cuda::bias_backward(dy.get(), d, dbias.get(), DType::f32, rows, cols, false, lab.stream());
-  candidate();
-  DLB_KERNEL_CHECK(cudaGetLastError());
-  lab.sync();
-  const double err =
-      max_rel_err(download(dbias_candidate.get(), cols, DType::f32), download(dbias.get(), cols, DType::f32));
-  const double us = lab.median_us(candidate);
-  lab.add({"bias_grad candidate", "bf16", shape, err, 1e-4, us, double(n * 2 + cols * 4)});
-}
-
 // ---- softmax cross-entropy ----
 
 void cpu_softmax_xent(const std::vector<double>& x, const std::vector<int32_t>& labels, int64_t n, int64_t k,
@@ -739,12 +663,8 @@ int main(int argc, char** argv) {
     lab_fp8_quantize(lab, 16384, 5120);
     lab_layernorm(lab, 16384);
     lab_gpt_loss(lab, 16384);
-    // A dense layer's bias gradient as a pass of its own, against cuBLASLt's BGRADB epilogue (the
-    // gemm_choice_probe times that): c_attn's, c_proj's and c_fc's outputs.
-    for (const int64_t cols : {3840, 1280, 5120}) {
-      lab_bias(lab, DType::bf16, 16384, cols, false);
-      lab_bias_candidate(lab, 16384, cols);
-    }
+    // A dense layer's bias gradient: c_attn's, c_proj's and c_fc's outputs.
+    for (const int64_t cols : {3840, 1280, 5120}) lab_bias(lab, DType::bf16, 16384, cols, false);
     if (only_gpt) return lab.print() == 0 ? 0 : 1;
     for (DType d : kDtypes) lab_elementwise(lab, d);
     lab_cast(lab, DType::f32, DType::f16);

@@ -66,7 +66,8 @@ int main(int argc, char** argv) {
   const int64_t tokens = options.tokens, c = options.width;
   const int reps = options.reps;
 
-  // The dense layers (in, out) and their three GEMMs with dlbench's BF16 epilogues:
+  // The dense layers (in, out) and their three GEMMs with the BF16 epilogues dlbench gave them when this
+  // was measured (the weight GEMMs' BGRADB has since given way to the bias kernel, dense_epilogues.cc):
   //   forward  y = x W^T + b (+ residual, or GELU with its input saved): A = W, B = x;
   //   data     dx = dy W (through GELU's gradient after mlp.c_fc): A = W, B = dy;
   //   weight   dW = dy^T x with db the sum of dy (BGRADB): A = x, B = dy.

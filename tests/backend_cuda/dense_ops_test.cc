@@ -1,5 +1,5 @@
-// The CUDA backend's dense ops (a transformer's linear layers: the bias, GELU and its gradient, the
-// residual add and the bias's gradient in cuBLASLt's epilogues) against the reference backend's
+// The CUDA backend's dense ops (a transformer's linear layers: the bias, GELU and its gradient and the
+// residual add in cuBLASLt's epilogues) against the reference backend's
 // composition of gemm, add_bias, gelu and add, in f32, f16 and bf16, with --dense-epilogues on and off.
 // The shapes include GPT-2's c_fc and c_proj and one whose width cuBLASLt's GELU epilogue cannot take (not a
 // multiple of 8), where the ops must compose the single kernels instead. Every failure names the op, the

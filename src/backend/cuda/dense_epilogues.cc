@@ -3,11 +3,12 @@
 //   forward         y = x W^T + b (+ r): the bias, and a residual as the GEMM's C with beta 1, added as
 //                   the GEMM writes y; with GELU, h = x W^T + b is written beside y = gelu(h);
 //   backward data   dx = dy W, or with GELU's gradient (dy W) * gelu'(h) from the saved h;
-//   backward weights dW = dy^T x with db = the sum of dy's rows in the same GEMM (when overwriting:
-//                   cuBLASLt's bias gradient cannot add to what is there, so micro-batches that
-//                   accumulate take the bias kernel).
-// Each of them would otherwise be a pass of its own over an [N, O] matrix (add_bias, gelu, add,
-// gelu_backward, bias_backward). Where the option is off, or cuBLASLt has no algorithm for a shape, the
+//   backward weights dW = dy^T x, a plain GEMM, and db = the sum of dy's rows by the bias kernel: cuBLASLt's
+//                   bias-gradient epilogue (BGRADB) made the weight GEMMs of a gpt2-large block 0.31 ms
+//                   slower, more than the kernel's pass over dy costs (gpt2-large 0.9% faster without it,
+//                   gpt2 0.15% slower; bench/results/gpt2-gemm-choice).
+// Each of the others would be a pass of its own over an [N, O] matrix (add_bias, gelu, add,
+// gelu_backward). Where the option is off, or cuBLASLt has no algorithm for a shape, the
 // ops are composed from the single kernels (Backend's defaults), with the same results up to rounding.
 // With FP8 scaling the ops run on FP8 GEMMs instead (dense_fp8.cc).
 #include "backend/cuda/cuda_common.h"
@@ -115,12 +116,6 @@ void CudaBackend::dense_backward_weights(const Tensor& dy, const Tensor& x, Accu
   if (fp8 && d.rows > 0) {
     dense_backward_weights_fp8(dy, x, accumulate, dw, db, *fp8);
     return;
-  }
-  if (options_.dense_epilogues && accumulate == Accumulate::overwrite && d.rows > 0) {
-    LtGemm g;
-    g.ta = Transpose::yes, g.tb = Transpose::no, g.m = d.out, g.n = d.in, g.k = d.rows, g.dtype = x.dtype();
-    g.a = dy.data(), g.b = x.data(), g.c = dw.data(), g.epilogue = LtEpilogue::bias_grad, g.bias = db.data();
-    if (lt_->run(g, allow_tf32(), stream_)) return;
   }
   Backend::dense_backward_weights(dy, x, accumulate, dw, db);
 }

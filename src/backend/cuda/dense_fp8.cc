@@ -267,8 +267,8 @@ void CudaBackend::dense_backward(const Tensor& dy, const Tensor& x, const Tensor
   uint8_t *dyt_codes = dy_codes + dy_bytes, *xt_codes = dyt_codes + dy_bytes,
           *wt_codes = xt_codes + code_bytes(d.in, d.rows);
   auto* bias_partials = reinterpret_cast<float*>(wt_codes + code_bytes(d.in, d.out));
-  // dy's codes in both layouts and, in the same pass, its column sums: the bias gradient's, which the
-  // BF16 path has its GEMM's epilogue make (BGRADB) and FP8 would otherwise read dy once more for. Where
+  // dy's codes in both layouts and, in the same pass, its column sums: the bias gradient's, for which the
+  // BF16 path's bias kernel reads dy once more. Where
   // y went through GELU, the pass takes GELU's gradient on its way (dy stays as it was).
   Fp8Prologue prologue;
   if (g.output_act == DenseActivation::gelu)

@@ -38,8 +38,6 @@ cublasLtEpilogue_t lt_epilogue(LtEpilogue e) {
       return CUBLASLT_EPILOGUE_GELU_AUX_BIAS;
     case LtEpilogue::dgelu:
       return CUBLASLT_EPILOGUE_DGELU;
-    case LtEpilogue::bias_grad:
-      return CUBLASLT_EPILOGUE_BGRADB;  // the column-major call's B is the row-major a
   }
   return CUBLASLT_EPILOGUE_DEFAULT;
 }

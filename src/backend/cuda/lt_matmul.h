@@ -1,6 +1,6 @@
-// GEMMs on cuBLASLt with an epilogue: the bias, GELU and its gradient, the bias's gradient and a residual
-// applied by the GEMM's kernel as it writes its result, instead of by a pass of its own over the result
-// (llm.c's and Transformer Engine's way of running a transformer's dense layers).
+// GEMMs on cuBLASLt with an epilogue: the bias, GELU and its gradient and a residual applied by the GEMM's
+// kernel as it writes its result, instead of by a pass of its own over the result (llm.c's and Transformer
+// Engine's way of running a transformer's dense layers).
 //
 // Row-major, like Backend::gemm: c[m, n] = op(a)[m, k] op(b)[k, n] (+ beta c_in, where c_in is c itself or
 // another [m, n] matrix: a residual). cuBLASLt is column-major; a row-major matrix is the column-major one
@@ -36,7 +36,6 @@ enum class LtEpilogue : uint8_t {
   bias,       // c = ab + bias[n] (before beta c_in is added: cuBLASLt adds the bias to alpha ab + beta c)
   bias_gelu,  // aux = ab + bias[n]; c = gelu(aux) (GPT-2's tanh form)
   dgelu,      // c = ab * gelu'(aux)
-  bias_grad,  // c = ab; bias[m] = the sum over k of op(a)[m, :] (a dense layer's weight gradient)
 };
 
 struct LtGemm {
@@ -49,7 +48,7 @@ struct LtGemm {
   const void* c_in = nullptr;  // read where beta != 0: c itself, or another [m, n]
   void* c = nullptr;
   LtEpilogue epilogue = LtEpilogue::none;
-  void* bias = nullptr;  // [n] (bias, bias_gelu) or [m] (bias_grad), c's dtype
+  void* bias = nullptr;  // [n] (bias, bias_gelu), c's dtype
   void* aux = nullptr;   // [m, n] row-major, c's dtype (bias_gelu writes it, dgelu reads it)
   // FP8 operands: a and b hold E4M3 or E5M2 codes (not both E5M2), each times its dequantizing scale (a
   // float in device memory) its values; `dtype` is then c's (and c_in's, the bias's and aux's), BF16 or
