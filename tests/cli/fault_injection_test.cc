@@ -164,9 +164,15 @@ TEST(FullDisk, ExportAndPackLeaveNothingAndTheRerunWorks) {
 }
 
 // Runs `command` in the background and kills it with `signal` after `delay_ms`; returns its exit status.
+// With job control on (set -m): a script's background command otherwise starts with SIGINT ignored, and a
+// SIGINT that lands before dlbench installs its handler (its shared libraries still loading, on a loaded
+// machine) was lost, the run going on until the timeout (CI saw status 0 after 120 s). So the signal ends
+// the command whenever it lands: by dlbench's handler, or before it by the default action, both with
+// 128 + the signal and before anything was written.
 int kill_after(const std::string& command, const char* signal, int delay_ms) {
   const fs::path script = temp_dir("kill_after") / "run.sh";
-  std::ofstream(script) << command << " > /dev/null 2>&1 &\npid=$!\nsleep " << delay_ms / 1000.0 << "\nkill -"
+  std::ofstream(script) << "set -m\n"
+                        << command << " > /dev/null 2>&1 &\npid=$!\nsleep " << delay_ms / 1000.0 << "\nkill -"
                         << signal << " $pid\nwait $pid\necho $?\n";
   const CommandResult r = run_shell("bash " + script.string(), 120);
   fs::remove_all(script.parent_path());
