@@ -18,7 +18,6 @@
 // bias_backward, which the BF16 dense layers run after their weight GEMMs.
 //
 //   cuda_kernel_lab [--reps N] [--melems M] [--only gpt]
-#include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
 #include <algorithm>

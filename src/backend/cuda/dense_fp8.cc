@@ -268,8 +268,8 @@ void CudaBackend::dense_backward(const Tensor& dy, const Tensor& x, const Tensor
           *wt_codes = xt_codes + code_bytes(d.in, d.rows);
   auto* bias_partials = reinterpret_cast<float*>(wt_codes + code_bytes(d.in, d.out));
   // dy's codes in both layouts and, in the same pass, its column sums: the bias gradient's, for which the
-  // BF16 path's bias kernel reads dy once more. Where
-  // y went through GELU, the pass takes GELU's gradient on its way (dy stays as it was).
+  // BF16 path's bias kernel reads dy once more. Where y went through GELU, the pass takes GELU's gradient
+  // on its way (dy stays as it was).
   Fp8Prologue prologue;
   if (g.output_act == DenseActivation::gelu)
     prologue.kind = Fp8Prologue::Kind::gelu_gradient, prologue.gelu_input = g.output->data();
