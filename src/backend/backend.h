@@ -224,6 +224,11 @@ struct Fp8DenseScaling {
   const float* scale = nullptr;          // [3]
   const float* inverse_scale = nullptr;  // [3 * kFp8InverseScaleStride]
   float* amax = nullptr;                 // [3], or null
+  // x^T's E4M3 codes [I, N], kept from the forward for the backward's weight GEMM, or null. Where given,
+  // the forward's pass that quantizes x writes them too, and the backward reads them instead of
+  // quantizing x again: the same codes, since the scales change only at the step's end. Only a backend
+  // whose GEMMs run in FP8 (runs_fp8_gemms) touches them.
+  uint8_t* input_codes_transposed = nullptr;
   const float* inverse_scale_of(Fp8Operand operand) const {
     return inverse_scale + operand * kFp8InverseScaleStride;
   }
@@ -574,6 +579,9 @@ class Backend : public StreamClock {
                               const Fp8DenseScaling* fp8 = nullptr);
 
   // ---- FP8 (delayed scaling) ----
+  // Whether the dense ops' FP8 GEMMs multiply FP8 codes (and so can use codes kept from the forward,
+  // Fp8DenseScaling::input_codes_transposed); false where they are BF16 GEMMs of round-tripped operands.
+  virtual bool runs_fp8_gemms() const { return false; }
   // y = fp8(x * *scale) / *scale in y's dtype (x's shape, f32/f16/bf16): x rounded to `format`'s nearest
   // value (ties to even, saturating; core/fp8), its largest |x| folded into *amax where amax is not null.
   // The default runs on the host (CPU backends); scale and amax are in the backend's memory.

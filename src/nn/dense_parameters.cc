@@ -35,7 +35,21 @@ namespace dlbench {
 
 std::optional<Fp8DenseScaling> DenseParameters::fp8(bool count_amax) const {
   if (!fp8_scaling_) return std::nullopt;
-  return fp8_scaling_->dense(fp8_first_, count_amax);
+  Fp8DenseScaling scaling = fp8_scaling_->dense(fp8_first_, count_amax);
+  if (input_codes_t_.numel() > 0)
+    scaling.input_codes_transposed = static_cast<uint8_t*>(input_codes_t_.data());
+  return scaling;
+}
+
+void DenseParameters::keep_input_codes(Network& net, int64_t rows) {
+  if (!fp8_scaling_ || !net.backend().runs_fp8_gemms() || net.options().recompute) return;
+  const int64_t words = (rows * in_features + 3) / 4;  // one byte a code
+  input_codes_t_ = Tensor(nullptr, {words}, DType::i32, Layout::nchw, net.backend().device());
+}
+
+std::vector<SavedValue> DenseParameters::kept_codes(const std::string& layer_name) {
+  if (input_codes_t_.numel() == 0) return {};
+  return {{layer_name + ".input_codes_t", &input_codes_t_}};
 }
 
 }  // namespace dlbench

@@ -5,6 +5,8 @@
 // With a residual (the fusion pass's, where the backend adds it in the GEMM: Fusion::dense_residual),
 // y = x W^T + b + r, in the place and into the output of the residual add it replaces; backward hands dy
 // to r's gradient as that add would.
+// In FP8 the codes of x^T are kept from the forward for the backward's weight GEMM where the backend runs
+// FP8 GEMMs (DenseParameters::keep_input_codes), a value the layer saves.
 #pragma once
 
 #include "nn/dense_parameters.h"
@@ -25,6 +27,7 @@ class LinearLayer final : public Layer {
   bool can_accumulate_input_grad(int) const override { return true; }
   bool backward_reads_input(int index) const override { return index == 0; }  // never the residual
   bool backward_reads_output() const override { return false; }  // dW, db and dx need x, dy and W only
+  std::vector<SavedValue> saved_values() override { return params_.kept_codes(name_); }
   int64_t forward_macs() const override { return batch_ * params_.in_features * params_.out_features; }
 
   DenseGeometry geometry() const;

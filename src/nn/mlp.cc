@@ -17,6 +17,8 @@ MlpLayer::MlpLayer(Network& net, std::string name, const LinearLayer& fc, const 
       fc_(net, input.value.numel() / rows_, fc.out_features(), fc.normal_std()),
       proj_(net, fc.out_features(), proj.out_features(), proj.normal_std()),
       fp8_(fc_.in_fp8()) {
+  fc_.keep_input_codes(net, rows_);
+  proj_.keep_input_codes(net, rows_);
   DLB_CHECK(output.value.numel() == rows_ * proj_.out_features, "{}: output {} is not [{}, {}]", name_,
             output.value.describe(), rows_, proj_.out_features);
   if (residual) {
@@ -34,8 +36,11 @@ MlpLayer::MlpLayer(Network& net, std::string name, const LinearLayer& fc, const 
 }
 
 std::vector<SavedValue> MlpLayer::saved_values() {
-  if (fp8_) return {{fc_name_ + ".out", &pre_}};  // g = gelu(h) is never stored
-  return {{fc_name_ + ".out", &pre_}, {name_ + ".gelu.out", &hidden_}};
+  if (!fp8_) return {{fc_name_ + ".out", &pre_}, {name_ + ".gelu.out", &hidden_}};
+  std::vector<SavedValue> saved = {{fc_name_ + ".out", &pre_}};  // g = gelu(h) is never stored
+  for (SavedValue& codes : fc_.kept_codes(fc_name_)) saved.push_back(codes);
+  for (SavedValue& codes : proj_.kept_codes(proj_name_)) saved.push_back(codes);
+  return saved;
 }
 
 int64_t MlpLayer::forward_macs() const {

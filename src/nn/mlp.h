@@ -7,7 +7,8 @@
 // that quantize c_proj's input and c_fc's output gradient: g is never stored (FP8 GEMMs with GELU's
 // epilogues ran far below their plain rate). The parameters are the two layers' under their names
 // (`<fc>.weight`, ...); h and g (in FP8 h alone) are saved for the backward (Layer::saved_values), dh is
-// the backward's scratch (Layer::backward_scratch).
+// the backward's scratch (Layer::backward_scratch). In FP8 on a backend whose GEMMs run in FP8, each
+// dense's input codes x^T (c_proj's: gelu(h)'s) are saved too (DenseParameters::keep_input_codes).
 #pragma once
 
 #include "nn/dense_parameters.h"
@@ -32,7 +33,7 @@ class MlpLayer final : public Layer {
   bool backward_reads_output() const override { return false; }
   std::vector<SavedValue> saved_values() override;
   std::vector<SavedValue> backward_scratch() override { return {{name_ + ".dh", &pre_grad_}}; }
-  void recompute_saved_values() override;  // h and g (FP8: h): c_fc's GEMM alone
+  void recompute_saved_values() override;  // h and g (FP8: h): c_fc's GEMM alone (no codes are kept then)
   int64_t forward_macs() const override;
 
   Activation* residual() const { return inputs_.size() > 1 ? inputs_[1] : nullptr; }

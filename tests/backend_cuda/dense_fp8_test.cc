@@ -311,6 +311,76 @@ INSTANTIATE_TEST_SUITE_P(EpiloguesAndAccumulation, DenseFp8Test,
                                   "_fast_accumulation_" + fp8_fast_accumulation_name(std::get<1>(info.param));
                          });
 
+// x^T's codes kept from the forward (Fp8DenseScaling::input_codes_transposed, as an FP8 network's dense
+// layers keep them) give the backward the bits of quantizing x again, also where GELU is taken into x on
+// the way (the MLP's c_proj): the forward writes them, and the backward reads them, for zeroed codes
+// change dw (where FP8 GEMMs run: not at 37 rows).
+TEST(DenseFp8KeptCodes, GiveTheBackwardTheBitsOfQuantizingXAgain) {
+  if (cuda_device_count() == 0) GTEST_SKIP() << "no CUDA GPU: cuda_device_count() == 0";
+  Backend& gpu = shared_gpu();
+  std::unique_ptr<Backend> ref = make_reference_backend();
+  const DType dtype = DType::bf16;
+  for (const Fp8Case& c : kFp8Cases) {
+    for (const DenseActivation input_act : {DenseActivation::none, DenseActivation::gelu}) {
+      const std::string where = fmt::format("N={} I={} O={}{}", c.rows, c.in, c.out,
+                                            input_act == DenseActivation::gelu ? ", GELU into x" : "");
+      SCOPED_TRACE(where);
+      const HostBuffer x = random_host(*ref, {c.rows, c.in}, dtype, 91, Layout::nchw, -3, 3),
+                       w = random_host(*ref, {c.out, c.in}, dtype, 92, Layout::nchw, -0.2, 0.2),
+                       b = random_host(*ref, {c.out}, dtype, 93),
+                       dy = random_host(*ref, {c.rows, c.out}, dtype, 94),
+                       dw0 = random_host(*ref, {c.out, c.in}, dtype, 95),
+                       db0 = random_host(*ref, {c.out}, dtype, 96),
+                       dx0 = random_host(*ref, {c.rows, c.in}, dtype, 97);
+      DeviceTensor d_x(gpu, x), d_w(gpu, w), d_b(gpu, b), d_dy(gpu, dy);
+      DeviceTensor codes(gpu, {(c.rows * c.in + 3) / 4}, DType::i32);
+      // A forward, then the whole backward (GEMMs added into dw and dx) and the weights' op alone.
+      struct Run {
+        Run(Backend& gpu, const HostBuffer& dw0, const HostBuffer& db0, const HostBuffer& dx0, int64_t rows,
+            int64_t out)
+            : fused(gpu, dw0, db0, dx0),
+              alone_dw(gpu, dw0),
+              alone_db(gpu, db0),
+              y(gpu, {rows, out}, DType::bf16) {}
+        GeluRun fused;
+        DeviceTensor alone_dw, alone_db, y;
+      };
+      auto run = [&](Run& r, uint8_t* kept, bool poison) {
+        Fp8DenseScaling s = r.fused.scaling.scaling();
+        s.input_codes_transposed = kept;
+        gpu.dense_forward(d_x.tensor(), d_w.tensor(), d_b.tensor(), DenseActivation::none, nullptr,
+                          r.y.tensor(), nullptr, &s, input_act);
+        if (poison) codes.upload(HostBuffer(codes.tensor().dims(), DType::i32));
+        Backend::DenseGradients g = r.fused.gradients();
+        g.input_act = input_act;
+        gpu.dense_backward(d_dy.tensor(), d_x.tensor(), d_w.tensor(), g, &s);
+        if (input_act == DenseActivation::none)
+          gpu.dense_backward_weights(d_dy.tensor(), d_x.tensor(), Accumulate::add, r.alone_dw.tensor(),
+                                     r.alone_db.tensor(), &s);
+      };
+      Run again(gpu, dw0, db0, dx0, c.rows, c.out), kept(gpu, dw0, db0, dx0, c.rows, c.out),
+          poisoned(gpu, dw0, db0, dx0, c.rows, c.out);
+      auto* kept_codes = static_cast<uint8_t*>(codes.tensor().data());
+      run(again, nullptr, false);
+      run(kept, kept_codes, false);
+      run(poisoned, kept_codes, true);
+      EXPECT_TRUE(same_bits(kept.y.download(), again.y.download())) << "y";
+      expect_same_bits(kept.fused, again.fused, "(dense_backward)");
+      if (input_act == DenseActivation::none)
+        EXPECT_TRUE(same_bits(kept.alone_dw.download(), again.alone_dw.download())) << "dw (weights alone)";
+      if (c.rows % 16 == 0) {  // else no FP8 GEMM runs, and the weight gradient takes x's round trip
+        if (input_act == DenseActivation::none)
+          EXPECT_FALSE(same_bits(poisoned.alone_dw.download(), again.alone_dw.download()))
+              << "dense_backward_weights did not read the kept codes";
+        EXPECT_FALSE(same_bits(poisoned.fused.dw.download(), again.fused.dw.download()))
+            << "dense_backward did not read the kept codes";
+      }
+      EXPECT_TRUE(same_bits(poisoned.fused.dx.download(), again.fused.dx.download()))
+          << "the data gradient needs no x";
+    }
+  }
+}
+
 // The step end on the GPU follows the host's rule: histories, scales and inverses equal to the bit.
 TEST(Fp8ScalesOnTheGpu, UpdateMatchesTheHost) {
   if (cuda_device_count() == 0) GTEST_SKIP() << "no CUDA GPU: cuda_device_count() == 0";

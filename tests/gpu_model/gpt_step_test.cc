@@ -4,7 +4,8 @@
 // and every parameter's gradient must agree. A transformer at initialisation has no batch norm to make
 // its gradients ill-conditioned (see resnet50_step_test.cc), so a plain bound holds: 1e-4 relative per
 // tensor, where the GPU's GELU, attention and sums differ from the CPU's in the last bits only. And the
-// FP8 MLP's step against its separate layers' (below).
+// FP8 MLP's step against its separate layers', and with its dense layers' input codes kept from the
+// forward against without (below).
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -19,6 +20,7 @@
 #include "backend/backend.h"
 #include "gpt_test_util.h"
 #include "models/gpt.h"
+#include "nn/memory_plan.h"
 #ifdef DLBENCH_WITH_CUDA
 #include "backend/cuda/cuda_backend.h"
 #endif
@@ -108,17 +110,20 @@ TEST(GpuGptModel, MiniStepMatchesOneDnnFusedAndNot) {
 }
 
 // gpt-mini's step in BF16 with FP8 dense layers, the MLP fused into one layer or not (the projections'
-// residual adds fused either way): its loss, the raw bytes of its gradients and its layers' kinds.
+// residual adds fused either way), its blocks recomputed or not: its loss, the raw bytes of its
+// gradients, its layers' kinds and how many dense layers kept their input codes for the backward.
 struct Fp8Step {
   float loss = 0;
   std::vector<uint8_t> gradient_bytes;
   std::vector<std::string> kinds;
+  int kept_codes = 0;
 };
 
-Fp8Step fp8_step(Backend& backend, bool fuse_mlp, bool fp8 = true) {
+Fp8Step fp8_step(Backend& backend, bool fuse_mlp, bool fp8 = true, bool recompute = false) {
   NetworkOptions options;
   options.batch = 4;
   options.dtype = DType::bf16;
+  options.recompute = recompute;
   if (fp8) options.fp8 = Fp8Recipe{};
   options.fusions.dense_gelu_dense = fuse_mlp;
   options.fusions.dense_residual = true;
@@ -129,6 +134,8 @@ Fp8Step fp8_step(Backend& backend, bool fuse_mlp, bool fp8 = true) {
   s.gradient_bytes.resize(grads.bytes());
   backend.copy_to_host(s.gradient_bytes.data(), grads.data(), grads.bytes());
   for (const auto& layer : model.net->layers()) s.kinds.push_back(layer->kind());
+  for (const Placement& p : model.net->memory().placements())
+    if (p.name.ends_with(".input_codes_t")) ++s.kept_codes;
   return s;
 }
 
@@ -152,6 +159,27 @@ TEST(GpuGptModel, Fp8MlpTakingGeluOnTheWayIsTheSeparateLayersStepToTheBit) {
   EXPECT_TRUE(fused.gradient_bytes == layers.gradient_bytes) << "the fused FP8 MLP's gradients differ";
   EXPECT_NE(fused.loss, bf16.loss) << "the FP8 step equals the BF16 one: nothing ran in FP8";
   EXPECT_NEAR(fused.loss, bf16.loss, 0.02 * std::fabs(bf16.loss));
+#endif
+}
+
+// The dense layers keep x^T's FP8 codes from the forward for the backward's weight GEMM, except under
+// --recompute, where the backward quantizes x again: the same codes, so the same step to the bit.
+TEST(GpuGptModel, Fp8InputCodesKeptFromTheForwardAreTheBackwardsToTheBit) {
+#ifndef DLBENCH_WITH_CUDA
+  GTEST_SKIP() << "built without CUDA";
+#else
+  if (cuda_device_count() == 0) GTEST_SKIP() << "no CUDA GPU: the FP8 kept-codes step check needs one";
+  auto gpu = make_cuda_backend(0);
+  for (const bool fuse_mlp : {true, false}) {
+    SCOPED_TRACE(fuse_mlp ? "MLP fused" : "MLP as layers");
+    const Fp8Step kept = fp8_step(*gpu, fuse_mlp), quantized_again = fp8_step(*gpu, fuse_mlp, true, true);
+    EXPECT_EQ(kept.kept_codes, 16);  // 4 blocks of 4 dense layers
+    EXPECT_EQ(quantized_again.kept_codes, 0);
+    EXPECT_EQ(kept.loss, quantized_again.loss);
+    ASSERT_EQ(kept.gradient_bytes.size(), quantized_again.gradient_bytes.size());
+    EXPECT_TRUE(kept.gradient_bytes == quantized_again.gradient_bytes)
+        << "the step with kept codes differs from the one that quantizes x again";
+  }
 #endif
 }
 

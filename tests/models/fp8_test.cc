@@ -6,7 +6,9 @@
 //   * the step's end moves the amaxes into the histories and makes power-of-two scales;
 //   * gpt-mini in FP8: every dense layer's three operands are counted; an inference pass counts nothing;
 //     recomputed blocks and fused dense layers compute the same step to the bit; the step differs from
-//     the unquantized one, but not by much.
+//     the unquantized one, but not by much;
+//   * on a backend whose GEMMs run in FP8, every dense layer keeps its input's codes from the forward
+//     for the backward (one byte an element), except under --recompute, and the step is the same.
 #include "core/fp8.h"
 
 #include <gtest/gtest.h>
@@ -18,10 +20,12 @@
 #include <vector>
 
 #include "backend/backend.h"
+#include "backend/reference/reference_backend.h"
 #include "core/status.h"
 #include "gpt_test_util.h"
 #include "models/gpt.h"
 #include "nn/fp8_scaling.h"
+#include "nn/memory_plan.h"
 #include "nn/network.h"
 
 namespace dlbench {
@@ -179,6 +183,56 @@ TEST(Fp8Gpt, RecomputedAndFusedLayersComputeTheSameStep) {
               0);
     EXPECT_EQ(s->scales, kept.scales);
   }
+}
+
+// The reference backend, saying that its GEMMs run in FP8: layers then keep their input codes for it
+// (which its round-trip ops ignore).
+class Fp8GemmReference final : public ReferenceBackend {
+ public:
+  bool runs_fp8_gemms() const override { return true; }
+};
+
+// The names of the network's planned values that end in `suffix`, with their bytes.
+std::vector<std::pair<std::string, size_t>> planned(Network& net, const std::string& suffix) {
+  std::vector<std::pair<std::string, size_t>> found;
+  for (const Placement& p : net.memory().placements())
+    if (p.name.size() > suffix.size() && p.name.ends_with(suffix)) found.emplace_back(p.name, p.bytes);
+  return found;
+}
+
+TEST(Fp8Gpt, LayersKeepTheirInputCodesWhereFp8GemmsRunExceptUnderRecompute) {
+  Fp8GemmReference fp8_gemms;
+  auto reference = make_reference_backend();
+  for (bool fuse : {false, true}) {
+    SCOPED_TRACE(fuse ? "fused" : "separate layers");
+    // gpt-mini (d 128, batch 2 x 32 tokens): 4 blocks of c_attn, attn.c_proj, mlp.c_fc (in 128) and
+    // mlp.c_proj (in 512), each keeping x^T's codes, one byte an element.
+    auto count_codes = [&](Backend& backend, bool recompute) {
+      NetworkOptions options;
+      options.batch = 2;
+      options.recompute = recompute;
+      options.fusions.dense_gelu_dense = fuse;
+      options.fusions.dense_residual = fuse;
+      options.fp8 = Fp8Recipe{};
+      Model model = build_gpt("gpt-mini", backend, options, 32);
+      model.net->finalize(7);
+      return planned(*model.net, ".input_codes_t");
+    };
+    const auto kept = count_codes(fp8_gemms, false);
+    ASSERT_EQ(kept.size(), 16u);
+    for (const auto& [name, bytes] : kept) {
+      const size_t in = name.find("mlp.c_proj") != std::string::npos ? 512 : 128;
+      EXPECT_EQ(bytes, 2 * 32 * in) << name;
+    }
+    EXPECT_TRUE(count_codes(fp8_gemms, true).empty()) << "kept under --recompute";
+    EXPECT_TRUE(count_codes(*reference, false).empty()) << "kept where no FP8 GEMM runs";
+  }
+  // The codes change nothing the round-trip ops compute.
+  const Fp8Step keeping = mini_step(fp8_gemms, true, false, true),
+                plain = mini_step(*reference, true, false, true);
+  EXPECT_EQ(keeping.loss, plain.loss);
+  EXPECT_EQ(keeping.gradients, plain.gradients);
+  EXPECT_EQ(keeping.scales, plain.scales);
 }
 
 // gpt-mini in FP8 with `recipe` (batch 2, sequence 32, seed 7's weights) on fixed tokens.

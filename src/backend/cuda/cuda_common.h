@@ -265,6 +265,7 @@ class CudaBackend final : public Backend {
                               Tensor& db, const Fp8DenseScaling* fp8 = nullptr) override;
   void dense_backward(const Tensor& dy, const Tensor& x, const Tensor& w, const DenseGradients& g,
                       const Fp8DenseScaling* fp8 = nullptr) override;
+  bool runs_fp8_gemms() const override { return true; }
   void fp8_round_trip(const Tensor& x, Fp8Format format, const float* scale, float* amax, Tensor& y) override;
   void update_fp8_scales(const Fp8ScalingState& state) override;
 

@@ -15,7 +15,9 @@
 // gradient is GELU's (output_act: the MLP's c_fc), the pass that quantizes dy takes GELU's gradient.
 // The GEMMs accumulate as cuBLASLt does by default (partial sums promoted to FP32 at intervals), or with
 // its fast accumulation where --fp8-fast-accumulation says (the forward's, or all). The codes live in the
-// backend's scratch, used by one op at a time. Where cuBLASLt has no FP8 algorithm
+// backend's scratch, used by one op at a time, except x^T's where the layer keeps them from the forward
+// (Fp8DenseScaling::input_codes_transposed): the forward's pass over x writes them beside x's, and the
+// backward's weight GEMM reads them instead of a second pass over x. Where cuBLASLt has no FP8 algorithm
 // with an epilogue, the plain FP8 GEMM runs and the epilogue's single kernels follow; where it has none
 // at all (a dimension FP8 GEMMs cannot take, not a multiple of 16), the operands' round trips through
 // FP8, exact in BF16, go into the scratch and the op runs as without FP8: the same products, summed by a
@@ -83,6 +85,16 @@ Fp8Prologue gelu_on_the_way(DenseActivation input_act) {
   return p;
 }
 
+// x^T's codes for the backward's weight GEMM: those the forward kept, or quantized now into `codes` (x's
+// amax was taken by the forward), GELU on the way where x is GELU's input.
+const uint8_t* transposed_input_codes(const Tensor& x, const Fp8Dims& d, const Fp8DenseScaling& fp8,
+                                      DenseActivation input_act, uint8_t* codes, cudaStream_t stream) {
+  if (fp8.input_codes_transposed) return fp8.input_codes_transposed;
+  quantize_fp8(x.data(), x.dtype(), d.rows, d.in, Fp8Format::e4m3, fp8.scale + kFp8X, nullptr, codes, nullptr,
+               stream, gelu_on_the_way(input_act));
+  return codes;
+}
+
 // A tensor of t's shape and dtype at `at`.
 Tensor like(const Tensor& t, void* at) { return Tensor(at, t.dims(), t.dtype(), t.layout(), t.device()); }
 
@@ -136,9 +148,10 @@ void CudaBackend::dense_forward_fp8(const Tensor& x, const Tensor& w, const Tens
   const Fp8Dims d = check_fp8_dense(op, x, w);
   auto* x_codes = static_cast<uint8_t*>(scratch(code_bytes(d.rows, d.in) + code_bytes(d.out, d.in), op));
   uint8_t* w_codes = x_codes + code_bytes(d.rows, d.in);
-  // x's codes; where x is GELU's input, gelu(x)'s, GELU taken on the way (gelu(x) is never stored).
-  quantize_fp8(x.data(), x.dtype(), d.rows, d.in, Fp8Format::e4m3, fp8.scale + kFp8X, x_codes, nullptr,
-               operand_amax(fp8, kFp8X), stream_, gelu_on_the_way(input_act));
+  // x's codes, and x^T's where the layer keeps them for its backward; where x is GELU's input, gelu(x)'s,
+  // GELU taken on the way (gelu(x) is never stored).
+  quantize_fp8(x.data(), x.dtype(), d.rows, d.in, Fp8Format::e4m3, fp8.scale + kFp8X, x_codes,
+               fp8.input_codes_transposed, operand_amax(fp8, kFp8X), stream_, gelu_on_the_way(input_act));
   quantize_fp8(w.data(), w.dtype(), d.out, d.in, Fp8Format::e4m3, fp8.scale + kFp8W, w_codes, nullptr,
                operand_amax(fp8, kFp8W), stream_);
   Tensor& out = act == DenseActivation::gelu ? *pre : y;
@@ -226,10 +239,8 @@ void CudaBackend::dense_backward_weights_fp8(const Tensor& dy, const Tensor& x, 
   uint8_t* xt_codes = dyt_codes + code_bytes(d.out, d.rows);
   quantize_fp8(dy.data(), dy.dtype(), d.rows, d.out, Fp8Format::e5m2, fp8.scale + kFp8Dy, nullptr, dyt_codes,
                operand_amax(fp8, kFp8Dy), stream_);
-  // x's amax was taken by the forward.
-  quantize_fp8(x.data(), x.dtype(), d.rows, d.in, Fp8Format::e4m3, fp8.scale + kFp8X, nullptr, xt_codes,
-               nullptr, stream_);
-  if (!weight_gemm_fp8(dyt_codes, xt_codes, d.rows, d.in, d.out, accumulate, dw, fp8)) {
+  const uint8_t* xt = transposed_input_codes(x, d, fp8, DenseActivation::none, xt_codes, stream_);
+  if (!weight_gemm_fp8(dyt_codes, xt, d.rows, d.in, d.out, accumulate, dw, fp8)) {
     note_fp8_in_bf16(op, d.rows, d.in, d.out);
     const auto [dy8, x8] =
         fp8_round_trips(dy, Fp8Format::e5m2, fp8.scale + kFp8Dy, x, Fp8Format::e4m3, fp8.scale + kFp8X, op);
@@ -276,9 +287,8 @@ void CudaBackend::dense_backward(const Tensor& dy, const Tensor& x, const Tensor
   const int64_t partial_rows = quantize_fp8_summing_columns(
       dy.data(), dy.dtype(), d.rows, d.out, Fp8Format::e5m2, fp8->scale + kFp8Dy, dy_codes, dyt_codes,
       operand_amax(*fp8, kFp8Dy), bias_partials, stream_, prologue);
-  quantize_fp8(x.data(), x.dtype(), d.rows, d.in, Fp8Format::e4m3, fp8->scale + kFp8X, nullptr, xt_codes,
-               nullptr, stream_, gelu_on_the_way(g.input_act));
-  if (!weight_gemm_fp8(dyt_codes, xt_codes, d.rows, d.in, d.out, g.params, *g.dw, *fp8)) {
+  const uint8_t* xt = transposed_input_codes(x, d, *fp8, g.input_act, xt_codes, stream_);
+  if (!weight_gemm_fp8(dyt_codes, xt, d.rows, d.in, d.out, g.params, *g.dw, *fp8)) {
     // The separate ops, each with its own way round.
     Backend::dense_backward(dy, g.input_act == DenseActivation::gelu ? gelu_of(x, op) : x, w, of_input, fp8);
     return;
