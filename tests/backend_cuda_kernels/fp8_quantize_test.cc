@@ -36,10 +36,10 @@ struct Shape {
 TEST_F(CudaFp8Quantize, CodesMatchTheHostConversionAndTheTransposeAndAmaxFollow) {
   for (DType dtype : {DType::f32, DType::f16, DType::bf16}) {
     for (Fp8Format format : {Fp8Format::e4m3, Fp8Format::e5m2}) {
-      // Shapes of the generic kernel (a dimension not a multiple of 4) and of the wide one (whole 64 x 64
-      // tiles and partial ones).
+      // Shapes of the generic kernel (rows not a multiple of 4, or columns not of 8) and of the wide one
+      // (whole 64 x 128 tiles and partial ones).
       for (Shape s : {Shape{1, 1}, Shape{33, 70}, Shape{200, 7}, Shape{32, 32}, Shape{100, 36},
-                      Shape{260, 132}, Shape{768, 2304}}) {
+                      Shape{260, 132}, Shape{100, 40}, Shape{260, 264}, Shape{768, 2304}}) {
         const int64_t n = s.rows * s.cols;
         SCOPED_TRACE(std::string(dtype_name(dtype)) + " " + fp8_format_name(format) + " " +
                      std::to_string(s.rows) + "x" + std::to_string(s.cols));
@@ -110,7 +110,8 @@ TEST_F(CudaFp8Quantize, OptionalOutputsAndAnEarlierLargerAmax) {
 // kernels; the same bits on a second run (no atomics).
 TEST_F(CudaFp8Quantize, ColumnSumsInTheSamePassMatchTheHost) {
   for (DType sums_dtype : {DType::f32, DType::bf16}) {
-    for (Shape s : {Shape{37, 70}, Shape{200, 7}, Shape{64, 96}, Shape{260, 132}, Shape{1024, 768}}) {
+    for (Shape s :
+         {Shape{37, 70}, Shape{200, 7}, Shape{64, 96}, Shape{260, 132}, Shape{260, 136}, Shape{1024, 768}}) {
       const int64_t n = s.rows * s.cols;
       SCOPED_TRACE(std::string(dtype_name(sums_dtype)) + " sums " + std::to_string(s.rows) + "x" +
                    std::to_string(s.cols));
@@ -178,7 +179,7 @@ TEST_F(CudaFp8Quantize, ColumnSumsInTheSamePassMatchTheHost) {
 TEST_F(CudaFp8Quantize, GeluOnTheWayMatchesTheSeparatePassToTheBit) {
   for (DType dtype : {DType::f32, DType::bf16}) {
     for (const auto kind : {cuda::Fp8Prologue::Kind::gelu, cuda::Fp8Prologue::Kind::gelu_gradient}) {
-      for (Shape s : {Shape{33, 70}, Shape{64, 96}, Shape{260, 132}}) {
+      for (Shape s : {Shape{33, 70}, Shape{64, 96}, Shape{260, 132}, Shape{260, 136}}) {
         const bool gradient = kind == cuda::Fp8Prologue::Kind::gelu_gradient;
         const int64_t n = s.rows * s.cols, partial_rows = cuda::fp8_column_partial_rows(s.rows);
         SCOPED_TRACE(std::string(dtype_name(dtype)) + (gradient ? " GELU's gradient " : " GELU ") +

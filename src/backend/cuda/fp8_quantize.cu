@@ -10,8 +10,8 @@
 // scale from the history's maximum (core/fp8's fp8_scale_from_amax, the same float arithmetic), all in
 // device memory, so that a recorded step adapts its scales without the host.
 //
-// Operands whose dimensions are multiples of 4 (GPT-2's) take a kernel that moves 4 elements per access
-// (quantize_fp8_wide_kernel); the others one block per 32 x 32 tile, one element per access: read
+// Operands whose columns are multiples of 8 and rows of 4 (GPT-2's) take a kernel that moves 8 elements per
+// access (quantize_fp8_wide_kernel); the others one block per 32 x 32 tile, one element per access: read
 // coalesced along a row of x, written coalesced along a row of q and, through shared memory, along a row
 // of q_transposed. The amax is a block maximum, then one atomicMax on
 // the float's bits (the order of the maxima does not change the result: the same bits every run).
@@ -113,40 +113,57 @@ __global__ void __launch_bounds__(kTile* kTileRowsPerPass)
   }
 }
 
-// The same quantization for operands whose rows and columns are multiples of 4 (every GEMM operand of
-// GPT-2): a 64 x 64 tile per block of 256 threads, each thread reading 4 consecutive elements of a row in
-// one access (8 or 16 bytes) and writing their 4 codes as one 32-bit word, in q along the row and, through
-// shared memory, in q_transposed along a column of x (4 consecutive rows). The generic kernel above moves
-// one element per access: these operands are the step's largest passes over memory after the GEMMs.
-constexpr int kWideTile = 64, kWideThreads = 256;
-constexpr int kWideRowsPerPass = kWideThreads / (kWideTile / 4);  // 16
+// The same quantization for operands whose columns are multiples of 8 and rows of 4 (every GEMM operand of
+// GPT-2): a 64 x 128 tile per block of 256 threads. Each thread reads 8 consecutive elements of a row in
+// one access (16 bytes of BF16), its four rows' loads all issued before any is used, and writes their 8
+// codes as one 64-bit word in q. q_transposed is written through shared memory, 4 x 4 blocks of codes
+// transposed in registers (__byte_perm): one 32-bit shared read per transposed word, the tile's rows 33
+// words apart so that neither the row-wise stores nor the block-wise reads meet a bank twice. The generic
+// kernel above moves one element per access: these operands are the step's largest passes over memory
+// after the GEMMs. A 64 x 64 tile of 4 elements an access, each transposed word gathered from four byte
+// reads, ran at 67-82% of the copy rate at gpt2-large's shapes on an H100; this one at 74-94%
+// (bench/results/gpt2-fp8, the kernel lab).
+constexpr int kWideRows = 64, kWideCols = 128, kWideThreads = 256;
+constexpr int kWideGroups = kWideCols / 8;                    // 16 threads a row, 8 columns each
+constexpr int kWideRowsPerPass = kWideThreads / kWideGroups;  // 16
+constexpr int kWidePasses = kWideRows / kWideRowsPerPass;     // 4
+constexpr int kWideStrideWords = kWideCols / 4 + 1;           // 33: a row of codes and one word
 
 template <typename T>
-struct Four;  // 4 consecutive elements in one access
+struct Eight;  // 8 consecutive elements in one access
 template <>
-struct Four<float> {
-  using Access = float4;
-  static __device__ __forceinline__ void widen4(Access a, float* v) {
-    v[0] = a.x, v[1] = a.y, v[2] = a.z, v[3] = a.w;
+struct Eight<float> {
+  struct Access {
+    float4 lo, hi;
+  };
+  static __device__ __forceinline__ void widen8(const Access& a, float* v) {
+    v[0] = a.lo.x, v[1] = a.lo.y, v[2] = a.lo.z, v[3] = a.lo.w;
+    v[4] = a.hi.x, v[5] = a.hi.y, v[6] = a.hi.z, v[7] = a.hi.w;
   }
 };
-template <>
-struct Four<__half> {
-  using Access = uint2;
-  static __device__ __forceinline__ void widen4(Access a, float* v) {
-    const __half2 lo = *reinterpret_cast<const __half2*>(&a.x), hi = *reinterpret_cast<const __half2*>(&a.y);
-    v[0] = __low2float(lo), v[1] = __high2float(lo), v[2] = __low2float(hi), v[3] = __high2float(hi);
+template <typename Half2>
+struct EightHalves {
+  using Access = uint4;
+  static __device__ __forceinline__ void widen8(const Access& a, float* v) {
+    const Half2* pairs = reinterpret_cast<const Half2*>(&a);
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      const float2 f = to_float2(pairs[i]);
+      v[2 * i] = f.x, v[2 * i + 1] = f.y;
+    }
   }
+  static __device__ __forceinline__ float2 to_float2(__half2 h) { return __half22float2(h); }
+  static __device__ __forceinline__ float2 to_float2(__nv_bfloat162 h) { return __bfloat1622float2(h); }
 };
 template <>
-struct Four<__nv_bfloat16> {
-  using Access = uint2;
-  static __device__ __forceinline__ void widen4(Access a, float* v) {
-    const __nv_bfloat162 lo = *reinterpret_cast<const __nv_bfloat162*>(&a.x),
-                         hi = *reinterpret_cast<const __nv_bfloat162*>(&a.y);
-    v[0] = __low2float(lo), v[1] = __high2float(lo), v[2] = __low2float(hi), v[3] = __high2float(hi);
-  }
-};
+struct Eight<__half> : EightHalves<__half2> {};
+template <>
+struct Eight<__nv_bfloat16> : EightHalves<__nv_bfloat162> {};
+
+template <typename T>
+__device__ __forceinline__ typename Eight<T>::Access load8(const T* p) {
+  return *reinterpret_cast<const typename Eight<T>::Access*>(p);
+}
 
 template <typename T>
 __global__ void __launch_bounds__(kWideThreads)
@@ -155,60 +172,79 @@ __global__ void __launch_bounds__(kWideThreads)
                              uint8_t* __restrict__ q_transposed, float* __restrict__ amax,
                              float* __restrict__ column_partials, Fp8Prologue::Kind prologue,
                              const T* __restrict__ gelu_input) {
-  __shared__ __align__(4) uint8_t tile[kWideTile][kWideTile + 4];  // a row: 68 bytes, 4-aligned
-  __shared__ float column_sums[kWideRowsPerPass][kWideTile];
+  __shared__ uint32_t tile[kWideRows * kWideStrideWords];
+  __shared__ float column_sums[kWideRowsPerPass][kWideCols];
   const float s = *scale;
-  const int64_t row0 = int64_t(blockIdx.y) * kWideTile, col0 = int64_t(blockIdx.x) * kWideTile;
-  const int quad = threadIdx.x % (kWideTile / 4), lane_row = threadIdx.x / (kWideTile / 4);
-  float largest = 0.f, column_sum[4] = {0.f, 0.f, 0.f, 0.f};
+  const int64_t row0 = int64_t(blockIdx.y) * kWideRows, col0 = int64_t(blockIdx.x) * kWideCols;
+  const int group = threadIdx.x % kWideGroups, lane_row = threadIdx.x / kWideGroups;
+  const int64_t col = col0 + 8 * group;
+  // Every load issued before any is used: 64 bytes of BF16 in flight a thread.
+  typename Eight<T>::Access raw[kWidePasses] = {}, raw_input[kWidePasses] = {};
 #pragma unroll
-  for (int pass = 0; pass < kWideTile / kWideRowsPerPass; ++pass) {
-    const int r = pass * kWideRowsPerPass + lane_row;
-    const int64_t row = row0 + r, col = col0 + 4 * quad;
-    if (row < rows && col < cols) {  // cols is a multiple of 4: all four are in
-      float v[4];
-      Four<T>::widen4(*reinterpret_cast<const typename Four<T>::Access*>(x + row * cols + col), v);
-      if (prologue != Fp8Prologue::Kind::none) {
-        float input[4] = {0.f, 0.f, 0.f, 0.f};  // GELU's input, for its gradient
-        if (prologue == Fp8Prologue::Kind::gelu_gradient)
-          Four<T>::widen4(*reinterpret_cast<const typename Four<T>::Access*>(gelu_input + row * cols + col),
-                          input);
-#pragma unroll
-        for (int i = 0; i < 4; ++i) v[i] = after_prologue<T>(v[i], prologue, input[i]);
-      }
-      uint32_t word = 0;
-#pragma unroll
-      for (int i = 0; i < 4; ++i) {
-        largest = fmaxf(largest, fabsf(v[i]));
-        column_sum[i] += v[i];
-        word |= uint32_t(to_fp8(v[i] * s, format)) << (8 * i);
-      }
-      if (q) *reinterpret_cast<uint32_t*>(q + row * cols + col) = word;
-      *reinterpret_cast<uint32_t*>(&tile[r][4 * quad]) = word;
+  for (int pass = 0; pass < kWidePasses; ++pass) {
+    const int64_t row = row0 + pass * kWideRowsPerPass + lane_row;
+    if (row < rows && col < cols) {  // cols is a multiple of 8: all eight are in
+      raw[pass] = load8(x + row * cols + col);
+      if (prologue == Fp8Prologue::Kind::gelu_gradient)
+        raw_input[pass] = load8(gelu_input + row * cols + col);
     }
+  }
+  float largest = 0.f, column_sum[8] = {};
+#pragma unroll
+  for (int pass = 0; pass < kWidePasses; ++pass) {
+    const int r = pass * kWideRowsPerPass + lane_row;
+    const int64_t row = row0 + r;
+    uint32_t word[2] = {0, 0};  // zero codes outside x: q_transposed's writes skip them
+    if (row < rows && col < cols) {
+      float v[8], input[8] = {};
+      Eight<T>::widen8(raw[pass], v);
+      if (prologue == Fp8Prologue::Kind::gelu_gradient) Eight<T>::widen8(raw_input[pass], input);
+#pragma unroll
+      for (int i = 0; i < 8; ++i) {
+        v[i] = after_prologue<T>(v[i], prologue, input[i]);
+        largest = fmaxf(largest, fabsf(v[i]));  // fmaxf drops a NaN
+        column_sum[i] += v[i];
+        word[i / 4] |= uint32_t(to_fp8(v[i] * s, format)) << (8 * (i % 4));
+      }
+      if (q) *reinterpret_cast<uint2*>(q + row * cols + col) = make_uint2(word[0], word[1]);
+    }
+    tile[r * kWideStrideWords + 2 * group] = word[0];
+    tile[r * kWideStrideWords + 2 * group + 1] = word[1];
   }
   if (q_transposed) {
     __syncthreads();
+    // The tile's codes in 4 x 4 blocks, 16 of 4 rows by 32 of 4 columns, two a thread. A warp takes 8 row
+    // blocks of 4 column blocks: its reads of one block row fall in 32 different banks, and its writes
+    // are 32 contiguous bytes of 4 rows of q_transposed.
 #pragma unroll
-    for (int pass = 0; pass < kWideTile / kWideRowsPerPass; ++pass) {
-      const int c = pass * kWideRowsPerPass + lane_row;  // a column of the tile: a row of q_transposed
-      const int64_t t_row = col0 + c, t_col = row0 + 4 * quad;
-      if (t_row < cols && t_col < rows) {  // rows is a multiple of 4
-        const uint32_t word = uint32_t(tile[4 * quad][c]) | uint32_t(tile[4 * quad + 1][c]) << 8 |
-                              uint32_t(tile[4 * quad + 2][c]) << 16 | uint32_t(tile[4 * quad + 3][c]) << 24;
-        *reinterpret_cast<uint32_t*>(q_transposed + t_row * rows + t_col) = word;
+    for (int round = 0; round < 2; ++round) {
+      const int block = round * kWideThreads + threadIdx.x;
+      const int row_block = block % 8 + 8 * (block / kWideThreads), col_block = block % kWideThreads / 8;
+      uint32_t w[4];  // 4 rows of 4 codes
+#pragma unroll
+      for (int j = 0; j < 4; ++j) w[j] = tile[(4 * row_block + j) * kWideStrideWords + col_block];
+      const uint32_t lo01 = __byte_perm(w[0], w[1], 0x5140), hi01 = __byte_perm(w[0], w[1], 0x7362),
+                     lo23 = __byte_perm(w[2], w[3], 0x5140), hi23 = __byte_perm(w[2], w[3], 0x7362);
+      const uint32_t column[4] = {__byte_perm(lo01, lo23, 0x5410), __byte_perm(lo01, lo23, 0x7632),
+                                  __byte_perm(hi01, hi23, 0x5410), __byte_perm(hi01, hi23, 0x7632)};
+      const int64_t t_col = row0 + 4 * row_block;  // rows is a multiple of 4
+#pragma unroll
+      for (int i = 0; i < 4; ++i) {
+        const int64_t t_row = col0 + 4 * col_block + i;  // a row of q_transposed is a column of x
+        if (t_row < cols && t_col < rows)
+          *reinterpret_cast<uint32_t*>(q_transposed + t_row * rows + t_col) = column[i];
       }
     }
   }
   if (column_partials) {  // the tile's column sums, its row lanes added in a fixed order
 #pragma unroll
-    for (int i = 0; i < 4; ++i) column_sums[lane_row][4 * quad + i] = column_sum[i];
+    for (int i = 0; i < 8; ++i) column_sums[lane_row][8 * group + i] = column_sum[i];
     __syncthreads();
-    const int64_t col = col0 + threadIdx.x;
-    if (threadIdx.x < kWideTile && col < cols) {
+    const int64_t sum_col = col0 + threadIdx.x;
+    if (threadIdx.x < kWideCols && sum_col < cols) {
       float sum = column_sums[0][threadIdx.x];
       for (int lane = 1; lane < kWideRowsPerPass; ++lane) sum += column_sums[lane][threadIdx.x];
-      column_partials[int64_t(blockIdx.y) * cols + col] = sum;
+      column_partials[int64_t(blockIdx.y) * cols + sum_col] = sum;
     }
   }
   if (amax) {
@@ -362,10 +398,10 @@ int64_t launch_quantize_fp8(const T* x, int64_t rows, int64_t cols, Fp8Format fo
   const auto aligned = [](const void* p, size_t bytes) {
     return !p || reinterpret_cast<uintptr_t>(p) % bytes == 0;
   };
-  if (rows % 4 == 0 && cols % 4 == 0 && aligned(x, 4 * sizeof(T)) && aligned(gelu_input, 4 * sizeof(T)) &&
-      aligned(q, 4) && aligned(q_transposed, 4) && (rows + kWideTile - 1) / kWideTile <= 65535) {
-    const dim3 grid(static_cast<unsigned>((cols + kWideTile - 1) / kWideTile),
-                    static_cast<unsigned>((rows + kWideTile - 1) / kWideTile));
+  if (rows % 4 == 0 && cols % 8 == 0 && aligned(x, 16) && aligned(gelu_input, 16) && aligned(q, 8) &&
+      aligned(q_transposed, 4) && (rows + kWideRows - 1) / kWideRows <= 65535) {
+    const dim3 grid(static_cast<unsigned>((cols + kWideCols - 1) / kWideCols),
+                    static_cast<unsigned>((rows + kWideRows - 1) / kWideRows));
     quantize_fp8_wide_kernel<<<grid, kWideThreads, 0, stream>>>(
         x, rows, cols, format, scale, q, q_transposed, amax, column_partials, prologue.kind, gelu_input);
     DLB_KERNEL_LAUNCH_CHECK();
