@@ -15,7 +15,8 @@
 // way a dense op asks for it, and the summing of its column partials (the bias gradient). The layer norm
 // runs at gpt2-large's [16,384, 1,280], and GPT-2's loss with its gradient at 16,384 rows of 50,304.
 // The bias gradient of gpt2-large's dense outputs (16,384 rows of 3,840, 1,280 and 5,120): dlbench's
-// bias_backward, which the BF16 dense layers run after their weight GEMMs.
+// bias_backward, which the BF16 dense layers run after their weight GEMMs. AdamW's update over gpt2-large's
+// 774M parameters with BF16 copies, as a BF16 run's step ends.
 //
 //   cuda_kernel_lab [--reps N] [--melems M] [--only gpt]
 #include <cuda_runtime.h>
@@ -506,6 +507,63 @@ void lab_sgd(Lab& lab, int64_t target, bool small) {
   lab.add({"sgd_update (nesterov)", "f32", shape, err, 1e-6, us, double(total) * 20});
 }
 
+// AdamW over gpt2-large's 774M parameters as a BF16 run has them: f32 master weights, moments and
+// gradients, the update reading the BF16 gradients and writing the BF16 weights (UpdateCopies), with
+// clipping. Its bytes: 12 read and 12 written of f32 state, 2 read and 2 written of BF16 a parameter.
+// Timing only (tests/backend_cuda checks the update against the reference): how near the copy rate its
+// f64 arithmetic per element lets it run. The state is random and nonzero, as in a run: on zeroed
+// buffers (a first draft of this row) it ran at 63.5% of the copy rate on an H100, while in gpt2-large's
+// step an f32 version saved 0.24 of the 3.8 ms that figure promised: f64's division and square root
+// take slower paths on zeros.
+void lab_adamw(Lab& lab, int64_t total) {
+  // Transformer-like segments: a matrix that decays, then its bias that does not, over and over.
+  std::vector<ParamSegment> segs;
+  for (int64_t offset = 0; offset < total;) {
+    const int64_t w = std::min<int64_t>(1280 * 3840, total - offset);
+    segs.push_back({offset, w, true});
+    offset += w;
+    const int64_t b = std::min<int64_t>(3840, total - offset);
+    if (b > 0) segs.push_back({offset, b, false});
+    offset += b;
+  }
+  DeviceMem p(total * 4), g(total * 4), m(total * 4), v(total * 4), p16(total * 2), g16(total * 2), norm(4),
+      dsegs(segs.size() * sizeof(ParamSegment));
+  DLB_KERNEL_CHECK(
+      cudaMemcpy(dsegs.get(), segs.data(), segs.size() * sizeof(ParamSegment), cudaMemcpyHostToDevice));
+  // A run's state: weights, moments and gradients random and nonzero (second moments positive), a block
+  // of 1M values repeated.
+  const auto fill = [&](const DeviceMem& d, DType dtype, uint64_t seed, double lo, double hi) {
+    const int64_t block = int64_t(1) << 20;
+    const std::vector<double> values = random_values(block, dtype, seed, lo, hi);
+    for (int64_t at = 0; at < total; at += block) {
+      const int64_t n = std::min(block, total - at);
+      upload(static_cast<unsigned char*>(d.get()) + at * int64_t(dtype_size(dtype)),
+             std::vector<double>(values.begin(), values.begin() + n), dtype);
+    }
+  };
+  fill(p, DType::f32, 31, -0.1, 0.1);
+  fill(m, DType::f32, 32, -1e-3, 1e-3);
+  fill(v, DType::f32, 33, 1e-8, 1e-6);
+  fill(g, DType::f32, 34, -1e-2, 1e-2);
+  fill(g16, DType::bf16, 34, -1e-2, 1e-2);
+  fill(p16, DType::bf16, 31, -0.1, 0.1);
+  const float norm_squared = 4.f;
+  DLB_KERNEL_CHECK(cudaMemcpy(norm.get(), &norm_squared, 4, cudaMemcpyHostToDevice));
+  AdamWStep step;
+  step.lr = 0;  // timed launches leave the parameters as they are
+  step.max_grad_norm = 1.f;
+  step.grad_norm_squared = norm.as<float>();
+  cuda::UpdateCopies copies;
+  copies.parameters = p16.get(), copies.gradients = g16.get(), copies.count = total,
+  copies.dtype = DType::bf16;
+  const double us = lab.median_us([&] {
+    cuda::adamw_update(p.as<float>(), g.as<float>(), m.as<float>(), v.as<float>(), dsegs.as<ParamSegment>(),
+                       int(segs.size()), step, nullptr, copies, lab.stream());
+  });
+  lab.add({"adamw_update (bf16 copies)", "f32", std::to_string(total) + " params", -1, 0, us,
+           double(total) * 28});
+}
+
 // ---- FP8 quantization (a GEMM operand's codes, transposed codes, amax, column sums) ----
 
 void lab_fp8_quantize(Lab& lab, int64_t rows, int64_t cols) {
@@ -559,6 +617,10 @@ void lab_fp8_quantize(Lab& lab, int64_t rows, int64_t cols) {
     cuda::quantize_fp8(x.get(), d, rows, cols, Fp8Format::e4m3, sp, nullptr, qtp, nullptr, lab.stream());
   });
   lab.add({"quantize_fp8 q^T", "bf16", shape, -1, 0, us, double(3 * n)});
+  // x in a forward that keeps x^T's codes for the backward: both layouts.
+  us = lab.median_us(
+      [&] { cuda::quantize_fp8(x.get(), d, rows, cols, Fp8Format::e4m3, sp, qp, qtp, ap, lab.stream()); });
+  lab.add({"quantize_fp8 q,q^T", "bf16", shape, -1, 0, us, double(4 * n)});
   // dy in the backward: both layouts and the column partials, then their sum.
   us = lab.median_us([&] {
     cuda::quantize_fp8_summing_columns(x.get(), d, rows, cols, Fp8Format::e5m2, sp, qp, qtp, ap, pp,
@@ -660,6 +722,8 @@ int main(int argc, char** argv) {
     // gpt2-large's dense operands at 16 x 1024 tokens: the residual stream's width and the MLP's.
     lab_fp8_quantize(lab, 16384, 1280);
     lab_fp8_quantize(lab, 16384, 5120);
+    lab_fp8_quantize(lab, 16384, 3840);
+    lab_adamw(lab, 774'030'080);
     lab_layernorm(lab, 16384);
     lab_gpt_loss(lab, 16384);
     // A dense layer's bias gradient: c_attn's, c_proj's and c_fc's outputs.
