@@ -280,15 +280,16 @@ BackendDescriptor backward_graph(cudnnHandle_t handle, const AttentionShape& s) 
   return g.finish();
 }
 
-// The first engine configuration of cuDNN's heuristics (mode A, then the fallback list) that builds an
-// execution plan for `graph`, with its global index; an empty descriptor slot when none does.
+// The `index`-th engine configuration (from 0) of cuDNN's heuristics (mode A, then the fallback list) that
+// builds an execution plan for `graph`, with its global index; an empty descriptor slot when none does.
 struct BuiltPlan {
   std::unique_ptr<BackendDescriptor> plan;
   int64_t engine = -1;
   size_t workspace = 0;
 };
 
-BuiltPlan first_plan(cudnnHandle_t handle, const BackendDescriptor& graph) {
+BuiltPlan nth_plan(cudnnHandle_t handle, const BackendDescriptor& graph, int index) {
+  int built_before = 0;  // configurations that built, before this one
   for (cudnnBackendHeurMode_t mode : {CUDNN_HEUR_MODE_A, CUDNN_HEUR_MODE_FALLBACK}) {
     for (const BackendDescriptor& candidate : heuristic_engine_configs(graph, mode)) {
       auto plan = std::make_unique<BackendDescriptor>(CUDNN_BACKEND_EXECUTION_PLAN_DESCRIPTOR);
@@ -296,7 +297,7 @@ BuiltPlan first_plan(cudnnHandle_t handle, const BackendDescriptor& graph) {
       cudnnBackendDescriptor_t config = candidate.get();
       plan->set(CUDNN_ATTR_EXECUTION_PLAN_ENGINE_CONFIG, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &config,
                 "sdpa plan engine");
-      if (plan->try_finalize() != CUDNN_STATUS_SUCCESS) continue;
+      if (plan->try_finalize() != CUDNN_STATUS_SUCCESS || built_before++ < index) continue;
       BuiltPlan built;
       int64_t got = 0, workspace = 0;
       CUDNN_CHECK(cudnnBackendGetAttribute(plan->get(), CUDNN_ATTR_EXECUTION_PLAN_WORKSPACE_SIZE,
@@ -348,14 +349,14 @@ AttentionPlan::AttentionPlan(cudnnHandle_t handle, BackendDescriptor plan, const
 }
 
 std::unique_ptr<AttentionPlan> AttentionPlan::build(cudnnHandle_t handle, const AttentionShape& shape,
-                                                    AttentionPass pass, std::string& why_not) {
+                                                    AttentionPass pass, std::string& why_not, int config) {
   why_not = sdpa_refusal(shape, pass);
   if (!why_not.empty()) return nullptr;
   BuiltPlan built;
   try {
     const BackendDescriptor graph =
         pass == AttentionPass::forward ? forward_graph(handle, shape) : backward_graph(handle, shape);
-    built = first_plan(handle, graph);
+    built = nth_plan(handle, graph, config);
   } catch (const Error& e) {
     why_not = fmt::format("cuDNN refused the graph: {}", e.what());
     return nullptr;

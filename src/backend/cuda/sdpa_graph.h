@@ -39,9 +39,11 @@ enum class AttentionPass : uint8_t { forward, backward };
 class AttentionPlan {
  public:
   // Null, with `why_not` saying why, when cuDNN builds no plan for the shape (the caller then runs the
-  // own kernels). Throws only when the device memory for the workspace is not there.
+  // own kernels). Throws only when the device memory for the workspace is not there. `config`: which of
+  // the heuristics' configurations that build, in their order: the backend runs the first; the probe
+  // bench/kernels/sdpa_engine_probe times the others.
   static std::unique_ptr<AttentionPlan> build(cudnnHandle_t handle, const AttentionShape& shape,
-                                              AttentionPass pass, std::string& why_not);
+                                              AttentionPass pass, std::string& why_not, int config = 0);
 
   // Enqueues the pass on the handle's stream; false when cuDNN refuses to run it.
   bool forward(const void* qkv, void* out, float* stats) const;

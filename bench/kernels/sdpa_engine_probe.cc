@@ -1,0 +1,202 @@
+// Which of cuDNN's engine configurations for the fused causal attention (backend/cuda/sdpa_graph.h) is
+// fastest at GPT-2's shapes? The backend runs the first configuration of cuDNN's heuristics that builds a
+// plan; this probe builds every one, in the heuristics' order, for the forward and the backward graph,
+// and times each between CUDA events (the median of --reps launches after 3 warm-ups). Each
+// configuration's outputs are compared with the first's (the largest absolute difference), so that a
+// faster one is known to compute the same attention.
+//
+// FLOPs: the causal forward is half of Q K^T and P V, 2 B T^2 C; the backward 2.5 times that (its five
+// products, two of them recomputing the forward's).
+//
+//   sdpa_engine_probe [--model gpt2|gpt2-medium|gpt2-large|gpt2-xl] [--batch B] [--reps N] [--configs N]
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+#include <cudnn.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "backend/cuda/kernel_check.h"
+#include "backend/cuda/sdpa_graph.h"
+
+using namespace dlbench;
+using dlbench::cuda::AttentionPass;
+using dlbench::cuda::AttentionPlan;
+using dlbench::cuda::AttentionShape;
+
+namespace {
+
+// Device memory of `bytes`, freed at scope end.
+class Buffer {
+ public:
+  explicit Buffer(size_t bytes) : bytes_(bytes) { DLB_KERNEL_CHECK(cudaMalloc(&ptr_, bytes)); }
+  ~Buffer() { cudaFree(ptr_); }
+  Buffer(const Buffer&) = delete;
+  Buffer& operator=(const Buffer&) = delete;
+  void* get() const { return ptr_; }
+  size_t bytes() const { return bytes_; }
+
+ private:
+  void* ptr_ = nullptr;
+  size_t bytes_;
+};
+
+void upload_random_bf16(const Buffer& b, uint64_t seed) {
+  std::vector<__nv_bfloat16> host(b.bytes() / sizeof(__nv_bfloat16));
+  std::mt19937_64 rng(seed);
+  std::uniform_real_distribution<float> dist(-1.f, 1.f);
+  for (auto& x : host) x = __float2bfloat16(dist(rng));
+  DLB_KERNEL_CHECK(cudaMemcpy(b.get(), host.data(), b.bytes(), cudaMemcpyHostToDevice));
+}
+
+std::vector<float> download_bf16(const Buffer& b) {
+  std::vector<__nv_bfloat16> host(b.bytes() / sizeof(__nv_bfloat16));
+  DLB_KERNEL_CHECK(cudaMemcpy(host.data(), b.get(), b.bytes(), cudaMemcpyDeviceToHost));
+  std::vector<float> v(host.size());
+  for (size_t i = 0; i < host.size(); ++i) v[i] = __bfloat162float(host[i]);
+  return v;
+}
+
+double largest_difference(const std::vector<float>& a, const std::vector<float>& b) {
+  double d = 0;
+  for (size_t i = 0; i < a.size(); ++i) d = std::max(d, std::fabs(double(a[i]) - double(b[i])));
+  return d;
+}
+
+// The median microseconds of `launch` on `stream`, each launch between its own pair of events.
+template <typename Launch>
+double median_us(cudaStream_t stream, int reps, Launch&& launch) {
+  for (int i = 0; i < 3; ++i) launch();
+  std::vector<cudaEvent_t> start(reps), stop(reps);
+  for (int i = 0; i < reps; ++i) {
+    DLB_KERNEL_CHECK(cudaEventCreate(&start[i]));
+    DLB_KERNEL_CHECK(cudaEventCreate(&stop[i]));
+    DLB_KERNEL_CHECK(cudaEventRecord(start[i], stream));
+    launch();
+    DLB_KERNEL_CHECK(cudaEventRecord(stop[i], stream));
+  }
+  DLB_KERNEL_CHECK(cudaStreamSynchronize(stream));
+  std::vector<float> ms(reps);
+  for (int i = 0; i < reps; ++i) {
+    DLB_KERNEL_CHECK(cudaEventElapsedTime(&ms[i], start[i], stop[i]));
+    cudaEventDestroy(start[i]);
+    cudaEventDestroy(stop[i]);
+  }
+  std::sort(ms.begin(), ms.end());
+  return 1e3 * ms[ms.size() / 2];
+}
+
+struct Model {
+  const char* name;
+  int64_t channels, heads;
+};
+const Model kModels[] = {
+    {"gpt2", 768, 12}, {"gpt2-medium", 1024, 16}, {"gpt2-large", 1280, 20}, {"gpt2-xl", 1600, 25}};
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  std::string model = "gpt2-large";
+  int64_t batch = 16;
+  int reps = 20, configs = 16;
+  for (int i = 1; i < argc; ++i) {
+    const std::string a = argv[i];
+    if (a == "--model" && i + 1 < argc) {
+      model = argv[++i];
+    } else if (a == "--batch" && i + 1 < argc) {
+      batch = std::max<int64_t>(1, std::atoll(argv[++i]));
+    } else if (a == "--reps" && i + 1 < argc) {
+      reps = std::max(1, std::atoi(argv[++i]));
+    } else if (a == "--configs" && i + 1 < argc) {
+      configs = std::max(1, std::atoi(argv[++i]));
+    } else {
+      std::fprintf(stderr,
+                   "usage: %s [--model gpt2|gpt2-medium|gpt2-large|gpt2-xl] [--batch B] [--reps N] "
+                   "[--configs N]\n",
+                   argv[0]);
+      return 2;
+    }
+  }
+  const Model* m = nullptr;
+  for (const Model& candidate : kModels)
+    if (model == candidate.name) m = &candidate;
+  if (!m) {
+    std::fprintf(stderr, "sdpa_engine_probe: unknown model '%s'\n", model.c_str());
+    return 2;
+  }
+  try {
+    AttentionShape s;
+    s.batch = batch, s.time = 1024, s.channels = m->channels, s.heads = m->heads, s.dtype = DType::bf16;
+    const size_t elements = static_cast<size_t>(s.batch * s.time * s.channels);
+    Buffer qkv(3 * elements * 2), out(elements * 2), dout(elements * 2), dqkv(3 * elements * 2),
+        stats(static_cast<size_t>(s.batch * s.heads * s.time) * sizeof(float));
+    upload_random_bf16(qkv, 1);
+    upload_random_bf16(dout, 2);
+    cudaStream_t stream = nullptr;
+    DLB_KERNEL_CHECK(cudaStreamCreate(&stream));
+    cudnnHandle_t handle = nullptr;
+    if (cudnnCreate(&handle) != CUDNN_STATUS_SUCCESS ||
+        cudnnSetStream(handle, stream) != CUDNN_STATUS_SUCCESS) {
+      std::fprintf(stderr, "sdpa_engine_probe: no cuDNN handle\n");
+      return 1;
+    }
+    const double forward_flops = 2.0 * double(s.batch) * double(s.time) * double(s.time) * double(s.channels);
+    std::printf("%s, batch %lld x %lld, %lld heads of %lld, bf16, cuDNN %zu; median of %d\n", m->name,
+                static_cast<long long>(s.batch), static_cast<long long>(s.time),
+                static_cast<long long>(s.heads), static_cast<long long>(s.head_size()), cudnnGetVersion(),
+                reps);
+    std::printf("%-9s %6s %-24s %10s %9s %12s\n", "pass", "config", "engine", "median_us", "TFLOP/s",
+                "max |diff|");
+    std::vector<float> first_out, first_dqkv;
+    for (const AttentionPass pass : {AttentionPass::forward, AttentionPass::backward}) {
+      const bool forward = pass == AttentionPass::forward;
+      for (int config = 0; config < configs; ++config) {
+        std::string why_not;
+        const auto plan = AttentionPlan::build(handle, s, pass, why_not, config);
+        if (!plan) {
+          if (config == 0)
+            std::printf("%-9s no plan: %s\n", forward ? "forward" : "backward", why_not.c_str());
+          break;
+        }
+        bool ran = true;
+        const auto launch = [&] {
+          ran &= forward ? plan->forward(qkv.get(), out.get(), static_cast<float*>(stats.get()))
+                         : plan->backward(qkv.get(), out.get(), static_cast<const float*>(stats.get()),
+                                          dout.get(), dqkv.get());
+        };
+        // The backward reads the forward's out and stats: config 0's, made first and left in place.
+        if (!forward && config == 0) DLB_KERNEL_CHECK(cudaMemset(dqkv.get(), 0, dqkv.bytes()));
+        const double us = median_us(stream, reps, launch);
+        if (!ran) {
+          std::printf("%-9s %6d %-24s refused to run\n", forward ? "forward" : "backward", config,
+                      plan->engine().c_str());
+          continue;
+        }
+        std::vector<float> result = download_bf16(forward ? out : dqkv);
+        std::vector<float>& first = forward ? first_out : first_dqkv;
+        if (first.empty()) first = result;
+        const double flops = forward ? forward_flops : 2.5 * forward_flops;
+        std::printf("%-9s %6d %-24s %10.1f %9.1f %12.3g\n", forward ? "forward" : "backward", config,
+                    plan->engine().c_str(), us, flops / (us * 1e6), largest_difference(result, first));
+        if (forward && config > 0) {  // leave config 0's out and stats for the backward
+          const auto again = AttentionPlan::build(handle, s, pass, why_not, 0);
+          if (!again || !again->forward(qkv.get(), out.get(), static_cast<float*>(stats.get())))
+            throw std::runtime_error("the first forward configuration no longer runs");
+          DLB_KERNEL_CHECK(cudaStreamSynchronize(stream));
+        }
+      }
+    }
+    cudnnDestroy(handle);
+    cudaStreamDestroy(stream);
+    return 0;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "sdpa_engine_probe: %s\n", e.what());
+    return 1;
+  }
+}
