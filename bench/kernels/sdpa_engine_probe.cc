@@ -24,6 +24,7 @@
 
 #include "backend/cuda/kernel_check.h"
 #include "backend/cuda/sdpa_graph.h"
+#include "event_timing.h"
 
 using namespace dlbench;
 using dlbench::cuda::AttentionPass;
@@ -69,29 +70,6 @@ double largest_difference(const std::vector<float>& a, const std::vector<float>&
   return d;
 }
 
-// The median microseconds of `launch` on `stream`, each launch between its own pair of events.
-template <typename Launch>
-double median_us(cudaStream_t stream, int reps, Launch&& launch) {
-  for (int i = 0; i < 3; ++i) launch();
-  std::vector<cudaEvent_t> start(reps), stop(reps);
-  for (int i = 0; i < reps; ++i) {
-    DLB_KERNEL_CHECK(cudaEventCreate(&start[i]));
-    DLB_KERNEL_CHECK(cudaEventCreate(&stop[i]));
-    DLB_KERNEL_CHECK(cudaEventRecord(start[i], stream));
-    launch();
-    DLB_KERNEL_CHECK(cudaEventRecord(stop[i], stream));
-  }
-  DLB_KERNEL_CHECK(cudaStreamSynchronize(stream));
-  std::vector<float> ms(reps);
-  for (int i = 0; i < reps; ++i) {
-    DLB_KERNEL_CHECK(cudaEventElapsedTime(&ms[i], start[i], stop[i]));
-    cudaEventDestroy(start[i]);
-    cudaEventDestroy(stop[i]);
-  }
-  std::sort(ms.begin(), ms.end());
-  return 1e3 * ms[ms.size() / 2];
-}
-
 struct Model {
   const char* name;
   int64_t channels, heads;
@@ -102,6 +80,7 @@ const Model kModels[] = {
 }  // namespace
 
 int main(int argc, char** argv) {
+  kernel_bench::program = "sdpa_engine_probe";
   std::string model = "gpt2-large";
   int64_t batch = 16;
   int reps = 20, configs = 16;
@@ -170,9 +149,7 @@ int main(int argc, char** argv) {
                          : plan->backward(qkv.get(), out.get(), static_cast<const float*>(stats.get()),
                                           dout.get(), dqkv.get());
         };
-        // The backward reads the forward's out and stats: config 0's, made first and left in place.
-        if (!forward && config == 0) DLB_KERNEL_CHECK(cudaMemset(dqkv.get(), 0, dqkv.bytes()));
-        const double us = median_us(stream, reps, launch);
+        const double us = 1e3 * kernel_bench::median_ms(stream, reps, launch, /*warm_ups=*/3);
         if (!ran) {
           std::printf("%-9s %6d %-24s refused to run\n", forward ? "forward" : "backward", config,
                       plan->engine().c_str());
@@ -184,12 +161,13 @@ int main(int argc, char** argv) {
         const double flops = forward ? forward_flops : 2.5 * forward_flops;
         std::printf("%-9s %6d %-24s %10.1f %9.1f %12.3g\n", forward ? "forward" : "backward", config,
                     plan->engine().c_str(), us, flops / (us * 1e6), largest_difference(result, first));
-        if (forward && config > 0) {  // leave config 0's out and stats for the backward
-          const auto again = AttentionPlan::build(handle, s, pass, why_not, 0);
-          if (!again || !again->forward(qkv.get(), out.get(), static_cast<float*>(stats.get())))
-            throw std::runtime_error("the first forward configuration no longer runs");
-          DLB_KERNEL_CHECK(cudaStreamSynchronize(stream));
-        }
+      }
+      if (forward) {  // the backward reads the first configuration's out and stats
+        std::string why_not;
+        const auto first_forward = AttentionPlan::build(handle, s, pass, why_not, 0);
+        if (!first_forward || !first_forward->forward(qkv.get(), out.get(), static_cast<float*>(stats.get())))
+          throw std::runtime_error("the first forward configuration no longer runs");
+        DLB_KERNEL_CHECK(cudaStreamSynchronize(stream));
       }
     }
     cudnnDestroy(handle);
