@@ -33,10 +33,10 @@ void DenseParameters::declare(MemoryPlan& plan, const std::string& name) {
 
 namespace dlbench {
 
-std::optional<Fp8DenseScaling> DenseParameters::fp8(bool count_amax) const {
+std::optional<Fp8DenseScaling> DenseParameters::fp8(bool training) const {
   if (!fp8_scaling_) return std::nullopt;
-  Fp8DenseScaling scaling = fp8_scaling_->dense(fp8_first_, count_amax);
-  if (input_codes_t_.numel() > 0)
+  Fp8DenseScaling scaling = fp8_scaling_->dense(fp8_first_, training);
+  if (training && input_codes_t_.numel() > 0)
     scaling.input_codes_transposed = static_cast<uint8_t*>(input_codes_t_.data());
   return scaling;
 }

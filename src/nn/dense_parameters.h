@@ -25,9 +25,10 @@ struct DenseParameters {
   DenseParameters(Network& net, int64_t in_features, int64_t out_features, double normal_std);
   // Declares the parameters and, in an FP8 network, registers the layer's FP8 operands.
   void declare(MemoryPlan& plan, const std::string& name);
-  // The layer's FP8 scaling in an FP8 network (count_amax: whether this pass's values count towards the
-  // next scales; evaluation's do not), with the kept input codes where there are; nullopt otherwise.
-  std::optional<Fp8DenseScaling> fp8(bool count_amax) const;
+  // The layer's FP8 scaling in an FP8 network; nullopt otherwise. A training pass's values count towards
+  // the next scales and it is given the kept input codes where there are; an evaluation pass neither
+  // counts nor writes codes no backward will read.
+  std::optional<Fp8DenseScaling> fp8(bool training) const;
   // Keeps the codes of the layer's input x^T ([I, rows], one byte each) from the forward for the
   // backward's weight GEMM (Fp8DenseScaling::input_codes_transposed), where that saves a pass over x: in
   // an FP8 network whose backend's GEMMs run in FP8, and not under --recompute, where they would hold

@@ -55,9 +55,9 @@ void MlpLayer::plan(MemoryPlan& plan) {
 // h = x Wfc^T + bfc and g = gelu(h), in one GEMM where the backend applies epilogues; in FP8 h alone.
 void MlpLayer::recompute_saved_values() { first_dense(true); }
 
-void MlpLayer::first_dense(bool count_amax) {
+void MlpLayer::first_dense(bool training) {
   const Tensor x = inputs_[0]->value.reshaped({rows_, fc_.in_features});
-  const auto fp8 = fc_.fp8(count_amax);
+  const auto fp8 = fc_.fp8(training);
   if (fp8_)
     net_.backend().dense_forward(x, fc_.weight, fc_.bias, DenseActivation::none, nullptr, pre_, nullptr,
                                  fp8_or_null(fp8));

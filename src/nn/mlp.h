@@ -39,9 +39,9 @@ class MlpLayer final : public Layer {
   Activation* residual() const { return inputs_.size() > 1 ? inputs_[1] : nullptr; }
 
  private:
-  // h and g = gelu(h) from the input: c_fc's GEMM with its epilogue (in FP8 h alone); its FP8 amaxes
-  // counted or not.
-  void first_dense(bool count_amax);
+  // h and g = gelu(h) from the input: c_fc's GEMM with its epilogue (in FP8 h alone), in a training pass
+  // or not (DenseParameters::fp8).
+  void first_dense(bool training);
 
   int64_t rows_;
   std::string fc_name_, proj_name_;
