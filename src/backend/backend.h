@@ -229,6 +229,9 @@ struct Fp8DenseScaling {
   // quantizing x again: the same codes, since the scales change only at the step's end. Only a backend
   // whose GEMMs run in FP8 (runs_fp8_gemms) touches them.
   uint8_t* input_codes_transposed = nullptr;
+  // W^T's E4M3 codes [I, O], kept the same way for the backward's data GEMM, or null: the forward's pass
+  // over W writes them beside W's, and the backward reads them instead of a pass over W.
+  uint8_t* weight_codes_transposed = nullptr;
   const float* inverse_scale_of(Fp8Operand operand) const {
     return inverse_scale + operand * kFp8InverseScaleStride;
   }

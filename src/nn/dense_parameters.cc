@@ -36,20 +36,26 @@ namespace dlbench {
 std::optional<Fp8DenseScaling> DenseParameters::fp8(bool training) const {
   if (!fp8_scaling_) return std::nullopt;
   Fp8DenseScaling scaling = fp8_scaling_->dense(fp8_first_, training);
-  if (training && input_codes_t_.numel() > 0)
+  if (training && input_codes_t_.numel() > 0) {
     scaling.input_codes_transposed = static_cast<uint8_t*>(input_codes_t_.data());
+    scaling.weight_codes_transposed = static_cast<uint8_t*>(weight_codes_t_.data());
+  }
   return scaling;
 }
 
-void DenseParameters::keep_input_codes(Network& net, int64_t rows) {
+void DenseParameters::keep_codes(Network& net, int64_t rows) {
   if (!fp8_scaling_ || !net.backend().runs_fp8_gemms() || net.options().recompute) return;
-  const int64_t words = (rows * in_features + 3) / 4;  // one byte a code
-  input_codes_t_ = Tensor(nullptr, {words}, DType::i32, Layout::nchw, net.backend().device());
+  auto codes = [&](int64_t count) {  // one byte a code, in i32 words
+    return Tensor(nullptr, {(count + 3) / 4}, DType::i32, Layout::nchw, net.backend().device());
+  };
+  input_codes_t_ = codes(rows * in_features);
+  weight_codes_t_ = codes(out_features * in_features);
 }
 
 std::vector<SavedValue> DenseParameters::kept_codes(const std::string& layer_name) {
   if (input_codes_t_.numel() == 0) return {};
-  return {{layer_name + ".input_codes_t", &input_codes_t_}};
+  return {{layer_name + ".input_codes_t", &input_codes_t_},
+          {layer_name + ".weight_codes_t", &weight_codes_t_}};
 }
 
 }  // namespace dlbench

@@ -26,17 +26,17 @@ struct DenseParameters {
   // Declares the parameters and, in an FP8 network, registers the layer's FP8 operands.
   void declare(MemoryPlan& plan, const std::string& name);
   // The layer's FP8 scaling in an FP8 network; nullopt otherwise. A training pass's values count towards
-  // the next scales and it is given the kept input codes where there are; an evaluation pass neither
+  // the next scales and it is given the kept codes where there are; an evaluation pass neither
   // counts nor writes codes no backward will read.
   std::optional<Fp8DenseScaling> fp8(bool training) const;
   // Keeps the codes of the layer's input x^T ([I, rows], one byte each) from the forward for the
-  // backward's weight GEMM (Fp8DenseScaling::input_codes_transposed), where that saves a pass over x: in
-  // an FP8 network whose backend's GEMMs run in FP8, and not under --recompute, where they would hold
-  // memory for every block (the pass is cheap beside the recomputed forward). Called by the layer's
-  // constructor.
-  void keep_input_codes(Network& net, int64_t rows);
-  // The kept codes as a value the layer saves for its backward (Layer::saved_values),
-  // `<layer>.input_codes_t`; none where they are not kept.
+  // backward's weight GEMM (Fp8DenseScaling::input_codes_transposed), and those of W^T ([I, O]) for its
+  // data GEMM (weight_codes_transposed), where that saves a pass over x and one over W: in an FP8 network
+  // whose backend's GEMMs run in FP8, and not under --recompute, where they would hold memory for every
+  // block (the passes are cheap beside the recomputed forward). Called by the layer's constructor.
+  void keep_codes(Network& net, int64_t rows);
+  // The kept codes as values the layer saves for its backward (Layer::saved_values),
+  // `<layer>.input_codes_t` and `<layer>.weight_codes_t`; none where they are not kept.
   std::vector<SavedValue> kept_codes(const std::string& layer_name);
   bool in_fp8() const { return fp8_scaling_ != nullptr; }  // the network trains its dense layers in FP8
 
@@ -47,7 +47,8 @@ struct DenseParameters {
  private:
   Fp8Scaling* fp8_scaling_;  // the network's, or null
   int fp8_first_ = -1;
-  Tensor input_codes_t_;  // x^T's E4M3 codes as i32 words, where kept (keep_input_codes); else empty
+  Tensor input_codes_t_;   // x^T's E4M3 codes as i32 words, where kept (keep_codes); else empty
+  Tensor weight_codes_t_;  // W^T's, likewise
 };
 
 // The pointer the dense ops take for an optional scaling.

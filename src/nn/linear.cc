@@ -12,7 +12,7 @@ LinearLayer::LinearLayer(Network& net, std::string name, Activation& input, int6
     : Layer(net, std::move(name)),
       batch_(input.value.dim(0)),
       params_(net, input.value.numel() / batch_, out_features, normal_std) {
-  params_.keep_input_codes(net, batch_);
+  params_.keep_codes(net, batch_);
   set_inputs({&input});
   output_ = &net.new_activation(name_ + ".out", {batch_, out_features});
 }
@@ -25,7 +25,7 @@ LinearLayer::LinearLayer(Network& net, std::string name, Activation& input, Acti
   DLB_CHECK(residual.value.numel() == batch_ * out_features && output.value.dims() == residual.value.dims(),
             "{}: adds {} of {} to an output of [{}, {}]", name_, residual.name, residual.value.describe(),
             batch_, out_features);
-  params_.keep_input_codes(net, batch_);
+  params_.keep_codes(net, batch_);
   set_inputs({&input, &residual});
   output_ = &output;
 }

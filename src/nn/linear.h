@@ -5,8 +5,8 @@
 // With a residual (the fusion pass's, where the backend adds it in the GEMM: Fusion::dense_residual),
 // y = x W^T + b + r, in the place and into the output of the residual add it replaces; backward hands dy
 // to r's gradient as that add would.
-// In FP8 the codes of x^T are kept from the forward for the backward's weight GEMM where the backend runs
-// FP8 GEMMs (DenseParameters::keep_input_codes), a value the layer saves.
+// In FP8 the codes of x^T and W^T are kept from the forward for the backward's GEMMs where the backend
+// runs FP8 GEMMs (DenseParameters::keep_codes), values the layer saves.
 #pragma once
 
 #include "nn/dense_parameters.h"

@@ -17,8 +17,8 @@ MlpLayer::MlpLayer(Network& net, std::string name, const LinearLayer& fc, const 
       fc_(net, input.value.numel() / rows_, fc.out_features(), fc.normal_std()),
       proj_(net, fc.out_features(), proj.out_features(), proj.normal_std()),
       fp8_(fc_.in_fp8()) {
-  fc_.keep_input_codes(net, rows_);
-  proj_.keep_input_codes(net, rows_);
+  fc_.keep_codes(net, rows_);
+  proj_.keep_codes(net, rows_);
   DLB_CHECK(output.value.numel() == rows_ * proj_.out_features, "{}: output {} is not [{}, {}]", name_,
             output.value.describe(), rows_, proj_.out_features);
   if (residual) {

@@ -8,7 +8,7 @@
 // epilogues ran far below their plain rate). The parameters are the two layers' under their names
 // (`<fc>.weight`, ...); h and g (in FP8 h alone) are saved for the backward (Layer::saved_values), dh is
 // the backward's scratch (Layer::backward_scratch). In FP8 on a backend whose GEMMs run in FP8, each
-// dense's input codes x^T (c_proj's: gelu(h)'s) are saved too (DenseParameters::keep_input_codes).
+// dense's codes of x^T (c_proj's: gelu(h)'s) and W^T are saved too (DenseParameters::keep_codes).
 #pragma once
 
 #include "nn/dense_parameters.h"

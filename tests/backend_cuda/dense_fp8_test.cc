@@ -311,11 +311,12 @@ INSTANTIATE_TEST_SUITE_P(EpiloguesAndAccumulation, DenseFp8Test,
                                   "_fast_accumulation_" + fp8_fast_accumulation_name(std::get<1>(info.param));
                          });
 
-// x^T's codes kept from the forward (Fp8DenseScaling::input_codes_transposed, as an FP8 network's dense
-// layers keep them) give the backward the bits of quantizing x again, also where GELU is taken into x on
-// the way (the MLP's c_proj): the forward writes them, and the backward reads them, for zeroed codes
-// change dw (where FP8 GEMMs run: not at 37 rows).
-TEST(DenseFp8KeptCodes, GiveTheBackwardTheBitsOfQuantizingXAgain) {
+// x^T's and W^T's codes kept from the forward (Fp8DenseScaling::input_codes_transposed and
+// weight_codes_transposed, as an FP8 network's dense layers keep them) give the backward the bits of
+// quantizing x and W again, also where GELU is taken into x on the way (the MLP's c_proj): the forward
+// writes them, and the backward reads them, for zeroed x^T codes change dw and zeroed W^T codes dx (where
+// FP8 GEMMs run: not at 37 rows), each leaving the other gradient as it was.
+TEST(DenseFp8KeptCodes, GiveTheBackwardTheBitsOfQuantizingXAndWAgain) {
   if (cuda_device_count() == 0) GTEST_SKIP() << "no CUDA GPU: cuda_device_count() == 0";
   Backend& gpu = shared_gpu();
   std::unique_ptr<Backend> ref = make_reference_backend();
@@ -333,50 +334,69 @@ TEST(DenseFp8KeptCodes, GiveTheBackwardTheBitsOfQuantizingXAgain) {
                        db0 = random_host(*ref, {c.out}, dtype, 96),
                        dx0 = random_host(*ref, {c.rows, c.in}, dtype, 97);
       DeviceTensor d_x(gpu, x), d_w(gpu, w), d_b(gpu, b), d_dy(gpu, dy);
-      DeviceTensor codes(gpu, {(c.rows * c.in + 3) / 4}, DType::i32);
-      // A forward, then the whole backward (GEMMs added into dw and dx) and the weights' op alone.
+      DeviceTensor x_codes(gpu, {(c.rows * c.in + 3) / 4}, DType::i32),
+          w_codes(gpu, {(c.out * c.in + 3) / 4}, DType::i32);
+      // A forward, then the whole backward (GEMMs added into dw and dx) and each GEMM's op alone.
       struct Run {
         Run(Backend& gpu, const HostBuffer& dw0, const HostBuffer& db0, const HostBuffer& dx0, int64_t rows,
             int64_t out)
             : fused(gpu, dw0, db0, dx0),
               alone_dw(gpu, dw0),
               alone_db(gpu, db0),
+              alone_dx(gpu, dx0),
               y(gpu, {rows, out}, DType::bf16) {}
         GeluRun fused;
-        DeviceTensor alone_dw, alone_db, y;
+        DeviceTensor alone_dw, alone_db, alone_dx, y;
       };
-      auto run = [&](Run& r, uint8_t* kept, bool poison) {
+      enum class Zeroed { none, x_codes, w_codes };
+      auto run = [&](Run& r, bool keep, Zeroed zeroed) {
         Fp8DenseScaling s = r.fused.scaling.scaling();
-        s.input_codes_transposed = kept;
+        if (keep) {
+          s.input_codes_transposed = static_cast<uint8_t*>(x_codes.tensor().data());
+          s.weight_codes_transposed = static_cast<uint8_t*>(w_codes.tensor().data());
+        }
         gpu.dense_forward(d_x.tensor(), d_w.tensor(), d_b.tensor(), DenseActivation::none, nullptr,
                           r.y.tensor(), nullptr, &s, input_act);
-        if (poison) codes.upload(HostBuffer(codes.tensor().dims(), DType::i32));
+        if (zeroed == Zeroed::x_codes) x_codes.upload(HostBuffer(x_codes.tensor().dims(), DType::i32));
+        if (zeroed == Zeroed::w_codes) w_codes.upload(HostBuffer(w_codes.tensor().dims(), DType::i32));
         Backend::DenseGradients g = r.fused.gradients();
         g.input_act = input_act;
         gpu.dense_backward(d_dy.tensor(), d_x.tensor(), d_w.tensor(), g, &s);
         if (input_act == DenseActivation::none)
           gpu.dense_backward_weights(d_dy.tensor(), d_x.tensor(), Accumulate::add, r.alone_dw.tensor(),
                                      r.alone_db.tensor(), &s);
+        gpu.dense_backward_data(d_dy.tensor(), d_w.tensor(), DenseActivation::none, nullptr, Accumulate::add,
+                                r.alone_dx.tensor(), &s);
       };
       Run again(gpu, dw0, db0, dx0, c.rows, c.out), kept(gpu, dw0, db0, dx0, c.rows, c.out),
-          poisoned(gpu, dw0, db0, dx0, c.rows, c.out);
-      auto* kept_codes = static_cast<uint8_t*>(codes.tensor().data());
-      run(again, nullptr, false);
-      run(kept, kept_codes, false);
-      run(poisoned, kept_codes, true);
+          zeroed_x(gpu, dw0, db0, dx0, c.rows, c.out), zeroed_w(gpu, dw0, db0, dx0, c.rows, c.out);
+      run(again, false, Zeroed::none);
+      run(kept, true, Zeroed::none);
+      run(zeroed_x, true, Zeroed::x_codes);
+      run(zeroed_w, true, Zeroed::w_codes);
       EXPECT_TRUE(same_bits(kept.y.download(), again.y.download())) << "y";
       expect_same_bits(kept.fused, again.fused, "(dense_backward)");
-      if (input_act == DenseActivation::none)
+      if (input_act == DenseActivation::none) {
         EXPECT_TRUE(same_bits(kept.alone_dw.download(), again.alone_dw.download())) << "dw (weights alone)";
-      if (c.rows % 16 == 0) {  // else no FP8 GEMM runs, and the weight gradient takes x's round trip
-        if (input_act == DenseActivation::none)
-          EXPECT_FALSE(same_bits(poisoned.alone_dw.download(), again.alone_dw.download()))
-              << "dense_backward_weights did not read the kept codes";
-        EXPECT_FALSE(same_bits(poisoned.fused.dw.download(), again.fused.dw.download()))
-            << "dense_backward did not read the kept codes";
       }
-      EXPECT_TRUE(same_bits(poisoned.fused.dx.download(), again.fused.dx.download()))
+      EXPECT_TRUE(same_bits(kept.alone_dx.download(), again.alone_dx.download())) << "dx (data alone)";
+      const bool fp8_gemms = c.rows % 16 == 0;  // else the GEMMs take the operands' round trips
+      if (fp8_gemms) {
+        if (input_act == DenseActivation::none) {
+          EXPECT_FALSE(same_bits(zeroed_x.alone_dw.download(), again.alone_dw.download()))
+              << "dense_backward_weights did not read the kept x^T codes";
+        }
+        EXPECT_FALSE(same_bits(zeroed_x.fused.dw.download(), again.fused.dw.download()))
+            << "dense_backward did not read the kept x^T codes";
+        EXPECT_FALSE(same_bits(zeroed_w.alone_dx.download(), again.alone_dx.download()))
+            << "dense_backward_data did not read the kept W^T codes";
+        EXPECT_FALSE(same_bits(zeroed_w.fused.dx.download(), again.fused.dx.download()))
+            << "dense_backward did not read the kept W^T codes";
+      }
+      EXPECT_TRUE(same_bits(zeroed_x.fused.dx.download(), again.fused.dx.download()))
           << "the data gradient needs no x";
+      EXPECT_TRUE(same_bits(zeroed_w.fused.dw.download(), again.fused.dw.download()))
+          << "the weight gradient needs no W";
     }
   }
 }

@@ -111,7 +111,7 @@ TEST(GpuGptModel, MiniStepMatchesOneDnnFusedAndNot) {
 
 // gpt-mini's step in BF16 with FP8 dense layers, the MLP fused into one layer or not (the projections'
 // residual adds fused either way), its blocks recomputed or not: its loss, the raw bytes of its
-// gradients, its layers' kinds and how many dense layers kept their input codes for the backward.
+// gradients, its layers' kinds and how many codes (x^T's and W^T's) the dense layers kept for the backward.
 struct Fp8Step {
   float loss = 0;
   std::vector<uint8_t> gradient_bytes;
@@ -135,7 +135,7 @@ Fp8Step fp8_step(Backend& backend, bool fuse_mlp, bool fp8 = true, bool recomput
   backend.copy_to_host(s.gradient_bytes.data(), grads.data(), grads.bytes());
   for (const auto& layer : model.net->layers()) s.kinds.push_back(layer->kind());
   for (const Placement& p : model.net->memory().placements())
-    if (p.name.ends_with(".input_codes_t")) ++s.kept_codes;
+    if (p.name.ends_with(".input_codes_t") || p.name.ends_with(".weight_codes_t")) ++s.kept_codes;
   return s;
 }
 
@@ -162,8 +162,8 @@ TEST(GpuGptModel, Fp8MlpTakingGeluOnTheWayIsTheSeparateLayersStepToTheBit) {
 #endif
 }
 
-// The dense layers keep x^T's FP8 codes from the forward for the backward's weight GEMM, except under
-// --recompute, where the backward quantizes x again: the same codes, so the same step to the bit.
+// The dense layers keep x^T's and W^T's FP8 codes from the forward for the backward's GEMMs, except under
+// --recompute, where the backward quantizes x and W again: the same codes, so the same step to the bit.
 TEST(GpuGptModel, Fp8InputCodesKeptFromTheForwardAreTheBackwardsToTheBit) {
 #ifndef DLBENCH_WITH_CUDA
   GTEST_SKIP() << "built without CUDA";
@@ -173,7 +173,7 @@ TEST(GpuGptModel, Fp8InputCodesKeptFromTheForwardAreTheBackwardsToTheBit) {
   for (const bool fuse_mlp : {true, false}) {
     SCOPED_TRACE(fuse_mlp ? "MLP fused" : "MLP as layers");
     const Fp8Step kept = fp8_step(*gpu, fuse_mlp), quantized_again = fp8_step(*gpu, fuse_mlp, true, true);
-    EXPECT_EQ(kept.kept_codes, 16);  // 4 blocks of 4 dense layers
+    EXPECT_EQ(kept.kept_codes, 32);  // x^T's and W^T's of 4 blocks of 4 dense layers
     EXPECT_EQ(quantized_again.kept_codes, 0);
     EXPECT_EQ(kept.loss, quantized_again.loss);
     ASSERT_EQ(kept.gradient_bytes.size(), quantized_again.gradient_bytes.size());

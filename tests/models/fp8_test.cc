@@ -200,14 +200,14 @@ std::vector<std::pair<std::string, size_t>> planned(Network& net, const std::str
   return found;
 }
 
-TEST(Fp8Gpt, LayersKeepTheirInputCodesWhereFp8GemmsRunExceptUnderRecompute) {
+TEST(Fp8Gpt, LayersKeepTheirInputAndWeightCodesWhereFp8GemmsRunExceptUnderRecompute) {
   Fp8GemmReference fp8_gemms;
   auto reference = make_reference_backend();
   for (bool fuse : {false, true}) {
     SCOPED_TRACE(fuse ? "fused" : "separate layers");
-    // gpt-mini (d 128, batch 2 x 32 tokens): 4 blocks of c_attn, attn.c_proj, mlp.c_fc (in 128) and
-    // mlp.c_proj (in 512), each keeping x^T's codes, one byte an element.
-    auto count_codes = [&](Backend& backend, bool recompute) {
+    // gpt-mini (d 128, batch 2 x 32 tokens): 4 blocks of c_attn (out 384), attn.c_proj, mlp.c_fc (in 128,
+    // out 512) and mlp.c_proj (in 512), each keeping x^T's and W^T's codes, one byte an element.
+    auto count_codes = [&](Backend& backend, bool recompute, const std::string& suffix) {
       NetworkOptions options;
       options.batch = 2;
       options.recompute = recompute;
@@ -216,16 +216,26 @@ TEST(Fp8Gpt, LayersKeepTheirInputCodesWhereFp8GemmsRunExceptUnderRecompute) {
       options.fp8 = Fp8Recipe{};
       Model model = build_gpt("gpt-mini", backend, options, 32);
       model.net->finalize(7);
-      return planned(*model.net, ".input_codes_t");
+      return planned(*model.net, suffix);
     };
-    const auto kept = count_codes(fp8_gemms, false);
-    ASSERT_EQ(kept.size(), 16u);
-    for (const auto& [name, bytes] : kept) {
-      const size_t in = name.find("mlp.c_proj") != std::string::npos ? 512 : 128;
-      EXPECT_EQ(bytes, 2 * 32 * in) << name;
+    auto in_features = [](const std::string& name) {
+      return name.find("mlp.c_proj") != std::string::npos ? 512 : 128;
+    };
+    auto out_features = [](const std::string& name) {
+      if (name.find("c_attn") != std::string::npos) return 384;
+      return name.find("mlp.c_fc") != std::string::npos ? 512 : 128;
+    };
+    const auto inputs = count_codes(fp8_gemms, false, ".input_codes_t");
+    ASSERT_EQ(inputs.size(), 16u);
+    for (const auto& [name, bytes] : inputs) EXPECT_EQ(bytes, size_t(2 * 32 * in_features(name))) << name;
+    const auto weights = count_codes(fp8_gemms, false, ".weight_codes_t");
+    ASSERT_EQ(weights.size(), 16u);
+    for (const auto& [name, bytes] : weights)
+      EXPECT_EQ(bytes, size_t(out_features(name) * in_features(name))) << name;
+    for (const char* suffix : {".input_codes_t", ".weight_codes_t"}) {
+      EXPECT_TRUE(count_codes(fp8_gemms, true, suffix).empty()) << suffix << " kept under --recompute";
+      EXPECT_TRUE(count_codes(*reference, false, suffix).empty()) << suffix << " kept where no FP8 GEMM runs";
     }
-    EXPECT_TRUE(count_codes(fp8_gemms, true).empty()) << "kept under --recompute";
-    EXPECT_TRUE(count_codes(*reference, false).empty()) << "kept where no FP8 GEMM runs";
   }
   // The codes change nothing the round-trip ops compute.
   const Fp8Step keeping = mini_step(fp8_gemms, true, false, true),

@@ -15,9 +15,10 @@
 // gradient is GELU's (output_act: the MLP's c_fc), the pass that quantizes dy takes GELU's gradient.
 // The GEMMs accumulate as cuBLASLt does by default (partial sums promoted to FP32 at intervals), or with
 // its fast accumulation where --fp8-fast-accumulation says (the forward's, or all). The codes live in the
-// backend's scratch, used by one op at a time, except x^T's where the layer keeps them from the forward
-// (Fp8DenseScaling::input_codes_transposed): the forward's pass over x writes them beside x's, and the
-// backward's weight GEMM reads them instead of a second pass over x. Where cuBLASLt has no FP8 algorithm
+// backend's scratch, used by one op at a time, except x^T's and W^T's where the layer keeps them from the
+// forward (Fp8DenseScaling::input_codes_transposed, weight_codes_transposed): the forward's passes over x
+// and W write them beside x's and W's, and the backward's GEMMs read them instead of passing over x and W
+// again. Where cuBLASLt has no FP8 algorithm
 // with an epilogue, the plain FP8 GEMM runs and the epilogue's single kernels follow; where it has none
 // at all (a dimension FP8 GEMMs cannot take, not a multiple of 16), the operands' round trips through
 // FP8, exact in BF16, go into the scratch and the op runs as without FP8: the same products, summed by a
@@ -95,6 +96,16 @@ const uint8_t* transposed_input_codes(const Tensor& x, const Fp8Dims& d, const F
   return codes;
 }
 
+// W^T's codes for the backward's data GEMM: those the forward kept, or quantized now into `codes` (W's
+// amax was taken by the forward).
+const uint8_t* transposed_weight_codes(const Tensor& w, const Fp8Dims& d, const Fp8DenseScaling& fp8,
+                                       uint8_t* codes, cudaStream_t stream) {
+  if (fp8.weight_codes_transposed) return fp8.weight_codes_transposed;
+  quantize_fp8(w.data(), w.dtype(), d.out, d.in, Fp8Format::e4m3, fp8.scale + kFp8W, nullptr, codes, nullptr,
+               stream);
+  return codes;
+}
+
 // A tensor of t's shape and dtype at `at`.
 Tensor like(const Tensor& t, void* at) { return Tensor(at, t.dims(), t.dtype(), t.layout(), t.device()); }
 
@@ -152,8 +163,8 @@ void CudaBackend::dense_forward_fp8(const Tensor& x, const Tensor& w, const Tens
   // GELU taken on the way (gelu(x) is never stored).
   quantize_fp8(x.data(), x.dtype(), d.rows, d.in, Fp8Format::e4m3, fp8.scale + kFp8X, x_codes,
                fp8.input_codes_transposed, operand_amax(fp8, kFp8X), stream_, gelu_on_the_way(input_act));
-  quantize_fp8(w.data(), w.dtype(), d.out, d.in, Fp8Format::e4m3, fp8.scale + kFp8W, w_codes, nullptr,
-               operand_amax(fp8, kFp8W), stream_);
+  quantize_fp8(w.data(), w.dtype(), d.out, d.in, Fp8Format::e4m3, fp8.scale + kFp8W, w_codes,
+               fp8.weight_codes_transposed, operand_amax(fp8, kFp8W), stream_);
   Tensor& out = act == DenseActivation::gelu ? *pre : y;
   LtGemm g = fp8_gemm(d.rows, d.out, d.in, x.dtype(), x_codes, Fp8Format::e4m3, fp8.inverse_scale_of(kFp8X),
                       w_codes, Fp8Format::e4m3, fp8.inverse_scale_of(kFp8W), y.data(),
@@ -221,10 +232,8 @@ void CudaBackend::dense_backward_data_fp8(const Tensor& dy, const Tensor& w, Den
   uint8_t* wt_codes = dy_codes + code_bytes(d.rows, d.out);
   quantize_fp8(dy.data(), dy.dtype(), d.rows, d.out, Fp8Format::e5m2, fp8.scale + kFp8Dy, dy_codes, nullptr,
                operand_amax(fp8, kFp8Dy), stream_);
-  // W's amax was taken by the forward; its transposed codes are the same values.
-  quantize_fp8(w.data(), w.dtype(), d.out, d.in, Fp8Format::e4m3, fp8.scale + kFp8W, nullptr, wt_codes,
-               nullptr, stream_);
-  if (data_gemm_fp8(dy_codes, wt_codes, d.rows, d.in, d.out, act, pre, accumulate, dx, fp8)) return;
+  const uint8_t* wt = transposed_weight_codes(w, d, fp8, wt_codes, stream_);
+  if (data_gemm_fp8(dy_codes, wt, d.rows, d.in, d.out, act, pre, accumulate, dx, fp8)) return;
   note_fp8_in_bf16(op, d.rows, d.in, d.out);
   const auto [dy8, w8] =
       fp8_round_trips(dy, Fp8Format::e5m2, fp8.scale + kFp8Dy, w, Fp8Format::e4m3, fp8.scale + kFp8W, op);
@@ -295,9 +304,8 @@ void CudaBackend::dense_backward(const Tensor& dy, const Tensor& x, const Tensor
   }
   sum_column_partials(bias_partials, partial_rows, d.out, g.db->data(), g.db->dtype(),
                       g.params == Accumulate::add, stream_);
-  quantize_fp8(w.data(), w.dtype(), d.out, d.in, Fp8Format::e4m3, fp8->scale + kFp8W, nullptr, wt_codes,
-               nullptr, stream_);
-  if (data_gemm_fp8(dy_codes, wt_codes, d.rows, d.in, d.out, g.act, g.pre, g.accumulate, *g.dx, *fp8)) return;
+  const uint8_t* wt = transposed_weight_codes(w, d, *fp8, wt_codes, stream_);
+  if (data_gemm_fp8(dy_codes, wt, d.rows, d.in, d.out, g.act, g.pre, g.accumulate, *g.dx, *fp8)) return;
   if (g.output_act == DenseActivation::gelu) {  // the separate op reads the gradient of y from dy
     Tensor gradient = dy.reshaped(g.output->dims());
     gelu_backward(*g.output, gradient, gradient);
