@@ -11,12 +11,17 @@
 //
 // The backward is one pass over x and dy for rows of C <= 2048 channels, C a multiple of 4 (every GPT-2):
 // a block of 4 warps takes a fixed range of rows, a warp a row at a time. Lane l holds channels
-// [4 (32 k + l), +4) of the row's k-th chunk of 128 in registers (x and dy read 4 at a time, 8 or 16 bytes),
-// so the row is read once: the warp's two sums, then dx from the registers, written over dx or added to
-// it; each lane also keeps its channels' sums of dy * xhat (in registers) and dy (in its warp's row of
-// shared memory) over the warp's rows. All of a row's loads are issued before the first is used. (Reading
-// the row element by element and a second time from L1 ran at half the speed, and loading it chunk by
-// chunk, each chunk used at once, at 30% of the copy rate: bench/results/gpt2-layernorm.)
+// [4 (32 k + l), +4) of the row's k-th chunk of 128 in registers as read (x, dy, and dx when adding; 4 at a
+// time, 8 or 16 bytes, two 16-bit values a register), so the row is read once: the warp's two sums, then
+// dx, written over dx or added to it. All of a row's loads are issued before the first is used. A lane
+// holds the row and little else: xhat and dy * w are computed from the loaded values for the sums and
+// again for dx, and its channels' sums of dy and dy * xhat over the warp's rows are in its warp's rows of
+// shared memory, with the weight. 96 registers at 10 chunks (C = 1280, bf16, adding), 5 blocks of 4 warps
+// an SM. (Kept in registers too, they took 228: 2 blocks an SM, too few warps for the loads to overlap;
+// on an H100 at [16384, 1280] 83.8 us, 66.9% of the copy rate, against 77.1 us, 72.7%, now. Reading the
+// row element by element and a second time from L1 ran at half the speed, and loading it chunk by chunk,
+// each chunk used at once, at 30% of the copy rate: bench/results/gpt2-layernorm.)
+//
 // dweight and dbias are sums over every row: summing them with atomics would make their last bits depend
 // on timing. So the block adds its warps' sums in warp order into its range's partials (the scratch), and
 // a second kernel adds the partials of each channel in range order (32 channels x 8 range lanes a block,
@@ -42,8 +47,28 @@ constexpr int64_t kMaxRanges = 128;  // the two-kernel path's partial sums per c
 constexpr int kOnePassWarps = 4, kChunkChannels = 128;
 constexpr int64_t kOnePassMaxChannels = 16 * kChunkChannels, kOnePassRangeRows = 32, kOnePassMaxRanges = 1024;
 
-// Whether rows of `channels` take the one-pass kernel (their pointers aside: one_pass_aligned).
+// Whether rows of `channels` take the one-pass kernel (their pointers aside: row_at_once).
 bool one_pass(int64_t channels) { return channels <= kOnePassMaxChannels && channels % 4 == 0; }
+
+// The one-pass backward's shared memory: its warps' sums of dweight and dbias (floats), then the weight.
+template <typename T>
+size_t one_pass_shared_bytes(int64_t channels) {
+  return static_cast<size_t>(channels) * (2 * kOnePassWarps * sizeof(float) + sizeof(T));
+}
+
+// Whether a block may have that much (over 48 KB only by opting in, up to the device's limit).
+template <typename T>
+bool one_pass_shared_fits(int64_t channels) {
+  const size_t bytes = one_pass_shared_bytes<T>(channels);
+  if (bytes <= 48 * 1024) return true;
+  int device = 0, limit = 0;
+  if (cudaGetDevice(&device) != cudaSuccess ||
+      cudaDeviceGetAttribute(&limit, cudaDevAttrMaxSharedMemoryPerBlockOptin, device) != cudaSuccess) {
+    (void)cudaGetLastError();
+    return false;
+  }
+  return bytes <= static_cast<size_t>(limit);
+}
 
 int64_t row_ranges(int64_t rows, int64_t channels) {
   if (one_pass(channels))
@@ -168,102 +193,149 @@ __global__ void __launch_bounds__(kRowsPerBlock * 32)
   row_dx(x + row * C, weight, dy + row * C, dx + row * C, mean[row], rstd[row], C, add, threadIdx.x % 32);
 }
 
+// Four elements of T as 32-bit words (two for a 16-bit T): a row's values are held in these, since nvcc
+// gives each 16-bit value a register of its own.
+template <typename T>
+using Words = Vec<unsigned, sizeof(T)>;
+
+template <typename T>
+__device__ __forceinline__ Words<T> load_words(const T* p) {
+  return *reinterpret_cast<const Words<T>*>(p);
+}
+
+// Element i of four, widened.
+template <typename T>
+__device__ __forceinline__ float element(const Words<T>& v, int i) {
+  if constexpr (sizeof(T) == 4) {
+    return __uint_as_float(v.v[i]);
+  } else {
+    const auto bits = static_cast<unsigned short>(v.v[i / 2] >> (16 * (i % 2)));
+    if constexpr (std::is_same_v<T, __half>)
+      return widen(__ushort_as_half(bits));
+    else
+      return widen(__ushort_as_bfloat16(bits));
+  }
+}
+
+// v's bits xor zero, a 0 the compiler cannot know to be 0: a value it must treat as new, so that it computes
+// from it again rather than keep in registers what it computed from v before.
+template <typename V>
+__device__ __forceinline__ V opaque(V v, unsigned zero) {
+  static_assert(sizeof(V) % 4 == 0);
+  unsigned words[sizeof(V) / 4];
+  memcpy(words, &v, sizeof(V));
+#pragma unroll
+  for (unsigned& w : words) w ^= zero;
+  memcpy(&v, words, sizeof(V));
+  return v;
+}
+
 // The one-pass backward (see the top): block `range` takes rows [range * rows_per_range, +rows_per_range);
-// kChunks chunks of 128 channels a row (C <= 128 kChunks; a lane's 4 channels of a chunk are in or out
-// together, C being a multiple of 4). Shared memory: (kOnePassWarps + 1) x C floats.
+// kChunks chunks of 128 channels a row, the fewest that cover C (a lane's 4 channels of a chunk are in or
+// out together, C being a multiple of 4); kAdd: dx is added to. Shared memory: the warps' sums of dweight
+// and dbias, 2 x kOnePassWarps x C floats, then the weight, C values of T (over 48 KB from C = 1368 in f32,
+// 1448 in 16 bits: opted in).
 // A row's loads (x, dy, and dx when adding) are all issued before any is used: a lane past C in
 // the last chunk reads the row's last 4 channels instead and its values count as zeros, so that no branch
 // splits the loads. (Loaded and used chunk by chunk behind a branch each, the loads waited one after another:
 // 185 us at [16384, 1280] bf16 on an H100, against 56 for the copy rate: bench/results/gpt2-layernorm.)
-template <typename T, int kChunks>
+// Each rounding is written out (__fmul_rn, __fmaf_rn, ...: nvcc contracts nothing), so that xhat and dy * w
+// computed again for dx are the bits the sums took; for that second use the loaded values pass through
+// opaque(), or nvcc keeps the first results in registers.
+template <typename T, int kChunks, bool kAdd>
 __global__ void __launch_bounds__(kOnePassWarps * 32)
     layernorm_backward_one_pass_kernel(const T* __restrict__ x, const T* __restrict__ weight,
                                        const float* __restrict__ mean, const float* __restrict__ rstd,
-                                       const T* __restrict__ dy, T* __restrict__ dx, bool add,
+                                       const T* __restrict__ dy, T* __restrict__ dx,
                                        float* __restrict__ partials, int64_t rows, int64_t C,
                                        int64_t rows_per_range, int64_t ranges) {
-  extern __shared__ float warp_sums[];  // [kOnePassWarps][C], then the weight [C]
-  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  // Chunks [0, kWhole) are in the row for every lane: kChunks is the fewest that cover C (launch_one_pass).
+  constexpr int kWhole = kChunks <= 2 ? kChunks - 1 : kChunks - 2;
+  extern __shared__ float warp_sums[];  // [2][kOnePassWarps][C]: dweight's, dbias's; then the weight as T [C]
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, width = static_cast<int>(C);
   const int64_t range = blockIdx.x, begin = range * rows_per_range, end = min(rows, begin + rows_per_range);
-  auto channel = [&](int k) -> int64_t { return 4 * (32 * k + lane); };    // the first of chunk k's four
-  auto loaded = [&](int k) -> int64_t { return min(channel(k), C - 4); };  // in the row for every lane
-  // The lane's sums over the warp's rows: dy * xhat in registers, dy in the warp's row of shared memory;
-  // the weight in shared memory too (registers for all of them left too few for a row's loads to be in
-  // flight together).
-  float dweight[kChunks][4];
-  float* dbias = warp_sums + warp * C;
-  float* weights = warp_sums + kOnePassWarps * C;  // the weight as floats, read by every row
-#pragma unroll
-  for (int k = 0; k < kChunks; ++k)
-#pragma unroll
-    for (int i = 0; i < 4; ++i) dweight[k][i] = 0.f;
-  for (int64_t c = lane; c < C; c += 32) dbias[c] = 0.f;
-  for (int64_t c = threadIdx.x; c < C; c += kOnePassWarps * 32) weights[c] = widen(weight[c]);
+  auto channel = [&](int k) { return 4 * (32 * k + lane); };  // the first of chunk k's four
+  auto in = [&](int k) { return k < kWhole || channel(k) < width; };
+  auto loaded = [&](int k) { return k < kWhole ? channel(k) : min(channel(k), width - 4); };  // in the row
+  const unsigned zero = static_cast<unsigned>(C >> 32);                                       // C <= 2048
+  float* dweight = warp_sums + warp * C;  // the lane's sums over the warp's rows
+  float* dbias = warp_sums + (kOnePassWarps + warp) * C;
+  T* weights = reinterpret_cast<T*>(warp_sums + 2 * kOnePassWarps * C);
+  for (int c = lane; c < width; c += 32) dweight[c] = dbias[c] = 0.f;
+  for (int c = threadIdx.x; c < width; c += kOnePassWarps * 32) weights[c] = weight[c];
   __syncthreads();
   for (int64_t row = begin + warp; row < end; row += kOnePassWarps) {
     const float m = mean[row], r = rstd[row];
-    Vec<T, 4> xv[kChunks], dyv[kChunks], dxv[kChunks] = {};  // dxv: read only when adding
+    const T* xr = x + row * C;
+    const T* dyr = dy + row * C;
+    T* dxr = dx + row * C;
+    Words<T> xv[kChunks], dyv[kChunks], dxv[kAdd ? kChunks : 1];
 #pragma unroll
     for (int k = 0; k < kChunks; ++k) {
-      xv[k] = load_vec<4>(x + row * C + loaded(k));
-      dyv[k] = load_vec<4>(dy + row * C + loaded(k));
+      xv[k] = load_words(xr + loaded(k));
+      dyv[k] = load_words(dyr + loaded(k));
     }
-    if (add) {
+    if constexpr (kAdd) {
 #pragma unroll
-      for (int k = 0; k < kChunks; ++k) dxv[k] = load_vec<4>(dx + row * C + loaded(k));
+      for (int k = 0; k < kChunks; ++k) dxv[k] = load_words(dxr + loaded(k));
     }
-    float xhat[kChunks][4], g[kChunks][4];  // g = dy * weight; zeros past C
+    // The weight is read from shared memory for each row: row_weights is weights, which nvcc cannot know,
+    // or it would hold the whole weight in registers across the rows (and `after` below, likewise).
+    const T* row_weights = weights + (zero & static_cast<unsigned>(row));
     float sum_g = 0.f, sum_gx = 0.f;
 #pragma unroll
     for (int k = 0; k < kChunks; ++k) {
-      const bool in = channel(k) < C;
-      const float4 w = *reinterpret_cast<const float4*>(weights + loaded(k));
-      const float wk[4] = {w.x, w.y, w.z, w.w};
-      float d[4];
+      const Words<T> w = load_words(row_weights + loaded(k));
 #pragma unroll
       for (int i = 0; i < 4; ++i) {
-        d[i] = in ? widen(dyv[k].v[i]) : 0.f;
-        xhat[k][i] = in ? (widen(xv[k].v[i]) - m) * r : 0.f;
-        g[k][i] = d[i] * wk[i];
-        dweight[k][i] += d[i] * xhat[k][i];
-        sum_g += g[k][i];
-        sum_gx += g[k][i] * xhat[k][i];
+        const float d = in(k) ? element<T>(dyv[k], i) : 0.f;
+        const float xhat = in(k) ? __fmul_rn(__fsub_rn(element<T>(xv[k], i), m), r) : 0.f;
+        const float g = __fmul_rn(d, element<T>(w, i));
+        sum_g = __fadd_rn(sum_g, g);
+        sum_gx = __fmaf_rn(g, xhat, sum_gx);
       }
-      if (in) {
-        float4& sums = *reinterpret_cast<float4*>(dbias + channel(k));
-        sums = make_float4(sums.x + d[0], sums.y + d[1], sums.z + d[2], sums.w + d[3]);
+      if (in(k)) {
+        float4& db = *reinterpret_cast<float4*>(dbias + channel(k));
+        db = make_float4(db.x + element<T>(dyv[k], 0), db.y + element<T>(dyv[k], 1),
+                         db.z + element<T>(dyv[k], 2), db.w + element<T>(dyv[k], 3));
       }
     }
     const float mean_g = warp_sum(sum_g) / float(C), mean_gx = warp_sum(sum_gx) / float(C);
+    const unsigned after = zero & __float_as_uint(mean_gx);
 #pragma unroll
     for (int k = 0; k < kChunks; ++k) {
+      const Words<T> xk = opaque(xv[k], after), dyk = opaque(dyv[k], after),
+                     w = load_words(weights + after + loaded(k));
       Vec<T, 4> out;
+      float d[4], xhat[4];
 #pragma unroll
       for (int i = 0; i < 4; ++i) {
-        const float d = r * (g[k][i] - mean_g - xhat[k][i] * mean_gx);
-        out.v[i] = narrow<T>(add ? widen(dxv[k].v[i]) + d : d);
+        d[i] = element<T>(dyk, i);
+        xhat[i] = __fmul_rn(__fsub_rn(element<T>(xk, i), m), r);
+        const float g = __fmul_rn(d[i], element<T>(w, i));
+        const float centered = __fmaf_rn(-xhat[i], mean_gx, __fsub_rn(g, mean_g));
+        if constexpr (kAdd)
+          out.v[i] = narrow<T>(__fmaf_rn(r, centered, element<T>(dxv[k], i)));
+        else
+          out.v[i] = narrow<T>(__fmul_rn(r, centered));
       }
-      if (channel(k) < C) store_vec<4>(dx + row * C + channel(k), out);
+      if (in(k)) {
+        store_vec<4>(dxr + channel(k), out);
+        float4& dw = *reinterpret_cast<float4*>(dweight + channel(k));
+        dw = make_float4(__fmaf_rn(d[0], xhat[0], dw.x), __fmaf_rn(d[1], xhat[1], dw.y),
+                         __fmaf_rn(d[2], xhat[2], dw.z), __fmaf_rn(d[3], xhat[3], dw.w));
+      }
     }
   }
-  // The warps' sums in warp order: dweight's into the first half of the range's partials, dbias's after
-  // (in shared memory already, so first).
-  for (int half = 1; half >= 0; --half) {
-    if (half == 0) {
-#pragma unroll
-      for (int k = 0; k < kChunks; ++k)
-        if (channel(k) < C)
-#pragma unroll
-          for (int i = 0; i < 4; ++i) warp_sums[warp * C + channel(k) + i] = dweight[k][i];
-    }
-    __syncthreads();
-    for (int64_t c = threadIdx.x; c < C; c += kOnePassWarps * 32) {
-      float sum = warp_sums[c];
-      for (int w = 1; w < kOnePassWarps; ++w) sum += warp_sums[w * C + c];
+  // The warps' sums in warp order into the range's partials: dweight's, then dbias's.
+  __syncthreads();
+  for (int half = 0; half < 2; ++half)
+    for (int c = threadIdx.x; c < width; c += kOnePassWarps * 32) {
+      const float* sums = warp_sums + half * kOnePassWarps * C + c;
+      float sum = sums[0];
+      for (int w = 1; w < kOnePassWarps; ++w) sum += sums[w * C];
       partials[(half * ranges + range) * C + c] = sum;
     }
-    __syncthreads();
-  }
 }
 
 // Block (channel tile, row range): partial[range][c] of dy * xhat (first half) and dy (second half).
@@ -337,11 +409,20 @@ void launch_one_pass(const T* x, const T* weight, const float* mean, const float
                      bool add, float* partials, int64_t rows, int64_t C, int64_t rows_per_range,
                      int64_t ranges, cudaStream_t stream) {
   with_chunks(C, [&](auto chunks) {
-    const size_t shared = static_cast<size_t>((kOnePassWarps + 1) * C) * sizeof(float);  // <= 40 KiB
-    layernorm_backward_one_pass_kernel<T, decltype(chunks)::value>
-        <<<static_cast<unsigned>(ranges), kOnePassWarps * 32, shared, stream>>>(
-            x, weight, mean, rstd, dy, dx, add, partials, rows, C, rows_per_range, ranges);
-    DLB_KERNEL_LAUNCH_CHECK();
+    const size_t shared = one_pass_shared_bytes<T>(C);
+    auto launch = [&](auto kernel) {
+      if (shared > 48 * 1024)  // Not an operation on the stream: allowed while a step is being recorded.
+        DLB_KERNEL_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                              static_cast<int>(shared)));
+      kernel<<<static_cast<unsigned>(ranges), kOnePassWarps * 32, shared, stream>>>(
+          x, weight, mean, rstd, dy, dx, partials, rows, C, rows_per_range, ranges);
+      DLB_KERNEL_LAUNCH_CHECK();
+    };
+    constexpr int kChunks = decltype(chunks)::value;
+    if (add)
+      launch(layernorm_backward_one_pass_kernel<T, kChunks, true>);
+    else
+      launch(layernorm_backward_one_pass_kernel<T, kChunks, false>);
   });
 }
 
@@ -411,7 +492,7 @@ void layernorm_backward(const void* x, const void* weight, const float* mean, co
     float* partials = static_cast<float*>(scratch);
     bool one_pass_taken = false;
     if constexpr (!std::is_same_v<T, double>) {
-      if (row_at_once<T>(channels, {x, dy, dx, weight})) {
+      if (row_at_once<T>(channels, {x, dy, dx, weight}) && one_pass_shared_fits<T>(channels)) {
         launch_one_pass(xt, static_cast<const T*>(weight), mean, rstd, dyt, static_cast<T*>(dx),
                         accumulate_dx, partials, rows, channels, rows_per_range, ranges, stream);
         one_pass_taken = true;
