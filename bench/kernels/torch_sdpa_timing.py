@@ -1,0 +1,73 @@
+#!/usr/bin/env python3
+"""PyTorch's causal scaled_dot_product_attention at GPT-2's shapes, per backend (the peer for
+sdpa_engine_probe.cc).
+
+Q, K and V are views of one [B, T, 3C] tensor, split and transposed to [B, H, T, D] as a nanoGPT-style
+model makes them (the layout dlbench's attention reads). For each backend (flash, cuDNN, memory-efficient)
+it prints the median forward time and the median backward time (forward and backward timed together,
+less the forward) between CUDA events, with TFLOP/s counted as sdpa_engine_probe counts them: the causal
+forward 2 B T^2 C, the backward 2.5 times that.
+
+  /opt/torch/.venv/bin/python3 bench/kernels/torch_sdpa_timing.py [--model gpt2-large] [--batch 16]
+                                                                   [--reps 20]
+"""
+import argparse
+
+import torch
+import torch.nn.functional as F
+from torch.nn.attention import SDPBackend, sdpa_kernel
+
+MODELS = {"gpt2": (768, 12), "gpt2-medium": (1024, 16), "gpt2-large": (1280, 20), "gpt2-xl": (1600, 25)}
+
+
+def median_us(fn, reps):
+    for _ in range(3):
+        fn()
+    times = []
+    for _ in range(reps):
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        fn()
+        end.record()
+        torch.cuda.synchronize()
+        times.append(start.elapsed_time(end) * 1e3)
+    return sorted(times)[len(times) // 2]
+
+
+def main():
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--model", choices=sorted(MODELS), default="gpt2-large")
+    parser.add_argument("--batch", type=int, default=16)
+    parser.add_argument("--reps", type=int, default=20)
+    args = parser.parse_args()
+    channels, heads = MODELS[args.model]
+    B, T, D = args.batch, 1024, channels // heads
+    qkv = torch.randn(B, T, 3 * channels, device="cuda", dtype=torch.bfloat16, requires_grad=True)
+    dout = torch.randn(B, heads, T, D, device="cuda", dtype=torch.bfloat16)
+    forward_flops = 2.0 * B * T * T * channels
+
+    def split():
+        return [t.view(B, T, heads, D).transpose(1, 2) for t in qkv.split(channels, dim=2)]
+
+    def forward_and_backward():
+        q, k, v = split()
+        F.scaled_dot_product_attention(q, k, v, is_causal=True).backward(dout)
+        qkv.grad = None
+
+    print(f"torch {torch.__version__} cuDNN {torch.backends.cudnn.version()} {args.model} batch {B} x {T}, "
+          f"{heads} heads of {D}, bf16; median of {args.reps}")
+    for backend in (SDPBackend.FLASH_ATTENTION, SDPBackend.CUDNN_ATTENTION, SDPBackend.EFFICIENT_ATTENTION):
+        try:
+            with sdpa_kernel([backend]):
+                q, k, v = split()
+                forward = median_us(lambda: F.scaled_dot_product_attention(q, k, v, is_causal=True), args.reps)
+                backward = median_us(forward_and_backward, args.reps) - forward
+        except RuntimeError as e:  # a backend that cannot take the shape says why
+            print(f"{backend.name:20s} not run: {str(e)[:160]}")
+            continue
+        print(f"{backend.name:20s} forward {forward:8.1f} us {forward_flops / forward / 1e6:6.1f} TFLOP/s"
+              f"  backward {backward:8.1f} us {2.5 * forward_flops / backward / 1e6:6.1f} TFLOP/s")
+
+
+if __name__ == "__main__":
+    main()
