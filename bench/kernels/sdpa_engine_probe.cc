@@ -22,6 +22,7 @@
 #include <string>
 #include <vector>
 
+#include "backend/cuda/cuda_common.h"
 #include "backend/cuda/kernel_check.h"
 #include "backend/cuda/sdpa_graph.h"
 #include "event_timing.h"
@@ -30,25 +31,11 @@ using namespace dlbench;
 using dlbench::cuda::AttentionPass;
 using dlbench::cuda::AttentionPlan;
 using dlbench::cuda::AttentionShape;
+using dlbench::cuda::DeviceBuffer;
 
 namespace {
 
-// Device memory of `bytes`, freed at scope end.
-class Buffer {
- public:
-  explicit Buffer(size_t bytes) : bytes_(bytes) { DLB_KERNEL_CHECK(cudaMalloc(&ptr_, bytes)); }
-  ~Buffer() { cudaFree(ptr_); }
-  Buffer(const Buffer&) = delete;
-  Buffer& operator=(const Buffer&) = delete;
-  void* get() const { return ptr_; }
-  size_t bytes() const { return bytes_; }
-
- private:
-  void* ptr_ = nullptr;
-  size_t bytes_;
-};
-
-void upload_random_bf16(const Buffer& b, uint64_t seed) {
+void upload_random_bf16(const DeviceBuffer& b, uint64_t seed) {
   std::vector<__nv_bfloat16> host(b.bytes() / sizeof(__nv_bfloat16));
   std::mt19937_64 rng(seed);
   std::uniform_real_distribution<float> dist(-1.f, 1.f);
@@ -56,7 +43,7 @@ void upload_random_bf16(const Buffer& b, uint64_t seed) {
   DLB_KERNEL_CHECK(cudaMemcpy(b.get(), host.data(), b.bytes(), cudaMemcpyHostToDevice));
 }
 
-std::vector<float> download_bf16(const Buffer& b) {
+std::vector<float> download_bf16(const DeviceBuffer& b) {
   std::vector<__nv_bfloat16> host(b.bytes() / sizeof(__nv_bfloat16));
   DLB_KERNEL_CHECK(cudaMemcpy(host.data(), b.get(), b.bytes(), cudaMemcpyDeviceToHost));
   std::vector<float> v(host.size());
@@ -113,7 +100,7 @@ int main(int argc, char** argv) {
     AttentionShape s;
     s.batch = batch, s.time = 1024, s.channels = m->channels, s.heads = m->heads, s.dtype = DType::bf16;
     const size_t elements = static_cast<size_t>(s.batch * s.time * s.channels);
-    Buffer qkv(3 * elements * 2), out(elements * 2), dout(elements * 2), dqkv(3 * elements * 2),
+    DeviceBuffer qkv(3 * elements * 2), out(elements * 2), dout(elements * 2), dqkv(3 * elements * 2),
         stats(static_cast<size_t>(s.batch * s.heads * s.time) * sizeof(float));
     upload_random_bf16(qkv, 1);
     upload_random_bf16(dout, 2);

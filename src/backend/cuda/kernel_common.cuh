@@ -31,6 +31,18 @@ inline unsigned grid_for(int64_t items, int threads = kThreads, int blocks_per_s
 
 inline bool aligned(const void* p, size_t bytes) { return reinterpret_cast<uintptr_t>(p) % bytes == 0; }
 
+// The most dynamic shared memory a block may take on the current device (by opting in past 48 KB); 0
+// where the device cannot say.
+inline size_t shared_memory_opt_in() {
+  int device = 0, bytes = 0;
+  if (cudaGetDevice(&device) != cudaSuccess ||
+      cudaDeviceGetAttribute(&bytes, cudaDevAttrMaxSharedMemoryPerBlockOptin, device) != cudaSuccess) {
+    (void)cudaGetLastError();
+    return 0;
+  }
+  return static_cast<size_t>(bytes);
+}
+
 // Calls fn(T{}) with the element type of a float dtype: float, __half, __nv_bfloat16 or double.
 template <typename Fn>
 void dispatch_float(DType dtype, const char* op, Fn&& fn) {

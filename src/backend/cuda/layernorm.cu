@@ -60,14 +60,7 @@ size_t one_pass_shared_bytes(int64_t channels) {
 template <typename T>
 bool one_pass_shared_fits(int64_t channels) {
   const size_t bytes = one_pass_shared_bytes<T>(channels);
-  if (bytes <= 48 * 1024) return true;
-  int device = 0, limit = 0;
-  if (cudaGetDevice(&device) != cudaSuccess ||
-      cudaDeviceGetAttribute(&limit, cudaDevAttrMaxSharedMemoryPerBlockOptin, device) != cudaSuccess) {
-    (void)cudaGetLastError();
-    return false;
-  }
-  return bytes <= static_cast<size_t>(limit);
+  return bytes <= 48 * 1024 || bytes <= shared_memory_opt_in();
 }
 
 int64_t row_ranges(int64_t rows, int64_t channels) {

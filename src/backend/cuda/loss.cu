@@ -356,17 +356,6 @@ __global__ void __launch_bounds__(kSharedRowThreads)
   }
 }
 
-// The most dynamic shared memory a block may take on the current device, once per device.
-size_t shared_memory_opt_in() {
-  int device = 0, bytes = 0;
-  if (cudaGetDevice(&device) != cudaSuccess ||
-      cudaDeviceGetAttribute(&bytes, cudaDevAttrMaxSharedMemoryPerBlockOptin, device) != cudaSuccess) {
-    (void)cudaGetLastError();
-    return 0;
-  }
-  return static_cast<size_t>(bytes);
-}
-
 // Launches fused_rows_shared_kernel<T> where its row fits (and lets it take that much shared memory);
 // false where it does not, and nothing is launched.
 template <typename T>
