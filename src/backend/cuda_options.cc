@@ -47,6 +47,7 @@ nlohmann::json cuda_options_to_json(const CudaOptions& o) {
           {"stem_pool_fusion", on_off(o.stem_pool_fusion)},
           {"dense_epilogues", on_off(o.dense_epilogues)},
           {"fp8_fast_accumulation", fp8_fast_accumulation_name(o.fp8_fast_accumulation)},
+          {"weight_gradient_stream", on_off(o.weight_gradient_stream)},
           {"training_stream_priority",
            o.training_stream == TrainingStreamPriority::greatest ? "greatest" : "normal"}};
 }

@@ -54,6 +54,11 @@ struct CudaOptions {
   // --fp8-fast-accumulation (Fp8FastAccumulation). The forward's by default: gpt2-large 1.117x bf16
   // against 1.087x with none, and gpt2's loss on real text as bf16's (bench/results/gpt2-fp8).
   Fp8FastAccumulation fp8_fast_accumulation = Fp8FastAccumulation::forward;
+  // --weight-gradient-stream: a dense layer's weight and bias gradients computed on a second stream while
+  // its data gradient's GEMM runs on the training stream, so that either fills the SMs the other leaves
+  // idle (the weight GEMMs' few output tiles leave part of the last wave empty). Off until measured on a
+  // GPU against one stream.
+  bool weight_gradient_stream = false;
   TrainingStreamPriority training_stream = TrainingStreamPriority::normal;
 
   bool operator==(const CudaOptions&) const = default;

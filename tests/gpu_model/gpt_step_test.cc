@@ -6,6 +6,7 @@
 // tensor, where the GPU's GELU, attention and sums differ from the CPU's in the last bits only. And the
 // FP8 MLP's step against its separate layers', and with its dense layers' input codes kept from the
 // forward against without (below).
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -23,6 +24,7 @@
 #include "nn/memory_plan.h"
 #ifdef DLBENCH_WITH_CUDA
 #include "backend/cuda/cuda_backend.h"
+#include "backend/cuda/cuda_common.h"
 #endif
 
 namespace dlbench {
@@ -180,6 +182,31 @@ TEST(GpuGptModel, Fp8InputCodesKeptFromTheForwardAreTheBackwardsToTheBit) {
     EXPECT_TRUE(kept.gradient_bytes == quantized_again.gradient_bytes)
         << "the step with kept codes differs from the one that quantizes x again";
   }
+#endif
+}
+
+// --weight-gradient-stream: the dense layers' weight and bias gradients on a second stream beside the
+// data gradients' GEMMs give the step of one stream to the bit, in BF16 and in FP8, with the MLP fused
+// and not.
+TEST(GpuGptModel, WeightGradientStreamIsTheOneStreamStepToTheBit) {
+#ifndef DLBENCH_WITH_CUDA
+  GTEST_SKIP() << "built without CUDA";
+#else
+  if (cuda_device_count() == 0) GTEST_SKIP() << "no CUDA GPU: the weight-gradient stream check needs one";
+  CudaOptions beside_options, one_stream_options;
+  beside_options.weight_gradient_stream = true;
+  one_stream_options.weight_gradient_stream = false;
+  auto beside = make_cuda_backend(0, beside_options), one_stream = make_cuda_backend(0, one_stream_options);
+  for (const auto& [fuse_mlp, fp8] : {std::pair{true, false}, {false, false}, {true, true}, {false, true}}) {
+    SCOPED_TRACE(fmt::format("MLP {}, {}", fuse_mlp ? "fused" : "as layers", fp8 ? "fp8" : "bf16"));
+    const Fp8Step a = fp8_step(*beside, fuse_mlp, fp8), b = fp8_step(*one_stream, fuse_mlp, fp8);
+    EXPECT_EQ(a.loss, b.loss);
+    ASSERT_EQ(a.gradient_bytes.size(), b.gradient_bytes.size());
+    EXPECT_TRUE(a.gradient_bytes == b.gradient_bytes) << "the step with the side stream differs";
+  }
+  // 4 blocks of 4 dense layers with an input gradient (c_attn's input is ln_1's output), 4 steps.
+  EXPECT_EQ(cuda::as_cuda(*beside).dense_backwards_beside(), 64);
+  EXPECT_EQ(cuda::as_cuda(*one_stream).dense_backwards_beside(), 0);
 #endif
 }
 

@@ -153,6 +153,20 @@ CudaBackend::CudaBackend(int device, const CudaOptions& options,
   // FP32 GEMMs: TF32 tensor cores only when allowed. The compute type of each call says the same (gemm).
   CUBLAS_CHECK(
       cublasSetMathMode(cublas_, options_.allow_tf32 ? CUBLAS_TF32_TENSOR_OP_MATH : CUBLAS_DEFAULT_MATH));
+  if (options_.weight_gradient_stream) {
+    // At the lowest priority: where both streams have blocks waiting, the training stream's go first.
+    side_ = std::make_unique<SideStream>();
+    side_->stream = new_stream(false);
+    CUBLAS_CHECK(cublasCreate(&side_->cublas));
+    CUBLAS_CHECK(cublasSetStream(side_->cublas, side_->stream));
+    side_->workspace = DeviceBuffer(kCublasWorkspaceBytes);
+    CUBLAS_CHECK(cublasSetWorkspace(side_->cublas, side_->workspace.get(), side_->workspace.bytes()));
+    CUBLAS_CHECK(cublasSetMathMode(side_->cublas,
+                                   options_.allow_tf32 ? CUBLAS_TF32_TENSOR_OP_MATH : CUBLAS_DEFAULT_MATH));
+    side_->lt = std::make_unique<LtMatmuls>(side_->workspace.get(), side_->workspace.bytes());
+    CUDA_CHECK(cudaEventCreateWithFlags(&side_->fork, cudaEventDisableTiming));
+    CUDA_CHECK(cudaEventCreateWithFlags(&side_->join, cudaEventDisableTiming));
+  }
   algorithms_->bind(machine_key());
 }
 
@@ -178,6 +192,16 @@ CudaBackend::~CudaBackend() {
   attention_choices_.clear();
   for (cudaEvent_t event : markers_) cudaEventDestroy(event);
   lt_.reset();
+  if (side_) {
+    if (side_->stream) cudaStreamSynchronize(side_->stream);
+    if (side_->fork) cudaEventDestroy(side_->fork);
+    if (side_->join) cudaEventDestroy(side_->join);
+    side_->lt.reset();
+    if (side_->cublas) cublasDestroy(side_->cublas);
+    side_->workspace.reset();
+    if (side_->stream) cudaStreamDestroy(side_->stream);
+    side_.reset();
+  }
   if (cublas_) cublasDestroy(cublas_);
   cublas_workspace_.reset();
   if (cudnn_) cudnnDestroy(cudnn_);
@@ -191,6 +215,16 @@ std::shared_ptr<const GraphPlan> CudaBackend::graph_plan(
   std::shared_ptr<const GraphPlan> plan = build();
   graph_plans_.emplace(key, plan);
   return plan;
+}
+
+void CudaBackend::fork_side() {
+  CUDA_CHECK(cudaEventRecord(side_->fork, stream_));
+  CUDA_CHECK(cudaStreamWaitEvent(side_->stream, side_->fork));
+}
+
+void CudaBackend::join_side() {
+  CUDA_CHECK(cudaEventRecord(side_->join, side_->stream));
+  CUDA_CHECK(cudaStreamWaitEvent(stream_, side_->join));
 }
 
 void CudaBackend::activate() const {
