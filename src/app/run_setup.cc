@@ -402,11 +402,12 @@ void print_header(const char* command, const RunConfig& config, RunSetup& s, con
     // epilogues for a token model.
     if (tokens && config.model.precision == Precision::fp8)
       say("  cuda: dense-epilogues %s | weight-gradient-stream %s | fp8-fast-accumulation %s\n",
-          on_off(config.cuda.dense_epilogues), on_off(config.cuda.weight_gradient_stream),
+          on_off(config.cuda.dense_epilogues),
+          weight_gradient_stream_name(config.cuda.weight_gradient_stream),
           fp8_fast_accumulation_name(config.cuda.fp8_fast_accumulation));
     else if (tokens)
       say("  cuda: dense-epilogues %s | weight-gradient-stream %s\n", on_off(config.cuda.dense_epilogues),
-          on_off(config.cuda.weight_gradient_stream));
+          weight_gradient_stream_name(config.cuda.weight_gradient_stream));
     else
       say("  cuda: %s\n", describe_cuda_options(config.cuda).c_str());
     const std::string& note = s.algorithms->load_note();

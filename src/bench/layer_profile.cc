@@ -50,7 +50,11 @@ std::vector<LayerTime> profile_layers(Network& net, int iterations) {
           weight * time_queued(backend, forward_hold[i], [&] { layers[i]->forward(Phase::train); });
     }
     for (size_t i = layers.size(); i-- > 0;) {
-      times[i].backward_ms += weight * time_queued(backend, backward_hold[i], [&] { layers[i]->backward(); });
+      // Each layer's time with the work its backward may leave running (Backend::settle_backward_work).
+      times[i].backward_ms += weight * time_queued(backend, backward_hold[i], [&] {
+                                layers[i]->backward();
+                                backend.settle_backward_work(true);
+                              });
     }
   }
   return times;

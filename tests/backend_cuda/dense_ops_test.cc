@@ -148,8 +148,8 @@ TEST(DenseBackwardBeside, SameBitsAsOneStream) {
   if (cuda_device_count() == 0) GTEST_SKIP() << "no CUDA GPU: cuda_device_count() == 0";
   auto ref = make_reference_backend();
   CudaOptions beside_options, one_stream_options;
-  beside_options.weight_gradient_stream = true;
-  one_stream_options.weight_gradient_stream = false;
+  beside_options.weight_gradient_stream = WeightGradientStream::layer;
+  one_stream_options.weight_gradient_stream = WeightGradientStream::off;
   Backend& beside = shared_gpu(beside_options);
   Backend& one_stream = shared_gpu(one_stream_options);
   const DenseCase cases[] = {{4096, 768, 3072}, {4096, 3072, 768}, {37, 96, 40}};

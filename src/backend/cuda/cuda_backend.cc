@@ -153,7 +153,7 @@ CudaBackend::CudaBackend(int device, const CudaOptions& options,
   // FP32 GEMMs: TF32 tensor cores only when allowed. The compute type of each call says the same (gemm).
   CUBLAS_CHECK(
       cublasSetMathMode(cublas_, options_.allow_tf32 ? CUBLAS_TF32_TENSOR_OP_MATH : CUBLAS_DEFAULT_MATH));
-  if (options_.weight_gradient_stream) {
+  if (options_.weight_gradient_stream != WeightGradientStream::off) {
     // At the lowest priority: where both streams have blocks waiting, the training stream's go first.
     side_ = std::make_unique<SideStream>();
     side_->stream = new_stream(false);
@@ -166,6 +166,7 @@ CudaBackend::CudaBackend(int device, const CudaOptions& options,
     side_->lt = std::make_unique<LtMatmuls>(side_->workspace.get(), side_->workspace.bytes());
     CUDA_CHECK(cudaEventCreateWithFlags(&side_->fork, cudaEventDisableTiming));
     CUDA_CHECK(cudaEventCreateWithFlags(&side_->join, cudaEventDisableTiming));
+    CUDA_CHECK(cudaEventCreateWithFlags(&side_->settle, cudaEventDisableTiming));
   }
   algorithms_->bind(machine_key());
 }
@@ -196,6 +197,7 @@ CudaBackend::~CudaBackend() {
     if (side_->stream) cudaStreamSynchronize(side_->stream);
     if (side_->fork) cudaEventDestroy(side_->fork);
     if (side_->join) cudaEventDestroy(side_->join);
+    if (side_->settle) cudaEventDestroy(side_->settle);
     side_->lt.reset();
     if (side_->cublas) cublasDestroy(side_->cublas);
     side_->workspace.reset();
@@ -225,6 +227,23 @@ void CudaBackend::fork_side() {
 void CudaBackend::join_side() {
   CUDA_CHECK(cudaEventRecord(side_->join, side_->stream));
   CUDA_CHECK(cudaStreamWaitEvent(stream_, side_->join));
+  side_->pending = false;
+}
+
+void CudaBackend::settle_backward_work(bool all) {
+  if (!side_ || !backward_work_outlives_layer()) return;
+  activate();
+  if (all) {
+    if (side_->pending) join_side();
+    side_->settle_recorded = false;
+    return;
+  }
+  // What the side stream held at the previous layer's end is the layer before's left-over work: the
+  // training stream waits for it from here on. Then mark where it stands now, for the next call. (Never an
+  // event recorded in another pass: a captured graph may not wait on work outside it.)
+  if (side_->settle_recorded) CUDA_CHECK(cudaStreamWaitEvent(stream_, side_->settle));
+  CUDA_CHECK(cudaEventRecord(side_->settle, side_->stream));
+  side_->settle_recorded = true;
 }
 
 void CudaBackend::activate() const {

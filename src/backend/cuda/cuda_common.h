@@ -154,13 +154,17 @@ class WorkspaceLayout {
 // A second stream for work that may run beside the training stream's (CudaOptions::weight_gradient_stream),
 // with a cuBLAS handle and workspace of its own so that its GEMMs never share the training stream's. Each
 // use forks from the training stream (`fork`) and joins it again (`join`) before the op returns, so the
-// stream order every other op relies on holds at op boundaries, in a captured graph as well.
+// stream order every other op relies on holds at op boundaries, in a captured graph as well; or, under
+// WeightGradientStream::next_layer, the network's settle_backward_work joins it a layer later (`settle`
+// marks where the side stream stood at the previous layer's end).
 struct SideStream {
   cudaStream_t stream = nullptr;
   cublasHandle_t cublas = nullptr;
   DeviceBuffer workspace;
   std::unique_ptr<LtMatmuls> lt;  // on `workspace`
-  cudaEvent_t fork = nullptr, join = nullptr;
+  cudaEvent_t fork = nullptr, join = nullptr, settle = nullptr;
+  bool pending = false;          // work queued there that the training stream has not joined
+  bool settle_recorded = false;  // `settle` recorded in this backward pass
 };
 
 class CudaBackend final : public Backend {
@@ -200,6 +204,10 @@ class CudaBackend final : public Backend {
   void synchronize() override;
   std::unique_ptr<CapturedWork> capture(const std::function<void()>& body) override;
   void* native_stream() const override { return stream_; }
+  bool backward_work_outlives_layer() const override {
+    return options_.weight_gradient_stream == WeightGradientStream::next_layer;
+  }
+  void settle_backward_work(bool all) override;
 
   std::unique_ptr<ConvPlan> plan_conv(const ConvGeometry& geometry) override;
   std::unique_ptr<ConvPlan> estimate_conv(const ConvGeometry& geometry) override;

@@ -144,7 +144,12 @@ bool CudaBackend::dense_backward_beside(const Tensor& dy, const Tensor& x, const
           g.params == Accumulate::add ? 1.f : 0.f, *g.dw);
   cuda::bias_backward(dy2.data(), dy2.dtype(), g.db->data(), g.db->dtype(), d.rows, d.out,
                       g.params == Accumulate::add, side_->stream);
-  join_side();
+  // Under next_layer the network joins it after the next layer's backward (settle_backward_work): what it
+  // reads (dy, x) is planned to live that long, and it writes only this layer's own dW and db.
+  if (backward_work_outlives_layer())
+    side_->pending = true;
+  else
+    join_side();
   ++dense_backwards_beside_;
   return true;
 }

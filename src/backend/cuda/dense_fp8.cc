@@ -299,7 +299,9 @@ void CudaBackend::dense_backward(const Tensor& dy, const Tensor& x, const Tensor
       operand_amax(*fp8, kFp8Dy), bias_partials, stream_, prologue);
   const uint8_t* xt = transposed_input_codes(x, d, *fp8, g.input_act, xt_codes, stream_);
   // With the side stream, dW's GEMM and db's sum run there while W^T's codes and dx's GEMM run here; the
-  // codes they read were all made above, and nothing here writes them (dense_epilogues.cc says why).
+  // codes they read were all made above, and nothing here writes them (dense_epilogues.cc says why). They
+  // live in the scratch, which the next op may use: the side stream is joined before this op returns,
+  // whatever --weight-gradient-stream says.
   const bool beside = side_ != nullptr;
   if (beside) fork_side();
   if (!weight_gemm_fp8(dyt_codes, xt, d.rows, d.in, d.out, g.params, *g.dw, *fp8, beside)) {
