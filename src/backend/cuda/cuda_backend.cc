@@ -154,9 +154,10 @@ CudaBackend::CudaBackend(int device, const CudaOptions& options,
   CUBLAS_CHECK(
       cublasSetMathMode(cublas_, options_.allow_tf32 ? CUBLAS_TF32_TENSOR_OP_MATH : CUBLAS_DEFAULT_MATH));
   if (options_.weight_gradient_stream != WeightGradientStream::off) {
-    // At the lowest priority: where both streams have blocks waiting, the training stream's go first.
+    // At the training stream's priority, so that the order in which an op queues its work on the two
+    // streams is the order its blocks take the SMs (dense_backward_beside).
     side_ = std::make_unique<SideStream>();
-    side_->stream = new_stream(false);
+    side_->stream = new_stream(options_.training_stream == TrainingStreamPriority::greatest);
     CUBLAS_CHECK(cublasCreate(&side_->cublas));
     CUBLAS_CHECK(cublasSetStream(side_->cublas, side_->stream));
     side_->workspace = DeviceBuffer(kCublasWorkspaceBytes);

@@ -137,13 +137,15 @@ bool CudaBackend::dense_backward_beside(const Tensor& dy, const Tensor& x, const
   if (d.rows == 0) return false;
   activate();
   fork_side();
-  // dx first: its GEMM's blocks are queued before the side stream's, at a priority no lower.
-  dense_backward_data(dy, w, g.act, g.pre, g.accumulate, *g.dx);
+  // dW's GEMM is queued first: its few output tiles take the SMs in one full wave and a part-empty last
+  // one, and dx's GEMM, with many tiles, fills the SMs that last wave leaves (queued the other way round,
+  // dx's GEMM would hold every SM until its end and dW's last wave would run part-empty after it).
   const Tensor dy2 = dy.reshaped({d.rows, d.out});
   gemm_on(side_->cublas, Transpose::yes, Transpose::no, d.out, d.in, d.rows, 1.f, dy2, x,
           g.params == Accumulate::add ? 1.f : 0.f, *g.dw);
   cuda::bias_backward(dy2.data(), dy2.dtype(), g.db->data(), g.db->dtype(), d.rows, d.out,
                       g.params == Accumulate::add, side_->stream);
+  dense_backward_data(dy, w, g.act, g.pre, g.accumulate, *g.dx);
   // Under next_layer the network joins it after the next layer's backward (settle_backward_work): what it
   // reads (dy, x) is planned to live that long, and it writes only this layer's own dW and db.
   if (backward_work_outlives_layer())
