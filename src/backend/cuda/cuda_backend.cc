@@ -223,6 +223,7 @@ std::shared_ptr<const GraphPlan> CudaBackend::graph_plan(
 void CudaBackend::fork_side() {
   CUDA_CHECK(cudaEventRecord(side_->fork, stream_));
   CUDA_CHECK(cudaStreamWaitEvent(side_->stream, side_->fork));
+  side_->forked = true;
 }
 
 void CudaBackend::join_side() {
@@ -236,13 +237,15 @@ void CudaBackend::settle_backward_work(bool all) {
   activate();
   if (all) {
     if (side_->pending) join_side();
-    side_->settle_recorded = false;
+    side_->forked = side_->settle_recorded = false;
     return;
   }
   // What the side stream held at the previous layer's end is the layer before's left-over work: the
-  // training stream waits for it from here on. Then mark where it stands now, for the next call. (Never an
-  // event recorded in another pass: a captured graph may not wait on work outside it.)
+  // training stream waits for it from here on. Then mark where it stands now, for the next call. Only
+  // once the pass has forked it: until then the side stream is not part of a graph being captured, and a
+  // captured stream may not wait on an event recorded outside the capture (nor on one of another pass).
   if (side_->settle_recorded) CUDA_CHECK(cudaStreamWaitEvent(stream_, side_->settle));
+  if (!side_->forked) return;
   CUDA_CHECK(cudaEventRecord(side_->settle, side_->stream));
   side_->settle_recorded = true;
 }

@@ -164,6 +164,7 @@ struct SideStream {
   std::unique_ptr<LtMatmuls> lt;  // on `workspace`
   cudaEvent_t fork = nullptr, join = nullptr, settle = nullptr;
   bool pending = false;          // work queued there that the training stream has not joined
+  bool forked = false;           // forked from the training stream in this backward pass
   bool settle_recorded = false;  // `settle` recorded in this backward pass
 };
 
