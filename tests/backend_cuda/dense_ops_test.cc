@@ -155,6 +155,13 @@ TEST(DenseBackwardBeside, SameBitsAsOneStream) {
   const DenseCase cases[] = {{4096, 768, 3072}, {4096, 3072, 768}, {37, 96, 40}};
   for (const DType dtype : kDtypes) {
     for (const DenseCase& c : cases) {
+      const HostBuffer x = random_host(*ref, {c.rows, c.in}, dtype, 71),
+                       w = random_host(*ref, {c.out, c.in}, dtype, 72, Layout::nchw, -0.2, 0.2),
+                       dy = random_host(*ref, {c.rows, c.out}, dtype, 73),
+                       pre = random_host(*ref, {c.rows, c.in}, dtype, 74),
+                       dx0 = random_host(*ref, {c.rows, c.in}, dtype, 75),
+                       dw0 = random_host(*ref, {c.out, c.in}, dtype, 76),
+                       db0 = random_host(*ref, {c.out}, dtype, 77);
       for (const bool gelu : {false, true}) {
         for (const Accumulate accumulate : {Accumulate::overwrite, Accumulate::add}) {
           for (const bool captured : {false, true}) {
@@ -163,13 +170,6 @@ TEST(DenseBackwardBeside, SameBitsAsOneStream) {
                 fmt::format("N={} I={} O={} {} gelu {} {} {}", c.rows, c.in, c.out, dtype_name(dtype), gelu,
                             accumulate == Accumulate::add ? "add" : "overwrite", captured ? "captured" : "");
             SCOPED_TRACE(where);
-            const HostBuffer x = random_host(*ref, {c.rows, c.in}, dtype, 71),
-                             w = random_host(*ref, {c.out, c.in}, dtype, 72, Layout::nchw, -0.2, 0.2),
-                             dy = random_host(*ref, {c.rows, c.out}, dtype, 73),
-                             pre = random_host(*ref, {c.rows, c.in}, dtype, 74),
-                             dx0 = random_host(*ref, {c.rows, c.in}, dtype, 75),
-                             dw0 = random_host(*ref, {c.out, c.in}, dtype, 76),
-                             db0 = random_host(*ref, {c.out}, dtype, 77);
             auto run = [&](Backend& gpu, bool capture) {
               DeviceTensor d_x(gpu, x), d_w(gpu, w), d_dy(gpu, dy), d_pre(gpu, pre), d_dx(gpu, dx0),
                   d_dw(gpu, dw0), d_db(gpu, db0);
