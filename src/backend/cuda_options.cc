@@ -60,6 +60,7 @@ nlohmann::json cuda_options_to_json(const CudaOptions& o) {
           {"dense_epilogues", on_off(o.dense_epilogues)},
           {"fp8_fast_accumulation", fp8_fast_accumulation_name(o.fp8_fast_accumulation)},
           {"weight_gradient_stream", weight_gradient_stream_name(o.weight_gradient_stream)},
+          {"weight_gradient_priority", o.weight_gradient_priority_above ? "above" : "same"},
           {"training_stream_priority",
            o.training_stream == TrainingStreamPriority::greatest ? "greatest" : "normal"}};
 }

@@ -67,6 +67,11 @@ struct CudaOptions {
   // the other leaves idle (the weight GEMMs' few output tiles leave part of the last wave empty). Off until
   // measured on a GPU against one stream.
   WeightGradientStream weight_gradient_stream = WeightGradientStream::off;
+  // --weight-gradient-priority above: the second stream at the device's greatest priority, so that its
+  // blocks take the SMs that free up before the training stream's waiting ones (dW's part-empty last wave
+  // first, dx's GEMM and the next layer's work filling around it); else (same) at the training stream's,
+  // where the order the work was queued in decides. Which is faster is to be measured.
+  bool weight_gradient_priority_above = false;
   TrainingStreamPriority training_stream = TrainingStreamPriority::normal;
 
   bool operator==(const CudaOptions&) const = default;

@@ -91,6 +91,8 @@ TEST(BadInput, UnknownKernelChoice) {
                      "--fp8-fast-accumulation yes: choose off, forward or all");
   expect_parse_error(run_dlbench("bench --model gpt-mini --weight-gradient-stream on"),
                      "--weight-gradient-stream on: choose off, layer or next-layer");
+  expect_parse_error(run_dlbench("bench --model gpt-mini --weight-gradient-priority high"),
+                     "--weight-gradient-priority high: choose same or above");
 }
 
 TEST(BadInput, BatchSizeZeroOrNegative) {

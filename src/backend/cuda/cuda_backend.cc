@@ -155,9 +155,10 @@ CudaBackend::CudaBackend(int device, const CudaOptions& options,
       cublasSetMathMode(cublas_, options_.allow_tf32 ? CUBLAS_TF32_TENSOR_OP_MATH : CUBLAS_DEFAULT_MATH));
   if (options_.weight_gradient_stream != WeightGradientStream::off) {
     // At the training stream's priority, so that the order in which an op queues its work on the two
-    // streams is the order its blocks take the SMs (dense_backward_beside).
+    // streams is the order its blocks take the SMs (dense_backward_beside); or above it.
     side_ = std::make_unique<SideStream>();
-    side_->stream = new_stream(options_.training_stream == TrainingStreamPriority::greatest);
+    side_->stream = new_stream(options_.weight_gradient_priority_above ||
+                               options_.training_stream == TrainingStreamPriority::greatest);
     CUBLAS_CHECK(cublasCreate(&side_->cublas));
     CUBLAS_CHECK(cublasSetStream(side_->cublas, side_->stream));
     side_->workspace = DeviceBuffer(kCublasWorkspaceBytes);
