@@ -16,6 +16,21 @@ set -u
 fault=$1
 dlbench=$2
 here=$(cd "$(dirname "$0")" && pwd)
+
+# The kill case's lines race mpirun's SIGKILL, which follows its SIGTERM within about a second and which
+# dlbench does not control (see the check below). On a loaded 2-core machine no survivor spoke in time in
+# 3 runs of 31 (2026-12-05, the binaries of 65e2270 and 6a48db9 alike): then, and only then, the case runs
+# once more. Any other failure fails at once, and so does silence twice.
+if [ "$fault" = kill ] && [ -z "${DLBENCH_FAULTS_RERUN:-}" ]; then
+  first=$(DLBENCH_FAULTS_RERUN=1 bash "$0" "$@" 2>&1)
+  status=$?
+  if [ $status -eq 1 ] && grep -q "^FAIL (kill): no survivor named its rank" <<<"$first"; then
+    echo "first run: no survivor spoke before mpirun's SIGKILL; running the kill case once more"
+    DLBENCH_FAULTS_RERUN=1 exec bash "$0" "$@"
+  fi
+  echo "$first"
+  exit $status
+fi
 timeout_seconds=4
 state=$(mktemp -d)
 export DLBENCH_SIMULATED_HOSTS_DIR=$state
