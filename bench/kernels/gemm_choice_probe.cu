@@ -27,19 +27,10 @@
 namespace {
 
 using gpt_gemm_probe::check;
+using gpt_gemm_probe::fill_random;
 using gpt_gemm_probe::heuristic_choices;
 using gpt_gemm_probe::median_ms;
 using gpt_gemm_probe::set;
-
-// Uniform values in [-1, 1) from a hash of the index.
-__global__ void fill_random(__nv_bfloat16* x, int64_t n, uint32_t seed) {
-  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n;
-       i += int64_t(gridDim.x) * blockDim.x) {
-    uint32_t h = static_cast<uint32_t>(i) * 2654435761u ^ seed;
-    h ^= h >> 15, h *= 2246822519u, h ^= h >> 13;
-    x[i] = __float2bfloat16(static_cast<float>(h) / 2147483648.f - 1.f);
-  }
-}
 
 // One GEMM in cuBLASLt's column-major terms, D[m, n] = op(A)[m, k] op(B)[k, n] (+ C), as dlbench's
 // row-major call maps onto it (cuBLASLt's A is the row-major b, its B the row-major a).

@@ -1,9 +1,11 @@
-// What the GPT-2 GEMM probes share (fp8_gemm_probe, gemm_choice_probe): errors that end the program with
-// one line naming it, cuBLASLt descriptor attributes, the command line (--model, --tokens, --reps) with the
-// model's width and cuBLASLt's heuristic choices for a GEMM; errors and timing from event_timing.h.
+// What the GPT-2 GEMM probes share (fp8_gemm_probe, gemm_choice_probe, weight_gradient_overlap_probe):
+// errors that end the program with one line naming it, cuBLASLt descriptor attributes, random BF16 operands,
+// the command line (--model, --tokens, --reps) with the model's width and cuBLASLt's heuristic choices for a
+// GEMM; errors and timing from event_timing.h.
 #pragma once
 
 #include <cublasLt.h>
+#include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -25,6 +27,17 @@ using kernel_bench::program;
 template <typename T>
 void set(cublasLtMatmulDesc_t desc, cublasLtMatmulDescAttributes_t attribute, const T& value) {
   check(cublasLtMatmulDescSetAttribute(desc, attribute, &value, sizeof(value)), "set attribute");
+}
+
+// Uniform values in [-1, 1) from a hash of the index: random operands, as a power-capped GPU's speed
+// depends on the bits.
+static __global__ void fill_random(__nv_bfloat16* x, int64_t n, uint32_t seed) {
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n;
+       i += int64_t(gridDim.x) * blockDim.x) {
+    uint32_t h = static_cast<uint32_t>(i) * 2654435761u ^ seed;
+    h ^= h >> 15, h *= 2246822519u, h ^= h >> 13;
+    x[i] = __float2bfloat16(static_cast<float>(h) / 2147483648.f - 1.f);
+  }
 }
 
 struct Options {

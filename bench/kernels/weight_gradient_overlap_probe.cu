@@ -34,21 +34,12 @@
 namespace {
 
 using gpt_gemm_probe::check;
+using gpt_gemm_probe::fill_random;
 using gpt_gemm_probe::heuristic_choices;
 using gpt_gemm_probe::median_ms;
 using gpt_gemm_probe::set;
 
 constexpr size_t kWorkspaceBytes = size_t{32} << 20;  // dlbench's cuBLAS workspace, one per stream
-
-// Uniform values in [-1, 1) from a hash of the index.
-__global__ void fill_random(__nv_bfloat16* x, int64_t n, uint32_t seed) {
-  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n;
-       i += int64_t(gridDim.x) * blockDim.x) {
-    uint32_t h = static_cast<uint32_t>(i) * 2654435761u ^ seed;
-    h ^= h >> 15, h *= 2246822519u, h ^= h >> 13;
-    x[i] = __float2bfloat16(static_cast<float>(h) / 2147483648.f - 1.f);
-  }
-}
 
 // d += a * b over n elements, 8 at a time: three matrices read and one written, as a layer norm's backward
 // moves them.

@@ -27,17 +27,6 @@ class OutlivingBackend : public ReferenceBackend {
   std::vector<std::string> log;
 };
 
-Model planned_gpt(Backend& backend, bool fuse, bool recompute) {
-  NetworkOptions options;
-  options.batch = 2;
-  options.recompute = recompute;
-  options.fusions.dense_gelu_dense = fuse;
-  options.fusions.dense_residual = fuse;
-  Model model = build_gpt("gpt-mini", backend, options, 32);
-  model.net->finalize(7);
-  return model;
-}
-
 std::vector<float> stepped_gradients(Backend& backend, Model& model, float& loss) {
   testing::feed_fixed_tokens(backend, model);
   model.net->forward(Phase::train);
@@ -54,7 +43,8 @@ TEST(BackwardOverlap, TheStepIsTheSameToTheBit) {
       SCOPED_TRACE(std::string(fuse ? "fused" : "layers") + (recompute ? ", recomputed" : ""));
       ReferenceBackend plain;
       OutlivingBackend outliving;
-      Model a = planned_gpt(plain, fuse, recompute), b = planned_gpt(outliving, fuse, recompute);
+      Model a = testing::finalized_gpt_mini(plain, recompute, fuse),
+            b = testing::finalized_gpt_mini(outliving, recompute, fuse);
       float loss_a = 0, loss_b = 0;
       const std::vector<float> ga = stepped_gradients(plain, a, loss_a),
                                gb = stepped_gradients(outliving, b, loss_b);
@@ -76,7 +66,8 @@ TEST(BackwardOverlap, WhatABackwardReadsLivesThroughTheNextLayersBackward) {
     SCOPED_TRACE(fuse ? "fused" : "layers");
     ReferenceBackend plain;
     OutlivingBackend outliving;
-    const Model a = planned_gpt(plain, fuse, false), b = planned_gpt(outliving, fuse, false);
+    const Model a = testing::finalized_gpt_mini(plain, false, fuse),
+                b = testing::finalized_gpt_mini(outliving, false, fuse);
     std::map<std::string, Placement> plain_at, outliving_at;
     for (const Placement& p : a.net->memory().placements()) plain_at[p.name] = p;
     for (const Placement& p : b.net->memory().placements()) outliving_at[p.name] = p;
@@ -119,7 +110,7 @@ TEST(BackwardOverlap, WhatABackwardReadsLivesThroughTheNextLayersBackward) {
 // outlives its layer, it hears of each layer right after its backward.
 TEST(BackwardOverlap, TheObserverHearsOfALayerOnceItsWorkIsSettled) {
   OutlivingBackend outliving;
-  Model model = planned_gpt(outliving, true, false);
+  Model model = testing::finalized_gpt_mini(outliving, false, true);
   const int count = static_cast<int>(model.net->layers().size());
   model.net->set_backward_observer(
       [&](int layer) { outliving.log.push_back("layer " + std::to_string(layer)); });
@@ -137,7 +128,7 @@ TEST(BackwardOverlap, TheObserverHearsOfALayerOnceItsWorkIsSettled) {
   EXPECT_EQ(outliving.log, expected);
 
   ReferenceBackend plain;
-  Model plain_model = planned_gpt(plain, true, false);
+  Model plain_model = testing::finalized_gpt_mini(plain, false, true);
   std::vector<int> heard;
   plain_model.net->set_backward_observer([&](int layer) { heard.push_back(layer); });
   testing::feed_fixed_tokens(plain, plain_model);

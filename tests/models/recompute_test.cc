@@ -30,14 +30,8 @@ struct Step {
 // One forward and backward pass of gpt-mini on fixed tokens, from seed 7's weights; `fuse`: the dense
 // layers' fusions forced on (else off).
 Step mini_step(Backend& backend, bool recompute, bool fuse = false) {
-  NetworkOptions options;
-  options.batch = 2;
-  options.recompute = recompute;
-  options.fusions.dense_gelu_dense = fuse;
-  options.fusions.dense_residual = fuse;
-  Model model = build_gpt("gpt-mini", backend, options, 32);
+  Model model = testing::finalized_gpt_mini(backend, recompute, fuse);
   Network& net = *model.net;
-  net.finalize(7);
   testing::feed_fixed_tokens(backend, model);
   net.forward(Phase::train);
   net.backward();
