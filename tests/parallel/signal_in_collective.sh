@@ -17,6 +17,7 @@ set -u
 dlbench=$1
 mpiexec=$2
 state=$(mktemp -d)
+source "$(dirname "$0")/processes.sh"
 
 cleanup() {
   [ -n "${rank1:-}" ] && kill -KILL "$rank1" 2>/dev/null
@@ -24,20 +25,6 @@ cleanup() {
   rm -rf "$state"
 }
 trap cleanup EXIT
-
-fail() {
-  echo "FAIL: $*" >&2
-  echo "---- stdout" >&2; cat "$state/out" >&2
-  echo "---- stderr" >&2; cat "$state/err" >&2
-  exit 1
-}
-
-# A process that has ended (a zombie no one reaps counts as ended; so does one gone while being read).
-alive() {
-  local stat
-  stat=$(cat "/proc/$1/stat" 2>/dev/null) || return 1
-  [ -n "$stat" ] && ! grep -q '^[^ ]* ([^)]*) Z' <<<"$stat"
-}
 
 # The pid of the process of mpirun's whose environment names it rank $1 (from /proc: no procps needed).
 rank_pid() {
@@ -47,7 +34,7 @@ rank_pid() {
     pid=${pid%/environ}
     [ "$(readlink "/proc/$pid/exe" 2>/dev/null)" = "$(readlink -f "$dlbench")" ] || continue
     tr '\0' '\n' <"$environ" 2>/dev/null | grep -qx "OMPI_COMM_WORLD_RANK=$1" || continue
-    grep -q "^PPid:[[:space:]]*$mpirun$" "/proc/$pid/status" 2>/dev/null && echo "$pid"
+    children "$mpirun" | grep -qx "$pid" && echo "$pid"
   done
 }
 
@@ -56,14 +43,9 @@ timeout 120 "$mpiexec" --allow-run-as-root --oversubscribe -np 2 "$dlbench" trai
   </dev/null >"$state/out" 2>"$state/err" &
 launcher=$!
 
-for _ in $(seq 1 600); do
-  grep -q '^step 3/' "$state/out" 2>/dev/null && break
-  alive $launcher || fail "the run ended before step 3"
-  sleep 0.1
-done
-grep -q '^step 3/' "$state/out" || fail "no step 3 within 60 s"
+wait_for_step 3 "$launcher"
 # `timeout` runs mpirun as its child.
-mpirun=$(grep -l "^PPid:[[:space:]]*$launcher$" /proc/[0-9]*/status 2>/dev/null | head -n 1 | cut -d/ -f3)
+mpirun=$(children "$launcher" | head -n 1)
 [ -n "$mpirun" ] || fail "mpirun's process not found"
 rank0=$(rank_pid 0)
 rank1=$(rank_pid 1)

@@ -23,6 +23,8 @@ set -u
 fault=$1
 dlbench=$2
 here=$(cd "$(dirname "$0")" && pwd)
+fault_case=$fault
+source "$here/../processes.sh"
 
 timeout_seconds=4
 state=$(mktemp -d)
@@ -39,25 +41,6 @@ cleanup() {
 }
 trap cleanup EXIT
 
-fail() {
-  echo "FAIL ($fault): $*" >&2
-  echo "---- stdout" >&2; cat "$state/out" >&2
-  echo "---- stderr" >&2; cat "$state/err" >&2
-  exit 1
-}
-
-# A process that has ended (a zombie no one reaps counts as ended).
-alive() { [ -e "/proc/$1" ] && ! grep -q '^[^ ]* ([^)]*) Z' "/proc/$1/stat" 2>/dev/null; }
-
-# The processes whose parent is $1 (from /proc: no procps in a bare container).
-children() {
-  local stat pid ppid
-  for stat in /proc/[0-9]*/stat; do
-    read -r pid _ _ ppid _ 2>/dev/null <"$stat" || continue
-    [ "$ppid" = "$1" ] && alive "$pid" && echo "$pid"
-  done
-}
-
 # Milliseconds since the epoch.
 now_ms() { echo $(($(date +%s%N) / 1000000)); }
 
@@ -69,12 +52,7 @@ timeout 120 "$here/mpirun.sh" -np 4 "$dlbench" $train --steps 1000 --checkpoint 
 mpirun=$!
 
 # Mid-run: two steps after the first checkpoint.
-for _ in $(seq 1 600); do
-  grep -q '^step 5/' "$state/out" 2>/dev/null && break
-  alive $mpirun || fail "the run ended before step 5"
-  sleep 0.1
-done
-grep -q '^step 5/' "$state/out" || fail "no step 5 within 60 s"
+wait_for_step 5 "$mpirun"
 a=$(cat "$state/nodea.pid")
 b=$(cat "$state/nodeb.pid")
 survivors=$(children "$a")
