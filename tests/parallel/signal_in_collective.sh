@@ -26,15 +26,11 @@ cleanup() {
 }
 trap cleanup EXIT
 
-# The pid of the process of mpirun's whose environment names it rank $1 (from /proc: no procps needed).
+# The pid of mpirun's child whose environment names it rank $1.
 rank_pid() {
-  local environ pid
-  for environ in /proc/[0-9]*/environ; do
-    pid=${environ#/proc/}
-    pid=${pid%/environ}
-    [ "$(readlink "/proc/$pid/exe" 2>/dev/null)" = "$(readlink -f "$dlbench")" ] || continue
-    tr '\0' '\n' <"$environ" 2>/dev/null | grep -qx "OMPI_COMM_WORLD_RANK=$1" || continue
-    children "$mpirun" | grep -qx "$pid" && echo "$pid"
+  local pid
+  for pid in $(children "$mpirun"); do
+    tr '\0' '\n' <"/proc/$pid/environ" 2>/dev/null | grep -qx "OMPI_COMM_WORLD_RANK=$1" && echo "$pid"
   done
 }
 
