@@ -267,6 +267,16 @@ __global__ void __launch_bounds__(kLossThreads)
 
 constexpr int kSharedRowThreads = 512;
 
+// 2^x by the SFU's approximation (relative error ~2^-22, results below 2^-126 flushed to zero). The shared
+// row kernel takes its exponentials as exp(x - m) = 2^(x log2(e) - m log2(e)): one FFMA and one MUFU.EX2
+// where expf spends some eight instructions, and its instructions, not the memory, set its time.
+__device__ __forceinline__ float fast_exp2(float x) {
+  float y;
+  asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
+  return y;
+}
+constexpr float kLog2e = 1.4426950408889634f;
+
 // A running max and sum of exponentials relative to it (the online softmax's statistics).
 struct MaxSum {
   float max, sum;
@@ -275,12 +285,13 @@ __device__ __forceinline__ MaxSum combine(MaxSum a, MaxSum b) {
   if (a.max == -INFINITY) return b;
   if (b.max == -INFINITY) return a;
   const float m = fmaxf(a.max, b.max);
-  return {m, a.sum * expf(a.max - m) + b.sum * expf(b.max - m)};
+  return {m, a.sum * fast_exp2((a.max - m) * kLog2e) + b.sum * fast_exp2((b.max - m) * kLog2e)};
 }
 
 // fused_rows_kernel's results with the row read once (see the top of the file): f32, f16, bf16 logits
 // whose row stride `ld` is a whole number of 16-byte vectors, one row a block, the row in dynamic shared
-// memory (ld * sizeof(T) bytes).
+// memory (ld * sizeof(T) bytes). Vectors wholly inside the k valid columns take a path without a
+// per-element bound check; only the last one or two of a padded row take the checked one.
 template <typename T>
 __global__ void __launch_bounds__(kSharedRowThreads)
     fused_rows_shared_kernel(T* __restrict__ logits, const int32_t* __restrict__ labels, int64_t k,
@@ -294,7 +305,7 @@ __global__ void __launch_bounds__(kSharedRowThreads)
   __shared__ float warp_sums[kWarps];
   T* x = logits + int64_t(blockIdx.x) * ld;
   const int t = threadIdx.x, lane = t % 32, warp = t / 32;
-  const int64_t vectors = ld / W;
+  const int64_t vectors = ld / W, full_vectors = k / W;
 
   // One pass: the row into shared memory; each thread's max, sum of exp(x - max) and sum of x.
   MaxSum stats{-INFINITY, 0.f};
@@ -302,19 +313,20 @@ __global__ void __launch_bounds__(kSharedRowThreads)
   for (int64_t v = t; v < vectors; v += kSharedRowThreads) {
     const Vec<T, W> chunk = load_vec<W>(x + v * W);
     store_vec<W>(row + v * W, chunk);
+    const bool full = v < full_vectors;
     float a[W], local = -INFINITY;
 #pragma unroll
     for (int j = 0; j < W; ++j) {
-      a[j] = v * W + j < k ? widen(chunk.v[j]) : -INFINITY;
+      a[j] = full || v * W + j < k ? widen(chunk.v[j]) : -INFINITY;
       local = fmaxf(local, a[j]);
     }
     if (local == -INFINITY) continue;  // padded columns only
-    const float m = fmaxf(stats.max, local);
-    float s = stats.max == -INFINITY ? 0.f : stats.sum * expf(stats.max - m);
+    const float m = fmaxf(stats.max, local), m2 = m * kLog2e;
+    float s = stats.max == -INFINITY ? 0.f : stats.sum * fast_exp2(stats.max * kLog2e - m2);
 #pragma unroll
     for (int j = 0; j < W; ++j) {
-      if (v * W + j < k) {
-        s += expf(a[j] - m);
+      if (full || v * W + j < k) {
+        s += fast_exp2(fmaf(a[j], kLog2e, -m2));
         sum_x += a[j];
       }
     }
@@ -341,16 +353,24 @@ __global__ void __launch_bounds__(kSharedRowThreads)
     row_loss[blockIdx.x] = (1.f - smoothing) * a + smoothing * b;
   }
   if (!write_gradient) return;
+  // g = scale * (p - target) = scale * p - scale * other, and scale * (p - hit) in the label's column.
   const float scale = loss_scale ? c * *loss_scale : c, other = smoothing / float(k),
-              hit = (1.f - smoothing) + other;
+              hit = (1.f - smoothing) + other, scaled_other = scale * other,
+              shift = (m + log_s) * kLog2e;  // p = 2^(x log2(e) - shift)
   for (int64_t v = t; v < vectors; v += kSharedRowThreads) {
     const Vec<T, W> chunk = load_vec<W>(row + v * W);
+    const bool full = v < full_vectors;
     Vec<T, W> g;
 #pragma unroll
     for (int j = 0; j < W; ++j) {
-      const int64_t col = v * W + j;
-      const float p = expf((widen(chunk.v[j]) - m) - log_s);
-      g.v[j] = narrow<T>(col < k ? scale * (p - (col == label ? hit : other)) : 0.f);
+      const float p = fast_exp2(fmaf(widen(chunk.v[j]), kLog2e, -shift));
+      g.v[j] = narrow<T>(full || v * W + j < k ? fmaf(scale, p, -scaled_other) : 0.f);
+    }
+    if (label >= v * W && label < v * W + W) {  // one thread of the block
+#pragma unroll
+      for (int j = 0; j < W; ++j)
+        if (v * W + j == label)
+          g.v[j] = narrow<T>(scale * (fast_exp2(fmaf(widen(chunk.v[j]), kLog2e, -shift)) - hit));
     }
     store_vec<W>(x + v * W, g);
   }
