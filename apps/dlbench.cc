@@ -117,17 +117,6 @@ void add_cuda_flags(CLI::App& cmd, dlbench::CudaOptions& o) {
   add_choice(
       cmd, "--dense-epilogues", o.dense_epilogues, on_off,
       "GPU: on | off: transformers' biases, GELU, its gradient and residual adds in the GEMMs' epilogues");
-  add_choice(cmd, "--weight-gradient-stream", o.weight_gradient_stream,
-             {{"off", dlbench::WeightGradientStream::off},
-              {"layer", dlbench::WeightGradientStream::layer},
-              {"next-layer", dlbench::WeightGradientStream::next_layer}},
-             "GPU: off | layer | next-layer: transformers' weight and bias gradients on a second stream "
-             "beside the layer's input-gradient GEMM (layer), and beside the next layer's backward too "
-             "(next-layer)");
-  add_choice(cmd, "--weight-gradient-priority", o.weight_gradient_priority_above,
-             {{"same", false}, {"above", true}},
-             "GPU, --weight-gradient-stream: same | above: its stream at the training stream's priority, or "
-             "above it (its blocks take the SMs that free up first)");
   add_choice(
       cmd, "--fp8-fast-accumulation", o.fp8_fast_accumulation,
       {{"off", dlbench::Fp8FastAccumulation::off},

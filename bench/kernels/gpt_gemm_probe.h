@@ -1,4 +1,4 @@
-// What the GPT-2 GEMM probes share (fp8_gemm_probe, gemm_choice_probe, weight_gradient_overlap_probe):
+// What the GPT-2 GEMM probes share (fp8_gemm_probe, gemm_choice_probe):
 // errors that end the program with one line naming it, cuBLASLt descriptor attributes, random BF16 operands,
 // the command line (--model, --tokens, --reps) with the model's width and cuBLASLt's heuristic choices for a
 // GEMM; errors and timing from event_timing.h.

@@ -401,15 +401,10 @@ void print_header(const char* command, const RunConfig& config, RunSetup& s, con
     // The CUDA options choose convolution and batch-norm kernels for an image model, the dense layers'
     // epilogues for a token model.
     if (tokens && config.model.precision == Precision::fp8)
-      say("  cuda: dense-epilogues %s | weight-gradient-stream %s%s | fp8-fast-accumulation %s\n",
-          on_off(config.cuda.dense_epilogues),
-          weight_gradient_stream_name(config.cuda.weight_gradient_stream),
-          config.cuda.weight_gradient_priority_above ? " (above)" : "",
+      say("  cuda: dense-epilogues %s | fp8-fast-accumulation %s\n", on_off(config.cuda.dense_epilogues),
           fp8_fast_accumulation_name(config.cuda.fp8_fast_accumulation));
     else if (tokens)
-      say("  cuda: dense-epilogues %s | weight-gradient-stream %s%s\n", on_off(config.cuda.dense_epilogues),
-          weight_gradient_stream_name(config.cuda.weight_gradient_stream),
-          config.cuda.weight_gradient_priority_above ? " (above)" : "");
+      say("  cuda: dense-epilogues %s\n", on_off(config.cuda.dense_epilogues));
     else
       say("  cuda: %s\n", describe_cuda_options(config.cuda).c_str());
     const std::string& note = s.algorithms->load_note();

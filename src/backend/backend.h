@@ -401,16 +401,6 @@ class Backend : public StreamClock {
   // times a layer's kernels and not its API calls. CPU backends run ops as they are called: nothing to hold.
   virtual void hold_queue(double microseconds) { (void)microseconds; }
 
-  // Whether a layer's backward may leave work running after it returns (a GPU's weight gradients on a
-  // second stream, --weight-gradient-stream next-layer), to be finished by the settle_backward_work call
-  // after the next layer's backward. The network then plans every value a layer's backward reads (its
-  // inputs, its output's gradient, its saved values and scratch) to live through the next layer's backward
-  // as well, so that no later op's memory is one that left-over work still reads.
-  virtual bool backward_work_outlives_layer() const { return false; }
-  // Called by the network after each layer's backward (`all` false): later work waits for the work that
-  // the layer before it in the pass left running; at the end of the pass (`all`), for all of it.
-  virtual void settle_backward_work(bool all) { (void)all; }
-
   // ---- timeline (--trace) ----
   // A timestamp taken in stream order on `stream` (a native stream of this backend; null: the compute
   // stream); marker_ms reads it, after synchronize(), in milliseconds since the first marker. The default

@@ -34,18 +34,6 @@ const char* fp8_fast_accumulation_name(Fp8FastAccumulation f) {
   return "?";
 }
 
-const char* weight_gradient_stream_name(WeightGradientStream w) {
-  switch (w) {
-    case WeightGradientStream::off:
-      return "off";
-    case WeightGradientStream::layer:
-      return "layer";
-    case WeightGradientStream::next_layer:
-      return "next-layer";
-  }
-  return "?";
-}
-
 const char* on_off(bool value) { return value ? "on" : "off"; }
 
 nlohmann::json cuda_options_to_json(const CudaOptions& o) {
@@ -59,8 +47,6 @@ nlohmann::json cuda_options_to_json(const CudaOptions& o) {
           {"stem_pool_fusion", on_off(o.stem_pool_fusion)},
           {"dense_epilogues", on_off(o.dense_epilogues)},
           {"fp8_fast_accumulation", fp8_fast_accumulation_name(o.fp8_fast_accumulation)},
-          {"weight_gradient_stream", weight_gradient_stream_name(o.weight_gradient_stream)},
-          {"weight_gradient_priority", o.weight_gradient_priority_above ? "above" : "same"},
           {"training_stream_priority",
            o.training_stream == TrainingStreamPriority::greatest ? "greatest" : "normal"}};
 }

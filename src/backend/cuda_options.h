@@ -25,14 +25,6 @@ enum class KernelChoice { automatic, off, force };
 // priority, so that the sums take SMs only where training leaves some (--comm-priority low).
 enum class TrainingStreamPriority { normal, greatest };
 
-// Where a dense layer's weight and bias gradients run (--weight-gradient-stream): on the training stream
-// (off); on a second stream beside the layer's input-gradient GEMM, joined before the layer's backward
-// returns (layer); or joined only after the next layer's backward (next_layer), so that they also run
-// beside that layer's work (a layer norm's backward, attention's) — the network then plans every value a
-// backward reads to live through the next layer's backward (Backend::backward_work_outlives_layer).
-enum class WeightGradientStream { off, layer, next_layer };
-const char* weight_gradient_stream_name(WeightGradientStream w);  // "off", "layer", "next-layer"
-
 // Which FP8 GEMMs (--precision fp8) take cuBLASLt's fast accumulation (CUBLASLT_MATMUL_DESC_FAST_ACCUM:
 // partial sums not promoted to FP32 at intervals, faster and less exact): none, the forward's (Transformer
 // Engine's recipe), or every one.
@@ -62,16 +54,6 @@ struct CudaOptions {
   // --fp8-fast-accumulation (Fp8FastAccumulation). The forward's by default: gpt2-large 1.117x bf16
   // against 1.087x with none, and gpt2's loss on real text as bf16's (bench/results/gpt2-fp8).
   Fp8FastAccumulation fp8_fast_accumulation = Fp8FastAccumulation::forward;
-  // --weight-gradient-stream (WeightGradientStream): a dense layer's weight and bias gradients computed on a
-  // second stream while its data gradient's GEMM runs on the training stream, so that either fills the SMs
-  // the other leaves idle (the weight GEMMs' few output tiles leave part of the last wave empty). Off until
-  // measured on a GPU against one stream.
-  WeightGradientStream weight_gradient_stream = WeightGradientStream::off;
-  // --weight-gradient-priority above: the second stream at the device's greatest priority, so that its
-  // blocks take the SMs that free up before the training stream's waiting ones (dW's part-empty last wave
-  // first, dx's GEMM and the next layer's work filling around it); else (same) at the training stream's,
-  // where the order the work was queued in decides. Which is faster is to be measured.
-  bool weight_gradient_priority_above = false;
   TrainingStreamPriority training_stream = TrainingStreamPriority::normal;
 
   bool operator==(const CudaOptions&) const = default;

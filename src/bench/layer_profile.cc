@@ -50,11 +50,7 @@ std::vector<LayerTime> profile_layers(Network& net, int iterations) {
           weight * time_queued(backend, forward_hold[i], [&] { layers[i]->forward(Phase::train); });
     }
     for (size_t i = layers.size(); i-- > 0;) {
-      // Each layer's time with the work its backward may leave running (Backend::settle_backward_work).
-      times[i].backward_ms += weight * time_queued(backend, backward_hold[i], [&] {
-                                layers[i]->backward();
-                                backend.settle_backward_work(true);
-                              });
+      times[i].backward_ms += weight * time_queued(backend, backward_hold[i], [&] { layers[i]->backward(); });
     }
   }
   return times;

@@ -142,11 +142,6 @@ void Network::plan() {
   recompute_before_ = s.recompute_before;
   only_saved_ = s.only_saved;
   const int layer_count = static_cast<int>(layers_.size());
-  // The step at which what layer k's backward reads is read for the last time: that backward's own, or,
-  // where the backend leaves backward work running into the next layer's backward
-  // (Backend::backward_work_outlives_layer), the next layer's, after which backward() settles it.
-  const bool outlives = outlives_ = backend_.backward_work_outlives_layer();
-  auto backward_end = [&](size_t k) { return outlives && k > 0 ? s.backward[k - 1] : s.backward[k]; };
   std::unordered_map<const Activation*, int> producer;
   for (int i = 0; i < layer_count; ++i) producer[layers_[static_cast<size_t>(i)]->output()] = i;
 
@@ -178,7 +173,7 @@ void Network::plan() {
   for (int index = 0; index < layer_count; ++index) {
     const Layer& layer = *layers_[static_cast<size_t>(index)];
     const auto k = static_cast<size_t>(index);
-    if (layer.backward_reads_output()) reads[layer.output()].push_back(backward_end(k));
+    if (layer.backward_reads_output()) reads[layer.output()].push_back(s.backward[k]);
     for (int i = 0; i < static_cast<int>(layer.inputs().size()); ++i) {
       const Activation* input = layer.inputs()[static_cast<size_t>(i)];
       ++consumers[input];
@@ -186,7 +181,7 @@ void Network::plan() {
       std::vector<int>& r = reads[input];
       r.push_back(s.forward[k]);
       if (s.again[k] >= 0) r.push_back(s.again[k]);
-      if (layer.backward_reads_input(i)) r.push_back(backward_end(k));
+      if (layer.backward_reads_input(i)) r.push_back(s.backward[k]);
     }
   }
 
@@ -213,7 +208,7 @@ void Network::plan() {
                     !layers_[static_cast<size_t>(produced->second)]->backward_reads_output(),
                 "{}: its gradient is written over it, so it must have one reader and no other use", a.name);
       const auto p = static_cast<size_t>(produced->second);
-      memory_.add_transient(a.value, a.name, s.forward[p], backward_end(p));
+      memory_.add_transient(a.value, a.name, s.forward[p], s.backward[p]);
       memory_.add_alias(a.grad, a.value);
       continue;
     }
@@ -238,7 +233,7 @@ void Network::plan() {
     auto written = first_write.find(&a);
     if (produced != producer.end() && written != first_write.end()) {
       memory_.add_transient(a.grad, a.name + ".grad", written->second,
-                            backward_end(static_cast<size_t>(produced->second)));
+                            s.backward[static_cast<size_t>(produced->second)]);
     } else {
       memory_.add_activation(a.grad, a.name + ".grad");
     }
@@ -248,12 +243,12 @@ void Network::plan() {
   for (size_t i = 0; i < layers_.size(); ++i) {
     for (const SavedValue& v : layers_[i]->saved_values()) {
       if (s.again[i] >= 0)
-        memory_.add_transient(*v.tensor, v.name, s.forward[i], s.forward[i], s.again[i], backward_end(i));
+        memory_.add_transient(*v.tensor, v.name, s.forward[i], s.forward[i], s.again[i], s.backward[i]);
       else
-        memory_.add_transient(*v.tensor, v.name, s.forward[i], backward_end(i));
+        memory_.add_transient(*v.tensor, v.name, s.forward[i], s.backward[i]);
     }
     for (const SavedValue& v : layers_[i]->backward_scratch())
-      memory_.add_transient(*v.tensor, v.name, s.backward[i], backward_end(i));
+      memory_.add_transient(*v.tensor, v.name, s.backward[i], s.backward[i]);
   }
   for (size_t i = 0; i < layers_.size(); ++i) {
     memory_.set_current_layer(static_cast<int>(i));
@@ -285,17 +280,8 @@ void Network::backward() {
       TimelineSpan span(layers_[static_cast<size_t>(i)]->name() + " backward", "compute");
       layers_[static_cast<size_t>(i)]->backward();
     }
-    // What the layer after this one (in the forward order) left running is done before what follows; so
-    // its gradients are whole only now, and the observer hears of it now.
-    backend_.settle_backward_work(false);
-    if (!backward_observer_) continue;
-    if (!outlives_)
-      backward_observer_(i);
-    else if (i + 1 < static_cast<int>(layers_.size()))
-      backward_observer_(i + 1);
+    if (backward_observer_) backward_observer_(i);
   }
-  backend_.settle_backward_work(true);
-  if (backward_observer_ && outlives_ && !layers_.empty()) backward_observer_(0);
 }
 
 int64_t Network::parameter_count() const {

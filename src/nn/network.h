@@ -125,7 +125,6 @@ class Network {
   Accumulate parameter_grad_mode_ = Accumulate::overwrite;
   const float* loss_scale_ = nullptr;
   std::function<void(int)> backward_observer_;
-  bool outlives_ = false;  // Backend::backward_work_outlives_layer, as planned
   int current_block_ = -1;
   // With recompute: the layers whose forward runs again just before layer i's backward (execution order).
   std::vector<std::vector<int>> recompute_before_;

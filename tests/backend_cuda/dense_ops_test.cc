@@ -12,7 +12,6 @@
 
 #include "backend/backend_factory.h"
 #include "backend/cuda/cuda_backend.h"
-#include "backend/cuda/cuda_common.h"
 #include "cuda_test_util.h"
 
 namespace dlbench {
@@ -138,69 +137,6 @@ INSTANTIATE_TEST_SUITE_P(DtypesAndEpilogues, DenseOpsTest,
                            return fmt::format("{}_epilogues_{}", dtype_name(std::get<0>(info.param)),
                                               std::get<1>(info.param) ? "on" : "off");
                          });
-
-// --weight-gradient-stream: dense_backward with dW and db on the side stream gives the bits the one-stream
-// backward gives (the same kernels on the same operands), for each accumulate mode and with GELU's gradient
-// in dx, run as it is and replayed from a captured graph (where the fork and join must be captured too).
-// The shapes are large enough that the weight GEMM is still running when dx's is done: without the join,
-// the download that follows on the training stream would read dW before it is written.
-TEST(DenseBackwardBeside, SameBitsAsOneStream) {
-  if (cuda_device_count() == 0) GTEST_SKIP() << "no CUDA GPU: cuda_device_count() == 0";
-  auto ref = make_reference_backend();
-  CudaOptions beside_options, one_stream_options;
-  beside_options.weight_gradient_stream = WeightGradientStream::layer;
-  one_stream_options.weight_gradient_stream = WeightGradientStream::off;
-  Backend& beside = shared_gpu(beside_options);
-  Backend& one_stream = shared_gpu(one_stream_options);
-  const DenseCase cases[] = {{4096, 768, 3072}, {4096, 3072, 768}, {37, 96, 40}};
-  for (const DType dtype : kDtypes) {
-    for (const DenseCase& c : cases) {
-      const HostBuffer x = random_host(*ref, {c.rows, c.in}, dtype, 71),
-                       w = random_host(*ref, {c.out, c.in}, dtype, 72, Layout::nchw, -0.2, 0.2),
-                       dy = random_host(*ref, {c.rows, c.out}, dtype, 73),
-                       pre = random_host(*ref, {c.rows, c.in}, dtype, 74),
-                       dx0 = random_host(*ref, {c.rows, c.in}, dtype, 75),
-                       dw0 = random_host(*ref, {c.out, c.in}, dtype, 76),
-                       db0 = random_host(*ref, {c.out}, dtype, 77);
-      for (const bool gelu : {false, true}) {
-        for (const Accumulate accumulate : {Accumulate::overwrite, Accumulate::add}) {
-          for (const bool captured : {false, true}) {
-            if (gelu && accumulate == Accumulate::add) continue;  // GELU's gradient overwrites dx
-            const std::string where =
-                fmt::format("N={} I={} O={} {} gelu {} {} {}", c.rows, c.in, c.out, dtype_name(dtype), gelu,
-                            accumulate == Accumulate::add ? "add" : "overwrite", captured ? "captured" : "");
-            SCOPED_TRACE(where);
-            auto run = [&](Backend& gpu, bool capture) {
-              DeviceTensor d_x(gpu, x), d_w(gpu, w), d_dy(gpu, dy), d_pre(gpu, pre), d_dx(gpu, dx0),
-                  d_dw(gpu, dw0), d_db(gpu, db0);
-              Backend::DenseGradients g;
-              g.params = accumulate, g.accumulate = accumulate;
-              g.dw = d_dw.ptr(), g.db = d_db.ptr(), g.dx = d_dx.ptr();
-              if (gelu) g.act = DenseActivation::gelu, g.pre = d_pre.ptr();
-              auto body = [&] { gpu.dense_backward(d_dy.tensor(), d_x.tensor(), d_w.tensor(), g); };
-              if (capture)
-                cuda_capture_and_replay(gpu, body, 1);
-              else
-                body();
-              std::vector<HostBuffer> out;
-              out.push_back(d_dx.download());
-              out.push_back(d_dw.download());
-              out.push_back(d_db.download());
-              return out;
-            };
-            const int64_t before = cuda::as_cuda(beside).dense_backwards_beside();
-            const auto expected = run(one_stream, false), actual = run(beside, captured);
-            EXPECT_GT(cuda::as_cuda(beside).dense_backwards_beside(), before)
-                << "the side stream did not run";
-            const char* names[] = {"dx", "dw", "db"};
-            for (int i = 0; i < 3; ++i) EXPECT_TRUE(same_bits(actual[i], expected[i])) << names[i];
-          }
-        }
-      }
-    }
-  }
-  EXPECT_EQ(cuda::as_cuda(one_stream).dense_backwards_beside(), 0);
-}
 
 // Bad arguments are refused with one line naming the op.
 TEST(DenseOpsRefusal, MismatchedShapesAndMissingGeluInput) {

@@ -89,10 +89,6 @@ TEST(BadInput, UnknownKernelChoice) {
                      "--dense-epilogues yes: choose on or off");
   expect_parse_error(run_dlbench("bench --model gpt-mini --precision fp8 --fp8-fast-accumulation yes"),
                      "--fp8-fast-accumulation yes: choose off, forward or all");
-  expect_parse_error(run_dlbench("bench --model gpt-mini --weight-gradient-stream on"),
-                     "--weight-gradient-stream on: choose off, layer or next-layer");
-  expect_parse_error(run_dlbench("bench --model gpt-mini --weight-gradient-priority high"),
-                     "--weight-gradient-priority high: choose same or above");
 }
 
 TEST(BadInput, BatchSizeZeroOrNegative) {

@@ -6,7 +6,6 @@
 // tensor, where the GPU's GELU, attention and sums differ from the CPU's in the last bits only. And the
 // FP8 MLP's step against its separate layers', and with its dense layers' input codes kept from the
 // forward against without (below).
-#include <fmt/format.h>
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -24,7 +23,6 @@
 #include "nn/memory_plan.h"
 #ifdef DLBENCH_WITH_CUDA
 #include "backend/cuda/cuda_backend.h"
-#include "backend/cuda/cuda_common.h"
 #endif
 
 namespace dlbench {
@@ -121,10 +119,7 @@ struct Fp8Step {
   int kept_codes = 0;
 };
 
-// `replay`: the forward and backward pass then captured in a CUDA graph and replayed once (the weights
-// and tokens unchanged, so the same gradients), as training replays its steps.
-Fp8Step fp8_step(Backend& backend, bool fuse_mlp, bool fp8 = true, bool recompute = false,
-                 bool replay = false) {
+Fp8Step fp8_step(Backend& backend, bool fuse_mlp, bool fp8 = true, bool recompute = false) {
   NetworkOptions options;
   options.batch = 4;
   options.dtype = DType::bf16;
@@ -133,19 +128,6 @@ Fp8Step fp8_step(Backend& backend, bool fuse_mlp, bool fp8 = true, bool recomput
   options.fusions.dense_gelu_dense = fuse_mlp;
   options.fusions.dense_residual = true;
   const Model model = stepped_gpt(backend, options);
-#ifdef DLBENCH_WITH_CUDA
-  if (replay) {
-    cuda_capture_and_replay(
-        backend,
-        [&] {
-          model.net->forward(Phase::train);
-          model.net->backward();
-        },
-        1);
-  }
-#else
-  (void)replay;
-#endif
   Fp8Step s;
   backend.copy_to_host(&s.loss, model.loss->output()->value.data(), sizeof(float));
   const Tensor& grads = model.net->memory().flat_gradients();
@@ -198,45 +180,6 @@ TEST(GpuGptModel, Fp8InputCodesKeptFromTheForwardAreTheBackwardsToTheBit) {
     EXPECT_TRUE(kept.gradient_bytes == quantized_again.gradient_bytes)
         << "the step with kept codes differs from the one that quantizes x again";
   }
-#endif
-}
-
-// --weight-gradient-stream: the dense layers' weight and bias gradients on a second stream beside the
-// data gradients' GEMMs give the step of one stream to the bit, in BF16 and in FP8, with the MLP fused
-// and not, joined in each layer's backward (layer) and after the next layer's (next-layer, whose plan
-// keeps what the side stream reads one layer longer; FP8's backward joins in the op, its codes being in
-// the scratch).
-TEST(GpuGptModel, WeightGradientStreamIsTheOneStreamStepToTheBit) {
-#ifndef DLBENCH_WITH_CUDA
-  GTEST_SKIP() << "built without CUDA";
-#else
-  if (cuda_device_count() == 0) GTEST_SKIP() << "no CUDA GPU: the weight-gradient stream check needs one";
-  CudaOptions one_stream_options;
-  one_stream_options.weight_gradient_stream = WeightGradientStream::off;
-  auto one_stream = make_cuda_backend(0, one_stream_options);
-  for (const WeightGradientStream mode : {WeightGradientStream::layer, WeightGradientStream::next_layer}) {
-    CudaOptions beside_options;
-    beside_options.weight_gradient_stream = mode;
-    auto beside = make_cuda_backend(0, beside_options);
-    EXPECT_EQ(beside->backward_work_outlives_layer(), mode == WeightGradientStream::next_layer);
-    for (const auto& [fuse_mlp, fp8] :
-         {std::pair{true, false}, {false, false}, {true, true}, {false, true}}) {
-      SCOPED_TRACE(fmt::format("{}, MLP {}, {}", weight_gradient_stream_name(mode),
-                               fuse_mlp ? "fused" : "as layers", fp8 ? "fp8" : "bf16"));
-      const Fp8Step b = fp8_step(*one_stream, fuse_mlp, fp8);
-      for (const bool replay : {false, true}) {
-        SCOPED_TRACE(replay ? "replayed from a captured graph" : "run");
-        const Fp8Step a = fp8_step(*beside, fuse_mlp, fp8, false, replay);
-        EXPECT_EQ(a.loss, b.loss);
-        ASSERT_EQ(a.gradient_bytes.size(), b.gradient_bytes.size());
-        EXPECT_TRUE(a.gradient_bytes == b.gradient_bytes) << "the step with the side stream differs";
-      }
-    }
-    // 4 blocks of 4 dense layers with an input gradient (c_attn's input is ln_1's output) in 4
-    // configurations, run (4) and run then captured (8): 12 backward passes of 16.
-    EXPECT_EQ(cuda::as_cuda(*beside).dense_backwards_beside(), 192);
-  }
-  EXPECT_EQ(cuda::as_cuda(*one_stream).dense_backwards_beside(), 0);
 #endif
 }
 

@@ -153,23 +153,6 @@ CudaBackend::CudaBackend(int device, const CudaOptions& options,
   // FP32 GEMMs: TF32 tensor cores only when allowed. The compute type of each call says the same (gemm).
   CUBLAS_CHECK(
       cublasSetMathMode(cublas_, options_.allow_tf32 ? CUBLAS_TF32_TENSOR_OP_MATH : CUBLAS_DEFAULT_MATH));
-  if (options_.weight_gradient_stream != WeightGradientStream::off) {
-    // At the training stream's priority, so that the order in which an op queues its work on the two
-    // streams is the order its blocks take the SMs (dense_backward_beside); or above it.
-    side_ = std::make_unique<SideStream>();
-    side_->stream = new_stream(options_.weight_gradient_priority_above ||
-                               options_.training_stream == TrainingStreamPriority::greatest);
-    CUBLAS_CHECK(cublasCreate(&side_->cublas));
-    CUBLAS_CHECK(cublasSetStream(side_->cublas, side_->stream));
-    side_->workspace = DeviceBuffer(kCublasWorkspaceBytes);
-    CUBLAS_CHECK(cublasSetWorkspace(side_->cublas, side_->workspace.get(), side_->workspace.bytes()));
-    CUBLAS_CHECK(cublasSetMathMode(side_->cublas,
-                                   options_.allow_tf32 ? CUBLAS_TF32_TENSOR_OP_MATH : CUBLAS_DEFAULT_MATH));
-    side_->lt = std::make_unique<LtMatmuls>(side_->workspace.get(), side_->workspace.bytes());
-    CUDA_CHECK(cudaEventCreateWithFlags(&side_->fork, cudaEventDisableTiming));
-    CUDA_CHECK(cudaEventCreateWithFlags(&side_->join, cudaEventDisableTiming));
-    CUDA_CHECK(cudaEventCreateWithFlags(&side_->settle, cudaEventDisableTiming));
-  }
   algorithms_->bind(machine_key());
 }
 
@@ -195,17 +178,6 @@ CudaBackend::~CudaBackend() {
   attention_choices_.clear();
   for (cudaEvent_t event : markers_) cudaEventDestroy(event);
   lt_.reset();
-  if (side_) {
-    if (side_->stream) cudaStreamSynchronize(side_->stream);
-    if (side_->fork) cudaEventDestroy(side_->fork);
-    if (side_->join) cudaEventDestroy(side_->join);
-    if (side_->settle) cudaEventDestroy(side_->settle);
-    side_->lt.reset();
-    if (side_->cublas) cublasDestroy(side_->cublas);
-    side_->workspace.reset();
-    if (side_->stream) cudaStreamDestroy(side_->stream);
-    side_.reset();
-  }
   if (cublas_) cublasDestroy(cublas_);
   cublas_workspace_.reset();
   if (cudnn_) cudnnDestroy(cudnn_);
@@ -219,36 +191,6 @@ std::shared_ptr<const GraphPlan> CudaBackend::graph_plan(
   std::shared_ptr<const GraphPlan> plan = build();
   graph_plans_.emplace(key, plan);
   return plan;
-}
-
-void CudaBackend::fork_side() {
-  CUDA_CHECK(cudaEventRecord(side_->fork, stream_));
-  CUDA_CHECK(cudaStreamWaitEvent(side_->stream, side_->fork));
-  side_->forked = true;
-}
-
-void CudaBackend::join_side() {
-  CUDA_CHECK(cudaEventRecord(side_->join, side_->stream));
-  CUDA_CHECK(cudaStreamWaitEvent(stream_, side_->join));
-  side_->pending = false;
-}
-
-void CudaBackend::settle_backward_work(bool all) {
-  if (!side_ || !backward_work_outlives_layer()) return;
-  activate();
-  if (all) {
-    if (side_->pending) join_side();
-    side_->forked = side_->settle_recorded = false;
-    return;
-  }
-  // What the side stream held at the previous layer's end is the layer before's left-over work: the
-  // training stream waits for it from here on. Then mark where it stands now, for the next call. Only
-  // once the pass has forked it: until then the side stream is not part of a graph being captured, and a
-  // captured stream may not wait on an event recorded outside the capture (nor on one of another pass).
-  if (side_->settle_recorded) CUDA_CHECK(cudaStreamWaitEvent(stream_, side_->settle));
-  if (!side_->forked) return;
-  CUDA_CHECK(cudaEventRecord(side_->settle, side_->stream));
-  side_->settle_recorded = true;
 }
 
 void CudaBackend::activate() const {

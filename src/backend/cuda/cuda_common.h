@@ -151,23 +151,6 @@ class WorkspaceLayout {
   size_t total_ = 0;
 };
 
-// A second stream for work that may run beside the training stream's (CudaOptions::weight_gradient_stream),
-// with a cuBLAS handle and workspace of its own so that its GEMMs never share the training stream's. Each
-// use forks from the training stream (`fork`) and joins it again (`join`) before the op returns, so the
-// stream order every other op relies on holds at op boundaries, in a captured graph as well; or, under
-// WeightGradientStream::next_layer, the network's settle_backward_work joins it a layer later (`settle`
-// marks where the side stream stood at the previous layer's end).
-struct SideStream {
-  cudaStream_t stream = nullptr;
-  cublasHandle_t cublas = nullptr;
-  DeviceBuffer workspace;
-  std::unique_ptr<LtMatmuls> lt;  // on `workspace`
-  cudaEvent_t fork = nullptr, join = nullptr, settle = nullptr;
-  bool pending = false;          // work queued there that the training stream has not joined
-  bool forked = false;           // forked from the training stream in this backward pass
-  bool settle_recorded = false;  // `settle` recorded in this backward pass
-};
-
 class CudaBackend final : public Backend {
  public:
   CudaBackend(int device, const CudaOptions& options, std::shared_ptr<tuning::AlgorithmCache> algorithms);
@@ -205,10 +188,6 @@ class CudaBackend final : public Backend {
   void synchronize() override;
   std::unique_ptr<CapturedWork> capture(const std::function<void()>& body) override;
   void* native_stream() const override { return stream_; }
-  bool backward_work_outlives_layer() const override {
-    return options_.weight_gradient_stream == WeightGradientStream::next_layer;
-  }
-  void settle_backward_work(bool all) override;
 
   std::unique_ptr<ConvPlan> plan_conv(const ConvGeometry& geometry) override;
   std::unique_ptr<ConvPlan> estimate_conv(const ConvGeometry& geometry) override;
@@ -371,17 +350,6 @@ class CudaBackend final : public Backend {
   Tensor gelu_of(const Tensor& x, const char* op);
   void* grown(DeviceBuffer& buffer, size_t bytes, const char* op);
 
-  // A dense layer's backward with dW = dy^T x and db on the side stream while dx's GEMM runs on stream():
-  // false (nothing run) where it does not apply (no side stream, no dx, GELU's gradient taken from y).
-  bool dense_backward_beside(const Tensor& dy, const Tensor& x, const Tensor& w, const DenseGradients& g);
-  // The side stream waits for what stream() has queued so far; stream() waits for what the side stream
-  // has queued so far.
-  void fork_side();
-  void join_side();
-  // gemm() on a given cuBLAS handle (stream() for cublas(), the side stream for its own).
-  void gemm_on(cublasHandle_t handle, Transpose ta, Transpose tb, int64_t m, int64_t n, int64_t k,
-               float alpha, const Tensor& a, const Tensor& b, float beta, Tensor& c);
-
   // The dense ops on FP8 GEMMs (dense_fp8.cc), on tensors the public ops checked.
   void dense_forward_fp8(const Tensor& x, const Tensor& w, const Tensor& b, DenseActivation act,
                          const Tensor* residual, Tensor& y, Tensor* pre, const Fp8DenseScaling& fp8,
@@ -395,17 +363,13 @@ class CudaBackend final : public Backend {
   bool data_gemm_fp8(const uint8_t* dy_codes, const uint8_t* wt_codes, int64_t rows, int64_t in, int64_t out,
                      DenseActivation act, const Tensor* pre, Accumulate accumulate, Tensor& dx,
                      const Fp8DenseScaling& fp8);
-  // On the side stream where `beside`, else on stream().
   bool weight_gemm_fp8(const uint8_t* dyt_codes, const uint8_t* xt_codes, int64_t rows, int64_t in,
-                       int64_t out, Accumulate accumulate, Tensor& dw, const Fp8DenseScaling& fp8,
-                       bool beside = false);
+                       int64_t out, Accumulate accumulate, Tensor& dw, const Fp8DenseScaling& fp8);
   // Counts an FP8 op whose GEMM runs in BF16 on FP8-rounded operands, cuBLASLt having run no FP8 GEMM for
   // it, and says so once per op and shape: the numbers are FP8 training's, the speed is not.
   void note_fp8_in_bf16(const char* op, int64_t rows, int64_t in, int64_t out);
   // How many FP8 ops ran their GEMM in BF16 since the backend was made: 0 where every FP8 GEMM ran (tests).
   int64_t fp8_gemms_in_bf16() const { return fp8_gemms_in_bf16_; }
-  // How many dense backwards ran their weight gradients on the side stream (tests).
-  int64_t dense_backwards_beside() const { return dense_backwards_beside_; }
   // a's and b's round trips through FP8 (fp8_round_trip) in the scratch: the operands of an FP8 op where
   // cuBLASLt has no FP8 GEMM for its shape.
   std::pair<Tensor, Tensor> fp8_round_trips(const Tensor& a, Fp8Format a_format, const float* a_scale,
@@ -431,8 +395,7 @@ class CudaBackend final : public Backend {
   cudnnHandle_t cudnn_ = nullptr;
   cublasHandle_t cublas_ = nullptr;
   DeviceBuffer cublas_workspace_;
-  std::unique_ptr<LtMatmuls> lt_;     // cuBLASLt's GEMMs with epilogues, on cublas_workspace_
-  std::unique_ptr<SideStream> side_;  // where CudaOptions::weight_gradient_stream is on
+  std::unique_ptr<LtMatmuls> lt_;  // cuBLASLt's GEMMs with epilogues, on cublas_workspace_
   // sgd_update's segment tables, uploaded once per distinct content.
   std::vector<cudaEvent_t> markers_;  // timeline events (--trace), destroyed with the backend
   std::mutex segments_mutex_;
@@ -443,7 +406,6 @@ class CudaBackend final : public Backend {
   mutable std::map<std::vector<int64_t>, AttentionChoice> attention_choices_;
   DeviceBuffer scratch_, gelu_input_;
   int64_t fp8_gemms_in_bf16_ = 0;
-  int64_t dense_backwards_beside_ = 0;
 };
 
 const CudaBackend& as_cuda(const Backend& backend);

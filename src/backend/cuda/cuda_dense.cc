@@ -70,11 +70,6 @@ void CudaBackend::bias_backward(const Tensor& dy, Tensor& dbias, Accumulate accu
 
 void CudaBackend::gemm(Transpose ta, Transpose tb, int64_t m, int64_t n, int64_t k, float alpha,
                        const Tensor& a, const Tensor& b, float beta, Tensor& c) {
-  gemm_on(cublas_, ta, tb, m, n, k, alpha, a, b, beta, c);
-}
-
-void CudaBackend::gemm_on(cublasHandle_t handle, Transpose ta, Transpose tb, int64_t m, int64_t n, int64_t k,
-                          float alpha, const Tensor& a, const Tensor& b, float beta, Tensor& c) {
   const char* op = "gemm";
   DLB_CHECK(m >= 0 && n >= 0 && k >= 0, "{}: m {}, n {}, k {} must not be negative", op, m, n, k);
   check_float(op, "c", c);
@@ -106,7 +101,7 @@ void CudaBackend::gemm_on(cublasHandle_t handle, Transpose ta, Transpose tb, int
   const int lda = checked_blas_int(ta == Transpose::no ? k : m, "lda");
   const int ldc = checked_blas_int(n, "ldc");
   const cudaDataType_t t = cuda_dtype(dtype);
-  CUBLAS_CHECK(cublasGemmEx(handle, op_b, op_a, checked_blas_int(n, "n"), checked_blas_int(m, "m"),
+  CUBLAS_CHECK(cublasGemmEx(cublas_, op_b, op_a, checked_blas_int(n, "n"), checked_blas_int(m, "m"),
                             checked_blas_int(k, "k"), alpha_p, b.data(), t, ldb, a.data(), t, lda, beta_p,
                             c.data(), t, ldc, compute, CUBLAS_GEMM_DEFAULT));
 }

@@ -7,10 +7,6 @@
 //                   bias-gradient epilogue (BGRADB) made the weight GEMMs of a gpt2-large block 0.31 ms
 //                   slower, more than the kernel's pass over dy costs (gpt2-large 0.9% faster without it,
 //                   gpt2 0.15% slower; bench/results/gpt2-gemm-choice).
-// With the side stream (--weight-gradient-stream) a layer's backward runs dW and db there while dx's GEMM
-// runs on the training stream: a weight GEMM has few output tiles ([O, I], against dx's [N, I]), so its
-// last wave leaves SMs idle that dx's GEMM can fill, and the bias kernel's memory traffic runs beside
-// tensor-core work. The same kernels on the same operands: the results are the same to the bit.
 // Each of the others would be a pass of its own over an [N, O] matrix (add_bias, gelu, add,
 // gelu_backward). Where the option is off, or cuBLASLt has no algorithm for a shape, the
 // ops are composed from the single kernels (Backend's defaults), with the same results up to rounding.
@@ -122,38 +118,6 @@ void CudaBackend::dense_backward_weights(const Tensor& dy, const Tensor& x, Accu
     return;
   }
   Backend::dense_backward_weights(dy, x, accumulate, dw, db);
-}
-
-bool CudaBackend::dense_backward_beside(const Tensor& dy, const Tensor& x, const Tensor& w,
-                                        const DenseGradients& g) {
-  if (!side_ || !g.dx || g.input_act != DenseActivation::none || g.output_act != DenseActivation::none)
-    return false;
-  const char* op = "dense_backward";
-  DLB_CHECK(g.dw && g.db, "{}: no dw or db", op);
-  const DenseDims d = check_dense(op, x, *g.dw);
-  check_size(op, "dy", dy, d.rows * d.out, x.dtype());
-  check_size(op, "db", *g.db, d.out, x.dtype());
-  check_size(op, "w", w, d.out * d.in, x.dtype());
-  if (d.rows == 0) return false;
-  activate();
-  fork_side();
-  // dW's GEMM is queued first: its few output tiles take the SMs in one full wave and a part-empty last
-  // one, and dx's GEMM, with many tiles, fills the SMs that last wave leaves (queued the other way round,
-  // dx's GEMM would hold every SM until its end and dW's last wave would run part-empty after it).
-  const Tensor dy2 = dy.reshaped({d.rows, d.out});
-  gemm_on(side_->cublas, Transpose::yes, Transpose::no, d.out, d.in, d.rows, 1.f, dy2, x,
-          g.params == Accumulate::add ? 1.f : 0.f, *g.dw);
-  cuda::bias_backward(dy2.data(), dy2.dtype(), g.db->data(), g.db->dtype(), d.rows, d.out,
-                      g.params == Accumulate::add, side_->stream);
-  dense_backward_data(dy, w, g.act, g.pre, g.accumulate, *g.dx);
-  // Under next_layer the network joins it after the next layer's backward (settle_backward_work): what it
-  // reads (dy, x) is planned to live that long, and it writes only this layer's own dW and db.
-  if (backward_work_outlives_layer())
-    side_->pending = true;
-  else
-    join_side();
-  ++dense_backwards_beside_;
-  return true;
 }
 
 }  // namespace dlbench::cuda

@@ -214,13 +214,13 @@ bool CudaBackend::data_gemm_fp8(const uint8_t* dy_codes, const uint8_t* wt_codes
 }
 
 bool CudaBackend::weight_gemm_fp8(const uint8_t* dyt_codes, const uint8_t* xt_codes, int64_t rows, int64_t in,
-                                  int64_t out, Accumulate accumulate, Tensor& dw, const Fp8DenseScaling& fp8,
-                                  bool beside) {
+                                  int64_t out, Accumulate accumulate, Tensor& dw,
+                                  const Fp8DenseScaling& fp8) {
   LtGemm g = fp8_gemm(out, in, rows, dw.dtype(), dyt_codes, Fp8Format::e5m2, fp8.inverse_scale_of(kFp8Dy),
                       xt_codes, Fp8Format::e4m3, fp8.inverse_scale_of(kFp8X), dw.data(),
                       fast_accumulation(options_.fp8_fast_accumulation, false));
   if (accumulate == Accumulate::add) g.beta = 1.f, g.c_in = dw.data();
-  return beside ? side_->lt->run(g, false, side_->stream) : lt_->run(g, false, stream_);
+  return lt_->run(g, false, stream_);
 }
 
 void CudaBackend::dense_backward_data_fp8(const Tensor& dy, const Tensor& w, DenseActivation act,
@@ -266,7 +266,6 @@ void CudaBackend::dense_backward(const Tensor& dy, const Tensor& x, const Tensor
   const char* op = fp8 ? "dense_backward (fp8)" : "dense_backward";
   DenseGradients of_input = g;  // the same gradients, of the layer's input where x is GELU's (input_act)
   of_input.input_act = DenseActivation::none;
-  if (!fp8 && dense_backward_beside(dy, x, w, g)) return;
   if (!fp8 || !g.dx) {
     Backend::dense_backward(dy, g.input_act == DenseActivation::gelu ? gelu_of(x, op) : x, w, of_input, fp8);
     return;
@@ -298,28 +297,15 @@ void CudaBackend::dense_backward(const Tensor& dy, const Tensor& x, const Tensor
       dy.data(), dy.dtype(), d.rows, d.out, Fp8Format::e5m2, fp8->scale + kFp8Dy, dy_codes, dyt_codes,
       operand_amax(*fp8, kFp8Dy), bias_partials, stream_, prologue);
   const uint8_t* xt = transposed_input_codes(x, d, *fp8, g.input_act, xt_codes, stream_);
-  // With the side stream, dW's GEMM and db's sum run there while W^T's codes and dx's GEMM run here; the
-  // codes they read were all made above, and nothing here writes them (dense_epilogues.cc says why). They
-  // live in the scratch, which the next op may use: the side stream is joined before this op returns,
-  // whatever --weight-gradient-stream says.
-  const bool beside = side_ != nullptr;
-  if (beside) fork_side();
-  if (!weight_gemm_fp8(dyt_codes, xt, d.rows, d.in, d.out, g.params, *g.dw, *fp8, beside)) {
-    if (beside) join_side();  // nothing was queued there
+  if (!weight_gemm_fp8(dyt_codes, xt, d.rows, d.in, d.out, g.params, *g.dw, *fp8)) {
     // The separate ops, each with its own way round.
     Backend::dense_backward(dy, g.input_act == DenseActivation::gelu ? gelu_of(x, op) : x, w, of_input, fp8);
     return;
   }
   sum_column_partials(bias_partials, partial_rows, d.out, g.db->data(), g.db->dtype(),
-                      g.params == Accumulate::add, beside ? side_->stream : stream_);
+                      g.params == Accumulate::add, stream_);
   const uint8_t* wt = transposed_weight_codes(w, d, *fp8, wt_codes, stream_);
-  const bool data_ran =
-      data_gemm_fp8(dy_codes, wt, d.rows, d.in, d.out, g.act, g.pre, g.accumulate, *g.dx, *fp8);
-  if (beside) {
-    join_side();
-    ++dense_backwards_beside_;
-  }
-  if (data_ran) return;
+  if (data_gemm_fp8(dy_codes, wt, d.rows, d.in, d.out, g.act, g.pre, g.accumulate, *g.dx, *fp8)) return;
   if (g.output_act == DenseActivation::gelu) {  // the separate op reads the gradient of y from dy
     Tensor gradient = dy.reshaped(g.output->dims());
     gelu_backward(*g.output, gradient, gradient);
