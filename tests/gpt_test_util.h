@@ -11,13 +11,15 @@
 namespace dlbench::testing {
 
 // gpt-mini at batch 2 x 32 tokens on `backend`, from seed 7's weights, its blocks recomputed or not and the
-// dense layers' fusions (the MLP as one layer, residual adds in the projections) forced on or off.
+// dense layers' fusions (the MLP as one layer, residual adds in the projections, the projections' bias
+// gradients summed by the layer norms after them) forced on or off.
 inline Model finalized_gpt_mini(Backend& backend, bool recompute, bool fuse) {
   NetworkOptions options;
   options.batch = 2;
   options.recompute = recompute;
   options.fusions.dense_gelu_dense = fuse;
   options.fusions.dense_residual = fuse;
+  options.fusions.layernorm_dx_sums = fuse;
   Model model = build_gpt("gpt-mini", backend, options, 32);
   model.net->finalize(7);
   return model;

@@ -635,14 +635,16 @@ void lab_fp8_quantize(Lab& lab, int64_t rows, int64_t cols) {
 
 // ---- layer norm at a GPT-2 block's shape ----
 
-// gpt2-large's layer norm (rows x 1,280, bf16): forward, and the backward with dx added to the residual's
-// gradient, as in a block.
-void lab_layernorm(Lab& lab, int64_t rows) {
-  const int64_t C = 1280, n = rows * C;
+// A GPT-2 layer norm (rows x C, bf16): forward, and the backward with dx added to the residual's gradient,
+// as in a block; then the same summing dx as written for the projection before it (dx_sums), against
+// that projection's own bias pass over dx, which the sums replace.
+void lab_layernorm(Lab& lab, int64_t rows, int64_t C) {
+  const int64_t n = rows * C;
   const std::string shape = std::to_string(rows) + "x" + std::to_string(C);
   const DType d = DType::bf16;
   DeviceMem x(n * 2), y(n * 2), dy(n * 2), dx(n * 2), weight(C * 2), bias(C * 2), mean(rows * 4),
-      rstd(rows * 4), dweight(C * 2), dbias(C * 2), scratch(cuda::layernorm_backward_scratch_bytes(rows, C));
+      rstd(rows * 4), dweight(C * 2), dbias(C * 2), dx_sums(C * 2), pass_sums(C * 2),
+      scratch(cuda::layernorm_backward_scratch_bytes(rows, C));
   upload(x.get(), random_values(n, d, 31, -2, 2), d);
   upload(dy.get(), random_values(n, d, 32), d);
   upload(dx.get(), random_values(n, d, 33), d);
@@ -656,11 +658,27 @@ void lab_layernorm(Lab& lab, int64_t rows) {
   });
   lab.add({"layernorm_forward", "bf16", shape, -1, 0, us, double(4 * n + 8 * rows)});
   // The adds drift dx from launch to launch, which changes no access. (Validated by the CUDA tests.)
-  us = lab.median_us([&] {
+  auto backward = [&](void* sums) {
     cuda::layernorm_backward(x.get(), weight.get(), mp, rp, dy.get(), dx.get(), dweight.get(), dbias.get(),
-                             rows, C, d, false, true, scratch.get(), lab.stream());
-  });
+                             sums, rows, C, d, false, true, scratch.get(), lab.stream());
+  };
+  us = lab.median_us([&] { backward(nullptr); });
   lab.add({"layernorm_backward", "bf16", shape + " dx+=", -1, 0, us, double(8 * n)});
+  // One launch, then the bias pass over the dx it wrote: the sums must agree (within bf16's rounding of
+  // two orders of summation).
+  backward(dx_sums.get());
+  cuda::bias_backward(dx.get(), d, pass_sums.get(), d, rows, C, false, lab.stream());
+  DLB_KERNEL_CHECK(cudaGetLastError());
+  lab.sync();
+  const std::vector<double> fused = download(dx_sums.get(), C, d), pass = download(pass_sums.get(), C, d);
+  double scale = 0, err = 0;
+  for (int64_t c = 0; c < C; ++c) scale = std::max(scale, std::abs(pass[c]));
+  for (int64_t c = 0; c < C; ++c) err = std::max(err, std::abs(fused[c] - pass[c]) / std::max(scale, 1e-30));
+  us = lab.median_us([&] { backward(dx_sums.get()); });
+  lab.add({"layernorm_backward + dx sums", "bf16", shape + " dx+=", err, 2e-2, us, double(8 * n)});
+  us = lab.median_us(
+      [&] { cuda::bias_backward(dx.get(), d, pass_sums.get(), d, rows, C, false, lab.stream()); });
+  lab.add({"bias_backward (the pass it replaces)", "bf16", shape, -1, 0, us, double(2 * n)});
 }
 
 // GPT-2's loss as the language model runs it (softmax_cross_entropy_fused, bf16): 16,384 rows of 50,257
@@ -724,7 +742,8 @@ int main(int argc, char** argv) {
     lab_fp8_quantize(lab, 16384, 5120);
     lab_fp8_quantize(lab, 16384, 3840);
     lab_adamw(lab, 774'030'080);
-    lab_layernorm(lab, 16384);
+    lab_layernorm(lab, 16384, 1280);  // gpt2-large, batch 16
+    lab_layernorm(lab, 65536, 1024);  // gpt2-medium, batch 64
     lab_gpt_loss(lab, 16384);
     // A dense layer's bias gradient: c_attn's, c_proj's and c_fc's outputs.
     for (const int64_t cols : {3840, 1280, 5120}) lab_bias(lab, DType::bf16, 16384, cols, false);

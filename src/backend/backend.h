@@ -165,12 +165,17 @@ class PoolPlan {
 //     DenseActivation::gelu);
 //   * dense_residual: a dense layer (`dense`) and the residual add of its output (dense_forward with a
 //     residual).
+//   * layernorm_dx_sums: a dense layer (`dense`, not FP8) whose output a layer norm reads first (a
+//     transformer's residual stream after a projection): the layer norm's backward, the last to add to
+//     that output's gradient, sums it over the rows as it writes it, which is the dense layer's bias
+//     gradient (layernorm_backward_summing_dx), and the dense layer's backward makes none.
 enum class Fusion : uint8_t {
   conv_statistics,
   shortcut_batchnorm,
   batchnorm_max_pool,
   dense_gelu_dense,
-  dense_residual
+  dense_residual,
+  layernorm_dx_sums
 };
 
 // A dense (fully connected) layer's shape: y[rows, out] = x[rows, in] W[out, in]^T + b[out].
@@ -553,10 +558,10 @@ class Backend : public StreamClock {
   // dx = (dy W) * gelu'(pre), the gradient of pre (overwritten; act gelu takes Accumulate::overwrite).
   virtual void dense_backward_data(const Tensor& dy, const Tensor& w, DenseActivation act, const Tensor* pre,
                                    Accumulate accumulate, Tensor& dx, const Fp8DenseScaling* fp8 = nullptr);
-  // dW (+)= dy^T x and db (+)= the sum of dy over N, by `accumulate`. With `fp8` the GEMM's dy and x are
-  // FP8; the bias gradient sums dy as it is.
+  // dW (+)= dy^T x and db (+)= the sum of dy over N, by `accumulate` (db null: made elsewhere,
+  // Fusion::layernorm_dx_sums). With `fp8` the GEMM's dy and x are FP8; the bias gradient sums dy as it is.
   virtual void dense_backward_weights(const Tensor& dy, const Tensor& x, Accumulate accumulate, Tensor& dw,
-                                      Tensor& db, const Fp8DenseScaling* fp8 = nullptr);
+                                      Tensor* db, const Fp8DenseScaling* fp8 = nullptr);
   // A dense layer's whole backward: dense_backward_weights (by `params`), then, where dx is given,
   // dense_backward_data (act, pre and `accumulate` as there). The default runs the two; a backend may share
   // work between them (CUDA in FP8 quantizes dy once for both GEMMs).
@@ -567,7 +572,7 @@ class Backend : public StreamClock {
   struct DenseGradients {
     Accumulate params = Accumulate::overwrite;
     Tensor* dw = nullptr;
-    Tensor* db = nullptr;
+    Tensor* db = nullptr;  // null: the bias gradient is made elsewhere (Fusion::layernorm_dx_sums)
     Tensor* dx = nullptr;  // null: no input gradient
     Accumulate accumulate = Accumulate::overwrite;
     DenseActivation act = DenseActivation::none;
@@ -646,6 +651,13 @@ class Backend : public StreamClock {
   virtual void layernorm_backward(const Tensor& x, const Tensor& weight, const Tensor& mean,
                                   const Tensor& rstd, const Tensor& dy, Tensor& dx, Tensor& dweight,
                                   Tensor& dbias, Accumulate accumulate, Accumulate dx_accumulate);
+  // layernorm_backward, and dx_sums [C] (by `accumulate`) the sums over the rows of dx as written (after
+  // the add): the bias gradient of the dense layer whose output x is (Fusion::layernorm_dx_sums). The
+  // default runs layernorm_backward, then bias_backward over dx.
+  virtual void layernorm_backward_summing_dx(const Tensor& x, const Tensor& weight, const Tensor& mean,
+                                             const Tensor& rstd, const Tensor& dy, Tensor& dx,
+                                             Tensor& dweight, Tensor& dbias, Tensor& dx_sums,
+                                             Accumulate accumulate, Accumulate dx_accumulate);
   // GELU, tanh form (GPT-2's): y = 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))), any shape.
   virtual void gelu_forward(const Tensor& x, Tensor& y);
   virtual void gelu_backward(const Tensor& x, const Tensor& dy, Tensor& dx);  // dx = dy * gelu'(x)

@@ -5,6 +5,8 @@
 //     and the gradient between the two (backward) in temporary device buffers.
 //   * A batch norm + ReLU and the max pool after it: relu(bn(x)) kept in the op's saved memory (as the two
 //     layers keep it), its gradient in a temporary buffer.
+//   * A layer norm's backward summing its input's gradient for the dense layer before it: the bias
+//     gradient's pass over dx after the layer norm's backward, as the dense layer would run it over dy.
 #include "backend/backend.h"
 #include "backend/scratch_tensor.h"
 #include "core/align.h"
@@ -125,6 +127,14 @@ void Backend::batchnorm_max_pool_backward(const BatchNormPlan& plan, const PoolP
   ScratchTensor gradient(*this, normalised);  // reaching relu(bn(x))
   pool_backward(pool_plan, normalised, y, dy, pool_saved_in(plan, pool_plan, saved), gradient.tensor());
   batchnorm_backward(plan, bn, normalised, gradient.tensor(), nullptr, accumulate, workspace);
+}
+
+void Backend::layernorm_backward_summing_dx(const Tensor& x, const Tensor& weight, const Tensor& mean,
+                                            const Tensor& rstd, const Tensor& dy, Tensor& dx, Tensor& dweight,
+                                            Tensor& dbias, Tensor& dx_sums, Accumulate accumulate,
+                                            Accumulate dx_accumulate) {
+  layernorm_backward(x, weight, mean, rstd, dy, dx, dweight, dbias, accumulate, dx_accumulate);
+  bias_backward(dx.reshaped({dx.numel() / dx.dims().back(), dx.dims().back()}), dx_sums, accumulate);
 }
 
 }  // namespace dlbench

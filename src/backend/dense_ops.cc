@@ -100,7 +100,7 @@ void Backend::dense_backward_data(const Tensor& dy, const Tensor& w, DenseActiva
 }
 
 void Backend::dense_backward_weights(const Tensor& dy, const Tensor& x, Accumulate accumulate, Tensor& dw,
-                                     Tensor& db, const Fp8DenseScaling* fp8) {
+                                     Tensor* db, const Fp8DenseScaling* fp8) {
   const DenseShape s = dense_shape("dense_backward_weights", x, dw);
   const float beta = accumulate == Accumulate::add ? 1.f : 0.f;
   const Tensor dy2 = dy.reshaped({s.rows, s.out});
@@ -111,12 +111,12 @@ void Backend::dense_backward_weights(const Tensor& dy, const Tensor& x, Accumula
   } else {
     gemm(Transpose::yes, Transpose::no, s.out, s.in, s.rows, 1.f, dy2, x, beta, dw);
   }
-  bias_backward(dy2, db, accumulate);  // the sum of dy as it is: no GEMM, so no FP8
+  if (db) bias_backward(dy2, *db, accumulate);  // the sum of dy as it is: no GEMM, so no FP8
 }
 
 void Backend::dense_backward(const Tensor& dy, const Tensor& x, const Tensor& w, const DenseGradients& g,
                              const Fp8DenseScaling* fp8) {
-  DLB_CHECK(g.dw && g.db, "dense_backward: no dw or db");
+  DLB_CHECK(g.dw, "dense_backward: no dw");
   if (g.input_act == DenseActivation::gelu) {
     const GeluOf input(*this, x);
     DenseGradients of_input = g;
@@ -130,7 +130,7 @@ void Backend::dense_backward(const Tensor& dy, const Tensor& x, const Tensor& w,
     Tensor gradient = dy.reshaped(g.output->dims());  // dy is scratch (DenseGradients): GELU's, in place
     gelu_backward(*g.output, gradient, gradient);
   }
-  dense_backward_weights(dy, x, g.params, *g.dw, *g.db, fp8);
+  dense_backward_weights(dy, x, g.params, *g.dw, g.db, fp8);
   if (g.dx) dense_backward_data(dy, w, g.act, g.pre, g.accumulate, *g.dx, fp8);
 }
 

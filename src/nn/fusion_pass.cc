@@ -9,6 +9,7 @@
 #include "nn/batchnorm_shortcut.h"
 #include "nn/conv.h"
 #include "nn/gelu.h"
+#include "nn/layernorm.h"
 #include "nn/linear.h"
 #include "nn/mlp.h"
 #include "nn/network.h"
@@ -24,7 +25,10 @@ class Uses {
   explicit Uses(const Network& net) {
     for (const auto& layer : net.layers()) {
       producer_[layer->output()] = layer.get();
-      for (const Activation* input : layer->inputs()) ++readers_[input];
+      for (const Activation* input : layer->inputs()) {
+        ++readers_[input];
+        first_reader_.emplace(input, layer.get());  // kept where there is one
+      }
     }
   }
   // The layer that writes `a`, where it is an L.
@@ -39,10 +43,16 @@ class Uses {
     auto it = readers_.find(&a);
     return !a.kept_after_step && it != readers_.end() && it->second == 1;
   }
+  // The first layer in the list that reads `a`: the last whose backward adds to a's gradient.
+  const Layer* first_reader(const Activation& a) const {
+    auto it = first_reader_.find(&a);
+    return it == first_reader_.end() ? nullptr : it->second;
+  }
 
  private:
   std::unordered_map<const Activation*, Layer*> producer_;
   std::unordered_map<const Activation*, int> readers_;
+  std::unordered_map<const Activation*, const Layer*> first_reader_;
 };
 
 bool fuses(Network& net, std::optional<bool> choice, const FusionCandidate& candidate) {
@@ -182,6 +192,26 @@ void fuse_dense_residuals(Network& net, std::optional<bool> choice) {
   }
 }
 
+// Every layer norm that reads first the output of a dense layer (or of a fused MLP's c_proj) not in FP8:
+// its backward, the last to add to that output's gradient, sums it for the dense layer's bias gradient.
+void sum_bias_gradients_in_layernorms(Network& net, std::optional<bool> choice) {
+  const Uses uses(net);
+  for (const auto& layer : net.layers()) {
+    auto* norm = dynamic_cast<LayerNormLayer*>(layer.get());
+    if (!norm || uses.first_reader(*norm->inputs()[0]) != norm) continue;
+    const Activation& input = *norm->inputs()[0];
+    if (auto* dense = uses.producer<LinearLayer>(input)) {
+      if (!dense->in_fp8() &&
+          fuses(net, choice, FusionCandidate::dense_fusion(Fusion::layernorm_dx_sums, dense->geometry())))
+        norm->sum_input_gradient_into(dense->bias_gradient_made_by_reader());
+    } else if (auto* mlp = uses.producer<MlpLayer>(input)) {
+      if (!mlp->in_fp8() &&
+          fuses(net, choice, FusionCandidate::dense_fusion(Fusion::layernorm_dx_sums, mlp->proj_geometry())))
+        norm->sum_input_gradient_into(mlp->bias_gradient_made_by_reader());
+    }
+  }
+}
+
 }  // namespace
 
 void fuse_layers(Network& net, const FusionChoices& choices) {
@@ -189,6 +219,7 @@ void fuse_layers(Network& net, const FusionChoices& choices) {
   fuse_batchnorm_max_pools(net, choices.batchnorm_max_pool);
   fuse_mlps(net, choices.dense_gelu_dense, choices.dense_residual);
   fuse_dense_residuals(net, choices.dense_residual);
+  sum_bias_gradients_in_layernorms(net, choices.layernorm_dx_sums);
   // Last: the batch norms the fusions above made take their statistics too.
   take_statistics_from_convolutions(net, choices.conv_statistics);
 }

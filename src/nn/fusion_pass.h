@@ -10,7 +10,10 @@
 //   * a transformer's MLP, dense -> GELU -> dense with the inner values read by nothing else, and the
 //     residual add of its output where that add alone reads it  ->  MlpLayer (the last layer's place);
 //   * a dense layer whose output only a residual add reads, and the add  ->  LinearLayer with a residual
-//     (the add's place).
+//     (the add's place);
+//   * a dense layer (or a fused MLP's c_proj) whose output a layer norm reads first  ->  the layer norm's
+//     backward sums that output's gradient for the dense layer's bias gradient
+//     (LayerNormLayer::sum_input_gradient_into), and the dense layer's backward makes none.
 // The fused layers hold the same parameters, in the same order and under the same names, as the layers
 // they replace, so checkpoints do not depend on what was fused; every backend runs every fused op (composing
 // the single ones where it has no kernels for it), so results do not either.
@@ -30,6 +33,7 @@ struct FusionChoices {
   std::optional<bool> batchnorm_max_pool;
   std::optional<bool> dense_gelu_dense;
   std::optional<bool> dense_residual;
+  std::optional<bool> layernorm_dx_sums;
 };
 
 // Rewrites `net`'s layers (built, not planned) where `choices` or else the backend says so.

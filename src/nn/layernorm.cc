@@ -35,15 +35,18 @@ void LayerNormLayer::backward() {
   Backend& backend = net_.backend();
   Activation& in = *inputs_[0];
   const GradMode mode = input_grad_mode(0);
-  if (mode == GradMode::none) {
-    // Parameter gradients only; the input's lands in the workspace and is dropped.
-    Tensor scratch(net_.workspace(), in.grad.dims(), in.grad.dtype(), Layout::nchw, in.grad.device());
-    backend.layernorm_backward(in.value, weight_, mean_, rstd_, output_->grad, scratch, dweight_, dbias_,
-                               net_.parameter_grad_mode(), Accumulate::overwrite);
-    return;
-  }
-  backend.layernorm_backward(in.value, weight_, mean_, rstd_, output_->grad, in.grad, dweight_, dbias_,
-                             net_.parameter_grad_mode(), to_accumulate(mode));
+  // Parameter gradients only where the input needs none: its gradient lands in the workspace and is dropped.
+  Tensor scratch;
+  if (mode == GradMode::none)
+    scratch = Tensor(net_.workspace(), in.grad.dims(), in.grad.dtype(), Layout::nchw, in.grad.device());
+  Tensor& dx = mode == GradMode::none ? scratch : in.grad;
+  const Accumulate params = net_.parameter_grad_mode(), dx_mode = to_accumulate(mode);
+  if (input_grad_sums_)
+    backend.layernorm_backward_summing_dx(in.value, weight_, mean_, rstd_, output_->grad, dx, dweight_,
+                                          dbias_, *input_grad_sums_, params, dx_mode);
+  else
+    backend.layernorm_backward(in.value, weight_, mean_, rstd_, output_->grad, dx, dweight_, dbias_, params,
+                               dx_mode);
 }
 
 }  // namespace dlbench

@@ -5,6 +5,9 @@
 // mean and rstd [N] (master dtype) are saved from the forward for the backward. The input's gradient may
 // have to be added into (a pre-LN block's input also feeds the residual add, whose backward runs first):
 // the backend's op overwrites, so the layer then writes into the workspace and adds from there.
+// Where the input is a dense layer's output and this layer reads it first, so that its backward is the
+// last to add to the input's gradient, the fusion pass may have it sum that gradient over the rows as it
+// writes it: the dense layer's bias gradient (Fusion::layernorm_dx_sums, sum_input_gradient_into).
 #pragma once
 
 #include "nn/layer.h"
@@ -20,11 +23,16 @@ class LayerNormLayer final : public Layer {
   void backward() override;
   bool can_accumulate_input_grad(int) const override { return true; }
   bool backward_reads_output() const override { return false; }  // x, mean and rstd rebuild xhat
+  // From now on the backward sums the input's gradient over the rows into `sums` (by the parameters'
+  // accumulation mode): the bias gradient of the dense layer that makes the input.
+  void sum_input_gradient_into(Tensor& sums) { input_grad_sums_ = &sums; }
+  bool sums_input_gradient() const { return input_grad_sums_ != nullptr; }
 
  private:
   float eps_;
   Tensor weight_, dweight_, bias_, dbias_;
   Tensor mean_, rstd_;  // [N], forward -> backward
+  Tensor* input_grad_sums_ = nullptr;
 };
 
 }  // namespace dlbench

@@ -53,7 +53,7 @@ void LinearLayer::backward() {
   if (residual()) pass_gradient(backend, input_grad_mode(1), output_->grad, residual()->grad);
   Backend::DenseGradients g;
   g.params = net_.parameter_grad_mode();
-  g.dw = &params_.dweight, g.db = &params_.dbias;
+  g.dw = &params_.dweight, g.db = bias_by_reader_ ? nullptr : &params_.dbias;
   Tensor dx;
   if (input_grad_mode(0) != GradMode::none) {
     dx = in.grad.reshaped({batch_, params_.in_features});

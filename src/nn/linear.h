@@ -5,6 +5,9 @@
 // With a residual (the fusion pass's, where the backend adds it in the GEMM: Fusion::dense_residual),
 // y = x W^T + b + r, in the place and into the output of the residual add it replaces; backward hands dy
 // to r's gradient as that add would.
+// Where a layer norm reads the output first (a transformer's residual stream), its backward may sum the
+// output's gradient for this layer's bias gradient (the fusion pass's Fusion::layernorm_dx_sums,
+// bias_gradient_made_by_reader), and the layer's backward then makes none.
 // In FP8 the codes of x^T and W^T are kept from the forward for the backward's GEMMs where the backend
 // runs FP8 GEMMs (DenseParameters::keep_codes), values the layer saves.
 #pragma once
@@ -31,6 +34,13 @@ class LinearLayer final : public Layer {
   int64_t forward_macs() const override { return batch_ * params_.in_features * params_.out_features; }
 
   DenseGeometry geometry() const;
+  bool in_fp8() const { return params_.in_fp8(); }
+  // The bias gradient, which from now on the first reader of the output makes (by summing the output's
+  // gradient as its backward leaves it) and this layer's backward does not.
+  Tensor& bias_gradient_made_by_reader() {
+    bias_by_reader_ = true;
+    return params_.dbias;
+  }
   int64_t out_features() const { return params_.out_features; }
   double normal_std() const { return params_.normal_std; }
   Activation* residual() const { return inputs_.size() > 1 ? inputs_[1] : nullptr; }
@@ -38,6 +48,7 @@ class LinearLayer final : public Layer {
  private:
   int64_t batch_;
   DenseParameters params_;
+  bool bias_by_reader_ = false;
 };
 
 }  // namespace dlbench

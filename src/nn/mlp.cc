@@ -43,6 +43,10 @@ std::vector<SavedValue> MlpLayer::saved_values() {
   return saved;
 }
 
+DenseGeometry MlpLayer::proj_geometry() const {
+  return {rows_, proj_.in_features, proj_.out_features, net_.dtype()};
+}
+
 int64_t MlpLayer::forward_macs() const {
   return rows_ * fc_.out_features * (fc_.in_features + proj_.out_features);
 }
@@ -91,7 +95,8 @@ void MlpLayer::backward() {
   // of g: dg = dy Wproj, or dh = dg * gelu'(h).
   Backend::DenseGradients proj_grads;
   proj_grads.params = params;
-  proj_grads.dw = &proj_.dweight, proj_grads.db = &proj_.dbias, proj_grads.dx = &pre_grad_;
+  proj_grads.dw = &proj_.dweight, proj_grads.dx = &pre_grad_;
+  proj_grads.db = proj_bias_by_reader_ ? nullptr : &proj_.dbias;
   if (fp8_)
     proj_grads.input_act = DenseActivation::gelu;
   else

@@ -37,6 +37,14 @@ class MlpLayer final : public Layer {
   int64_t forward_macs() const override;
 
   Activation* residual() const { return inputs_.size() > 1 ? inputs_[1] : nullptr; }
+  bool in_fp8() const { return fp8_; }
+  // c_proj's shape, and its bias gradient, which from now on the first reader of the output makes
+  // (LinearLayer::bias_gradient_made_by_reader).
+  DenseGeometry proj_geometry() const;
+  Tensor& bias_gradient_made_by_reader() {
+    proj_bias_by_reader_ = true;
+    return proj_.dbias;
+  }
 
  private:
   // h and g = gelu(h) from the input: c_fc's GEMM with its epilogue (in FP8 h alone), in a training pass
@@ -49,6 +57,7 @@ class MlpLayer final : public Layer {
   // In FP8 GELU and its gradient are taken by the passes that quantize c_proj's input and c_fc's output
   // gradient, on their way from h and dg: g = gelu(h) is never stored (hidden_ holds no memory).
   bool fp8_;
+  bool proj_bias_by_reader_ = false;
   Tensor pre_, hidden_;  // h = x Wfc^T + bfc and g = gelu(h), [N, hidden]
   Tensor pre_grad_;      // dh in the backward (in FP8 dg = dy Wproj, GELU's gradient taken by c_fc's op)
 };

@@ -186,8 +186,8 @@ TEST_P(DenseFp8Test, ForwardAndBackwardMatchTheReferenceRoundTrips) {
                        db0 = random_host(*ref, {c.out}, dtype, 80);
       DeviceTensor d_dw(gpu, dw0), d_db(gpu, db0);
       HostBuffer rdw = wide(dw0), rdb = wide(db0);
-      gpu.dense_backward_weights(d_dy.tensor(), d_x.tensor(), accumulate, d_dw.tensor(), d_db.tensor(), &g8);
-      ref->dense_backward_weights(rdy.tensor(), rx.tensor(), accumulate, rdw.tensor(), rdb.tensor(), &r8);
+      gpu.dense_backward_weights(d_dy.tensor(), d_x.tensor(), accumulate, d_dw.tensor(), &d_db.tensor(), &g8);
+      ref->dense_backward_weights(rdy.tensor(), rx.tensor(), accumulate, rdw.tensor(), &rdb.tensor(), &r8);
       const std::string mode = accumulate == Accumulate::add ? " (add)" : "";
       check("fp8 dense_backward_weights dw" + mode, d_dw, rdw);
       check("fp8 dense_backward_weights db" + mode, d_db, rdb);
@@ -364,7 +364,7 @@ TEST(DenseFp8KeptCodes, GiveTheBackwardTheBitsOfQuantizingXAndWAgain) {
         gpu.dense_backward(d_dy.tensor(), d_x.tensor(), d_w.tensor(), g, &s);
         if (input_act == DenseActivation::none)
           gpu.dense_backward_weights(d_dy.tensor(), d_x.tensor(), Accumulate::add, r.alone_dw.tensor(),
-                                     r.alone_db.tensor(), &s);
+                                     &r.alone_db.tensor(), &s);
         gpu.dense_backward_data(d_dy.tensor(), d_w.tensor(), DenseActivation::none, nullptr, Accumulate::add,
                                 r.alone_dx.tensor(), &s);
       };

@@ -122,8 +122,8 @@ TEST_P(DenseOpsTest, ForwardAndBackwardMatchReference) {
                        db0 = random_host(*ref, {c.out}, dtype, 70);
       DeviceTensor d_dw(gpu, dw0), d_db(gpu, db0);
       HostBuffer rdw = wide(*ref, dw0), rdb = wide(*ref, db0);
-      gpu.dense_backward_weights(d_dy.tensor(), d_x.tensor(), accumulate, d_dw.tensor(), d_db.tensor());
-      ref->dense_backward_weights(rdy.tensor(), rx.tensor(), accumulate, rdw.tensor(), rdb.tensor());
+      gpu.dense_backward_weights(d_dy.tensor(), d_x.tensor(), accumulate, d_dw.tensor(), &d_db.tensor());
+      ref->dense_backward_weights(rdy.tensor(), rx.tensor(), accumulate, rdw.tensor(), &rdb.tensor());
       const std::string mode = accumulate == Accumulate::add ? " (add)" : "";
       check("dense_backward_weights dw" + mode, d_dw, rdw);
       check("dense_backward_weights db" + mode, d_db, rdb);

@@ -204,6 +204,20 @@ TEST_P(LayerNormTest, ForwardAndBackwardMatchReference) {
                    download_wide(*ref, d_dw).tensor(), rdw.tensor(), tolerance(dtype, false, 4));
       expect_close(fmt::format("layernorm_backward dbias ({}) {}", mode, where).c_str(),
                    download_wide(*ref, d_db).tensor(), rdb.tensor(), tolerance(dtype, false, 4));
+      // Summing dx as written, for the dense layer whose output x is: dx, dweight and dbias the same bits
+      // as without, and the sums (added to, or overwritten) those of that dx.
+      const HostBuffer sums0 = random_host(*ref, {c.C}, dtype, 38);
+      DeviceTensor s_dx(gpu, dx0), s_dw(gpu, dw0), s_db(gpu, db0), s_sums(gpu, sums0);
+      gpu.layernorm_backward_summing_dx(d_x.tensor(), d_w.tensor(), d_mean.tensor(), d_rstd.tensor(),
+                                        d_dy.tensor(), s_dx.tensor(), s_dw.tensor(), s_db.tensor(),
+                                        s_sums.tensor(), accumulate, accumulate);
+      EXPECT_TRUE(same_bits(d_dx.download(), s_dx.download())) << "dx summing dx (" << mode << ")";
+      EXPECT_TRUE(same_bits(d_dw.download(), s_dw.download())) << "dweight summing dx (" << mode << ")";
+      EXPECT_TRUE(same_bits(d_db.download(), s_db.download())) << "dbias summing dx (" << mode << ")";
+      HostBuffer written_dx = download_wide(*ref, s_dx), rsums = wide(*ref, sums0);
+      ref->bias_backward(written_dx.tensor().reshaped({N, c.C}), rsums.tensor(), accumulate);
+      expect_close(fmt::format("layernorm_backward_summing_dx sums ({}) {}", mode, where).c_str(),
+                   download_wide(*ref, s_sums).tensor(), rsums.tensor(), tolerance(dtype, false, 4));
     }
   }
 }

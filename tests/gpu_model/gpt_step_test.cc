@@ -54,6 +54,7 @@ GptStep gpt_step(Backend& backend, std::optional<bool> fuse) {
   options.batch = 4;
   options.fusions.dense_gelu_dense = fuse;
   options.fusions.dense_residual = fuse;
+  options.fusions.layernorm_dx_sums = fuse;
   const Model model = stepped_gpt(backend, options);
   GptStep s;
   backend.copy_to_host(&s.loss, model.loss->output()->value.data(), sizeof(float));

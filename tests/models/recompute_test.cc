@@ -14,6 +14,7 @@
 #include "core/status.h"
 #include "gpt_test_util.h"
 #include "models/gpt.h"
+#include "nn/layernorm.h"
 #include "nn/network.h"
 
 namespace dlbench {
@@ -25,6 +26,7 @@ struct Step {
   std::vector<std::string> kinds, parameters;
   size_t activation_bytes = 0, transient_peak_bytes = 0;
   size_t layers_run_again = 0;
+  int summing_layernorms = 0;  // layer norms whose backward makes the bias gradient of a dense layer
 };
 
 // One forward and backward pass of gpt-mini on fixed tokens, from seed 7's weights; `fuse`: the dense
@@ -43,7 +45,11 @@ Step mini_step(Backend& backend, bool recompute, bool fuse = false) {
   s.activation_bytes = net.memory().activation_bytes();
   s.transient_peak_bytes = net.memory().transient_peak_bytes();
   for (const Placement& p : net.memory().placements()) s.layers_run_again += p.again_first >= 0;
-  for (const auto& layer : net.layers()) s.kinds.push_back(layer->kind());
+  for (const auto& layer : net.layers()) {
+    s.kinds.push_back(layer->kind());
+    if (const auto* norm = dynamic_cast<const LayerNormLayer*>(layer.get()))
+      s.summing_layernorms += norm->sums_input_gradient();
+  }
   for (const auto& p : net.memory().parameters()) s.parameters.push_back(p.name);
   return s;
 }
@@ -85,8 +91,11 @@ TEST(Recompute, GptMiniOnOneDnnSameStepLessMemory) {
 
 // Each block's MLP (c_fc, GELU, c_proj and residual_2) as one layer and attn.c_proj taking residual_1:
 // 9 layers a block become 6, the parameters keep their names and order, and the step computes the same,
-// bit for bit, kept or recomputed. Recomputed, the MLP (a block's last layer now) is run again for the
-// GELU's input and output it saves, in about the memory the separate layers took.
+// bit for bit, kept or recomputed. The projections' bias gradients are then summed by the layer norms that
+// read their outputs first (each block's ln_2, the next block's ln_1, and ln_f after the last block):
+// 8 in gpt-mini's 4 blocks, not block 0's ln_1, which reads the embedding. Recomputed, the MLP (a block's
+// last layer now) is run again for the GELU's input and output it saves, in about the memory the separate
+// layers took.
 TEST(Recompute, FusedDenseLayersComputeWhatTheLayersDo) {
   for (const bool onednn : {false, true}) {
     SCOPED_TRACE(onednn ? "onednn" : "reference");
@@ -98,6 +107,8 @@ TEST(Recompute, FusedDenseLayersComputeWhatTheLayersDo) {
     EXPECT_EQ(std::count(fused.kinds.begin(), fused.kinds.end(), "linear+add"), 4);
     EXPECT_EQ(std::count(fused.kinds.begin(), fused.kinds.end(), "gelu"), 0);
     EXPECT_EQ(std::count(fused.kinds.begin(), fused.kinds.end(), "add"), 0);
+    EXPECT_EQ(fused.summing_layernorms, 8);
+    EXPECT_EQ(layers.summing_layernorms, 0);
     EXPECT_EQ(fused.parameters, layers.parameters);
     expect_same_numbers(fused, layers);
     expect_same_numbers(fused_again, layers);

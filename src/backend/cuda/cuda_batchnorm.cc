@@ -481,6 +481,8 @@ bool CudaBackend::fuses(const FusionCandidate& c) const {
     case Fusion::dense_gelu_dense:  // cuBLASLt's epilogues, in every float dtype but FP64
     case Fusion::dense_residual:
       return options_.dense_epilogues && c.dense.dtype != DType::f64;
+    case Fusion::layernorm_dx_sums:  // the layer norm's one-pass kernel (FP64 takes the composed pass)
+      return options_.dense_epilogues && c.dense.dtype != DType::f64;
   }
   return false;
 }

@@ -262,7 +262,7 @@ class CudaBackend final : public Backend {
   void dense_backward_data(const Tensor& dy, const Tensor& w, DenseActivation act, const Tensor* pre,
                            Accumulate accumulate, Tensor& dx, const Fp8DenseScaling* fp8 = nullptr) override;
   void dense_backward_weights(const Tensor& dy, const Tensor& x, Accumulate accumulate, Tensor& dw,
-                              Tensor& db, const Fp8DenseScaling* fp8 = nullptr) override;
+                              Tensor* db, const Fp8DenseScaling* fp8 = nullptr) override;
   void dense_backward(const Tensor& dy, const Tensor& x, const Tensor& w, const DenseGradients& g,
                       const Fp8DenseScaling* fp8 = nullptr) override;
   bool runs_fp8_gemms() const override { return true; }
@@ -297,6 +297,10 @@ class CudaBackend final : public Backend {
   void layernorm_backward(const Tensor& x, const Tensor& weight, const Tensor& mean, const Tensor& rstd,
                           const Tensor& dy, Tensor& dx, Tensor& dweight, Tensor& dbias, Accumulate accumulate,
                           Accumulate dx_accumulate) override;
+  void layernorm_backward_summing_dx(const Tensor& x, const Tensor& weight, const Tensor& mean,
+                                     const Tensor& rstd, const Tensor& dy, Tensor& dx, Tensor& dweight,
+                                     Tensor& dbias, Tensor& dx_sums, Accumulate accumulate,
+                                     Accumulate dx_accumulate) override;
   void gelu_forward(const Tensor& x, Tensor& y) override;
   void gelu_backward(const Tensor& x, const Tensor& dy, Tensor& dx) override;
   void attention_forward(const Tensor& qkv, int64_t heads, Tensor& out, Tensor& stats) override;
@@ -357,7 +361,11 @@ class CudaBackend final : public Backend {
   void dense_backward_data_fp8(const Tensor& dy, const Tensor& w, DenseActivation act, const Tensor* pre,
                                Accumulate accumulate, Tensor& dx, const Fp8DenseScaling& fp8);
   void dense_backward_weights_fp8(const Tensor& dy, const Tensor& x, Accumulate accumulate, Tensor& dw,
-                                  Tensor& db, const Fp8DenseScaling& fp8);
+                                  Tensor* db, const Fp8DenseScaling& fp8);
+  // layernorm_backward, and the sums of dx where dx_sums is not null (layernorm_backward_summing_dx).
+  void run_layernorm_backward(const Tensor& x, const Tensor& weight, const Tensor& mean, const Tensor& rstd,
+                              const Tensor& dy, Tensor& dx, Tensor& dweight, Tensor& dbias, Tensor* dx_sums,
+                              Accumulate accumulate, Accumulate dx_accumulate);
   // The backward GEMMs on FP8 codes already made: false where cuBLASLt runs no FP8 GEMM for them
   // (nothing written then).
   bool data_gemm_fp8(const uint8_t* dy_codes, const uint8_t* wt_codes, int64_t rows, int64_t in, int64_t out,

@@ -96,6 +96,21 @@ void CudaBackend::layernorm_forward(const Tensor& x, const Tensor& weight, const
 void CudaBackend::layernorm_backward(const Tensor& x, const Tensor& weight, const Tensor& mean,
                                      const Tensor& rstd, const Tensor& dy, Tensor& dx, Tensor& dweight,
                                      Tensor& dbias, Accumulate accumulate, Accumulate dx_accumulate) {
+  run_layernorm_backward(x, weight, mean, rstd, dy, dx, dweight, dbias, nullptr, accumulate, dx_accumulate);
+}
+
+void CudaBackend::layernorm_backward_summing_dx(const Tensor& x, const Tensor& weight, const Tensor& mean,
+                                                const Tensor& rstd, const Tensor& dy, Tensor& dx,
+                                                Tensor& dweight, Tensor& dbias, Tensor& dx_sums,
+                                                Accumulate accumulate, Accumulate dx_accumulate) {
+  check_same_shape("layernorm_backward_summing_dx", "weight", weight, "dx_sums", dx_sums);
+  run_layernorm_backward(x, weight, mean, rstd, dy, dx, dweight, dbias, &dx_sums, accumulate, dx_accumulate);
+}
+
+void CudaBackend::run_layernorm_backward(const Tensor& x, const Tensor& weight, const Tensor& mean,
+                                         const Tensor& rstd, const Tensor& dy, Tensor& dx, Tensor& dweight,
+                                         Tensor& dbias, Tensor* dx_sums, Accumulate accumulate,
+                                         Accumulate dx_accumulate) {
   const char* op = "layernorm_backward";
   const int64_t N = check_layernorm(op, x, weight, mean, rstd), C = x.dims().back();
   check_same_shape(op, "x", x, "dy", dy);
@@ -105,8 +120,9 @@ void CudaBackend::layernorm_backward(const Tensor& x, const Tensor& weight, cons
   activate();
   void* work = scratch(cuda::layernorm_backward_scratch_bytes(N, C), op);
   cuda::layernorm_backward(x.data(), weight.data(), mean.ptr<float>(), rstd.ptr<float>(), dy.data(),
-                           dx.data(), dweight.data(), dbias.data(), N, C, x.dtype(),
-                           accumulate == Accumulate::add, dx_accumulate == Accumulate::add, work, stream_);
+                           dx.data(), dweight.data(), dbias.data(), dx_sums ? dx_sums->data() : nullptr, N, C,
+                           x.dtype(), accumulate == Accumulate::add, dx_accumulate == Accumulate::add, work,
+                           stream_);
 }
 
 // ---- GELU ----

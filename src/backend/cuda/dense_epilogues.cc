@@ -107,11 +107,11 @@ void CudaBackend::dense_backward_data(const Tensor& dy, const Tensor& w, DenseAc
 }
 
 void CudaBackend::dense_backward_weights(const Tensor& dy, const Tensor& x, Accumulate accumulate, Tensor& dw,
-                                         Tensor& db, const Fp8DenseScaling* fp8) {
+                                         Tensor* db, const Fp8DenseScaling* fp8) {
   const char* op = "dense_backward_weights";
   const DenseDims d = check_dense(op, x, dw);
   check_size(op, "dy", dy, d.rows * d.out, x.dtype());
-  check_size(op, "db", db, d.out, x.dtype());
+  if (db) check_size(op, "db", *db, d.out, x.dtype());
   activate();
   if (fp8 && d.rows > 0) {
     dense_backward_weights_fp8(dy, x, accumulate, dw, db, *fp8);

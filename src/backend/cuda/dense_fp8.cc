@@ -241,7 +241,7 @@ void CudaBackend::dense_backward_data_fp8(const Tensor& dy, const Tensor& w, Den
 }
 
 void CudaBackend::dense_backward_weights_fp8(const Tensor& dy, const Tensor& x, Accumulate accumulate,
-                                             Tensor& dw, Tensor& db, const Fp8DenseScaling& fp8) {
+                                             Tensor& dw, Tensor* db, const Fp8DenseScaling& fp8) {
   const char* op = "dense_backward_weights (fp8)";
   const Fp8Dims d = check_fp8_dense(op, x, dw);
   auto* dyt_codes = static_cast<uint8_t*>(scratch(code_bytes(d.out, d.rows) + code_bytes(d.in, d.rows), op));
@@ -256,7 +256,7 @@ void CudaBackend::dense_backward_weights_fp8(const Tensor& dy, const Tensor& x, 
     gemm(Transpose::yes, Transpose::no, d.out, d.in, d.rows, 1.f, dy8, x8,
          accumulate == Accumulate::add ? 1.f : 0.f, dw);
   }
-  bias_backward(dy.reshaped({d.rows, d.out}), db, accumulate);
+  if (db) bias_backward(dy.reshaped({d.rows, d.out}), *db, accumulate);
 }
 
 // Both backward GEMMs from one pass over dy, which writes its codes in both layouts: dy for the data
@@ -272,7 +272,7 @@ void CudaBackend::dense_backward(const Tensor& dy, const Tensor& x, const Tensor
   }
   const Fp8Dims d = check_fp8_dense(op, x, w);
   DLB_CHECK(
-      g.dw && g.db && g.db->numel() == d.out && dy.numel() == d.rows * d.out && dy.dtype() == x.dtype() &&
+      g.dw && (!g.db || g.db->numel() == d.out) && dy.numel() == d.rows * d.out && dy.dtype() == x.dtype() &&
           g.dx->numel() == d.rows * d.in && (g.act == DenseActivation::none || g.pre) &&
           (g.output_act == DenseActivation::none ||
            (g.output && g.output->numel() == dy.numel() && g.output->dtype() == dy.dtype())),
@@ -302,8 +302,9 @@ void CudaBackend::dense_backward(const Tensor& dy, const Tensor& x, const Tensor
     Backend::dense_backward(dy, g.input_act == DenseActivation::gelu ? gelu_of(x, op) : x, w, of_input, fp8);
     return;
   }
-  sum_column_partials(bias_partials, partial_rows, d.out, g.db->data(), g.db->dtype(),
-                      g.params == Accumulate::add, stream_);
+  if (g.db)
+    sum_column_partials(bias_partials, partial_rows, d.out, g.db->data(), g.db->dtype(),
+                        g.params == Accumulate::add, stream_);
   const uint8_t* wt = transposed_weight_codes(w, d, *fp8, wt_codes, stream_);
   if (data_gemm_fp8(dy_codes, wt, d.rows, d.in, d.out, g.act, g.pre, g.accumulate, *g.dx, *fp8)) return;
   if (g.output_act == DenseActivation::gelu) {  // the separate op reads the gradient of y from dy

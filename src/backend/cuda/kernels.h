@@ -78,11 +78,13 @@ void layernorm_forward(const void* x, const void* weight, const void* bias, floa
                        float* rstd, int64_t rows, int64_t channels, DType dtype, cudaStream_t stream);
 // dx overwritten (or added to: accumulate_dx); dweight and dbias reduced over the rows deterministically:
 // per-block partial sums of row ranges into `scratch` (layernorm_backward_scratch_bytes), then fixed-order
-// sums per channel.
+// sums per channel. dx_sums (null: none) [channels] gets the sums over the rows of dx as written, as
+// dweight does (accumulate): the bias gradient of the dense layer whose output x is.
 size_t layernorm_backward_scratch_bytes(int64_t rows, int64_t channels);
 void layernorm_backward(const void* x, const void* weight, const float* mean, const float* rstd,
-                        const void* dy, void* dx, void* dweight, void* dbias, int64_t rows, int64_t channels,
-                        DType dtype, bool accumulate, bool accumulate_dx, void* scratch, cudaStream_t stream);
+                        const void* dy, void* dx, void* dweight, void* dbias, void* dx_sums, int64_t rows,
+                        int64_t channels, DType dtype, bool accumulate, bool accumulate_dx, void* scratch,
+                        cudaStream_t stream);
 
 // GELU, tanh form: y = gelu(x); dx = dy * gelu'(x).
 void gelu_forward(const void* x, void* y, DType dtype, int64_t n, cudaStream_t stream);

@@ -22,13 +22,25 @@
 // row element by element and a second time from L1 ran at half the speed, and loading it chunk by chunk,
 // each chunk used at once, at 30% of the copy rate: bench/results/gpt2-layernorm.)
 //
+// Where the layer norm's input x is a dense layer's output (a transformer's residual stream after a
+// projection), dx is that layer's output gradient, and the sums over the rows of dx as written are its bias
+// gradient: the kernel keeps a third sum of the values it stores (Backend::layernorm_backward_summing_dx),
+// and the dense layer's own pass over dy is not run. A third [warps][C] of shared memory (64 KB a block at
+// C = 1280, bf16) leaves room for 3 blocks an SM, not 5, so the row ranges are as many as fit on the
+// device at once (launch_one_pass): with 512 ranges of 32 rows in 1.3 waves the kernel took 103.7 us at
+// [16384, 1280] on an H100, in one wave 79.7 (77.4 without the sums; the bias pass it replaces 20.5); at
+// [65536, 1024] 217.8 against 203.7 and 58.5 (bench/results/gpt2-fusions).
+//
 // dweight and dbias are sums over every row: summing them with atomics would make their last bits depend
 // on timing. So the block adds its warps' sums in warp order into its range's partials (the scratch), and
 // a second kernel adds the partials of each channel in range order (32 channels x 8 range lanes a block,
 // the lanes added in lane order) and writes (or adds to) dweight and dbias. The same bits on every run.
 // Other rows (wider, or C not a multiple of 4, or f64) take a dx kernel and a partials kernel of their own
 // (two reads of x and dy).
+#include <map>
+#include <mutex>
 #include <type_traits>
+#include <utility>
 
 #include "backend/cuda/kernel_common.cuh"
 #include "backend/cuda/kernels.h"
@@ -50,16 +62,17 @@ constexpr int64_t kOnePassMaxChannels = 16 * kChunkChannels, kOnePassRangeRows =
 // Whether rows of `channels` take the one-pass kernel (their pointers aside: row_at_once).
 bool one_pass(int64_t channels) { return channels <= kOnePassMaxChannels && channels % 4 == 0; }
 
-// The one-pass backward's shared memory: its warps' sums of dweight and dbias (floats), then the weight.
+// The one-pass backward's shared memory: its warps' sums of dweight and dbias, and of dx where it sums dx
+// (floats), then the weight.
 template <typename T>
-size_t one_pass_shared_bytes(int64_t channels) {
-  return static_cast<size_t>(channels) * (2 * kOnePassWarps * sizeof(float) + sizeof(T));
+size_t one_pass_shared_bytes(int64_t channels, int sums) {
+  return static_cast<size_t>(channels) * (sums * kOnePassWarps * sizeof(float) + sizeof(T));
 }
 
 // Whether a block may have that much (over 48 KB only by opting in, up to the device's limit).
 template <typename T>
-bool one_pass_shared_fits(int64_t channels) {
-  const size_t bytes = one_pass_shared_bytes<T>(channels);
+bool one_pass_shared_fits(int64_t channels, int sums) {
+  const size_t bytes = one_pass_shared_bytes<T>(channels, sums);
   return bytes <= 48 * 1024 || bytes <= shared_memory_opt_in();
 }
 
@@ -235,7 +248,7 @@ __device__ __forceinline__ V opaque(V v, unsigned zero) {
 // Each rounding is written out (__fmul_rn, __fmaf_rn, ...: nvcc contracts nothing), so that xhat and dy * w
 // computed again for dx are the bits the sums took; for that second use the loaded values pass through
 // opaque(), or nvcc keeps the first results in registers.
-template <typename T, int kChunks, bool kAdd>
+template <typename T, int kChunks, bool kAdd, bool kSumDx>
 __global__ void __launch_bounds__(kOnePassWarps * 32)
     layernorm_backward_one_pass_kernel(const T* __restrict__ x, const T* __restrict__ weight,
                                        const float* __restrict__ mean, const float* __restrict__ rstd,
@@ -244,7 +257,9 @@ __global__ void __launch_bounds__(kOnePassWarps * 32)
                                        int64_t rows_per_range, int64_t ranges) {
   // Chunks [0, kWhole) are in the row for every lane: kChunks is the fewest that cover C (launch_one_pass).
   constexpr int kWhole = kChunks <= 2 ? kChunks - 1 : kChunks - 2;
-  extern __shared__ float warp_sums[];  // [2][kOnePassWarps][C]: dweight's, dbias's; then the weight as T [C]
+  constexpr int kSums = kSumDx ? 3 : 2;
+  // [kSums][kOnePassWarps][C]: dweight's, dbias's (and dx's); then the weight as T [C]
+  extern __shared__ float warp_sums[];
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, width = static_cast<int>(C);
   const int64_t range = blockIdx.x, begin = range * rows_per_range, end = min(rows, begin + rows_per_range);
   auto channel = [&](int k) { return 4 * (32 * k + lane); };  // the first of chunk k's four
@@ -253,8 +268,12 @@ __global__ void __launch_bounds__(kOnePassWarps * 32)
   const unsigned zero = static_cast<unsigned>(C >> 32);                                       // C <= 2048
   float* dweight = warp_sums + warp * C;  // the lane's sums over the warp's rows
   float* dbias = warp_sums + (kOnePassWarps + warp) * C;
-  T* weights = reinterpret_cast<T*>(warp_sums + 2 * kOnePassWarps * C);
-  for (int c = lane; c < width; c += 32) dweight[c] = dbias[c] = 0.f;
+  float* dx_sum = warp_sums + (2 * kOnePassWarps + warp) * C;  // kSumDx only
+  T* weights = reinterpret_cast<T*>(warp_sums + kSums * kOnePassWarps * C);
+  for (int c = lane; c < width; c += 32) {
+    dweight[c] = dbias[c] = 0.f;
+    if constexpr (kSumDx) dx_sum[c] = 0.f;
+  }
   for (int c = threadIdx.x; c < width; c += kOnePassWarps * 32) weights[c] = weight[c];
   __syncthreads();
   for (int64_t row = begin + warp; row < end; row += kOnePassWarps) {
@@ -317,17 +336,22 @@ __global__ void __launch_bounds__(kOnePassWarps * 32)
         float4& dw = *reinterpret_cast<float4*>(dweight + channel(k));
         dw = make_float4(__fmaf_rn(d[0], xhat[0], dw.x), __fmaf_rn(d[1], xhat[1], dw.y),
                          __fmaf_rn(d[2], xhat[2], dw.z), __fmaf_rn(d[3], xhat[3], dw.w));
+        if constexpr (kSumDx) {  // dx as written, rounded to T
+          float4& ds = *reinterpret_cast<float4*>(dx_sum + channel(k));
+          ds = make_float4(ds.x + widen(out.v[0]), ds.y + widen(out.v[1]), ds.z + widen(out.v[2]),
+                           ds.w + widen(out.v[3]));
+        }
       }
     }
   }
-  // The warps' sums in warp order into the range's partials: dweight's, then dbias's.
+  // The warps' sums in warp order into the range's partials: dweight's, then dbias's (then dx's).
   __syncthreads();
-  for (int half = 0; half < 2; ++half)
+  for (int part = 0; part < kSums; ++part)
     for (int c = threadIdx.x; c < width; c += kOnePassWarps * 32) {
-      const float* sums = warp_sums + half * kOnePassWarps * C + c;
+      const float* sums = warp_sums + part * kOnePassWarps * C + c;
       float sum = sums[0];
       for (int w = 1; w < kOnePassWarps; ++w) sum += sums[w * C];
-      partials[(half * ranges + range) * C + c] = sum;
+      partials[(part * ranges + range) * C + c] = sum;
     }
 }
 
@@ -366,57 +390,96 @@ __global__ void __launch_bounds__(kParamChannels* kParamRowLanes)
 
 // Block (channel tile): dweight and dbias from the ranges' partials, 8 range lanes a channel (lane l takes
 // ranges l, l + 8, ... in order), the lanes added in lane order.
+// dx_sums (not null where the one-pass kernel summed dx): the third part of the partials, likewise.
 template <typename T>
 __global__ void __launch_bounds__(kParamChannels* kParamRowLanes)
     layernorm_param_sum_kernel(const float* __restrict__ partials, T* __restrict__ dweight,
-                               T* __restrict__ dbias, int64_t C, int64_t ranges, bool accumulate) {
-  __shared__ float w_lanes[kParamRowLanes][kParamChannels], b_lanes[kParamRowLanes][kParamChannels];
+                               T* __restrict__ dbias, T* __restrict__ dx_sums, int64_t C, int64_t ranges,
+                               bool accumulate) {
+  __shared__ float w_lanes[kParamRowLanes][kParamChannels], b_lanes[kParamRowLanes][kParamChannels],
+      s_lanes[kParamRowLanes][kParamChannels];
   const int tx = threadIdx.x % kParamChannels, ty = threadIdx.x / kParamChannels;
   const int64_t c = int64_t(blockIdx.x) * kParamChannels + tx;
-  float w = 0, b = 0;
+  float w = 0, b = 0, s = 0;
   if (c < C) {
     for (int64_t r = ty; r < ranges; r += kParamRowLanes) {
       w += partials[r * C + c];
       b += partials[(ranges + r) * C + c];
+      if (dx_sums) s += partials[(2 * ranges + r) * C + c];
     }
   }
   w_lanes[ty][tx] = w;
   b_lanes[ty][tx] = b;
+  s_lanes[ty][tx] = s;
   __syncthreads();
   if (ty != 0 || c >= C) return;
   for (int lane = 1; lane < kParamRowLanes; ++lane) {
     w += w_lanes[lane][tx];
     b += b_lanes[lane][tx];
+    s += s_lanes[lane][tx];
   }
   if (accumulate) {
     w += widen(dweight[c]);
     b += widen(dbias[c]);
+    if (dx_sums) s += widen(dx_sums[c]);
   }
   dweight[c] = narrow<T>(w);
   dbias[c] = narrow<T>(b);
+  if (dx_sums) dx_sums[c] = narrow<T>(s);
 }
 
 // Launches the one-pass backward with the fewest chunks that cover C.
+// Resident blocks per multiprocessor of `kernel` with `shared` bytes, asked of the runtime once per kernel
+// and size (a launcher runs every step).
+template <typename Kernel>
+int64_t resident_blocks(Kernel kernel, size_t shared) {
+  static std::mutex mutex;
+  static std::map<std::pair<const void*, size_t>, int> known;
+  const std::lock_guard<std::mutex> lock(mutex);
+  const std::pair<const void*, size_t> key{reinterpret_cast<const void*>(kernel), shared};
+  if (auto it = known.find(key); it != known.end()) return it->second;
+  int blocks = 0;
+  DLB_KERNEL_CHECK(
+      cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, kernel, kOnePassWarps * 32, shared));
+  blocks = std::max(blocks, 1);
+  known.emplace(key, blocks);
+  return blocks;
+}
+
+// Launches the one-pass backward and returns how many row ranges it took: at most `max_ranges`
+// (row_ranges) and no more than fit on the device at once, so that every block runs in one wave. (With
+// the third sum a block takes 64 KB at C = 1280 and 3 fit on an SM: 512 ranges of 32 rows would run in
+// 1.3 waves.)
 template <typename T>
-void launch_one_pass(const T* x, const T* weight, const float* mean, const float* rstd, const T* dy, T* dx,
-                     bool add, float* partials, int64_t rows, int64_t C, int64_t rows_per_range,
-                     int64_t ranges, cudaStream_t stream) {
+int64_t launch_one_pass(const T* x, const T* weight, const float* mean, const float* rstd, const T* dy, T* dx,
+                        bool add, bool sum_dx, float* partials, int64_t rows, int64_t C, int64_t max_ranges,
+                        cudaStream_t stream) {
+  int64_t ranges = max_ranges;
   with_chunks(C, [&](auto chunks) {
-    const size_t shared = one_pass_shared_bytes<T>(C);
+    const size_t shared = one_pass_shared_bytes<T>(C, sum_dx ? 3 : 2);
     auto launch = [&](auto kernel) {
       if (shared > 48 * 1024)  // Not an operation on the stream: allowed while a step is being recorded.
         DLB_KERNEL_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                               static_cast<int>(shared)));
+      const int64_t wave = resident_blocks(kernel, shared) * multiprocessor_count();
+      const int64_t rows_per_range =
+          ceil_div<int64_t>(std::max<int64_t>(rows, 1), std::min(max_ranges, wave));
+      ranges = ceil_div<int64_t>(std::max<int64_t>(rows, 1), rows_per_range);
       kernel<<<static_cast<unsigned>(ranges), kOnePassWarps * 32, shared, stream>>>(
           x, weight, mean, rstd, dy, dx, partials, rows, C, rows_per_range, ranges);
       DLB_KERNEL_LAUNCH_CHECK();
     };
     constexpr int kChunks = decltype(chunks)::value;
-    if (add)
-      launch(layernorm_backward_one_pass_kernel<T, kChunks, true>);
+    if (add && sum_dx)
+      launch(layernorm_backward_one_pass_kernel<T, kChunks, true, true>);
+    else if (add)
+      launch(layernorm_backward_one_pass_kernel<T, kChunks, true, false>);
+    else if (sum_dx)
+      launch(layernorm_backward_one_pass_kernel<T, kChunks, false, true>);
     else
-      launch(layernorm_backward_one_pass_kernel<T, kChunks, false>);
+      launch(layernorm_backward_one_pass_kernel<T, kChunks, false, false>);
   });
+  return ranges;
 }
 
 // Whether the row-in-registers kernels take these rows: C (one_pass), the pointers' alignment for their
@@ -465,17 +528,17 @@ void layernorm_forward(const void* x, const void* weight, const void* bias, floa
 }
 
 size_t layernorm_backward_scratch_bytes(int64_t rows, int64_t channels) {
-  return static_cast<size_t>(2 * row_ranges(rows, channels) * channels) * sizeof(float);
+  return static_cast<size_t>(3 * row_ranges(rows, channels) * channels) * sizeof(float);
 }
 
 void layernorm_backward(const void* x, const void* weight, const float* mean, const float* rstd,
-                        const void* dy, void* dx, void* dweight, void* dbias, int64_t rows, int64_t channels,
-                        DType dtype, bool accumulate, bool accumulate_dx, void* scratch,
+                        const void* dy, void* dx, void* dweight, void* dbias, void* dx_sums, int64_t rows,
+                        int64_t channels, DType dtype, bool accumulate, bool accumulate_dx, void* scratch,
                         cudaStream_t stream) {
   const char* op = "layernorm_backward";
   require_rows(op, rows, channels);
-  const int64_t ranges = row_ranges(rows, channels),
-                rows_per_range = ceil_div<int64_t>(std::max<int64_t>(rows, 1), ranges);
+  int64_t ranges = row_ranges(rows, channels);
+  const int64_t rows_per_range = ceil_div<int64_t>(std::max<int64_t>(rows, 1), ranges);
   DLB_KERNEL_REQUIRE(ceil_div<int64_t>(channels, kParamChannels) <= int64_t(INT32_MAX), op,
                      "too many channels");
   dispatch_float(dtype, op, [&](auto tag) {
@@ -485,9 +548,10 @@ void layernorm_backward(const void* x, const void* weight, const float* mean, co
     float* partials = static_cast<float*>(scratch);
     bool one_pass_taken = false;
     if constexpr (!std::is_same_v<T, double>) {
-      if (row_at_once<T>(channels, {x, dy, dx, weight}) && one_pass_shared_fits<T>(channels)) {
-        launch_one_pass(xt, static_cast<const T*>(weight), mean, rstd, dyt, static_cast<T*>(dx),
-                        accumulate_dx, partials, rows, channels, rows_per_range, ranges, stream);
+      if (row_at_once<T>(channels, {x, dy, dx, weight}) &&
+          one_pass_shared_fits<T>(channels, dx_sums ? 3 : 2)) {
+        ranges = launch_one_pass(xt, static_cast<const T*>(weight), mean, rstd, dyt, static_cast<T*>(dx),
+                                 accumulate_dx, dx_sums != nullptr, partials, rows, channels, ranges, stream);
         one_pass_taken = true;
       }
     }
@@ -507,8 +571,12 @@ void layernorm_backward(const void* x, const void* weight, const float* mean, co
     }
     const unsigned sum_blocks = static_cast<unsigned>(ceil_div<int64_t>(channels, kParamChannels));
     layernorm_param_sum_kernel<T><<<sum_blocks, kParamChannels * kParamRowLanes, 0, stream>>>(
-        partials, static_cast<T*>(dweight), static_cast<T*>(dbias), channels, ranges, accumulate);
+        partials, static_cast<T*>(dweight), static_cast<T*>(dbias),
+        one_pass_taken ? static_cast<T*>(dx_sums) : nullptr, channels, ranges, accumulate);
     DLB_KERNEL_LAUNCH_CHECK();
+    // Rows the one-pass kernel does not take: dx's sums by the bias gradient's own pass over it.
+    if (dx_sums && !one_pass_taken)
+      bias_backward(dx, dtype, dx_sums, dtype, rows, channels, accumulate, stream);
   });
 }
 
