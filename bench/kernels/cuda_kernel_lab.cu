@@ -562,6 +562,29 @@ void lab_adamw(Lab& lab, int64_t total) {
   });
   lab.add({"adamw_update (bf16 copies)", "f32", std::to_string(total) + " params", -1, 0, us,
            double(total) * 28});
+  // The gradient norm AdamW clips by: the sum of squares of the BF16 gradients, validated against the
+  // same over their FP32 widening (the same bits by construction) and against the host's sum.
+  DeviceMem square_scratch(cuda::sum_of_squares_scratch_bytes()), sum16(4), sum32(4);
+  cuda::sum_of_squares(g16.get(), DType::bf16, total, sum16.as<float>(), false, square_scratch.get(),
+                       lab.stream());
+  DLB_KERNEL_CHECK(cudaGetLastError());
+  lab.sync();
+  const std::vector<double> widened = download(g16.get(), static_cast<size_t>(total), DType::bf16);
+  double host = 0;
+  for (double x : widened) host += x * x;
+  upload(g.get(), widened, DType::f32);
+  cuda::sum_of_squares(g.get(), DType::f32, total, sum32.as<float>(), false, square_scratch.get(),
+                       lab.stream());
+  DLB_KERNEL_CHECK(cudaGetLastError());
+  lab.sync();
+  const double of16 = download(sum16.get(), 1, DType::f32)[0], of32 = download(sum32.get(), 1, DType::f32)[0];
+  const double err = of16 != of32 ? 1.0 : std::abs(of16 - host) / host;
+  const double norm_us = lab.median_us([&] {
+    cuda::sum_of_squares(g16.get(), DType::bf16, total, sum16.as<float>(), false, square_scratch.get(),
+                         lab.stream());
+  });
+  lab.add({"sum_of_squares (gradient norm)", "bf16", std::to_string(total) + " params", err, 1e-6, norm_us,
+           double(total) * 2});
 }
 
 // ---- FP8 quantization (a GEMM operand's codes, transposed codes, amax, column sums) ----

@@ -10,6 +10,7 @@
 #include <sstream>
 
 #include "core/status.h"
+#include "core/timeline.h"
 
 namespace dlbench {
 
@@ -28,7 +29,7 @@ double overlap(double a0, double a1, double b0, double b1) {
 // One traced step of one rank.
 struct Step {
   int rank = 0, index = 0;
-  double begin = 0, forward = 0, backward = 0;
+  double begin = 0, forward = 0, backward = 0, update = 0;
   double backward_begin = 0, backward_end = 0;
   double after_backward = -1;  // until the next step's first span; < 0 for the last step
   int collectives = 0;
@@ -72,7 +73,9 @@ std::vector<Step> steps_of(const std::map<int, RankSpans>& ranks) {
       step.backward_begin = 1e300;
       for (const TraceSpan& s : spans.compute) {
         if (s.begin_us < begin || s.begin_us >= end) continue;
-        if (is_backward(s)) {
+        if (s.name == kOptimizerSpan) {
+          step.update += s.duration_us;
+        } else if (is_backward(s)) {
           step.backward += s.duration_us;
           step.backward_begin = std::min(step.backward_begin, s.begin_us);
           step.backward_end = std::max(step.backward_end, s.end_us());
@@ -81,7 +84,7 @@ std::vector<Step> steps_of(const std::map<int, RankSpans>& ranks) {
         }
       }
       if (step.backward_begin > step.backward_end) step.backward_begin = step.backward_end = begin;
-      if (i + 1 < starts.size()) step.after_backward = end - step.backward_end;
+      if (i + 1 < starts.size()) step.after_backward = end - step.backward_end - step.update;
       for (const TraceSpan& s : spans.communication) {
         if (s.begin_us < begin || s.begin_us >= end) continue;
         ++step.collectives;
@@ -98,15 +101,17 @@ std::vector<Step> steps_of(const std::map<int, RankSpans>& ranks) {
 double percent(double part, double whole) { return whole > 0 ? 100.0 * part / whole : 0.0; }
 
 void describe_steps(std::ostringstream& out, const std::vector<Step>& steps, bool per_step) {
-  double forward = 0, backward = 0, communication = 0, beside = 0;
+  double forward = 0, backward = 0, update = 0, communication = 0, beside = 0;
   for (const Step& s : steps) {
     forward += s.forward;
     backward += s.backward;
+    update += s.update;
     communication += s.communication;
     beside += s.beside_backward;
     if (!per_step) continue;
     out << fmt::format("rank {} step {}: forward {:.2f} ms, backward {:.2f} ms", s.rank, s.index,
                        s.forward / 1e3, s.backward / 1e3);
+    if (s.update > 0) out << fmt::format(", optimizer {:.2f} ms", s.update / 1e3);
     if (s.after_backward >= 0)
       out << fmt::format(", then {:.2f} ms to the next step", s.after_backward / 1e3);
     if (s.collectives > 0) {
@@ -120,6 +125,7 @@ void describe_steps(std::ostringstream& out, const std::vector<Step>& steps, boo
   const double n = static_cast<double>(std::max<size_t>(1, steps.size()));
   out << fmt::format("mean of {} rank-steps: forward {:.2f} ms, backward {:.2f} ms", steps.size(),
                      forward / n / 1e3, backward / n / 1e3);
+  if (update > 0) out << fmt::format(", optimizer {:.2f} ms", update / n / 1e3);
   if (communication > 0)
     out << fmt::format(", communication {:.2f} ms ({:.0f}% beside backward)", communication / n / 1e3,
                        percent(beside, communication));

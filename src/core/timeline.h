@@ -56,6 +56,9 @@ class Timeline {
   std::vector<Span> spans_;
 };
 
+// The compute track's span of a step's parameter update (trace-summary counts it apart from the layers).
+inline constexpr const char* kOptimizerSpan = "optimizer";
+
 // begin/end on the current timeline, if any.
 class TimelineSpan {
  public:

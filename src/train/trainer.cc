@@ -188,7 +188,9 @@ void Trainer::finish_step() {
   }
   // Skipped on the device when a gradient overflowed; divides by the loss scale it finds there.
   // The mean over micro-batches and ranks. Mixed precision: the update also refreshes the FP16/BF16
-  // copies of the weights (MemoryPlan::compute_copies).
+  // copies of the weights (MemoryPlan::compute_copies). A traced step shows it (with the gradient norm it
+  // clips by) as one span.
+  TimelineSpan span(kOptimizerSpan, "compute");
   optimizer_->step(1.f / static_cast<float>(accumulate_steps_ * ranks_), scalars_);
   if (dynamic_loss_scale_) backend_.update_loss_scale(scalars_);
 }

@@ -536,6 +536,34 @@ TEST_F(TransformerOpsTest, SumOfSquaresMatchesReferenceAndAccumulates) {
   }
 }
 
+// The gradients as a BF16 step keeps them: the sum of their squares is the same, bit for bit, as that of
+// their FP32 widening (the partition into partial sums depends on the count alone), read 16 bytes at a
+// time or, one element off the alignment, one by one; and within f32's rounding of the reference.
+TEST_F(TransformerOpsTest, SumOfSquaresOfBf16IsThatOfItsWidening) {
+  Backend& gpu = shared_gpu();
+  const int64_t n = 1000003;
+  const HostBuffer x = random_host(*ref, {n + 1}, DType::bf16, 92);
+  const HostBuffer widened = wide(*ref, x);
+  DeviceTensor d16(gpu, x), d32(gpu, widened), out16(gpu, {1}, DType::f32), out32(gpu, {1}, DType::f32),
+      off16(gpu, {1}, DType::f32), off32(gpu, {1}, DType::f32);
+  HostBuffer rout({1}, DType::f32);
+  auto first_n = [&](DeviceTensor& t, int64_t skip) {
+    return Tensor(static_cast<char*>(t.tensor().data()) + skip * dtype_size(t.tensor().dtype()), {n},
+                  t.tensor().dtype(), Layout::nchw, t.tensor().device());
+  };
+  Tensor a16 = first_n(d16, 0), a32 = first_n(d32, 0), u16 = first_n(d16, 1), u32 = first_n(d32, 1);
+  gpu.sum_of_squares(a16, out16.tensor(), Accumulate::overwrite);
+  gpu.sum_of_squares(a32, out32.tensor(), Accumulate::overwrite);
+  gpu.sum_of_squares(u16, off16.tensor(), Accumulate::overwrite);
+  gpu.sum_of_squares(u32, off32.tensor(), Accumulate::overwrite);
+  EXPECT_TRUE(same_bits(out16.download(), out32.download())) << "aligned";
+  EXPECT_TRUE(same_bits(off16.download(), off32.download())) << "one element off the alignment";
+  HostBuffer first({n}, DType::f32);
+  std::memcpy(first.tensor().data(), widened.tensor().data(), static_cast<size_t>(n) * sizeof(float));
+  ref->sum_of_squares(first.tensor(), rout.tensor(), Accumulate::overwrite);
+  expect_close("sum_of_squares bf16", out16.download().tensor(), rout.tensor(), 1e-6);
+}
+
 // AdamW with everything a recorded step reads from device memory: the rate, the loss scale and the
 // overflow flag (StepScalars), the clipping norm and the step count.
 TEST_F(TransformerOpsTest, AdamWMatchesReferenceWithDeviceScalars) {

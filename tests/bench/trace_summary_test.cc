@@ -47,6 +47,20 @@ TEST(TraceSummary, StepsForwardBackwardAndTheCollectives) {
   EXPECT_NE(text.find("rank 0 step 2: forward 0.30 ms, backward 0.50 ms |"), std::string::npos) << text;
 }
 
+TEST(TraceSummary, TheOptimizerApartFromTheLayers) {
+  std::vector<TraceSpan> trace = two_steps(200, false);
+  for (double s : {0.0, 1000.0}) trace.push_back({0, "compute", "optimizer", s + 820, 150});
+  const std::string text = summarize_trace(trace, nullptr);
+  // Step 1: the layers as without it, the update after them, and 0.05 ms left to the next step.
+  EXPECT_NE(text.find("rank 0 step 1: forward 0.30 ms, backward 0.50 ms, optimizer 0.15 ms, then 0.05 ms to "
+                      "the next step"),
+            std::string::npos)
+      << text;
+  EXPECT_NE(text.find("mean of 2 rank-steps: forward 0.30 ms, backward 0.50 ms, optimizer 0.15 ms"),
+            std::string::npos)
+      << text;
+}
+
 TEST(TraceSummary, LayersBesideACollectiveAgainstABase) {
   const std::vector<TraceSpan> base = two_steps(200, false);
   const std::string text = summarize_trace(two_steps(260, true), &base);

@@ -332,29 +332,66 @@ __global__ void advance_step_count_kernel(int32_t* step_count, const StepScalars
   if (!(scalars && scalars->overflow)) ++*step_count;
 }
 
-constexpr int kSquareBlocks = 256, kSquareThreads = 256;
+// The gradient norm reads every gradient once: a pass at the copy rate. x is cut into groups of 8
+// consecutive elements, whatever the dtype; group g goes to thread g % (grid threads), which adds its
+// groups' squares in order in f64 (exact squares of 16-bit values, and of f32 ones as doubles), the last
+// n % 8 elements as the next group. The partition depends on n alone, so a buffer of FP16/BF16 values and
+// its FP32 widening give the same bits. A group is one 16-byte load of 16-bit values (two of f32) where x is
+// 16-byte aligned; element by element otherwise. (With one element a thread per turn, 2-byte loads and
+// 256 blocks, the pass took 4.7 ms over gpt2-large's 774M BF16 gradients on an H100, 8% of the copy rate.)
+constexpr int kSquareBlocks = 1024, kSquareThreads = 256, kSquareGroup = 8;
+
+template <typename T, bool kVectors>
+__device__ __forceinline__ double group_squares(const T* x, double sum) {
+  T v[kSquareGroup];
+  if constexpr (kVectors) {
+    constexpr int kPerLoad = 16 / sizeof(T);
+#pragma unroll
+    for (int l = 0; l < kSquareGroup / kPerLoad; ++l) {
+      const Vec<T, kPerLoad> loaded = load_vec<kPerLoad>(x + l * kPerLoad);
+#pragma unroll
+      for (int j = 0; j < kPerLoad; ++j) v[l * kPerLoad + j] = loaded.v[j];
+    }
+  } else {
+#pragma unroll
+    for (int j = 0; j < kSquareGroup; ++j) v[j] = x[j];
+  }
+#pragma unroll
+  for (int j = 0; j < kSquareGroup; ++j) {
+    const double w = widen(v[j]);
+    sum = __fma_rn(w, w, sum);
+  }
+  return sum;
+}
 
 // Each block's sum of squares in f64 (block_reduce: the warps' sums in warp order).
-template <typename T>
+template <typename T, bool kVectors>
 __global__ void __launch_bounds__(kSquareThreads)
     square_partials_kernel(const T* __restrict__ x, int64_t n, double* __restrict__ partials) {
   double sum = 0;
-  const int64_t stride = int64_t(gridDim.x) * blockDim.x;
-  for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += stride) {
-    const double v = widen(x[i]);
-    sum += v * v;
-  }
+  const int64_t stride = int64_t(gridDim.x) * blockDim.x,
+                thread = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  const int64_t groups = n / kSquareGroup;
+#pragma unroll 4
+  for (int64_t g = thread; g < groups; g += stride)
+    sum = group_squares<T, kVectors>(x + g * kSquareGroup, sum);
+  if (thread == groups % stride)
+    for (int64_t i = groups * kSquareGroup; i < n; ++i) {
+      const double w = widen(x[i]);
+      sum = __fma_rn(w, w, sum);
+    }
   sum = block_reduce<kSquareThreads>(sum, Add{});
   if (threadIdx.x == 0) partials[blockIdx.x] = sum;
 }
 
+// The blocks' partials, thread t adding partials t, t + 256, ... in order, then the threads in warp order.
 __global__ void __launch_bounds__(kSquareThreads)
     square_total_kernel(const double* __restrict__ partials, float* __restrict__ out, bool accumulate) {
-  const double total =
-      block_reduce<kSquareThreads>(threadIdx.x < kSquareBlocks ? partials[threadIdx.x] : 0.0, Add{});
+  double sum = 0;
+  for (int b = threadIdx.x; b < kSquareBlocks; b += kSquareThreads) sum += partials[b];
+  const double total = block_reduce<kSquareThreads>(sum, Add{});
   if (threadIdx.x == 0) out[0] = static_cast<float>(total + (accumulate ? double(out[0]) : 0.0));
 }
-static_assert(kSquareBlocks <= kSquareThreads, "one thread per partial in the second pass");
 
 }  // namespace
 
@@ -366,7 +403,11 @@ void sum_of_squares(const void* x, DType dtype, int64_t n, float* out, bool accu
   auto* partials = static_cast<double*>(scratch);
   // A fixed grid: the partition of x into partial sums, and so the result's bits, never change.
   auto partial_sums = [&](auto* typed) {
-    square_partials_kernel<<<kSquareBlocks, kSquareThreads, 0, stream>>>(typed, n, partials);
+    using T = std::remove_cv_t<std::remove_pointer_t<decltype(typed)>>;
+    if (aligned(typed, 16))
+      square_partials_kernel<T, true><<<kSquareBlocks, kSquareThreads, 0, stream>>>(typed, n, partials);
+    else
+      square_partials_kernel<T, false><<<kSquareBlocks, kSquareThreads, 0, stream>>>(typed, n, partials);
   };
   if (dtype == DType::f32) {
     partial_sums(static_cast<const float*>(x));
