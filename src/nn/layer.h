@@ -66,6 +66,11 @@ class Layer {
   // the fused loss). The memory plan then gives the gradient the value's memory, from the value's making
   // to its producer's backward; the layer must be the value's only reader.
   virtual bool gradient_over_input(int index) const { return false; }
+  // Whether input `index`'s gradient is the output's gradient as it is (a residual connection's). Where
+  // the layer is that gradient's first writer (GradMode::overwrite), the memory plan gives both gradients
+  // one placement (a transformer's residual stream: one buffer through every block), and handing dy on
+  // (pass_gradient) copies nothing.
+  virtual bool passes_output_gradient_to(int index) const { return false; }
   virtual bool backward_reads_output() const { return true; }
   // The values beside the output that the layer's forward makes for its backward (see SavedValue).
   virtual std::vector<SavedValue> saved_values() { return {}; }

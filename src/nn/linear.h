@@ -29,6 +29,7 @@ class LinearLayer final : public Layer {
   void backward() override;
   bool can_accumulate_input_grad(int) const override { return true; }
   bool backward_reads_input(int index) const override { return index == 0; }  // never the residual
+  bool passes_output_gradient_to(int index) const override { return index == 1; }
   bool backward_reads_output() const override { return false; }  // dW, db and dx need x, dy and W only
   std::vector<SavedValue> saved_values() override { return params_.kept_codes(name_); }
   int64_t forward_macs() const override { return batch_ * params_.in_features * params_.out_features; }

@@ -30,6 +30,7 @@ class MlpLayer final : public Layer {
   void backward() override;
   bool can_accumulate_input_grad(int) const override { return true; }
   bool backward_reads_input(int index) const override { return index == 0; }  // never the residual
+  bool passes_output_gradient_to(int index) const override { return index == 1; }
   bool backward_reads_output() const override { return false; }
   std::vector<SavedValue> saved_values() override;
   std::vector<SavedValue> backward_scratch() override { return {{name_ + ".dh", &pre_grad_}}; }

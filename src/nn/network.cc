@@ -185,6 +185,30 @@ void Network::plan() {
     }
   }
 
+  // A residual's gradient is its output's gradient as it is: where the layer writes it first
+  // (passes_output_gradient_to, overwrite), the input's gradient takes the output's placement (shared_with,
+  // resolved to the first of a chain), which then holds data up to the last of their producers' backwards.
+  // Every other write to it comes after the layer's backward, which is the last to read the output's.
+  std::unordered_map<Activation*, Activation*> shared_with;  // input -> the gradient whose memory it takes
+  std::unordered_map<const Activation*, int> shared_until;   // that gradient's last step
+  for (int index = layer_count - 1; index >= 0; --index) {   // an output before the inputs of its producer
+    const Layer& layer = *layers_[static_cast<size_t>(index)];
+    Activation* out = layer.output();
+    for (int i = 0; i < static_cast<int>(layer.inputs().size()); ++i) {
+      Activation* input = layer.inputs()[static_cast<size_t>(i)];
+      if (!layer.passes_output_gradient_to(i) || layer.input_grad_mode(i) != GradMode::overwrite ||
+          !out->needs_grad || gradient_over_value.count(input) || gradient_over_value.count(out) ||
+          !producer.count(input) || input->grad.dims() != out->grad.dims() ||
+          input->grad.dtype() != out->grad.dtype())
+        continue;
+      Activation* root = out;
+      if (auto it = shared_with.find(out); it != shared_with.end()) root = it->second;
+      shared_with[input] = root;
+      int& until =
+          shared_until.try_emplace(root, s.backward[static_cast<size_t>(producer[root])]).first->second;
+      until = std::max(until, s.backward[static_cast<size_t>(producer[input])]);
+    }
+  }
   // A value holds data from its producer's forward to the last step that reads it: its last consumer's
   // forward, or, when a backward reads it, the backward of the earliest layer that does (the backward pass
   // runs in reverse, so that one comes last). After that its memory is free for the gradients of the
@@ -196,8 +220,9 @@ void Network::plan() {
   // read it. Every backward reads only its output's gradient, its inputs and output where it says so
   // (backward_reads_input/output), and writes only its inputs' gradients (the layer contract); all those
   // ranges contain the layer's backward step, so no layer ever finds two of its tensors in the same
-  // memory. A gradient that no layer writes, or no layer reads, is fed or read from outside the pass (a
-  // test's input or output) and holds data all step.
+  // memory, but for a residual's input gradient, which is its output's by design (shared_with above). A
+  // gradient that no layer writes, or no layer reads, is fed or read from outside the pass (a test's input or
+  // output) and holds data all step.
   for (Activation& a : activations_) {
     auto produced = producer.find(&a);
     auto read = reads.find(&a);
@@ -229,15 +254,18 @@ void Network::plan() {
     } else {
       memory_.add_activation(a.value, a.name);
     }
-    if (!a.needs_grad) continue;
+    if (!a.needs_grad || shared_with.count(&a)) continue;  // a shared gradient: an alias, below
     auto written = first_write.find(&a);
     if (produced != producer.end() && written != first_write.end()) {
-      memory_.add_transient(a.grad, a.name + ".grad", written->second,
-                            s.backward[static_cast<size_t>(produced->second)]);
+      const auto until = shared_until.find(&a);
+      memory_.add_transient(
+          a.grad, a.name + ".grad", written->second,
+          until != shared_until.end() ? until->second : s.backward[static_cast<size_t>(produced->second)]);
     } else {
       memory_.add_activation(a.grad, a.name + ".grad");
     }
   }
+  for (auto& [input, root] : shared_with) memory_.add_alias(input->grad, root->grad);
   // A layer's saved values hold data from its forward to its backward, or, run again, from its run again;
   // its backward scratch over its backward alone.
   for (size_t i = 0; i < layers_.size(); ++i) {

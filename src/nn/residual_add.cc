@@ -23,7 +23,7 @@ void pass_gradient(Backend& backend, GradMode mode, const Tensor& dy, Tensor& dx
     case GradMode::none:
       break;
     case GradMode::overwrite:
-      backend.copy(dx.data(), dy.data(), dy.bytes());
+      if (dx.data() != dy.data()) backend.copy(dx.data(), dy.data(), dy.bytes());
       break;
     case GradMode::accumulate:
       backend.add(dx, dy, dx);

@@ -7,7 +7,8 @@
 
 namespace dlbench {
 
-// Hands dy to an input's gradient by `mode`: nothing, dx = dy, or dx += dy.
+// Hands dy to an input's gradient by `mode`: nothing, dx = dy (nothing to do where the memory plan gave
+// both one placement: Layer::passes_output_gradient_to), or dx += dy.
 void pass_gradient(Backend& backend, GradMode mode, const Tensor& dy, Tensor& dx);
 
 class ResidualAddLayer final : public Layer {
@@ -19,6 +20,7 @@ class ResidualAddLayer final : public Layer {
   void backward() override;
   bool can_accumulate_input_grad(int) const override { return true; }
   bool backward_reads_input(int) const override { return false; }
+  bool passes_output_gradient_to(int index) const override { return index == 0; }  // the first: the stream
   bool backward_reads_output() const override { return false; }
 };
 

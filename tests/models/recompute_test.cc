@@ -27,6 +27,7 @@ struct Step {
   size_t activation_bytes = 0, transient_peak_bytes = 0;
   size_t layers_run_again = 0;
   int summing_layernorms = 0;  // layer norms whose backward makes the bias gradient of a dense layer
+  int shared_gradients = 0;    // residual inputs whose gradient is the output's, in the same memory
 };
 
 // One forward and backward pass of gpt-mini on fixed tokens, from seed 7's weights; `fuse`: the dense
@@ -49,6 +50,10 @@ Step mini_step(Backend& backend, bool recompute, bool fuse = false) {
     s.kinds.push_back(layer->kind());
     if (const auto* norm = dynamic_cast<const LayerNormLayer*>(layer.get()))
       s.summing_layernorms += norm->sums_input_gradient();
+    for (int i = 0; i < static_cast<int>(layer->inputs().size()); ++i)
+      s.shared_gradients +=
+          layer->passes_output_gradient_to(i) &&
+          layer->inputs()[static_cast<size_t>(i)]->grad.data() == layer->output()->grad.data();
   }
   for (const auto& p : net.memory().parameters()) s.parameters.push_back(p.name);
   return s;
@@ -109,6 +114,10 @@ TEST(Recompute, FusedDenseLayersComputeWhatTheLayersDo) {
     EXPECT_EQ(std::count(fused.kinds.begin(), fused.kinds.end(), "add"), 0);
     EXPECT_EQ(fused.summing_layernorms, 8);
     EXPECT_EQ(layers.summing_layernorms, 0);
+    // Each block's two residual connections hand the stream's gradient on in place, fused or not.
+    EXPECT_EQ(fused.shared_gradients, 8);
+    EXPECT_EQ(layers.shared_gradients, 8);
+    EXPECT_EQ(fused_again.shared_gradients, 8);
     EXPECT_EQ(fused.parameters, layers.parameters);
     expect_same_numbers(fused, layers);
     expect_same_numbers(fused_again, layers);
