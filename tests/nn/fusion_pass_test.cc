@@ -16,6 +16,7 @@
 #include "nn/batchnorm_shortcut.h"
 #include "nn/conv.h"
 #include "nn/gelu.h"
+#include "nn/layernorm.h"
 #include "nn/linear.h"
 #include "nn/pool.h"
 #include "nn/residual_add.h"
@@ -225,6 +226,30 @@ TEST(FusionPass, AnMlpWhoseInnerValueIsReadElsewhereStaysApart) {
   EXPECT_EQ(layer_list(whole), (std::vector<std::string>{"mlp mlp+add"}));
   EXPECT_EQ(parameter_names(whole), (std::vector<std::string>{"mlp.c_fc.weight", "mlp.c_fc.bias",
                                                               "mlp.c_proj.weight", "mlp.c_proj.bias"}));
+}
+
+// A layer norm that reads a projection's output first is the last to add to that output's gradient, so
+// it sums it for the projection's bias gradient where the backend says so; a layer norm after another
+// reader of its input does not, and the backend is not asked about it.
+TEST(FusionPass, ALayerNormReadingAProjectionFirstSumsItsBiasGradient) {
+  NetworkOptions options;
+  options.batch = 8;
+  for (const bool fusing : {true, false}) {
+    SCOPED_TRACE(fusing ? "the backend fuses" : "the backend declines");
+    FusingBackend backend(fusing ? std::set<Fusion>{Fusion::layernorm_dx_sums} : std::set<Fusion>{});
+    Network net(backend, options);
+    Activation& x = net.new_input("x", {8, 16}, DType::f32);
+    auto& proj = net.add<LinearLayer>("proj", x, 16, 0.02);
+    auto& first = net.add<LayerNormLayer>("ln_first", *proj.output());
+    net.add<LinearLayer>("after", *proj.output(), 16, 0.02);  // a second reader, after the layer norm
+    auto& other = net.add<LinearLayer>("other", x, 16, 0.02);
+    net.add<LinearLayer>("before", *other.output(), 16, 0.02);  // a reader before the layer norm
+    auto& late = net.add<LayerNormLayer>("ln_late", *other.output());
+    net.plan_memory_only();
+    EXPECT_EQ(first.sums_input_gradient(), fusing);
+    EXPECT_FALSE(late.sums_input_gradient());
+    EXPECT_EQ(count(backend.asked, Fusion::layernorm_dx_sums), 1);
+  }
 }
 
 }  // namespace
