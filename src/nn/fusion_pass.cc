@@ -199,16 +199,16 @@ void sum_bias_gradients_in_layernorms(Network& net, std::optional<bool> choice) 
   for (const auto& layer : net.layers()) {
     auto* norm = dynamic_cast<LayerNormLayer*>(layer.get());
     if (!norm || uses.first_reader(*norm->inputs()[0]) != norm) continue;
+    auto sum_for = [&](auto& dense, const DenseGeometry& geometry) {
+      if (!dense.in_fp8() &&
+          fuses(net, choice, FusionCandidate::dense_fusion(Fusion::layernorm_dx_sums, geometry)))
+        norm->sum_input_gradient_into(dense.bias_gradient_made_by_reader());
+    };
     const Activation& input = *norm->inputs()[0];
-    if (auto* dense = uses.producer<LinearLayer>(input)) {
-      if (!dense->in_fp8() &&
-          fuses(net, choice, FusionCandidate::dense_fusion(Fusion::layernorm_dx_sums, dense->geometry())))
-        norm->sum_input_gradient_into(dense->bias_gradient_made_by_reader());
-    } else if (auto* mlp = uses.producer<MlpLayer>(input)) {
-      if (!mlp->in_fp8() &&
-          fuses(net, choice, FusionCandidate::dense_fusion(Fusion::layernorm_dx_sums, mlp->proj_geometry())))
-        norm->sum_input_gradient_into(mlp->bias_gradient_made_by_reader());
-    }
+    if (auto* dense = uses.producer<LinearLayer>(input))
+      sum_for(*dense, dense->geometry());
+    else if (auto* mlp = uses.producer<MlpLayer>(input))
+      sum_for(*mlp, mlp->proj_geometry());
   }
 }
 

@@ -205,8 +205,8 @@ void Network::plan() {
       if (auto it = shared_with.find(out); it != shared_with.end()) root = it->second;
       shared_with[input] = root;
       int& until =
-          shared_until.try_emplace(root, s.backward[static_cast<size_t>(producer[root])]).first->second;
-      until = std::max(until, s.backward[static_cast<size_t>(producer[input])]);
+          shared_until.try_emplace(root, s.backward[static_cast<size_t>(producer.at(root))]).first->second;
+      until = std::max(until, s.backward[static_cast<size_t>(producer.at(input))]);
     }
   }
   // A value holds data from its producer's forward to the last step that reads it: its last consumer's
