@@ -680,6 +680,25 @@ void lab_layernorm(Lab& lab, int64_t rows, int64_t C) {
                             lab.stream());
   });
   lab.add({"layernorm_forward", "bf16", shape, -1, 0, us, double(4 * n + 8 * rows)});
+  // In FP8, the reader's pass over y that makes its codes both ways, against the layer norm that makes
+  // them itself (layernorm_forward_fp8; the same codes: the CUDA tests).
+  DeviceMem codes(n), codes_t(n), code_scale(4), amax(4);
+  const float two = 2.f;
+  DLB_KERNEL_CHECK(cudaMemcpy(code_scale.get(), &two, sizeof two, cudaMemcpyHostToDevice));
+  auto* sp = static_cast<float*>(code_scale.get());
+  auto* ap = static_cast<float*>(amax.get());
+  auto* cp = static_cast<uint8_t*>(codes.get());
+  auto* ctp = static_cast<uint8_t*>(codes_t.get());
+  us = lab.median_us([&] {
+    cuda::layernorm_forward(x.get(), weight.get(), bias.get(), 1e-5f, y.get(), mp, rp, rows, C, d, lab.stream());
+    cuda::quantize_fp8(y.get(), d, rows, C, Fp8Format::e4m3, sp, cp, ctp, ap, lab.stream());
+  });
+  lab.add({"layernorm_forward + quantize_fp8 q,q^T", "bf16", shape, -1, 0, us, double(4 * n + 4 * n)});
+  us = lab.median_us([&] {
+    cuda::layernorm_forward_fp8(x.get(), weight.get(), bias.get(), 1e-5f, sp, cp, ctp, ap, mp, rp, rows, C, d,
+                                lab.stream());
+  });
+  lab.add({"layernorm_forward_fp8 q,q^T", "bf16", shape, -1, 0, us, double(2 * n + 2 * n + 8 * rows)});
   // The adds drift dx from launch to launch, which changes no access. (Validated by the CUDA tests.)
   auto backward = [&](void* sums) {
     cuda::layernorm_backward(x.get(), weight.get(), mp, rp, dy.get(), dx.get(), dweight.get(), dbias.get(),
@@ -767,6 +786,7 @@ int main(int argc, char** argv) {
     lab_adamw(lab, 774'030'080);
     lab_layernorm(lab, 16384, 1280);  // gpt2-large, batch 16
     lab_layernorm(lab, 65536, 1024);  // gpt2-medium, batch 64
+    lab_layernorm(lab, 32768, 1280);  // gpt2-large, batch 32
     lab_gpt_loss(lab, 16384);
     // A dense layer's bias gradient: c_attn's, c_proj's and c_fc's outputs.
     for (const int64_t cols : {3840, 1280, 5120}) lab_bias(lab, DType::bf16, 16384, cols, false);

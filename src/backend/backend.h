@@ -169,13 +169,18 @@ class PoolPlan {
 //     transformer's residual stream after a projection): the layer norm's backward, the last to add to
 //     that output's gradient, sums it over the rows as it writes it, which is the dense layer's bias
 //     gradient (layernorm_backward_summing_dx), and the dense layer's backward makes none.
+//   * layernorm_fp8_codes: a layer norm whose output an FP8 dense layer (`dense`) alone reads, the dense
+//     layer keeping x^T's codes for its backward: the layer norm writes the codes of its output in both
+//     layouts instead of the output (layernorm_forward_fp8), and the dense layer quantizes no input
+//     (Fp8DenseScaling::input_codes). Only a backend that runs FP8 GEMMs says yes.
 enum class Fusion : uint8_t {
   conv_statistics,
   shortcut_batchnorm,
   batchnorm_max_pool,
   dense_gelu_dense,
   dense_residual,
-  layernorm_dx_sums
+  layernorm_dx_sums,
+  layernorm_fp8_codes
 };
 
 // A dense (fully connected) layer's shape: y[rows, out] = x[rows, in] W[out, in]^T + b[out].
@@ -237,6 +242,10 @@ struct Fp8DenseScaling {
   // W^T's E4M3 codes [I, O], kept the same way for the backward's data GEMM, or null: the forward's pass
   // over W writes them beside W's, and the backward reads them instead of a pass over W.
   uint8_t* weight_codes_transposed = nullptr;
+  // x's E4M3 codes [N, I], made by the layer that writes x (Fusion::layernorm_fp8_codes, which also wrote
+  // x^T's into input_codes_transposed and folded x's amax), or null: where given, the forward quantizes no
+  // x and x itself holds nothing to read.
+  const uint8_t* input_codes = nullptr;
   const float* inverse_scale_of(Fp8Operand operand) const {
     return inverse_scale + operand * kFp8InverseScaleStride;
   }
@@ -646,6 +655,13 @@ class Backend : public StreamClock {
   // (biased variance); mean and rstd [N] are saved for the backward.
   virtual void layernorm_forward(const Tensor& x, const Tensor& weight, const Tensor& bias, float eps,
                                  Tensor& y, Tensor& mean, Tensor& rstd);
+  // layernorm_forward where an FP8 dense layer alone reads y (Fusion::layernorm_fp8_codes): instead of y,
+  // y's E4M3 codes at that layer's scale for x (*scale), the codes its own pass over y would make (y
+  // rounded to x's dtype first): codes [N, C], and codes_transposed [C, N] where not null; |y|'s maximum
+  // folded into *amax where not null. The default throws: codes are for FP8 GEMMs, which it does not run.
+  virtual void layernorm_forward_fp8(const Tensor& x, const Tensor& weight, const Tensor& bias, float eps,
+                                     const float* scale, uint8_t* codes, uint8_t* codes_transposed,
+                                     float* amax, Tensor& mean, Tensor& rstd);
   // dweight and dbias by `accumulate` (accumulation over micro-batches); dx by `dx_accumulate` (added to
   // where the input's gradient has another writer: a transformer's residual stream).
   virtual void layernorm_backward(const Tensor& x, const Tensor& weight, const Tensor& mean,

@@ -137,4 +137,9 @@ void Backend::layernorm_backward_summing_dx(const Tensor& x, const Tensor& weigh
   bias_backward(dx.reshaped({dx.numel() / dx.dims().back(), dx.dims().back()}), dx_sums, accumulate);
 }
 
+void Backend::layernorm_forward_fp8(const Tensor&, const Tensor&, const Tensor&, float, const float*,
+                                    uint8_t*, uint8_t*, float*, Tensor&, Tensor&) {
+  DLB_CHECK(false, "layernorm_forward_fp8: this backend runs no FP8 GEMMs, whose operands FP8 codes are");
+}
+
 }  // namespace dlbench

@@ -39,6 +39,7 @@ struct DenseParameters {
   // `<layer>.input_codes_t` and `<layer>.weight_codes_t`; none where they are not kept.
   std::vector<SavedValue> kept_codes(const std::string& layer_name);
   bool in_fp8() const { return fp8_scaling_ != nullptr; }  // the network trains its dense layers in FP8
+  bool keeps_codes() const { return input_codes_t_.numel() > 0; }  // keep_codes kept them
 
   int64_t in_features, out_features;
   double normal_std;

@@ -44,7 +44,7 @@ class Uses {
     return !a.kept_after_step && it != readers_.end() && it->second == 1;
   }
   // The first layer in the list that reads `a`: the last whose backward adds to a's gradient.
-  const Layer* first_reader(const Activation& a) const {
+  Layer* first_reader(const Activation& a) const {
     auto it = first_reader_.find(&a);
     return it == first_reader_.end() ? nullptr : it->second;
   }
@@ -52,7 +52,7 @@ class Uses {
  private:
   std::unordered_map<const Activation*, Layer*> producer_;
   std::unordered_map<const Activation*, int> readers_;
-  std::unordered_map<const Activation*, const Layer*> first_reader_;
+  std::unordered_map<const Activation*, Layer*> first_reader_;
 };
 
 bool fuses(Network& net, std::optional<bool> choice, const FusionCandidate& candidate) {
@@ -212,6 +212,28 @@ void sum_bias_gradients_in_layernorms(Network& net, std::optional<bool> choice) 
   }
 }
 
+// Every layer norm whose output an FP8 dense layer (or a fused MLP's c_fc) alone reads as its input, where
+// that layer keeps x^T's codes for its backward (so that its backward reads no x either): the layer norm
+// writes the codes for it.
+void write_fp8_codes_in_layernorms(Network& net, std::optional<bool> choice) {
+  const Uses uses(net);
+  for (const auto& layer : net.layers()) {
+    auto* norm = dynamic_cast<LayerNormLayer*>(layer.get());
+    if (!norm || !uses.read_once(*norm->output())) continue;
+    Layer* reader = uses.first_reader(*norm->output());
+    if (!reader || reader->inputs()[0] != norm->output()) continue;
+    auto codes_for = [&](auto& dense, const DenseGeometry& geometry) {
+      if (dense.in_fp8() && dense.keeps_codes() &&
+          fuses(net, choice, FusionCandidate::dense_fusion(Fusion::layernorm_fp8_codes, geometry)))
+        norm->write_fp8_codes_for(dense.input_codes_made_by_writer());
+    };
+    if (auto* linear = dynamic_cast<LinearLayer*>(reader))
+      codes_for(*linear, linear->geometry());
+    else if (auto* mlp = dynamic_cast<MlpLayer*>(reader))
+      codes_for(*mlp, mlp->fc_geometry());
+  }
+}
+
 }  // namespace
 
 void fuse_layers(Network& net, const FusionChoices& choices) {
@@ -220,6 +242,7 @@ void fuse_layers(Network& net, const FusionChoices& choices) {
   fuse_mlps(net, choices.dense_gelu_dense, choices.dense_residual);
   fuse_dense_residuals(net, choices.dense_residual);
   sum_bias_gradients_in_layernorms(net, choices.layernorm_dx_sums);
+  write_fp8_codes_in_layernorms(net, choices.layernorm_fp8_codes);
   // Last: the batch norms the fusions above made take their statistics too.
   take_statistics_from_convolutions(net, choices.conv_statistics);
 }

@@ -13,7 +13,10 @@
 //     (the add's place);
 //   * a dense layer (or a fused MLP's c_proj) whose output a layer norm reads first  ->  the layer norm's
 //     backward sums that output's gradient for the dense layer's bias gradient
-//     (LayerNormLayer::sum_input_gradient_into), and the dense layer's backward makes none.
+//     (LayerNormLayer::sum_input_gradient_into), and the dense layer's backward makes none;
+//   * a layer norm whose output an FP8 dense layer (or a fused MLP's c_fc) alone reads, keeping x^T's codes
+//     ->  the layer norm writes the codes of its output instead of the output
+//     (LayerNormLayer::write_fp8_codes_for), and the dense layer quantizes no input.
 // The fused layers hold the same parameters, in the same order and under the same names, as the layers
 // they replace, so checkpoints do not depend on what was fused; every backend runs every fused op (composing
 // the single ones where it has no kernels for it), so results do not either.
@@ -34,6 +37,7 @@ struct FusionChoices {
   std::optional<bool> dense_gelu_dense;
   std::optional<bool> dense_residual;
   std::optional<bool> layernorm_dx_sums;
+  std::optional<bool> layernorm_fp8_codes;
 };
 
 // Rewrites `net`'s layers (built, not planned) where `choices` or else the backend says so.

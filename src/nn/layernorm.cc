@@ -1,6 +1,7 @@
 #include "nn/layernorm.h"
 
 #include "core/status.h"
+#include "nn/dense_parameters.h"
 #include "nn/memory_plan.h"
 #include "nn/network.h"
 
@@ -27,8 +28,18 @@ void LayerNormLayer::plan(MemoryPlan& plan) {
   plan.require_workspace(inputs_[0]->grad.bytes());  // the input's gradient where nothing reads it
 }
 
-void LayerNormLayer::forward(Phase) {
-  net_.backend().layernorm_forward(inputs_[0]->value, weight_, bias_, eps_, output_->value, mean_, rstd_);
+void LayerNormLayer::forward(Phase phase) {
+  if (!codes_reader_) {
+    net_.backend().layernorm_forward(inputs_[0]->value, weight_, bias_, eps_, output_->value, mean_, rstd_);
+    return;
+  }
+  // The reader's scaling as its own forward takes it: a training pass counts |y| towards the next scale
+  // and writes the x^T codes its backward reads; an evaluation pass does neither.
+  const auto fp8 = codes_reader_->fp8(phase == Phase::train);
+  net_.backend().layernorm_forward_fp8(inputs_[0]->value, weight_, bias_, eps_, fp8->scale + kFp8X,
+                                       static_cast<uint8_t*>(output_->value.data()),
+                                       fp8->input_codes_transposed, fp8->amax ? fp8->amax + kFp8X : nullptr,
+                                       mean_, rstd_);
 }
 
 void LayerNormLayer::backward() {

@@ -8,11 +8,17 @@
 // Where the input is a dense layer's output and this layer reads it first, so that its backward is the
 // last to add to the input's gradient, the fusion pass may have it sum that gradient over the rows as it
 // writes it: the dense layer's bias gradient (Fusion::layernorm_dx_sums, sum_input_gradient_into).
+// Where an FP8 dense layer alone reads the output and keeps x^T's codes, the fusion pass may have this
+// layer write the codes of its output instead of the output, in both layouts and at that layer's scale
+// (Fusion::layernorm_fp8_codes, write_fp8_codes_for): the output's memory then holds the codes [N, C], one
+// byte each, and the dense layer quantizes no input.
 #pragma once
 
 #include "nn/layer.h"
 
 namespace dlbench {
+
+struct DenseParameters;
 
 class LayerNormLayer final : public Layer {
  public:
@@ -27,12 +33,17 @@ class LayerNormLayer final : public Layer {
   // accumulation mode): the bias gradient of the dense layer that makes the input.
   void sum_input_gradient_into(Tensor& sums) { input_grad_sums_ = &sums; }
   bool sums_input_gradient() const { return input_grad_sums_ != nullptr; }
+  // From now on the forward writes the output's E4M3 codes for `reader`, the dense layer that alone reads
+  // it (its scale and amax for x, its kept x^T codes), in place of the output.
+  void write_fp8_codes_for(const DenseParameters& reader) { codes_reader_ = &reader; }
+  bool writes_fp8_codes() const { return codes_reader_ != nullptr; }
 
  private:
   float eps_;
   Tensor weight_, dweight_, bias_, dbias_;
   Tensor mean_, rstd_;  // [N], forward -> backward
   Tensor* input_grad_sums_ = nullptr;
+  const DenseParameters* codes_reader_ = nullptr;
 };
 
 }  // namespace dlbench

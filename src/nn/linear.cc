@@ -40,7 +40,8 @@ void LinearLayer::forward(Phase phase) {
   const Tensor x = inputs_[0]->value.reshaped({batch_, params_.in_features});
   Tensor y = output_->value.reshaped({batch_, params_.out_features});
   const Tensor* r = residual() ? &residual()->value : nullptr;
-  const auto fp8 = params_.fp8(phase == Phase::train);
+  auto fp8 = params_.fp8(phase == Phase::train);
+  if (codes_by_writer_) fp8->input_codes = static_cast<const uint8_t*>(x.data());
   net_.backend().dense_forward(x, params_.weight, params_.bias, DenseActivation::none, r, y, nullptr,
                                fp8_or_null(fp8));
 }

@@ -42,6 +42,13 @@ class LinearLayer final : public Layer {
     bias_by_reader_ = true;
     return params_.dbias;
   }
+  // The parameters, whose input codes from now on the layer that writes the input makes
+  // (Fusion::layernorm_fp8_codes): the input's memory holds them, and the forward quantizes no input.
+  const DenseParameters& input_codes_made_by_writer() {
+    codes_by_writer_ = true;
+    return params_;
+  }
+  bool keeps_codes() const { return params_.keeps_codes(); }
   int64_t out_features() const { return params_.out_features; }
   double normal_std() const { return params_.normal_std; }
   Activation* residual() const { return inputs_.size() > 1 ? inputs_[1] : nullptr; }
@@ -50,6 +57,7 @@ class LinearLayer final : public Layer {
   int64_t batch_;
   DenseParameters params_;
   bool bias_by_reader_ = false;
+  bool codes_by_writer_ = false;
 };
 
 }  // namespace dlbench

@@ -47,6 +47,10 @@ DenseGeometry MlpLayer::proj_geometry() const {
   return {rows_, proj_.in_features, proj_.out_features, net_.dtype()};
 }
 
+DenseGeometry MlpLayer::fc_geometry() const {
+  return {rows_, fc_.in_features, fc_.out_features, net_.dtype()};
+}
+
 int64_t MlpLayer::forward_macs() const {
   return rows_ * fc_.out_features * (fc_.in_features + proj_.out_features);
 }
@@ -61,7 +65,8 @@ void MlpLayer::recompute_saved_values() { first_dense(true); }
 
 void MlpLayer::first_dense(bool training) {
   const Tensor x = inputs_[0]->value.reshaped({rows_, fc_.in_features});
-  const auto fp8 = fc_.fp8(training);
+  auto fp8 = fc_.fp8(training);
+  if (fp8 && codes_by_writer_) fp8->input_codes = static_cast<const uint8_t*>(x.data());
   if (fp8_)
     net_.backend().dense_forward(x, fc_.weight, fc_.bias, DenseActivation::none, nullptr, pre_, nullptr,
                                  fp8_or_null(fp8));

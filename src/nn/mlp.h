@@ -46,6 +46,14 @@ class MlpLayer final : public Layer {
     proj_bias_by_reader_ = true;
     return proj_.dbias;
   }
+  // c_fc's shape, and its parameters, whose input codes from now on the layer that writes the input makes
+  // (LinearLayer::input_codes_made_by_writer).
+  DenseGeometry fc_geometry() const;
+  const DenseParameters& input_codes_made_by_writer() {
+    codes_by_writer_ = true;
+    return fc_;
+  }
+  bool keeps_codes() const { return fc_.keeps_codes(); }
 
  private:
   // h and g = gelu(h) from the input: c_fc's GEMM with its epilogue (in FP8 h alone), in a training pass
@@ -59,6 +67,7 @@ class MlpLayer final : public Layer {
   // gradient, on their way from h and dg: g = gelu(h) is never stored (hidden_ holds no memory).
   bool fp8_;
   bool proj_bias_by_reader_ = false;
+  bool codes_by_writer_ = false;
   Tensor pre_, hidden_;  // h = x Wfc^T + bfc and g = gelu(h), [N, hidden]
   Tensor pre_grad_;      // dh in the backward (in FP8 dg = dy Wproj, GELU's gradient taken by c_fc's op)
 };

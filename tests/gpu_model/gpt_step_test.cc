@@ -20,6 +20,7 @@
 #include "backend/backend.h"
 #include "gpt_test_util.h"
 #include "models/gpt.h"
+#include "nn/layernorm.h"
 #include "nn/memory_plan.h"
 #ifdef DLBENCH_WITH_CUDA
 #include "backend/cuda/cuda_backend.h"
@@ -118,9 +119,11 @@ struct Fp8Step {
   std::vector<uint8_t> gradient_bytes;
   std::vector<std::string> kinds;
   int kept_codes = 0;
+  int layernorms_writing_codes = 0;
 };
 
-Fp8Step fp8_step(Backend& backend, bool fuse_mlp, bool fp8 = true, bool recompute = false) {
+Fp8Step fp8_step(Backend& backend, bool fuse_mlp, bool fp8 = true, bool recompute = false,
+                 std::optional<bool> layernorm_codes = std::nullopt) {
   NetworkOptions options;
   options.batch = 4;
   options.dtype = DType::bf16;
@@ -128,13 +131,18 @@ Fp8Step fp8_step(Backend& backend, bool fuse_mlp, bool fp8 = true, bool recomput
   if (fp8) options.fp8 = Fp8Recipe{};
   options.fusions.dense_gelu_dense = fuse_mlp;
   options.fusions.dense_residual = true;
+  options.fusions.layernorm_fp8_codes = layernorm_codes;
   const Model model = stepped_gpt(backend, options);
   Fp8Step s;
   backend.copy_to_host(&s.loss, model.loss->output()->value.data(), sizeof(float));
   const Tensor& grads = model.net->memory().flat_gradients();
   s.gradient_bytes.resize(grads.bytes());
   backend.copy_to_host(s.gradient_bytes.data(), grads.data(), grads.bytes());
-  for (const auto& layer : model.net->layers()) s.kinds.push_back(layer->kind());
+  for (const auto& layer : model.net->layers()) {
+    s.kinds.push_back(layer->kind());
+    if (auto* norm = dynamic_cast<const LayerNormLayer*>(layer.get()); norm && norm->writes_fp8_codes())
+      ++s.layernorms_writing_codes;
+  }
   for (const Placement& p : model.net->memory().placements())
     if (p.name.ends_with(".input_codes_t") || p.name.ends_with(".weight_codes_t")) ++s.kept_codes;
   return s;
@@ -181,6 +189,30 @@ TEST(GpuGptModel, Fp8InputCodesKeptFromTheForwardAreTheBackwardsToTheBit) {
     EXPECT_TRUE(kept.gradient_bytes == quantized_again.gradient_bytes)
         << "the step with kept codes differs from the one that quantizes x again";
   }
+#endif
+}
+
+// Where an FP8 dense layer alone reads a layer norm's output (ln_1's c_attn, ln_2's MLP), the layer norm
+// writes the codes of its output for it, in both layouts, and the dense layer quantizes no input: the same
+// codes, so the same step to the bit as the two passes, MLP fused or not. Under --recompute no codes are
+// kept, and no layer norm writes them.
+TEST(GpuGptModel, Fp8LayerNormsWritingCodesAreTheSeparatePassesStepToTheBit) {
+#ifndef DLBENCH_WITH_CUDA
+  GTEST_SKIP() << "built without CUDA";
+#else
+  if (cuda_device_count() == 0) GTEST_SKIP() << "no CUDA GPU: the FP8 layer-norm codes step check needs one";
+  auto gpu = make_cuda_backend(0);
+  for (const bool fuse_mlp : {true, false}) {
+    SCOPED_TRACE(fuse_mlp ? "MLP fused" : "MLP as layers");
+    const Fp8Step codes = fp8_step(*gpu, fuse_mlp), passes = fp8_step(*gpu, fuse_mlp, true, false, false);
+    EXPECT_EQ(codes.layernorms_writing_codes, 8);  // ln_1 and ln_2 of 4 blocks; ln_f's reader is in BF16
+    EXPECT_EQ(passes.layernorms_writing_codes, 0);
+    EXPECT_EQ(codes.loss, passes.loss);
+    ASSERT_EQ(codes.gradient_bytes.size(), passes.gradient_bytes.size());
+    EXPECT_TRUE(codes.gradient_bytes == passes.gradient_bytes)
+        << "the step whose layer norms write codes differs from the one that quantizes their outputs";
+  }
+  EXPECT_EQ(fp8_step(*gpu, true, true, true).layernorms_writing_codes, 0);
 #endif
 }
 

@@ -294,6 +294,9 @@ class CudaBackend final : public Backend {
                           Accumulate accumulate) override;
   void layernorm_forward(const Tensor& x, const Tensor& weight, const Tensor& bias, float eps, Tensor& y,
                          Tensor& mean, Tensor& rstd) override;
+  void layernorm_forward_fp8(const Tensor& x, const Tensor& weight, const Tensor& bias, float eps,
+                             const float* scale, uint8_t* codes, uint8_t* codes_transposed, float* amax,
+                             Tensor& mean, Tensor& rstd) override;
   void layernorm_backward(const Tensor& x, const Tensor& weight, const Tensor& mean, const Tensor& rstd,
                           const Tensor& dy, Tensor& dx, Tensor& dweight, Tensor& dbias, Accumulate accumulate,
                           Accumulate dx_accumulate) override;

@@ -93,6 +93,31 @@ void CudaBackend::layernorm_forward(const Tensor& x, const Tensor& weight, const
                           rstd.ptr<float>(), N, C, x.dtype(), stream_);
 }
 
+// The one kernel where it takes the rows (layernorm_forward_fp8_takes); else y in the scratch and the
+// pass over it, which make the same codes.
+void CudaBackend::layernorm_forward_fp8(const Tensor& x, const Tensor& weight, const Tensor& bias, float eps,
+                                        const float* scale, uint8_t* codes, uint8_t* codes_transposed,
+                                        float* amax, Tensor& mean, Tensor& rstd) {
+  const char* op = "layernorm_forward_fp8";
+  const int64_t N = check_layernorm(op, x, weight, mean, rstd), C = x.dims().back();
+  check_same_shape(op, "weight", weight, "bias", bias);
+  DLB_CHECK(eps > 0, "{}: eps {} must be positive", op, eps);
+  DLB_CHECK(x.dtype() == DType::bf16 || x.dtype() == DType::f16,
+            "{}: x is {}: FP8 codes are made of bf16 or f16", op, x.describe());
+  DLB_CHECK(scale && codes, "{}: no scale or no codes", op);
+  activate();
+  if (cuda::layernorm_forward_fp8_takes(C, x.data(), weight.data(), bias.data(), codes)) {
+    cuda::layernorm_forward_fp8(x.data(), weight.data(), bias.data(), eps, scale, codes, codes_transposed,
+                                amax, mean.ptr<float>(), rstd.ptr<float>(), N, C, x.dtype(), stream_);
+    return;
+  }
+  Tensor y(scratch(x.bytes(), op), x.dims(), x.dtype(), x.layout(), x.device());
+  cuda::layernorm_forward(x.data(), weight.data(), bias.data(), eps, y.data(), mean.ptr<float>(),
+                          rstd.ptr<float>(), N, C, x.dtype(), stream_);
+  cuda::quantize_fp8(y.data(), y.dtype(), N, C, Fp8Format::e4m3, scale, codes, codes_transposed, amax,
+                     stream_);
+}
+
 void CudaBackend::layernorm_backward(const Tensor& x, const Tensor& weight, const Tensor& mean,
                                      const Tensor& rstd, const Tensor& dy, Tensor& dx, Tensor& dweight,
                                      Tensor& dbias, Accumulate accumulate, Accumulate dx_accumulate) {

@@ -157,12 +157,18 @@ void CudaBackend::dense_forward_fp8(const Tensor& x, const Tensor& w, const Tens
                                     const Fp8DenseScaling& fp8, DenseActivation input_act) {
   const char* op = "dense_forward (fp8)";
   const Fp8Dims d = check_fp8_dense(op, x, w);
-  auto* x_codes = static_cast<uint8_t*>(scratch(code_bytes(d.rows, d.in) + code_bytes(d.out, d.in), op));
-  uint8_t* w_codes = x_codes + code_bytes(d.rows, d.in);
+  auto* scratch_codes =
+      static_cast<uint8_t*>(scratch(code_bytes(d.rows, d.in) + code_bytes(d.out, d.in), op));
+  uint8_t* w_codes = scratch_codes + code_bytes(d.rows, d.in);
   // x's codes, and x^T's where the layer keeps them for its backward; where x is GELU's input, gelu(x)'s,
-  // GELU taken on the way (gelu(x) is never stored).
-  quantize_fp8(x.data(), x.dtype(), d.rows, d.in, Fp8Format::e4m3, fp8.scale + kFp8X, x_codes,
-               fp8.input_codes_transposed, operand_amax(fp8, kFp8X), stream_, gelu_on_the_way(input_act));
+  // GELU taken on the way (gelu(x) is never stored). Where the layer that writes x made them
+  // (Fusion::layernorm_fp8_codes), x holds none of its own values.
+  const uint8_t* x_codes = fp8.input_codes;
+  if (!x_codes) {
+    quantize_fp8(x.data(), x.dtype(), d.rows, d.in, Fp8Format::e4m3, fp8.scale + kFp8X, scratch_codes,
+                 fp8.input_codes_transposed, operand_amax(fp8, kFp8X), stream_, gelu_on_the_way(input_act));
+    x_codes = scratch_codes;
+  }
   quantize_fp8(w.data(), w.dtype(), d.out, d.in, Fp8Format::e4m3, fp8.scale + kFp8W, w_codes,
                fp8.weight_codes_transposed, operand_amax(fp8, kFp8W), stream_);
   Tensor& out = act == DenseActivation::gelu ? *pre : y;
@@ -179,6 +185,8 @@ void CudaBackend::dense_forward_fp8(const Tensor& x, const Tensor& w, const Tens
                           fp8.inverse_scale_of(kFp8X), w_codes, Fp8Format::e4m3, fp8.inverse_scale_of(kFp8W),
                           out.data(), fast_accumulation(options_.fp8_fast_accumulation, true));
   if (!lt_->run(plain, false, stream_)) {
+    DLB_CHECK(!fp8.input_codes, "{}: cuBLASLt runs no FP8 GEMM for {} x {} -> {}, and x holds codes", op,
+              d.rows, d.in, d.out);
     note_fp8_in_bf16(op, d.rows, d.in, d.out);
     const Tensor input = input_act == DenseActivation::gelu ? gelu_of(x, op) : x;
     const auto [x8, w8] =

@@ -76,6 +76,15 @@ void embedding_backward(const int32_t* tokens, const void* dout, void* dwte, voi
 // Layer norm over rows of `channels` (x, y, weight, bias in `dtype`; mean and rstd f32 [rows]).
 void layernorm_forward(const void* x, const void* weight, const void* bias, float eps, void* y, float* mean,
                        float* rstd, int64_t rows, int64_t channels, DType dtype, cudaStream_t stream);
+// The forward of a layer norm whose output an FP8 dense layer alone reads: y (bf16 or f16, rounded as
+// layernorm_forward rounds it) times *scale as E4M3 codes, those quantize_fp8 would make of y, into codes
+// [rows, channels] and codes_transposed [channels, rows] where given (not null), |y|'s maximum into *amax
+// where given; y itself is not written. Takes what layernorm_forward_fp8_takes says.
+bool layernorm_forward_fp8_takes(int64_t channels, const void* x, const void* weight, const void* bias,
+                                 const uint8_t* codes);
+void layernorm_forward_fp8(const void* x, const void* weight, const void* bias, float eps, const float* scale,
+                           uint8_t* codes, uint8_t* codes_transposed, float* amax, float* mean, float* rstd,
+                           int64_t rows, int64_t channels, DType dtype, cudaStream_t stream);
 // dx overwritten (or added to: accumulate_dx); dweight and dbias reduced over the rows deterministically:
 // per-block partial sums of row ranges into `scratch` (layernorm_backward_scratch_bytes), then fixed-order
 // sums per channel. dx_sums (null: none) [channels] gets the sums over the rows of dx as written, as

@@ -9,6 +9,11 @@
 // registers as the backward below holds them, read once 4 at a time; others are read element by element
 // and the second pass served from L1.
 //
+// In FP8, where a dense layer alone reads y (a transformer's ln_1 and ln_2), the forward may write y's
+// E4M3 codes for it instead of y (layernorm_forward_fp8): the codes its own pass would make of y, in both
+// layouts, at a fraction of the bytes (x read, 2 codes written per element, against x read, y written,
+// y read and 2 codes written).
+//
 // The backward is one pass over x and dy for rows of C <= 2048 channels, C a multiple of 4 (every GPT-2):
 // a block of 4 warps takes a fixed range of rows, a warp a row at a time. Lane l holds channels
 // [4 (32 k + l), +4) of the row's k-th chunk of 128 in registers as read (x, dy, and dx when adding; 4 at a
@@ -37,6 +42,8 @@
 // the lanes added in lane order) and writes (or adds to) dweight and dbias. The same bits on every run.
 // Other rows (wider, or C not a multiple of 4, or f64) take a dx kernel and a partials kernel of their own
 // (two reads of x and dy).
+#include <cuda_fp8.h>
+
 #include <map>
 #include <mutex>
 #include <type_traits>
@@ -123,9 +130,43 @@ void with_chunks(int64_t C, F&& f) {
   f(std::integral_constant<int, kChunks>{});
 }
 
-// The forward with the row in registers, for rows the one-pass backward takes too (C <= 2048, a multiple
-// of 4; see the top): one warp a row, lane l holding channels [4 (32 k + l), +4) of chunk k, read 4 at a
-// time; the mean, then the variance around it from the registers, then y.
+// One row normalised by one warp with the row in registers, for rows the one-pass backward takes too
+// (C <= 2048, a multiple of 4; see the top): lane l holds channels [4 (32 k + l), +4) of chunk k, read 4
+// at a time; the mean, then the variance around it from the registers, then y rounded to T into out[k]
+// (chunks past C untouched). The forward kernels below share it, so their y values are the same bits.
+template <typename T, int kChunks>
+__device__ __forceinline__ void normalize_row(const T* __restrict__ xr, const T* __restrict__ weight,
+                                              const T* __restrict__ bias, float eps, int64_t C, int lane,
+                                              Vec<T, 4> (&out)[kChunks], float& m, float& r) {
+  auto channel = [&](int k) -> int64_t { return 4 * (32 * k + lane); };
+  float v[kChunks][4];
+  float sum = 0.f;
+#pragma unroll
+  for (int k = 0; k < kChunks; ++k) {
+    if (channel(k) >= C) continue;
+    const Vec<T, 4> xv = load_vec<4>(xr + channel(k));
+#pragma unroll
+    for (int i = 0; i < 4; ++i) sum += v[k][i] = widen(xv.v[i]);
+  }
+  m = warp_sum(sum) / float(C);
+  float square_sum = 0.f;
+#pragma unroll
+  for (int k = 0; k < kChunks; ++k) {
+    if (channel(k) >= C) continue;
+#pragma unroll
+    for (int i = 0; i < 4; ++i) square_sum += (v[k][i] - m) * (v[k][i] - m);
+  }
+  r = 1.f / sqrtf(warp_sum(square_sum) / float(C) + eps);
+#pragma unroll
+  for (int k = 0; k < kChunks; ++k) {
+    if (channel(k) >= C) continue;
+    const Vec<T, 4> wv = load_vec<4>(weight + channel(k)), bv = load_vec<4>(bias + channel(k));
+#pragma unroll
+    for (int i = 0; i < 4; ++i) out[k].v[i] = narrow<T>((v[k][i] - m) * r * widen(wv.v[i]) + widen(bv.v[i]));
+  }
+}
+
+// The forward with the row in registers (normalize_row), one warp a row.
 template <typename T, int kChunks>
 __global__ void __launch_bounds__(kRowsPerBlock * 32)
     layernorm_forward_chunks_kernel(const T* __restrict__ x, const T* __restrict__ weight,
@@ -135,37 +176,114 @@ __global__ void __launch_bounds__(kRowsPerBlock * 32)
   const int64_t row = int64_t(blockIdx.x) * kRowsPerBlock + threadIdx.x / 32;
   const int lane = threadIdx.x % 32;
   if (row >= rows) return;
-  auto channel = [&](int k) -> int64_t { return 4 * (32 * k + lane); };
-  float v[kChunks][4];
-  float sum = 0.f;
+  Vec<T, 4> out[kChunks];
+  float m, r;
+  normalize_row<T, kChunks>(x + row * C, weight, bias, eps, C, lane, out, m, r);
 #pragma unroll
   for (int k = 0; k < kChunks; ++k) {
-    if (channel(k) >= C) continue;
-    const Vec<T, 4> xv = load_vec<4>(x + row * C + channel(k));
-#pragma unroll
-    for (int i = 0; i < 4; ++i) sum += v[k][i] = widen(xv.v[i]);
-  }
-  const float m = warp_sum(sum) / float(C);
-  float square_sum = 0.f;
-#pragma unroll
-  for (int k = 0; k < kChunks; ++k) {
-    if (channel(k) >= C) continue;
-#pragma unroll
-    for (int i = 0; i < 4; ++i) square_sum += (v[k][i] - m) * (v[k][i] - m);
-  }
-  const float r = 1.f / sqrtf(warp_sum(square_sum) / float(C) + eps);
-#pragma unroll
-  for (int k = 0; k < kChunks; ++k) {
-    if (channel(k) >= C) continue;
-    const Vec<T, 4> wv = load_vec<4>(weight + channel(k)), bv = load_vec<4>(bias + channel(k));
-    Vec<T, 4> out;
-#pragma unroll
-    for (int i = 0; i < 4; ++i) out.v[i] = narrow<T>((v[k][i] - m) * r * widen(wv.v[i]) + widen(bv.v[i]));
-    store_vec<4>(y + row * C + channel(k), out);
+    const int64_t channel = 4 * (32 * k + lane);
+    if (channel < C) store_vec<4>(y + row * C + channel, out[k]);
   }
   if (lane == 0) {
     mean[row] = m;
     rstd[row] = r;
+  }
+}
+
+// The forward of a layer norm whose output only an FP8 dense layer reads (Backend::layernorm_forward_fp8):
+// y as the kernel above makes it, rounded to T, then times *scale rounded to E4M3 as quantize_fp8 rounds
+// (fp8_quantize.cu): the codes that pass would make of y, without y written and read back. A block of 8
+// warps takes 32 rows, 4 a warp. Each row's codes go to `codes` (4 a lane, one 32-bit word) and into the
+// block's tile in shared memory, rows C / 4 + 1 words apart; the tile is then written transposed into
+// codes_transposed, each column's 32 rows one 32-byte sector: a thread takes 4 columns by 16 rows, 16 words
+// read (the padding puts the two halves' rows in different banks) and regrouped by __byte_perm into four
+// 16-byte stores. |y|'s maximum (as rounded to T) is folded into *amax: a block maximum, then one atomicMax
+// on the float's bits, as quantize_fp8 does.
+constexpr int kFp8TileRows = 32;
+
+__device__ __forceinline__ uint8_t to_e4m3(float v) {
+  return __nv_cvt_float_to_fp8(v, __NV_SATFINITE, __NV_E4M3);
+}
+
+// Byte b of each of four words, as one word (the first word's in the lowest byte).
+__device__ __forceinline__ uint32_t gather_byte(uint32_t w0, uint32_t w1, uint32_t w2, uint32_t w3, int b) {
+  const uint32_t select = static_cast<uint32_t>(b | ((b + 4) << 4));
+  return __byte_perm(__byte_perm(w0, w1, select), __byte_perm(w2, w3, select), 0x5410);
+}
+
+template <typename T, int kChunks>
+__global__ void __launch_bounds__(kRowsPerBlock * 32)
+    layernorm_forward_fp8_kernel(const T* __restrict__ x, const T* __restrict__ weight,
+                                 const T* __restrict__ bias, float eps, const float* __restrict__ scale,
+                                 uint8_t* __restrict__ codes, uint8_t* __restrict__ codes_transposed,
+                                 float* __restrict__ amax, float* __restrict__ mean, float* __restrict__ rstd,
+                                 int64_t rows, int64_t C, bool wide_stores) {
+  extern __shared__ uint32_t tile[];  // [kFp8TileRows][C / 4 + 1] words of codes
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, stride = static_cast<int>(C / 4) + 1;
+  const int64_t row0 = int64_t(blockIdx.x) * kFp8TileRows;
+  const float s = *scale;
+  float largest = 0.f;
+  for (int r = warp; r < kFp8TileRows; r += kRowsPerBlock) {
+    const int64_t row = row0 + r;
+    if (row >= rows) break;
+    Vec<T, 4> out[kChunks];
+    float m, rs;
+    normalize_row<T, kChunks>(x + row * C, weight, bias, eps, C, lane, out, m, rs);
+#pragma unroll
+    for (int k = 0; k < kChunks; ++k) {
+      const int64_t channel = 4 * (32 * k + lane);
+      if (channel >= C) continue;
+      uint32_t word = 0;
+#pragma unroll
+      for (int i = 0; i < 4; ++i) {
+        const float v = widen(out[k].v[i]);
+        largest = fmaxf(largest, fabsf(v));  // fmaxf drops a NaN, as quantize_fp8's amax does
+        word |= uint32_t(to_e4m3(v * s)) << (8 * i);
+      }
+      if (codes) *reinterpret_cast<uint32_t*>(codes + row * C + channel) = word;
+      tile[r * stride + channel / 4] = word;
+    }
+    if (lane == 0) {
+      mean[row] = m;
+      rstd[row] = rs;
+    }
+  }
+  if (codes_transposed) {
+    __syncthreads();
+    const int groups = static_cast<int>(C / 4);
+    for (int task = threadIdx.x; task < 2 * groups; task += kRowsPerBlock * 32) {
+      const int group = task / 2, half = task % 2;
+      const int64_t first_row = row0 + 16 * half;  // of the 16 this task writes, a column's
+      uint32_t w[16];
+#pragma unroll
+      for (int j = 0; j < 16; ++j) w[j] = tile[(16 * half + j) * stride + group];
+#pragma unroll
+      for (int b = 0; b < 4; ++b) {  // column 4 group + b
+        uint8_t* column = codes_transposed + (4 * int64_t(group) + b) * rows + first_row;
+        const uint4 sixteen =
+            make_uint4(gather_byte(w[0], w[1], w[2], w[3], b), gather_byte(w[4], w[5], w[6], w[7], b),
+                       gather_byte(w[8], w[9], w[10], w[11], b), gather_byte(w[12], w[13], w[14], w[15], b));
+        if (wide_stores && first_row + 16 <= rows) {
+          *reinterpret_cast<uint4*>(column) = sixteen;
+        } else {
+          const uint32_t words[4] = {sixteen.x, sixteen.y, sixteen.z, sixteen.w};
+          for (int j = 0; j < 16 && first_row + j < rows; ++j)
+            column[j] = static_cast<uint8_t>(words[j / 4] >> (8 * (j % 4)));
+        }
+      }
+    }
+  }
+  if (amax) {
+    __shared__ float warp_maxima[kRowsPerBlock];
+    largest = warp_max(largest);
+    if (lane == 0) warp_maxima[warp] = largest;
+    __syncthreads();
+    if (threadIdx.x == 0) {
+      float block = 0.f;
+      for (int w = 0; w < kRowsPerBlock; ++w) block = fmaxf(block, warp_maxima[w]);
+      // Non-negative floats order as their bit patterns do as integers.
+      atomicMax(reinterpret_cast<int*>(amax), __float_as_int(block));
+    }
   }
 }
 
@@ -524,6 +642,42 @@ void layernorm_forward(const void* x, const void* weight, const void* bias, floa
         static_cast<const T*>(x), static_cast<const T*>(weight), static_cast<const T*>(bias), eps,
         static_cast<T*>(y), mean, rstd, rows, channels);
     DLB_KERNEL_LAUNCH_CHECK();
+  });
+}
+
+bool layernorm_forward_fp8_takes(int64_t channels, const void* x, const void* weight, const void* bias,
+                                 const uint8_t* codes) {
+  return one_pass(channels) && aligned(x, 8) && aligned(weight, 8) && aligned(bias, 8) && aligned(codes, 4);
+}
+
+void layernorm_forward_fp8(const void* x, const void* weight, const void* bias, float eps, const float* scale,
+                           uint8_t* codes, uint8_t* codes_transposed, float* amax, float* mean, float* rstd,
+                           int64_t rows, int64_t channels, DType dtype, cudaStream_t stream) {
+  const char* op = "layernorm_forward_fp8";
+  require_rows(op, rows, channels);
+  DLB_KERNEL_REQUIRE(layernorm_forward_fp8_takes(channels, x, weight, bias, codes), op,
+                     "rows of at most 2048 channels, a multiple of 4, and 4-element aligned tensors");
+  DLB_KERNEL_REQUIRE(dtype == DType::bf16 || dtype == DType::f16, op, "FP8 codes are made of bf16 or f16");
+  if (rows == 0) return;
+  const size_t shared = static_cast<size_t>(kFp8TileRows * (channels / 4 + 1)) * sizeof(uint32_t);
+  const unsigned blocks = static_cast<unsigned>(ceil_div<int64_t>(rows, kFp8TileRows));
+  const bool wide_stores = rows % 16 == 0 && aligned(codes_transposed, 16);
+  auto launch = [&](auto tag, auto chunks) {
+    using T = decltype(tag);
+    auto kernel = layernorm_forward_fp8_kernel<T, decltype(chunks)::value>;
+    if (shared > 48 * 1024)  // Not an operation on the stream: allowed while a step is being recorded.
+      DLB_KERNEL_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                            static_cast<int>(shared)));
+    kernel<<<blocks, kRowsPerBlock * 32, shared, stream>>>(
+        static_cast<const T*>(x), static_cast<const T*>(weight), static_cast<const T*>(bias), eps, scale,
+        codes, codes_transposed, amax, mean, rstd, rows, channels, wide_stores);
+    DLB_KERNEL_LAUNCH_CHECK();
+  };
+  with_chunks(channels, [&](auto chunks) {
+    if (dtype == DType::bf16)
+      launch(__nv_bfloat16{}, chunks);
+    else
+      launch(__half{}, chunks);
   });
 }
 
