@@ -599,6 +599,9 @@ class Backend : public StreamClock {
   // Whether the dense ops' FP8 GEMMs multiply FP8 codes (and so can use codes kept from the forward,
   // Fp8DenseScaling::input_codes_transposed); false where they are BF16 GEMMs of round-tripped operands.
   virtual bool runs_fp8_gemms() const { return false; }
+  // Whether a dense backward given x^T's kept codes reads them in place of x, so that a layer keeping them
+  // needs no x after its forward (LinearLayer::backward_reads_input): a backend whose FP8 GEMMs take them.
+  virtual bool reads_kept_codes_for_x() const { return runs_fp8_gemms(); }
   // y = fp8(x * *scale) / *scale in y's dtype (x's shape, f32/f16/bf16): x rounded to `format`'s nearest
   // value (ties to even, saturating; core/fp8), its largest |x| folded into *amax where amax is not null.
   // The default runs on the host (CPU backends); scale and amax are in the backend's memory.

@@ -44,11 +44,16 @@ std::optional<Fp8DenseScaling> DenseParameters::fp8(bool training) const {
 }
 
 void DenseParameters::keep_codes(Network& net, int64_t rows) {
-  if (!fp8_scaling_ || !net.backend().runs_fp8_gemms() || net.options().recompute) return;
+  // cuBLASLt's FP8 GEMMs take dimensions in multiples of 16: the backward then runs them on the kept codes
+  // (and where the backend reads those in place of x, the layer keeps no x for it: backward_needs_no_input).
+  if (!fp8_scaling_ || !net.backend().runs_fp8_gemms() || net.options().recompute || rows % 16 != 0 ||
+      in_features % 16 != 0 || out_features % 16 != 0)
+    return;
   auto codes = [&](int64_t count) {  // one byte a code, in i32 words
     return Tensor(nullptr, {(count + 3) / 4}, DType::i32, Layout::nchw, net.backend().device());
   };
   input_codes_t_ = codes(rows * in_features);
+  codes_replace_x_ = net.backend().reads_kept_codes_for_x();
   weight_codes_t_ = codes(out_features * in_features);
 }
 

@@ -33,13 +33,16 @@ struct DenseParameters {
   // backward's weight GEMM (Fp8DenseScaling::input_codes_transposed), and those of W^T ([I, O]) for its
   // data GEMM (weight_codes_transposed), where that saves a pass over x and one over W: in an FP8 network
   // whose backend's GEMMs run in FP8, and not under --recompute, where they would hold memory for every
-  // block (the passes are cheap beside the recomputed forward). Called by the layer's constructor.
+  // block (the passes are cheap beside the recomputed forward), and in dimensions FP8 GEMMs take (multiples
+  // of 16). Called by the layer's constructor.
   void keep_codes(Network& net, int64_t rows);
   // The kept codes as values the layer saves for its backward (Layer::saved_values),
   // `<layer>.input_codes_t` and `<layer>.weight_codes_t`; none where they are not kept.
   std::vector<SavedValue> kept_codes(const std::string& layer_name);
   bool in_fp8() const { return fp8_scaling_ != nullptr; }  // the network trains its dense layers in FP8
   bool keeps_codes() const { return input_codes_t_.numel() > 0; }  // keep_codes kept them
+  // Whether the backward reads no x: the codes are kept and the backend reads them in its place.
+  bool backward_needs_no_input() const { return keeps_codes() && codes_replace_x_; }
 
   int64_t in_features, out_features;
   double normal_std;
@@ -48,8 +51,9 @@ struct DenseParameters {
  private:
   Fp8Scaling* fp8_scaling_;  // the network's, or null
   int fp8_first_ = -1;
-  Tensor input_codes_t_;   // x^T's E4M3 codes as i32 words, where kept (keep_codes); else empty
-  Tensor weight_codes_t_;  // W^T's, likewise
+  Tensor input_codes_t_;          // x^T's E4M3 codes as i32 words, where kept (keep_codes); else empty
+  Tensor weight_codes_t_;         // W^T's, likewise
+  bool codes_replace_x_ = false;  // the backend's backward reads x^T's kept codes, not x
 };
 
 // The pointer the dense ops take for an optional scaling.

@@ -213,8 +213,7 @@ void sum_bias_gradients_in_layernorms(Network& net, std::optional<bool> choice) 
 }
 
 // Every layer norm whose output an FP8 dense layer (or a fused MLP's c_fc) alone reads as its input, where
-// that layer keeps x^T's codes for its backward (so that its backward reads no x either): the layer norm
-// writes the codes for it.
+// that layer's backward reads x^T's kept codes and no x: the layer norm writes the codes for it.
 void write_fp8_codes_in_layernorms(Network& net, std::optional<bool> choice) {
   const Uses uses(net);
   for (const auto& layer : net.layers()) {
@@ -223,7 +222,7 @@ void write_fp8_codes_in_layernorms(Network& net, std::optional<bool> choice) {
     Layer* reader = uses.first_reader(*norm->output());
     if (!reader || reader->inputs()[0] != norm->output()) continue;
     auto codes_for = [&](auto& dense, const DenseGeometry& geometry) {
-      if (dense.in_fp8() && dense.keeps_codes() &&
+      if (dense.in_fp8() && dense.backward_needs_no_input() &&
           fuses(net, choice, FusionCandidate::dense_fusion(Fusion::layernorm_fp8_codes, geometry)))
         norm->write_fp8_codes_for(dense.input_codes_made_by_writer());
     };

@@ -28,7 +28,10 @@ class LinearLayer final : public Layer {
   void forward(Phase phase) override;
   void backward() override;
   bool can_accumulate_input_grad(int) const override { return true; }
-  bool backward_reads_input(int index) const override { return index == 0; }  // never the residual
+  // Never the residual; not x either where x^T's FP8 codes are kept for the weight GEMM.
+  bool backward_reads_input(int index) const override {
+    return index == 0 && !params_.backward_needs_no_input();
+  }
   bool passes_output_gradient_to(int index) const override { return index == 1; }
   bool backward_reads_output() const override { return false; }  // dW, db and dx need x, dy and W only
   std::vector<SavedValue> saved_values() override { return params_.kept_codes(name_); }
@@ -48,7 +51,7 @@ class LinearLayer final : public Layer {
     codes_by_writer_ = true;
     return params_;
   }
-  bool keeps_codes() const { return params_.keeps_codes(); }
+  bool backward_needs_no_input() const { return params_.backward_needs_no_input(); }
   int64_t out_features() const { return params_.out_features; }
   double normal_std() const { return params_.normal_std; }
   Activation* residual() const { return inputs_.size() > 1 ? inputs_[1] : nullptr; }

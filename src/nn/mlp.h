@@ -29,7 +29,8 @@ class MlpLayer final : public Layer {
   void forward(Phase phase) override;
   void backward() override;
   bool can_accumulate_input_grad(int) const override { return true; }
-  bool backward_reads_input(int index) const override { return index == 0; }  // never the residual
+  // Never the residual; not x either where c_fc keeps x^T's FP8 codes for its weight GEMM.
+  bool backward_reads_input(int index) const override { return index == 0 && !fc_.backward_needs_no_input(); }
   bool passes_output_gradient_to(int index) const override { return index == 1; }
   bool backward_reads_output() const override { return false; }
   std::vector<SavedValue> saved_values() override;
@@ -53,7 +54,7 @@ class MlpLayer final : public Layer {
     codes_by_writer_ = true;
     return fc_;
   }
-  bool keeps_codes() const { return fc_.keeps_codes(); }
+  bool backward_needs_no_input() const { return fc_.backward_needs_no_input(); }
 
  private:
   // h and g = gelu(h) from the input: c_fc's GEMM with its epilogue (in FP8 h alone), in a training pass

@@ -120,6 +120,7 @@ struct Fp8Step {
   std::vector<std::string> kinds;
   int kept_codes = 0;
   int layernorms_writing_codes = 0;
+  int layernorm_outputs_held_for_backward = 0;  // ln_1's and ln_2's values live past the forward
 };
 
 Fp8Step fp8_step(Backend& backend, bool fuse_mlp, bool fp8 = true, bool recompute = false,
@@ -143,8 +144,12 @@ Fp8Step fp8_step(Backend& backend, bool fuse_mlp, bool fp8 = true, bool recomput
     if (auto* norm = dynamic_cast<const LayerNormLayer*>(layer.get()); norm && norm->writes_fp8_codes())
       ++s.layernorms_writing_codes;
   }
-  for (const Placement& p : model.net->memory().placements())
+  for (const Placement& p : model.net->memory().placements()) {
     if (p.name.ends_with(".input_codes_t") || p.name.ends_with(".weight_codes_t")) ++s.kept_codes;
+    const bool layernorm_output = p.name.ends_with(".ln_1.out") || p.name.ends_with(".ln_2.out");
+    if (layernorm_output && !p.always && p.last >= static_cast<int>(model.net->layers().size()))
+      ++s.layernorm_outputs_held_for_backward;
+  }
   return s;
 }
 
@@ -207,6 +212,11 @@ TEST(GpuGptModel, Fp8LayerNormsWritingCodesAreTheSeparatePassesStepToTheBit) {
     const Fp8Step codes = fp8_step(*gpu, fuse_mlp), passes = fp8_step(*gpu, fuse_mlp, true, false, false);
     EXPECT_EQ(codes.layernorms_writing_codes, 8);  // ln_1 and ln_2 of 4 blocks; ln_f's reader is in BF16
     EXPECT_EQ(passes.layernorms_writing_codes, 0);
+    // The dense layers that keep x^T's codes read no x in their backward: ln_1's and ln_2's outputs
+    // (codes or values) are free after the forward, where BF16's weight GEMMs read them in the backward.
+    EXPECT_EQ(codes.layernorm_outputs_held_for_backward, 0);
+    EXPECT_EQ(passes.layernorm_outputs_held_for_backward, 0);
+    EXPECT_EQ(fp8_step(*gpu, fuse_mlp, false).layernorm_outputs_held_for_backward, 8);
     EXPECT_EQ(codes.loss, passes.loss);
     ASSERT_EQ(codes.gradient_bytes.size(), passes.gradient_bytes.size());
     EXPECT_TRUE(codes.gradient_bytes == passes.gradient_bytes)

@@ -186,10 +186,11 @@ TEST(Fp8Gpt, RecomputedAndFusedLayersComputeTheSameStep) {
 }
 
 // The reference backend, saying that its GEMMs run in FP8: layers then keep their input codes for it
-// (which its round-trip ops ignore).
+// (which its round-trip ops ignore, reading x: it says so, and the layers keep x too).
 class Fp8GemmReference final : public ReferenceBackend {
  public:
   bool runs_fp8_gemms() const override { return true; }
+  bool reads_kept_codes_for_x() const override { return false; }
 };
 
 // The names of the network's planned values that end in `suffix`, with their bytes.
