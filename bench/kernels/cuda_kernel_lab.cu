@@ -690,7 +690,8 @@ void lab_layernorm(Lab& lab, int64_t rows, int64_t C) {
   auto* cp = static_cast<uint8_t*>(codes.get());
   auto* ctp = static_cast<uint8_t*>(codes_t.get());
   us = lab.median_us([&] {
-    cuda::layernorm_forward(x.get(), weight.get(), bias.get(), 1e-5f, y.get(), mp, rp, rows, C, d, lab.stream());
+    cuda::layernorm_forward(x.get(), weight.get(), bias.get(), 1e-5f, y.get(), mp, rp, rows, C, d,
+                            lab.stream());
     cuda::quantize_fp8(y.get(), d, rows, C, Fp8Format::e4m3, sp, cp, ctp, ap, lab.stream());
   });
   lab.add({"layernorm_forward + quantize_fp8 q,q^T", "bf16", shape, -1, 0, us, double(4 * n + 4 * n)});

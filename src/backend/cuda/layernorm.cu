@@ -133,11 +133,14 @@ void with_chunks(int64_t C, F&& f) {
 // One row normalised by one warp with the row in registers, for rows the one-pass backward takes too
 // (C <= 2048, a multiple of 4; see the top): lane l holds channels [4 (32 k + l), +4) of chunk k, read 4
 // at a time; the mean, then the variance around it from the registers, then y rounded to T into out[k]
-// (chunks past C untouched). The forward kernels below share it, so their y values are the same bits.
+// (chunks past C untouched), and the row's mean and rstd written out. The forward kernels below share it,
+// so their y values are the same bits.
 template <typename T, int kChunks>
-__device__ __forceinline__ void normalize_row(const T* __restrict__ xr, const T* __restrict__ weight,
-                                              const T* __restrict__ bias, float eps, int64_t C, int lane,
-                                              Vec<T, 4> (&out)[kChunks], float& m, float& r) {
+__device__ __forceinline__ void normalize_row(const T* __restrict__ x, const T* __restrict__ weight,
+                                              const T* __restrict__ bias, float eps, int64_t row, int64_t C,
+                                              int lane, Vec<T, 4> (&out)[kChunks], float* __restrict__ mean,
+                                              float* __restrict__ rstd) {
+  const T* xr = x + row * C;
   auto channel = [&](int k) -> int64_t { return 4 * (32 * k + lane); };
   float v[kChunks][4];
   float sum = 0.f;
@@ -148,7 +151,7 @@ __device__ __forceinline__ void normalize_row(const T* __restrict__ xr, const T*
 #pragma unroll
     for (int i = 0; i < 4; ++i) sum += v[k][i] = widen(xv.v[i]);
   }
-  m = warp_sum(sum) / float(C);
+  const float m = warp_sum(sum) / float(C);
   float square_sum = 0.f;
 #pragma unroll
   for (int k = 0; k < kChunks; ++k) {
@@ -156,13 +159,17 @@ __device__ __forceinline__ void normalize_row(const T* __restrict__ xr, const T*
 #pragma unroll
     for (int i = 0; i < 4; ++i) square_sum += (v[k][i] - m) * (v[k][i] - m);
   }
-  r = 1.f / sqrtf(warp_sum(square_sum) / float(C) + eps);
+  const float r = 1.f / sqrtf(warp_sum(square_sum) / float(C) + eps);
 #pragma unroll
   for (int k = 0; k < kChunks; ++k) {
     if (channel(k) >= C) continue;
     const Vec<T, 4> wv = load_vec<4>(weight + channel(k)), bv = load_vec<4>(bias + channel(k));
 #pragma unroll
     for (int i = 0; i < 4; ++i) out[k].v[i] = narrow<T>((v[k][i] - m) * r * widen(wv.v[i]) + widen(bv.v[i]));
+  }
+  if (lane == 0) {
+    mean[row] = m;
+    rstd[row] = r;
   }
 }
 
@@ -177,16 +184,11 @@ __global__ void __launch_bounds__(kRowsPerBlock * 32)
   const int lane = threadIdx.x % 32;
   if (row >= rows) return;
   Vec<T, 4> out[kChunks];
-  float m, r;
-  normalize_row<T, kChunks>(x + row * C, weight, bias, eps, C, lane, out, m, r);
+  normalize_row<T, kChunks>(x, weight, bias, eps, row, C, lane, out, mean, rstd);
 #pragma unroll
   for (int k = 0; k < kChunks; ++k) {
     const int64_t channel = 4 * (32 * k + lane);
     if (channel < C) store_vec<4>(y + row * C + channel, out[k]);
-  }
-  if (lane == 0) {
-    mean[row] = m;
-    rstd[row] = r;
   }
 }
 
@@ -227,8 +229,7 @@ __global__ void __launch_bounds__(kRowsPerBlock * 32)
     const int64_t row = row0 + r;
     if (row >= rows) break;
     Vec<T, 4> out[kChunks];
-    float m, rs;
-    normalize_row<T, kChunks>(x + row * C, weight, bias, eps, C, lane, out, m, rs);
+    normalize_row<T, kChunks>(x, weight, bias, eps, row, C, lane, out, mean, rstd);
 #pragma unroll
     for (int k = 0; k < kChunks; ++k) {
       const int64_t channel = 4 * (32 * k + lane);
@@ -242,10 +243,6 @@ __global__ void __launch_bounds__(kRowsPerBlock * 32)
       }
       if (codes) *reinterpret_cast<uint32_t*>(codes + row * C + channel) = word;
       tile[r * stride + channel / 4] = word;
-    }
-    if (lane == 0) {
-      mean[row] = m;
-      rstd[row] = rs;
     }
   }
   if (codes_transposed) {
