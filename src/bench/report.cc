@@ -291,6 +291,87 @@ std::optional<ReportSection> peers_section(const std::string& model, const Repor
   return s;
 }
 
+// A framework's fastest point of a model at one precision and GPU count, over every batch it ran, or null.
+const ReportPoint* fastest_batch(const Best& best, const ReportAxes& axes, const std::string& f,
+                                 const std::string& model, const std::string& p, int gpus) {
+  const ReportPoint* fastest = nullptr;
+  for (int64_t b : axes.batch_sizes)
+    if (const ReportPoint* point = find(best, f, model, p, gpus, b);
+        point && (!fastest || point->rate > fastest->rate))
+      fastest = point;
+  return fastest;
+}
+
+// How many batch sizes framework f ran the model at, at one precision and GPU count.
+int batches_run(const Best& best, const ReportAxes& axes, const std::string& f, const std::string& model,
+                const std::string& p, int gpus) {
+  int count = 0;
+  for (int64_t b : axes.batch_sizes) count += find(best, f, model, p, gpus, b) != nullptr;
+  return count;
+}
+
+// The pairs the best-batch comparison sets side by side: dlbench's fastest point and a peer's, at one
+// precision and GPU count, where the batch each ran fastest at is a question (either ran two or more batch
+// sizes, or the two ran different ones); where both ran one and the same batch the peers' table has it.
+struct BestBatchPair {
+  std::string peer, precision;
+  int gpus;
+  const ReportPoint *ours, *theirs;
+};
+std::vector<BestBatchPair> best_batch_pairs(const std::string& model, const ReportAxes& axes,
+                                            const Best& best) {
+  std::vector<BestBatchPair> pairs;
+  for (const std::string& f : axes.frameworks) {
+    if (f.rfind("dlbench", 0) == 0) continue;  // dlbench's CPU and training runs are not its peers
+    for (const std::string& p : axes.precisions)
+      for (int g : axes.gpu_counts) {
+        const ReportPoint *ours = fastest_batch(best, axes, "dlbench", model, p, g),
+                          *theirs = fastest_batch(best, axes, f, model, p, g);
+        if (!ours || !theirs || ours->on_cpu != theirs->on_cpu) continue;
+        const bool one_batch_each = batches_run(best, axes, "dlbench", model, p, g) == 1 &&
+                                    batches_run(best, axes, f, model, p, g) == 1;
+        if (one_batch_each && ours->batch_size == theirs->batch_size) continue;
+        pairs.push_back({f, p, g, ours, theirs});
+      }
+  }
+  return pairs;
+}
+
+// dlbench against each peer with each at the batch it ran fastest at: the question a buyer asks ("how fast
+// does each train this model?") where the points span batch sizes, since a framework that fits a larger
+// batch in memory, or runs a smaller one better, should be measured at it. The batches and peak memories
+// stand beside the rates, so that a ratio bought with memory shows it.
+std::optional<ReportSection> best_batch_section(const std::string& model, const ReportAxes& axes,
+                                                const Best& best) {
+  const std::vector<BestBatchPair> pairs = best_batch_pairs(model, axes, best);
+  if (pairs.empty()) return std::nullopt;
+  ReportSection s = section(report_section_id("best-batch", model),
+                            fmt::format("{}: dlbench against its peers, each at its fastest batch", model));
+  const RateUnitNames& unit = rate_unit_names(rate_unit_of(model));
+  s.paragraphs.push_back(fmt::format(
+      "Each row: dlbench's fastest point and the peer's over every batch size either ran, at one precision "
+      "and GPU count ({}, all GPUs together), and their ratio; \"(different runs)\" where the two points "
+      "come from different input files.",
+      unit.spelled));
+  ReportTable t = table({"peer", "precision", "GPUs", "dlbench batch/GPU",
+                         fmt::format("dlbench {}", unit.column), "dlbench memory", "peer batch/GPU",
+                         fmt::format("peer {}", unit.column), "peer memory", "dlbench / peer"},
+                        {false, false, true, true, true, true, true, true, true, true});
+  auto memory = [](const ReportPoint& p) {
+    return p.peak_memory_bytes ? memory_text(*p.peak_memory_bytes) : std::string("-");
+  };
+  for (const BestBatchPair& pair : pairs) {
+    const bool same_run = run_of(*pair.ours) == run_of(*pair.theirs);
+    t.rows.push_back(
+        {pair.peer, pair.precision, std::to_string(pair.gpus), std::to_string(pair.ours->batch_size),
+         rate_text(pair.ours->rate), memory(*pair.ours), std::to_string(pair.theirs->batch_size),
+         rate_text(pair.theirs->rate), memory(*pair.theirs),
+         fmt::format("{:.2f}x{}", pair.ours->rate / pair.theirs->rate, same_run ? "" : " (different runs)")});
+  }
+  s.table = std::move(t);
+  return s;
+}
+
 ReportSection gain_section(const std::string& model, const ReportAxes& axes, const Best& best) {
   ReportSection s =
       section(report_section_id("gain", model), fmt::format("{}: what FP16 and BF16 gain over FP32", model));
@@ -526,6 +607,13 @@ ReportSection conclusions_section(const ReportInput& in, const ReportAxes& axes,
                                         f, model, at_batch(b), ratio, 100.0 * (ratio - 1)));
         }
       }
+    for (const BestBatchPair& pair : best_batch_pairs(model, axes, best))
+      s.items.push_back(
+          fmt::format("{} {} on {}, each at its fastest batch: dlbench (batch {}) is {:.2f}x as "
+                      "fast as {} (batch {}){}.",
+                      model, pair.precision, report_workers_text(pair.gpus, axes), pair.ours->batch_size,
+                      pair.ours->rate / pair.theirs->rate, pair.peer, pair.theirs->batch_size,
+                      run_of(*pair.ours) == run_of(*pair.theirs) ? "" : " (different runs)"));
     // The fastest framework at each precision, batch and GPU count that two or more of them ran.
     for (const std::string& p : axes.precisions)
       for (int64_t b : axes.batch_sizes)
@@ -654,6 +742,8 @@ ReportDocument report_document(const ReportInput& in) {
     doc.sections.push_back(speedup_section(model, axes, best));
     if (std::optional<ReportSection> peers = peers_section(model, axes, best, in))
       doc.sections.push_back(*peers);
+    if (std::optional<ReportSection> fastest = best_batch_section(model, axes, best))
+      doc.sections.push_back(*fastest);
     doc.sections.push_back(gain_section(model, axes, best));
   }
   doc.sections.push_back(statistics_section(sorted));

@@ -344,6 +344,52 @@ TEST(Report, ACpuRunsSystemHeadsTheReport) {
   EXPECT_EQ(md.find("No result carries a system description."), std::string::npos) << md;
 }
 
+// Each framework at the batch it ran fastest at: dlbench fastest at 64 (which the peer did not fit), the
+// peer at 32. The same-batch table pairs 16 with 16 and 32 with 32; the best-batch table pairs 64 with 32,
+// with both memories beside, and the conclusions say so. A precision where both ran one and the same batch
+// has no best-batch row (the same-batch table holds it); one where each ran another batch has.
+TEST(Report, EachFrameworksFastestBatchIsSetBesideTheOthers) {
+  testing::TempDir dir;
+  auto line = [](const std::string& framework, const std::string& precision, int batch, double tokens,
+                 double gib) {
+    return fmt::format(
+               R"({{"framework": "{}", "model": "gpt2-large", "precision": "{}", "ranks": 1, )"
+               R"("batch_size": {}, "seq_len": 1024, "images_per_second": {}, "tokens_per_second": {}, )"
+               R"("peak_memory_bytes": {}}})",
+               framework, precision, batch, tokens / 1024, tokens, gib * double(1 << 30)) +
+           "\n";
+  };
+  const std::string path = dir.file("batches.jsonl"), other = dir.file("other.jsonl");
+  testing::write_file(path,
+                      line("dlbench", "bf16", 16, 98000, 36) + line("dlbench", "bf16", 32, 100000, 60) +
+                          line("dlbench", "bf16", 64, 104000, 108) + line("pytorch", "bf16", 16, 88000, 38) +
+                          line("pytorch", "bf16", 32, 91000, 64) + line("dlbench", "fp16", 16, 97000, 36) +
+                          line("pytorch", "fp16", 16, 80000, 38));
+  const std::string md = report_markdown(read_report_input({path}));
+  EXPECT_CONTAINS(md, "## gpt2-large: dlbench against its peers, each at its fastest batch");
+  EXPECT_CONTAINS(md, "| pytorch | bf16 | 1 | 64 | 104,000 | 108.0 GiB | 32 | 91,000 | 64.0 GiB | 1.14x |");
+  EXPECT_CONTAINS(md,
+                  "gpt2-large bf16 on 1 GPU, each at its fastest batch: dlbench (batch 64) is 1.14x as fast "
+                  "as pytorch (batch 32).");
+  // The same-batch comparisons stand as before.
+  EXPECT_CONTAINS(md, "| pytorch | bf16 | 32 | 1 | 100,000 | 91,000 | 1.10x | - | - |");
+  EXPECT_EQ(md.find("| pytorch | fp16 | 1 | 16 |"), std::string::npos) << md;
+  EXPECT_EQ(md.find("each at its fastest batch: dlbench (batch 16)"), std::string::npos) << md;
+
+  // One batch each, a different one, in two files: a best-batch row, marked as pairing two runs.
+  testing::write_file(other, line("pytorch", "fp16", 8, 75000, 20));
+  const std::string alone = dir.file("alone.jsonl");
+  testing::write_file(alone, line("dlbench", "fp16", 16, 97000, 36));
+  const std::string md2 = report_markdown(read_report_input({alone, other}));
+  EXPECT_CONTAINS(
+      md2,
+      "| pytorch | fp16 | 1 | 16 | 97,000 | 36.0 GiB | 8 | 75,000 | 20.0 GiB | 1.29x (different runs) |");
+  // Nothing to choose: both ran batch 16 only, no best-batch section.
+  const std::string same = dir.file("same.jsonl");
+  testing::write_file(same, line("dlbench", "fp16", 16, 97000, 36) + line("pytorch", "fp16", 16, 80000, 38));
+  EXPECT_EQ(report_markdown(read_report_input({same})).find("each at its fastest batch"), std::string::npos);
+}
+
 // A token model's rows and figures state its tokens/s (not its sequences/s) and its MFU, an image model's
 // its img/s; the ratios divide like by like.
 TEST(Report, ATokenModelIsReportedInTokensPerSecond) {
