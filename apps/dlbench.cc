@@ -64,6 +64,19 @@ void parse_run_flags(const RunFlagTexts& t, RunConfig& c) {
   if (!c.output.trace_path.empty()) c.output.trace_steps = dlbench::parse_trace_steps(t.trace_steps);
 }
 
+// A count of 1 or more for a field whose 0 means "not given" (the model's or the data's own size): a 0
+// typed at the command line is refused rather than read as the default.
+CLI::Validator whole_number_from_one(const std::string& flag) {
+  return CLI::Validator(
+      [flag](std::string& text) {
+        const bool digits =
+            !text.empty() && text.size() <= 9 && text.find_first_not_of("0123456789") == std::string::npos;
+        return digits && std::stoi(text) > 0 ? std::string()
+                                             : flag + " " + text + ": give a whole number, 1 or more";
+      },
+      "N");
+}
+
 // An option whose text is one of `choices`, stored as its value in `field` (the field's value before
 // parsing is the default); another text is the parser's one-line error naming the choices.
 template <typename E>
@@ -142,7 +155,8 @@ void add_model_flags(CLI::App& cmd, RunConfig& c, RunFlagTexts& t) {
                  "--accumulate-steps), or max: the largest that fits every GPU; default: 16 (resnet20: 128) "
                  "on the CPU, 256 (512) on a GPU; GPT models 4 (gpt-mini 16) on the CPU, 16 (64) on a GPU");
   cmd.add_option("--seq-len", c.model.seq_len,
-                 "GPT models: tokens per sequence (default: the model's context)");
+                 "GPT models: tokens per sequence (default: the model's context)")
+      ->check(whole_number_from_one("--seq-len"));
   cmd.add_flag("--recompute", c.model.recompute,
                "GPT models: keep only each block's input from the forward pass and make the block's other "
                "activations again just before its backward (less memory, about a third more forward work)");
@@ -212,7 +226,8 @@ void add_data_flags(CLI::App& cmd, RunConfig& c, RunFlagTexts& t) {
   cmd.add_option("--data-threads", c.data.threads, "image decoding threads (0 = all cores but one)")
       ->capture_default_str();
   cmd.add_option("--image-size", c.model.image_size,
-                 "side of the training crop (default 224; small grayscale images: their own size)");
+                 "side of the training crop (default 224; small grayscale images: their own size)")
+      ->check(whole_number_from_one("--image-size"));
   cmd.add_flag("--strict", c.data.strict, "stop at the first bad image, naming it, instead of skipping it");
   cmd.add_option("--decode", t.decode,
                  "auto | cpu | gpu: where JPEGs are decoded (auto: on the GPU where the run is on one and "
@@ -621,7 +636,8 @@ void add_data_commands(CLI::App& app, Commands& commands) {
         ->capture_default_str();
     data_bench->add_option("--warmup-batches", o.warmup_batches, "batches before the timed ones")
         ->capture_default_str();
-    data_bench->add_option("--image-size", o.image_size, "side of the crop (default 224)");
+    data_bench->add_option("--image-size", o.image_size, "side of the crop (default 224)")
+        ->check(whole_number_from_one("--image-size"));
     using dlbench::Precision;
     add_choice(*data_bench, "--precision", o.precision,
                {{"fp32", Precision::fp32},

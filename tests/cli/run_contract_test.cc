@@ -181,6 +181,15 @@ TEST(Bounds, NumbersMustBeFiniteAndInRange) {
   EXPECT_EQ(seed.exit_code, 2) << seed.err;
   EXPECT_EQ(count_lines(seed.err), 1) << seed.err;
   EXPECT_CONTAINS(seed.err, "--seed -1: give a whole number, 0 or more");
+  // Sizes whose 0 inside means "the model's own": a 0 typed by the user is refused, not run at the default.
+  for (const char* command : {"bench --model gpt-mini --steps 1 --seq-len 0",
+                              "bench --model resnet20 --steps 1 --image-size 0",
+                              "data-bench --data synthetic --image-size 0"}) {
+    const CommandResult zero = run_dlbench(command);
+    EXPECT_EQ(zero.exit_code, 2) << command << ": " << zero.err;
+    EXPECT_EQ(count_lines(zero.err), 1) << command << ": " << zero.err;
+    EXPECT_CONTAINS(zero.err, " 0: give a whole number, 1 or more");
+  }
 }
 
 // A rate that makes the loss non-finite is a failed run, in bench as in train.
