@@ -91,6 +91,15 @@ TEST(ImageDataCli, ExportPackBenchAndTrainFromFolderAndShardsAlike) {
   EXPECT_GT(db["images_per_second"].get<double>(), 0);
   EXPECT_EQ(db["image_size"], 28);
   EXPECT_EQ(db["channels"], 1);
+  // --json over a file of the user's that is not one JSON object: refused before the images are read.
+  std::ofstream(dir / "notes.txt") << "my notes\n";
+  CommandResult over_notes =
+      run_dlbench("data-bench --data " + (dir / "shards").string() + " --batch-size 16 --batches 1 --json " +
+                  (dir / "notes.txt").string());
+  EXPECT_EQ(over_notes.exit_code, 1) << over_notes.err;
+  EXPECT_NE(over_notes.err.find("the file exists and is not a JSON object"), std::string::npos)
+      << over_notes.err;
+  EXPECT_EQ(read_text((dir / "notes.txt").string()), "my notes\n");
 
   // --digest: the same seed gives the same batches in every run and from folder and shards alike; the
   // batches in another dtype are other bytes. (These small gray images are not cropped: the seed
@@ -503,7 +512,6 @@ TEST(DataBenchCli, ImageSizeAndThreadsAreBoundedWithOneLine) {
            {"--image-size 100000", "4096"},  // the case: killed by the kernel at 24 GB
            {"--image-size 4097", "4096"},
            {"--image-size 4", "8..4096"},
-           {"--image-size -1", "8..4096"},
            {"--image-size 4096 --batch-size 1000000", "GiB"},  // within the bound, not within memory
            {"--data-threads 100000", "core"},
            {"--data-threads -2", "--data-threads"}}) {
@@ -512,6 +520,14 @@ TEST(DataBenchCli, ImageSizeAndThreadsAreBoundedWithOneLine) {
     EXPECT_EQ(count_lines(r.err), 1) << args << "\n" << r.err;
     EXPECT_NE(r.err.find(expected), std::string::npos) << args << "\n" << r.err;
     EXPECT_NE(r.err.find(args.substr(0, args.find(' '))), std::string::npos) << r.err;
+  }
+  // A size that is no whole number of 1 or more is the parser's: exit 2.
+  for (const std::string size : {"-1", "0"}) {
+    CommandResult r = run_dlbench(bench + " --image-size " + size, 60);
+    EXPECT_EQ(r.exit_code, 2) << size << "\n" << r.err;
+    EXPECT_EQ(count_lines(r.err), 1) << r.err;
+    EXPECT_NE(r.err.find("--image-size " + size + ": give a whole number, 1 or more"), std::string::npos)
+        << r.err;
   }
   CommandResult ok = run_dlbench(bench + " --image-size 8 --batch-size 4 --data-threads 1");
   EXPECT_EQ(ok.exit_code, 0) << ok.err;
