@@ -185,7 +185,7 @@ void check_comm_bench_options(const CommBenchOptions& o, DType dtype, DeviceKind
   DLB_REQUIRE(o.warmup >= 0, "--warmup {}: must be 0 or more", o.warmup);
   DLB_REQUIRE(device == DeviceKind::cuda || dtype == DType::f32,
               "--dtype {} on the CPU: CPU ranks sum f32 (use --device cuda for f16/bf16)", dtype_name(dtype));
-  if (!o.json_path.empty()) check_writable(o.json_path, "--json");
+  if (!o.json_path.empty()) check_writable(o.json_path, "--json", OutputKind::json_object);
 }
 
 // What rank 0 measured, and where every rank ran; empty rows on the other ranks.

@@ -318,6 +318,7 @@ void run_data_bench(const DataBenchOptions& o) {
   const std::string path = data_bench_path(o);
   DLB_REQUIRE(o.batch_size >= 1 && o.batches >= 1 && o.warmup_batches >= 0,
               "data-bench: --batch-size and --batches must be positive");
+  if (!o.json_path.empty()) check_writable(o.json_path, "--json", OutputKind::json_object);
   const DType dtype = compute_dtype(o.precision);
   // The batches would be decoded into the GPU's memory where there is one (the training run's device).
   std::string decode_note;

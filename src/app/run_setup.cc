@@ -145,7 +145,8 @@ std::shared_ptr<tuning::AlgorithmCache> open_algorithm_cache(const RunConfig& co
   const AlgorithmCacheChoice& choice = config.algorithm_cache;
   if (choice.where == Where::none) return std::make_shared<tuning::AlgorithmCache>();
   // A file named is checked on any device, before any work; only a GPU run reads and writes it.
-  if (choice.where == Where::file) check_writable(choice.file, "--algorithm-cache");
+  if (choice.where == Where::file)
+    check_writable(choice.file, "--algorithm-cache", OutputKind::algorithm_cache);
   if (config.device.kind != DeviceKind::cuda) return std::make_shared<tuning::AlgorithmCache>();
   if (choice.where == Where::file) return std::make_shared<tuning::AlgorithmCache>(choice.file);
   // The XDG base directories: a relative $XDG_CACHE_HOME is to be ignored.
@@ -194,10 +195,12 @@ std::vector<std::string> join_ranks(RunSetup& s, parallel::Launch& launch, int s
 
 // Bad output paths fail before any work.
 void check_outputs_writable(const OutputConfig& output) {
-  if (!output.json_path.empty()) check_writable(output.json_path, "--json");
-  if (!output.checkpoint_path.empty()) check_writable(output.checkpoint_path, "--checkpoint");
-  if (!output.trace_path.empty()) check_writable(output.trace_path, "--trace");
-  if (!output.mlperf_log_path.empty()) check_writable(output.mlperf_log_path, "--mlperf-log");
+  if (!output.json_path.empty()) check_writable(output.json_path, "--json", OutputKind::json_object);
+  if (!output.checkpoint_path.empty())
+    check_writable(output.checkpoint_path, "--checkpoint", OutputKind::checkpoint);
+  if (!output.trace_path.empty()) check_writable(output.trace_path, "--trace", OutputKind::trace);
+  if (!output.mlperf_log_path.empty())
+    check_writable(output.mlperf_log_path, "--mlperf-log", OutputKind::mlperf_log);
 }
 
 std::shared_ptr<const EncodedImageSource> open_image_source(const std::string& path) {

@@ -38,6 +38,12 @@ void check_report_paths(const std::vector<std::string>& paths, const std::string
   std::error_code ec;
   DLB_REQUIRE(!std::filesystem::exists(out_dir, ec) || std::filesystem::is_directory(out_dir, ec),
               "report: -o {}: a file, not a folder; give a folder for the report", out_dir);
+  // An earlier report's files are replaced; a file of the user's by one of their names is not.
+  if (std::filesystem::is_directory(out_dir, ec))
+    for (const auto& [name, kind] : {std::pair{"report.md", OutputKind::report_markdown},
+                                     std::pair{"report.html", OutputKind::report_html},
+                                     std::pair{"points.jsonl", OutputKind::json_lines}})
+      check_writable(out_dir + "/" + name, "report -o", kind);
 }
 
 // Whether `name`, a file of DIR/figures, is one the report draws (report_figures.h: NAME.dat, .gp, .svg

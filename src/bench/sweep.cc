@@ -318,7 +318,7 @@ void check_sweep_paths(const SweepOptions& o, const std::string& logs, bool on_g
   if (o.framework == "dlbench")
     uses.push_back({"--algorithm-cache", sweep_algorithm_cache(o, on_gpu), PathRole::writes_file});
   check_path_uses(uses);
-  check_writable(o.results, "--results");
+  check_writable(o.results, "--results", OutputKind::json_lines);
 }
 
 // The grid's points, each with its batch and steps (given, or the device's defaults for its model).

@@ -180,7 +180,7 @@ std::string system_table(const nlohmann::json& s) {
 
 void run_info(const std::string& json_path) {
   // Refused before the table is printed: a run that cannot keep its result says so first.
-  if (!json_path.empty()) check_writable(json_path, "--json");
+  if (!json_path.empty()) check_writable(json_path, "--json", OutputKind::json_object);
   const nlohmann::json s = system_info();
   std::fputs(system_table(s).c_str(), stdout);
   if (!json_path.empty()) {

@@ -8,6 +8,8 @@
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
 #include <random>
 
 #include "core/signals.h"
@@ -210,8 +212,83 @@ void append_line(const std::string& path, const std::string& line) {
                      error == ENOSPC || error == EFBIG || error == EDQUOT ? " — free disk space" : "");
 }
 
-void check_writable(const std::string& path, const std::string& flag) {
+namespace {
+
+// Whether the file at `path` is one dlbench writes as `kind` (OutputKind).
+bool holds_output_of_kind(const std::string& path, OutputKind kind) {
+  std::ifstream in(path, std::ios::binary);
+  auto starts_with = [&](const std::string& prefix) {
+    std::string head(prefix.size(), '\0');
+    in.read(head.data(), static_cast<std::streamsize>(head.size()));
+    return in.gcount() == static_cast<std::streamsize>(prefix.size()) && head == prefix;
+  };
+  auto json_object = [&] {
+    const nlohmann::json j = nlohmann::json::parse(in, nullptr, /*allow_exceptions=*/false);
+    return j.is_object() ? j : nlohmann::json();
+  };
+  switch (kind) {
+    case OutputKind::json_object:
+      return json_object().is_object();
+    case OutputKind::json_lines: {
+      std::string line;
+      while (std::getline(in, line) && line.find_first_not_of(" \t\r") == std::string::npos) {
+      }
+      return nlohmann::json::parse(line, nullptr, /*allow_exceptions=*/false).is_object();
+    }
+    case OutputKind::checkpoint:
+      return starts_with(std::string("DLBCKPT\0", 8));  // train/checkpoint.h's magic
+    case OutputKind::trace:
+      return json_object().contains("traceEvents");
+    case OutputKind::mlperf_log:
+      return starts_with(":::MLLOG");
+    case OutputKind::algorithm_cache: {
+      const nlohmann::json j = json_object();
+      return j.contains("format") && j.contains("choices");
+    }
+    case OutputKind::report_markdown:
+      return starts_with("# dlbench report");
+    case OutputKind::report_html: {
+      std::string head(4096, '\0');
+      in.read(head.data(), static_cast<std::streamsize>(head.size()));
+      head.resize(static_cast<size_t>(in.gcount()));
+      return head.rfind("<!DOCTYPE html>", 0) == 0 &&
+             head.find("<title>dlbench report</title>") != std::string::npos;
+    }
+  }
+  return false;
+}
+
+const char* output_kind_name(OutputKind kind) {
+  switch (kind) {
+    case OutputKind::json_object:
+      return "a JSON object";
+    case OutputKind::json_lines:
+      return "JSON Lines";
+    case OutputKind::checkpoint:
+      return "a dlbench checkpoint";
+    case OutputKind::trace:
+      return "a trace (Chrome trace JSON)";
+    case OutputKind::mlperf_log:
+      return "an MLPerf log";
+    case OutputKind::algorithm_cache:
+      return "a dlbench algorithm cache";
+    case OutputKind::report_markdown:
+      return "a dlbench report";
+    case OutputKind::report_html:
+      return "a dlbench report's HTML page";
+  }
+  return "";
+}
+
+}  // namespace
+
+void check_writable(const std::string& path, const std::string& flag, OutputKind kind) {
   require_folder(path, flag);
+  std::error_code ec;
+  const bool occupied = fs::is_regular_file(path, ec) && fs::file_size(path, ec) > 0 && !ec;
+  DLB_REQUIRE(!occupied || holds_output_of_kind(path, kind),
+              "{} {}: the file exists and is not {} (what {} writes); move it or choose another path", flag,
+              path, output_kind_name(kind), flag);
   try {
     AtomicFile probe(path);
   } catch (const UserError& e) {

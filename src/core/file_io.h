@@ -52,10 +52,24 @@ void write_file_atomically(const std::string& path, const std::string& content);
 // the next line never lands on half of this one. UserError naming the file and the cause.
 void append_line(const std::string& path, const std::string& line);
 
+// What an output flag writes, and so what a file already at its path may be for dlbench to replace it
+// (or, for json_lines, to append to it). Anything else there is the user's: a slip such as
+// `--checkpoint train.py` must stop the run before it starts, not destroy the file when it ends.
+enum class OutputKind {
+  json_object,      // --json: one JSON object (a result, the system table)
+  json_lines,       // sweep --results: JSON Lines, appended to; its first line a JSON object
+  checkpoint,       // --checkpoint: a file starting with the checkpoint's magic "DLBCKPT\0"
+  trace,            // --trace: a Chrome trace, a JSON object with "traceEvents"
+  mlperf_log,       // --mlperf-log: lines starting ":::MLLOG"
+  algorithm_cache,  // --algorithm-cache: a JSON object with "format" and "choices"
+  report_markdown,  // report's report.md: starts "# dlbench report"
+  report_html,      // report's report.html: an HTML page titled "dlbench report"
+};
+
 // UserError (naming `flag`) unless a file can be created at `path`: its folder exists and is writable and
-// `path` is not a directory. Creates and removes a temporary of its own (never `path` itself); call it
-// before a long run, not after.
-void check_writable(const std::string& path, const std::string& flag);
+// `path` is not a directory; and unless what is at `path` is nothing, an empty file, or a file of `kind`.
+// Creates and removes a temporary of its own (never `path` itself); call it before a long run, not after.
+void check_writable(const std::string& path, const std::string& flag, OutputKind kind);
 
 // Whether `name` (a file name, no folder) is one of dlbench's temporaries.
 bool is_temporary_name(const std::string& name);

@@ -122,7 +122,7 @@ TEST(FullDisk, AResultAndAnMlperfLogKeepTheFilesBefore) {
   const fs::path old_json = temp_dir("full_json_old") / "r.json",
                  old_log = old_json.parent_path() / "run.mllog";
   std::ofstream(old_json) << "{\"mine\": true}\n";
-  std::ofstream(old_log) << "my log\n";
+  std::ofstream(old_log) << ":::MLLOG {\"key\": \"mine\"}\n";  // an earlier run's log: replaceable
   disk.fill({old_json, old_log});
   const std::string bench =
       kBinary + " bench --model resnet20 --batch-size 2 --steps 1 --warmup-steps 0 --threads 1 --json " +
@@ -132,7 +132,7 @@ TEST(FullDisk, AResultAndAnMlperfLogKeepTheFilesBefore) {
   const std::string train = tiny_train(data) + "--steps 40 --log-every 10 --mlperf-log " + log.string();
   expect_full_disk_error(run_shell(disk.run(train)));
   EXPECT_EQ(file_bytes(json), "{\"mine\": true}\n");
-  EXPECT_EQ(file_bytes(log), "my log\n");
+  EXPECT_EQ(file_bytes(log), ":::MLLOG {\"key\": \"mine\"}\n");
   EXPECT_EQ(disk.listing(), (std::vector<std::string>{"r.json", "run.mllog"}));
   disk.free_space();
   ASSERT_EQ(run_shell(disk.run(bench)).exit_code, 0);

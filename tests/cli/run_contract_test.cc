@@ -100,6 +100,45 @@ TEST(RunFiles, TheUsersOwnTmpFileIsLeftAlone) {
   EXPECT_EQ(temporaries_in(dir), 0);
 }
 
+// An output path that holds a file of another kind than the flag writes is the user's slip (a
+// `--checkpoint notes.txt`): refused before the run, the file untouched. A file of the flag's own kind, as a
+// rerun leaves, and an empty one (mktemp's) are replaced.
+TEST(RunFiles, AnOutputNeverReplacesAFileOfAnotherKind) {
+  const fs::path dir = temp_dir("other_kind");
+  const std::string notes = (dir / "notes.txt").string();
+  const std::string mine = "my notes: {\"not\": \"a result\"}\n";
+  const std::string tiny = "train --model resnet20 --batch-size 2 --steps 1 --threads 1 ";
+  for (const std::string flag : {"--json", "--checkpoint", "--trace", "--mlperf-log", "--algorithm-cache"}) {
+    std::ofstream(notes) << mine;
+    expect_one_line_error(run_dlbench(tiny + flag + " " + notes),
+                          flag + " " + notes + ": the file exists and is not");
+    EXPECT_EQ(read_text(notes), mine) << flag;
+  }
+  // Another JSON object is not a trace; JSON Lines are not one JSON object.
+  std::ofstream(notes) << "{\"a\": 1}\n";
+  expect_one_line_error(run_dlbench(tiny + "--trace " + notes), "is not a trace");
+  std::ofstream(notes) << "{\"a\": 1}\n{\"b\": 2}\n";
+  expect_one_line_error(run_dlbench(tiny + "--json " + notes), "is not a JSON object");
+  // The other commands' outputs (data-bench's: ImageDataCli).
+  std::ofstream(notes) << mine;
+  expect_one_line_error(run_dlbench("info --json " + notes), "--json " + notes + ": the file exists");
+  expect_one_line_error(run_dlbench("sweep --results " + notes +
+                                    " --models resnet20 --precisions fp32 --batch-sizes 2 --device cpu"),
+                        "--results " + notes + ": the file exists and is not JSON Lines");
+  EXPECT_EQ(read_text(notes), mine);
+
+  // A rerun replaces its own outputs; an empty file is replaced too.
+  const std::string json = (dir / "r.json").string(), ckpt = (dir / "r.ckpt").string(),
+                    log = (dir / "r.log").string();
+  std::ofstream(json).flush();
+  for (int run = 0; run < 2; ++run) {
+    const CommandResult r =
+        run_dlbench(tiny + "--json " + json + " --checkpoint " + ckpt + " --mlperf-log " + log);
+    ASSERT_EQ(r.exit_code, 0) << "run " << run << ": " << r.err;
+  }
+  EXPECT_TRUE(read_json(json).contains("images_per_second"));
+}
+
 // ---- resume: the checkpoint's settings must match, or --resume-anyway says so ----
 
 TEST(Resume, ASettingThatDiffersIsRefusedNamingTheFlag) {
@@ -182,9 +221,9 @@ TEST(Bounds, NumbersMustBeFiniteAndInRange) {
   EXPECT_EQ(count_lines(seed.err), 1) << seed.err;
   EXPECT_CONTAINS(seed.err, "--seed -1: give a whole number, 0 or more");
   // Sizes whose 0 inside means "the model's own": a 0 typed by the user is refused, not run at the default.
-  for (const char* command : {"bench --model gpt-mini --steps 1 --seq-len 0",
-                              "bench --model resnet20 --steps 1 --image-size 0",
-                              "data-bench --data synthetic --image-size 0"}) {
+  for (const char* command :
+       {"bench --model gpt-mini --steps 1 --seq-len 0", "bench --model resnet20 --steps 1 --image-size 0",
+        "data-bench --data synthetic --image-size 0"}) {
     const CommandResult zero = run_dlbench(command);
     EXPECT_EQ(zero.exit_code, 2) << command << ": " << zero.err;
     EXPECT_EQ(count_lines(zero.err), 1) << command << ": " << zero.err;

@@ -404,6 +404,20 @@ TEST(ReportCli, EarlierFiguresGoAndAnInputIsNeverOverwritten) {
   EXPECT_EQ(r.exit_code, 1) << r.out;
   EXPECT_EQ(count_lines(r.err), 1) << r.err;
   EXPECT_EQ(read_text(input), result_line(R"("launcher": "threads")"));
+  // The report again into its folder replaces its own files; a file of the user's by one of their names
+  // (a report.md written by hand) stops it before anything is written.
+  r = report_of({input}, dir / "out");
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  for (const char* name : {"report.md", "report.html", "points.jsonl"}) {
+    std::filesystem::create_directories(dir / "mine");
+    write_file((dir / "mine" / name).string(), "my own notes\n");
+    r = report_of({input}, dir / "mine");
+    EXPECT_EQ(r.exit_code, 1) << name << ": " << r.out;
+    EXPECT_EQ(count_lines(r.err), 1) << r.err;
+    EXPECT_NE(r.err.find(std::string(name) + ": the file exists and is not"), std::string::npos) << r.err;
+    EXPECT_EQ(read_text((dir / "mine" / name).string()), "my own notes\n");
+    std::filesystem::remove_all(dir / "mine");
+  }
   std::filesystem::remove_all(dir);
 }
 
