@@ -2,6 +2,7 @@
 #pragma once
 
 #include <sys/wait.h>
+#include <unistd.h>
 
 #include <array>
 #include <cstdio>
@@ -10,6 +11,7 @@
 #include <fstream>
 #include <sstream>
 #include <string>
+#include <vector>
 
 namespace dlbench::testing {
 
@@ -48,12 +50,32 @@ inline CommandResult run_dlbench(const std::string& args, int timeout_seconds = 
   return run_shell(std::string(DLBENCH_BINARY) + " " + args, timeout_seconds);
 }
 
-// A fresh temporary directory for a test's files.
+// The directories temp_dir made in this process, removed with everything in them when it exits (ctest
+// runs each test in a process of its own), so that the suite leaves nothing in /tmp; with
+// DLBENCH_KEEP_TEST_DIRS set they stay, to look at after a failure. A child forked by a test that exits
+// through exit() runs this destructor too: only the process that made the directories removes them.
+class TempDirsOfThisProcess {
+ public:
+  ~TempDirsOfThisProcess() {
+    if (::getpid() != owner_ || std::getenv("DLBENCH_KEEP_TEST_DIRS")) return;
+    std::error_code ec;
+    for (const std::filesystem::path& dir : dirs_) std::filesystem::remove_all(dir, ec);
+  }
+  void add(const std::filesystem::path& dir) { dirs_.push_back(dir); }
+
+ private:
+  pid_t owner_ = ::getpid();
+  std::vector<std::filesystem::path> dirs_;
+};
+
+// A fresh temporary directory for a test's files, removed when the test's process exits.
 inline std::filesystem::path temp_dir(const std::string& name) {
+  static TempDirsOfThisProcess made;
   auto dir =
       std::filesystem::temp_directory_path() / ("dlbench_test_" + std::to_string(::getpid()) + "_" + name);
   std::filesystem::remove_all(dir);
   std::filesystem::create_directories(dir);
+  made.add(dir);
   return dir;
 }
 
