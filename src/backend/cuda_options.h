@@ -34,6 +34,8 @@ const char* fp8_fast_accumulation_name(Fp8FastAccumulation f);  // "off", "forwa
 struct CudaOptions {
   // FP32 convolutions and GEMMs may use TF32 tensor cores (--precision tf32).
   bool allow_tf32 = false;
+  // The dense layers multiply in FP8 (--precision fp8): the GPU must have FP8 tensor cores.
+  bool fp8_gemms = false;
   // The largest workspace one convolution direction may take; the fastest candidate within it wins.
   size_t conv_workspace_limit = kDefaultConvWorkspaceLimit;
   // --conv-graph: cuDNN's graph-API engines beside its legacy algorithms.

@@ -514,6 +514,7 @@ void resolve_config(RunConfig& c, bool cuda_available) {
   check_distribution(c);
   // What the CUDA backend takes from the run's choices (backend/cuda_options.h).
   c.cuda.allow_tf32 = c.model.precision == Precision::tf32;
+  c.cuda.fp8_gemms = c.model.precision == Precision::fp8;
   c.cuda.conv_workspace_limit = static_cast<size_t>(c.conv_workspace_mb * (1 << 20));
   resolve_logging(c);
 }

@@ -10,6 +10,7 @@
 #include "backend/cuda/cuda_common.h"
 #include "backend/cuda/cuda_stream.h"
 #include "backend/cuda/cudnn_graph.h"
+#include "backend/cuda/gpu_support.h"
 #include "backend/cuda/kernels.h"
 #include "backend/cuda/lt_matmul.h"
 
@@ -142,6 +143,7 @@ CudaBackend::CudaBackend(int device, const CudaOptions& options,
   DLB_REQUIRE(device >= 0 && device < count, "--device cuda:{}: this machine has {} CUDA GPU(s)", device,
               count);
   CUDA_CHECK(cudaSetDevice(device_));
+  require_gpu_support(device_, options_.fp8_gemms);
   stream_ = new_stream(options_.training_stream == TrainingStreamPriority::greatest);
   CUDNN_CHECK(cudnnCreate(&cudnn_));
   CUDNN_CHECK(cudnnSetStream(cudnn_, stream_));
