@@ -217,11 +217,13 @@ namespace {
 // Whether the file at `path` is one dlbench writes as `kind` (OutputKind).
 bool holds_output_of_kind(const std::string& path, OutputKind kind) {
   std::ifstream in(path, std::ios::binary);
-  auto starts_with = [&](const std::string& prefix) {
-    std::string head(prefix.size(), '\0');
-    in.read(head.data(), static_cast<std::streamsize>(head.size()));
-    return in.gcount() == static_cast<std::streamsize>(prefix.size()) && head == prefix;
+  auto head = [&](size_t bytes) {  // the file's first `bytes`, or all of it if shorter
+    std::string text(bytes, '\0');
+    in.read(text.data(), static_cast<std::streamsize>(bytes));
+    text.resize(static_cast<size_t>(in.gcount()));
+    return text;
   };
+  auto starts_with = [&](const std::string& prefix) { return head(prefix.size()) == prefix; };
   auto json_object = [&] {
     const nlohmann::json j = nlohmann::json::parse(in, nullptr, /*allow_exceptions=*/false);
     return j.is_object() ? j : nlohmann::json();
@@ -248,11 +250,9 @@ bool holds_output_of_kind(const std::string& path, OutputKind kind) {
     case OutputKind::report_markdown:
       return starts_with("# dlbench report");
     case OutputKind::report_html: {
-      std::string head(4096, '\0');
-      in.read(head.data(), static_cast<std::streamsize>(head.size()));
-      head.resize(static_cast<size_t>(in.gcount()));
-      return head.rfind("<!DOCTYPE html>", 0) == 0 &&
-             head.find("<title>dlbench report</title>") != std::string::npos;
+      const std::string page = head(4096);
+      return page.rfind("<!DOCTYPE html>", 0) == 0 &&
+             page.find("<title>dlbench report</title>") != std::string::npos;
     }
   }
   return false;
