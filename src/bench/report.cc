@@ -286,13 +286,19 @@ ReportSection conclusions_section(const ReportInput& in, const ReportAxes& axes,
                                         f, model, at_batch(b), ratio, 100.0 * (ratio - 1)));
         }
       }
-    for (const BestBatchPair& pair : best_batch_pairs(model, axes, best))
+    // A best-batch comparison whose two sides were fastest at one batch is also the per-batch line below
+    // where those two are the only frameworks at that batch: that line is then left out, not said twice.
+    std::set<std::tuple<std::string, int, int64_t, std::string>> said;  // precision, GPUs, batch, peer
+    for (const BestBatchPair& pair : best_batch_pairs(model, axes, best)) {
+      if (pair.ours->batch_size == pair.theirs->batch_size)
+        said.emplace(pair.precision, pair.gpus, pair.ours->batch_size, pair.peer);
       s.items.push_back(
           fmt::format("{} {} on {}, each at its fastest batch: dlbench (batch {}) is {:.2f}x as "
                       "fast as {} (batch {}){}.",
                       model, pair.precision, report_workers_text(pair.gpus, axes), pair.ours->batch_size,
                       pair.ours->rate / pair.theirs->rate, pair.peer, pair.theirs->batch_size,
                       run_of(*pair.ours) == run_of(*pair.theirs) ? "" : " (different runs)"));
+    }
     // The fastest framework at each precision, batch and GPU count that two or more of them ran.
     for (const std::string& p : axes.precisions)
       for (int64_t b : axes.batch_sizes)
@@ -301,6 +307,10 @@ ReportSection conclusions_section(const ReportInput& in, const ReportAxes& axes,
           for (const std::string& f : axes.frameworks)
             if (const ReportPoint* point = find(best, f, model, p, g, b)) rates.emplace_back(point->rate, f);
           if (rates.size() < 2) continue;
+          if (rates.size() == 2) {
+            const std::string& peer = rates[0].second == "dlbench" ? rates[1].second : rates[0].second;
+            if (said.count({p, g, b, peer})) continue;
+          }
           std::sort(rates.rbegin(), rates.rend());
           // The ratio of the two fastest, from points of one run where one holds both (as the peers' table).
           const PointPair pair = paired_points(in, best, rates[0].second, rates[1].second, model, p, g, b);

@@ -388,6 +388,19 @@ TEST(Report, EachFrameworksFastestBatchIsSetBesideTheOthers) {
   const std::string same = dir.file("same.jsonl");
   testing::write_file(same, line("dlbench", "fp16", 16, 97000, 36) + line("pytorch", "fp16", 16, 80000, 38));
   EXPECT_EQ(report_markdown(read_report_input({same})).find("each at its fastest batch"), std::string::npos);
+
+  // Both fastest at one batch of the several they ran: the conclusions give that ratio once, as the
+  // best-batch line; the other batch keeps its per-batch line.
+  const std::string both64 = dir.file("both64.jsonl");
+  testing::write_file(both64,
+                      line("dlbench", "bf16", 32, 100000, 60) + line("dlbench", "bf16", 64, 104000, 108) +
+                          line("pytorch", "bf16", 32, 91000, 64) + line("pytorch", "bf16", 64, 92000, 120));
+  const std::string md3 = report_markdown(read_report_input({both64}));
+  EXPECT_CONTAINS(md3,
+                  "gpt2-large bf16 on 1 GPU, each at its fastest batch: dlbench (batch 64) is 1.13x as fast "
+                  "as pytorch (batch 64).");
+  EXPECT_EQ(md3.find("gpt2-large bf16 on 1 GPU at batch 64: dlbench is"), std::string::npos) << md3;
+  EXPECT_CONTAINS(md3, "gpt2-large bf16 on 1 GPU at batch 32: dlbench is 1.10x as fast as pytorch.");
 }
 
 // A token model's rows and figures state its tokens/s (not its sequences/s) and its MFU, an image model's
