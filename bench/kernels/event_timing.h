@@ -52,4 +52,26 @@ inline double median_ms(cudaStream_t stream, int reps, const std::function<void(
   return times[times.size() / 2];
 }
 
+// The mean time of `body` in milliseconds, run back to back for about `window_ms` of GPU time after as
+// long again untimed: the rate a power-capped GPU holds once it sits at its cap (its clock lowered), not
+// the rate of a short burst at full clock, which is what median_ms sees. A step of many GEMMs runs at
+// the cap, so their ranking there is the one that matters to it.
+inline double sustained_ms(cudaStream_t stream, double window_ms, const std::function<void()>& body) {
+  const double one = median_ms(stream, 3, body, 1);
+  const int count = std::max(1, static_cast<int>(window_ms / std::max(one, 1e-3)));
+  cudaEvent_t start, stop;
+  check(cudaEventCreate(&start), "event");
+  check(cudaEventCreate(&stop), "event");
+  for (int i = 0; i < count; ++i) body();  // to the cap
+  check(cudaEventRecord(start, stream), "record");
+  for (int i = 0; i < count; ++i) body();
+  check(cudaEventRecord(stop, stream), "record");
+  check(cudaEventSynchronize(stop), "synchronize");
+  float ms = 0;
+  check(cudaEventElapsedTime(&ms, start, stop), "elapsed");
+  cudaEventDestroy(start);
+  cudaEventDestroy(stop);
+  return ms / count;
+}
+
 }  // namespace kernel_bench

@@ -11,7 +11,11 @@
 // DGELU_BGRAD, the bias gradient of mlp.c_fc in its epilogue (a row of its own, outside the block's sums):
 // whether that costs less than the bias kernel's pass over c_fc's output gradient.
 //
-//   gemm_choice_probe [--model gpt2|gpt2-medium|gpt2-large|gpt2-xl] [--tokens N] [--reps R]
+// With --sustain-ms T each algorithm is instead run back to back for T ms after T ms untimed
+// (kernel_bench::sustained_ms): its rate at the power cap, where a bf16 step of gpt2-large spends its
+// time (bench/results/power-and-clocks), so that an algorithm doing the same work on less energy shows.
+//
+//   gemm_choice_probe [--model gpt2|gpt2-medium|gpt2-large|gpt2-xl] [--tokens N] [--reps R] [--sustain-ms T]
 #include <cublasLt.h>
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
@@ -61,11 +65,12 @@ int main(int argc, char** argv) {
   const int64_t tokens = options.tokens, c = options.width;
   const int reps = options.reps;
 
-  // The dense layers (in, out) and their three GEMMs with the BF16 epilogues dlbench gave them when this
-  // was measured (the weight GEMMs' BGRADB has since given way to the bias kernel, dense_epilogues.cc):
+  // The dense layers (in, out) and their three GEMMs with the BF16 epilogues dlbench gives them
+  // (dense_epilogues.cc; until 2026-12-06 the weight GEMMs here carried BGRADB, which dlbench had since
+  // left for the bias kernel's pass):
   //   forward  y = x W^T + b (+ residual, or GELU with its input saved): A = W, B = x;
   //   data     dx = dy W (through GELU's gradient after mlp.c_fc): A = W, B = dy;
-  //   weight   dW = dy^T x with db the sum of dy (BGRADB): A = x, B = dy.
+  //   weight   dW = dy^T x, plain: A = x, B = dy.
   struct Layer {
     const char* name;
     int64_t in, out;
@@ -89,7 +94,7 @@ int main(int argc, char** argv) {
       gemms.push_back({name + " data grad + c_fc db", CUBLAS_OP_N, CUBLAS_OP_N, l.in, tokens, l.out,
                        CUBLASLT_EPILOGUE_DGELU_BGRAD, false, true});
     gemms.push_back({name + " weight grad", CUBLAS_OP_N, CUBLAS_OP_T, l.in, l.out, tokens,
-                     CUBLASLT_EPILOGUE_BGRADB, false});
+                     CUBLASLT_EPILOGUE_DEFAULT, false});
   }
 
   cudaStream_t stream;
@@ -147,8 +152,24 @@ int main(int argc, char** argv) {
       };
       if (!run()) continue;
       check(cudaStreamSynchronize(stream), "warm-up");
-      ms[j] = median_ms(stream, reps, run);
+      ms[j] = options.sustain_ms > 0 ? kernel_bench::sustained_ms(stream, options.sustain_ms, run)
+                                     : median_ms(stream, reps, run);
     }
+    if (options.sustain_ms > 0)  // each offer's configuration beside its time, to find a rule in them
+      for (size_t j = 0; j < results.size(); ++j) {
+        auto config = [&](cublasLtMatmulAlgoConfigAttributes_t attribute) {
+          uint32_t value = 0;
+          size_t written = 0;
+          cublasLtMatmulAlgoConfigGetAttribute(&results[j].algo, attribute, &value, sizeof value, &written);
+          return value;
+        };
+        std::printf(
+            "  %-22s %-14s offer %zu: algo %u tile %u stages %u cluster %u split-k %u swizzle %u  %.3f ms\n",
+            g.name.c_str(), epilogue_name(epilogue, residual), j, config(CUBLASLT_ALGO_CONFIG_ID),
+            config(CUBLASLT_ALGO_CONFIG_TILE_ID), config(CUBLASLT_ALGO_CONFIG_STAGES_ID),
+            config(CUBLASLT_ALGO_CONFIG_CLUSTER_SHAPE_ID), config(CUBLASLT_ALGO_CONFIG_SPLITK_NUM),
+            config(CUBLASLT_ALGO_CONFIG_CTA_SWIZZLING), ms[j]);
+      }
     for (auto l : {la, lb, ld}) cublasLtMatrixLayoutDestroy(l);
     cublasLtMatmulDescDestroy(desc);
     return ms;

@@ -1,7 +1,7 @@
 // What the GPT-2 GEMM probes share (fp8_gemm_probe, gemm_choice_probe):
 // errors that end the program with one line naming it, cuBLASLt descriptor attributes, random BF16 operands,
-// the command line (--model, --tokens, --reps) with the model's width and cuBLASLt's heuristic choices for a
-// GEMM; errors and timing from event_timing.h.
+// the command line (--model, --tokens, --reps, --sustain-ms) with the model's width and cuBLASLt's heuristic
+// choices for a GEMM; errors and timing from event_timing.h.
 #pragma once
 
 #include <cublasLt.h>
@@ -44,7 +44,8 @@ struct Options {
   std::string model = "gpt2-large";
   int64_t tokens = 16384;
   int reps = 10;
-  int64_t width = 0;  // the model's C
+  double sustain_ms = 0;  // > 0: time each GEMM sustained for this long (kernel_bench::sustained_ms)
+  int64_t width = 0;      // the model's C
 };
 
 // --model, --tokens (a positive multiple of `token_multiple`), --reps; a bad one ends the program with
@@ -65,8 +66,11 @@ inline Options parse_options(int argc, char** argv, int64_t token_multiple) {
       o.tokens = std::atoll(value("--tokens"));
     } else if (!std::strcmp(argv[i], "--reps")) {
       o.reps = std::atoi(value("--reps"));
+    } else if (!std::strcmp(argv[i], "--sustain-ms")) {
+      o.sustain_ms = std::atof(value("--sustain-ms"));
     } else {
-      std::fprintf(stderr, "%s: unknown argument %s (--model M --tokens N --reps R)\n", program, argv[i]);
+      std::fprintf(stderr, "%s: unknown argument %s (--model M --tokens N --reps R --sustain-ms T)\n",
+                   program, argv[i]);
       std::exit(2);
     }
   }
@@ -75,11 +79,14 @@ inline Options parse_options(int argc, char** argv, int64_t token_multiple) {
             : o.model == "gpt2-large"  ? 1280
             : o.model == "gpt2-xl"     ? 1600
                                        : 0;
-  if (o.width == 0 || o.tokens < token_multiple || o.tokens % token_multiple || o.reps < 1) {
+  if (o.width == 0 || o.tokens < token_multiple || o.tokens % token_multiple || o.reps < 1 ||
+      o.sustain_ms < 0) {
     const std::string tokens =
         token_multiple > 1 ? "a multiple of " + std::to_string(token_multiple) : std::string(">= 1");
-    std::fprintf(stderr, "%s: --model gpt2|gpt2-medium|gpt2-large|gpt2-xl, --tokens %s, --reps >= 1\n",
-                 program, tokens.c_str());
+    std::fprintf(
+        stderr,
+        "%s: --model gpt2|gpt2-medium|gpt2-large|gpt2-xl, --tokens %s, --reps >= 1, --sustain-ms >= 0\n",
+        program, tokens.c_str());
     std::exit(2);
   }
   return o;
