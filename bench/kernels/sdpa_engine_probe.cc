@@ -5,10 +5,15 @@
 // configuration's outputs are compared with the first's (the largest absolute difference), so that a
 // faster one is known to compute the same attention.
 //
+// With --knob-space it also builds every configuration of the heuristics' engines that their knobs'
+// ranges allow (cuda::attention_engine_space), not only the few the heuristics list, and times each the
+// same way; their lines say "space" in the config column's place.
+//
 // FLOPs: the causal forward is half of Q K^T and P V, 2 B T^2 C; the backward 2.5 times that (its five
 // products, two of them recomputing the forward's).
 //
 //   sdpa_engine_probe [--model gpt2|gpt2-medium|gpt2-large|gpt2-xl] [--batch B] [--reps N] [--configs N]
+//                     [--knob-space [LIMIT]]
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 #include <cudnn.h>
@@ -71,6 +76,7 @@ int main(int argc, char** argv) {
   std::string model = "gpt2-large";
   int64_t batch = 16;
   int reps = 20, configs = 16;
+  size_t knob_space_limit = 0;  // 0: the heuristics' configurations only
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
     if (a == "--model" && i + 1 < argc) {
@@ -81,10 +87,13 @@ int main(int argc, char** argv) {
       reps = std::max(1, std::atoi(argv[++i]));
     } else if (a == "--configs" && i + 1 < argc) {
       configs = std::max(1, std::atoi(argv[++i]));
+    } else if (a == "--knob-space") {
+      knob_space_limit = 512;
+      if (i + 1 < argc && argv[i + 1][0] != '-') knob_space_limit = std::max(1, std::atoi(argv[++i]));
     } else {
       std::fprintf(stderr,
                    "usage: %s [--model gpt2|gpt2-medium|gpt2-large|gpt2-xl] [--batch B] [--reps N] "
-                   "[--configs N]\n",
+                   "[--configs N] [--knob-space [LIMIT]]\n",
                    argv[0]);
       return 2;
     }
@@ -122,6 +131,27 @@ int main(int argc, char** argv) {
     std::vector<float> first_out, first_dqkv;
     for (const AttentionPass pass : {AttentionPass::forward, AttentionPass::backward}) {
       const bool forward = pass == AttentionPass::forward;
+      // Times one plan and prints its line; false when it refused to run.
+      const auto time_plan = [&](const AttentionPlan& plan, const std::string& label) {
+        bool ran = true;
+        const auto launch = [&] {
+          ran &= forward ? plan.forward(qkv.get(), out.get(), static_cast<float*>(stats.get()))
+                         : plan.backward(qkv.get(), out.get(), static_cast<const float*>(stats.get()),
+                                         dout.get(), dqkv.get());
+        };
+        const double us = 1e3 * kernel_bench::median_ms(stream, reps, launch, /*warm_ups=*/3);
+        if (!ran) {
+          std::printf("%-9s %6s %-24s refused to run\n", forward ? "forward" : "backward", label.c_str(),
+                      plan.engine().c_str());
+          return;
+        }
+        std::vector<float> result = download_bf16(forward ? out : dqkv);
+        std::vector<float>& first = forward ? first_out : first_dqkv;
+        if (first.empty()) first = result;
+        const double flops = forward ? forward_flops : 2.5 * forward_flops;
+        std::printf("%-9s %6s %-24s %10.1f %9.1f %12.3g\n", forward ? "forward" : "backward", label.c_str(),
+                    plan.engine().c_str(), us, flops / (us * 1e6), largest_difference(result, first));
+      };
       for (int config = 0; config < configs; ++config) {
         std::string why_not;
         const auto plan = AttentionPlan::build(handle, s, pass, why_not, config);
@@ -130,24 +160,17 @@ int main(int argc, char** argv) {
             std::printf("%-9s no plan: %s\n", forward ? "forward" : "backward", why_not.c_str());
           break;
         }
-        bool ran = true;
-        const auto launch = [&] {
-          ran &= forward ? plan->forward(qkv.get(), out.get(), static_cast<float*>(stats.get()))
-                         : plan->backward(qkv.get(), out.get(), static_cast<const float*>(stats.get()),
-                                          dout.get(), dqkv.get());
-        };
-        const double us = 1e3 * kernel_bench::median_ms(stream, reps, launch, /*warm_ups=*/3);
-        if (!ran) {
-          std::printf("%-9s %6d %-24s refused to run\n", forward ? "forward" : "backward", config,
-                      plan->engine().c_str());
-          continue;
+        time_plan(*plan, std::to_string(config));
+      }
+      if (knob_space_limit > 0) {
+        const auto space = cuda::attention_engine_space(handle, s, pass, knob_space_limit);
+        std::printf("%-9s %zu configurations in the engines' knob space\n", forward ? "forward" : "backward",
+                    space.size());
+        for (const cuda::GraphEngine& engine : space) {
+          std::string why_not;
+          const auto plan = AttentionPlan::build(handle, s, pass, why_not, engine);
+          if (plan) time_plan(*plan, "space");
         }
-        std::vector<float> result = download_bf16(forward ? out : dqkv);
-        std::vector<float>& first = forward ? first_out : first_dqkv;
-        if (first.empty()) first = result;
-        const double flops = forward ? forward_flops : 2.5 * forward_flops;
-        std::printf("%-9s %6d %-24s %10.1f %9.1f %12.3g\n", forward ? "forward" : "backward", config,
-                    plan->engine().c_str(), us, flops / (us * 1e6), largest_difference(result, first));
       }
       if (forward) {  // the backward reads the first configuration's out and stats
         std::string why_not;

@@ -251,6 +251,28 @@ EngineNotes notes_of(cudnnBackendDescriptor_t engine) {
   return notes;
 }
 
+// `count` fresh descriptors of one type with their raw handles, for an attribute cuDNN fills as an array.
+struct DescriptorArray {
+  std::vector<BackendDescriptor> owned;
+  std::vector<cudnnBackendDescriptor_t> raw;
+  DescriptorArray(cudnnBackendDescriptorType_t type, int64_t count) {
+    for (int64_t i = 0; i < count; ++i) {
+      owned.emplace_back(type);
+      raw.push_back(owned.back().get());
+    }
+  }
+  int64_t size() const { return static_cast<int64_t>(raw.size()); }
+};
+
+// Engine `index` for `graph`, finalized; nullopt when it does not take the graph.
+std::optional<BackendDescriptor> finalized_engine(const BackendDescriptor& graph, int64_t index) {
+  BackendDescriptor engine(CUDNN_BACKEND_ENGINE_DESCRIPTOR);
+  engine.set_descriptor(CUDNN_ATTR_ENGINE_OPERATION_GRAPH, graph, "engine graph")
+      .set_one(CUDNN_ATTR_ENGINE_GLOBAL_INDEX, CUDNN_TYPE_INT64, index, "engine index");
+  if (engine.try_finalize() != CUDNN_STATUS_SUCCESS) return std::nullopt;
+  return engine;
+}
+
 // An engine configuration from the heuristics as numbers, with its engine's notes.
 std::optional<std::pair<GraphEngine, EngineNotes>> read_engine_config(cudnnBackendDescriptor_t config) {
   BackendDescriptor engine(CUDNN_BACKEND_ENGINE_DESCRIPTOR);
@@ -263,14 +285,10 @@ std::optional<std::pair<GraphEngine, EngineNotes>> read_engine_config(cudnnBacke
   if (cudnnBackendGetAttribute(e, CUDNN_ATTR_ENGINE_GLOBAL_INDEX, CUDNN_TYPE_INT64, 1, &count,
                                &numbers.index) != CUDNN_STATUS_SUCCESS)
     return std::nullopt;
-  std::vector<BackendDescriptor> choices;
-  std::vector<cudnnBackendDescriptor_t> raw;
-  for (int i = 0; i < CUDNN_KNOB_TYPE_COUNTS; ++i) {
-    choices.emplace_back(CUDNN_BACKEND_KNOB_CHOICE_DESCRIPTOR);
-    raw.push_back(choices.back().get());
-  }
+  DescriptorArray choices(CUDNN_BACKEND_KNOB_CHOICE_DESCRIPTOR, CUDNN_KNOB_TYPE_COUNTS);
+  const std::vector<cudnnBackendDescriptor_t>& raw = choices.raw;
   if (cudnnBackendGetAttribute(config, CUDNN_ATTR_ENGINECFG_KNOB_CHOICES, CUDNN_TYPE_BACKEND_DESCRIPTOR,
-                               static_cast<int64_t>(raw.size()), &count, raw.data()) != CUDNN_STATUS_SUCCESS)
+                               choices.size(), &count, choices.raw.data()) != CUDNN_STATUS_SUCCESS)
     return std::nullopt;
   for (int64_t i = 0; i < count; ++i) {
     cudnnBackendKnobType_t type{};
@@ -298,18 +316,92 @@ std::vector<BackendDescriptor> heuristic_engine_configs(const BackendDescriptor&
                                0, &count, nullptr) != CUDNN_STATUS_SUCCESS ||
       count <= 0)
     return {};
-  std::vector<BackendDescriptor> configs;
-  std::vector<cudnnBackendDescriptor_t> raw;
-  for (int64_t i = 0; i < count; ++i) {
-    configs.emplace_back(CUDNN_BACKEND_ENGINECFG_DESCRIPTOR);
-    raw.push_back(configs.back().get());
-  }
+  DescriptorArray results(CUDNN_BACKEND_ENGINECFG_DESCRIPTOR, count);
   int64_t returned = 0;
   if (cudnnBackendGetAttribute(heuristics.get(), CUDNN_ATTR_ENGINEHEUR_RESULTS, CUDNN_TYPE_BACKEND_DESCRIPTOR,
-                               count, &returned, raw.data()) != CUDNN_STATUS_SUCCESS)
+                               count, &returned, results.raw.data()) != CUDNN_STATUS_SUCCESS)
     return {};
-  configs.erase(configs.begin() + std::clamp<int64_t>(returned, 0, count), configs.end());
-  return configs;
+  results.owned.erase(results.owned.begin() + std::clamp<int64_t>(returned, 0, count), results.owned.end());
+  return std::move(results.owned);
+}
+
+std::optional<GraphEngine> engine_config_numbers(cudnnBackendDescriptor_t config) {
+  const auto read = read_engine_config(config);
+  if (!read) return std::nullopt;
+  return read->first;
+}
+
+std::optional<EngineConfig> engine_config(const BackendDescriptor& graph, const GraphEngine& numbers) {
+  std::optional<BackendDescriptor> engine = finalized_engine(graph, numbers.index);
+  if (!engine) return std::nullopt;
+  std::vector<BackendDescriptor> knobs;
+  std::vector<cudnnBackendDescriptor_t> raw;
+  for (const auto& [type, value] : numbers.knobs) {
+    BackendDescriptor knob(CUDNN_BACKEND_KNOB_CHOICE_DESCRIPTOR);
+    knob.set_one(CUDNN_ATTR_KNOB_CHOICE_KNOB_TYPE, CUDNN_TYPE_KNOB_TYPE,
+                 static_cast<cudnnBackendKnobType_t>(type), "knob type")
+        .set_one(CUDNN_ATTR_KNOB_CHOICE_KNOB_VALUE, CUDNN_TYPE_INT64, value, "knob value");
+    if (knob.try_finalize() != CUDNN_STATUS_SUCCESS) return std::nullopt;
+    raw.push_back(knob.get());
+    knobs.push_back(std::move(knob));
+  }
+  BackendDescriptor config(CUDNN_BACKEND_ENGINECFG_DESCRIPTOR);
+  config.set_descriptor(CUDNN_ATTR_ENGINECFG_ENGINE, *engine, "engine config");
+  if (!raw.empty())
+    config.set(CUDNN_ATTR_ENGINECFG_KNOB_CHOICES, CUDNN_TYPE_BACKEND_DESCRIPTOR,
+               static_cast<int64_t>(raw.size()), raw.data(), "knob choices");
+  if (config.try_finalize() != CUDNN_STATUS_SUCCESS) return std::nullopt;
+  return EngineConfig{std::move(*engine), std::move(knobs), std::move(config)};
+}
+
+std::vector<GraphEngine> knob_space(const BackendDescriptor& graph, int64_t engine_index, size_t limit) {
+  const std::optional<BackendDescriptor> engine = finalized_engine(graph, engine_index);
+  if (!engine) return {};
+  DescriptorArray infos(CUDNN_BACKEND_KNOB_INFO_DESCRIPTOR, CUDNN_KNOB_TYPE_COUNTS);
+  const std::vector<cudnnBackendDescriptor_t>& raw = infos.raw;
+  int64_t count = 0;
+  if (cudnnBackendGetAttribute(engine->get(), CUDNN_ATTR_ENGINE_KNOB_INFO, CUDNN_TYPE_BACKEND_DESCRIPTOR,
+                               infos.size(), &count, infos.raw.data()) != CUDNN_STATUS_SUCCESS)
+    return {};
+  struct Range {
+    int64_t type, low, high, stride;
+  };
+  std::vector<Range> ranges;
+  for (int64_t i = 0; i < count; ++i) {
+    cudnnBackendKnobType_t type{};
+    Range r{};
+    int64_t got = 0;
+    if (cudnnBackendGetAttribute(raw[static_cast<size_t>(i)], CUDNN_ATTR_KNOB_INFO_TYPE, CUDNN_TYPE_KNOB_TYPE,
+                                 1, &got, &type) != CUDNN_STATUS_SUCCESS ||
+        cudnnBackendGetAttribute(raw[static_cast<size_t>(i)], CUDNN_ATTR_KNOB_INFO_MINIMUM_VALUE,
+                                 CUDNN_TYPE_INT64, 1, &got, &r.low) != CUDNN_STATUS_SUCCESS ||
+        cudnnBackendGetAttribute(raw[static_cast<size_t>(i)], CUDNN_ATTR_KNOB_INFO_MAXIMUM_VALUE,
+                                 CUDNN_TYPE_INT64, 1, &got, &r.high) != CUDNN_STATUS_SUCCESS ||
+        cudnnBackendGetAttribute(raw[static_cast<size_t>(i)], CUDNN_ATTR_KNOB_INFO_STRIDE, CUDNN_TYPE_INT64,
+                                 1, &got, &r.stride) != CUDNN_STATUS_SUCCESS)
+      return {};
+    r.type = static_cast<int64_t>(type);
+    r.stride = std::max<int64_t>(r.stride, 1);
+    if (r.high >= r.low) ranges.push_back(r);
+  }
+  // The product of the ranges, the first knob varying fastest, as an odometer.
+  std::vector<GraphEngine> space;
+  std::vector<int64_t> value;
+  for (const Range& r : ranges) value.push_back(r.low);
+  while (space.size() < limit) {
+    GraphEngine e;
+    e.index = engine_index;
+    for (size_t k = 0; k < ranges.size(); ++k) e.knobs.emplace_back(ranges[k].type, value[k]);
+    space.push_back(std::move(e));
+    size_t k = 0;
+    for (; k < ranges.size(); ++k) {
+      value[k] += ranges[k].stride;
+      if (value[k] <= ranges[k].high) break;
+      value[k] = ranges[k].low;
+    }
+    if (k == ranges.size()) break;  // every combination listed
+  }
+  return space;
 }
 
 ConvGraph::ConvGraph(cudnnHandle_t handle, const ConvGeometry& g, ConvDirection direction,
@@ -341,37 +433,18 @@ std::unique_ptr<GraphPlan> GraphPlan::build(const ConvGraph& graph, const GraphE
 }
 
 std::unique_ptr<GraphPlan> GraphPlan::build_or_throw(const ConvGraph& graph, const GraphEngine& numbers) {
-  BackendDescriptor engine(CUDNN_BACKEND_ENGINE_DESCRIPTOR);
-  engine.set_descriptor(CUDNN_ATTR_ENGINE_OPERATION_GRAPH, graph.graph(), "engine graph")
-      .set_one(CUDNN_ATTR_ENGINE_GLOBAL_INDEX, CUDNN_TYPE_INT64, numbers.index, "engine index");
-  if (engine.try_finalize() != CUDNN_STATUS_SUCCESS) return nullptr;
-  std::vector<BackendDescriptor> knobs;
-  std::vector<cudnnBackendDescriptor_t> raw;
-  for (const auto& [type, value] : numbers.knobs) {
-    BackendDescriptor knob(CUDNN_BACKEND_KNOB_CHOICE_DESCRIPTOR);
-    knob.set_one(CUDNN_ATTR_KNOB_CHOICE_KNOB_TYPE, CUDNN_TYPE_KNOB_TYPE,
-                 static_cast<cudnnBackendKnobType_t>(type), "knob type")
-        .set_one(CUDNN_ATTR_KNOB_CHOICE_KNOB_VALUE, CUDNN_TYPE_INT64, value, "knob value");
-    if (knob.try_finalize() != CUDNN_STATUS_SUCCESS) return nullptr;
-    raw.push_back(knob.get());
-    knobs.push_back(std::move(knob));
-  }
-  BackendDescriptor config(CUDNN_BACKEND_ENGINECFG_DESCRIPTOR);
-  config.set_descriptor(CUDNN_ATTR_ENGINECFG_ENGINE, engine, "engine config");
-  if (!raw.empty())
-    config.set(CUDNN_ATTR_ENGINECFG_KNOB_CHOICES, CUDNN_TYPE_BACKEND_DESCRIPTOR,
-               static_cast<int64_t>(raw.size()), raw.data(), "knob choices");
-  if (config.try_finalize() != CUDNN_STATUS_SUCCESS) return nullptr;
+  const std::optional<EngineConfig> config = engine_config(graph.graph(), numbers);
+  if (!config) return nullptr;
   BackendDescriptor plan(CUDNN_BACKEND_EXECUTION_PLAN_DESCRIPTOR);
   cudnnHandle_t handle = graph.handle();
   plan.set_one(CUDNN_ATTR_EXECUTION_PLAN_HANDLE, CUDNN_TYPE_HANDLE, handle, "plan handle")
-      .set_descriptor(CUDNN_ATTR_EXECUTION_PLAN_ENGINE_CONFIG, config, "plan engine");
+      .set_descriptor(CUDNN_ATTR_EXECUTION_PLAN_ENGINE_CONFIG, config->config, "plan engine");
   if (plan.try_finalize() != CUDNN_STATUS_SUCCESS) return nullptr;
   int64_t workspace = 0, got = 0;
   CUDNN_CHECK(cudnnBackendGetAttribute(plan.get(), CUDNN_ATTR_EXECUTION_PLAN_WORKSPACE_SIZE, CUDNN_TYPE_INT64,
                                        1, &got, &workspace));
-  return std::unique_ptr<GraphPlan>(new GraphPlan(handle, std::move(plan), numbers, notes_of(engine.get()),
-                                                  static_cast<size_t>(workspace)));
+  return std::unique_ptr<GraphPlan>(new GraphPlan(
+      handle, std::move(plan), numbers, notes_of(config->engine.get()), static_cast<size_t>(workspace)));
 }
 
 cudnnStatus_t GraphPlan::execute(const void* x, const void* w, const void* y, void* workspace) const {

@@ -21,6 +21,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -72,6 +73,26 @@ struct GraphEngine {
   std::vector<std::pair<int64_t, int64_t>> knobs;
   bool operator==(const GraphEngine&) const = default;
 };
+
+// The numbers of an engine configuration the heuristics gave (heuristic_engine_configs); nullopt when
+// cuDNN does not say them.
+std::optional<GraphEngine> engine_config_numbers(cudnnBackendDescriptor_t config);
+
+// An engine configuration rebuilt from its numbers for `graph`, with the engine and knob choices it names,
+// kept alive as long as it is (as cudnn-frontend keeps them); nullopt when cuDNN refuses the engine or a
+// knob.
+struct EngineConfig {
+  BackendDescriptor engine;
+  std::vector<BackendDescriptor> knobs;
+  BackendDescriptor config;
+};
+std::optional<EngineConfig> engine_config(const BackendDescriptor& graph, const GraphEngine& numbers);
+
+// Every configuration of engine `engine_index` for `graph` that its knobs' ranges allow
+// (CUDNN_ATTR_ENGINE_KNOB_INFO: each knob from its minimum to its maximum by its stride), at most `limit`
+// of them. The heuristics list a few of these; a probe may time them all. Empty when the engine does not
+// take the graph.
+std::vector<GraphEngine> knob_space(const BackendDescriptor& graph, int64_t engine_index, size_t limit);
 
 // What an engine says of its arithmetic and behaviour.
 struct EngineNotes {

@@ -3,6 +3,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <array>
 #include <cmath>
 #include <limits>
@@ -288,32 +289,37 @@ struct BuiltPlan {
   size_t workspace = 0;
 };
 
+// A plan of one engine configuration; an empty slot when cuDNN does not build it.
+BuiltPlan plan_of(cudnnHandle_t handle, cudnnBackendDescriptor_t config, int64_t engine) {
+  auto plan = std::make_unique<BackendDescriptor>(CUDNN_BACKEND_EXECUTION_PLAN_DESCRIPTOR);
+  plan->set_one(CUDNN_ATTR_EXECUTION_PLAN_HANDLE, CUDNN_TYPE_HANDLE, handle, "sdpa plan handle");
+  plan->set(CUDNN_ATTR_EXECUTION_PLAN_ENGINE_CONFIG, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &config,
+            "sdpa plan engine");
+  if (plan->try_finalize() != CUDNN_STATUS_SUCCESS) return {};
+  BuiltPlan built;
+  int64_t got = 0, workspace = 0;
+  CUDNN_CHECK(cudnnBackendGetAttribute(plan->get(), CUDNN_ATTR_EXECUTION_PLAN_WORKSPACE_SIZE,
+                                       CUDNN_TYPE_INT64, 1, &got, &workspace));
+  built.workspace = static_cast<size_t>(workspace);
+  built.engine = engine;
+  built.plan = std::move(plan);
+  return built;
+}
+
 BuiltPlan nth_plan(cudnnHandle_t handle, const BackendDescriptor& graph, int index) {
   int built_before = 0;  // configurations that built, before this one
   for (cudnnBackendHeurMode_t mode : {CUDNN_HEUR_MODE_A, CUDNN_HEUR_MODE_FALLBACK}) {
     for (const BackendDescriptor& candidate : heuristic_engine_configs(graph, mode)) {
-      auto plan = std::make_unique<BackendDescriptor>(CUDNN_BACKEND_EXECUTION_PLAN_DESCRIPTOR);
-      plan->set_one(CUDNN_ATTR_EXECUTION_PLAN_HANDLE, CUDNN_TYPE_HANDLE, handle, "sdpa plan handle");
-      cudnnBackendDescriptor_t config = candidate.get();
-      plan->set(CUDNN_ATTR_EXECUTION_PLAN_ENGINE_CONFIG, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &config,
-                "sdpa plan engine");
-      if (plan->try_finalize() != CUDNN_STATUS_SUCCESS || built_before++ < index) continue;
-      BuiltPlan built;
-      int64_t got = 0, workspace = 0;
-      CUDNN_CHECK(cudnnBackendGetAttribute(plan->get(), CUDNN_ATTR_EXECUTION_PLAN_WORKSPACE_SIZE,
-                                           CUDNN_TYPE_INT64, 1, &got, &workspace));
-      built.workspace = static_cast<size_t>(workspace);
-      BackendDescriptor engine(CUDNN_BACKEND_ENGINE_DESCRIPTOR);
-      cudnnBackendDescriptor_t e = engine.get();
-      if (cudnnBackendGetAttribute(config, CUDNN_ATTR_ENGINECFG_ENGINE, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1,
-                                   &got, &e) == CUDNN_STATUS_SUCCESS)
-        (void)cudnnBackendGetAttribute(e, CUDNN_ATTR_ENGINE_GLOBAL_INDEX, CUDNN_TYPE_INT64, 1, &got,
-                                       &built.engine);
-      built.plan = std::move(plan);
-      return built;
+      const std::optional<GraphEngine> numbers = engine_config_numbers(candidate.get());
+      BuiltPlan built = plan_of(handle, candidate.get(), numbers ? numbers->index : -1);
+      if (built.plan && built_before++ == index) return built;
     }
   }
   return {};
+}
+
+BackendDescriptor pass_graph(cudnnHandle_t handle, const AttentionShape& shape, AttentionPass pass) {
+  return pass == AttentionPass::forward ? forward_graph(handle, shape) : backward_graph(handle, shape);
 }
 
 }  // namespace
@@ -354,9 +360,7 @@ std::unique_ptr<AttentionPlan> AttentionPlan::build(cudnnHandle_t handle, const 
   if (!why_not.empty()) return nullptr;
   BuiltPlan built;
   try {
-    const BackendDescriptor graph =
-        pass == AttentionPass::forward ? forward_graph(handle, shape) : backward_graph(handle, shape);
-    built = nth_plan(handle, graph, config);
+    built = nth_plan(handle, pass_graph(handle, shape, pass), config);
   } catch (const Error& e) {
     why_not = fmt::format("cuDNN refused the graph: {}", e.what());
     return nullptr;
@@ -368,6 +372,46 @@ std::unique_ptr<AttentionPlan> AttentionPlan::build(cudnnHandle_t handle, const 
   return std::unique_ptr<AttentionPlan>(new AttentionPlan(handle, std::move(*built.plan), shape, pass,
                                                           built.workspace,
                                                           fmt::format("cuDNN engine {}", built.engine)));
+}
+
+std::unique_ptr<AttentionPlan> AttentionPlan::build(cudnnHandle_t handle, const AttentionShape& shape,
+                                                    AttentionPass pass, std::string& why_not,
+                                                    const GraphEngine& engine) {
+  why_not = sdpa_refusal(shape, pass);
+  if (!why_not.empty()) return nullptr;
+  BuiltPlan built;
+  try {
+    const BackendDescriptor graph = pass_graph(handle, shape, pass);
+    const std::optional<EngineConfig> config = engine_config(graph, engine);
+    if (config) built = plan_of(handle, config->config.get(), engine.index);
+  } catch (const Error& e) {
+    why_not = fmt::format("cuDNN refused the graph: {}", e.what());
+    return nullptr;
+  }
+  if (!built.plan) {
+    why_not = fmt::format("cuDNN builds no plan of {}", engine_name(engine));
+    return nullptr;
+  }
+  return std::unique_ptr<AttentionPlan>(
+      new AttentionPlan(handle, std::move(*built.plan), shape, pass, built.workspace, engine_name(engine)));
+}
+
+std::vector<GraphEngine> attention_engine_space(cudnnHandle_t handle, const AttentionShape& shape,
+                                                AttentionPass pass, size_t limit) {
+  if (!sdpa_refusal(shape, pass).empty()) return {};
+  const BackendDescriptor graph = pass_graph(handle, shape, pass);
+  std::vector<int64_t> engines;
+  for (cudnnBackendHeurMode_t mode : {CUDNN_HEUR_MODE_A, CUDNN_HEUR_MODE_FALLBACK})
+    for (const BackendDescriptor& candidate : heuristic_engine_configs(graph, mode)) {
+      const std::optional<GraphEngine> numbers = engine_config_numbers(candidate.get());
+      if (numbers && std::find(engines.begin(), engines.end(), numbers->index) == engines.end())
+        engines.push_back(numbers->index);
+    }
+  std::vector<GraphEngine> space;
+  for (int64_t engine : engines)
+    for (GraphEngine& e : knob_space(graph, engine, limit - std::min(limit, space.size())))
+      space.push_back(std::move(e));
+  return space;
 }
 
 cudnnStatus_t AttentionPlan::execute(int64_t count, const int64_t* uids, void* const* pointers) const {

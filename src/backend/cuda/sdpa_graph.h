@@ -19,6 +19,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "backend/backend.h"
 #include "backend/cuda/cuda_common.h"
@@ -44,6 +45,10 @@ class AttentionPlan {
   // bench/kernels/sdpa_engine_probe times the others.
   static std::unique_ptr<AttentionPlan> build(cudnnHandle_t handle, const AttentionShape& shape,
                                               AttentionPass pass, std::string& why_not, int config = 0);
+  // A plan of one engine configuration given as numbers (attention_engine_space lists them); for the probe.
+  static std::unique_ptr<AttentionPlan> build(cudnnHandle_t handle, const AttentionShape& shape,
+                                              AttentionPass pass, std::string& why_not,
+                                              const GraphEngine& engine);
 
   // Enqueues the pass on the handle's stream; false when cuDNN refuses to run it.
   bool forward(const void* qkv, void* out, float* stats) const;
@@ -67,6 +72,12 @@ class AttentionPlan {
   std::string engine_;
   float scale_;
 };
+
+// Every configuration of every engine cuDNN's heuristics offer for the pass's graph, each engine's knobs
+// over their whole ranges (knob_space), at most `limit`: what bench/kernels/sdpa_engine_probe
+// --knob-space times beside the heuristics' own configurations.
+std::vector<GraphEngine> attention_engine_space(cudnnHandle_t handle, const AttentionShape& shape,
+                                                AttentionPass pass, size_t limit);
 
 // Whether cuDNN's fused attention may take the shape at all (f16/bf16, head size a multiple of 8 up to
 // 128); "" if so, else why not.
