@@ -343,7 +343,7 @@ void lab_bias(Lab& lab, DType d, int64_t rows, int64_t cols, bool small) {
   const std::string shape = std::to_string(rows) + "x" + std::to_string(cols) + (small ? " small" : "");
   const int64_t check_rows = std::min<int64_t>(rows, 1023);  // odd row count for validation
   const int64_t n = rows * cols, nc = check_rows * cols;
-  DeviceMem y(n * s), bias(cols * 4), dbias(cols * 4);
+  DeviceMem y(n * s), bias(cols * 4), dbias(cols * 4), work(cuda::bias_backward_scratch_bytes(rows, cols, d));
   const std::vector<double> vy = random_values(nc, d, 4), vb = random_values(cols, DType::f32, 5);
   upload(y.get(), vy, d);
   upload(bias.get(), vb, DType::f32);
@@ -357,13 +357,14 @@ void lab_bias(Lab& lab, DType d, int64_t rows, int64_t cols, bool small) {
   lab.add({"add_bias (f32 bias)", dt, shape, err, tolerance(d), us, double(2 * n * s + cols * 4)});
 
   upload(y.get(), vy, d);
-  cuda::bias_backward(y.get(), d, dbias.get(), DType::f32, check_rows, cols, false, lab.stream());
+  cuda::bias_backward(y.get(), d, dbias.get(), DType::f32, check_rows, cols, false, work.get(), lab.stream());
   std::vector<double> sums(cols, 0.0);
   for (int64_t i = 0; i < nc; ++i) sums[i % cols] += vy[i];
   for (double& x : sums) x = rounded(x, DType::f32);
   err = max_rel_err(download(dbias.get(), cols, DType::f32), sums);
-  us = lab.median_us(
-      [&] { cuda::bias_backward(y.get(), d, dbias.get(), DType::f32, rows, cols, false, lab.stream()); });
+  us = lab.median_us([&] {
+    cuda::bias_backward(y.get(), d, dbias.get(), DType::f32, rows, cols, false, work.get(), lab.stream());
+  });
   lab.add({"bias_backward (f32 db)", dt, shape, err, 1e-5, us, double(n * s + cols * 4)});
 }
 
@@ -710,7 +711,7 @@ void lab_layernorm(Lab& lab, int64_t rows, int64_t C) {
   // One launch, then the bias pass over the dx it wrote: the sums must agree (within bf16's rounding of
   // two orders of summation).
   backward(dx_sums.get());
-  cuda::bias_backward(dx.get(), d, pass_sums.get(), d, rows, C, false, lab.stream());
+  cuda::bias_backward(dx.get(), d, pass_sums.get(), d, rows, C, false, scratch.get(), lab.stream());
   DLB_KERNEL_CHECK(cudaGetLastError());
   lab.sync();
   const std::vector<double> fused = download(dx_sums.get(), C, d), pass = download(pass_sums.get(), C, d);
@@ -719,8 +720,9 @@ void lab_layernorm(Lab& lab, int64_t rows, int64_t C) {
   for (int64_t c = 0; c < C; ++c) err = std::max(err, std::abs(fused[c] - pass[c]) / std::max(scale, 1e-30));
   us = lab.median_us([&] { backward(dx_sums.get()); });
   lab.add({"layernorm_backward + dx sums", "bf16", shape + " dx+=", err, 2e-2, us, double(8 * n)});
-  us = lab.median_us(
-      [&] { cuda::bias_backward(dx.get(), d, pass_sums.get(), d, rows, C, false, lab.stream()); });
+  us = lab.median_us([&] {
+    cuda::bias_backward(dx.get(), d, pass_sums.get(), d, rows, C, false, scratch.get(), lab.stream());
+  });
   lab.add({"bias_backward (the pass it replaces)", "bf16", shape, -1, 0, us, double(2 * n)});
 }
 
@@ -791,6 +793,7 @@ int main(int argc, char** argv) {
     lab_gpt_loss(lab, 16384);
     // A dense layer's bias gradient: c_attn's, c_proj's and c_fc's outputs.
     for (const int64_t cols : {3840, 1280, 5120}) lab_bias(lab, DType::bf16, 16384, cols, false);
+    for (const int64_t cols : {3840, 5120}) lab_bias(lab, DType::bf16, 65536, cols, false);  // batch 64
     if (only_gpt) return lab.print() == 0 ? 0 : 1;
     for (DType d : kDtypes) lab_elementwise(lab, d);
     lab_cast(lab, DType::f32, DType::f16);

@@ -11,6 +11,8 @@
 #include <cstring>
 #include <limits>
 #include <tuple>
+#include <utility>
+#include <vector>
 
 #include "backend/backend_factory.h"
 #include "backend/cuda/cuda_backend.h"
@@ -211,17 +213,30 @@ TEST_F(CudaOpsTest, BiasForwardAndBackward) {
     gpu.add_bias(yg.tensor(), biasg.tensor());
     ref->add_bias(y_ref.tensor(), bias_ref.tensor());
     expect_close("add_bias", download_wide(*ref, yg).tensor(), y_ref.tensor(), tolerance(dtype) * 0.5);
-    HostBuffer dy = random_host(*ref, {37, 10}, dtype, 63);
-    HostBuffer dy_ref = converted(*ref, dy, DType::f32);
-    DeviceTensor dyg(gpu, dy);
-    for (Accumulate acc : {Accumulate::overwrite, Accumulate::add}) {
-      HostBuffer db = random_host(*ref, {10}, dtype, 64);
-      HostBuffer db_ref = converted(*ref, db, DType::f32);
-      DeviceTensor dbg(gpu, db);
-      gpu.bias_backward(dyg.tensor(), dbg.tensor(), acc);
-      ref->bias_backward(dy_ref.tensor(), db_ref.tensor(), acc);
-      expect_close(acc == Accumulate::add ? "bias_backward (+=)" : "bias_backward",
-                   download_wide(*ref, dbg).tensor(), db_ref.tensor(), tolerance(dtype));
+    // Columns one access covers whole or not (element by element), one chunk of rows or many, a last
+    // column tile part-full: c_attn's width over rows in many chunks, one tile and a bit.
+    for (const auto& [rows, cols] :
+         std::vector<std::pair<int64_t, int64_t>>{{37, 10}, {4099, 3840}, {200, 264}, {130, 1000}}) {
+      SCOPED_TRACE(fmt::format("dy [{}, {}]", rows, cols));
+      HostBuffer dy = random_host(*ref, {rows, cols}, dtype, 63);
+      HostBuffer dy_ref = converted(*ref, dy, DType::f32);
+      DeviceTensor dyg(gpu, dy);
+      for (Accumulate acc : {Accumulate::overwrite, Accumulate::add}) {
+        HostBuffer db = random_host(*ref, {cols}, dtype, 64);
+        HostBuffer db_ref = converted(*ref, db, DType::f32);
+        DeviceTensor dbg(gpu, db);
+        gpu.bias_backward(dyg.tensor(), dbg.tensor(), acc);
+        ref->bias_backward(dy_ref.tensor(), db_ref.tensor(), acc);
+        expect_close(acc == Accumulate::add ? "bias_backward (+=)" : "bias_backward",
+                     download_wide(*ref, dbg).tensor(), db_ref.tensor(), tolerance(dtype));
+      }
+      // The sums are added in a fixed order: the same bits twice.
+      DeviceTensor first(gpu, random_host(*ref, {cols}, dtype, 65)),
+          second(gpu, random_host(*ref, {cols}, dtype, 66));
+      gpu.bias_backward(dyg.tensor(), first.tensor(), Accumulate::overwrite);
+      gpu.bias_backward(dyg.tensor(), second.tensor(), Accumulate::overwrite);
+      expect_close("bias_backward twice", download_wide(*ref, first).tensor(),
+                   download_wide(*ref, second).tensor(), 0.0);
     }
   }
 }

@@ -7,6 +7,7 @@
 TEST(CudaKernels, Skipped) { GTEST_SKIP() << "no CUDA GPU: dlbench was built without CUDA"; }
 #else
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 #include <string>
@@ -206,10 +207,12 @@ TEST_F(CudaElementwise, BiasBackwardSumsRowsInF32AndHonoursAccumulate) {
                        " cols=" + std::to_string(m.cols) + (accumulate ? " accumulate" : " overwrite"));
           const int64_t n = m.rows * m.cols;
           HostBuffer dy = random_values(n, dtype, 7), dbias = random_values(m.cols, dbias_dtype, 8);
-          DeviceBuffer ddy(n * dtype_size(dtype), offset), ddb(m.cols * dtype_size(dbias_dtype));
+          DeviceBuffer ddy(n * dtype_size(dtype), offset), ddb(m.cols * dtype_size(dbias_dtype)),
+              scratch(std::max<size_t>(cuda::bias_backward_scratch_bytes(m.rows, m.cols, dtype), 16));
           ddy.upload(dy);
           ddb.upload(dbias);
-          cuda::bias_backward(ddy.get(), dtype, ddb.get(), dbias_dtype, m.rows, m.cols, accumulate, stream_);
+          cuda::bias_backward(ddy.get(), dtype, ddb.get(), dbias_dtype, m.rows, m.cols, accumulate,
+                              scratch.get(), stream_);
           sync();
           HostBuffer out({m.cols}, dbias_dtype);
           ddb.download(out);
@@ -276,7 +279,7 @@ TEST_F(CudaElementwise, EmptyLaunchesDoNothing) {
   cuda::fill(x.get(), DType::f32, 0, 1.0, stream_);
   cuda::add(x.get(), x.get(), x.get(), DType::f16, 0, stream_);
   cuda::check_finite(x.get(), DType::bf16, 0, x.as<int32_t>(), stream_);
-  cuda::bias_backward(x.get(), DType::f32, x.get(), DType::f32, 0, 0, false, stream_);
+  cuda::bias_backward(x.get(), DType::f32, x.get(), DType::f32, 0, 0, false, nullptr, stream_);
   sync();
   EXPECT_THROW(cuda::scale(x.get(), DType::f32, -1, 2.0, stream_), Error);
 }

@@ -64,8 +64,9 @@ void CudaBackend::bias_backward(const Tensor& dy, Tensor& dbias, Accumulate accu
   DLB_CHECK(dy.rank() == 2 && dbias.rank() == 1 && dbias.dim(0) == dy.dim(1), "{}: dy is {}, dbias is {}", op,
             dy.describe(), dbias.describe());
   activate();
+  void* work = scratch(cuda::bias_backward_scratch_bytes(dy.dim(0), dy.dim(1), dy.dtype()), op);
   cuda::bias_backward(dy.data(), dy.dtype(), dbias.data(), dbias.dtype(), dy.dim(0), dy.dim(1),
-                      accumulate == Accumulate::add, stream_);
+                      accumulate == Accumulate::add, work, stream_);
 }
 
 void CudaBackend::gemm(Transpose ta, Transpose tb, int64_t m, int64_t n, int64_t k, float alpha,

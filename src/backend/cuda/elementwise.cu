@@ -190,55 +190,72 @@ struct CheckFiniteOp {
 
 // ---- bias gradient: dbias[col] (=|+=) sum over rows of dy[row, col] ----
 //
-// One block of 1024 threads per tile of columns one 32-byte sector wide (8 f32, 16 f16/bf16, 4 f64
-// columns). When dy is 16-byte aligned and cols a multiple of V = 16 / sizeof(T), two threads cover a row
-// of the tile with one 16-byte load each (512 row lanes a block); otherwise each thread loads one element
-// (32 / sizeof(T) threads a row). Either way every sector read is used whole, and the row lanes stride
-// over the rows with several loads in flight. Their partial sums are then added by a shared-memory tree
-// in a fixed order: no atomics, so the result does not depend on scheduling. 1000 f32 columns make 125
-// blocks, about one per multiprocessor.
-constexpr int kBiasThreads = 1024;
+// Two launches, deterministic. The first splits dy into tiles of 32 * V columns (V = 16 / sizeof(T)
+// where dy is 16-byte aligned and cols a multiple of V, else 1) by chunks of rows, a block of 8 warps a
+// tile and chunk: each warp reads its rows a whole tile wide, a lane V consecutive columns in one access,
+// so a warp's access is 512 contiguous bytes of a row (bf16) and the read streams at the memory's rate.
+// The block adds its warps' sums in warp order and writes its chunk's partial sums to the scratch; the
+// second adds the chunks' partials of each column in chunk order and writes (or adds to) dbias. No
+// atomics: the same bits on every run. (The kernel before it gave a block one 32-byte column tile and all
+// rows, a row's 32 bytes at a time: 64-67% of the copy rate at GPT-2's widths on an H200,
+// bench/results/gpt2-gemm-choice.)
+constexpr int kBiasWarps = 8;
+constexpr int64_t kBiasMaxChunks = 64, kBiasMinChunkRows = 64;
 
-template <typename T, typename D, int V>
-__global__ void __launch_bounds__(kBiasThreads)
-    bias_backward_kernel(const T* __restrict__ dy, D* __restrict__ dbias, int64_t rows, int64_t cols,
-                         bool accumulate) {
+// The most chunks of rows: none under kBiasMinChunkRows rows, at most kBiasMaxChunks (what the scratch
+// holds partials for).
+int64_t bias_max_chunks(int64_t rows) {
+  return std::clamp<int64_t>(rows / kBiasMinChunkRows, 1, kBiasMaxChunks);
+}
+
+// The chunks of rows for `tiles` column tiles: enough blocks for ~4 a multiprocessor.
+int64_t bias_chunks(int64_t rows, int64_t tiles) {
+  const int64_t wanted = ceil_div<int64_t>(4 * int64_t(multiprocessor_count()), std::max<int64_t>(tiles, 1));
+  return std::clamp<int64_t>(wanted, 1, bias_max_chunks(rows));
+}
+
+template <typename T, int V>
+__global__ void __launch_bounds__(kBiasWarps * 32)
+    bias_partials_kernel(const T* __restrict__ dy, Acc<T>* __restrict__ partials, int64_t rows, int64_t cols,
+                         int64_t chunk_rows) {
   using A = Acc<T>;
-  constexpr int kTileCols = static_cast<int>(32 / sizeof(T));
-  constexpr int kThreadsPerRow = kTileCols / V, kRowLanes = kBiasThreads / kThreadsPerRow;
-  __shared__ A partial[V][kRowLanes][kThreadsPerRow];  // [v][lane][c]: a warp's accesses are consecutive
-  const int c = threadIdx.x % kThreadsPerRow, row_lane = threadIdx.x / kThreadsPerRow;
-  const int64_t col = int64_t(blockIdx.x) * kTileCols + c * V;  // first of this thread's V columns
+  constexpr int kTileCols = 32 * V;
+  __shared__ A warp_sums[kBiasWarps][kTileCols];
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int64_t col = int64_t(blockIdx.x) * kTileCols + lane * V;  // this lane's first column
+  const int64_t first = int64_t(blockIdx.y) * chunk_rows, last = min(rows, first + chunk_rows);
   A sum[V];
 #pragma unroll
   for (int v = 0; v < V; ++v) sum[v] = 0;
   if (col < cols) {  // with V > 1, cols % V == 0: all V columns exist
 #pragma unroll 4
-    for (int64_t row = row_lane; row < rows; row += kRowLanes) {
+    for (int64_t row = first + warp; row < last; row += kBiasWarps) {
       const Vec<T, V> x = load_vec<V>(dy + row * cols + col);
 #pragma unroll
       for (int v = 0; v < V; ++v) sum[v] += widen(x.v[v]);
     }
   }
 #pragma unroll
-  for (int v = 0; v < V; ++v) partial[v][row_lane][c] = sum[v];
+  for (int v = 0; v < V; ++v) warp_sums[warp][lane * V + v] = sum[v];
   __syncthreads();
+  for (int c = threadIdx.x; c < kTileCols; c += kBiasWarps * 32) {
+    const int64_t out = int64_t(blockIdx.x) * kTileCols + c;
+    if (out >= cols) break;
+    A total = 0;
 #pragma unroll
-  for (int half = kRowLanes / 2; half > 0; half /= 2) {
-    if (row_lane < half) {
-#pragma unroll
-      for (int v = 0; v < V; ++v) partial[v][row_lane][c] += partial[v][row_lane + half][c];
-    }
-    __syncthreads();
+    for (int w = 0; w < kBiasWarps; ++w) total += warp_sums[w][c];
+    partials[int64_t(blockIdx.y) * cols + out] = total;
   }
-  if (row_lane == 0 && col < cols) {
-#pragma unroll
-    for (int v = 0; v < V; ++v) {
-      A total = partial[v][0][c];
-      if (accumulate) total += static_cast<A>(widen(dbias[col + v]));
-      dbias[col + v] = narrow<D>(total);
-    }
-  }
+}
+
+template <typename A, typename D>
+__global__ void bias_finalize_kernel(const A* __restrict__ partials, D* __restrict__ dbias, int64_t cols,
+                                     int64_t chunks, bool accumulate) {
+  const int64_t col = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (col >= cols) return;
+  A total = accumulate ? static_cast<A>(widen(dbias[col])) : A(0);
+  for (int64_t chunk = 0; chunk < chunks; ++chunk) total += partials[chunk * cols + col];
+  dbias[col] = narrow<D>(total);
 }
 
 // The pixels of an NHWC tensor at a stride, element by element over the `dense` (gathered) tensor's or,
@@ -392,8 +409,13 @@ void add_bias(void* y, DType y_dtype, const void* bias, DType bias_dtype, int64_
   });
 }
 
+size_t bias_backward_scratch_bytes(int64_t rows, int64_t cols, DType dy_dtype) {
+  const size_t sum_bytes = dy_dtype == DType::f64 ? sizeof(double) : sizeof(float);
+  return static_cast<size_t>(bias_max_chunks(rows) * std::max<int64_t>(cols, 0)) * sum_bytes;
+}
+
 void bias_backward(const void* dy, DType dy_dtype, void* dbias, DType dbias_dtype, int64_t rows, int64_t cols,
-                   bool accumulate, cudaStream_t stream) {
+                   bool accumulate, void* scratch, cudaStream_t stream) {
   DLB_KERNEL_REQUIRE(rows >= 0 && cols >= 0, "bias_backward", "rows and cols must not be negative");
   DLB_KERNEL_REQUIRE(dbias_dtype == dy_dtype || dbias_dtype == DType::f32, "bias_backward",
                      "dbias must be f32 or the dtype of dy");
@@ -402,19 +424,27 @@ void bias_backward(const void* dy, DType dy_dtype, void* dbias, DType dbias_dtyp
     dispatch_float(dbias_dtype, "bias_backward", [&](auto dbias_tag) {
       using T = decltype(dy_tag);
       using D = decltype(dbias_tag);
+      using A = Acc<T>;
       if constexpr (std::is_same_v<D, T> || std::is_same_v<D, float>) {
-        constexpr int kTileCols = static_cast<int>(32 / sizeof(T)), V = kVec16<T>;
-        const int64_t tiles = (cols + kTileCols - 1) / kTileCols;
+        const bool vector_ok = aligned(dy, 16) && cols % kVec16<T> == 0;
+        const int64_t tile_cols = 32 * (vector_ok ? kVec16<T> : 1);
+        const int64_t tiles = ceil_div(cols, tile_cols);
+        const int64_t chunks = bias_chunks(rows, tiles);
+        const int64_t chunk_rows = std::max<int64_t>(1, ceil_div(rows, chunks));
         DLB_KERNEL_REQUIRE(tiles <= int64_t(INT32_MAX), "bias_backward", "too many columns");
         const T* in = static_cast<const T*>(dy);
-        D* out = static_cast<D*>(dbias);
-        if (aligned(dy, 16) && cols % V == 0) {
-          bias_backward_kernel<T, D, V>
-              <<<static_cast<unsigned>(tiles), kBiasThreads, 0, stream>>>(in, out, rows, cols, accumulate);
-        } else {
-          bias_backward_kernel<T, D, 1>
-              <<<static_cast<unsigned>(tiles), kBiasThreads, 0, stream>>>(in, out, rows, cols, accumulate);
-        }
+        A* partials = static_cast<A*>(scratch);
+        const dim3 grid(static_cast<unsigned>(tiles), static_cast<unsigned>(chunks));
+        if (vector_ok)
+          bias_partials_kernel<T, kVec16<T>>
+              <<<grid, kBiasWarps * 32, 0, stream>>>(in, partials, rows, cols, chunk_rows);
+        else
+          bias_partials_kernel<T, 1>
+              <<<grid, kBiasWarps * 32, 0, stream>>>(in, partials, rows, cols, chunk_rows);
+        DLB_KERNEL_LAUNCH_CHECK();
+        constexpr int kThreads = 256;
+        bias_finalize_kernel<<<static_cast<unsigned>(ceil_div<int64_t>(cols, kThreads)), kThreads, 0,
+                               stream>>>(partials, static_cast<D*>(dbias), cols, chunks, accumulate);
         DLB_KERNEL_LAUNCH_CHECK();
       }
     });

@@ -26,9 +26,11 @@ void relu_backward(const void* y, const void* dy, void* dx, DType dtype, int64_t
 // y[rows, cols] += bias[cols] (bias f32 or the dtype of y).
 void add_bias(void* y, DType y_dtype, const void* bias, DType bias_dtype, int64_t rows, int64_t cols,
               cudaStream_t stream);
-// dbias[cols] (=|+=) sum over rows of dy[rows, cols]; accumulated in f32.
+// dbias[cols] (=|+=) sum over rows of dy[rows, cols]; accumulated in f32 (f64 for f64), partial sums of
+// row chunks in `scratch` (bias_backward_scratch_bytes), then added in a fixed order.
+size_t bias_backward_scratch_bytes(int64_t rows, int64_t cols, DType dy_dtype);
 void bias_backward(const void* dy, DType dy_dtype, void* dbias, DType dbias_dtype, int64_t rows, int64_t cols,
-                   bool accumulate, cudaStream_t stream);
+                   bool accumulate, void* scratch, cudaStream_t stream);
 
 // probs[n, k] f32 = softmax(logits); loss[0] f32 = mean over rows of the cross-entropy against the
 // label-smoothed target (1 - s) * onehot + s / k. Labels must be in [0, k) (the data pipeline checks).

@@ -679,7 +679,9 @@ void layernorm_forward_fp8(const void* x, const void* weight, const void* bias, 
 }
 
 size_t layernorm_backward_scratch_bytes(int64_t rows, int64_t channels) {
-  return static_cast<size_t>(3 * row_ranges(rows, channels) * channels) * sizeof(float);
+  // The partials, which the bias gradient's pass over dx reuses once they are summed (the two-kernel rows).
+  return std::max(static_cast<size_t>(3 * row_ranges(rows, channels) * channels) * sizeof(float),
+                  bias_backward_scratch_bytes(rows, channels, DType::f64));
 }
 
 void layernorm_backward(const void* x, const void* weight, const float* mean, const float* rstd,
@@ -727,7 +729,7 @@ void layernorm_backward(const void* x, const void* weight, const float* mean, co
     DLB_KERNEL_LAUNCH_CHECK();
     // Rows the one-pass kernel does not take: dx's sums by the bias gradient's own pass over it.
     if (dx_sums && !one_pass_taken)
-      bias_backward(dx, dtype, dx_sums, dtype, rows, channels, accumulate, stream);
+      bias_backward(dx, dtype, dx_sums, dtype, rows, channels, accumulate, scratch, stream);
   });
 }
 
