@@ -131,7 +131,7 @@ int main(int argc, char** argv) {
     std::vector<float> first_out, first_dqkv;
     for (const AttentionPass pass : {AttentionPass::forward, AttentionPass::backward}) {
       const bool forward = pass == AttentionPass::forward;
-      // Times one plan and prints its line; false when it refused to run.
+      // Times one plan and prints its line (or that it refused to run).
       const auto time_plan = [&](const AttentionPlan& plan, const std::string& label) {
         bool ran = true;
         const auto launch = [&] {

@@ -286,16 +286,15 @@ std::optional<std::pair<GraphEngine, EngineNotes>> read_engine_config(cudnnBacke
                                &numbers.index) != CUDNN_STATUS_SUCCESS)
     return std::nullopt;
   DescriptorArray choices(CUDNN_BACKEND_KNOB_CHOICE_DESCRIPTOR, CUDNN_KNOB_TYPE_COUNTS);
-  const std::vector<cudnnBackendDescriptor_t>& raw = choices.raw;
   if (cudnnBackendGetAttribute(config, CUDNN_ATTR_ENGINECFG_KNOB_CHOICES, CUDNN_TYPE_BACKEND_DESCRIPTOR,
                                choices.size(), &count, choices.raw.data()) != CUDNN_STATUS_SUCCESS)
     return std::nullopt;
   for (int64_t i = 0; i < count; ++i) {
     cudnnBackendKnobType_t type{};
     int64_t value = 0, got = 0;
-    if (cudnnBackendGetAttribute(raw[static_cast<size_t>(i)], CUDNN_ATTR_KNOB_CHOICE_KNOB_TYPE,
+    if (cudnnBackendGetAttribute(choices.raw[static_cast<size_t>(i)], CUDNN_ATTR_KNOB_CHOICE_KNOB_TYPE,
                                  CUDNN_TYPE_KNOB_TYPE, 1, &got, &type) != CUDNN_STATUS_SUCCESS ||
-        cudnnBackendGetAttribute(raw[static_cast<size_t>(i)], CUDNN_ATTR_KNOB_CHOICE_KNOB_VALUE,
+        cudnnBackendGetAttribute(choices.raw[static_cast<size_t>(i)], CUDNN_ATTR_KNOB_CHOICE_KNOB_VALUE,
                                  CUDNN_TYPE_INT64, 1, &got, &value) != CUDNN_STATUS_SUCCESS)
       return std::nullopt;
     numbers.knobs.emplace_back(static_cast<int64_t>(type), value);
@@ -358,7 +357,6 @@ std::vector<GraphEngine> knob_space(const BackendDescriptor& graph, int64_t engi
   const std::optional<BackendDescriptor> engine = finalized_engine(graph, engine_index);
   if (!engine) return {};
   DescriptorArray infos(CUDNN_BACKEND_KNOB_INFO_DESCRIPTOR, CUDNN_KNOB_TYPE_COUNTS);
-  const std::vector<cudnnBackendDescriptor_t>& raw = infos.raw;
   int64_t count = 0;
   if (cudnnBackendGetAttribute(engine->get(), CUDNN_ATTR_ENGINE_KNOB_INFO, CUDNN_TYPE_BACKEND_DESCRIPTOR,
                                infos.size(), &count, infos.raw.data()) != CUDNN_STATUS_SUCCESS)
@@ -371,14 +369,14 @@ std::vector<GraphEngine> knob_space(const BackendDescriptor& graph, int64_t engi
     cudnnBackendKnobType_t type{};
     Range r{};
     int64_t got = 0;
-    if (cudnnBackendGetAttribute(raw[static_cast<size_t>(i)], CUDNN_ATTR_KNOB_INFO_TYPE, CUDNN_TYPE_KNOB_TYPE,
-                                 1, &got, &type) != CUDNN_STATUS_SUCCESS ||
-        cudnnBackendGetAttribute(raw[static_cast<size_t>(i)], CUDNN_ATTR_KNOB_INFO_MINIMUM_VALUE,
+    if (cudnnBackendGetAttribute(infos.raw[static_cast<size_t>(i)], CUDNN_ATTR_KNOB_INFO_TYPE,
+                                 CUDNN_TYPE_KNOB_TYPE, 1, &got, &type) != CUDNN_STATUS_SUCCESS ||
+        cudnnBackendGetAttribute(infos.raw[static_cast<size_t>(i)], CUDNN_ATTR_KNOB_INFO_MINIMUM_VALUE,
                                  CUDNN_TYPE_INT64, 1, &got, &r.low) != CUDNN_STATUS_SUCCESS ||
-        cudnnBackendGetAttribute(raw[static_cast<size_t>(i)], CUDNN_ATTR_KNOB_INFO_MAXIMUM_VALUE,
+        cudnnBackendGetAttribute(infos.raw[static_cast<size_t>(i)], CUDNN_ATTR_KNOB_INFO_MAXIMUM_VALUE,
                                  CUDNN_TYPE_INT64, 1, &got, &r.high) != CUDNN_STATUS_SUCCESS ||
-        cudnnBackendGetAttribute(raw[static_cast<size_t>(i)], CUDNN_ATTR_KNOB_INFO_STRIDE, CUDNN_TYPE_INT64,
-                                 1, &got, &r.stride) != CUDNN_STATUS_SUCCESS)
+        cudnnBackendGetAttribute(infos.raw[static_cast<size_t>(i)], CUDNN_ATTR_KNOB_INFO_STRIDE,
+                                 CUDNN_TYPE_INT64, 1, &got, &r.stride) != CUDNN_STATUS_SUCCESS)
       return {};
     r.type = static_cast<int64_t>(type);
     r.stride = std::max<int64_t>(r.stride, 1);

@@ -322,6 +322,24 @@ BackendDescriptor pass_graph(cudnnHandle_t handle, const AttentionShape& shape, 
   return pass == AttentionPass::forward ? forward_graph(handle, shape) : backward_graph(handle, shape);
 }
 
+// The pass's graph and the plan `choose` builds of it; an empty slot with `why_not` said (the shape's
+// refusal, cuDNN's refusal of the graph, or `none` where no plan builds) otherwise.
+template <typename Choose>
+BuiltPlan plan_for(cudnnHandle_t handle, const AttentionShape& shape, AttentionPass pass,
+                   std::string& why_not, const std::string& none, Choose&& choose) {
+  why_not = sdpa_refusal(shape, pass);
+  if (!why_not.empty()) return {};
+  BuiltPlan built;
+  try {
+    built = choose(pass_graph(handle, shape, pass));
+  } catch (const Error& e) {
+    why_not = fmt::format("cuDNN refused the graph: {}", e.what());
+    return {};
+  }
+  if (!built.plan) why_not = none;
+  return built;
+}
+
 }  // namespace
 
 std::string sdpa_refusal(const AttentionShape& s, AttentionPass pass) {
@@ -356,19 +374,9 @@ AttentionPlan::AttentionPlan(cudnnHandle_t handle, BackendDescriptor plan, const
 
 std::unique_ptr<AttentionPlan> AttentionPlan::build(cudnnHandle_t handle, const AttentionShape& shape,
                                                     AttentionPass pass, std::string& why_not, int config) {
-  why_not = sdpa_refusal(shape, pass);
-  if (!why_not.empty()) return nullptr;
-  BuiltPlan built;
-  try {
-    built = nth_plan(handle, pass_graph(handle, shape, pass), config);
-  } catch (const Error& e) {
-    why_not = fmt::format("cuDNN refused the graph: {}", e.what());
-    return nullptr;
-  }
-  if (!built.plan) {
-    why_not = "no cuDNN engine builds a plan for the graph";
-    return nullptr;
-  }
+  BuiltPlan built = plan_for(handle, shape, pass, why_not, "no cuDNN engine builds a plan for the graph",
+                             [&](const BackendDescriptor& graph) { return nth_plan(handle, graph, config); });
+  if (!built.plan) return nullptr;
   return std::unique_ptr<AttentionPlan>(new AttentionPlan(handle, std::move(*built.plan), shape, pass,
                                                           built.workspace,
                                                           fmt::format("cuDNN engine {}", built.engine)));
@@ -377,21 +385,13 @@ std::unique_ptr<AttentionPlan> AttentionPlan::build(cudnnHandle_t handle, const 
 std::unique_ptr<AttentionPlan> AttentionPlan::build(cudnnHandle_t handle, const AttentionShape& shape,
                                                     AttentionPass pass, std::string& why_not,
                                                     const GraphEngine& engine) {
-  why_not = sdpa_refusal(shape, pass);
-  if (!why_not.empty()) return nullptr;
-  BuiltPlan built;
-  try {
-    const BackendDescriptor graph = pass_graph(handle, shape, pass);
-    const std::optional<EngineConfig> config = engine_config(graph, engine);
-    if (config) built = plan_of(handle, config->config.get(), engine.index);
-  } catch (const Error& e) {
-    why_not = fmt::format("cuDNN refused the graph: {}", e.what());
-    return nullptr;
-  }
-  if (!built.plan) {
-    why_not = fmt::format("cuDNN builds no plan of {}", engine_name(engine));
-    return nullptr;
-  }
+  BuiltPlan built =
+      plan_for(handle, shape, pass, why_not, fmt::format("cuDNN builds no plan of {}", engine_name(engine)),
+               [&](const BackendDescriptor& graph) {
+                 const std::optional<EngineConfig> config = engine_config(graph, engine);
+                 return config ? plan_of(handle, config->config.get(), engine.index) : BuiltPlan{};
+               });
+  if (!built.plan) return nullptr;
   return std::unique_ptr<AttentionPlan>(
       new AttentionPlan(handle, std::move(*built.plan), shape, pass, built.workspace, engine_name(engine)));
 }
