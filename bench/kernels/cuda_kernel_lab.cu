@@ -366,6 +366,19 @@ void lab_bias(Lab& lab, DType d, int64_t rows, int64_t cols, bool small) {
     cuda::bias_backward(y.get(), d, dbias.get(), DType::f32, rows, cols, false, work.get(), lab.stream());
   });
   lab.add({"bias_backward (f32 db)", dt, shape, err, 1e-5, us, double(n * s + cols * 4)});
+  if (small || cols % 3 != 0) return;
+  // c_attn's bias gradient as attention makes it (Fusion::attention_qkv_bias): q's third of qkv alone.
+  const int64_t third = cols / 3;
+  cuda::bias_backward_columns(y.get(), d, cols, dbias.get(), DType::f32, check_rows, third, false, work.get(),
+                              lab.stream());
+  err = max_rel_err(download(dbias.get(), third, DType::f32),
+                    std::vector<double>(sums.begin(), sums.begin() + third));
+  us = lab.median_us([&] {
+    cuda::bias_backward_columns(y.get(), d, cols, dbias.get(), DType::f32, rows, third, false, work.get(),
+                                lab.stream());
+  });
+  lab.add(
+      {"bias_backward_columns (q third)", dt, shape, err, 1e-5, us, double(rows * third * s + third * 4)});
 }
 
 // ---- softmax cross-entropy ----

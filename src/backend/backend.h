@@ -173,6 +173,10 @@ class PoolPlan {
 //     layer keeping x^T's codes for its backward: the layer norm writes the codes of its output in both
 //     layouts instead of the output (layernorm_forward_fp8), and the dense layer quantizes no input
 //     (Fp8DenseScaling::input_codes). Only a backend that runs FP8 GEMMs says yes.
+//   * attention_qkv_bias: the dense layer (`dense`, not FP8) that makes attention's qkv: its bias gradient
+//     is made by the attention layer, which sums only the q third of the gradient over the rows
+//     (bias_backward_columns): the k third is zero, and the v third is what the projection after the
+//     attention makes from its own bias gradient (CausalSelfAttentionLayer).
 enum class Fusion : uint8_t {
   conv_statistics,
   shortcut_batchnorm,
@@ -180,7 +184,8 @@ enum class Fusion : uint8_t {
   dense_gelu_dense,
   dense_residual,
   layernorm_dx_sums,
-  layernorm_fp8_codes
+  layernorm_fp8_codes,
+  attention_qkv_bias
 };
 
 // A dense (fully connected) layer's shape: y[rows, out] = x[rows, in] W[out, in]^T + b[out].
@@ -549,6 +554,10 @@ class Backend : public StreamClock {
                     const Tensor& b, float beta, Tensor& c) = 0;
   virtual void add_bias(Tensor& y, const Tensor& bias) = 0;  // y[N,F] += bias[F]
   virtual void bias_backward(const Tensor& dy, Tensor& dbias, Accumulate accumulate) = 0;  // sum over N
+  // dbias[f] (+)= the sum over N of dy[n, first_column + f], f in [0, F), dy [N, K], dbias [F]: the bias
+  // gradient of a column range (the q and v thirds of attention's qkv, Fusion::attention_qkv_bias).
+  virtual void bias_backward_columns(const Tensor& dy, int64_t first_column, Tensor& dbias,
+                                     Accumulate accumulate) = 0;
 
   // ---- dense layers (row-major: x [N, I], W [O, I], b [O], y [N, O]; one dtype) ----
   // y = act(x W^T + b) + residual, where `residual` ([N, O], may be null) is added after the activation;

@@ -58,6 +58,13 @@ Tensor Tensor::reshaped(std::vector<int64_t> dims) const {
   return t;
 }
 
+Tensor Tensor::elements(int64_t first, int64_t count) const {
+  DLB_CHECK(rank() == 1 && first >= 0 && count >= 0 && first + count <= dims_[0], "elements [{}, {}) of {}",
+            first, first + count, describe());
+  return Tensor(static_cast<char*>(data_) + static_cast<size_t>(first) * dtype_size(dtype_), {count}, dtype_,
+                layout_, device_);
+}
+
 std::string Tensor::describe() const {
   return fmt::format("{}[{}] {} {}", dtype_name(dtype_), fmt::join(dims_, ", "), layout_name(layout_),
                      device_name(device_));

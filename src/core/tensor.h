@@ -66,6 +66,8 @@ class Tensor {
 
   // Same memory, other dims (element count must match).
   Tensor reshaped(std::vector<int64_t> dims) const;
+  // Elements [first, first + count) of a 1-D tensor, as a 1-D tensor of their own (same memory).
+  Tensor elements(int64_t first, int64_t count) const;
   std::string describe() const;  // "f32[8, 3, 224, 224] nhwc cpu"
 
  private:

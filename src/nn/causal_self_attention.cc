@@ -1,6 +1,7 @@
 #include "nn/causal_self_attention.h"
 
 #include "core/status.h"
+#include "nn/linear.h"
 #include "nn/memory_plan.h"
 #include "nn/network.h"
 
@@ -37,7 +38,26 @@ void CausalSelfAttentionLayer::backward() {
   const Tensor out = output_->value.reshaped({batch_, seq_len_, channels_});
   const Tensor dout = output_->grad.reshaped({batch_, seq_len_, channels_});
   Tensor dqkv = inputs_[0]->grad.reshaped({batch_, seq_len_, 3 * channels_});
-  net_.backend().attention_backward(qkv, out, stats_, dout, heads_, dqkv);
+  Backend& backend = net_.backend();
+  backend.attention_backward(qkv, out, stats_, dout, heads_, dqkv);
+  if (!qkv_bias_) return;
+  const Accumulate mode = net_.parameter_grad_mode();
+  const Tensor rows = inputs_[0]->grad.reshaped({batch_ * seq_len_, 3 * channels_});
+  Tensor q = qkv_bias_->elements(0, channels_), k = qkv_bias_->elements(channels_, channels_),
+         v = qkv_bias_->elements(2 * channels_, channels_);
+  backend.bias_backward_columns(rows, 0, q, mode);
+  if (mode == Accumulate::overwrite) backend.fill(k, 0.0);  // adding zero changes nothing
+  // The projection wrote v's third in its backward, just before this one, in steps that overwrite.
+  if (!(value_sums_by_projection_ && mode == Accumulate::overwrite))
+    backend.bias_backward_columns(rows, 2 * channels_, v, mode);
+}
+
+void CausalSelfAttentionLayer::make_qkv_bias_gradient(Tensor& dbias, LinearLayer* projection) {
+  DLB_CHECK(dbias.rank() == 1 && dbias.dim(0) == 3 * channels_, "{}: qkv's bias gradient is {}, not [{}]",
+            name_, dbias.describe(), 3 * channels_);
+  qkv_bias_ = &dbias;
+  value_sums_by_projection_ = projection != nullptr;
+  if (projection) projection->write_input_gradient_sums_into(dbias, 2 * channels_);
 }
 
 }  // namespace dlbench

@@ -7,6 +7,7 @@
 #include "nn/batchnorm.h"
 #include "nn/batchnorm_max_pool.h"
 #include "nn/batchnorm_shortcut.h"
+#include "nn/causal_self_attention.h"
 #include "nn/conv.h"
 #include "nn/gelu.h"
 #include "nn/layernorm.h"
@@ -233,6 +234,27 @@ void write_fp8_codes_in_layernorms(Network& net, std::optional<bool> choice) {
   }
 }
 
+// Every attention layer that alone reads the output of a dense layer not in FP8 (c_attn's qkv): its backward
+// makes that layer's bias gradient from a third of the pass over qkv's gradient, helped by the dense layer
+// (not in FP8) that alone reads its output as its input (attn.c_proj), where there is one.
+void make_qkv_bias_gradients_in_attention(Network& net, std::optional<bool> choice) {
+  const Uses uses(net);
+  for (const auto& layer : net.layers()) {
+    auto* attention = dynamic_cast<CausalSelfAttentionLayer*>(layer.get());
+    if (!attention) continue;
+    const Activation& qkv = *attention->inputs()[0];
+    auto* dense = uses.producer<LinearLayer>(qkv);
+    if (!dense || dense->in_fp8() || dense->residual() || !uses.read_once(qkv) ||
+        !fuses(net, choice, FusionCandidate::dense_fusion(Fusion::attention_qkv_bias, dense->geometry())))
+      continue;
+    auto* projection = dynamic_cast<LinearLayer*>(uses.first_reader(*attention->output()));
+    if (projection && (projection->in_fp8() || !uses.read_once(*attention->output()) ||
+                       projection->inputs()[0] != attention->output()))
+      projection = nullptr;
+    attention->make_qkv_bias_gradient(dense->bias_gradient_made_by_reader(), projection);
+  }
+}
+
 }  // namespace
 
 void fuse_layers(Network& net, const FusionChoices& choices) {
@@ -242,6 +264,7 @@ void fuse_layers(Network& net, const FusionChoices& choices) {
   fuse_dense_residuals(net, choices.dense_residual);
   sum_bias_gradients_in_layernorms(net, choices.layernorm_dx_sums);
   write_fp8_codes_in_layernorms(net, choices.layernorm_fp8_codes);
+  make_qkv_bias_gradients_in_attention(net, choices.attention_qkv_bias);
   // Last: the batch norms the fusions above made take their statistics too.
   take_statistics_from_convolutions(net, choices.conv_statistics);
 }

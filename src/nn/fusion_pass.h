@@ -16,7 +16,10 @@
 //     (LayerNormLayer::sum_input_gradient_into), and the dense layer's backward makes none;
 //   * a layer norm whose output an FP8 dense layer (or a fused MLP's c_fc) alone reads, keeping x^T's codes
 //     ->  the layer norm writes the codes of its output instead of the output
-//     (LayerNormLayer::write_fp8_codes_for), and the dense layer quantizes no input.
+//     (LayerNormLayer::write_fp8_codes_for), and the dense layer quantizes no input;
+//   * a dense layer not in FP8 whose output (qkv) attention alone reads  ->  the attention layer's backward
+//     makes its bias gradient (CausalSelfAttentionLayer::make_qkv_bias_gradient), with the dense layer
+//     that alone reads attention's output, where there is one, writing the v third.
 // The fused layers hold the same parameters, in the same order and under the same names, as the layers
 // they replace, so checkpoints do not depend on what was fused; every backend runs every fused op (composing
 // the single ones where it has no kernels for it), so results do not either.
@@ -38,6 +41,7 @@ struct FusionChoices {
   std::optional<bool> dense_residual;
   std::optional<bool> layernorm_dx_sums;
   std::optional<bool> layernorm_fp8_codes;
+  std::optional<bool> attention_qkv_bias;
 };
 
 // Rewrites `net`'s layers (built, not planned) where `choices` or else the backend says so.

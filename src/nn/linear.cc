@@ -62,6 +62,13 @@ void LinearLayer::backward() {
   }
   const auto fp8 = params_.fp8(true);
   backend.dense_backward(dy, x, params_.weight, g, fp8_or_null(fp8));
+  if (input_sums_ && g.params == Accumulate::overwrite) {
+    // The bias gradient is complete here: made above, or by the first reader of the output before.
+    const int64_t in = params_.in_features, out = params_.out_features;
+    Tensor sums = input_sums_->elements(input_sums_first_, in).reshaped({1, in});
+    backend.gemm(Transpose::no, Transpose::no, 1, in, out, 1.f, params_.dbias.reshaped({1, out}),
+                 params_.weight, 0.f, sums);
+  }
 }
 
 }  // namespace dlbench

@@ -8,6 +8,9 @@
 // Where a layer norm reads the output first (a transformer's residual stream), its backward may sum the
 // output's gradient for this layer's bias gradient (the fusion pass's Fusion::layernorm_dx_sums,
 // bias_gradient_made_by_reader), and the layer's backward then makes none.
+// Where attention reads the input (a transformer's attn.c_proj), the sums over the rows of the input's
+// gradient give the v third of c_attn's bias gradient (Fusion::attention_qkv_bias): the layer writes them
+// for it (write_input_gradient_sums_into).
 // In FP8 the codes of x^T and W^T are kept from the forward for the backward's GEMMs where the backend
 // runs FP8 GEMMs (DenseParameters::keep_codes), values the layer saves.
 #pragma once
@@ -39,8 +42,9 @@ class LinearLayer final : public Layer {
 
   DenseGeometry geometry() const;
   bool in_fp8() const { return params_.in_fp8(); }
-  // The bias gradient, which from now on the first reader of the output makes (by summing the output's
-  // gradient as its backward leaves it) and this layer's backward does not.
+  // The bias gradient, which from now on the first reader of the output makes (a layer norm by summing the
+  // output's gradient as its backward leaves it, attention from a third of it) and this layer's backward
+  // does not.
   Tensor& bias_gradient_made_by_reader() {
     bias_by_reader_ = true;
     return params_.dbias;
@@ -50,6 +54,15 @@ class LinearLayer final : public Layer {
   const DenseParameters& input_codes_made_by_writer() {
     codes_by_writer_ = true;
     return params_;
+  }
+  // From now on, in the backward of a step that overwrites the parameter gradients, the sums over the rows
+  // of the input's gradient go to elements [first, first + in_features) of `sums`: db W, as the rows of
+  // dx = dy W sum to (the sum of dy's rows) W, written once the bias gradient is complete (one GEMV, no
+  // pass over dx). A step that adds to the parameter gradients (a later micro-batch) writes none: db then
+  // holds earlier micro-batches' sums too, and the reader sums the input's gradient itself.
+  void write_input_gradient_sums_into(Tensor& sums, int64_t first) {
+    input_sums_ = &sums;
+    input_sums_first_ = first;
   }
   bool backward_needs_no_input() const { return params_.backward_needs_no_input(); }
   int64_t out_features() const { return params_.out_features; }
@@ -61,6 +74,8 @@ class LinearLayer final : public Layer {
   DenseParameters params_;
   bool bias_by_reader_ = false;
   bool codes_by_writer_ = false;
+  Tensor* input_sums_ = nullptr;  // write_input_gradient_sums_into
+  int64_t input_sums_first_ = 0;
 };
 
 }  // namespace dlbench

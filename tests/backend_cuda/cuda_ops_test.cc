@@ -238,6 +238,24 @@ TEST_F(CudaOpsTest, BiasForwardAndBackward) {
       expect_close("bias_backward twice", download_wide(*ref, first).tensor(),
                    download_wide(*ref, second).tensor(), 0.0);
     }
+    // A column range of a wider dy: the q and v thirds of c_attn's [rows, 3C], and a range whose rows are
+    // not 16-byte aligned (element by element).
+    HostBuffer qkv = random_host(*ref, {4099, 3 * 264}, dtype, 67);
+    HostBuffer qkv_ref = converted(*ref, qkv, DType::f32);
+    DeviceTensor qkvg(gpu, qkv);
+    for (const auto& [first, cols] :
+         std::vector<std::pair<int64_t, int64_t>>{{0, 264}, {528, 264}, {3, 100}}) {
+      SCOPED_TRACE(fmt::format("columns [{}, {})", first, first + cols));
+      for (Accumulate acc : {Accumulate::overwrite, Accumulate::add}) {
+        HostBuffer db = random_host(*ref, {cols}, dtype, 68);
+        HostBuffer db_ref = converted(*ref, db, DType::f32);
+        DeviceTensor dbg(gpu, db);
+        gpu.bias_backward_columns(qkvg.tensor(), first, dbg.tensor(), acc);
+        ref->bias_backward_columns(qkv_ref.tensor(), first, db_ref.tensor(), acc);
+        expect_close("bias_backward_columns", download_wide(*ref, dbg).tensor(), db_ref.tensor(),
+                     tolerance(dtype));
+      }
+    }
   }
 }
 

@@ -473,6 +473,12 @@ TEST_F(OneDnnVsReference, BiasForwardAndBackward) {
     onednn->bias_backward(dy.tensor(), db.tensor(), acc);
     ref->bias_backward(dy.tensor(), db_ref.tensor(), acc);
     EXPECT_LT(relative_error(db.tensor(), db_ref.tensor()), 1e-5);
+    // Columns [130, 200) alone, over 300 rows (two blocks of features, several threads).
+    HostBuffer wide = random_buffer({300, 200}, 65);
+    HostBuffer range = random_buffer({70}, 66), range_ref = copy_of(range);
+    onednn->bias_backward_columns(wide.tensor(), 130, range.tensor(), acc);
+    ref->bias_backward_columns(wide.tensor(), 130, range_ref.tensor(), acc);
+    EXPECT_LT(relative_error(range.tensor(), range_ref.tensor()), 1e-5);
   }
 }
 

@@ -1,4 +1,4 @@
-// ReLU, gemm, add_bias and bias_backward.
+// ReLU, gemm, add_bias, bias_backward and bias_backward_columns.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -213,6 +213,22 @@ TEST(AddBias, ExactValuesAndAccumulate) {
   }
   HostBuffer y = zeros({2, 3}, DType::f32), bias = zeros({4}, DType::f32);
   EXPECT_THROW(backend.add_bias(y.tensor(), bias.tensor()), Error);
+}
+
+// A column range's bias gradient: the sums of those columns alone, overwritten or added to; a range that
+// leaves dy is refused.
+TEST(AddBias, ColumnRangeSums) {
+  ReferenceBackend backend;
+  HostBuffer dy = from_values({2, 4}, DType::f32, {1, 2, 3, 4, 10, 20, 30, 40});
+  HostBuffer sums = testing::filled({2}, DType::f32, NAN);
+  backend.bias_backward_columns(dy.tensor(), 1, sums.tensor(), Accumulate::overwrite);
+  EXPECT_EQ(testing::get_element(sums.tensor(), 0), 22);
+  EXPECT_EQ(testing::get_element(sums.tensor(), 1), 33);
+  backend.bias_backward_columns(dy.tensor(), 2, sums.tensor(), Accumulate::add);
+  EXPECT_EQ(testing::get_element(sums.tensor(), 0), 55);
+  EXPECT_EQ(testing::get_element(sums.tensor(), 1), 77);
+  EXPECT_THROW(backend.bias_backward_columns(dy.tensor(), 3, sums.tensor(), Accumulate::overwrite), Error);
+  EXPECT_THROW(backend.bias_backward_columns(dy.tensor(), -1, sums.tensor(), Accumulate::overwrite), Error);
 }
 
 }  // namespace

@@ -14,6 +14,7 @@
 #include "nn/batchnorm.h"
 #include "nn/batchnorm_max_pool.h"
 #include "nn/batchnorm_shortcut.h"
+#include "nn/causal_self_attention.h"
 #include "nn/conv.h"
 #include "nn/gelu.h"
 #include "nn/layernorm.h"
@@ -249,6 +250,29 @@ TEST(FusionPass, ALayerNormReadingAProjectionFirstSumsItsBiasGradient) {
     EXPECT_EQ(first.sums_input_gradient(), fusing);
     EXPECT_FALSE(late.sums_input_gradient());
     EXPECT_EQ(count(backend.asked, Fusion::layernorm_dx_sums), 1);
+  }
+}
+
+// Attention reading a dense layer's output alone makes that layer's bias gradient where the backend says
+// so; attention whose qkv another layer reads too does not, and the backend is not asked about it.
+TEST(FusionPass, AttentionMakesTheBiasGradientOfTheLayerThatMakesQkv) {
+  NetworkOptions options;
+  options.batch = 8;
+  for (const bool fusing : {true, false}) {
+    SCOPED_TRACE(fusing ? "the backend fuses" : "the backend declines");
+    FusingBackend backend(fusing ? std::set<Fusion>{Fusion::attention_qkv_bias} : std::set<Fusion>{});
+    Network net(backend, options);
+    Activation& x = net.new_input("x", {8, 16}, DType::f32);
+    auto& c_attn = net.add<LinearLayer>("c_attn", x, 48, 0.02);
+    auto& attention = net.add<CausalSelfAttentionLayer>("attention", *c_attn.output(), 4, 2);
+    net.add<LinearLayer>("c_proj", *attention.output(), 16, 0.02);
+    auto& shared = net.add<LinearLayer>("shared", x, 48, 0.02);
+    net.add<LinearLayer>("also_reading_shared", *shared.output(), 16, 0.02);
+    auto& reading_shared = net.add<CausalSelfAttentionLayer>("reading_shared", *shared.output(), 4, 2);
+    net.plan_memory_only();
+    EXPECT_EQ(attention.makes_qkv_bias_gradient(), fusing);
+    EXPECT_FALSE(reading_shared.makes_qkv_bias_gradient());
+    EXPECT_EQ(count(backend.asked, Fusion::attention_qkv_bias), 1);
   }
 }
 

@@ -483,6 +483,8 @@ bool CudaBackend::fuses(const FusionCandidate& c) const {
       return options_.dense_epilogues && c.dense.dtype != DType::f64;
     case Fusion::layernorm_dx_sums:  // the layer norm's one-pass kernel (FP64 takes the composed pass)
       return options_.dense_epilogues && c.dense.dtype != DType::f64;
+    case Fusion::attention_qkv_bias:  // a third of the bias pass over qkv's gradient, and a GEMV
+      return options_.dense_epilogues;
     case Fusion::layernorm_fp8_codes:  // operands of FP8 GEMMs, which cuBLASLt runs in multiples of 16
       return (c.dense.dtype == DType::bf16 || c.dense.dtype == DType::f16) && c.dense.rows % 16 == 0 &&
              c.dense.in_features % 16 == 0 && c.dense.out_features % 16 == 0;

@@ -254,6 +254,8 @@ class CudaBackend final : public Backend {
             const Tensor& b, float beta, Tensor& c) override;
   void add_bias(Tensor& y, const Tensor& bias) override;
   void bias_backward(const Tensor& dy, Tensor& dbias, Accumulate accumulate) override;
+  void bias_backward_columns(const Tensor& dy, int64_t first_column, Tensor& dbias,
+                             Accumulate accumulate) override;
   // The dense ops on cuBLASLt with epilogues (dense_epilogues.cc) where --dense-epilogues is on; with
   // `fp8`, on cuBLASLt's FP8 GEMMs (dense_fp8.cc) whatever the option.
   void dense_forward(const Tensor& x, const Tensor& w, const Tensor& b, DenseActivation act,

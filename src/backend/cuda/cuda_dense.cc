@@ -58,15 +58,25 @@ void CudaBackend::add_bias(Tensor& y, const Tensor& bias) {
 }
 
 void CudaBackend::bias_backward(const Tensor& dy, Tensor& dbias, Accumulate accumulate) {
-  const char* op = "bias_backward";
+  DLB_CHECK(dy.rank() == 2 && dbias.rank() == 1 && dbias.dim(0) == dy.dim(1),
+            "bias_backward: dy is {}, dbias is {}", dy.describe(), dbias.describe());
+  bias_backward_columns(dy, 0, dbias, accumulate);
+}
+
+void CudaBackend::bias_backward_columns(const Tensor& dy, int64_t first_column, Tensor& dbias,
+                                        Accumulate accumulate) {
+  const char* op = "bias_backward_columns";
   check_float(op, "dy", dy);
   check_float(op, "dbias", dbias);
-  DLB_CHECK(dy.rank() == 2 && dbias.rank() == 1 && dbias.dim(0) == dy.dim(1), "{}: dy is {}, dbias is {}", op,
-            dy.describe(), dbias.describe());
+  DLB_CHECK(
+      dy.rank() == 2 && dbias.rank() == 1 && first_column >= 0 && first_column + dbias.dim(0) <= dy.dim(1),
+      "{}: dbias {} is no column range of dy {} from column {}", op, dbias.describe(), dy.describe(),
+      first_column);
   activate();
-  void* work = scratch(cuda::bias_backward_scratch_bytes(dy.dim(0), dy.dim(1), dy.dtype()), op);
-  cuda::bias_backward(dy.data(), dy.dtype(), dbias.data(), dbias.dtype(), dy.dim(0), dy.dim(1),
-                      accumulate == Accumulate::add, work, stream_);
+  void* work = scratch(cuda::bias_backward_scratch_bytes(dy.dim(0), dbias.dim(0), dy.dtype()), op);
+  const auto* first = static_cast<const char*>(dy.data()) + first_column * dtype_size(dy.dtype());
+  cuda::bias_backward_columns(first, dy.dtype(), dy.dim(1), dbias.data(), dbias.dtype(), dy.dim(0),
+                              dbias.dim(0), accumulate == Accumulate::add, work, stream_);
 }
 
 void CudaBackend::gemm(Transpose ta, Transpose tb, int64_t m, int64_t n, int64_t k, float alpha,

@@ -216,8 +216,8 @@ int64_t bias_chunks(int64_t rows, int64_t tiles) {
 
 template <typename T, int V>
 __global__ void __launch_bounds__(kBiasWarps * 32)
-    bias_partials_kernel(const T* __restrict__ dy, Acc<T>* __restrict__ partials, int64_t rows, int64_t cols,
-                         int64_t chunk_rows) {
+    bias_partials_kernel(const T* __restrict__ dy, int64_t row_stride, Acc<T>* __restrict__ partials,
+                         int64_t rows, int64_t cols, int64_t chunk_rows) {
   using A = Acc<T>;
   constexpr int kTileCols = 32 * V;
   __shared__ A warp_sums[kBiasWarps][kTileCols];
@@ -230,7 +230,7 @@ __global__ void __launch_bounds__(kBiasWarps * 32)
   if (col < cols) {  // with V > 1, cols % V == 0: all V columns exist
 #pragma unroll 4
     for (int64_t row = first + warp; row < last; row += kBiasWarps) {
-      const Vec<T, V> x = load_vec<V>(dy + row * cols + col);
+      const Vec<T, V> x = load_vec<V>(dy + row * row_stride + col);
 #pragma unroll
       for (int v = 0; v < V; ++v) sum[v] += widen(x.v[v]);
     }
@@ -416,31 +416,38 @@ size_t bias_backward_scratch_bytes(int64_t rows, int64_t cols, DType dy_dtype) {
 
 void bias_backward(const void* dy, DType dy_dtype, void* dbias, DType dbias_dtype, int64_t rows, int64_t cols,
                    bool accumulate, void* scratch, cudaStream_t stream) {
-  DLB_KERNEL_REQUIRE(rows >= 0 && cols >= 0, "bias_backward", "rows and cols must not be negative");
-  DLB_KERNEL_REQUIRE(dbias_dtype == dy_dtype || dbias_dtype == DType::f32, "bias_backward",
+  bias_backward_columns(dy, dy_dtype, cols, dbias, dbias_dtype, rows, cols, accumulate, scratch, stream);
+}
+
+void bias_backward_columns(const void* dy, DType dy_dtype, int64_t row_stride, void* dbias, DType dbias_dtype,
+                           int64_t rows, int64_t cols, bool accumulate, void* scratch, cudaStream_t stream) {
+  const char* op = "bias_backward";
+  DLB_KERNEL_REQUIRE(rows >= 0 && cols >= 0, op, "rows and cols must not be negative");
+  DLB_KERNEL_REQUIRE(row_stride >= cols, op, "rows must be at least cols apart");
+  DLB_KERNEL_REQUIRE(dbias_dtype == dy_dtype || dbias_dtype == DType::f32, op,
                      "dbias must be f32 or the dtype of dy");
   if (cols == 0) return;
-  dispatch_float(dy_dtype, "bias_backward", [&](auto dy_tag) {
-    dispatch_float(dbias_dtype, "bias_backward", [&](auto dbias_tag) {
+  dispatch_float(dy_dtype, op, [&](auto dy_tag) {
+    dispatch_float(dbias_dtype, op, [&](auto dbias_tag) {
       using T = decltype(dy_tag);
       using D = decltype(dbias_tag);
       using A = Acc<T>;
       if constexpr (std::is_same_v<D, T> || std::is_same_v<D, float>) {
-        const bool vector_ok = aligned(dy, 16) && cols % kVec16<T> == 0;
+        const bool vector_ok = aligned(dy, 16) && cols % kVec16<T> == 0 && row_stride % kVec16<T> == 0;
         const int64_t tile_cols = 32 * (vector_ok ? kVec16<T> : 1);
         const int64_t tiles = ceil_div(cols, tile_cols);
         const int64_t chunks = bias_chunks(rows, tiles);
         const int64_t chunk_rows = std::max<int64_t>(1, ceil_div(rows, chunks));
-        DLB_KERNEL_REQUIRE(tiles <= int64_t(INT32_MAX), "bias_backward", "too many columns");
+        DLB_KERNEL_REQUIRE(tiles <= int64_t(INT32_MAX), op, "too many columns");
         const T* in = static_cast<const T*>(dy);
         A* partials = static_cast<A*>(scratch);
         const dim3 grid(static_cast<unsigned>(tiles), static_cast<unsigned>(chunks));
         if (vector_ok)
           bias_partials_kernel<T, kVec16<T>>
-              <<<grid, kBiasWarps * 32, 0, stream>>>(in, partials, rows, cols, chunk_rows);
+              <<<grid, kBiasWarps * 32, 0, stream>>>(in, row_stride, partials, rows, cols, chunk_rows);
         else
           bias_partials_kernel<T, 1>
-              <<<grid, kBiasWarps * 32, 0, stream>>>(in, partials, rows, cols, chunk_rows);
+              <<<grid, kBiasWarps * 32, 0, stream>>>(in, row_stride, partials, rows, cols, chunk_rows);
         DLB_KERNEL_LAUNCH_CHECK();
         constexpr int kThreads = 256;
         bias_finalize_kernel<<<static_cast<unsigned>(ceil_div<int64_t>(cols, kThreads)), kThreads, 0,

@@ -31,6 +31,10 @@ void add_bias(void* y, DType y_dtype, const void* bias, DType bias_dtype, int64_
 size_t bias_backward_scratch_bytes(int64_t rows, int64_t cols, DType dy_dtype);
 void bias_backward(const void* dy, DType dy_dtype, void* dbias, DType dbias_dtype, int64_t rows, int64_t cols,
                    bool accumulate, void* scratch, cudaStream_t stream);
+// bias_backward over columns [0, cols) of rows `row_stride` elements apart (row_stride >= cols): the bias
+// gradient of a column range of a wider matrix (attention's q third of qkv's gradient). The same scratch.
+void bias_backward_columns(const void* dy, DType dy_dtype, int64_t row_stride, void* dbias, DType dbias_dtype,
+                           int64_t rows, int64_t cols, bool accumulate, void* scratch, cudaStream_t stream);
 
 // probs[n, k] f32 = softmax(logits); loss[0] f32 = mean over rows of the cross-entropy against the
 // label-smoothed target (1 - s) * onehot + s / k. Labels must be in [0, k) (the data pipeline checks).

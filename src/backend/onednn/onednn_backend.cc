@@ -113,23 +113,33 @@ void OneDnnBackend::add_bias(Tensor& y, const Tensor& bias) {
 }
 
 void OneDnnBackend::bias_backward(const Tensor& dy, Tensor& dbias, Accumulate accumulate) {
-  check_f32(dy, "bias_backward");
-  check_f32(dbias, "bias_backward");
   const int64_t features = dbias.numel();
   DLB_CHECK(features > 0 && dy.numel() % features == 0 && dy.dim(dy.rank() - 1) == features,
             "bias_backward: dy {} and dbias {}", dy.describe(), dbias.describe());
-  const int64_t rows = dy.numel() / features;
-  const float* dyp = dy.ptr<float>();
+  bias_backward_columns(dy.reshaped({dy.numel() / features, features}), 0, dbias, accumulate);
+}
+
+void OneDnnBackend::bias_backward_columns(const Tensor& dy, int64_t first_column, Tensor& dbias,
+                                          Accumulate accumulate) {
+  const char* op = "bias_backward_columns";
+  check_f32(dy, op);
+  check_f32(dbias, op);
+  DLB_CHECK(
+      dy.rank() == 2 && dbias.rank() == 1 && first_column >= 0 && first_column + dbias.dim(0) <= dy.dim(1),
+      "{}: dbias {} is no column range of dy {} from column {}", op, dbias.describe(), dy.describe(),
+      first_column);
+  const int64_t features = dbias.dim(0), rows = dy.dim(0), stride = dy.dim(1);
+  const float* dyp = dy.ptr<float>() + first_column;
   float* db = dbias.ptr<float>();
   const bool add = accumulate == Accumulate::add;
   // Rows are summed in a fixed order per feature, so the result does not depend on the thread count.
   constexpr int64_t kBlock = 64;
-#pragma omp parallel for schedule(static) num_threads(threads_) if (dy.numel() > kParallelThreshold)
+#pragma omp parallel for schedule(static) num_threads(threads_) if (rows * features > kParallelThreshold)
   for (int64_t f0 = 0; f0 < features; f0 += kBlock) {
     const int64_t f1 = std::min(features, f0 + kBlock);
     float sum[kBlock] = {};
     for (int64_t r = 0; r < rows; ++r) {
-      const float* row = dyp + r * features;
+      const float* row = dyp + r * stride;
 #pragma omp simd
       for (int64_t f = f0; f < f1; ++f) sum[f - f0] += row[f];
     }

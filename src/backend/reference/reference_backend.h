@@ -67,6 +67,8 @@ class ReferenceBackend : public Backend {
             const Tensor& b, float beta, Tensor& c) override;
   void add_bias(Tensor& y, const Tensor& bias) override;
   void bias_backward(const Tensor& dy, Tensor& dbias, Accumulate accumulate) override;
+  void bias_backward_columns(const Tensor& dy, int64_t first_column, Tensor& dbias,
+                             Accumulate accumulate) override;
 
   void softmax_cross_entropy_forward(const Tensor& logits, const Tensor& labels, float label_smoothing,
                                      Tensor& probs, Tensor& loss) override;

@@ -87,12 +87,24 @@ void ReferenceBackend::add_bias(Tensor& y, const Tensor& bias) {
 void ReferenceBackend::bias_backward(const Tensor& dy, Tensor& dbias, Accumulate accumulate) {
   check_rows("bias_backward", "dy", dy);
   reference::check_tensor("bias_backward", "dbias", dbias, {dy.dim(1)}, dy.dtype());
-  reference::dispatch_float(dy.dtype(), "bias_backward", [&](auto tag) {
+  bias_backward_columns(dy, 0, dbias, accumulate);
+}
+
+void ReferenceBackend::bias_backward_columns(const Tensor& dy, int64_t first_column, Tensor& dbias,
+                                             Accumulate accumulate) {
+  const char* op = "bias_backward_columns";
+  check_rows(op, "dy", dy);
+  reference::check_host(op, "dbias", dbias);
+  DLB_CHECK(dbias.rank() == 1 && dbias.dtype() == dy.dtype() && first_column >= 0 &&
+                first_column + dbias.dim(0) <= dy.dim(1),
+            "{}: dbias {} is no column range of dy {} from column {}", op, dbias.describe(), dy.describe(),
+            first_column);
+  reference::dispatch_float(dy.dtype(), op, [&](auto tag) {
     using T = decltype(tag);
     const View2<T> grad(dy, dy.dim(1));
-    for (int64_t f = 0; f < dy.dim(1); ++f) {
+    for (int64_t f = 0; f < dbias.dim(0); ++f) {
       double sum = 0;
-      for (int64_t row = 0; row < dy.dim(0); ++row) sum += grad(row, f);
+      for (int64_t row = 0; row < dy.dim(0); ++row) sum += grad(row, first_column + f);
       reference::store(dbias.ptr<T>()[f], sum, accumulate);
     }
   });
