@@ -672,6 +672,229 @@ void lab_fp8_quantize(Lab& lab, int64_t rows, int64_t cols) {
 
 // ---- layer norm at a GPT-2 block's shape ----
 
+// A candidate forward (lab only): as many blocks of 8 warps as are resident at once, each warp taking rows
+// g, g + warps, ... and loading its next row (as packed words, two bf16 a register) before it reduces and
+// writes the current one, so that a warp always has a row's loads in flight. The engine's forward gives a
+// warp one row and ends. Rows of C, a multiple of 128 up to 128 kChunks.
+template <int kChunks>
+__global__ void __launch_bounds__(256)
+    layernorm_forward_pipelined(const __nv_bfloat16* __restrict__ x, const __nv_bfloat16* __restrict__ weight,
+                                const __nv_bfloat16* __restrict__ bias, float eps, __nv_bfloat16* __restrict__ y,
+                                float* __restrict__ mean, float* __restrict__ rstd, int64_t rows, int64_t C) {
+  using Words = cuda::detail::Vec<unsigned, 2>;  // 4 bf16
+  const int lane = threadIdx.x % 32;
+  const int64_t warps = int64_t(gridDim.x) * 8;
+  auto channel = [&](int k) -> int64_t { return 4 * (32 * k + lane); };
+  auto element = [](const Words& w, int i) {
+    return __bfloat162float(__ushort_as_bfloat16(static_cast<unsigned short>(w.v[i / 2] >> (16 * (i % 2)))));
+  };
+  auto load_row = [&](int64_t row, Words (&w)[kChunks]) {
+#pragma unroll
+    for (int k = 0; k < kChunks; ++k)
+      if (channel(k) < C) w[k] = *reinterpret_cast<const Words*>(x + row * C + channel(k));
+  };
+  int64_t row = int64_t(blockIdx.x) * 8 + threadIdx.x / 32;
+  Words current[kChunks];
+  if (row < rows) load_row(row, current);
+  for (; row < rows; row += warps) {
+    Words next[kChunks];
+    if (row + warps < rows) load_row(row + warps, next);
+    float sum = 0.f;
+#pragma unroll
+    for (int k = 0; k < kChunks; ++k)
+      if (channel(k) < C)
+#pragma unroll
+        for (int i = 0; i < 4; ++i) sum += element(current[k], i);
+    const float m = cuda::detail::warp_sum(sum) / float(C);
+    float square_sum = 0.f;
+#pragma unroll
+    for (int k = 0; k < kChunks; ++k)
+      if (channel(k) < C)
+#pragma unroll
+        for (int i = 0; i < 4; ++i) square_sum += (element(current[k], i) - m) * (element(current[k], i) - m);
+    const float r = 1.f / sqrtf(cuda::detail::warp_sum(square_sum) / float(C) + eps);
+#pragma unroll
+    for (int k = 0; k < kChunks; ++k) {
+      if (channel(k) >= C) continue;
+      const Words wv = *reinterpret_cast<const Words*>(weight + channel(k)),
+                  bv = *reinterpret_cast<const Words*>(bias + channel(k));
+      cuda::detail::Vec<__nv_bfloat16, 4> out;
+#pragma unroll
+      for (int i = 0; i < 4; ++i)
+        out.v[i] = __float2bfloat16_rn((element(current[k], i) - m) * r * element(wv, i) + element(bv, i));
+      *reinterpret_cast<cuda::detail::Vec<__nv_bfloat16, 4>*>(y + row * C + channel(k)) = out;
+    }
+    if (lane == 0) {
+      mean[row] = m;
+      rstd[row] = r;
+    }
+#pragma unroll
+    for (int k = 0; k < kChunks; ++k) current[k] = next[k];
+  }
+}
+
+// A candidate backward (lab only; bf16, dx added, C = 128 kChunks): the engine's one-pass kernel (4 warps a
+// block, a fixed range of rows a block, the row held in registers as loaded, the warps' sums of dweight and
+// dbias in shared memory) with the next row's x and dy loaded while the current row is reduced and
+// written, and the current row's dx loaded as it starts: a warp always has loads in flight. The engine's
+// issues a row's loads, waits for them, and loads nothing while it computes and stores.
+constexpr int kCandidateWarps = 4;
+
+template <int kChunks>
+__global__ void __launch_bounds__(kCandidateWarps * 32, 4)
+    layernorm_backward_pipelined(const __nv_bfloat16* __restrict__ x, const __nv_bfloat16* __restrict__ weight,
+                                 const float* __restrict__ mean, const float* __restrict__ rstd,
+                                 const __nv_bfloat16* __restrict__ dy, __nv_bfloat16* __restrict__ dx,
+                                 float* __restrict__ partials, int64_t rows, int64_t C, int64_t rows_per_range,
+                                 int64_t ranges) {
+  using Words = cuda::detail::Vec<unsigned, 2>;  // 4 bf16
+  extern __shared__ float warp_sums[];           // [2][kCandidateWarps][C], then the weight as bf16
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, width = static_cast<int>(C);
+  const int64_t range = blockIdx.x, begin = range * rows_per_range, end = min(rows, begin + rows_per_range);
+  auto channel = [&](int k) { return 4 * (32 * k + lane); };
+  auto element = [](const Words& w, int i) {
+    return __bfloat162float(__ushort_as_bfloat16(static_cast<unsigned short>(w.v[i / 2] >> (16 * (i % 2)))));
+  };
+  auto words = [](const __nv_bfloat16* p) { return *reinterpret_cast<const Words*>(p); };
+  float* dweight = warp_sums + warp * C;
+  float* dbias = warp_sums + (kCandidateWarps + warp) * C;
+  auto* weights = reinterpret_cast<__nv_bfloat16*>(warp_sums + 2 * kCandidateWarps * C);
+  for (int c = lane; c < width; c += 32) dweight[c] = dbias[c] = 0.f;
+  for (int c = threadIdx.x; c < width; c += kCandidateWarps * 32) weights[c] = weight[c];
+  __syncthreads();
+  const unsigned zero = static_cast<unsigned>(C >> 32);
+  int64_t row = begin + warp;
+  Words xv[kChunks], dyv[kChunks];
+  float m = 0.f, r = 0.f;
+  if (row < end) {
+#pragma unroll
+    for (int k = 0; k < kChunks; ++k) xv[k] = words(x + row * C + channel(k)), dyv[k] = words(dy + row * C + channel(k));
+    m = mean[row], r = rstd[row];
+  }
+  for (; row < end; row += kCandidateWarps) {
+    Words dxv[kChunks], xn[kChunks], dyn[kChunks];
+#pragma unroll
+    for (int k = 0; k < kChunks; ++k) dxv[k] = words(dx + row * C + channel(k));
+    const int64_t next = row + kCandidateWarps;
+    float m_next = 0.f, r_next = 0.f;
+    if (next < end) {
+#pragma unroll
+      for (int k = 0; k < kChunks; ++k)
+        xn[k] = words(x + next * C + channel(k)), dyn[k] = words(dy + next * C + channel(k));
+      m_next = mean[next], r_next = rstd[next];
+    }
+    const __nv_bfloat16* row_weights = weights + (zero & static_cast<unsigned>(row));
+    float sum_g = 0.f, sum_gx = 0.f;
+#pragma unroll
+    for (int k = 0; k < kChunks; ++k) {
+      const Words w = words(row_weights + channel(k));
+      float4& db = *reinterpret_cast<float4*>(dbias + channel(k));
+      float4 b = db;
+#pragma unroll
+      for (int i = 0; i < 4; ++i) {
+        const float d = element(dyv[k], i), xhat = (element(xv[k], i) - m) * r, g = d * element(w, i);
+        sum_g += g;
+        sum_gx += g * xhat;
+      }
+      b.x += element(dyv[k], 0), b.y += element(dyv[k], 1), b.z += element(dyv[k], 2), b.w += element(dyv[k], 3);
+      db = b;
+    }
+    const float mean_g = cuda::detail::warp_sum(sum_g) / float(C),
+                mean_gx = cuda::detail::warp_sum(sum_gx) / float(C);
+    const unsigned after = zero & __float_as_uint(mean_gx);
+#pragma unroll
+    for (int k = 0; k < kChunks; ++k) {
+      Words xk = xv[k], dyk = dyv[k];
+      xk.v[0] ^= after, xk.v[1] ^= after, dyk.v[0] ^= after, dyk.v[1] ^= after;
+      const Words w = words(weights + after + channel(k));
+      cuda::detail::Vec<__nv_bfloat16, 4> out;
+      float d[4], xhat[4];
+#pragma unroll
+      for (int i = 0; i < 4; ++i) {
+        d[i] = element(dyk, i);
+        xhat[i] = (element(xk, i) - m) * r;
+        const float centered = d[i] * element(w, i) - mean_g - xhat[i] * mean_gx;
+        out.v[i] = __float2bfloat16_rn(r * centered + element(dxv[k], i));
+      }
+      *reinterpret_cast<cuda::detail::Vec<__nv_bfloat16, 4>*>(dx + row * C + channel(k)) = out;
+      float4& dw = *reinterpret_cast<float4*>(dweight + channel(k));
+      dw = make_float4(dw.x + d[0] * xhat[0], dw.y + d[1] * xhat[1], dw.z + d[2] * xhat[2], dw.w + d[3] * xhat[3]);
+    }
+#pragma unroll
+    for (int k = 0; k < kChunks; ++k) xv[k] = xn[k], dyv[k] = dyn[k];
+    m = m_next, r = r_next;
+  }
+  __syncthreads();
+  for (int part = 0; part < 2; ++part)
+    for (int c = threadIdx.x; c < width; c += kCandidateWarps * 32) {
+      const float* sums = warp_sums + part * kCandidateWarps * C + c;
+      float sum = sums[0];
+      for (int w = 1; w < kCandidateWarps; ++w) sum += sums[w * C];
+      partials[(part * ranges + range) * C + c] = sum;
+    }
+}
+
+// dweight and dbias (bf16) from the ranges' partials, a thread a channel, the ranges in order.
+__global__ void layernorm_partials_sum(const float* __restrict__ partials, __nv_bfloat16* __restrict__ dweight,
+                                       __nv_bfloat16* __restrict__ dbias, int64_t C, int64_t ranges) {
+  const int64_t c = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (c >= C) return;
+  float w = 0.f, b = 0.f;
+  for (int64_t r = 0; r < ranges; ++r) w += partials[r * C + c], b += partials[(ranges + r) * C + c];
+  dweight[c] = __float2bfloat16_rn(w);
+  dbias[c] = __float2bfloat16_rn(b);
+}
+
+// The candidate backward at C = 1024 or 1280: as many ranges of rows as blocks fit at once (the engine's
+// launch_one_pass rule), then the partials summed. `partials` holds 2 x ranges x C floats (at most 1024).
+void layernorm_backward_candidate(const void* x, const void* weight, const float* mean, const float* rstd,
+                                  const void* dy, void* dx, void* dweight, void* dbias, float* partials,
+                                  int64_t rows, int64_t C, cudaStream_t stream) {
+  auto run = [&](auto kernel) {
+    const size_t shared = static_cast<size_t>(C) * (2 * kCandidateWarps * sizeof(float) + 2);
+    DLB_KERNEL_CHECK(
+        cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(shared)));
+    int per_sm = 0, sms = 0, device = 0;
+    DLB_KERNEL_CHECK(cudaGetDevice(&device));
+    DLB_KERNEL_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
+    DLB_KERNEL_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, kCandidateWarps * 32, shared));
+    const int64_t wanted = std::min<int64_t>(std::min<int64_t>(int64_t(per_sm) * sms, 1024), (rows + 31) / 32);
+    const int64_t per_range = (rows + wanted - 1) / wanted, ranges = (rows + per_range - 1) / per_range;
+    kernel<<<static_cast<unsigned>(ranges), kCandidateWarps * 32, shared, stream>>>(
+        static_cast<const __nv_bfloat16*>(x), static_cast<const __nv_bfloat16*>(weight), mean, rstd,
+        static_cast<const __nv_bfloat16*>(dy), static_cast<__nv_bfloat16*>(dx), partials, rows, C, per_range,
+        ranges);
+    DLB_KERNEL_CHECK(cudaGetLastError());
+    layernorm_partials_sum<<<static_cast<unsigned>((C + 255) / 256), 256, 0, stream>>>(
+        partials, static_cast<__nv_bfloat16*>(dweight), static_cast<__nv_bfloat16*>(dbias), C, ranges);
+    DLB_KERNEL_CHECK(cudaGetLastError());
+  };
+  if (C <= 1024)
+    run(layernorm_backward_pipelined<8>);
+  else
+    run(layernorm_backward_pipelined<10>);
+}
+
+// The candidate at C = 1024 or 1280, on as many blocks as are resident at once (at most one row a warp).
+void layernorm_forward_candidate(const void* x, const void* weight, const void* bias, void* y, float* mean,
+                                 float* rstd, int64_t rows, int64_t C, cudaStream_t stream) {
+  auto run = [&](auto kernel) {
+    int per_sm = 0, sms = 0, device = 0;
+    DLB_KERNEL_CHECK(cudaGetDevice(&device));
+    DLB_KERNEL_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
+    DLB_KERNEL_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, 256, 0));
+    const int64_t blocks = std::min<int64_t>(int64_t(per_sm) * sms, (rows + 7) / 8);
+    kernel<<<static_cast<unsigned>(blocks), 256, 0, stream>>>(
+        static_cast<const __nv_bfloat16*>(x), static_cast<const __nv_bfloat16*>(weight),
+        static_cast<const __nv_bfloat16*>(bias), 1e-5f, static_cast<__nv_bfloat16*>(y), mean, rstd, rows, C);
+    DLB_KERNEL_CHECK(cudaGetLastError());
+  };
+  if (C <= 1024)
+    run(layernorm_forward_pipelined<8>);
+  else
+    run(layernorm_forward_pipelined<10>);
+}
+
 // A GPT-2 layer norm (rows x C, bf16): forward, and the backward with dx added to the residual's gradient,
 // as in a block; then the same summing dx as written for the projection before it (dx_sums), against
 // that projection's own bias pass over dx, which the sums replace.
@@ -694,6 +917,19 @@ void lab_layernorm(Lab& lab, int64_t rows, int64_t C) {
                             lab.stream());
   });
   lab.add({"layernorm_forward", "bf16", shape, -1, 0, us, double(4 * n + 8 * rows)});
+  if (C % 128 == 0 && C <= 1280) {  // the candidate, against the engine's output
+    DeviceMem y2(n * 2), mean2(rows * 4), rstd2(rows * 4);
+    auto* m2 = static_cast<float*>(mean2.get());
+    auto* r2 = static_cast<float*>(rstd2.get());
+    layernorm_forward_candidate(x.get(), weight.get(), bias.get(), y2.get(), m2, r2, rows, C, lab.stream());
+    lab.sync();
+    const int64_t checked = std::min<int64_t>(n, int64_t(1) << 22);
+    const double err = max_rel_err(download(y2.get(), checked, d), download(y.get(), checked, d));
+    us = lab.median_us([&] {
+      layernorm_forward_candidate(x.get(), weight.get(), bias.get(), y2.get(), m2, r2, rows, C, lab.stream());
+    });
+    lab.add({"layernorm_forward (pipelined rows)", "bf16", shape, err, 1e-2, us, double(4 * n + 8 * rows)});
+  }
   // In FP8, the reader's pass over y that makes its codes both ways, against the layer norm that makes
   // them itself (layernorm_forward_fp8; the same codes: the CUDA tests).
   DeviceMem codes(n), codes_t(n), code_scale(4), amax(4);
@@ -721,6 +957,26 @@ void lab_layernorm(Lab& lab, int64_t rows, int64_t C) {
   };
   us = lab.median_us([&] { backward(nullptr); });
   lab.add({"layernorm_backward", "bf16", shape + " dx+=", -1, 0, us, double(8 * n)});
+  if (C % 128 == 0 && C <= 1280) {  // the candidate, from the same dx as the engine's once
+    DeviceMem dx0(n * 2), dx2(n * 2), dweight2(C * 2), dbias2(C * 2), partials(2 * 1024 * C * 4);
+    upload(dx0.get(), random_values(n, d, 36), d);
+    DLB_KERNEL_CHECK(cudaMemcpy(dx.get(), dx0.get(), n * 2, cudaMemcpyDeviceToDevice));
+    DLB_KERNEL_CHECK(cudaMemcpy(dx2.get(), dx0.get(), n * 2, cudaMemcpyDeviceToDevice));
+    backward(nullptr);
+    auto* pp = static_cast<float*>(partials.get());
+    layernorm_backward_candidate(x.get(), weight.get(), mp, rp, dy.get(), dx2.get(), dweight2.get(), dbias2.get(),
+                                 pp, rows, C, lab.stream());
+    lab.sync();
+    const int64_t checked = std::min<int64_t>(n, int64_t(1) << 22);
+    const double err = std::max({max_rel_err(download(dx2.get(), checked, d), download(dx.get(), checked, d)),
+                                 max_rel_err(download(dweight2.get(), C, d), download(dweight.get(), C, d)),
+                                 max_rel_err(download(dbias2.get(), C, d), download(dbias.get(), C, d))});
+    us = lab.median_us([&] {
+      layernorm_backward_candidate(x.get(), weight.get(), mp, rp, dy.get(), dx2.get(), dweight2.get(),
+                                   dbias2.get(), pp, rows, C, lab.stream());
+    });
+    lab.add({"layernorm_backward (pipelined rows)", "bf16", shape + " dx+=", err, 2e-2, us, double(8 * n)});
+  }
   // One launch, then the bias pass over the dx it wrote: the sums must agree (within bf16's rounding of
   // two orders of summation).
   backward(dx_sums.get());
