@@ -1,13 +1,13 @@
 // Would a timed search among cuBLASLt's heuristic choices pay for GPT-2's BF16 GEMMs? dlbench runs the
 // heuristic's first algorithm for each shape (lt_matmul.cc). For each GEMM of a model's dense layers, laid
 // out and with the epilogue dlbench's BF16 dense ops give it (dense_epilogues.cc), this asks the heuristic
-// for up to 8 algorithms, times each that runs (median of --reps, on random operands: a power-capped GPU's
-// speed depends on the bits), and prints the first choice's TFLOP/s, the best one's and its place in the
-// list. The last line sums the twelve GEMMs' times: what a search could save of them, an upper bound on
-// its worth in a step (the layers' twelve GEMMs are ~60% of a gpt2-large bf16 step). Each GEMM with an
-// epilogue (or a residual) is also timed plain, its first choice on the same operands: what the epilogue
-// costs the GEMM, against what a pass of its own over the result would cost (FP8's DGELU ran at a fifth
-// of the plain GEMM's rate: bench/results/gpt2-fp8). mlp.c_proj's data GEMM is also timed with
+// for up to 8 algorithms (--offers), times each that runs (median of --reps, on random operands: a
+// power-capped GPU's speed depends on the bits), and prints the first choice's TFLOP/s, the best one's and
+// its place in the list. The last line sums the twelve GEMMs' times: what a search could save of them, an
+// upper bound on its worth in a step (the layers' twelve GEMMs are ~60% of a gpt2-large bf16 step). Each GEMM
+// with an epilogue (or a residual) is also timed plain, its first choice on the same operands: what the
+// epilogue costs the GEMM, against what a pass of its own over the result would cost (FP8's DGELU ran at a
+// fifth of the plain GEMM's rate: bench/results/gpt2-fp8). mlp.c_proj's data GEMM is also timed with
 // DGELU_BGRAD, the bias gradient of mlp.c_fc in its epilogue (a row of its own, outside the block's sums):
 // whether that costs less than the bias kernel's pass over c_fc's output gradient.
 //
@@ -16,6 +16,7 @@
 // time (bench/results/power-and-clocks), so that an algorithm doing the same work on less energy shows.
 //
 //   gemm_choice_probe [--model gpt2|gpt2-medium|gpt2-large|gpt2-xl] [--tokens N] [--reps R] [--sustain-ms T]
+//                     [--offers K]
 #include <cublasLt.h>
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
@@ -141,7 +142,7 @@ int main(int argc, char** argv) {
     cublasLtMatrixLayout_t la = g.ta == CUBLAS_OP_N ? layout(g.m, g.k) : layout(g.k, g.m),
                            lb = g.tb == CUBLAS_OP_N ? layout(g.k, g.n) : layout(g.n, g.k),
                            ld = layout(g.m, g.n);
-    const auto results = heuristic_choices(lt, desc, la, lb, ld, workspace_bytes, 8);
+    const auto results = heuristic_choices(lt, desc, la, lb, ld, workspace_bytes, options.offers);
     const float* beta = residual ? &one : &zero;
     const void* c_in = residual ? static_cast<const void*>(residual_values) : static_cast<const void*>(d);
     std::vector<double> ms(results.size(), -1.0);

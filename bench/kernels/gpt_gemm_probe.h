@@ -45,6 +45,7 @@ struct Options {
   int64_t tokens = 16384;
   int reps = 10;
   double sustain_ms = 0;  // > 0: time each GEMM sustained for this long (kernel_bench::sustained_ms)
+  int offers = 8;         // how many of the heuristic's algorithms to ask for (--offers)
   int64_t width = 0;      // the model's C
 };
 
@@ -68,8 +69,11 @@ inline Options parse_options(int argc, char** argv, int64_t token_multiple) {
       o.reps = std::atoi(value("--reps"));
     } else if (!std::strcmp(argv[i], "--sustain-ms")) {
       o.sustain_ms = std::atof(value("--sustain-ms"));
+    } else if (!std::strcmp(argv[i], "--offers")) {
+      o.offers = std::atoi(value("--offers"));
     } else {
-      std::fprintf(stderr, "%s: unknown argument %s (--model M --tokens N --reps R --sustain-ms T)\n",
+      std::fprintf(stderr,
+                   "%s: unknown argument %s (--model M --tokens N --reps R --sustain-ms T --offers K)\n",
                    program, argv[i]);
       std::exit(2);
     }
@@ -80,12 +84,13 @@ inline Options parse_options(int argc, char** argv, int64_t token_multiple) {
             : o.model == "gpt2-xl"     ? 1600
                                        : 0;
   if (o.width == 0 || o.tokens < token_multiple || o.tokens % token_multiple || o.reps < 1 ||
-      o.sustain_ms < 0) {
+      o.sustain_ms < 0 || o.offers < 1 || o.offers > 64) {
     const std::string tokens =
         token_multiple > 1 ? "a multiple of " + std::to_string(token_multiple) : std::string(">= 1");
     std::fprintf(
         stderr,
-        "%s: --model gpt2|gpt2-medium|gpt2-large|gpt2-xl, --tokens %s, --reps >= 1, --sustain-ms >= 0\n",
+        "%s: --model gpt2|gpt2-medium|gpt2-large|gpt2-xl, --tokens %s, --reps >= 1, --sustain-ms >= 0, "
+        "--offers 1..64\n",
         program, tokens.c_str());
     std::exit(2);
   }
