@@ -42,7 +42,7 @@ void CausalSelfAttentionLayer::backward() {
   backend.attention_backward(qkv, out, stats_, dout, heads_, dqkv);
   if (!qkv_bias_) return;
   const Accumulate mode = net_.parameter_grad_mode();
-  const Tensor rows = inputs_[0]->grad.reshaped({batch_ * seq_len_, 3 * channels_});
+  const Tensor rows = dqkv.reshaped({batch_ * seq_len_, 3 * channels_});
   Tensor q = qkv_bias_->elements(0, channels_), k = qkv_bias_->elements(channels_, channels_),
          v = qkv_bias_->elements(2 * channels_, channels_);
   backend.bias_backward_columns(rows, 0, q, mode);
