@@ -10,6 +10,10 @@
 // the cap, their output compared with the heuristic's first's. The plain GEMM's heuristic first is timed
 // beside them: what the epilogue costs at best.
 //
+// On cuBLASLt 13.1 (H100, 2026-12-07) the configurations built this way were accepted for algorithms 21
+// and 39 only, none for 66, the one the heuristic gives every plain GEMM: the space says nothing of 66's
+// tiles beyond the heuristic's offers (bench/results/gpt2-gemm-choice).
+//
 //   gemm_space_probe [--model gpt2|gpt2-medium|gpt2-large|gpt2-xl] [--tokens N] [--reps R] [--sustain-ms T]
 //                    [--offers K: how many of the fastest bursts to time sustained]
 #include <cublasLt.h>
