@@ -11,8 +11,9 @@
 // beside them: what the epilogue costs at best.
 //
 // On cuBLASLt 13.1 (H100, 2026-12-07) the configurations built this way were accepted for algorithms 21
-// and 39 only, none for 66, the one the heuristic gives every plain GEMM: the space says nothing of 66's
-// tiles beyond the heuristic's offers (bench/results/gpt2-gemm-choice).
+// and 39 only, none for 66, the one the heuristic gives every plain GEMM (bench/results/gpt2-gemm-choice).
+// So the search also starts from the heuristic's own offers, for the plain GEMM and for the epilogue, each
+// with every tile its algorithm allows (added after that run; not yet run).
 //
 //   gemm_space_probe [--model gpt2|gpt2-medium|gpt2-large|gpt2-xl] [--tokens N] [--reps R] [--sustain-ms T]
 //                    [--offers K: how many of the fastest bursts to time sustained]
@@ -25,6 +26,8 @@
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
+#include <iterator>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -207,6 +210,38 @@ int main(int argc, char** argv) {
     int checked = 0, supported = 0;
     // At most 30 s of bursts a GEMM: the configurations past it are counted, not timed.
     const auto search_end = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+    std::set<std::vector<uint64_t>> seen;  // each configuration once, by the algo structure's bytes
+    auto try_configuration = [&](const cublasLtMatmulAlgo_t& configured) {
+      if (!seen.insert(std::vector<uint64_t>(std::begin(configured.data), std::end(configured.data))).second)
+        return true;
+      cublasLtMatmulHeuristicResult_t result{};
+      ++checked;
+      if (cublasLtMatmulAlgoCheck(lt, desc, la, lb, ld, ld, &configured, &result) != CUBLAS_STATUS_SUCCESS ||
+          result.workspaceSize > workspace_bytes)
+        return true;
+      ++supported;
+      if (std::chrono::steady_clock::now() > search_end) return true;
+      auto run = runner(desc, configured, d);
+      if (!run()) return true;
+      if (cudaStreamSynchronize(stream) != cudaSuccess) {
+        std::printf("%s: %s failed on the GPU\n", g.name.c_str(), describe(configured).c_str());
+        return false;
+      }
+      candidates.push_back({configured, median_ms(stream, options.reps, run)});
+      return true;
+    };
+    // First the heuristic's own offers (up to 64) for the plain GEMM and for the epilogue, each with every
+    // tile its algorithm allows: algorithm 66's configurations, which the enumeration below does not
+    // reach (see the top of the file).
+    for (cublasLtMatmulDesc_t source : {plain_desc, desc})
+      for (const auto& offer : heuristic_choices(lt, source, la, lb, ld, workspace_bytes, 64)) {
+        if (!try_configuration(offer.algo)) return 1;
+        for (uint32_t tile : cap_array<uint32_t>(offer.algo, CUBLASLT_ALGO_CAP_TILE_IDS)) {
+          cublasLtMatmulAlgo_t configured = offer.algo;
+          configure(configured, CUBLASLT_ALGO_CONFIG_TILE_ID, tile);
+          if (!try_configuration(configured)) return 1;
+        }
+      }
     for (int i = 0; i < id_count; ++i) {
       cublasLtMatmulAlgo_t algo;
       if (cublasLtMatmulAlgoInit(lt, CUBLAS_COMPUTE_32F, CUDA_R_32F, CUDA_R_16BF, CUDA_R_16BF, CUDA_R_16BF,
@@ -226,21 +261,7 @@ int main(int argc, char** argv) {
             configure(configured, CUBLASLT_ALGO_CONFIG_TILE_ID, tile);
             configure(configured, CUBLASLT_ALGO_CONFIG_STAGES_ID, stage);
             configure(configured, CUBLASLT_ALGO_CONFIG_CUSTOM_OPTION, static_cast<uint32_t>(option));
-            cublasLtMatmulHeuristicResult_t result{};
-            ++checked;
-            if (cublasLtMatmulAlgoCheck(lt, desc, la, lb, ld, ld, &configured, &result) !=
-                    CUBLAS_STATUS_SUCCESS ||
-                result.workspaceSize > workspace_bytes)
-              continue;
-            ++supported;
-            if (std::chrono::steady_clock::now() > search_end) continue;
-            auto run = runner(desc, configured, d);
-            if (!run()) continue;
-            if (cudaStreamSynchronize(stream) != cudaSuccess) {
-              std::printf("%s: %s failed on the GPU\n", g.name.c_str(), describe(configured).c_str());
-              return 1;
-            }
-            candidates.push_back({configured, median_ms(stream, options.reps, run)});
+            if (!try_configuration(configured)) return 1;
           }
     }
     std::sort(candidates.begin(), candidates.end(),
