@@ -32,30 +32,13 @@
 namespace {
 
 using gpt_gemm_probe::check;
+using gpt_gemm_probe::config_value;
+using gpt_gemm_probe::epilogue_name;
 using gpt_gemm_probe::fill_random;
+using gpt_gemm_probe::Gemm;
 using gpt_gemm_probe::heuristic_choices;
 using gpt_gemm_probe::median_ms;
 using gpt_gemm_probe::set;
-
-// One GEMM in cuBLASLt's column-major terms, D[m, n] = op(A)[m, k] op(B)[k, n] (+ C), as dlbench's
-// row-major call maps onto it (cuBLASLt's A is the row-major b, its B the row-major a).
-struct Gemm {
-  std::string name;
-  cublasOperation_t ta, tb;
-  int64_t m, n, k;
-  cublasLtEpilogue_t epilogue;
-  bool residual;           // beta 1, C another matrix (the forward's residual add)
-  bool candidate = false;  // an alternative to the GEMM before it, not counted in the block's sums
-};
-
-const char* epilogue_name(cublasLtEpilogue_t e, bool residual) {
-  return e == CUBLASLT_EPILOGUE_BIAS            ? (residual ? "bias+residual" : "bias")
-         : e == CUBLASLT_EPILOGUE_GELU_AUX_BIAS ? "gelu_aux_bias"
-         : e == CUBLASLT_EPILOGUE_DGELU         ? "dgelu"
-         : e == CUBLASLT_EPILOGUE_BGRADB        ? "bgradb"
-         : e == CUBLASLT_EPILOGUE_DGELU_BGRAD   ? "dgelu_bgrad"
-                                                : "none";
-}
 
 }  // namespace
 
@@ -159,10 +142,7 @@ int main(int argc, char** argv) {
     if (options.sustain_ms > 0)  // each offer's configuration beside its time, to find a rule in them
       for (size_t j = 0; j < results.size(); ++j) {
         auto config = [&](cublasLtMatmulAlgoConfigAttributes_t attribute) {
-          uint32_t value = 0;
-          size_t written = 0;
-          cublasLtMatmulAlgoConfigGetAttribute(&results[j].algo, attribute, &value, sizeof value, &written);
-          return value;
+          return config_value<uint32_t>(results[j].algo, attribute);
         };
         std::printf(
             "  %-22s %-14s offer %zu: algo %u tile %u stages %u cluster %u split-k %u swizzle %u  %.3f ms\n",

@@ -36,26 +36,13 @@
 namespace {
 
 using gpt_gemm_probe::check;
+using gpt_gemm_probe::config_value;
+using gpt_gemm_probe::epilogue_name;
 using gpt_gemm_probe::fill_random;
+using gpt_gemm_probe::Gemm;
 using gpt_gemm_probe::heuristic_choices;
 using gpt_gemm_probe::median_ms;
 using gpt_gemm_probe::set;
-
-// One GEMM in cuBLASLt's column-major terms (as in gemm_choice_probe): D[m, n] = op(A)[m, k] op(B)[k, n].
-struct Gemm {
-  std::string name;
-  cublasOperation_t ta, tb;
-  int64_t m, n, k;
-  cublasLtEpilogue_t epilogue;
-  bool residual;
-};
-
-const char* epilogue_name(cublasLtEpilogue_t e, bool residual) {
-  return e == CUBLASLT_EPILOGUE_BIAS            ? (residual ? "bias+residual" : "bias")
-         : e == CUBLASLT_EPILOGUE_GELU_AUX_BIAS ? "gelu_aux_bias"
-         : e == CUBLASLT_EPILOGUE_DGELU         ? "dgelu"
-                                                : "none";
-}
 
 template <typename T>
 std::vector<T> cap_array(const cublasLtMatmulAlgo_t& algo, cublasLtMatmulAlgoCapAttributes_t attribute) {
@@ -72,14 +59,6 @@ T cap_value(const cublasLtMatmulAlgo_t& algo, cublasLtMatmulAlgoCapAttributes_t 
   T value{};
   size_t written = 0;
   cublasLtMatmulAlgoCapGetAttribute(&algo, attribute, &value, sizeof value, &written);
-  return value;
-}
-
-template <typename T>
-T config_value(const cublasLtMatmulAlgo_t& algo, cublasLtMatmulAlgoConfigAttributes_t attribute) {
-  T value{};
-  size_t written = 0;
-  cublasLtMatmulAlgoConfigGetAttribute(&algo, attribute, &value, sizeof value, &written);
   return value;
 }
 

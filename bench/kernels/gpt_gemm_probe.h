@@ -1,4 +1,5 @@
-// What the GPT-2 GEMM probes share (fp8_gemm_probe, gemm_choice_probe):
+// What the GPT-2 GEMM probes share (fp8_gemm_probe, gemm_choice_probe, gemm_space_probe): one GEMM of a
+// block and its epilogue's name, an algorithm's configuration attributes,
 // errors that end the program with one line naming it, cuBLASLt descriptor attributes, random BF16 operands,
 // the command line (--model, --tokens, --reps, --sustain-ms) with the model's width and cuBLASLt's heuristic
 // choices for a GEMM; errors and timing from event_timing.h.
@@ -115,6 +116,35 @@ inline std::vector<cublasLtMatmulHeuristicResult_t> heuristic_choices(
   cublasLtMatmulPreferenceDestroy(pref);
   results.resize(static_cast<size_t>(found));
   return results;
+}
+
+// One GEMM in cuBLASLt's column-major terms, D[m, n] = op(A)[m, k] op(B)[k, n] (+ C), as dlbench's
+// row-major call maps onto it (cuBLASLt's A is the row-major b, its B the row-major a).
+struct Gemm {
+  std::string name;
+  cublasOperation_t ta, tb;
+  int64_t m, n, k;
+  cublasLtEpilogue_t epilogue;
+  bool residual;           // beta 1, C another matrix (the forward's residual add)
+  bool candidate = false;  // an alternative to the GEMM before it, not counted in a block's sums
+};
+
+inline const char* epilogue_name(cublasLtEpilogue_t e, bool residual) {
+  return e == CUBLASLT_EPILOGUE_BIAS            ? (residual ? "bias+residual" : "bias")
+         : e == CUBLASLT_EPILOGUE_GELU_AUX_BIAS ? "gelu_aux_bias"
+         : e == CUBLASLT_EPILOGUE_DGELU         ? "dgelu"
+         : e == CUBLASLT_EPILOGUE_BGRADB        ? "bgradb"
+         : e == CUBLASLT_EPILOGUE_DGELU_BGRAD   ? "dgelu_bgrad"
+                                                : "none";
+}
+
+// One of an algorithm's configuration attributes (zero where cuBLASLt gives none).
+template <typename T>
+T config_value(const cublasLtMatmulAlgo_t& algo, cublasLtMatmulAlgoConfigAttributes_t attribute) {
+  T value{};
+  size_t written = 0;
+  cublasLtMatmulAlgoConfigGetAttribute(&algo, attribute, &value, sizeof value, &written);
+  return value;
 }
 
 }  // namespace gpt_gemm_probe
