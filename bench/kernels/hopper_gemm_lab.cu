@@ -4,20 +4,24 @@
 // DGELU at 530-590, for which its heuristic offers only an older kernel: together ~0.25 ms of a block's
 // 6.4 ms of GEMMs at 32,768 tokens (bench/results/gpt2-gemm-choice). This lab builds Hopper's GEMM the way
 // that design goes (FlashAttention-3, CUTLASS's warp-specialised kernels):
-//   - TMA copies 128 x 64 tiles of A and 256 x 64 tiles of B into a ring of shared-memory stages, in the
+//   - TMA copies tiles of A (rows x 64) and B (256 x 64) into a ring of shared-memory stages, in the
 //     128-byte swizzle that wgmma reads without bank conflicts;
-//   - one producer warp group issues the copies (one thread), two consumer warp groups each multiply 64
-//     rows of the 128 x 256 output tile with wgmma.m64n256k16, their accumulators in registers;
+//   - one producer thread issues the copies; two consumer warp groups multiply with wgmma.m64n256k16,
+//     their accumulators in registers;
 //   - mbarriers hand each stage from producer to consumers (full: the copy's bytes landed) and back
 //     (empty: every consumer warp's wgmma that read it has finished);
 //   - the grid is persistent, one CTA an SM walking the output tiles, so the producer loads the next
 //     tile's stages while the consumers run the epilogue of the last;
 //   - the epilogue adds the bias and applies GELU (keeping its input) or GELU's gradient (reading it) on
-//     the accumulators before the one store.
+//     the accumulators, and stores through a small staging tile per warp (stmatrix, then whole 128-byte
+//     rows).
+// Two schedules (Schedule): cooperative, both groups on one 128 x 256 tile, and ping-pong, each group its
+// own 64 x 256 tile in turn so that one's epilogue runs under the other's main loop.
 // Both operands are K-major (row-major [rows, K]): D[m, n] = A[m, k] B[n, k]^T, row-major; for the data
 // gradient B is the transposed weight (dlbench stores W [out, in]; its transpose is one pass a step).
 // Each kernel is checked against fp64 dot products at sampled outputs and against cuBLASLt's output, then
-// timed against cuBLASLt's heuristic choice with the same epilogue and plain, in bursts and sustained.
+// timed against cuBLASLt's heuristic choice with the same epilogue and plain, in bursts and sustained,
+// with the main loop alone (no stores) beside: what the epilogue costs each schedule.
 //
 //   hopper_gemm_lab [--model gpt2-large] [--tokens N] [--reps R] [--sustain-ms T]
 #include <cublasLt.h>
@@ -44,17 +48,27 @@ using gpt_gemm_probe::fill_random;
 using gpt_gemm_probe::set;
 using Gelu = dlbench::cuda::detail::GeluMath<float>;
 
-constexpr int kBlockM = 128, kBlockN = 256, kBlockK = 64;  // 64 bf16 = 128 bytes: one swizzle row
-constexpr int kThreads = 384;      // a producer warp group and two consumer warp groups
-constexpr int kConsumerWarps = 8;  // each arrives once on a stage's empty barrier
-constexpr int kStageBytesA = kBlockM * kBlockK * 2, kStageBytesB = kBlockN * kBlockK * 2;
-// The output tile staged in shared memory for TMA's stores (and GELU's input for its loads): four
-// column chunks of 128 rows x 64, each a 128-byte-swizzled TMA box.
-constexpr int kStagingBytes = kBlockM * kBlockN * 2;
-template <int kStages>
-constexpr int shared_bytes() {
-  return kStages * (kStageBytesA + kStageBytesB) + kStagingBytes + (2 * kStages + 2) * 8 + 1024;
-}
+constexpr int kTileN = 256, kBlockK = 64;  // 64 bf16 = 128 bytes: one swizzle row
+constexpr int kThreads = 384;              // a producer warp group and two consumer warp groups
+constexpr int kStageBytesB = kTileN * kBlockK * 2;
+// Each consumer warp stages 16 rows x 64 columns of its output (2 KB) between its fragments and global
+// memory, so that its stores (and dgelu's loads) are whole 128-byte rows.
+constexpr int kStagingBytes = 8 * 16 * 64 * 2;
+
+// How the two consumer warp groups share the work:
+//   cooperative: both on each 128 x 256 tile, 64 rows each; the tensor cores idle during the epilogue;
+//   ping-pong: each group a whole 64 x 256 tile in turn, its epilogue under the other's main loop, at
+//     the cost of B's 256 rows loaded for 64 rows of A instead of 128.
+enum class Schedule { cooperative, pingpong };
+template <Schedule kSchedule>
+struct Plan {
+  static constexpr int tile_m = kSchedule == Schedule::cooperative ? 128 : 64;
+  static constexpr int stages = kSchedule == Schedule::cooperative ? 4 : 5;
+  static constexpr int stage_bytes_a = tile_m * kBlockK * 2;
+  static constexpr int consuming_warps = kSchedule == Schedule::cooperative ? 8 : 4;  // on each stage
+  static constexpr int shared_bytes =
+      stages * (stage_bytes_a + kStageBytesB) + kStagingBytes + (2 * stages + 2) * 8 + 1024;
+};
 
 // mainloop_only: the plain GEMM that stores nothing (unless a value is NaN): what the epilogue costs.
 enum class Epilogue { none, bias_gelu_aux, dgelu, mainloop_only };
@@ -169,25 +183,6 @@ __device__ __forceinline__ void wgmma_m64n256k16(float (&d)[128], uint64_t desc_
       : "l"(desc_a), "l"(desc_b), "r"(scale_d));
 }
 
-// TMA: shared memory to the box of `map` at (inner, outer), in the thread's bulk group.
-__device__ __forceinline__ void store_tile(const CUtensorMap* map, const void* source, int inner, int outer) {
-  asm volatile("cp.async.bulk.tensor.2d.global.shared::cta.bulk_group [%0, {%2, %3}], [%1];" ::"l"(
-                   reinterpret_cast<uint64_t>(map)),
-               "r"(shared_address(source)), "r"(inner), "r"(outer)
-               : "memory");
-}
-__device__ __forceinline__ void stores_commit() { asm volatile("cp.async.bulk.commit_group;" ::: "memory"); }
-// Until the thread's committed stores have read their shared memory.
-__device__ __forceinline__ void stores_wait_read() {
-  asm volatile("cp.async.bulk.wait_group.read 0;" ::: "memory");
-}
-// The consumers' own barrier (the producer warp group is not in it).
-__device__ __forceinline__ void consumers_sync() { asm volatile("bar.sync 1, 256;" ::: "memory"); }
-// Shared-memory writes made visible to TMA (the async proxy).
-__device__ __forceinline__ void fence_for_tma() {
-  asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
-}
-
 // GELU and its gradient with the tanh approximation instruction (2^-11 relative): the results are
 // rounded to bf16 (2^-9) on their way out.
 __device__ __forceinline__ float tanh_fast(float x) {
@@ -204,75 +199,109 @@ __device__ __forceinline__ float gelu_derivative_fast(float x) {
          0.5f * x * (1.f - t * t) * Gelu::kSqrt2OverPi * (1.f + 3.f * Gelu::kCubic * x * x);
 }
 
-// The staging tile: row r (of 128) and 16-byte piece p (of 32, 8 columns each) at chunk p / 8, and within
-// it at piece (p % 8) ^ (r % 8): TMA's 128-byte swizzle, under which a fragment's 8-row stores meet no bank
-// twice.
+// A warp's staging tile: 16 rows of 128 bytes (64 bf16), the 16-byte piece p of row r at p ^ (r % 8), so
+// that neither the fragments' 8-row stores nor the rows' reads meet a bank twice.
 __device__ __forceinline__ uint32_t staged(uint32_t staging, int row, int piece) {
-  return staging + (piece / 8) * (kBlockM * 128) + row * 128 + (((piece % 8) ^ (row % 8)) * 16);
+  return staging + row * 128 + ((piece ^ (row % 8)) * 16);
 }
 
 // The accumulator fragment of wgmma.m64nNk16: the thread holds rows lane / 4 and lane / 4 + 8 of its
-// warp's 16, at columns 8j + 2(lane % 4) and the one after, for j < 32: acc[4j], acc[4j + 1] and
-// acc[4j + 2], acc[4j + 3]: exactly an 8x8 matrix fragment of stmatrix / ldmatrix per (j, half). Group g
-// (of 16) is j = 2g and 2g + 1, both halves: matrix m of it is j = 2g + m / 2, rows 8 (m % 2) on, and lane
-// L gives the address of row L % 8 of matrix L / 8.
-__device__ __forceinline__ uint32_t fragment_row(uint32_t staging, int warp_row, int group, int lane) {
+// warp's 16, at columns 8j + 2(lane % 4) and the one after: acc[4j], acc[4j + 1] and acc[4j + 2],
+// acc[4j + 3], each pair one thread's share of an 8x8 matrix fragment of stmatrix / ldmatrix. Columns
+// [64c, 64c + 64) are j = 8c .. 8c + 7, in four groups g of two j's and both halves: matrix m of group g
+// is j = 8c + 2g + m / 2, rows 8 (m % 2) on, and lane L gives the address of row L % 8 of matrix L / 8.
+__device__ __forceinline__ uint32_t fragment_row(uint32_t staging, int group, int lane) {
   const int m = lane / 8;
-  return staged(staging, warp_row + 8 * (m % 2) + lane % 8, 2 * group + m / 2);
+  return staged(staging, 8 * (m % 2) + lane % 8, 2 * group + m / 2);
 }
-__device__ __forceinline__ int fragment_index(int group, int r) {
-  return 4 * (2 * group + r / 2) + 2 * (r % 2);
+__device__ __forceinline__ int fragment_index(int chunk, int group, int r) {
+  return 4 * (8 * chunk + 2 * group + r / 2) + 2 * (r % 2);
 }
 
 template <bool kGelu>
-__device__ __forceinline__ void store_fragments(uint32_t staging, const float (&acc)[128], int warp_row,
+__device__ __forceinline__ void store_fragments(uint32_t staging, const float (&acc)[128], int chunk,
                                                 int lane) {
 #pragma unroll
-  for (int g = 0; g < 16; ++g) {
+  for (int g = 0; g < 4; ++g) {
     uint32_t p[4];
 #pragma unroll
     for (int r = 0; r < 4; ++r) {
-      const int i = fragment_index(g, r);
+      const int i = fragment_index(chunk, g, r);
       const __nv_bfloat162 v = kGelu ? __floats2bfloat162_rn(gelu_fast(acc[i]), gelu_fast(acc[i + 1]))
                                      : __floats2bfloat162_rn(acc[i], acc[i + 1]);
       p[r] = *reinterpret_cast<const uint32_t*>(&v);
     }
     asm volatile("stmatrix.sync.aligned.m8n8.x4.shared.b16 [%0], {%1, %2, %3, %4};" ::"r"(
-                     fragment_row(staging, warp_row, g, lane)),
+                     fragment_row(staging, g, lane)),
                  "r"(p[0]), "r"(p[1]), "r"(p[2]), "r"(p[3])
                  : "memory");
   }
 }
-// The accumulators times GELU's gradient at its input, staged by TMA where the output will go.
-__device__ __forceinline__ void apply_gelu_gradient(uint32_t staging, float (&acc)[128], int warp_row,
+// The accumulators of a chunk times GELU's gradient at its input, which the staging tile holds.
+__device__ __forceinline__ void apply_gelu_gradient(uint32_t staging, float (&acc)[128], int chunk,
                                                     int lane) {
 #pragma unroll
-  for (int g = 0; g < 16; ++g) {
+  for (int g = 0; g < 4; ++g) {
     uint32_t p[4];
     asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];"
                  : "=r"(p[0]), "=r"(p[1]), "=r"(p[2]), "=r"(p[3])
-                 : "r"(fragment_row(staging, warp_row, g, lane))
+                 : "r"(fragment_row(staging, g, lane))
                  : "memory");
 #pragma unroll
     for (int r = 0; r < 4; ++r) {
-      const int i = fragment_index(g, r);
+      const int i = fragment_index(chunk, g, r);
       const float2 x = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&p[r]));
       acc[i] *= gelu_derivative_fast(x.x), acc[i + 1] *= gelu_derivative_fast(x.y);
     }
   }
 }
+// The staging tile to rows [row0, row0 + 16) x [col, col + 64) of a row-major matrix of n columns: each lane
+// four 16-byte pieces, eight lanes a row.
+__device__ __forceinline__ void store_rows(uint32_t staging, __nv_bfloat16* out, int row0, int col, int n,
+                                           int lane) {
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    const int row = (32 * i + lane) / 8, piece = lane % 8;
+    uint4 v;
+    asm volatile("ld.shared.v4.u32 {%0, %1, %2, %3}, [%4];"
+                 : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+                 : "r"(staged(staging, row, piece)));
+    *reinterpret_cast<uint4*>(out + size_t(row0 + row) * n + col + 8 * piece) = v;
+  }
+}
+// The reverse: rows of a row-major matrix into the staging tile.
+__device__ __forceinline__ void load_rows(uint32_t staging, const __nv_bfloat16* in, int row0, int col, int n,
+                                          int lane) {
+  uint4 v[4];
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    const int row = (32 * i + lane) / 8, piece = lane % 8;
+    v[i] = *reinterpret_cast<const uint4*>(in + size_t(row0 + row) * n + col + 8 * piece);
+  }
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    const int row = (32 * i + lane) / 8, piece = lane % 8;
+    asm volatile("st.shared.v4.u32 [%0], {%1, %2, %3, %4};" ::"r"(staged(staging, row, piece)), "r"(v[i].x),
+                 "r"(v[i].y), "r"(v[i].z), "r"(v[i].w)
+                 : "memory");
+  }
+}
 
-// D[m, n] = epilogue(A[m, k] B[n, k]^T), row-major, m a multiple of 128, n of 256, k of 64.
+// D[m, n] = epilogue(A[m, k] B[n, k]^T), row-major, m and n multiples of 128, k of 64.
 //   none:          D = AB^T
 //   bias_gelu_aux: aux = AB^T + bias[n], D = gelu(aux)        (mlp.c_fc's forward)
 //   dgelu:         D = AB^T * gelu'(aux)                       (mlp.c_proj's data gradient)
-// The outputs go out through the staging tile by TMA, which drains it while the consumers start the next
-// tile; for dgelu a second producer thread loads aux into the staging tile during the tile's main loop.
-template <Epilogue kEpilogue, int kStages>
+// Ping-pong: the two consumer warp groups take the CTA's tiles in turn, each a whole 64 x 256 tile
+// (wgmma.m64n256k16). The producer fills the ring in tile order, so one group's main loop
+// starts as the other's ends, and each group's epilogue runs under the other's main loop.
+template <Epilogue kEpilogue, Schedule kSchedule>
 __global__ void __launch_bounds__(kThreads, 1)
-    gemm(const __grid_constant__ CUtensorMap map_a, const __grid_constant__ CUtensorMap map_b,
-         const __grid_constant__ CUtensorMap map_d, const __grid_constant__ CUtensorMap map_aux, int m, int n,
-         int k, __nv_bfloat16* __restrict__ d, const __nv_bfloat16* __restrict__ bias) {
+    gemm(const __grid_constant__ CUtensorMap map_a, const __grid_constant__ CUtensorMap map_b, int m, int n,
+         int k, __nv_bfloat16* __restrict__ d, __nv_bfloat16* __restrict__ aux,
+         const __nv_bfloat16* __restrict__ bias) {
+  using P = Plan<kSchedule>;
+  constexpr int kStages = P::stages, kStageBytesA = P::stage_bytes_a, kTileM = P::tile_m;
+  constexpr bool kPingPong = kSchedule == Schedule::pingpong;
   extern __shared__ uint8_t shared_raw[];
   uint8_t* shared =
       reinterpret_cast<uint8_t*>((reinterpret_cast<uintptr_t>(shared_raw) + 1023) & ~uintptr_t{1023});
@@ -281,64 +310,60 @@ __global__ void __launch_bounds__(kThreads, 1)
   uint8_t* staging = stage_b + kStages * kStageBytesB;
   uint64_t* full = reinterpret_cast<uint64_t*>(staging + kStagingBytes);
   uint64_t* empty = full + kStages;
-  uint64_t* aux_full = empty + kStages;   // dgelu: the tile's GELU input has landed in the staging tile
-  uint64_t* staging_free = aux_full + 1;  // dgelu: the last tile's stores have read the staging tile
+  // mainloop_done[g]: consumer group g has finished a main loop. The groups' main loops alternate by it,
+  // which also keeps each stage's barriers at most one phase ahead of the group that waits on them (a
+  // group skips the other's k-blocks, and a parity wait cannot tell phases two apart).
+  uint64_t* mainloop_done = empty + kStages;
   if (threadIdx.x == 0) {
     for (int s = 0; s < kStages; ++s) {
       barrier_init(&full[s], 1);
-      barrier_init(&empty[s], kConsumerWarps);
+      barrier_init(&empty[s], P::consuming_warps);
     }
-    barrier_init(aux_full, 1);
-    barrier_init(staging_free, 1);
+    barrier_init(&mainloop_done[0], 4);
+    barrier_init(&mainloop_done[1], 4);
     asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
   }
   __syncthreads();
 
-  const int tiles_n = n / kBlockN, tiles = (m / kBlockM) * tiles_n, k_blocks = k / kBlockK;
+  const int tiles_n = n / kTileN, tiles = (m / kTileM) * tiles_n, k_blocks = k / kBlockK;
   const int warp_group = threadIdx.x / 128;
-  if (warp_group == 0) {
+  if (warp_group == 0) {  // the producer: one thread issues every copy, the CTA's tiles in order
     asm volatile("setmaxnreg.dec.sync.aligned.u32 40;");
-    if (threadIdx.x == 0) {  // the operands' producer
-      int step = 0;          // stages filled so far, over all tiles: its stage and the barriers' phase
-      for (int tile = blockIdx.x; tile < tiles; tile += gridDim.x) {
-        const int row0 = tile / tiles_n * kBlockM, col0 = tile % tiles_n * kBlockN;
-        for (int kb = 0; kb < k_blocks; ++kb, ++step) {
-          const int s = step % kStages;
-          barrier_wait(&empty[s], ((step / kStages) & 1) ^ 1);  // a fresh barrier's "previous" phase is done
-          barrier_expect_bytes(&full[s], kStageBytesA + kStageBytesB);
-          copy_tile(stage_a + s * kStageBytesA, &map_a, &full[s], kb * kBlockK, row0);
-          copy_tile(stage_b + s * kStageBytesB, &map_b, &full[s], kb * kBlockK, col0);
-        }
-      }
-    } else if (kEpilogue == Epilogue::dgelu && threadIdx.x == 32) {  // GELU's input, a tile at a time
-      int round = 0;
-      for (int tile = blockIdx.x; tile < tiles; tile += gridDim.x, ++round) {
-        const int row0 = tile / tiles_n * kBlockM, col0 = tile % tiles_n * kBlockN;
-        barrier_wait(staging_free, (round & 1) ^ 1);
-        barrier_expect_bytes(aux_full, kStagingBytes);
-        for (int c = 0; c < 4; ++c)
-          copy_tile(staging + c * kBlockM * 128, &map_aux, aux_full, col0 + 64 * c, row0);
+    if (threadIdx.x != 0) return;
+    int step = 0;  // stages filled so far, over all tiles: its stage and the barriers' phase
+    for (int tile = blockIdx.x; tile < tiles; tile += gridDim.x) {
+      const int row0 = tile / tiles_n * kTileM, col0 = tile % tiles_n * kTileN;
+      for (int kb = 0; kb < k_blocks; ++kb, ++step) {
+        const int s = step % kStages;
+        barrier_wait(&empty[s], ((step / kStages) & 1) ^ 1);  // a fresh barrier's "previous" phase is done
+        barrier_expect_bytes(&full[s], kStageBytesA + kStageBytesB);
+        copy_tile(stage_a + s * kStageBytesA, &map_a, &full[s], kb * kBlockK, row0);
+        copy_tile(stage_b + s * kStageBytesB, &map_b, &full[s], kb * kBlockK, col0);
       }
     }
     return;
   }
 
   asm volatile("setmaxnreg.inc.sync.aligned.u32 232;");
-  const int consumer = warp_group - 1;  // rows 64 * consumer of each tile
+  const int consumer = warp_group - 1;  // ping-pong: takes the CTA's tiles 0, 2, 4, ... or 1, 3, 5, ...
   const int warp = threadIdx.x / 32 % 4, lane = threadIdx.x % 32;
-  const bool storer = threadIdx.x == 128;  // issues the consumers' TMA stores
-  const int warp_row = consumer * 64 + warp * 16;
-  const uint32_t staging_address = shared_address(staging);
+  const uint32_t staging_address = shared_address(staging + (threadIdx.x / 32 - 4) * 2048);
   float acc[128];
 #pragma unroll
   for (int i = 0; i < 128; ++i) acc[i] = 0.f;
-  int step = 0, round = 0;
-  for (int tile = blockIdx.x; tile < tiles; tile += gridDim.x, ++round) {
-    const int row0 = tile / tiles_n * kBlockM, col0 = tile % tiles_n * kBlockN;
+  for (int turn = kPingPong ? consumer : 0, round = 0;; turn += kPingPong ? 2 : 1, ++round) {
+    const int tile = blockIdx.x + turn * gridDim.x;
+    if (tile >= tiles) break;
+    const int row0 = tile / tiles_n * kTileM, col0 = tile % tiles_n * kTileN;
+    // The other group's main loop of the turn before: group 1's round r follows group 0's round r, group
+    // 0's round r (r > 0) follows group 1's round r - 1.
+    if (kPingPong && turn > 0)
+      barrier_wait(&mainloop_done[1 - consumer], (consumer == 1 ? round : round - 1) & 1);
+    int step = turn * k_blocks;
     for (int kb = 0; kb < k_blocks; ++kb, ++step) {
       const int s = step % kStages;
       barrier_wait(&full[s], (step / kStages) & 1);
-      const uint32_t a = shared_address(stage_a + s * kStageBytesA + consumer * 64 * 128);
+      const uint32_t a = shared_address(stage_a + s * kStageBytesA + (kPingPong ? 0 : consumer * 64 * 128));
       const uint32_t b = shared_address(stage_b + s * kStageBytesB);
       fence_accumulators(acc);
       wgmma_fence();
@@ -353,6 +378,9 @@ __global__ void __launch_bounds__(kThreads, 1)
       fence_accumulators(acc);
       if (kb > 0 && lane == 0) barrier_arrive(&empty[(step - 1) % kStages]);
     }
+    // The other group may issue its main loop now: its wgmma queue behind this one's last, so the tensor
+    // cores never drain between tiles.
+    if (kPingPong && lane == 0) barrier_arrive(&mainloop_done[consumer]);
     wgmma_wait<0>();
     fence_accumulators(acc);
     if (lane == 0) barrier_arrive(&empty[(step - 1) % kStages]);
@@ -364,20 +392,6 @@ __global__ void __launch_bounds__(kThreads, 1)
       if (any_nan) d[0] = __float2bfloat16(acc[0]);
       continue;
     }
-    // One output through the staging tile: wait until the last stores have read it, fill it, and store.
-    auto store_output = [&](const CUtensorMap* map, auto fill) {
-      if (storer) stores_wait_read();
-      consumers_sync();
-      fill();
-      fence_for_tma();
-      consumers_sync();
-      if (storer) {
-        for (int c = 0; c < 4; ++c) store_tile(map, staging + c * kBlockM * 128, col0 + 64 * c, row0);
-        stores_commit();
-      }
-    };
-    if (kEpilogue == Epilogue::none)
-      store_output(&map_d, [&] { store_fragments<false>(staging_address, acc, warp_row, lane); });
     if (kEpilogue == Epilogue::bias_gelu_aux) {
 #pragma unroll
       for (int j = 0; j < 32; ++j) {
@@ -385,25 +399,31 @@ __global__ void __launch_bounds__(kThreads, 1)
             *reinterpret_cast<const __nv_bfloat162*>(bias + col0 + 8 * j + 2 * (lane % 4)));
         acc[4 * j] += b.x, acc[4 * j + 1] += b.y, acc[4 * j + 2] += b.x, acc[4 * j + 3] += b.y;
       }
-      store_output(&map_aux, [&] { store_fragments<false>(staging_address, acc, warp_row, lane); });
-      store_output(&map_d, [&] { store_fragments<true>(staging_address, acc, warp_row, lane); });
     }
-    if (kEpilogue == Epilogue::dgelu) {
-      barrier_wait(aux_full, round & 1);
-      apply_gelu_gradient(staging_address, acc, warp_row, lane);
-      __syncwarp();  // each warp overwrites only the rows it read
-      store_fragments<false>(staging_address, acc, warp_row, lane);
-      fence_for_tma();
-      consumers_sync();
-      if (storer) {
-        for (int c = 0; c < 4; ++c) store_tile(&map_d, staging + c * kBlockM * 128, col0 + 64 * c, row0);
-        stores_commit();
-        stores_wait_read();
-        barrier_arrive(staging_free);
+    {
+      const int row = row0 + (kPingPong ? 0 : 64 * consumer) + 16 * warp;
+#pragma unroll
+      for (int c = 0; c < 4; ++c) {
+        const int col = col0 + 64 * c;
+        if (kEpilogue == Epilogue::dgelu) {
+          load_rows(staging_address, aux, row, col, n, lane);
+          __syncwarp();
+          apply_gelu_gradient(staging_address, acc, c, lane);
+          __syncwarp();
+        }
+        if (kEpilogue == Epilogue::bias_gelu_aux) {  // the saved input first
+          store_fragments<false>(staging_address, acc, c, lane);
+          __syncwarp();
+          store_rows(staging_address, aux, row, col, n, lane);
+          __syncwarp();
+        }
+        store_fragments<kEpilogue == Epilogue::bias_gelu_aux>(staging_address, acc, c, lane);
+        __syncwarp();
+        store_rows(staging_address, d, row, col, n, lane);
+        __syncwarp();
       }
     }
   }
-  if (storer) asm volatile("cp.async.bulk.wait_group 0;" ::: "memory");  // all stores complete
 }
 
 // A row-major [rows, cols] bf16 matrix as TMA sees it: boxes of box_rows x 64, 128-byte swizzled.
@@ -425,46 +445,50 @@ CUtensorMap tile_map(const __nv_bfloat16* base, int rows, int cols, int box_rows
 }
 
 struct OwnGemm {
-  CUtensorMap map_a, map_b;
-  int m, n, k, grid;
+  CUtensorMap map_a[2], map_b;  // A's boxes of 128 rows (cooperative) and 64 (ping-pong)
+  int m, n, k, sms;
 };
 
 OwnGemm own_gemm(const __nv_bfloat16* a, const __nv_bfloat16* b, int m, int n, int k, int sms) {
-  return {tile_map(a, m, k, kBlockM),
-          tile_map(b, n, k, kBlockN),
+  return {{tile_map(a, m, k, Plan<Schedule::cooperative>::tile_m),
+           tile_map(a, m, k, Plan<Schedule::pingpong>::tile_m)},
+          tile_map(b, n, k, kTileN),
           m,
           n,
           k,
-          std::min(sms, (m / kBlockM) * (n / kBlockN))};
+          sms};
 }
 
-template <Epilogue kEpilogue, int kStages>
+template <Epilogue kEpilogue, Schedule kSchedule>
 void launch(const OwnGemm& g, __nv_bfloat16* d, __nv_bfloat16* aux, const __nv_bfloat16* bias,
             cudaStream_t stream) {
+  using P = Plan<kSchedule>;
   static bool configured = false;
   if (!configured) {
-    check(cudaFuncSetAttribute(gemm<kEpilogue, kStages>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                               shared_bytes<kStages>()),
+    check(cudaFuncSetAttribute(gemm<kEpilogue, kSchedule>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                               P::shared_bytes),
           "shared memory");
     configured = true;
   }
-  const CUtensorMap map_d = tile_map(d, g.m, g.n, kBlockM);
-  const CUtensorMap map_aux = tile_map(aux ? aux : d, g.m, g.n, kBlockM);
-  gemm<kEpilogue, kStages><<<g.grid, kThreads, shared_bytes<kStages>(), stream>>>(
-      g.map_a, g.map_b, map_d, map_aux, g.m, g.n, g.k, d, bias);
+  const int grid = std::min(g.sms, (g.m / P::tile_m) * (g.n / kTileN));
+  gemm<kEpilogue, kSchedule><<<grid, kThreads, P::shared_bytes, stream>>>(
+      g.map_a[kSchedule == Schedule::cooperative ? 0 : 1], g.map_b, g.m, g.n, g.k, d, aux, bias);
 }
 
+template <Schedule kSchedule>
 void run_own(Epilogue e, const OwnGemm& g, __nv_bfloat16* d, __nv_bfloat16* aux, const __nv_bfloat16* bias,
-             cudaStream_t stream, int stages = 3) {
-  if (e == Epilogue::none) launch<Epilogue::none, 3>(g, d, aux, bias, stream);
-  if (e == Epilogue::bias_gelu_aux) launch<Epilogue::bias_gelu_aux, 3>(g, d, aux, bias, stream);
-  if (e == Epilogue::dgelu) launch<Epilogue::dgelu, 3>(g, d, aux, bias, stream);
-  if (e == Epilogue::mainloop_only) {
-    if (stages == 4)
-      launch<Epilogue::mainloop_only, 4>(g, d, aux, bias, stream);
-    else
-      launch<Epilogue::mainloop_only, 3>(g, d, aux, bias, stream);
-  }
+             cudaStream_t stream) {
+  if (e == Epilogue::none) launch<Epilogue::none, kSchedule>(g, d, aux, bias, stream);
+  if (e == Epilogue::bias_gelu_aux) launch<Epilogue::bias_gelu_aux, kSchedule>(g, d, aux, bias, stream);
+  if (e == Epilogue::dgelu) launch<Epilogue::dgelu, kSchedule>(g, d, aux, bias, stream);
+  if (e == Epilogue::mainloop_only) launch<Epilogue::mainloop_only, kSchedule>(g, d, aux, bias, stream);
+}
+void run_own(Schedule schedule, Epilogue e, const OwnGemm& g, __nv_bfloat16* d, __nv_bfloat16* aux,
+             const __nv_bfloat16* bias, cudaStream_t stream) {
+  if (schedule == Schedule::cooperative)
+    run_own<Schedule::cooperative>(e, g, d, aux, bias, stream);
+  else
+    run_own<Schedule::pingpong>(e, g, d, aux, bias, stream);
 }
 
 // W^T of a row-major [rows, cols] matrix: the data gradient's B operand, K-major.
@@ -547,10 +571,10 @@ double gelu_reference(double x, bool derivative) {
 
 int main(int argc, char** argv) {
   gpt_gemm_probe::program = "hopper_gemm_lab";
-  const gpt_gemm_probe::Options options = gpt_gemm_probe::parse_options(argc, argv, kBlockM);
+  const gpt_gemm_probe::Options options = gpt_gemm_probe::parse_options(argc, argv, 128);
   const int tokens = static_cast<int>(options.tokens), c = static_cast<int>(options.width), f = 4 * c;
-  if (c % kBlockK || f % kBlockN) {
-    std::fprintf(stderr, "hopper_gemm_lab: %s's width %d does not tile (64 and 256)\n", options.model.c_str(),
+  if (c % kBlockK || f % kTileN) {
+    std::fprintf(stderr, "hopper_gemm_lab: %s's width %d does not tile (64 and 128)\n", options.model.c_str(),
                  c);
     return 2;
   }
@@ -613,57 +637,59 @@ int main(int argc, char** argv) {
   const std::vector<float> host_a0 = to_host(x, act), host_fc = to_host(w_fc, weight),
                            host_dy = to_host(dy, act), host_proj_t = to_host(w_proj_t, weight),
                            host_bias = to_host(bias, size_t(f));
+  const Schedule schedules[] = {Schedule::cooperative, Schedule::pingpong};
+  auto schedule_name = [](Schedule sc) { return sc == Schedule::cooperative ? "cooperative" : "ping-pong"; };
   bool all_right = true;
-  for (const Case& cs : cases) {
-    // Correctness: ours and the plain ours at sampled outputs against fp64, then all of ours against
-    // cuBLASLt.
-    run_lt(lt, cs.lt, out_lt, workspace, workspace_bytes, stream);  // (the forward's also fills pre)
-    run_own(cs.epilogue, cs.own, out_own, cs.aux, bias, stream);
-    check(cudaStreamSynchronize(stream), name(cs.epilogue));
-    const std::vector<float> ours = to_host(out_own, wide), theirs = to_host(out_lt, wide);
-    const std::vector<float> aux = to_host(cs.epilogue == Epilogue::dgelu ? pre : aux_own, wide);
-    const std::vector<float>& ha = cs.epilogue == Epilogue::dgelu ? host_dy : host_a0;
-    const std::vector<float>& hb = cs.epilogue == Epilogue::dgelu ? host_proj_t : host_fc;
-    std::mt19937 random(11);
-    double worst = 0;
-    for (int sample = 0; sample < 4096; ++sample) {
-      const int r = int(random() % unsigned(tokens)), col = int(random() % unsigned(f));
-      double dot = 0;
-      for (int i = 0; i < c; ++i) dot += double(ha[size_t(r) * c + i]) * double(hb[size_t(col) * c + i]);
-      const size_t at = size_t(r) * f + col;
-      double expected = dot;
-      if (cs.epilogue == Epilogue::bias_gelu_aux) {
-        const double p = dot + host_bias[size_t(col)];
-        expected = gelu_reference(p, false);
-        worst = std::max(worst, std::abs(aux[at] - p) / (1.0 + std::abs(p)));
-      } else if (cs.epilogue == Epilogue::dgelu) {
-        expected = dot * gelu_reference(aux[at], true);
+  for (const Schedule schedule : schedules)
+    for (const Case& cs : cases) {
+      // Correctness: ours and the plain ours at sampled outputs against fp64, then all of ours against
+      // cuBLASLt.
+      run_lt(lt, cs.lt, out_lt, workspace, workspace_bytes, stream);  // (the forward's also fills pre)
+      run_own(schedule, cs.epilogue, cs.own, out_own, cs.aux, bias, stream);
+      check(cudaStreamSynchronize(stream), name(cs.epilogue));
+      const std::vector<float> ours = to_host(out_own, wide), theirs = to_host(out_lt, wide);
+      const std::vector<float> aux = to_host(cs.epilogue == Epilogue::dgelu ? pre : aux_own, wide);
+      const std::vector<float>& ha = cs.epilogue == Epilogue::dgelu ? host_dy : host_a0;
+      const std::vector<float>& hb = cs.epilogue == Epilogue::dgelu ? host_proj_t : host_fc;
+      std::mt19937 random(11);
+      double worst = 0;
+      for (int sample = 0; sample < 4096; ++sample) {
+        const int r = int(random() % unsigned(tokens)), col = int(random() % unsigned(f));
+        double dot = 0;
+        for (int i = 0; i < c; ++i) dot += double(ha[size_t(r) * c + i]) * double(hb[size_t(col) * c + i]);
+        const size_t at = size_t(r) * f + col;
+        double expected = dot;
+        if (cs.epilogue == Epilogue::bias_gelu_aux) {
+          const double p = dot + host_bias[size_t(col)];
+          expected = gelu_reference(p, false);
+          worst = std::max(worst, std::abs(aux[at] - p) / (1.0 + std::abs(p)));
+        } else if (cs.epilogue == Epilogue::dgelu) {
+          expected = dot * gelu_reference(aux[at], true);
+        }
+        worst = std::max(worst, std::abs(ours[at] - expected) / (1.0 + std::abs(expected)));
       }
-      worst = std::max(worst, std::abs(ours[at] - expected) / (1.0 + std::abs(expected)));
+      double largest_gap = 0, largest = 0;
+      for (size_t i = 0; i < wide; ++i) {
+        largest_gap = std::max(largest_gap, double(std::abs(ours[i] - theirs[i])));
+        largest = std::max(largest, double(std::abs(theirs[i])));
+      }
+      // The plain GEMM (its stores as the epilogues', without them) against cuBLASLt's plain one.
+      run_lt(lt, cs.lt_plain, out_lt, workspace, workspace_bytes, stream);
+      run_own(schedule, Epilogue::none, cs.own, out_own, nullptr, nullptr, stream);
+      check(cudaStreamSynchronize(stream), "plain");
+      const std::vector<float> ours_plain = to_host(out_own, wide), theirs_plain = to_host(out_lt, wide);
+      double plain_gap = 0;
+      for (size_t i = 0; i < wide; ++i)
+        plain_gap = std::max(plain_gap, std::abs(double(ours_plain[i]) - theirs_plain[i]) /
+                                            (1.0 + std::abs(double(theirs_plain[i]))));
+      const bool right = worst < 1.0 / 128 && plain_gap < 1.0 / 128;
+      all_right = all_right && right;
+      std::printf(
+          "%-11s %-13s against fp64 at 4096 outputs: worst |diff| / (1 + |value|) %.2e (%s); against "
+          "cuBLASLt: max |diff| %.4f of values up to %.2f; plain against cuBLASLt's plain: %.2e\n",
+          schedule_name(schedule), name(cs.epilogue), worst, right ? "right" : "WRONG", largest_gap, largest,
+          plain_gap);
     }
-    double largest_gap = 0, largest = 0;
-    for (size_t i = 0; i < wide; ++i) {
-      largest_gap = std::max(largest_gap, double(std::abs(ours[i] - theirs[i])));
-      largest = std::max(largest, double(std::abs(theirs[i])));
-    }
-    // The plain GEMM (its stores as the epilogues', without them) against cuBLASLt's plain one.
-    run_lt(lt, cs.lt_plain, out_lt, workspace, workspace_bytes, stream);
-    run_own(Epilogue::none, cs.own, out_own, nullptr, nullptr, stream);
-    check(cudaStreamSynchronize(stream), "plain");
-    const std::vector<float> ours_plain = to_host(out_own, wide), theirs_plain = to_host(out_lt, wide);
-    double plain_gap = 0;
-    for (size_t i = 0; i < wide; ++i)
-      plain_gap = std::max(plain_gap, std::abs(double(ours_plain[i]) - theirs_plain[i]) /
-                                          (1.0 + std::abs(double(theirs_plain[i]))));
-    const bool right = worst < 1.0 / 128 && plain_gap < 1.0 / 128;
-    std::printf("%-14s plain against cuBLASLt's plain: worst |diff| / (1 + |value|) %.2e\n",
-                name(cs.epilogue), plain_gap);
-    all_right = all_right && right;
-    std::printf(
-        "%-14s against fp64 at 4096 outputs: worst |diff| / (1 + |value|) %.2e (%s); against cuBLASLt: "
-        "max |diff| %.4f of values up to %.2f\n",
-        name(cs.epilogue), worst, right ? "right" : "WRONG", largest_gap, largest);
-  }
   if (!all_right) return 1;
 
   const double flops = 2.0 * tokens * double(f) * c;
@@ -676,7 +702,10 @@ int main(int argc, char** argv) {
       "reversed after\n",
       options.sustain_ms > 0 ? "sustained" : "bursts, median");
   for (const Case& cs : cases) {
-    constexpr int kSides = 6;
+    constexpr int kSides = 8;
+    const char* labels[kSides] = {"cuBLASLt",          "cuBLASLt plain",       "cooperative",
+                                  "cooperative plain", "cooperative mainloop", "ping-pong",
+                                  "ping-pong plain",   "ping-pong mainloop"};
     double ms[2][kSides];
     for (int pass = 0; pass < 2; ++pass)
       for (int i = 0; i < kSides; ++i) {
@@ -684,20 +713,19 @@ int main(int argc, char** argv) {
         std::function<void()> body;
         if (which == 0) body = [&] { run_lt(lt, cs.lt, out_lt, workspace, workspace_bytes, stream); };
         if (which == 1) body = [&] { run_lt(lt, cs.lt_plain, out_lt, workspace, workspace_bytes, stream); };
-        if (which == 2) body = [&] { run_own(cs.epilogue, cs.own, out_own, cs.aux, bias, stream); };
-        if (which == 3) body = [&] { run_own(Epilogue::none, cs.own, out_own, nullptr, nullptr, stream); };
-        if (which == 4)
-          body = [&] { run_own(Epilogue::mainloop_only, cs.own, out_own, nullptr, nullptr, stream); };
-        if (which == 5)
-          body = [&] { run_own(Epilogue::mainloop_only, cs.own, out_own, nullptr, nullptr, stream, 4); };
+        if (which >= 2) {
+          const Schedule schedule = which < 5 ? Schedule::cooperative : Schedule::pingpong;
+          const Epilogue e = (which - 2) % 3 == 0   ? cs.epilogue
+                             : (which - 2) % 3 == 1 ? Epilogue::none
+                                                    : Epilogue::mainloop_only;
+          body = [&, schedule, e] { run_own(schedule, e, cs.own, out_own, cs.aux, bias, stream); };
+        }
         ms[pass][which] = time(body);
       }
     check(cudaGetLastError(), "timing");
-    const char* labels[kSides] = {"cuBLASLt",   "cuBLASLt plain",     "ours",
-                                  "ours plain", "ours mainloop only", "ours mainloop, 4 st."};
     std::printf("%s\n", name(cs.epilogue));
     for (int i = 0; i < kSides; ++i)
-      std::printf("  %-20s %.3f / %.3f ms  %.0f TFLOP/s\n", labels[i], ms[0][i], ms[1][i],
+      std::printf("  %-22s %.3f / %.3f ms  %.0f TFLOP/s\n", labels[i], ms[0][i], ms[1][i],
                   flops / (0.5e-3 * (ms[0][i] + ms[1][i])) / 1e12);
   }
   return 0;
