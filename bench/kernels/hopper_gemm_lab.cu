@@ -58,14 +58,20 @@ constexpr int kStagingBytes = 8 * 16 * 64 * 2;
 // How the two consumer warp groups share the work:
 //   cooperative: both on each 128 x 256 tile, 64 rows each; the tensor cores idle during the epilogue;
 //   ping-pong: each group a whole 64 x 256 tile in turn, its epilogue under the other's main loop, at
-//     the cost of B's 256 rows loaded for 64 rows of A instead of 128.
-enum class Schedule { cooperative, pingpong };
+//     the cost of B's 256 rows loaded for 64 rows of A instead of 128;
+//   ping-pong pair: the same in a cluster of two CTAs on neighbouring 64-row tiles, each CTA loading
+//     half of their common B and multicasting it to both, so that a CTA's loads are A's 64 rows and
+//     B's 128 for its 64 x 256.
+enum class Schedule { cooperative, pingpong, pingpong_pair };
 template <Schedule kSchedule>
 struct Plan {
+  static constexpr bool pair = kSchedule == Schedule::pingpong_pair;
   static constexpr int tile_m = kSchedule == Schedule::cooperative ? 128 : 64;
   static constexpr int stages = kSchedule == Schedule::cooperative ? 4 : 5;
   static constexpr int stage_bytes_a = tile_m * kBlockK * 2;
-  static constexpr int consuming_warps = kSchedule == Schedule::cooperative ? 8 : 4;  // on each stage
+  // Warps that release each stage: a pair's stage also holds B's half from the other CTA, whose
+  // producer may not overwrite it before this CTA's consumers are done with it.
+  static constexpr int consuming_warps = kSchedule == Schedule::cooperative ? 8 : pair ? 8 : 4;
   static constexpr int shared_bytes =
       stages * (stage_bytes_a + kStageBytesB) + kStagingBytes + (2 * stages + 2) * 8 + 1024;
 };
@@ -122,6 +128,32 @@ __device__ __forceinline__ void copy_tile(void* destination, const CUtensorMap* 
       "[%2];" ::"r"(shared_address(destination)),
       "l"(reinterpret_cast<uint64_t>(map)), "r"(shared_address(bar)), "r"(inner), "r"(outer)
       : "memory");
+}
+
+// The same copy landing at the same offset in every CTA of the cluster in `cta_mask`, completing bytes on
+// each one's barrier at `bar`'s offset.
+__device__ __forceinline__ void copy_tile_multicast(void* destination, const CUtensorMap* map, uint64_t* bar,
+                                                    int inner, int outer, uint16_t cta_mask) {
+  asm volatile(
+      "cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes.multicast::cluster "
+      "[%0], [%1, {%3, %4}], [%2], %5;" ::"r"(shared_address(destination)),
+      "l"(reinterpret_cast<uint64_t>(map)), "r"(shared_address(bar)), "r"(inner), "r"(outer), "h"(cta_mask)
+      : "memory");
+}
+__device__ __forceinline__ uint32_t cluster_rank() {
+  uint32_t rank;
+  asm volatile("mov.u32 %0, %%cluster_ctarank;" : "=r"(rank));
+  return rank;
+}
+// Every thread of the cluster (those of a CTA that has finished included) past this point.
+__device__ __forceinline__ void cluster_sync() {
+  asm volatile("barrier.cluster.arrive.release;\nbarrier.cluster.wait.acquire;" ::: "memory");
+}
+// An arrival on the barrier at `bar`'s offset in CTA `rank` of the cluster.
+__device__ __forceinline__ void barrier_arrive_in(uint64_t* bar, uint32_t rank) {
+  uint32_t remote;
+  asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(remote) : "r"(shared_address(bar)), "r"(rank));
+  asm volatile("mbarrier.arrive.release.cluster.shared::cluster.b64 _, [%0];" ::"r"(remote) : "memory");
 }
 
 // wgmma's view of a K-major tile in shared memory written by TMA with the 128-byte swizzle: rows of 128
@@ -301,7 +333,8 @@ __global__ void __launch_bounds__(kThreads, 1)
          const __nv_bfloat16* __restrict__ bias) {
   using P = Plan<kSchedule>;
   constexpr int kStages = P::stages, kStageBytesA = P::stage_bytes_a, kTileM = P::tile_m;
-  constexpr bool kPingPong = kSchedule == Schedule::pingpong;
+  constexpr bool kPingPong = kSchedule != Schedule::cooperative, kPair = P::pair;
+  const uint32_t rank = kPair ? cluster_rank() : 0;  // in the pair, and which half of B this CTA loads
   extern __shared__ uint8_t shared_raw[];
   uint8_t* shared =
       reinterpret_cast<uint8_t*>((reinterpret_cast<uintptr_t>(shared_raw) + 1023) & ~uintptr_t{1023});
@@ -323,24 +356,41 @@ __global__ void __launch_bounds__(kThreads, 1)
     barrier_init(&mainloop_done[1], 4);
     asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
   }
-  __syncthreads();
+  if (kPair)
+    cluster_sync();  // the other CTA's barriers exist before anything lands on them
+  else
+    __syncthreads();
 
-  const int tiles_n = n / kTileN, tiles = (m / kTileM) * tiles_n, k_blocks = k / kBlockK;
+  // A pair's two CTAs walk the same tiles of 128 rows, each its 64; a CTA alone walks tiles of kTileM.
+  const int tiles_n = n / kTileN, k_blocks = k / kBlockK;
+  const int walkers = kPair ? gridDim.x / 2 : gridDim.x, first = kPair ? blockIdx.x / 2 : blockIdx.x;
+  const int tiles = (m / (kPair ? 2 * kTileM : kTileM)) * tiles_n;
+  auto tile_origin = [&](int tile, int& row0, int& col0) {
+    row0 = tile / tiles_n * (kPair ? 2 * kTileM : kTileM) + int(rank) * kTileM;
+    col0 = tile % tiles_n * kTileN;
+  };
   const int warp_group = threadIdx.x / 128;
   if (warp_group == 0) {  // the producer: one thread issues every copy, the CTA's tiles in order
     asm volatile("setmaxnreg.dec.sync.aligned.u32 40;");
-    if (threadIdx.x != 0) return;
-    int step = 0;  // stages filled so far, over all tiles: its stage and the barriers' phase
-    for (int tile = blockIdx.x; tile < tiles; tile += gridDim.x) {
-      const int row0 = tile / tiles_n * kTileM, col0 = tile % tiles_n * kTileN;
-      for (int kb = 0; kb < k_blocks; ++kb, ++step) {
-        const int s = step % kStages;
-        barrier_wait(&empty[s], ((step / kStages) & 1) ^ 1);  // a fresh barrier's "previous" phase is done
-        barrier_expect_bytes(&full[s], kStageBytesA + kStageBytesB);
-        copy_tile(stage_a + s * kStageBytesA, &map_a, &full[s], kb * kBlockK, row0);
-        copy_tile(stage_b + s * kStageBytesB, &map_b, &full[s], kb * kBlockK, col0);
+    if (threadIdx.x == 0) {
+      int step = 0;  // stages filled so far, over all tiles: its stage and the barriers' phase
+      for (int tile = first; tile < tiles; tile += walkers) {
+        int row0, col0;
+        tile_origin(tile, row0, col0);
+        for (int kb = 0; kb < k_blocks; ++kb, ++step) {
+          const int s = step % kStages;
+          barrier_wait(&empty[s], ((step / kStages) & 1) ^ 1);  // a fresh barrier's "previous" phase is done
+          barrier_expect_bytes(&full[s], kStageBytesA + kStageBytesB);
+          copy_tile(stage_a + s * kStageBytesA, &map_a, &full[s], kb * kBlockK, row0);
+          if (kPair)  // this CTA's half of B, to both
+            copy_tile_multicast(stage_b + s * kStageBytesB + rank * (kTileN / 2) * 128, &map_b, &full[s],
+                                kb * kBlockK, col0 + int(rank) * kTileN / 2, 0b11);
+          else
+            copy_tile(stage_b + s * kStageBytesB, &map_b, &full[s], kb * kBlockK, col0);
+        }
       }
     }
+    if (kPair) cluster_sync();  // no CTA leaves while the other may still write to it
     return;
   }
 
@@ -348,13 +398,18 @@ __global__ void __launch_bounds__(kThreads, 1)
   const int consumer = warp_group - 1;  // ping-pong: takes the CTA's tiles 0, 2, 4, ... or 1, 3, 5, ...
   const int warp = threadIdx.x / 32 % 4, lane = threadIdx.x % 32;
   const uint32_t staging_address = shared_address(staging + (threadIdx.x / 32 - 4) * 2048);
+  auto release = [&](uint64_t* bar) {  // a stage back to its producer, and a pair's to both
+    barrier_arrive(bar);
+    if (kPair) barrier_arrive_in(bar, rank ^ 1);
+  };
   float acc[128];
 #pragma unroll
   for (int i = 0; i < 128; ++i) acc[i] = 0.f;
   for (int turn = kPingPong ? consumer : 0, round = 0;; turn += kPingPong ? 2 : 1, ++round) {
-    const int tile = blockIdx.x + turn * gridDim.x;
+    const int tile = first + turn * walkers;
     if (tile >= tiles) break;
-    const int row0 = tile / tiles_n * kTileM, col0 = tile % tiles_n * kTileN;
+    int row0, col0;
+    tile_origin(tile, row0, col0);
     // The other group's main loop of the turn before: group 1's round r follows group 0's round r, group
     // 0's round r (r > 0) follows group 1's round r - 1.
     if (kPingPong && turn > 0)
@@ -376,14 +431,14 @@ __global__ void __launch_bounds__(kThreads, 1)
       // One group stays in flight: the one before it has finished reading its stage, which goes back.
       wgmma_wait<1>();
       fence_accumulators(acc);
-      if (kb > 0 && lane == 0) barrier_arrive(&empty[(step - 1) % kStages]);
+      if (kb > 0 && lane == 0) release(&empty[(step - 1) % kStages]);
     }
     // The other group may issue its main loop now: its wgmma queue behind this one's last, so the tensor
     // cores never drain between tiles.
     if (kPingPong && lane == 0) barrier_arrive(&mainloop_done[consumer]);
     wgmma_wait<0>();
     fence_accumulators(acc);
-    if (lane == 0) barrier_arrive(&empty[(step - 1) % kStages]);
+    if (lane == 0) release(&empty[(step - 1) % kStages]);
 
     if (kEpilogue == Epilogue::mainloop_only) {
       bool any_nan = false;
@@ -424,6 +479,7 @@ __global__ void __launch_bounds__(kThreads, 1)
       }
     }
   }
+  if (kPair) cluster_sync();  // no CTA leaves while the other may still write to it or arrive on it
 }
 
 // A row-major [rows, cols] bf16 matrix as TMA sees it: boxes of box_rows x 64, 128-byte swizzled.
@@ -445,14 +501,13 @@ CUtensorMap tile_map(const __nv_bfloat16* base, int rows, int cols, int box_rows
 }
 
 struct OwnGemm {
-  CUtensorMap map_a[2], map_b;  // A's boxes of 128 rows (cooperative) and 64 (ping-pong)
+  CUtensorMap map_a[2], map_b[2];  // A's boxes of 128 rows and 64; B's of 256 rows and (a pair's half) 128
   int m, n, k, sms;
 };
 
 OwnGemm own_gemm(const __nv_bfloat16* a, const __nv_bfloat16* b, int m, int n, int k, int sms) {
-  return {{tile_map(a, m, k, Plan<Schedule::cooperative>::tile_m),
-           tile_map(a, m, k, Plan<Schedule::pingpong>::tile_m)},
-          tile_map(b, n, k, kTileN),
+  return {{tile_map(a, m, k, 128), tile_map(a, m, k, 64)},
+          {tile_map(b, n, k, kTileN), tile_map(b, n, k, kTileN / 2)},
           m,
           n,
           k,
@@ -463,16 +518,38 @@ template <Epilogue kEpilogue, Schedule kSchedule>
 void launch(const OwnGemm& g, __nv_bfloat16* d, __nv_bfloat16* aux, const __nv_bfloat16* bias,
             cudaStream_t stream) {
   using P = Plan<kSchedule>;
-  static bool configured = false;
-  if (!configured) {
-    check(cudaFuncSetAttribute(gemm<kEpilogue, kSchedule>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                               P::shared_bytes),
+  auto kernel = gemm<kEpilogue, kSchedule>;
+  cudaLaunchConfig_t config = {};
+  cudaLaunchAttribute cluster;
+  cluster.id = cudaLaunchAttributeClusterDimension;
+  cluster.val.clusterDim.x = P::pair ? 2 : 1, cluster.val.clusterDim.y = 1, cluster.val.clusterDim.z = 1;
+  config.blockDim = dim3(kThreads);
+  config.dynamicSmemBytes = P::shared_bytes;
+  config.stream = stream;
+  config.attrs = &cluster;
+  config.numAttrs = 1;
+  static int grid = 0;  // one CTA (a pair: one cluster) an SM (two) that can hold one
+  if (grid == 0) {
+    check(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, P::shared_bytes),
           "shared memory");
-    configured = true;
+    const int tiles = (g.m / P::tile_m) * (g.n / kTileN);
+    grid = std::min(g.sms, tiles);
+    if (P::pair) {
+      config.gridDim = dim3(2 * (g.sms / 2));
+      int clusters = 0;
+      check(cudaOccupancyMaxActiveClusters(&clusters, kernel, &config), "active clusters");
+      grid = std::min(2 * clusters, tiles);
+    }
+    std::printf("  (%s: %d CTAs)\n",
+                kSchedule == Schedule::cooperative ? "cooperative"
+                : P::pair                          ? "ping-pong pair"
+                                                   : "ping-pong",
+                grid);
   }
-  const int grid = std::min(g.sms, (g.m / P::tile_m) * (g.n / kTileN));
-  gemm<kEpilogue, kSchedule><<<grid, kThreads, P::shared_bytes, stream>>>(
-      g.map_a[kSchedule == Schedule::cooperative ? 0 : 1], g.map_b, g.m, g.n, g.k, d, aux, bias);
+  config.gridDim = dim3(grid);
+  check(cudaLaunchKernelEx(&config, kernel, g.map_a[P::tile_m == 128 ? 0 : 1], g.map_b[P::pair ? 1 : 0], g.m,
+                           g.n, g.k, d, aux, bias),
+        "launch");
 }
 
 template <Schedule kSchedule>
@@ -485,10 +562,9 @@ void run_own(Epilogue e, const OwnGemm& g, __nv_bfloat16* d, __nv_bfloat16* aux,
 }
 void run_own(Schedule schedule, Epilogue e, const OwnGemm& g, __nv_bfloat16* d, __nv_bfloat16* aux,
              const __nv_bfloat16* bias, cudaStream_t stream) {
-  if (schedule == Schedule::cooperative)
-    run_own<Schedule::cooperative>(e, g, d, aux, bias, stream);
-  else
-    run_own<Schedule::pingpong>(e, g, d, aux, bias, stream);
+  if (schedule == Schedule::cooperative) run_own<Schedule::cooperative>(e, g, d, aux, bias, stream);
+  if (schedule == Schedule::pingpong) run_own<Schedule::pingpong>(e, g, d, aux, bias, stream);
+  if (schedule == Schedule::pingpong_pair) run_own<Schedule::pingpong_pair>(e, g, d, aux, bias, stream);
 }
 
 // W^T of a row-major [rows, cols] matrix: the data gradient's B operand, K-major.
@@ -637,8 +713,10 @@ int main(int argc, char** argv) {
   const std::vector<float> host_a0 = to_host(x, act), host_fc = to_host(w_fc, weight),
                            host_dy = to_host(dy, act), host_proj_t = to_host(w_proj_t, weight),
                            host_bias = to_host(bias, size_t(f));
-  const Schedule schedules[] = {Schedule::cooperative, Schedule::pingpong};
-  auto schedule_name = [](Schedule sc) { return sc == Schedule::cooperative ? "cooperative" : "ping-pong"; };
+  const Schedule schedules[] = {Schedule::cooperative, Schedule::pingpong, Schedule::pingpong_pair};
+  auto schedule_name = [](Schedule sc) {
+    return sc == Schedule::cooperative ? "cooperative" : sc == Schedule::pingpong ? "ping-pong" : "pair";
+  };
   bool all_right = true;
   for (const Schedule schedule : schedules)
     for (const Case& cs : cases) {
@@ -702,10 +780,18 @@ int main(int argc, char** argv) {
       "reversed after\n",
       options.sustain_ms > 0 ? "sustained" : "bursts, median");
   for (const Case& cs : cases) {
-    constexpr int kSides = 8;
-    const char* labels[kSides] = {"cuBLASLt",          "cuBLASLt plain",       "cooperative",
-                                  "cooperative plain", "cooperative mainloop", "ping-pong",
-                                  "ping-pong plain",   "ping-pong mainloop"};
+    constexpr int kSides = 11;
+    const char* labels[kSides] = {"cuBLASLt",
+                                  "cuBLASLt plain",
+                                  "cooperative",
+                                  "cooperative plain",
+                                  "cooperative mainloop",
+                                  "ping-pong",
+                                  "ping-pong plain",
+                                  "ping-pong mainloop",
+                                  "ping-pong pair",
+                                  "ping-pong pair plain",
+                                  "ping-pong pair mainloop"};
     double ms[2][kSides];
     for (int pass = 0; pass < 2; ++pass)
       for (int i = 0; i < kSides; ++i) {
@@ -714,7 +800,9 @@ int main(int argc, char** argv) {
         if (which == 0) body = [&] { run_lt(lt, cs.lt, out_lt, workspace, workspace_bytes, stream); };
         if (which == 1) body = [&] { run_lt(lt, cs.lt_plain, out_lt, workspace, workspace_bytes, stream); };
         if (which >= 2) {
-          const Schedule schedule = which < 5 ? Schedule::cooperative : Schedule::pingpong;
+          const Schedule schedule = which < 5   ? Schedule::cooperative
+                                    : which < 8 ? Schedule::pingpong
+                                                : Schedule::pingpong_pair;
           const Epilogue e = (which - 2) % 3 == 0   ? cs.epilogue
                              : (which - 2) % 3 == 1 ? Epilogue::none
                                                     : Epilogue::mainloop_only;
