@@ -332,6 +332,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   using P = Plan<kSchedule>;
   constexpr int kStages = P::stages, kStageBytesA = P::stage_bytes_a, kTileM = P::tile_m;
   constexpr bool kPingPong = kSchedule != Schedule::cooperative, kPair = P::pair;
+  constexpr int kInFlight = kPingPong ? 2 : 1;  // wgmma groups (k-blocks) a consumer group keeps in flight
   const uint32_t rank = kPair ? cluster_rank() : 0;  // in the pair, and which half of B this CTA loads
   extern __shared__ uint8_t shared_raw[];
   uint8_t* shared =
@@ -426,17 +427,19 @@ __global__ void __launch_bounds__(kThreads, 1)
                          kb > 0 || kk > 0);
       wgmma_commit();
       fence_accumulators(acc);
-      // One group stays in flight: the one before it has finished reading its stage, which goes back.
-      wgmma_wait<1>();
+      // kInFlight groups stay in flight; the one before them has finished reading its stage, which goes
+      // back. A ping-pong group issues alone, so it keeps more in flight than the cooperative two.
+      wgmma_wait<kInFlight>();
       fence_accumulators(acc);
-      if (kb > 0 && lane == 0) release(&empty[(step - 1) % kStages]);
+      if (kb >= kInFlight && lane == 0) release(&empty[(step - kInFlight) % kStages]);
     }
     // The other group may issue its main loop now: its wgmma queue behind this one's last, so the tensor
     // cores never drain between tiles.
     if (kPingPong && lane == 0) barrier_arrive(&mainloop_done[consumer]);
     wgmma_wait<0>();
     fence_accumulators(acc);
-    if (lane == 0) release(&empty[(step - 1) % kStages]);
+    if (lane == 0)
+      for (int i = kInFlight; i >= 1; --i) release(&empty[(step - i) % kStages]);
 
     if (kEpilogue == Epilogue::mainloop_only) {
       bool any_nan = false;
