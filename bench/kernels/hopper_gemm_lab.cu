@@ -15,8 +15,9 @@
 //   - the epilogue adds the bias and applies GELU (keeping its input) or GELU's gradient (reading it) on
 //     the accumulators, and stores through a small staging tile per warp (stmatrix, then whole 128-byte
 //     rows).
-// Two schedules (Schedule): cooperative, both groups on one 128 x 256 tile, and ping-pong, each group its
-// own 64 x 256 tile in turn so that one's epilogue runs under the other's main loop.
+// Three schedules (Schedule): cooperative, both groups on one 128 x 256 tile; ping-pong, each group its
+// own 64 x 256 tile in turn so that one's epilogue runs under the other's main loop; and ping-pong in a
+// pair of CTAs that multicast their common B (bench/results/gpt2-own-gemm has what each measured).
 // Both operands are K-major (row-major [rows, K]): D[m, n] = A[m, k] B[n, k]^T, row-major; for the data
 // gradient B is the transposed weight (dlbench stores W [out, in]; its transpose is one pass a step).
 // Each kernel is checked against fp64 dot products at sampled outputs and against cuBLASLt's output, then
