@@ -300,15 +300,17 @@ __device__ __forceinline__ void store_rows(uint32_t staging, __nv_bfloat16* out,
     *reinterpret_cast<uint4*>(out + size_t(row0 + row) * n + col + 8 * piece) = v;
   }
 }
-// The reverse: rows of a row-major matrix into the staging tile.
-__device__ __forceinline__ void load_rows(uint32_t staging, const __nv_bfloat16* in, int row0, int col, int n,
-                                          int lane) {
-  uint4 v[4];
+// The reverse, in two halves so that the loads can be in flight under other work: rows of a row-major
+// matrix into registers, four 16-byte pieces a lane (its pieces of store_rows), then into the staging tile.
+__device__ __forceinline__ void fetch_rows(uint4 (&v)[4], const __nv_bfloat16* in, int row0, int col, int n,
+                                           int lane) {
 #pragma unroll
   for (int i = 0; i < 4; ++i) {
     const int row = (32 * i + lane) / 8, piece = lane % 8;
     v[i] = *reinterpret_cast<const uint4*>(in + size_t(row0 + row) * n + col + 8 * piece);
   }
+}
+__device__ __forceinline__ void stage_rows(uint32_t staging, const uint4 (&v)[4], int lane) {
 #pragma unroll
   for (int i = 0; i < 4; ++i) {
     const int row = (32 * i + lane) / 8, piece = lane % 8;
@@ -437,6 +439,10 @@ __global__ void __launch_bounds__(kThreads, 1)
     // The other group may issue its main loop now: its wgmma queue behind this one's last, so the tensor
     // cores never drain between tiles.
     if (kPingPong && lane == 0) barrier_arrive(&mainloop_done[consumer]);
+    // dgelu: GELU's input for the first 64 columns, its loads in flight under the last wgmma group.
+    const int warp_row0 = row0 + (kPingPong ? 0 : 64 * consumer) + 16 * warp;
+    uint4 gelu_input[4];
+    if (kEpilogue == Epilogue::dgelu) fetch_rows(gelu_input, aux, warp_row0, col0, n, lane);
     wgmma_wait<0>();
     fence_accumulators(acc);
     if (lane == 0)
@@ -458,12 +464,13 @@ __global__ void __launch_bounds__(kThreads, 1)
       }
     }
     {
-      const int row = row0 + (kPingPong ? 0 : 64 * consumer) + 16 * warp;
+      const int row = warp_row0;
 #pragma unroll
       for (int c = 0; c < 4; ++c) {
         const int col = col0 + 64 * c;
-        if (kEpilogue == Epilogue::dgelu) {
-          load_rows(staging_address, aux, row, col, n, lane);
+        if (kEpilogue == Epilogue::dgelu) {  // this chunk's input staged, the next one's loads issued
+          stage_rows(staging_address, gelu_input, lane);
+          if (c < 3) fetch_rows(gelu_input, aux, row, col + 64, n, lane);
           __syncwarp();
           apply_gelu_gradient(staging_address, acc, c, lane);
           __syncwarp();
