@@ -327,7 +327,9 @@ __device__ __forceinline__ void stage_rows(uint32_t staging, const uint4 (&v)[4]
 // Ping-pong: the two consumer warp groups take the CTA's tiles in turn, each a whole 64 x 256 tile
 // (wgmma.m64n256k16). The producer fills the ring in tile order, so one group's main loop
 // starts as the other's ends, and each group's epilogue runs under the other's main loop.
-template <Epilogue kEpilogue, Schedule kSchedule>
+// kGroupsInFlight: the wgmma groups (k-blocks) a consumer group keeps in flight; 0 takes the schedule's
+// own (ping-pong 2, cooperative 1), others are for timing the choice.
+template <Epilogue kEpilogue, Schedule kSchedule, int kGroupsInFlight = 0>
 __global__ void __launch_bounds__(kThreads, 1)
     gemm(const __grid_constant__ CUtensorMap map_a, const __grid_constant__ CUtensorMap map_b, int m, int n,
          int k, __nv_bfloat16* __restrict__ d, __nv_bfloat16* __restrict__ aux,
@@ -335,7 +337,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   using P = Plan<kSchedule>;
   constexpr int kStages = P::stages, kStageBytesA = P::stage_bytes_a, kTileM = P::tile_m;
   constexpr bool kPingPong = kSchedule != Schedule::cooperative, kPair = P::pair;
-  constexpr int kInFlight = kPingPong ? 2 : 1;  // wgmma groups (k-blocks) a consumer group keeps in flight
+  constexpr int kInFlight = kGroupsInFlight > 0 ? kGroupsInFlight : kPingPong ? 2 : 1;
   const uint32_t rank = kPair ? cluster_rank() : 0;  // in the pair, and which half of B this CTA loads
   extern __shared__ uint8_t shared_raw[];
   uint8_t* shared =
@@ -523,11 +525,11 @@ OwnGemm own_gemm(const __nv_bfloat16* a, const __nv_bfloat16* b, int m, int n, i
           sms};
 }
 
-template <Epilogue kEpilogue, Schedule kSchedule>
+template <Epilogue kEpilogue, Schedule kSchedule, int kGroupsInFlight = 0>
 void launch(const OwnGemm& g, __nv_bfloat16* d, __nv_bfloat16* aux, const __nv_bfloat16* bias,
             cudaStream_t stream) {
   using P = Plan<kSchedule>;
-  auto kernel = gemm<kEpilogue, kSchedule>;
+  auto kernel = gemm<kEpilogue, kSchedule, kGroupsInFlight>;
   cudaLaunchConfig_t config = {};
   cudaLaunchAttribute cluster;
   cluster.id = cudaLaunchAttributeClusterDimension;
@@ -789,7 +791,7 @@ int main(int argc, char** argv) {
       "reversed after\n",
       options.sustain_ms > 0 ? "sustained" : "bursts, median");
   for (const Case& cs : cases) {
-    constexpr int kSides = 11;
+    constexpr int kSides = 14;
     const char* labels[kSides] = {"cuBLASLt",
                                   "cuBLASLt plain",
                                   "cooperative",
@@ -800,7 +802,10 @@ int main(int argc, char** argv) {
                                   "ping-pong mainloop",
                                   "ping-pong pair",
                                   "ping-pong pair plain",
-                                  "ping-pong pair mainloop"};
+                                  "ping-pong pair mainloop",
+                                  "cooperative mainloop, 2 in flight",
+                                  "ping-pong mainloop, 1 in flight",
+                                  "ping-pong mainloop, 3 in flight"};
     double ms[2][kSides];
     for (int pass = 0; pass < 2; ++pass)
       for (int i = 0; i < kSides; ++i) {
@@ -808,7 +813,7 @@ int main(int argc, char** argv) {
         std::function<void()> body;
         if (which == 0) body = [&] { run_lt(lt, cs.lt, out_lt, workspace, workspace_bytes, stream); };
         if (which == 1) body = [&] { run_lt(lt, cs.lt_plain, out_lt, workspace, workspace_bytes, stream); };
-        if (which >= 2) {
+        if (which >= 2 && which < 11) {
           const Schedule schedule = which < 5   ? Schedule::cooperative
                                     : which < 8 ? Schedule::pingpong
                                                 : Schedule::pingpong_pair;
@@ -817,12 +822,25 @@ int main(int argc, char** argv) {
                                                     : Epilogue::mainloop_only;
           body = [&, schedule, e] { run_own(schedule, e, cs.own, out_own, cs.aux, bias, stream); };
         }
+        if (which == 11)
+          body = [&] {
+            launch<Epilogue::mainloop_only, Schedule::cooperative, 2>(cs.own, out_own, nullptr, nullptr,
+                                                                      stream);
+          };
+        if (which == 12)
+          body = [&] {
+            launch<Epilogue::mainloop_only, Schedule::pingpong, 1>(cs.own, out_own, nullptr, nullptr, stream);
+          };
+        if (which == 13)
+          body = [&] {
+            launch<Epilogue::mainloop_only, Schedule::pingpong, 3>(cs.own, out_own, nullptr, nullptr, stream);
+          };
         ms[pass][which] = time(body);
       }
     check(cudaGetLastError(), "timing");
     std::printf("%s\n", name(cs.epilogue));
     for (int i = 0; i < kSides; ++i)
-      std::printf("  %-22s %.3f / %.3f ms  %.0f TFLOP/s\n", labels[i], ms[0][i], ms[1][i],
+      std::printf("  %-34s %.3f / %.3f ms  %.0f TFLOP/s\n", labels[i], ms[0][i], ms[1][i],
                   flops / (0.5e-3 * (ms[0][i] + ms[1][i])) / 1e12);
   }
   return 0;
