@@ -661,7 +661,7 @@ int main(int argc, char** argv) {
   const gpt_gemm_probe::Options options = gpt_gemm_probe::parse_options(argc, argv, 128);
   const int tokens = static_cast<int>(options.tokens), c = static_cast<int>(options.width), f = 4 * c;
   if (c % kBlockK || f % kTileN) {
-    std::fprintf(stderr, "hopper_gemm_lab: %s's width %d does not tile (64 and 128)\n", options.model.c_str(),
+    std::fprintf(stderr, "hopper_gemm_lab: %s's width %d does not tile (64 and 256)\n", options.model.c_str(),
                  c);
     return 2;
   }
@@ -700,8 +700,7 @@ int main(int argc, char** argv) {
     Epilogue epilogue;
     OwnGemm own;
     LtGemm lt, lt_plain;
-    const __nv_bfloat16 *a, *b;  // ours: A [T, K], B [4C, K]
-    __nv_bfloat16* aux;          // ours: written (forward) or read (dgelu)
+    __nv_bfloat16* aux;  // ours: written (forward) or read (dgelu)
   };
   // cuBLASLt's GELU_AUX_BIAS writes its aux into `pre`, which both DGELUs then read.
   Case cases[] = {
@@ -710,13 +709,13 @@ int main(int argc, char** argv) {
                workspace_bytes),
        lt_gemm(lt, CUBLAS_OP_T, w_fc, x, f, tokens, c, CUBLASLT_EPILOGUE_DEFAULT, nullptr, nullptr, workspace,
                workspace_bytes),
-       x, w_fc, aux_own},
+       aux_own},
       {Epilogue::dgelu, own_gemm(dy, w_proj_t, tokens, f, c, sms),
        lt_gemm(lt, CUBLAS_OP_N, w_proj, dy, f, tokens, c, CUBLASLT_EPILOGUE_DGELU, nullptr, pre, workspace,
                workspace_bytes),
        lt_gemm(lt, CUBLAS_OP_N, w_proj, dy, f, tokens, c, CUBLASLT_EPILOGUE_DEFAULT, nullptr, nullptr,
                workspace, workspace_bytes),
-       dy, w_proj_t, pre},
+       pre},
   };
 
   std::printf("%s, %d tokens, BF16, %d SMs: D [%d, %d] = A [%d, %d] B [%d, %d]^T\n", options.model.c_str(),
