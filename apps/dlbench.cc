@@ -130,13 +130,6 @@ void add_cuda_flags(CLI::App& cmd, dlbench::CudaOptions& o) {
   add_choice(
       cmd, "--dense-epilogues", o.dense_epilogues, on_off,
       "GPU: on | off: transformers' biases, GELU, its gradient and residual adds in the GEMMs' epilogues");
-  add_choice(cmd, "--gelu-epilogues", o.gelu_epilogues,
-             {{"both", dlbench::GeluEpilogues::both},
-              {"forward", dlbench::GeluEpilogues::forward},
-              {"backward", dlbench::GeluEpilogues::backward},
-              {"none", dlbench::GeluEpilogues::none}},
-             "GPU: both | forward | backward | none: the MLP's GELU and its gradient in cuBLASLt's "
-             "epilogues, or in passes of their own");
   add_choice(
       cmd, "--fp8-fast-accumulation", o.fp8_fast_accumulation,
       {{"off", dlbench::Fp8FastAccumulation::off},

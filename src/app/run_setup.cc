@@ -407,8 +407,7 @@ void print_header(const char* command, const RunConfig& config, RunSetup& s, con
       say("  cuda: dense-epilogues %s | fp8-fast-accumulation %s\n", on_off(config.cuda.dense_epilogues),
           fp8_fast_accumulation_name(config.cuda.fp8_fast_accumulation));
     else if (tokens)
-      say("  cuda: dense-epilogues %s | gelu-epilogues %s\n", on_off(config.cuda.dense_epilogues),
-          gelu_epilogues_name(config.cuda.gelu_epilogues));
+      say("  cuda: dense-epilogues %s\n", on_off(config.cuda.dense_epilogues));
     else
       say("  cuda: %s\n", describe_cuda_options(config.cuda).c_str());
     const std::string& note = s.algorithms->load_note();

@@ -34,20 +34,6 @@ const char* fp8_fast_accumulation_name(Fp8FastAccumulation f) {
   return "?";
 }
 
-const char* gelu_epilogues_name(GeluEpilogues g) {
-  switch (g) {
-    case GeluEpilogues::both:
-      return "both";
-    case GeluEpilogues::forward:
-      return "forward";
-    case GeluEpilogues::backward:
-      return "backward";
-    case GeluEpilogues::none:
-      return "none";
-  }
-  return "?";
-}
-
 const char* on_off(bool value) { return value ? "on" : "off"; }
 
 nlohmann::json cuda_options_to_json(const CudaOptions& o) {
@@ -60,7 +46,6 @@ nlohmann::json cuda_options_to_json(const CudaOptions& o) {
           {"bn_fold_shortcut", on_off(o.fold_shortcut_batchnorm)},
           {"stem_pool_fusion", on_off(o.stem_pool_fusion)},
           {"dense_epilogues", on_off(o.dense_epilogues)},
-          {"gelu_epilogues", gelu_epilogues_name(o.gelu_epilogues)},
           {"fp8_fast_accumulation", fp8_fast_accumulation_name(o.fp8_fast_accumulation)},
           {"training_stream_priority",
            o.training_stream == TrainingStreamPriority::greatest ? "greatest" : "normal"}};

@@ -31,12 +31,6 @@ enum class TrainingStreamPriority { normal, greatest };
 enum class Fp8FastAccumulation { off, forward, all };
 const char* fp8_fast_accumulation_name(Fp8FastAccumulation f);  // "off", "forward", "all"
 
-// Where a BF16/FP16/FP32 MLP takes GELU (forward) and its gradient (backward): in cuBLASLt's epilogues
-// (GELU_AUX_BIAS, DGELU), or in an elementwise pass of its own after a GEMM with the bias epilogue or
-// none. Under the power cap an epilogue's time is spent at full power, a pass's at the memory's speed.
-enum class GeluEpilogues { both, forward, backward, none };
-const char* gelu_epilogues_name(GeluEpilogues g);  // "both", "forward", "backward", "none"
-
 struct CudaOptions {
   // FP32 convolutions and GEMMs may use TF32 tensor cores (--precision tf32).
   bool allow_tf32 = false;
@@ -59,8 +53,6 @@ struct CudaOptions {
   // --dense-epilogues: dense layers' biases, GELU (and its gradient) and residual adds applied by their
   // cuBLASLt GEMMs (epilogues), and the transformer's MLP fused (Fusion::dense_gelu_dense).
   bool dense_epilogues = true;
-  // --gelu-epilogues (GeluEpilogues), where dense_epilogues is on.
-  GeluEpilogues gelu_epilogues = GeluEpilogues::both;
   // --fp8-fast-accumulation (Fp8FastAccumulation). The forward's by default: gpt2-large 1.117x bf16
   // against 1.087x with none, and gpt2's loss on real text as bf16's (bench/results/gpt2-fp8).
   Fp8FastAccumulation fp8_fast_accumulation = Fp8FastAccumulation::forward;

@@ -1,7 +1,6 @@
 // The CUDA backend's dense ops (a transformer's linear layers: the bias, GELU and its gradient and the
 // residual add in cuBLASLt's epilogues) against the reference backend's
-// composition of gemm, add_bias, gelu and add, in f32, f16 and bf16, with --dense-epilogues on and off, and
-// on with GELU and its gradient in passes of their own (--gelu-epilogues none).
+// composition of gemm, add_bias, gelu and add, in f32, f16 and bf16, with --dense-epilogues on and off.
 // The shapes include GPT-2's c_fc and c_proj and one whose width cuBLASLt's GELU epilogue cannot take (not a
 // multiple of 8), where the ops must compose the single kernels instead. Every failure names the op, the
 // shape, the dtype and the option.
@@ -34,14 +33,7 @@ const DenseCase kDenseCases[] = {
 
 const DType kDtypes[] = {DType::f32, DType::f16, DType::bf16};
 
-// --dense-epilogues off; on; on with --gelu-epilogues none.
-enum class EpilogueMode { off, on, on_gelu_passes };
-const EpilogueMode kModes[] = {EpilogueMode::off, EpilogueMode::on, EpilogueMode::on_gelu_passes};
-const char* mode_name(EpilogueMode m) {
-  return m == EpilogueMode::off ? "off" : m == EpilogueMode::on ? "on" : "on_gelu_passes";
-}
-
-class DenseOpsTest : public ::testing::TestWithParam<std::tuple<DType, EpilogueMode>> {
+class DenseOpsTest : public ::testing::TestWithParam<std::tuple<DType, bool>> {
  protected:
   void SetUp() override {
     if (cuda_device_count() == 0) GTEST_SKIP() << "no CUDA GPU: cuda_device_count() == 0";
@@ -54,14 +46,13 @@ HostBuffer wide(Backend& ref, const HostBuffer& x) {
 }
 
 TEST_P(DenseOpsTest, ForwardAndBackwardMatchReference) {
-  const auto [dtype, mode] = GetParam();
+  const auto [dtype, epilogues] = GetParam();
   CudaOptions options;
-  options.dense_epilogues = mode != EpilogueMode::off;
-  if (mode == EpilogueMode::on_gelu_passes) options.gelu_epilogues = GeluEpilogues::none;
+  options.dense_epilogues = epilogues;
   Backend& gpu = shared_gpu(options);
   for (const DenseCase& c : kDenseCases) {
     const std::string where = fmt::format("N={} I={} O={} {} epilogues {}", c.rows, c.in, c.out,
-                                          dtype_name(dtype), mode_name(mode));
+                                          dtype_name(dtype), epilogues ? "on" : "off");
     SCOPED_TRACE(where);
     std::printf("  dense %s\n", where.c_str());
     const double tol = tolerance(dtype, false, 2);
@@ -141,10 +132,10 @@ TEST_P(DenseOpsTest, ForwardAndBackwardMatchReference) {
 }
 
 INSTANTIATE_TEST_SUITE_P(DtypesAndEpilogues, DenseOpsTest,
-                         ::testing::Combine(::testing::ValuesIn(kDtypes), ::testing::ValuesIn(kModes)),
+                         ::testing::Combine(::testing::ValuesIn(kDtypes), ::testing::Bool()),
                          [](const auto& info) {
                            return fmt::format("{}_epilogues_{}", dtype_name(std::get<0>(info.param)),
-                                              mode_name(std::get<1>(info.param)));
+                                              std::get<1>(info.param) ? "on" : "off");
                          });
 
 // Bad arguments are refused with one line naming the op.

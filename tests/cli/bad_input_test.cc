@@ -87,8 +87,6 @@ TEST(BadInput, UnknownKernelChoice) {
                      "--stem-pool-fusion maybe: choose on or off");
   expect_parse_error(run_dlbench("bench --model gpt-mini --dense-epilogues yes"),
                      "--dense-epilogues yes: choose on or off");
-  expect_parse_error(run_dlbench("bench --model gpt-mini --gelu-epilogues some"),
-                     "--gelu-epilogues some: choose both, forward, backward or none");
   expect_parse_error(run_dlbench("bench --model gpt-mini --precision fp8 --fp8-fast-accumulation yes"),
                      "--fp8-fast-accumulation yes: choose off, forward or all");
 }

@@ -62,22 +62,13 @@ void CudaBackend::dense_forward(const Tensor& x, const Tensor& w, const Tensor& 
     return;
   }
   if (options_.dense_epilogues) {
-    const bool gelu = act == DenseActivation::gelu;
-    const bool gelu_pass = gelu && (options_.gelu_epilogues == GeluEpilogues::backward ||
-                                    options_.gelu_epilogues == GeluEpilogues::none);
     LtGemm g;
     g.ta = Transpose::no, g.tb = Transpose::yes, g.m = d.rows, g.n = d.out, g.k = d.in, g.dtype = x.dtype();
-    g.a = x.data(), g.b = w.data(), g.c = gelu_pass ? pre->data() : y.data(), g.bias = b.data();
-    g.epilogue = gelu && !gelu_pass ? LtEpilogue::bias_gelu : LtEpilogue::bias;
-    if (gelu && !gelu_pass) g.aux = pre->data();
+    g.a = x.data(), g.b = w.data(), g.c = y.data(), g.bias = b.data();
+    g.epilogue = act == DenseActivation::gelu ? LtEpilogue::bias_gelu : LtEpilogue::bias;
+    if (act == DenseActivation::gelu) g.aux = pre->data();
     if (residual) g.beta = 1.f, g.c_in = residual->data();
-    if (lt_->run(g, allow_tf32(), stream_)) {
-      if (gelu_pass) {  // h written by the GEMM, gelu(h) by a pass of its own
-        Tensor y2 = y.reshaped({d.rows, d.out});
-        gelu_forward(pre->reshaped({d.rows, d.out}), y2);
-      }
-      return;
-    }
+    if (lt_->run(g, allow_tf32(), stream_)) return;
   }
   Backend::dense_forward(x, w, b, act, residual, y, pre);
 }
@@ -103,8 +94,7 @@ void CudaBackend::dense_backward_data(const Tensor& dy, const Tensor& w, DenseAc
     Backend::dense_backward_data(dy, w, act, pre, accumulate, dx);
     return;
   }
-  if (options_.dense_epilogues && (options_.gelu_epilogues == GeluEpilogues::both ||
-                                   options_.gelu_epilogues == GeluEpilogues::backward)) {
+  if (options_.dense_epilogues) {
     LtGemm g;
     g.ta = Transpose::no, g.tb = Transpose::no, g.m = d.rows, g.n = d.in, g.k = d.out, g.dtype = dx.dtype();
     g.a = dy.data(), g.b = w.data(), g.c = dx.data(), g.epilogue = LtEpilogue::dgelu, g.aux = pre->data();
