@@ -15,14 +15,17 @@
 //   - the epilogue adds the bias and applies GELU (keeping its input) or GELU's gradient (reading it) on
 //     the accumulators, and stores through a small staging tile per warp (stmatrix, then whole 128-byte
 //     rows).
-// Three schedules (Schedule): cooperative, both groups on one 128 x 256 tile; ping-pong, each group its
-// own 64 x 256 tile in turn so that one's epilogue runs under the other's main loop; and ping-pong in a
-// pair of CTAs that multicast their common B (bench/results/gpt2-own-gemm has what each measured).
+// The schedule is cooperative: both consumer groups work on one 128 x 256 tile, 64 rows each, so the
+// tensor cores idle during the epilogue. Ping-pong (each consumer group its own 64 x 256 tile, its
+// epilogue under the other's main loop) and a 2-CTA pair with B multicast were built and measured
+// (bench/results/gpt2-own-gemm) and removed: their main loops reached only 434-486 and 353 TFLOP/s against
+// the cooperative 128 x 256 tile's 759-789, because a 64-row tile brings 40 KB of operands per 2.1 MFLOP
+// against 48 KB per 4.2 MFLOP, and operand supply into the SMs bounds the rate.
 // Both operands are K-major (row-major [rows, K]): D[m, n] = A[m, k] B[n, k]^T, row-major; for the data
 // gradient B is the transposed weight (dlbench stores W [out, in]; its transpose is one pass a step).
 // Each kernel is checked against fp64 dot products at sampled outputs and against cuBLASLt's output, then
 // timed against cuBLASLt's heuristic choice with the same epilogue and plain, in bursts and sustained,
-// with the main loop alone (no stores) beside: what the epilogue costs each schedule.
+// with the main loop alone (no stores) beside: what the epilogue costs.
 //
 //   hopper_gemm_lab [--model gpt2-large] [--tokens N] [--reps R] [--sustain-ms T]
 #include <cublasLt.h>
@@ -50,32 +53,17 @@ using gpt_gemm_probe::set;
 using Gelu = dlbench::cuda::detail::GeluMath<float>;
 
 constexpr int kTileN = 256, kBlockK = 64;  // 64 bf16 = 128 bytes: one swizzle row
+constexpr int kTileM = 128;                // both consumer groups on one tile, 64 rows each
 constexpr int kThreads = 384;              // a producer warp group and two consumer warp groups
-constexpr int kStageBytesB = kTileN * kBlockK * 2;
+constexpr int kStages = 4;
+constexpr int kStageBytesA = kTileM * kBlockK * 2, kStageBytesB = kTileN * kBlockK * 2;
 // Each consumer warp stages 16 rows x 64 columns of its output (2 KB) between its fragments and global
 // memory, so that its stores (and dgelu's loads) are whole 128-byte rows.
 constexpr int kStagingBytes = 8 * 16 * 64 * 2;
-
-// How the two consumer warp groups share the work:
-//   cooperative: both on each 128 x 256 tile, 64 rows each; the tensor cores idle during the epilogue;
-//   ping-pong: each group a whole 64 x 256 tile in turn, its epilogue under the other's main loop, at
-//     the cost of B's 256 rows loaded for 64 rows of A instead of 128;
-//   ping-pong pair: the same in a cluster of two CTAs on neighbouring 64-row tiles, each CTA loading
-//     half of their common B and multicasting it to both, so that a CTA's loads are A's 64 rows and
-//     B's 128 for its 64 x 256.
-enum class Schedule { cooperative, pingpong, pingpong_pair };
-template <Schedule kSchedule>
-struct Plan {
-  static constexpr bool pair = kSchedule == Schedule::pingpong_pair;
-  static constexpr int tile_m = kSchedule == Schedule::cooperative ? 128 : 64;
-  static constexpr int stages = kSchedule == Schedule::cooperative ? 4 : 5;
-  static constexpr int stage_bytes_a = tile_m * kBlockK * 2;
-  // Warps that release each stage: a pair's stage also holds B's half from the other CTA, whose
-  // producer may not overwrite it before this CTA's consumers are done with it.
-  static constexpr int consuming_warps = kSchedule == Schedule::cooperative ? 8 : pair ? 8 : 4;
-  static constexpr int shared_bytes =
-      stages * (stage_bytes_a + kStageBytesB) + kStagingBytes + (2 * stages + 2) * 8 + 1024;
-};
+// Every consumer warp reads each stage, so all 8 must release it before the producer refills it.
+constexpr int kConsumingWarps = 8;
+// The ring, the staging tiles, a full and an empty barrier a stage, and room to align to 1,024 bytes.
+constexpr int kSharedBytes = kStages * (kStageBytesA + kStageBytesB) + kStagingBytes + 2 * kStages * 8 + 1024;
 
 // mainloop_only: the plain GEMM that stores nothing (unless a value is NaN): what the epilogue costs.
 enum class Epilogue { none, bias_gelu_aux, dgelu, mainloop_only };
@@ -127,32 +115,6 @@ __device__ __forceinline__ void copy_tile(void* destination, const CUtensorMap* 
       "[%2];" ::"r"(shared_address(destination)),
       "l"(reinterpret_cast<uint64_t>(map)), "r"(shared_address(bar)), "r"(inner), "r"(outer)
       : "memory");
-}
-
-// The same copy landing at the same offset in every CTA of the cluster in `cta_mask`, completing bytes on
-// each one's barrier at `bar`'s offset.
-__device__ __forceinline__ void copy_tile_multicast(void* destination, const CUtensorMap* map, uint64_t* bar,
-                                                    int inner, int outer, uint16_t cta_mask) {
-  asm volatile(
-      "cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes.multicast::cluster "
-      "[%0], [%1, {%3, %4}], [%2], %5;" ::"r"(shared_address(destination)),
-      "l"(reinterpret_cast<uint64_t>(map)), "r"(shared_address(bar)), "r"(inner), "r"(outer), "h"(cta_mask)
-      : "memory");
-}
-__device__ __forceinline__ uint32_t cluster_rank() {
-  uint32_t rank;
-  asm volatile("mov.u32 %0, %%cluster_ctarank;" : "=r"(rank));
-  return rank;
-}
-// Every thread of the cluster (those of a CTA that has finished included) past this point.
-__device__ __forceinline__ void cluster_sync() {
-  asm volatile("barrier.cluster.arrive.release;\nbarrier.cluster.wait.acquire;" ::: "memory");
-}
-// An arrival on the barrier at `bar`'s offset in CTA `rank` of the cluster.
-__device__ __forceinline__ void barrier_arrive_in(uint64_t* bar, uint32_t rank) {
-  uint32_t remote;
-  asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(remote) : "r"(shared_address(bar)), "r"(rank));
-  asm volatile("mbarrier.arrive.release.cluster.shared::cluster.b64 _, [%0];" ::"r"(remote) : "memory");
 }
 
 // wgmma's view of a K-major tile in shared memory written by TMA with the 128-byte swizzle: rows of 128
@@ -324,21 +286,14 @@ __device__ __forceinline__ void stage_rows(uint32_t staging, const uint4 (&v)[4]
 //   none:          D = AB^T
 //   bias_gelu_aux: aux = AB^T + bias[n], D = gelu(aux)        (mlp.c_fc's forward)
 //   dgelu:         D = AB^T * gelu'(aux)                       (mlp.c_proj's data gradient)
-// Ping-pong: the two consumer warp groups take the CTA's tiles in turn, each a whole 64 x 256 tile
-// (wgmma.m64n256k16). The producer fills the ring in tile order, so one group's main loop
-// starts as the other's ends, and each group's epilogue runs under the other's main loop.
-// kGroupsInFlight: the wgmma groups (k-blocks) a consumer group keeps in flight; 0 takes the schedule's
-// own (ping-pong 2, cooperative 1), others are for timing the choice.
-template <Epilogue kEpilogue, Schedule kSchedule, int kGroupsInFlight = 0>
+// kGroupsInFlight: the wgmma groups (k-blocks) a consumer group keeps in flight; 0 takes 1, others are
+// for timing the choice.
+template <Epilogue kEpilogue, int kGroupsInFlight = 0>
 __global__ void __launch_bounds__(kThreads, 1)
     gemm(const __grid_constant__ CUtensorMap map_a, const __grid_constant__ CUtensorMap map_b, int m, int n,
          int k, __nv_bfloat16* __restrict__ d, __nv_bfloat16* __restrict__ aux,
          const __nv_bfloat16* __restrict__ bias) {
-  using P = Plan<kSchedule>;
-  constexpr int kStages = P::stages, kStageBytesA = P::stage_bytes_a, kTileM = P::tile_m;
-  constexpr bool kPingPong = kSchedule != Schedule::cooperative, kPair = P::pair;
-  constexpr int kInFlight = kGroupsInFlight > 0 ? kGroupsInFlight : kPingPong ? 2 : 1;
-  const uint32_t rank = kPair ? cluster_rank() : 0;  // in the pair, and which half of B this CTA loads
+  constexpr int kInFlight = kGroupsInFlight > 0 ? kGroupsInFlight : 1;
   extern __shared__ uint8_t shared_raw[];
   uint8_t* shared =
       reinterpret_cast<uint8_t*>((reinterpret_cast<uintptr_t>(shared_raw) + 1023) & ~uintptr_t{1023});
@@ -347,82 +302,50 @@ __global__ void __launch_bounds__(kThreads, 1)
   uint8_t* staging = stage_b + kStages * kStageBytesB;
   uint64_t* full = reinterpret_cast<uint64_t*>(staging + kStagingBytes);
   uint64_t* empty = full + kStages;
-  // mainloop_done[g]: consumer group g has finished a main loop. The groups' main loops alternate by it,
-  // which also keeps each stage's barriers at most one phase ahead of the group that waits on them (a
-  // group skips the other's k-blocks, and a parity wait cannot tell phases two apart).
-  uint64_t* mainloop_done = empty + kStages;
   if (threadIdx.x == 0) {
     for (int s = 0; s < kStages; ++s) {
       barrier_init(&full[s], 1);
-      barrier_init(&empty[s], P::consuming_warps);
+      barrier_init(&empty[s], kConsumingWarps);
     }
-    barrier_init(&mainloop_done[0], 4);
-    barrier_init(&mainloop_done[1], 4);
     asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
   }
-  if (kPair)
-    cluster_sync();  // the other CTA's barriers exist before anything lands on them
-  else
-    __syncthreads();
+  __syncthreads();
 
-  // A pair's two CTAs walk the same tiles of 128 rows, each its 64; a CTA alone walks tiles of kTileM.
   const int tiles_n = n / kTileN, k_blocks = k / kBlockK;
-  const int walkers = kPair ? gridDim.x / 2 : gridDim.x, first = kPair ? blockIdx.x / 2 : blockIdx.x;
-  const int tiles = (m / (kPair ? 2 * kTileM : kTileM)) * tiles_n;
-  auto tile_origin = [&](int tile, int& row0, int& col0) {
-    row0 = tile / tiles_n * (kPair ? 2 * kTileM : kTileM) + int(rank) * kTileM;
-    col0 = tile % tiles_n * kTileN;
-  };
+  const int tiles = (m / kTileM) * tiles_n;
   const int warp_group = threadIdx.x / 128;
   if (warp_group == 0) {  // the producer: one thread issues every copy, the CTA's tiles in order
     asm volatile("setmaxnreg.dec.sync.aligned.u32 40;");
     if (threadIdx.x == 0) {
       int step = 0;  // stages filled so far, over all tiles: its stage and the barriers' phase
-      for (int tile = first; tile < tiles; tile += walkers) {
-        int row0, col0;
-        tile_origin(tile, row0, col0);
+      for (int tile = blockIdx.x; tile < tiles; tile += gridDim.x) {
+        const int row0 = tile / tiles_n * kTileM, col0 = tile % tiles_n * kTileN;
         for (int kb = 0; kb < k_blocks; ++kb, ++step) {
           const int s = step % kStages;
           barrier_wait(&empty[s], ((step / kStages) & 1) ^ 1);  // a fresh barrier's "previous" phase is done
           barrier_expect_bytes(&full[s], kStageBytesA + kStageBytesB);
           copy_tile(stage_a + s * kStageBytesA, &map_a, &full[s], kb * kBlockK, row0);
-          if (kPair)  // this CTA's half of B, to both
-            copy_tile_multicast(stage_b + s * kStageBytesB + rank * (kTileN / 2) * 128, &map_b, &full[s],
-                                kb * kBlockK, col0 + int(rank) * kTileN / 2, 0b11);
-          else
-            copy_tile(stage_b + s * kStageBytesB, &map_b, &full[s], kb * kBlockK, col0);
+          copy_tile(stage_b + s * kStageBytesB, &map_b, &full[s], kb * kBlockK, col0);
         }
       }
     }
-    if (kPair) cluster_sync();  // no CTA leaves while the other may still write to it
     return;
   }
 
   asm volatile("setmaxnreg.inc.sync.aligned.u32 232;");
-  const int consumer = warp_group - 1;  // ping-pong: takes the CTA's tiles 0, 2, 4, ... or 1, 3, 5, ...
+  const int consumer = warp_group - 1;  // which 64 rows of the tile
   const int warp = threadIdx.x / 32 % 4, lane = threadIdx.x % 32;
   const uint32_t staging_address = shared_address(staging + (threadIdx.x / 32 - 4) * 2048);
-  auto release = [&](uint64_t* bar) {  // a stage back to its producer, and a pair's to both
-    barrier_arrive(bar);
-    if (kPair) barrier_arrive_in(bar, rank ^ 1);
-  };
   float acc[128];
 #pragma unroll
   for (int i = 0; i < 128; ++i) acc[i] = 0.f;
-  for (int turn = kPingPong ? consumer : 0, round = 0;; turn += kPingPong ? 2 : 1, ++round) {
-    const int tile = first + turn * walkers;
-    if (tile >= tiles) break;
-    int row0, col0;
-    tile_origin(tile, row0, col0);
-    // The other group's main loop of the turn before: group 1's round r follows group 0's round r, group
-    // 0's round r (r > 0) follows group 1's round r - 1.
-    if (kPingPong && turn > 0)
-      barrier_wait(&mainloop_done[1 - consumer], (consumer == 1 ? round : round - 1) & 1);
-    int step = turn * k_blocks;
+  int step = 0;  // stages consumed so far, counted as the producer counts them
+  for (int tile = blockIdx.x; tile < tiles; tile += gridDim.x) {
+    const int row0 = tile / tiles_n * kTileM, col0 = tile % tiles_n * kTileN;
     for (int kb = 0; kb < k_blocks; ++kb, ++step) {
       const int s = step % kStages;
       barrier_wait(&full[s], (step / kStages) & 1);
-      const uint32_t a = shared_address(stage_a + s * kStageBytesA + (kPingPong ? 0 : consumer * 64 * 128));
+      const uint32_t a = shared_address(stage_a + s * kStageBytesA + consumer * 64 * 128);
       const uint32_t b = shared_address(stage_b + s * kStageBytesB);
       fence_accumulators(acc);
       wgmma_fence();
@@ -433,22 +356,19 @@ __global__ void __launch_bounds__(kThreads, 1)
       wgmma_commit();
       fence_accumulators(acc);
       // kInFlight groups stay in flight; the one before them has finished reading its stage, which goes
-      // back. A ping-pong group issues alone, so it keeps more in flight than the cooperative two.
+      // back.
       wgmma_wait<kInFlight>();
       fence_accumulators(acc);
-      if (kb >= kInFlight && lane == 0) release(&empty[(step - kInFlight) % kStages]);
+      if (kb >= kInFlight && lane == 0) barrier_arrive(&empty[(step - kInFlight) % kStages]);
     }
-    // The other group may issue its main loop now: its wgmma queue behind this one's last, so the tensor
-    // cores never drain between tiles.
-    if (kPingPong && lane == 0) barrier_arrive(&mainloop_done[consumer]);
     // dgelu: GELU's input for the first 64 columns, its loads in flight under the last wgmma group.
-    const int warp_row0 = row0 + (kPingPong ? 0 : 64 * consumer) + 16 * warp;
+    const int warp_row0 = row0 + 64 * consumer + 16 * warp;
     uint4 gelu_input[4];
     if (kEpilogue == Epilogue::dgelu) fetch_rows(gelu_input, aux, warp_row0, col0, n, lane);
     wgmma_wait<0>();
     fence_accumulators(acc);
     if (lane == 0)
-      for (int i = kInFlight; i >= 1; --i) release(&empty[(step - i) % kStages]);
+      for (int i = kInFlight; i >= 1; --i) barrier_arrive(&empty[(step - i) % kStages]);
 
     if (kEpilogue == Epilogue::mainloop_only) {
       bool any_nan = false;
@@ -490,7 +410,6 @@ __global__ void __launch_bounds__(kThreads, 1)
       }
     }
   }
-  if (kPair) cluster_sync();  // no CTA leaves while the other may still write to it or arrive on it
 }
 
 // A row-major [rows, cols] bf16 matrix as TMA sees it: boxes of box_rows x 64, 128-byte swizzled.
@@ -512,70 +431,39 @@ CUtensorMap tile_map(const __nv_bfloat16* base, int rows, int cols, int box_rows
 }
 
 struct OwnGemm {
-  CUtensorMap map_a[2], map_b[2];  // A's boxes of 128 rows and 64; B's of 256 rows and (a pair's half) 128
+  CUtensorMap map_a, map_b;  // A's boxes of 128 rows, B's of 256
   int m, n, k, sms;
 };
 
 OwnGemm own_gemm(const __nv_bfloat16* a, const __nv_bfloat16* b, int m, int n, int k, int sms) {
-  return {{tile_map(a, m, k, 128), tile_map(a, m, k, 64)},
-          {tile_map(b, n, k, kTileN), tile_map(b, n, k, kTileN / 2)},
-          m,
-          n,
-          k,
-          sms};
+  return {tile_map(a, m, k, kTileM), tile_map(b, n, k, kTileN), m, n, k, sms};
 }
 
-template <Epilogue kEpilogue, Schedule kSchedule, int kGroupsInFlight = 0>
+template <Epilogue kEpilogue, int kGroupsInFlight = 0>
 void launch(const OwnGemm& g, __nv_bfloat16* d, __nv_bfloat16* aux, const __nv_bfloat16* bias,
             cudaStream_t stream) {
-  using P = Plan<kSchedule>;
-  auto kernel = gemm<kEpilogue, kSchedule, kGroupsInFlight>;
+  auto kernel = gemm<kEpilogue, kGroupsInFlight>;
   cudaLaunchConfig_t config = {};
-  cudaLaunchAttribute cluster;
-  cluster.id = cudaLaunchAttributeClusterDimension;
-  cluster.val.clusterDim.x = P::pair ? 2 : 1, cluster.val.clusterDim.y = 1, cluster.val.clusterDim.z = 1;
   config.blockDim = dim3(kThreads);
-  config.dynamicSmemBytes = P::shared_bytes;
+  config.dynamicSmemBytes = kSharedBytes;
   config.stream = stream;
-  config.attrs = &cluster;
-  config.numAttrs = 1;
-  static int grid = 0;  // one CTA (a pair: one cluster) an SM (two) that can hold one
+  static int grid = 0;  // one CTA an SM
   if (grid == 0) {
-    check(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, P::shared_bytes),
+    check(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSharedBytes),
           "shared memory");
-    const int tiles = (g.m / P::tile_m) * (g.n / kTileN);
-    grid = std::min(g.sms, tiles);
-    if (P::pair) {
-      config.gridDim = dim3(2 * (g.sms / 2));
-      int clusters = 0;
-      check(cudaOccupancyMaxActiveClusters(&clusters, kernel, &config), "active clusters");
-      grid = std::min(2 * clusters, tiles);
-    }
-    std::printf("  (%s: %d CTAs)\n",
-                kSchedule == Schedule::cooperative ? "cooperative"
-                : P::pair                          ? "ping-pong pair"
-                                                   : "ping-pong",
-                grid);
+    grid = std::min(g.sms, (g.m / kTileM) * (g.n / kTileN));
+    std::printf("  (cooperative: %d CTAs)\n", grid);
   }
   config.gridDim = dim3(grid);
-  check(cudaLaunchKernelEx(&config, kernel, g.map_a[P::tile_m == 128 ? 0 : 1], g.map_b[P::pair ? 1 : 0], g.m,
-                           g.n, g.k, d, aux, bias),
-        "launch");
+  check(cudaLaunchKernelEx(&config, kernel, g.map_a, g.map_b, g.m, g.n, g.k, d, aux, bias), "launch");
 }
 
-template <Schedule kSchedule>
 void run_own(Epilogue e, const OwnGemm& g, __nv_bfloat16* d, __nv_bfloat16* aux, const __nv_bfloat16* bias,
              cudaStream_t stream) {
-  if (e == Epilogue::none) launch<Epilogue::none, kSchedule>(g, d, aux, bias, stream);
-  if (e == Epilogue::bias_gelu_aux) launch<Epilogue::bias_gelu_aux, kSchedule>(g, d, aux, bias, stream);
-  if (e == Epilogue::dgelu) launch<Epilogue::dgelu, kSchedule>(g, d, aux, bias, stream);
-  if (e == Epilogue::mainloop_only) launch<Epilogue::mainloop_only, kSchedule>(g, d, aux, bias, stream);
-}
-void run_own(Schedule schedule, Epilogue e, const OwnGemm& g, __nv_bfloat16* d, __nv_bfloat16* aux,
-             const __nv_bfloat16* bias, cudaStream_t stream) {
-  if (schedule == Schedule::cooperative) run_own<Schedule::cooperative>(e, g, d, aux, bias, stream);
-  if (schedule == Schedule::pingpong) run_own<Schedule::pingpong>(e, g, d, aux, bias, stream);
-  if (schedule == Schedule::pingpong_pair) run_own<Schedule::pingpong_pair>(e, g, d, aux, bias, stream);
+  if (e == Epilogue::none) launch<Epilogue::none>(g, d, aux, bias, stream);
+  if (e == Epilogue::bias_gelu_aux) launch<Epilogue::bias_gelu_aux>(g, d, aux, bias, stream);
+  if (e == Epilogue::dgelu) launch<Epilogue::dgelu>(g, d, aux, bias, stream);
+  if (e == Epilogue::mainloop_only) launch<Epilogue::mainloop_only>(g, d, aux, bias, stream);
 }
 
 // W^T of a row-major [rows, cols] matrix: the data gradient's B operand, K-major.
@@ -723,61 +611,55 @@ int main(int argc, char** argv) {
   const std::vector<float> host_a0 = to_host(x, act), host_fc = to_host(w_fc, weight),
                            host_dy = to_host(dy, act), host_proj_t = to_host(w_proj_t, weight),
                            host_bias = to_host(bias, size_t(f));
-  const Schedule schedules[] = {Schedule::cooperative, Schedule::pingpong, Schedule::pingpong_pair};
-  auto schedule_name = [](Schedule sc) {
-    return sc == Schedule::cooperative ? "cooperative" : sc == Schedule::pingpong ? "ping-pong" : "pair";
-  };
   bool all_right = true;
-  for (const Schedule schedule : schedules)
-    for (const Case& cs : cases) {
-      // Correctness: ours and the plain ours at sampled outputs against fp64, then all of ours against
-      // cuBLASLt.
-      run_lt(lt, cs.lt, out_lt, workspace, workspace_bytes, stream);  // (the forward's also fills pre)
-      run_own(schedule, cs.epilogue, cs.own, out_own, cs.aux, bias, stream);
-      check(cudaStreamSynchronize(stream), name(cs.epilogue));
-      const std::vector<float> ours = to_host(out_own, wide), theirs = to_host(out_lt, wide);
-      const std::vector<float> aux = to_host(cs.epilogue == Epilogue::dgelu ? pre : aux_own, wide);
-      const std::vector<float>& ha = cs.epilogue == Epilogue::dgelu ? host_dy : host_a0;
-      const std::vector<float>& hb = cs.epilogue == Epilogue::dgelu ? host_proj_t : host_fc;
-      std::mt19937 random(11);
-      double worst = 0;
-      for (int sample = 0; sample < 4096; ++sample) {
-        const int r = int(random() % unsigned(tokens)), col = int(random() % unsigned(f));
-        double dot = 0;
-        for (int i = 0; i < c; ++i) dot += double(ha[size_t(r) * c + i]) * double(hb[size_t(col) * c + i]);
-        const size_t at = size_t(r) * f + col;
-        double expected = dot;
-        if (cs.epilogue == Epilogue::bias_gelu_aux) {
-          const double p = dot + host_bias[size_t(col)];
-          expected = gelu_reference(p, false);
-          worst = std::max(worst, std::abs(aux[at] - p) / (1.0 + std::abs(p)));
-        } else if (cs.epilogue == Epilogue::dgelu) {
-          expected = dot * gelu_reference(aux[at], true);
-        }
-        worst = std::max(worst, std::abs(ours[at] - expected) / (1.0 + std::abs(expected)));
+  for (const Case& cs : cases) {
+    // Correctness: ours and the plain ours at sampled outputs against fp64, then all of ours against
+    // cuBLASLt.
+    run_lt(lt, cs.lt, out_lt, workspace, workspace_bytes, stream);  // (the forward's also fills pre)
+    run_own(cs.epilogue, cs.own, out_own, cs.aux, bias, stream);
+    check(cudaStreamSynchronize(stream), name(cs.epilogue));
+    const std::vector<float> ours = to_host(out_own, wide), theirs = to_host(out_lt, wide);
+    const std::vector<float> aux = to_host(cs.epilogue == Epilogue::dgelu ? pre : aux_own, wide);
+    const std::vector<float>& ha = cs.epilogue == Epilogue::dgelu ? host_dy : host_a0;
+    const std::vector<float>& hb = cs.epilogue == Epilogue::dgelu ? host_proj_t : host_fc;
+    std::mt19937 random(11);
+    double worst = 0;
+    for (int sample = 0; sample < 4096; ++sample) {
+      const int r = int(random() % unsigned(tokens)), col = int(random() % unsigned(f));
+      double dot = 0;
+      for (int i = 0; i < c; ++i) dot += double(ha[size_t(r) * c + i]) * double(hb[size_t(col) * c + i]);
+      const size_t at = size_t(r) * f + col;
+      double expected = dot;
+      if (cs.epilogue == Epilogue::bias_gelu_aux) {
+        const double p = dot + host_bias[size_t(col)];
+        expected = gelu_reference(p, false);
+        worst = std::max(worst, std::abs(aux[at] - p) / (1.0 + std::abs(p)));
+      } else if (cs.epilogue == Epilogue::dgelu) {
+        expected = dot * gelu_reference(aux[at], true);
       }
-      double largest_gap = 0, largest = 0;
-      for (size_t i = 0; i < wide; ++i) {
-        largest_gap = std::max(largest_gap, double(std::abs(ours[i] - theirs[i])));
-        largest = std::max(largest, double(std::abs(theirs[i])));
-      }
-      // The plain GEMM (its stores as the epilogues', without them) against cuBLASLt's plain one.
-      run_lt(lt, cs.lt_plain, out_lt, workspace, workspace_bytes, stream);
-      run_own(schedule, Epilogue::none, cs.own, out_own, nullptr, nullptr, stream);
-      check(cudaStreamSynchronize(stream), "plain");
-      const std::vector<float> ours_plain = to_host(out_own, wide), theirs_plain = to_host(out_lt, wide);
-      double plain_gap = 0;
-      for (size_t i = 0; i < wide; ++i)
-        plain_gap = std::max(plain_gap, std::abs(double(ours_plain[i]) - theirs_plain[i]) /
-                                            (1.0 + std::abs(double(theirs_plain[i]))));
-      const bool right = worst < 1.0 / 128 && plain_gap < 1.0 / 128;
-      all_right = all_right && right;
-      std::printf(
-          "%-11s %-13s against fp64 at 4096 outputs: worst |diff| / (1 + |value|) %.2e (%s); against "
-          "cuBLASLt: max |diff| %.4f of values up to %.2f; plain against cuBLASLt's plain: %.2e\n",
-          schedule_name(schedule), name(cs.epilogue), worst, right ? "right" : "WRONG", largest_gap, largest,
-          plain_gap);
+      worst = std::max(worst, std::abs(ours[at] - expected) / (1.0 + std::abs(expected)));
     }
+    double largest_gap = 0, largest = 0;
+    for (size_t i = 0; i < wide; ++i) {
+      largest_gap = std::max(largest_gap, double(std::abs(ours[i] - theirs[i])));
+      largest = std::max(largest, double(std::abs(theirs[i])));
+    }
+    // The plain GEMM (its stores as the epilogues', without them) against cuBLASLt's plain one.
+    run_lt(lt, cs.lt_plain, out_lt, workspace, workspace_bytes, stream);
+    run_own(Epilogue::none, cs.own, out_own, nullptr, nullptr, stream);
+    check(cudaStreamSynchronize(stream), "plain");
+    const std::vector<float> ours_plain = to_host(out_own, wide), theirs_plain = to_host(out_lt, wide);
+    double plain_gap = 0;
+    for (size_t i = 0; i < wide; ++i)
+      plain_gap = std::max(plain_gap, std::abs(double(ours_plain[i]) - theirs_plain[i]) /
+                                          (1.0 + std::abs(double(theirs_plain[i]))));
+    const bool right = worst < 1.0 / 128 && plain_gap < 1.0 / 128;
+    all_right = all_right && right;
+    std::printf(
+        "%-11s %-13s against fp64 at 4096 outputs: worst |diff| / (1 + |value|) %.2e (%s); against "
+        "cuBLASLt: max |diff| %.4f of values up to %.2f; plain against cuBLASLt's plain: %.2e\n",
+        "cooperative", name(cs.epilogue), worst, right ? "right" : "WRONG", largest_gap, largest, plain_gap);
+  }
   if (!all_right) return 1;
 
   const double flops = 2.0 * tokens * double(f) * c;
@@ -790,21 +672,10 @@ int main(int argc, char** argv) {
       "reversed after\n",
       options.sustain_ms > 0 ? "sustained" : "bursts, median");
   for (const Case& cs : cases) {
-    constexpr int kSides = 14;
-    const char* labels[kSides] = {"cuBLASLt",
-                                  "cuBLASLt plain",
-                                  "cooperative",
-                                  "cooperative plain",
-                                  "cooperative mainloop",
-                                  "ping-pong",
-                                  "ping-pong plain",
-                                  "ping-pong mainloop",
-                                  "ping-pong pair",
-                                  "ping-pong pair plain",
-                                  "ping-pong pair mainloop",
-                                  "cooperative mainloop, 2 in flight",
-                                  "ping-pong mainloop, 1 in flight",
-                                  "ping-pong mainloop, 3 in flight"};
+    constexpr int kSides = 6;
+    const char* labels[kSides] = {
+        "cuBLASLt",          "cuBLASLt plain",       "cooperative",
+        "cooperative plain", "cooperative mainloop", "cooperative mainloop, 2 in flight"};
     double ms[2][kSides];
     for (int pass = 0; pass < 2; ++pass)
       for (int i = 0; i < kSides; ++i) {
@@ -812,28 +683,12 @@ int main(int argc, char** argv) {
         std::function<void()> body;
         if (which == 0) body = [&] { run_lt(lt, cs.lt, out_lt, workspace, workspace_bytes, stream); };
         if (which == 1) body = [&] { run_lt(lt, cs.lt_plain, out_lt, workspace, workspace_bytes, stream); };
-        if (which >= 2 && which < 11) {
-          const Schedule schedule = which < 5   ? Schedule::cooperative
-                                    : which < 8 ? Schedule::pingpong
-                                                : Schedule::pingpong_pair;
-          const Epilogue e = (which - 2) % 3 == 0   ? cs.epilogue
-                             : (which - 2) % 3 == 1 ? Epilogue::none
-                                                    : Epilogue::mainloop_only;
-          body = [&, schedule, e] { run_own(schedule, e, cs.own, out_own, cs.aux, bias, stream); };
+        if (which >= 2 && which < 5) {
+          const Epilogue e = which == 2 ? cs.epilogue : which == 3 ? Epilogue::none : Epilogue::mainloop_only;
+          body = [&, e] { run_own(e, cs.own, out_own, cs.aux, bias, stream); };
         }
-        if (which == 11)
-          body = [&] {
-            launch<Epilogue::mainloop_only, Schedule::cooperative, 2>(cs.own, out_own, nullptr, nullptr,
-                                                                      stream);
-          };
-        if (which == 12)
-          body = [&] {
-            launch<Epilogue::mainloop_only, Schedule::pingpong, 1>(cs.own, out_own, nullptr, nullptr, stream);
-          };
-        if (which == 13)
-          body = [&] {
-            launch<Epilogue::mainloop_only, Schedule::pingpong, 3>(cs.own, out_own, nullptr, nullptr, stream);
-          };
+        if (which == 5)
+          body = [&] { launch<Epilogue::mainloop_only, 2>(cs.own, out_own, nullptr, nullptr, stream); };
         ms[pass][which] = time(body);
       }
     check(cudaGetLastError(), "timing");
