@@ -25,7 +25,9 @@
 // gradient B is the transposed weight (dlbench stores W [out, in]; its transpose is one pass a step).
 // Each kernel is checked against fp64 dot products at sampled outputs and against cuBLASLt's output, then
 // timed against cuBLASLt's heuristic choice with the same epilogue and plain, in bursts and sustained,
-// with the main loop alone (no stores) beside: what the epilogue costs.
+// with the main loop alone (no stores) beside: what the epilogue costs. The block's other forward GEMMs
+// (attn.c_attn, attn.c_proj, mlp.c_proj) follow plain, ours against cuBLASLt's: whether a GEMM of our own
+// would run the step's plain GEMMs faster at the power cap.
 //
 //   hopper_gemm_lab [--model gpt2-large] [--tokens N] [--reps R] [--sustain-ms T]
 #include <cublasLt.h>
@@ -672,10 +674,15 @@ int main(int argc, char** argv) {
       "reversed after\n",
       options.sustain_ms > 0 ? "sustained" : "bursts, median");
   for (const Case& cs : cases) {
-    constexpr int kSides = 6;
-    const char* labels[kSides] = {
-        "cuBLASLt",          "cuBLASLt plain",       "cooperative",
-        "cooperative plain", "cooperative mainloop", "cooperative mainloop, 2 in flight"};
+    constexpr int kSides = 8;
+    const char* labels[kSides] = {"cuBLASLt",
+                                  "cuBLASLt plain",
+                                  "cooperative",
+                                  "cooperative plain",
+                                  "cooperative mainloop",
+                                  "cooperative mainloop, 2 in flight",
+                                  "cooperative, 2 in flight",
+                                  "cooperative plain, 2 in flight"};
     double ms[2][kSides];
     for (int pass = 0; pass < 2; ++pass)
       for (int i = 0; i < kSides; ++i) {
@@ -689,6 +696,14 @@ int main(int argc, char** argv) {
         }
         if (which == 5)
           body = [&] { launch<Epilogue::mainloop_only, 2>(cs.own, out_own, nullptr, nullptr, stream); };
+        if (which == 6)
+          body = [&] {
+            if (cs.epilogue == Epilogue::dgelu)
+              launch<Epilogue::dgelu, 2>(cs.own, out_own, cs.aux, bias, stream);
+            else
+              launch<Epilogue::bias_gelu_aux, 2>(cs.own, out_own, cs.aux, bias, stream);
+          };
+        if (which == 7) body = [&] { launch<Epilogue::none, 2>(cs.own, out_own, nullptr, nullptr, stream); };
         ms[pass][which] = time(body);
       }
     check(cudaGetLastError(), "timing");
@@ -696,6 +711,52 @@ int main(int argc, char** argv) {
     for (int i = 0; i < kSides; ++i)
       std::printf("  %-34s %.3f / %.3f ms  %.0f TFLOP/s\n", labels[i], ms[0][i], ms[1][i],
                   flops / (0.5e-3 * (ms[0][i] + ms[1][i])) / 1e12);
+  }
+
+  // The block's other forward GEMMs, plain: would a GEMM of our own run the step's plain GEMMs faster than
+  // cuBLASLt's at the cap? Each checked against cuBLASLt's output first.
+  struct PlainShape {
+    const char* gemm;
+    const __nv_bfloat16 *a, *b;  // A [T, K] and B [N, K], both K-major
+    int n, k;
+  };
+  const PlainShape shapes[] = {{"attn.c_attn forward", x, w_fc, 3 * c, c},
+                               {"attn.c_proj forward", x, w_fc, c, c},
+                               {"mlp.c_proj forward", pre, w_proj, c, f}};
+  for (const PlainShape& shape : shapes) {
+    const OwnGemm own = own_gemm(shape.a, shape.b, tokens, shape.n, shape.k, sms);
+    const LtGemm plain = lt_gemm(lt, CUBLAS_OP_T, shape.b, shape.a, shape.n, tokens, shape.k,
+                                 CUBLASLT_EPILOGUE_DEFAULT, nullptr, nullptr, workspace, workspace_bytes);
+    const size_t count = size_t(tokens) * shape.n;
+    run_lt(lt, plain, out_lt, workspace, workspace_bytes, stream);
+    run_own(Epilogue::none, own, out_own, nullptr, nullptr, stream);
+    check(cudaStreamSynchronize(stream), shape.gemm);
+    const std::vector<float> ours = to_host(out_own, count), theirs = to_host(out_lt, count);
+    double gap = 0;
+    for (size_t i = 0; i < count; ++i)
+      gap = std::max(gap, std::abs(double(ours[i]) - theirs[i]) / (1.0 + std::abs(double(theirs[i]))));
+    const bool right = gap < 1.0 / 128;
+    std::printf("%s, D [%d, %d] = A [%d, %d] B [%d, %d]^T, plain against cuBLASLt's plain: %.2e (%s)\n",
+                shape.gemm, tokens, shape.n, tokens, shape.k, shape.n, shape.k, gap,
+                right ? "right" : "WRONG");
+    if (!right) return 1;
+    constexpr int kSides = 3;
+    const char* labels[kSides] = {"cuBLASLt plain", "cooperative plain", "cooperative plain, 2 in flight"};
+    double ms[2][kSides];
+    for (int pass = 0; pass < 2; ++pass)
+      for (int i = 0; i < kSides; ++i) {
+        const int which = pass == 0 ? i : kSides - 1 - i;
+        std::function<void()> body;
+        if (which == 0) body = [&] { run_lt(lt, plain, out_lt, workspace, workspace_bytes, stream); };
+        if (which == 1) body = [&] { launch<Epilogue::none>(own, out_own, nullptr, nullptr, stream); };
+        if (which == 2) body = [&] { launch<Epilogue::none, 2>(own, out_own, nullptr, nullptr, stream); };
+        ms[pass][which] = time(body);
+      }
+    check(cudaGetLastError(), "timing");
+    const double shape_flops = 2.0 * tokens * double(shape.n) * shape.k;
+    for (int i = 0; i < kSides; ++i)
+      std::printf("  %-34s %.3f / %.3f ms  %.0f TFLOP/s\n", labels[i], ms[0][i], ms[1][i],
+                  shape_flops / (0.5e-3 * (ms[0][i] + ms[1][i])) / 1e12);
   }
   return 0;
 }
