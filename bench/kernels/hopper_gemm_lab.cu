@@ -288,14 +288,12 @@ __device__ __forceinline__ void stage_rows(uint32_t staging, const uint4 (&v)[4]
 //   none:          D = AB^T
 //   bias_gelu_aux: aux = AB^T + bias[n], D = gelu(aux)        (mlp.c_fc's forward)
 //   dgelu:         D = AB^T * gelu'(aux)                       (mlp.c_proj's data gradient)
-// kGroupsInFlight: the wgmma groups (k-blocks) a consumer group keeps in flight; 0 takes 1, others are
-// for timing the choice.
-template <Epilogue kEpilogue, int kGroupsInFlight = 0>
+// kInFlight: the wgmma groups (k-blocks) a consumer group keeps in flight (2 for timing the choice).
+template <Epilogue kEpilogue, int kInFlight = 1>
 __global__ void __launch_bounds__(kThreads, 1)
     gemm(const __grid_constant__ CUtensorMap map_a, const __grid_constant__ CUtensorMap map_b, int m, int n,
          int k, __nv_bfloat16* __restrict__ d, __nv_bfloat16* __restrict__ aux,
          const __nv_bfloat16* __restrict__ bias) {
-  constexpr int kInFlight = kGroupsInFlight > 0 ? kGroupsInFlight : 1;
   extern __shared__ uint8_t shared_raw[];
   uint8_t* shared =
       reinterpret_cast<uint8_t*>((reinterpret_cast<uintptr_t>(shared_raw) + 1023) & ~uintptr_t{1023});
@@ -387,29 +385,26 @@ __global__ void __launch_bounds__(kThreads, 1)
         acc[4 * j] += b.x, acc[4 * j + 1] += b.y, acc[4 * j + 2] += b.x, acc[4 * j + 3] += b.y;
       }
     }
-    {
-      const int row = warp_row0;
 #pragma unroll
-      for (int c = 0; c < 4; ++c) {
-        const int col = col0 + 64 * c;
-        if (kEpilogue == Epilogue::dgelu) {  // this chunk's input staged, the next one's loads issued
-          stage_rows(staging_address, gelu_input, lane);
-          if (c < 3) fetch_rows(gelu_input, aux, row, col + 64, n, lane);
-          __syncwarp();
-          apply_gelu_gradient(staging_address, acc, c, lane);
-          __syncwarp();
-        }
-        if (kEpilogue == Epilogue::bias_gelu_aux) {  // the saved input first
-          store_fragments<false>(staging_address, acc, c, lane);
-          __syncwarp();
-          store_rows(staging_address, aux, row, col, n, lane);
-          __syncwarp();
-        }
-        store_fragments<kEpilogue == Epilogue::bias_gelu_aux>(staging_address, acc, c, lane);
+    for (int c = 0; c < 4; ++c) {
+      const int col = col0 + 64 * c;
+      if (kEpilogue == Epilogue::dgelu) {  // this chunk's input staged, the next one's loads issued
+        stage_rows(staging_address, gelu_input, lane);
+        if (c < 3) fetch_rows(gelu_input, aux, warp_row0, col + 64, n, lane);
         __syncwarp();
-        store_rows(staging_address, d, row, col, n, lane);
+        apply_gelu_gradient(staging_address, acc, c, lane);
         __syncwarp();
       }
+      if (kEpilogue == Epilogue::bias_gelu_aux) {  // the saved input first
+        store_fragments<false>(staging_address, acc, c, lane);
+        __syncwarp();
+        store_rows(staging_address, aux, warp_row0, col, n, lane);
+        __syncwarp();
+      }
+      store_fragments<kEpilogue == Epilogue::bias_gelu_aux>(staging_address, acc, c, lane);
+      __syncwarp();
+      store_rows(staging_address, d, warp_row0, col, n, lane);
+      __syncwarp();
     }
   }
 }
@@ -441,10 +436,10 @@ OwnGemm own_gemm(const __nv_bfloat16* a, const __nv_bfloat16* b, int m, int n, i
   return {tile_map(a, m, k, kTileM), tile_map(b, n, k, kTileN), m, n, k, sms};
 }
 
-template <Epilogue kEpilogue, int kGroupsInFlight = 0>
+template <Epilogue kEpilogue, int kInFlight = 1>
 void launch(const OwnGemm& g, __nv_bfloat16* d, __nv_bfloat16* aux, const __nv_bfloat16* bias,
             cudaStream_t stream) {
-  auto kernel = gemm<kEpilogue, kGroupsInFlight>;
+  auto kernel = gemm<kEpilogue, kInFlight>;
   cudaLaunchConfig_t config = {};
   config.blockDim = dim3(kThreads);
   config.dynamicSmemBytes = kSharedBytes;
@@ -536,6 +531,14 @@ std::vector<float> to_host(const __nv_bfloat16* p, size_t count) {
   std::vector<float> out(count);
   for (size_t i = 0; i < count; ++i) out[i] = __bfloat162float(raw[i]);
   return out;
+}
+
+// The largest |ours - theirs| / (1 + |theirs|) over two outputs of one GEMM.
+double relative_gap(const std::vector<float>& ours, const std::vector<float>& theirs) {
+  double gap = 0;
+  for (size_t i = 0; i < ours.size(); ++i)
+    gap = std::max(gap, std::abs(double(ours[i]) - theirs[i]) / (1.0 + std::abs(double(theirs[i]))));
+  return gap;
 }
 
 double gelu_reference(double x, bool derivative) {
@@ -650,11 +653,7 @@ int main(int argc, char** argv) {
     run_lt(lt, cs.lt_plain, out_lt, workspace, workspace_bytes, stream);
     run_own(Epilogue::none, cs.own, out_own, nullptr, nullptr, stream);
     check(cudaStreamSynchronize(stream), "plain");
-    const std::vector<float> ours_plain = to_host(out_own, wide), theirs_plain = to_host(out_lt, wide);
-    double plain_gap = 0;
-    for (size_t i = 0; i < wide; ++i)
-      plain_gap = std::max(plain_gap, std::abs(double(ours_plain[i]) - theirs_plain[i]) /
-                                          (1.0 + std::abs(double(theirs_plain[i]))));
+    const double plain_gap = relative_gap(to_host(out_own, wide), to_host(out_lt, wide));
     const bool right = worst < 1.0 / 128 && plain_gap < 1.0 / 128;
     all_right = all_right && right;
     std::printf(
@@ -665,52 +664,50 @@ int main(int argc, char** argv) {
   if (!all_right) return 1;
 
   const double flops = 2.0 * tokens * double(f) * c;
-  auto time = [&](const std::function<void()>& body) {
-    return options.sustain_ms > 0 ? kernel_bench::sustained_ms(stream, options.sustain_ms, body)
-                                  : kernel_bench::median_ms(stream, options.reps, body, 2);
+  // Times each row in order, then again in reverse (what the clock and the cap do over a call falls on both
+  // ends), and prints both times and the TFLOP/s of their mean.
+  using Row = std::pair<const char*, std::function<void()>>;
+  auto time_rows = [&](const std::vector<Row>& rows, double row_flops) {
+    std::vector<double> ms[2];
+    for (int pass = 0; pass < 2; ++pass) ms[pass].assign(rows.size(), 0);
+    for (int pass = 0; pass < 2; ++pass)
+      for (size_t i = 0; i < rows.size(); ++i) {
+        const size_t which = pass == 0 ? i : rows.size() - 1 - i;
+        ms[pass][which] = options.sustain_ms > 0
+                              ? kernel_bench::sustained_ms(stream, options.sustain_ms, rows[which].second)
+                              : kernel_bench::median_ms(stream, options.reps, rows[which].second, 2);
+      }
+    check(cudaGetLastError(), "timing");
+    for (size_t i = 0; i < rows.size(); ++i)
+      std::printf("  %-34s %.3f / %.3f ms  %.0f TFLOP/s\n", rows[i].first, ms[0][i], ms[1][i],
+                  row_flops / (0.5e-3 * (ms[0][i] + ms[1][i])) / 1e12);
   };
   std::printf(
       "%s: ms (TFLOP/s), cuBLASLt's first choice with the epilogue and plain, then ours; the order "
       "reversed after\n",
       options.sustain_ms > 0 ? "sustained" : "bursts, median");
   for (const Case& cs : cases) {
-    constexpr int kSides = 8;
-    const char* labels[kSides] = {"cuBLASLt",
-                                  "cuBLASLt plain",
-                                  "cooperative",
-                                  "cooperative plain",
-                                  "cooperative mainloop",
-                                  "cooperative mainloop, 2 in flight",
-                                  "cooperative, 2 in flight",
-                                  "cooperative plain, 2 in flight"};
-    double ms[2][kSides];
-    for (int pass = 0; pass < 2; ++pass)
-      for (int i = 0; i < kSides; ++i) {
-        const int which = pass == 0 ? i : kSides - 1 - i;
-        std::function<void()> body;
-        if (which == 0) body = [&] { run_lt(lt, cs.lt, out_lt, workspace, workspace_bytes, stream); };
-        if (which == 1) body = [&] { run_lt(lt, cs.lt_plain, out_lt, workspace, workspace_bytes, stream); };
-        if (which >= 2 && which < 5) {
-          const Epilogue e = which == 2 ? cs.epilogue : which == 3 ? Epilogue::none : Epilogue::mainloop_only;
-          body = [&, e] { run_own(e, cs.own, out_own, cs.aux, bias, stream); };
-        }
-        if (which == 5)
-          body = [&] { launch<Epilogue::mainloop_only, 2>(cs.own, out_own, nullptr, nullptr, stream); };
-        if (which == 6)
-          body = [&] {
-            if (cs.epilogue == Epilogue::dgelu)
+    const Epilogue e = cs.epilogue;
+    std::printf("%s\n", name(e));
+    time_rows(
+        {{"cuBLASLt", [&] { run_lt(lt, cs.lt, out_lt, workspace, workspace_bytes, stream); }},
+         {"cuBLASLt plain", [&] { run_lt(lt, cs.lt_plain, out_lt, workspace, workspace_bytes, stream); }},
+         {"cooperative", [&] { run_own(e, cs.own, out_own, cs.aux, bias, stream); }},
+         {"cooperative plain", [&] { run_own(Epilogue::none, cs.own, out_own, nullptr, nullptr, stream); }},
+         {"cooperative mainloop",
+          [&] { run_own(Epilogue::mainloop_only, cs.own, out_own, nullptr, nullptr, stream); }},
+         {"cooperative mainloop, 2 in flight",
+          [&] { launch<Epilogue::mainloop_only, 2>(cs.own, out_own, nullptr, nullptr, stream); }},
+         {"cooperative, 2 in flight",
+          [&] {
+            if (e == Epilogue::dgelu)
               launch<Epilogue::dgelu, 2>(cs.own, out_own, cs.aux, bias, stream);
             else
               launch<Epilogue::bias_gelu_aux, 2>(cs.own, out_own, cs.aux, bias, stream);
-          };
-        if (which == 7) body = [&] { launch<Epilogue::none, 2>(cs.own, out_own, nullptr, nullptr, stream); };
-        ms[pass][which] = time(body);
-      }
-    check(cudaGetLastError(), "timing");
-    std::printf("%s\n", name(cs.epilogue));
-    for (int i = 0; i < kSides; ++i)
-      std::printf("  %-34s %.3f / %.3f ms  %.0f TFLOP/s\n", labels[i], ms[0][i], ms[1][i],
-                  flops / (0.5e-3 * (ms[0][i] + ms[1][i])) / 1e12);
+          }},
+         {"cooperative plain, 2 in flight",
+          [&] { launch<Epilogue::none, 2>(cs.own, out_own, nullptr, nullptr, stream); }}},
+        flops);
   }
 
   // The block's other forward GEMMs, plain: would a GEMM of our own run the step's plain GEMMs faster than
@@ -731,32 +728,17 @@ int main(int argc, char** argv) {
     run_lt(lt, plain, out_lt, workspace, workspace_bytes, stream);
     run_own(Epilogue::none, own, out_own, nullptr, nullptr, stream);
     check(cudaStreamSynchronize(stream), shape.gemm);
-    const std::vector<float> ours = to_host(out_own, count), theirs = to_host(out_lt, count);
-    double gap = 0;
-    for (size_t i = 0; i < count; ++i)
-      gap = std::max(gap, std::abs(double(ours[i]) - theirs[i]) / (1.0 + std::abs(double(theirs[i]))));
+    const double gap = relative_gap(to_host(out_own, count), to_host(out_lt, count));
     const bool right = gap < 1.0 / 128;
     std::printf("%s, D [%d, %d] = A [%d, %d] B [%d, %d]^T, plain against cuBLASLt's plain: %.2e (%s)\n",
                 shape.gemm, tokens, shape.n, tokens, shape.k, shape.n, shape.k, gap,
                 right ? "right" : "WRONG");
     if (!right) return 1;
-    constexpr int kSides = 3;
-    const char* labels[kSides] = {"cuBLASLt plain", "cooperative plain", "cooperative plain, 2 in flight"};
-    double ms[2][kSides];
-    for (int pass = 0; pass < 2; ++pass)
-      for (int i = 0; i < kSides; ++i) {
-        const int which = pass == 0 ? i : kSides - 1 - i;
-        std::function<void()> body;
-        if (which == 0) body = [&] { run_lt(lt, plain, out_lt, workspace, workspace_bytes, stream); };
-        if (which == 1) body = [&] { launch<Epilogue::none>(own, out_own, nullptr, nullptr, stream); };
-        if (which == 2) body = [&] { launch<Epilogue::none, 2>(own, out_own, nullptr, nullptr, stream); };
-        ms[pass][which] = time(body);
-      }
-    check(cudaGetLastError(), "timing");
-    const double shape_flops = 2.0 * tokens * double(shape.n) * shape.k;
-    for (int i = 0; i < kSides; ++i)
-      std::printf("  %-34s %.3f / %.3f ms  %.0f TFLOP/s\n", labels[i], ms[0][i], ms[1][i],
-                  shape_flops / (0.5e-3 * (ms[0][i] + ms[1][i])) / 1e12);
+    time_rows({{"cuBLASLt plain", [&] { run_lt(lt, plain, out_lt, workspace, workspace_bytes, stream); }},
+               {"cooperative plain", [&] { launch<Epilogue::none>(own, out_own, nullptr, nullptr, stream); }},
+               {"cooperative plain, 2 in flight",
+                [&] { launch<Epilogue::none, 2>(own, out_own, nullptr, nullptr, stream); }}},
+              2.0 * tokens * double(shape.n) * shape.k);
   }
   return 0;
 }
