@@ -1,15 +1,16 @@
 #!/usr/bin/env python3
 """PyTorch's causal scaled_dot_product_attention at GPT-2's shapes, per backend (the peer for
-sdpa_engine_probe.cc).
+sdpa_engine_probe.cc), and beside it the same attention without the mask: how close each backend's causal
+pass comes to half the unmasked one's time, the floor its skipped tiles allow.
 
 Q, K and V are views of one [B, T, 3C] tensor, split and transposed to [B, H, T, D] as a nanoGPT-style
 model makes them (the layout dlbench's attention reads). For each backend (flash, cuDNN, memory-efficient)
 it prints the median forward time and the median backward time (forward and backward timed together,
 less the forward) between CUDA events, with TFLOP/s counted as sdpa_engine_probe counts them: the causal
-forward 2 B T^2 C, the backward 2.5 times that.
+forward 2 B T^2 C, the backward 2.5 times that (without the mask twice as much).
 
   /opt/torch/.venv/bin/python3 bench/kernels/torch_sdpa_timing.py [--model gpt2-large] [--batch 16]
-                                                                   [--reps 20]
+                                                                   [--reps 20] [--mask causal|none|both]
 """
 import argparse
 
@@ -39,6 +40,7 @@ def main():
     parser.add_argument("--model", choices=sorted(MODELS), default="gpt2-large")
     parser.add_argument("--batch", type=int, default=16)
     parser.add_argument("--reps", type=int, default=20)
+    parser.add_argument("--mask", choices=["causal", "none", "both"], default="causal")
     args = parser.parse_args()
     channels, heads = MODELS[args.model]
     B, T, D = args.batch, 1024, channels // heads
@@ -49,24 +51,34 @@ def main():
     def split():
         return [t.view(B, T, heads, D).transpose(1, 2) for t in qkv.split(channels, dim=2)]
 
-    def forward_and_backward():
+    def forward_and_backward(causal):
         q, k, v = split()
-        F.scaled_dot_product_attention(q, k, v, is_causal=True).backward(dout)
+        F.scaled_dot_product_attention(q, k, v, is_causal=causal).backward(dout)
         qkv.grad = None
 
     print(f"torch {torch.__version__} cuDNN {torch.backends.cudnn.version()} {args.model} batch {B} x {T}, "
           f"{heads} heads of {D}, bf16; median of {args.reps}")
+    masks = {"causal": [True], "none": [False], "both": [True, False]}[args.mask]
     for backend in (SDPBackend.FLASH_ATTENTION, SDPBackend.CUDNN_ATTENTION, SDPBackend.EFFICIENT_ATTENTION):
-        try:
-            with sdpa_kernel([backend]):
-                q, k, v = split()
-                forward = median_us(lambda: F.scaled_dot_product_attention(q, k, v, is_causal=True), args.reps)
-                backward = median_us(forward_and_backward, args.reps) - forward
-        except RuntimeError as e:  # a backend that cannot take the shape says why
-            print(f"{backend.name:20s} not run: {str(e)[:160]}")
-            continue
-        print(f"{backend.name:20s} forward {forward:8.1f} us {forward_flops / forward / 1e6:6.1f} TFLOP/s"
-              f"  backward {backward:8.1f} us {2.5 * forward_flops / backward / 1e6:6.1f} TFLOP/s")
+        times = {}
+        for causal in masks:
+            flops = forward_flops if causal else 2 * forward_flops
+            label = f"{backend.name} {'causal' if causal else 'no mask'}"
+            try:
+                with sdpa_kernel([backend]):
+                    q, k, v = split()
+                    forward = median_us(lambda: F.scaled_dot_product_attention(q, k, v, is_causal=causal),
+                                        args.reps)
+                    backward = median_us(lambda: forward_and_backward(causal), args.reps) - forward
+            except RuntimeError as e:  # a backend that cannot take the shape says why
+                print(f"{label:30s} not run: {str(e)[:160]}")
+                continue
+            times[causal] = (forward, backward)
+            print(f"{label:30s} forward {forward:8.1f} us {flops / forward / 1e6:6.1f} TFLOP/s"
+                  f"  backward {backward:8.1f} us {2.5 * flops / backward / 1e6:6.1f} TFLOP/s")
+        if len(times) == 2:  # 0.5 would be the masked half skipped at no cost
+            print(f"{backend.name:30s} causal / no mask: forward {times[True][0] / times[False][0]:.3f}"
+                  f"  backward {times[True][1] / times[False][1]:.3f}")
 
 
 if __name__ == "__main__":
