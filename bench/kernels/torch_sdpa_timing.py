@@ -11,6 +11,7 @@ forward 2 B T^2 C, the backward 2.5 times that (without the mask twice as much).
 
   /opt/torch/.venv/bin/python3 bench/kernels/torch_sdpa_timing.py [--model gpt2-large] [--batch 16]
                                                                    [--reps 20] [--mask causal|none|both]
+                                                                   [--seq-len 1024]
 """
 import argparse
 
@@ -40,10 +41,11 @@ def main():
     parser.add_argument("--model", choices=sorted(MODELS), default="gpt2-large")
     parser.add_argument("--batch", type=int, default=16)
     parser.add_argument("--reps", type=int, default=20)
+    parser.add_argument("--seq-len", type=int, default=1024)
     parser.add_argument("--mask", choices=["causal", "none", "both"], default="causal")
     args = parser.parse_args()
     channels, heads = MODELS[args.model]
-    B, T, D = args.batch, 1024, channels // heads
+    B, T, D = args.batch, args.seq_len, channels // heads
     qkv = torch.randn(B, T, 3 * channels, device="cuda", dtype=torch.bfloat16, requires_grad=True)
     dout = torch.randn(B, heads, T, D, device="cuda", dtype=torch.bfloat16)
     forward_flops = 2.0 * B * T * T * channels
