@@ -1,0 +1,947 @@
+// Can a causal attention backward of dlbench's own beat cuDNN's at GPT-2's shapes? Measured on an H100,
+// cuDNN's fused backward at gpt2-large's shape (batch 16, T = 1024, 20 heads of 64, bf16) with the causal
+// mask takes 0.78x the time of the same pass without it, although the mask removes about half the work
+// (a 128 x 128 tile grid at T = 1024 keeps 36 of its 64 tiles: 0.5625 is the floor). Its unmasked backward
+// runs ~277-297 TFLOP/s, its causal one ~221 (counting half the FLOPs). A causal backward that skips the
+// masked tiles and keeps the unmasked rate could be up to ~25% faster. This lab builds one the way
+// FlashAttention-2/3 do, for head dim 64 on Hopper (sm_90a), in three kernels:
+//   preprocess   D = rowsum(dO * O) and LSE * log2(e) per query row (f32); the f32 dQ accumulator zeroed.
+//   main         key-block outer (each work item one (batch, head, block of 128 keys)), warp-specialised:
+//                one producer thread issues TMA copies (K and V once an item, double-buffered across
+//                items; Q, dO, LSE and D of each 64-row query block through a ring of stages); two
+//                consumer warp groups own 64 keys each and, per query block, compute with wgmma
+//                  S^T  = K_w Q^T           (SS, both operands K-major)
+//                  dP^T = V_w dO^T          (SS, both operands K-major)
+//                  P^T  = exp2(S^T scale log2(e) - LSE log2(e)), 0 where key > query
+//                  dS^T = P^T (dP^T - D)
+//                  dV_w += P^T dO           (RS: A from the accumulator registers, B = dO N-major)
+//                  dK_w += dS^T Q           (RS, B = Q N-major)
+//                  dQ   += dS K             (SS: dS^T staged in shared memory is A M-major; K is B
+//                                            N-major; each group 32 of the 64 head dims, all 128 keys;
+//                                            the variant kDqByKeys: each group its own 64 keys' partial
+//                                            sum over all 64 dims, added twice)
+//                and add dQ into the f32 accumulator with red.global.add; dK (times the scale) and dV go
+//                to dqkv in bf16 at the item's end. Only the query blocks a key block can see are
+//                visited, and the mask is applied only on the diagonal blocks. The grid is persistent,
+//                its units pairing key block p with n - 1 - p (see Work).
+//   postprocess  dQ = scale * accumulator, to bf16 into dqkv's q columns.
+// Layouts are dlbench's: qkv [B, T, 3C] (head h's q, k, v at columns h*64, C + h*64, 2C + h*64), out and
+// dout [B, T, C], stats (LSE, natural log of the scaled masked scores) [B, H, T] f32 as cuDNN's forward
+// (backend/cuda/sdpa_graph.h) writes it, dqkv [B, T, 3C].
+//
+// The program checks ours (and cuDNN's) against an fp64 reference computed on the host at a small shape,
+// then ours against cuDNN's backward at gpt2-large's shape, and times cuDNN's backward, ours (pre + main +
+// post) and our main kernel alone: the median of --reps launches after 3 warm-ups, at batch 16 and 64 (or
+// the --batch given). FLOPs counted as sdpa_engine_probe counts the causal backward: 2.5 * 2 B T^2 C.
+//
+//   attention_backward_lab [--batch B] [--reps N]
+//
+// The cuDNN peer (AttentionPlan) needs the engine's headers, which include fmt, and nvcc parses fmt only
+// with fmt's constexpr use forced on (it turns it off for nvcc), so the file sets it before any include.
+// Build: the attention_backward_lab target (sm_90a, C++20 for the engine's headers).
+#ifndef FMT_USE_CONSTEXPR
+#define FMT_USE_CONSTEXPR 1
+#endif
+
+#include <cuda.h>
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+#include <cudnn.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "backend/cuda/sdpa_graph.h"
+#include "event_timing.h"
+
+namespace {
+
+using dlbench::cuda::AttentionPass;
+using dlbench::cuda::AttentionPlan;
+using dlbench::cuda::AttentionShape;
+using dlbench::cuda::DeviceBuffer;
+using kernel_bench::check;
+
+constexpr int kHeadDim = 64;          // 64 bf16 = 128 bytes: one row of the 128-byte swizzle
+constexpr int kKeyBlock = 128;        // keys per work item, 64 per consumer warp group
+constexpr int kQueryBlock = 64;       // query rows per stage
+constexpr int kThreads = 384;         // a producer warp group and two consumer warp groups
+constexpr int kStages = 3;            // the Q / dO ring
+constexpr int kTileBytes = 64 * 128;  // a 64 x 64 bf16 tile
+constexpr int kKvBytes = 128 * 128;   // a 128 x 64 bf16 tile
+constexpr int kRowBytes = 64 * 4;     // LSE or D of one query block
+constexpr int kConsumingWarps = 8;    // every consumer warp releases each stage and each K/V buffer
+constexpr float kScale = 0.125f;      // 1 / sqrt(64)
+constexpr float kLog2e = 1.4426950408889634f;
+constexpr float kScaleLog2 = kScale * kLog2e;
+
+// Shared memory, from a 1,024-byte aligned base (the 128-byte swizzle's pattern repeats every 1,024 bytes
+// and every tile starts on one): K and V twice (the next item's copies land while this one finishes), the
+// Q and dO ring, two pairs of dS^T tiles (one a consumer group; a pair for even steps and one for odd
+// ones, so that a group may write the next step's tile while the other still reads this step's), LSE and D
+// of each stage, and the barriers.
+constexpr int kOffK = 0;
+constexpr int kOffV = kOffK + 2 * kKvBytes;
+constexpr int kOffQ = kOffV + 2 * kKvBytes;
+constexpr int kOffDo = kOffQ + kStages * kTileBytes;
+constexpr int kOffDs = kOffDo + kStages * kTileBytes;
+constexpr int kOffLse = kOffDs + 4 * kTileBytes;
+constexpr int kOffDelta = kOffLse + kStages * kRowBytes;
+constexpr int kOffBarriers = kOffDelta + kStages * kRowBytes;
+constexpr int kBarriers = 2 * kStages + 4;  // full and empty a stage, full and empty a K/V buffer
+constexpr int kSharedBytes = kOffBarriers + kBarriers * 8 + 1024;
+static_assert(kOffBarriers % 8 == 0 && kOffLse % 16 == 0, "alignment");
+
+// ---- the small PTX helpers (the patterns of hopper_gemm_lab.cu) ----
+
+__device__ __forceinline__ uint32_t shared_address(const void* p) {
+  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
+}
+
+__device__ __forceinline__ void barrier_init(uint64_t* bar, uint32_t count) {
+  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(shared_address(bar)), "r"(count) : "memory");
+}
+__device__ __forceinline__ void barrier_expect_bytes(uint64_t* bar, uint32_t bytes) {
+  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(shared_address(bar)), "r"(bytes)
+               : "memory");
+}
+__device__ __forceinline__ void barrier_arrive(uint64_t* bar) {
+  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" ::"r"(shared_address(bar)) : "memory");
+}
+// Waits for the phase of this parity to complete; traps instead of hanging when it never does (a lab
+// kernel: a wait of seconds is a bug). No printf or any other call: a call anywhere in a kernel with wgmma
+// makes ptxas serialize every wgmma (C7510).
+__device__ __forceinline__ void barrier_wait(uint64_t* bar, uint32_t parity) {
+  const uint32_t address = shared_address(bar);
+  for (uint64_t tries = 0;; ++tries) {
+    uint32_t done;
+    asm volatile(
+        "{\n.reg .pred p;\nmbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\nselp.u32 %0, 1, 0, p;\n}\n"
+        : "=r"(done)
+        : "r"(address), "r"(parity)
+        : "memory");
+    if (done) return;
+    if (tries > (uint64_t{1} << 24)) __trap();
+  }
+}
+
+// TMA: the box of `map` at (inner, outer) into shared memory, completing its bytes on `bar`.
+__device__ __forceinline__ void copy_tile(uint32_t destination, const CUtensorMap* map, uint64_t* bar,
+                                          int inner, int outer) {
+  asm volatile(
+      "cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes [%0], [%1, {%3, "
+      "%4}], "
+      "[%2];" ::"r"(destination),
+      "l"(reinterpret_cast<uint64_t>(map)), "r"(shared_address(bar)), "r"(inner), "r"(outer)
+      : "memory");
+}
+// A plain bulk copy of `bytes` contiguous bytes (a multiple of 16, both ends 16-byte aligned).
+__device__ __forceinline__ void copy_bytes(uint32_t destination, const void* source, uint32_t bytes,
+                                           uint64_t* bar) {
+  asm volatile(
+      "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];" ::"r"(
+          destination),
+      "l"(source), "r"(bytes), "r"(shared_address(bar))
+      : "memory");
+}
+
+// The wgmma shared-memory descriptor of every operand here: a tile written as TMA writes it with the
+// 128-byte swizzle (rows of 128 bytes, the 16-byte piece p of row r at p ^ (r % 8)), the tile 1,024-byte
+// aligned. What the fields mean (PTX ISA, "Shared Memory Matrix Layout", its canonical layouts in units of
+// 16 bytes, T = 8 bf16):
+//   K-major, 128B swizzle:  ((8, m), (T, 2k)) : ((8T, SBO), (1, T))
+//     8 rows of 128 bytes, SBO from one 8-row group to the next (1,024 here); LBO unused ("assumed 1").
+//     A k16 slice further along the rows starts 32 bytes on (hopper_gemm_lab does the same).
+//   MN-major, 128B swizzle: ((T, 8, m), (8, k)) : ((1, T, LBO), (8T, SBO))
+//     along M/N 64 contiguous elements (one 128-byte row), then LBO to the next 64 (the ISA: "offset from
+//     the first (swizzle-byte-size/16) rows to the next" in 128-bit units); along K 8 rows of 128 bytes,
+//     then SBO to the next 8 ("offset from the first 8 columns to the next 8 columns").
+//   CUTLASS's make_gmma_desc<Major::MN> reads the same: SBO = the stride of the 8-row K groups, LBO =
+//   the stride of the 64-wide M/N atoms.
+// So a tile of rows with 64 elements each, row-major with the swizzle, is a valid operand either way with
+// SBO = 1,024: K-major when the rows run along M/N (Q, K, V, dO as S^T and dP^T read them), MN-major when
+// the rows run along K (dO and Q as dV's and dK's B, K as dQ's B, dS^T as dQ's A). Every M/N extent here
+// is at most 64, one atom, so LBO is never used (set to 1, as for K-major). An MN-major k16 slice is 16
+// rows further on: + 2,048 bytes, still on a 1,024-byte boundary, so the base-offset field stays 0. dQ's B
+// for the second consumer group starts 64 bytes into the rows (head dims 32..63): the swizzle applies to
+// the address bits, as the K-major slices' 32-byte steps rely on, so the offset start reads the right
+// pieces. That 64-byte start is the one choice here no other kernel of dlbench exercises: the check prints
+// dQ's head dims 0-31 and 32-63 apart, and the kDqByKeys variant never starts mid-row, so a dQ wrong only
+// in dims 32-63 of the default variant points at it. (NVIDIA's TensorRT-LLM XQA kernel builds its MN-major
+// V operand the same way: SBO = 8 rows of 128 bytes, LBO unused, 16 rows further a k-slice.)
+__device__ __forceinline__ uint64_t descriptor(uint32_t address) {
+  return uint64_t{(address & 0x3FFFF) >> 4} | (uint64_t{1} << 16) | (uint64_t{1024 >> 4} << 32) |
+         (uint64_t{1} << 62);
+}
+
+__device__ __forceinline__ void wgmma_fence() { asm volatile("wgmma.fence.sync.aligned;" ::: "memory"); }
+__device__ __forceinline__ void wgmma_commit() {
+  asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory");
+}
+template <int pending>
+__device__ __forceinline__ void wgmma_wait() {
+  asm volatile("wgmma.wait_group.sync.aligned %0;" ::"n"(pending) : "memory");
+}
+// Keep the compiler from moving reads or writes of registers that an asynchronous wgmma still uses across
+// the wait that ends its use.
+template <int n>
+__device__ __forceinline__ void fence_registers(float (&d)[n]) {
+#pragma unroll
+  for (int i = 0; i < n; ++i) asm volatile("" : "+f"(d[i])::"memory");
+}
+template <int n>
+__device__ __forceinline__ void fence_registers(uint32_t (&d)[n]) {
+#pragma unroll
+  for (int i = 0; i < n; ++i) asm volatile("" : "+r"(d[i])::"memory");
+}
+
+#define ACC16(d)                                                                                  \
+  "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), \
+      "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15])
+#define ACC32(d)                                                                                       \
+  ACC16(d), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), \
+      "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]),       \
+      "+f"(d[30]), "+f"(d[31])
+#define REGS16 "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15"
+#define REGS32 REGS16 ", %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31"
+
+// D[64, 64] (+)= A[64, 16] B[16, 64], A and B K-major in shared memory (S^T = K_w Q^T, dP^T = V_w dO^T).
+__device__ __forceinline__ void mma_ss(float (&d)[32], uint64_t a, uint64_t b, int accumulate) {
+  asm volatile(
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 {" REGS32 "}, %32, %33, p, 1, 1, 0, 0;\n}\n"
+      : ACC32(d)
+      : "l"(a), "l"(b), "r"(accumulate));
+}
+// D[64, 64] += A[64, 16] B[16, 64], A from registers (four bf16 pairs a thread), B N-major in shared
+// memory (dV_w += P^T dO, dK_w += dS^T Q).
+__device__ __forceinline__ void mma_rs(float (&d)[32], const uint32_t* a, uint64_t b) {
+  asm volatile(
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %37, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 {" REGS32
+      "}, {%32, %33, %34, %35}, %36, p, 1, 1, 1;\n}\n"
+      : ACC32(d)
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b), "r"(1));
+}
+// D[64, N] (+)= A[64, 16] B[16, N], A M-major and B N-major in shared memory (dQ = dS K): N = 32 for a
+// group's half of the head dims, 64 for a group's partial sum over its keys.
+__device__ __forceinline__ void mma_ss_mn32(float (&d)[16], uint64_t a, uint64_t b, int accumulate) {
+  asm volatile(
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %18, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n32k16.f32.bf16.bf16 {" REGS16 "}, %16, %17, p, 1, 1, 1, 1;\n}\n"
+      : ACC16(d)
+      : "l"(a), "l"(b), "r"(accumulate));
+}
+__device__ __forceinline__ void mma_ss_mn64(float (&d)[32], uint64_t a, uint64_t b, int accumulate) {
+  asm volatile(
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 {" REGS32 "}, %32, %33, p, 1, 1, 1, 1;\n}\n"
+      : ACC32(d)
+      : "l"(a), "l"(b), "r"(accumulate));
+}
+
+__device__ __forceinline__ float exp2_fast(float x) {
+  float y;
+  asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
+  return y;
+}
+__device__ __forceinline__ uint32_t pack_bf16(float lo, float hi) {
+  const __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
+  return *reinterpret_cast<const uint32_t*>(&v);
+}
+__device__ __forceinline__ void add_to_global(float* p, float x, float y) {
+  asm volatile("red.global.add.v2.f32 [%0], {%1, %2};" ::"l"(p), "f"(x), "f"(y) : "memory");
+}
+
+// The accumulator fragment of wgmma.m64nNk16 (PTX ISA, "Register Fragments"): in warp g of the group,
+// lane L holds rows 16g + L/4 and 16g + L/4 + 8, columns 8j + 2(L % 4) and the next: d[4j], d[4j + 1] on
+// the first row, d[4j + 2], d[4j + 3] on the second. The A fragment of an RS wgmma.m64nNk16 is the same
+// rows at columns 2(L % 4) + {0, 1} and + 8 within the k16 slice: so, with the pairs of an m64n64
+// accumulator packed to bf16 as frag[p] = (d[2p], d[2p + 1]), the A fragment of k-slice s is frag[4s] ..
+// frag[4s + 3], in order. Those pairs are also a warp's four 8 x 8 matrices of stmatrix: matrix m of group
+// g (columns 16g .. 16g + 15) is frag[4g + m], rows 8 (m % 2) on, columns 8 (m / 2) on; lane L gives the
+// address of row L % 8 of matrix L / 8.
+__device__ __forceinline__ void store_fragment_tile(uint32_t warp_rows, const uint32_t (&frag)[16],
+                                                    int lane) {
+  const int m = lane / 8, row = 8 * (m % 2) + lane % 8;
+#pragma unroll
+  for (int g = 0; g < 4; ++g) {
+    const int piece = 2 * g + m / 2;
+    const uint32_t address = warp_rows + row * 128 + ((piece ^ (row % 8)) * 16);
+    asm volatile("stmatrix.sync.aligned.m8n8.x4.shared.b16 [%0], {%1, %2, %3, %4};" ::"r"(address),
+                 "r"(frag[4 * g]), "r"(frag[4 * g + 1]), "r"(frag[4 * g + 2]), "r"(frag[4 * g + 3])
+                 : "memory");
+  }
+}
+
+// The work: key block j of 128 rows sees query blocks 2j .. T/64 - 1, so block 0 has T/64 of them and the
+// last 2. A persistent grid (one CTA an SM) walks units that pair key block p with key block n - 1 - p of
+// the same (batch, head): every unit is then 2n + 2 query blocks long (18 at T = 1024), the CTAs finish
+// together to within one unit, and a CTA's producer loads the next item's K and V under the current
+// item's last blocks and epilogue (the prologue amortised, which a grid of one CTA an item cannot do).
+// Units go in (batch, head)-major order, so the CTAs in flight work on ~33 heads at a time and the Q and
+// dO they stream stay in L2. The alternative, a grid of one CTA an item launched longest first, balances
+// as well but pays each item's pipeline fill and drain in the open.
+struct Work {
+  int batch, heads, time;
+  __host__ __device__ int key_blocks() const { return time / kKeyBlock; }
+  __host__ __device__ int pairs() const { return (key_blocks() + 1) / 2; }
+  __host__ __device__ int units() const { return batch * heads * pairs(); }
+};
+
+// kDqByKeys: how the two consumer groups share dQ = dS K. false: each group 32 of the head dims over all
+// 128 keys (both groups' dS^T tiles, a barrier between the groups a step, one atomic add an element);
+// true: each group all 64 head dims over its own 64 keys (its own tile only, two atomic adds an element).
+template <bool kDqByKeys>
+__global__ void __launch_bounds__(kThreads, 1)
+    attention_backward_main(const __grid_constant__ CUtensorMap map_q,
+                            const __grid_constant__ CUtensorMap map_kv,
+                            const __grid_constant__ CUtensorMap map_do, const float* __restrict__ lse2,
+                            const float* __restrict__ delta, float* __restrict__ dq_acc,
+                            __nv_bfloat16* __restrict__ dqkv, Work work) {
+  extern __shared__ uint8_t shared_raw[];
+  uint8_t* shared =
+      reinterpret_cast<uint8_t*>((reinterpret_cast<uintptr_t>(shared_raw) + 1023) & ~uintptr_t{1023});
+  const uint32_t base = shared_address(shared);
+  uint64_t* full = reinterpret_cast<uint64_t*>(shared + kOffBarriers);
+  uint64_t* empty = full + kStages;
+  uint64_t* kv_full = empty + kStages;
+  uint64_t* kv_empty = kv_full + 2;
+  if (threadIdx.x == 0) {
+    for (int s = 0; s < kStages; ++s) {
+      barrier_init(&full[s], 1);
+      barrier_init(&empty[s], kConsumingWarps);
+    }
+    for (int b = 0; b < 2; ++b) {
+      barrier_init(&kv_full[b], 1);
+      barrier_init(&kv_empty[b], kConsumingWarps);
+    }
+    asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+  }
+  __syncthreads();
+
+  const int time = work.time, heads = work.heads, channels = heads * kHeadDim;
+  const int key_blocks = work.key_blocks(), pairs = work.pairs(), units = work.units();
+  const int query_blocks = time / kQueryBlock;
+  const int warp_group = threadIdx.x / 128;
+
+  // Registers: 168 a thread at launch (65,536 / 384); the producer group gives back to 40 and the consumer
+  // groups take 232 (40 x 128 + 232 x 256 = 168 x 384). With 24 for the producer ptxas spills its loop.
+  if (warp_group == 0) {  // the producer: one thread issues every copy, in the consumers' order
+    asm volatile("setmaxnreg.dec.sync.aligned.u32 40;");
+    if (threadIdx.x == 0) {
+      int step = 0, item = 0;
+      for (int unit = blockIdx.x; unit < units; unit += gridDim.x) {
+        const int bh = unit / pairs, pair = unit % pairs;
+        const int b = bh / heads, h = bh % heads;
+        for (int half = 0; half < 2; ++half, ++item) {
+          const int j = half == 0 ? pair : key_blocks - 1 - pair;
+          if (half == 1 && j == pair) break;  // an odd count's middle block stands alone
+          const int kb = item % 2;
+          barrier_wait(&kv_empty[kb], ((item / 2) & 1) ^ 1);  // a fresh barrier's "previous" phase is done
+          barrier_expect_bytes(&kv_full[kb], 2 * kKvBytes);
+          const int key_row = b * time + j * kKeyBlock;
+          copy_tile(base + kOffK + kb * kKvBytes, &map_kv, &kv_full[kb], channels + h * kHeadDim, key_row);
+          copy_tile(base + kOffV + kb * kKvBytes, &map_kv, &kv_full[kb], 2 * channels + h * kHeadDim,
+                    key_row);
+          for (int i = 2 * j; i < query_blocks; ++i, ++step) {
+            const int s = step % kStages;
+            barrier_wait(&empty[s], ((step / kStages) & 1) ^ 1);
+            barrier_expect_bytes(&full[s], 2 * kTileBytes + 2 * kRowBytes);
+            const int query_row = b * time + i * kQueryBlock;
+            copy_tile(base + kOffQ + s * kTileBytes, &map_q, &full[s], h * kHeadDim, query_row);
+            copy_tile(base + kOffDo + s * kTileBytes, &map_do, &full[s], h * kHeadDim, query_row);
+            const size_t row = size_t(bh) * time + i * kQueryBlock;
+            copy_bytes(base + kOffLse + s * kRowBytes, lse2 + row, kRowBytes, &full[s]);
+            copy_bytes(base + kOffDelta + s * kRowBytes, delta + row, kRowBytes, &full[s]);
+          }
+        }
+      }
+    }
+    return;
+  }
+
+  asm volatile("setmaxnreg.inc.sync.aligned.u32 232;");
+  const int w = warp_group - 1;  // which 64 keys of the item, and which 32 head dims of dQ
+  const int warp = threadIdx.x / 32 % 4, lane = threadIdx.x % 32;
+  const int row0 = 16 * warp + lane / 4;  // the thread's first accumulator row (and row0 + 8)
+  const int col0 = 2 * (lane % 4);        // its first column in each group of 8
+  const float* lse_stage = reinterpret_cast<const float*>(shared + kOffLse);
+  const float* delta_stage = reinterpret_cast<const float*>(shared + kOffDelta);
+  // P^T and dS^T as bf16 A fragments; they live until the wgmma that reads them has finished.
+  uint32_t p_frag[16] = {}, ds_frag[16] = {};
+  int step = 0, item = 0;
+  for (int unit = blockIdx.x; unit < units; unit += gridDim.x) {
+    const int bh = unit / pairs, pair = unit % pairs;
+    const int b = bh / heads, h = bh % heads;
+    for (int half = 0; half < 2; ++half, ++item) {
+      const int j = half == 0 ? pair : key_blocks - 1 - pair;
+      if (half == 1 && j == pair) break;
+      const int kb = item % 2;
+      barrier_wait(&kv_full[kb], (item / 2) & 1);
+      const uint32_t k_tile = base + kOffK + kb * kKvBytes;
+      const uint32_t k_rows = k_tile + w * kTileBytes, v_rows = base + kOffV + kb * kKvBytes + w * kTileBytes;
+      float dv[32], dk[32];
+#pragma unroll
+      for (int x = 0; x < 32; ++x) dv[x] = 0.f, dk[x] = 0.f;
+
+      for (int i = 2 * j; i < query_blocks; ++i, ++step) {
+        const int s = step % kStages;
+        barrier_wait(&full[s], (step / kStages) & 1);
+        const uint32_t q_tile = base + kOffQ + s * kTileBytes, do_tile = base + kOffDo + s * kTileBytes;
+        const uint32_t ds_pair = base + kOffDs + (step % 2) * 2 * kTileBytes;
+        // The group's keys start at 128j + 64w, the block's queries at 64i: none visible before
+        // i = 2j + w, the diagonal at it, all after.
+        if (i >= 2 * j + w) {
+          float sc[32], dp[32];
+          wgmma_fence();
+#pragma unroll
+          for (int kk = 0; kk < 4; ++kk)
+            mma_ss(sc, descriptor(k_rows + 32 * kk), descriptor(q_tile + 32 * kk), kk);
+          wgmma_commit();
+#pragma unroll
+          for (int kk = 0; kk < 4; ++kk)
+            mma_ss(dp, descriptor(v_rows + 32 * kk), descriptor(do_tile + 32 * kk), kk);
+          wgmma_commit();
+
+          // P^T: rows are keys, columns queries, so LSE and D are per column.
+          wgmma_wait<1>();
+          fence_registers(sc);
+          const float* lse = lse_stage + s * 64;
+          const bool diagonal = i == 2 * j + w;
+#pragma unroll
+          for (int jj = 0; jj < 8; ++jj) {
+            const float2 l = *reinterpret_cast<const float2*>(lse + 8 * jj + col0);
+#pragma unroll
+            for (int e = 0; e < 4; ++e) {
+              const int x = 4 * jj + e;
+              float p = exp2_fast(fmaf(sc[x], kScaleLog2, -(e % 2 ? l.y : l.x)));
+              if (diagonal && row0 + 8 * (e / 2) > 8 * jj + col0 + e % 2) p = 0.f;
+              sc[x] = p;
+            }
+          }
+          wgmma_wait<0>();
+          fence_registers(dp);
+          const float* d_rows = delta_stage + s * 64;
+#pragma unroll
+          for (int jj = 0; jj < 8; ++jj) {
+            const float2 d = *reinterpret_cast<const float2*>(d_rows + 8 * jj + col0);
+#pragma unroll
+            for (int e = 0; e < 4; ++e)
+              dp[4 * jj + e] = sc[4 * jj + e] * (dp[4 * jj + e] - (e % 2 ? d.y : d.x));
+          }
+#pragma unroll
+          for (int x = 0; x < 16; ++x) {
+            p_frag[x] = pack_bf16(sc[2 * x], sc[2 * x + 1]);
+            ds_frag[x] = pack_bf16(dp[2 * x], dp[2 * x + 1]);
+          }
+          wgmma_fence();
+#pragma unroll
+          for (int kk = 0; kk < 4; ++kk) mma_rs(dv, &p_frag[4 * kk], descriptor(do_tile + 2048 * kk));
+#pragma unroll
+          for (int kk = 0; kk < 4; ++kk) mma_rs(dk, &ds_frag[4 * kk], descriptor(q_tile + 2048 * kk));
+          wgmma_commit();
+          // dS^T into this step's tile of the group, for dQ: rows keys, columns queries.
+          store_fragment_tile(ds_pair + w * kTileBytes + warp * 16 * 128, ds_frag, lane);
+        } else if (!kDqByKeys) {  // no key of the group sees these queries: its dS^T is 0 (the other
+                                  // group's dQ slices stay one branch-free run of wgmma: with two run
+                                  // lengths ptxas inserts fences between them)
+          const uint32_t zeros[16] = {};
+          store_fragment_tile(ds_pair + w * kTileBytes + warp * 16 * 128, zeros, lane);
+        }
+        asm volatile("fence.proxy.async.shared::cta;" ::: "memory");  // the tile visible to wgmma's reads
+
+        if constexpr (!kDqByKeys) {
+          asm volatile("bar.sync 1, 256;" ::: "memory");  // both groups' dS^T tiles written
+          // dQ[64 queries, this group's 32 head dims] = dS[64, 128 keys] K[128 keys, dims]: A is dS^T's
+          // tiles read M-major, k16 slice kk at 16 key rows (2,048 bytes) on; B is K read N-major from
+          // head dim 32w (64 bytes into the rows).
+          float dq[16];
+          const uint32_t k_cols = k_tile + 64 * w;
+          wgmma_fence();
+#pragma unroll
+          for (int kk = 0; kk < 8; ++kk)
+            mma_ss_mn32(dq, descriptor(ds_pair + (kk / 4) * kTileBytes + (kk % 4) * 2048),
+                        descriptor(k_cols + 2048 * kk), kk);
+          wgmma_commit();
+          wgmma_wait<1>();  // dV and dK done: the stage's Q and dO are read
+          fence_registers(dv);
+          fence_registers(dk);
+          fence_registers(p_frag);
+          fence_registers(ds_frag);
+          if (lane == 0) barrier_arrive(&empty[s]);
+          wgmma_wait<0>();
+          fence_registers(dq);
+          float* dq_rows = dq_acc + (size_t(bh) * time + i * kQueryBlock + row0) * kHeadDim + 32 * w;
+#pragma unroll
+          for (int jj = 0; jj < 4; ++jj) {
+            add_to_global(dq_rows + 8 * jj + col0, dq[4 * jj], dq[4 * jj + 1]);
+            add_to_global(dq_rows + 8 * kHeadDim + 8 * jj + col0, dq[4 * jj + 2], dq[4 * jj + 3]);
+          }
+        } else {
+          // dQ's partial sum over the group's own 64 keys, all 64 head dims: dS_w [64, 64 keys] K_w; the
+          // two groups' partial sums meet in the accumulator (twice the atomics, no wait on each other).
+          // The waits stay outside the branch: inside it ptxas serializes the wgmma (C7518).
+          const bool active = i >= 2 * j + w;
+          float dq[32];
+          if (active) {
+            if (w == 0)  // the group's own tile written (a barrier id a group, constants for ptxas)
+              asm volatile("bar.sync 2, 128;" ::: "memory");
+            else
+              asm volatile("bar.sync 3, 128;" ::: "memory");
+            wgmma_fence();
+#pragma unroll
+            for (int kk = 0; kk < 4; ++kk)
+              mma_ss_mn64(dq, descriptor(ds_pair + w * kTileBytes + kk * 2048),
+                          descriptor(k_rows + 2048 * kk), kk);
+            wgmma_commit();
+          }
+          wgmma_wait<1>();
+          fence_registers(dv);
+          fence_registers(dk);
+          fence_registers(p_frag);
+          fence_registers(ds_frag);
+          if (lane == 0) barrier_arrive(&empty[s]);
+          wgmma_wait<0>();
+          fence_registers(dq);
+          if (active) {
+            float* dq_rows = dq_acc + (size_t(bh) * time + i * kQueryBlock + row0) * kHeadDim;
+#pragma unroll
+            for (int jj = 0; jj < 8; ++jj) {
+              add_to_global(dq_rows + 8 * jj + col0, dq[4 * jj], dq[4 * jj + 1]);
+              add_to_global(dq_rows + 8 * kHeadDim + 8 * jj + col0, dq[4 * jj + 2], dq[4 * jj + 3]);
+            }
+          }
+        }
+      }
+      if (lane == 0) barrier_arrive(&kv_empty[kb]);  // every wgmma that read K or V has finished
+
+      // dK (scaled) and dV of the group's 64 keys, straight from the fragments.
+      const size_t key_row = size_t(b) * time + j * kKeyBlock + w * 64 + row0;
+      __nv_bfloat16* k_out = dqkv + key_row * 3 * channels + channels + h * kHeadDim;
+      __nv_bfloat16* v_out = k_out + channels;
+      const size_t down8 = size_t(8) * 3 * channels;
+#pragma unroll
+      for (int jj = 0; jj < 8; ++jj) {
+        const int c = 8 * jj + col0;
+        *reinterpret_cast<__nv_bfloat162*>(k_out + c) =
+            __floats2bfloat162_rn(kScale * dk[4 * jj], kScale * dk[4 * jj + 1]);
+        *reinterpret_cast<__nv_bfloat162*>(k_out + down8 + c) =
+            __floats2bfloat162_rn(kScale * dk[4 * jj + 2], kScale * dk[4 * jj + 3]);
+        *reinterpret_cast<__nv_bfloat162*>(v_out + c) = __floats2bfloat162_rn(dv[4 * jj], dv[4 * jj + 1]);
+        *reinterpret_cast<__nv_bfloat162*>(v_out + down8 + c) =
+            __floats2bfloat162_rn(dv[4 * jj + 2], dv[4 * jj + 3]);
+      }
+    }
+  }
+}
+
+// D = rowsum(dO * O) and LSE log2(e) per (b, h, t), and the row's dQ accumulator zeroed: eight threads a
+// (b, t, h) row of 64, 8 elements each.
+__global__ void attention_backward_pre(const __nv_bfloat16* __restrict__ out,
+                                       const __nv_bfloat16* __restrict__ dout, const float* __restrict__ lse,
+                                       float* __restrict__ lse2, float* __restrict__ delta,
+                                       float* __restrict__ dq_acc, int time, int heads, int64_t threads) {
+  const int64_t g = blockIdx.x * int64_t(blockDim.x) + threadIdx.x;
+  if (g >= threads) return;   // a multiple of 1,024 (T is of 128): whole warps in or out, for the shuffles
+  const int64_t row = g / 8;  // (b T + t) H + h
+  const int piece = static_cast<int>(g % 8), h = static_cast<int>(row % heads);
+  const int64_t bt = row / heads, b = bt / time, t = bt % time;
+  const uint4 o = *reinterpret_cast<const uint4*>(out + row * kHeadDim + 8 * piece);
+  const uint4 d = *reinterpret_cast<const uint4*>(dout + row * kHeadDim + 8 * piece);
+  const __nv_bfloat162* o2 = reinterpret_cast<const __nv_bfloat162*>(&o);
+  const __nv_bfloat162* d2 = reinterpret_cast<const __nv_bfloat162*>(&d);
+  float sum = 0.f;
+#pragma unroll
+  for (int k = 0; k < 4; ++k) {
+    const float2 a = __bfloat1622float2(o2[k]), c = __bfloat1622float2(d2[k]);
+    sum += a.x * c.x + a.y * c.y;
+  }
+  sum += __shfl_xor_sync(0xffffffffu, sum, 4);
+  sum += __shfl_xor_sync(0xffffffffu, sum, 2);
+  sum += __shfl_xor_sync(0xffffffffu, sum, 1);
+  const int64_t bht = (b * heads + h) * time + t;
+  if (piece == 0) {
+    delta[bht] = sum;
+    lse2[bht] = lse[bht] * kLog2e;
+  }
+  float4* acc = reinterpret_cast<float4*>(dq_acc + bht * kHeadDim + 8 * piece);
+  acc[0] = make_float4(0.f, 0.f, 0.f, 0.f);
+  acc[1] = make_float4(0.f, 0.f, 0.f, 0.f);
+}
+
+// dQ = scale * accumulator into dqkv's q columns, 8 elements a thread.
+__global__ void attention_backward_post(const float* __restrict__ dq_acc, __nv_bfloat16* __restrict__ dqkv,
+                                        int time, int heads, int64_t threads) {
+  const int64_t g = blockIdx.x * int64_t(blockDim.x) + threadIdx.x;
+  if (g >= threads) return;
+  const int64_t row = g / 8;
+  const int piece = static_cast<int>(g % 8), h = static_cast<int>(row % heads);
+  const int64_t bt = row / heads, b = bt / time, t = bt % time;
+  const float4* acc =
+      reinterpret_cast<const float4*>(dq_acc + ((b * heads + h) * time + t) * kHeadDim + 8 * piece);
+  const float4 x = acc[0], y = acc[1];
+  uint4 v;
+  v.x = pack_bf16(kScale * x.x, kScale * x.y);
+  v.y = pack_bf16(kScale * x.z, kScale * x.w);
+  v.z = pack_bf16(kScale * y.x, kScale * y.y);
+  v.w = pack_bf16(kScale * y.z, kScale * y.w);
+  *reinterpret_cast<uint4*>(dqkv + bt * 3 * heads * kHeadDim + h * kHeadDim + 8 * piece) = v;
+}
+
+// Uniform values in [-range, range) from a hash of the index and seed.
+__global__ void fill_uniform(__nv_bfloat16* x, int64_t n, uint32_t seed, float range) {
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n;
+       i += int64_t(gridDim.x) * blockDim.x) {
+    uint32_t v =
+        static_cast<uint32_t>(i) ^ (static_cast<uint32_t>(i >> 32) * 0x27d4eb2fu) ^ (seed * 0x9e3779b9u);
+    v ^= v >> 16, v *= 0x85ebca6bu, v ^= v >> 13, v *= 0xc2b2ae35u, v ^= v >> 16;
+    x[i] = __float2bfloat16(range * (static_cast<float>(v >> 8) * (2.f / 16777216.f) - 1.f));
+  }
+}
+
+// Per third of two dqkv tensors (dQ, dK, dV): max |a - b| into result[0..2] and max |b| into result[3..5],
+// as the bits of non-negative floats (which order as unsigned integers; a NaN orders above all).
+__global__ void compare_thirds(const __nv_bfloat16* __restrict__ a, const __nv_bfloat16* __restrict__ b,
+                               int64_t n, int channels, unsigned* result) {
+  float diff[3] = {0.f, 0.f, 0.f}, mag[3] = {0.f, 0.f, 0.f};
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n;
+       i += int64_t(gridDim.x) * blockDim.x) {
+    const int third = static_cast<int>(i % (3 * channels)) / channels;
+    const float x = __bfloat162float(a[i]), y = __bfloat162float(b[i]);
+    const float dxy = fabsf(x - y);
+#pragma unroll
+    for (int t = 0; t < 3; ++t)
+      if (t == third)
+        diff[t] = (dxy != dxy || dxy > diff[t]) ? dxy : diff[t], mag[t] = fmaxf(mag[t], fabsf(y));
+  }
+  for (int t = 0; t < 3; ++t) {
+    const unsigned d = __reduce_max_sync(0xffffffffu, __float_as_uint(diff[t]));
+    const unsigned m = __reduce_max_sync(0xffffffffu, __float_as_uint(mag[t]));
+    if (threadIdx.x % 32 == 0) atomicMax(&result[t], d), atomicMax(&result[3 + t], m);
+  }
+}
+
+// ---- host ----
+
+// A row-major [rows, cols] bf16 matrix as TMA sees it: boxes of box_rows x 64, 128-byte swizzled.
+CUtensorMap tile_map(const void* base, int64_t rows, int64_t cols, int box_rows) {
+  CUtensorMap map;
+  const cuuint64_t dims[2] = {cuuint64_t(cols), cuuint64_t(rows)};
+  const cuuint64_t strides[1] = {cuuint64_t(cols) * 2};
+  const cuuint32_t box[2] = {kHeadDim, cuuint32_t(box_rows)};
+  const cuuint32_t element_strides[2] = {1, 1};
+  const CUresult r = cuTensorMapEncodeTiled(
+      &map, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, const_cast<void*>(base), dims, strides, box, element_strides,
+      CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
+      CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+  if (r != CUDA_SUCCESS) {
+    std::fprintf(stderr, "attention_backward_lab: cuTensorMapEncodeTiled: error %d\n", static_cast<int>(r));
+    std::exit(1);
+  }
+  return map;
+}
+
+// Everything a shape needs on the device: the inputs, cuDNN's plans and outputs, ours and our workspace.
+struct Problem {
+  AttentionShape shape;
+  DeviceBuffer qkv, out, dout, stats, dqkv_cudnn, dqkv_ours, lse2, delta, dq_acc;
+  std::unique_ptr<AttentionPlan> forward, backward;
+  CUtensorMap map_q, map_kv, map_do;
+  Work work;
+  int grid = 0;
+
+  Problem(cudnnHandle_t handle, int64_t batch, int64_t time, int64_t heads, int sms)
+      : shape{batch, time, heads * kHeadDim, heads, dlbench::DType::bf16},
+        qkv(size_t(batch * time * 3 * heads * kHeadDim) * 2),
+        out(size_t(batch * time * heads * kHeadDim) * 2),
+        dout(size_t(batch * time * heads * kHeadDim) * 2),
+        stats(size_t(batch * heads * time) * 4),
+        dqkv_cudnn(qkv.bytes()),
+        dqkv_ours(qkv.bytes()),
+        lse2(stats.bytes()),
+        delta(stats.bytes()),
+        dq_acc(size_t(batch * heads * time * kHeadDim) * 4) {
+    std::string why_not;
+    forward = AttentionPlan::build(handle, shape, AttentionPass::forward, why_not);
+    if (forward) backward = AttentionPlan::build(handle, shape, AttentionPass::backward, why_not);
+    if (!forward || !backward) {
+      std::fprintf(stderr, "attention_backward_lab: cuDNN builds no plan: %s\n", why_not.c_str());
+      std::exit(1);
+    }
+    const int64_t tokens = batch * time, channels = heads * kHeadDim;
+    map_q = tile_map(qkv.get(), tokens, 3 * channels, kQueryBlock);
+    map_kv = tile_map(qkv.get(), tokens, 3 * channels, kKeyBlock);
+    map_do = tile_map(dout.get(), tokens, channels, kQueryBlock);
+    work = Work{int(batch), int(heads), int(time)};
+    grid = std::min(sms, work.units());
+  }
+  int64_t row_threads() const { return shape.batch * shape.time * shape.heads * 8; }
+
+  void fill(uint32_t seed, float qkv_range, cudaStream_t stream) {
+    fill_uniform<<<1024, 256, 0, stream>>>(static_cast<__nv_bfloat16*>(qkv.get()), int64_t(qkv.bytes() / 2),
+                                           seed, qkv_range);
+    fill_uniform<<<1024, 256, 0, stream>>>(static_cast<__nv_bfloat16*>(dout.get()), int64_t(dout.bytes() / 2),
+                                           seed + 1, 1.f);
+    check(cudaGetLastError(), "fill");
+    if (!forward->forward(qkv.get(), out.get(), static_cast<float*>(stats.get())))
+      check(cudaErrorUnknown, "cuDNN's forward");
+  }
+  void run_cudnn() const {
+    if (!backward->backward(qkv.get(), out.get(), static_cast<const float*>(stats.get()), dout.get(),
+                            dqkv_cudnn.get()))
+      check(cudaErrorUnknown, "cuDNN's backward");
+  }
+  void run_main(cudaStream_t stream, bool dq_by_keys = false) const {
+    const auto kernel = dq_by_keys ? attention_backward_main<true> : attention_backward_main<false>;
+    kernel<<<grid, kThreads, kSharedBytes, stream>>>(
+        map_q, map_kv, map_do, static_cast<const float*>(lse2.get()), static_cast<const float*>(delta.get()),
+        static_cast<float*>(dq_acc.get()), static_cast<__nv_bfloat16*>(dqkv_ours.get()), work);
+    check(cudaGetLastError(), "launch of the main kernel");
+  }
+  void run_ours(cudaStream_t stream, bool dq_by_keys = false) const {
+    const int64_t threads = row_threads();
+    const int blocks = static_cast<int>((threads + 255) / 256);
+    attention_backward_pre<<<blocks, 256, 0, stream>>>(
+        static_cast<const __nv_bfloat16*>(out.get()), static_cast<const __nv_bfloat16*>(dout.get()),
+        static_cast<const float*>(stats.get()), static_cast<float*>(lse2.get()),
+        static_cast<float*>(delta.get()), static_cast<float*>(dq_acc.get()), int(shape.time),
+        int(shape.heads), threads);
+    run_main(stream, dq_by_keys);
+    attention_backward_post<<<blocks, 256, 0, stream>>>(static_cast<const float*>(dq_acc.get()),
+                                                        static_cast<__nv_bfloat16*>(dqkv_ours.get()),
+                                                        int(shape.time), int(shape.heads), threads);
+    check(cudaGetLastError(), "launch of the pre- or postprocess kernel");
+  }
+};
+
+std::vector<double> download_bf16(const DeviceBuffer& b) {
+  std::vector<__nv_bfloat16> raw(b.bytes() / 2);
+  check(cudaMemcpy(raw.data(), b.get(), b.bytes(), cudaMemcpyDeviceToHost), "copy back");
+  std::vector<double> v(raw.size());
+  for (size_t i = 0; i < raw.size(); ++i) v[i] = __bfloat162float(raw[i]);
+  return v;
+}
+std::vector<double> download_f32(const DeviceBuffer& b) {
+  std::vector<float> raw(b.bytes() / 4);
+  check(cudaMemcpy(raw.data(), b.get(), b.bytes(), cudaMemcpyDeviceToHost), "copy back");
+  return std::vector<double>(raw.begin(), raw.end());
+}
+
+// The causal attention's forward and backward in fp64 from the same bf16 inputs: out, LSE and dqkv.
+struct Reference {
+  std::vector<double> out, lse, dqkv;
+};
+Reference reference(const std::vector<double>& qkv, const std::vector<double>& dout, int batch, int time,
+                    int heads) {
+  const int c = heads * kHeadDim, c3 = 3 * c;
+  Reference r{std::vector<double>(size_t(batch) * time * c),
+              std::vector<double>(size_t(batch) * heads * time), std::vector<double>(qkv.size(), 0.0)};
+  std::vector<double> p(size_t(time) * time), ds(size_t(time) * time);
+  for (int b = 0; b < batch; ++b)
+    for (int h = 0; h < heads; ++h) {
+      auto at = [&](int t, int part, int d) {
+        return size_t(b * time + t) * c3 + part * c + h * kHeadDim + d;
+      };
+      auto row = [&](int t, int d) { return size_t(b * time + t) * c + h * kHeadDim + d; };
+      for (int t = 0; t < time; ++t) {
+        double largest = -1e300;
+        for (int u = 0; u <= t; ++u) {
+          double s = 0;
+          for (int d = 0; d < kHeadDim; ++d) s += qkv[at(t, 0, d)] * qkv[at(u, 1, d)];
+          p[size_t(t) * time + u] = s * kScale;
+          largest = std::max(largest, s * kScale);
+        }
+        double sum = 0;
+        for (int u = 0; u <= t; ++u) sum += std::exp(p[size_t(t) * time + u] - largest);
+        const double lse = largest + std::log(sum);
+        r.lse[size_t(b * heads + h) * time + t] = lse;
+        for (int u = 0; u <= t; ++u) p[size_t(t) * time + u] = std::exp(p[size_t(t) * time + u] - lse);
+        for (int d = 0; d < kHeadDim; ++d) {
+          double o = 0;
+          for (int u = 0; u <= t; ++u) o += p[size_t(t) * time + u] * qkv[at(u, 2, d)];
+          r.out[row(t, d)] = o;
+        }
+        double dsum = 0;  // D = rowsum(dO * O)
+        for (int d = 0; d < kHeadDim; ++d) dsum += dout[row(t, d)] * r.out[row(t, d)];
+        for (int u = 0; u <= t; ++u) {
+          double dp = 0;
+          for (int d = 0; d < kHeadDim; ++d) dp += dout[row(t, d)] * qkv[at(u, 2, d)];
+          ds[size_t(t) * time + u] = p[size_t(t) * time + u] * (dp - dsum);
+        }
+      }
+      for (int t = 0; t < time; ++t)
+        for (int u = 0; u <= t; ++u) {
+          const double pt = p[size_t(t) * time + u], dst = ds[size_t(t) * time + u];
+          for (int d = 0; d < kHeadDim; ++d) {
+            r.dqkv[at(t, 0, d)] += kScale * dst * qkv[at(u, 1, d)];
+            r.dqkv[at(u, 1, d)] += kScale * dst * qkv[at(t, 0, d)];
+            r.dqkv[at(u, 2, d)] += pt * dout[row(t, d)];
+          }
+        }
+    }
+  return r;
+}
+
+// The worst |x - ref| / (1 + |ref|) per third of dqkv (dQ, dK, dV), then dQ's head dims 0-31 and 32-63 apart
+// (the two consumer groups' halves of dQ in the default variant).
+std::vector<double> worst_relative(const std::vector<double>& x, const std::vector<double>& ref,
+                                   int channels) {
+  std::vector<double> worst(5, 0.0);
+  for (size_t i = 0; i < x.size(); ++i) {
+    const int col = static_cast<int>(i % (3 * size_t(channels))), third = col / channels;
+    const double e = std::abs(x[i] - ref[i]) / (1.0 + std::abs(ref[i]));
+    const double v = e != e ? 1e30 : e;  // a NaN is as wrong as it gets
+    worst[third] = std::max(worst[third], v);
+    if (third == 0) worst[3 + (col % kHeadDim) / 32] = std::max(worst[3 + (col % kHeadDim) / 32], v);
+  }
+  return worst;
+}
+
+double largest_difference(const std::vector<double>& a, const std::vector<double>& b) {
+  double d = 0;
+  for (size_t i = 0; i < a.size(); ++i) d = std::max(d, std::abs(a[i] - b[i]));
+  return d;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  kernel_bench::program = "attention_backward_lab";
+  std::vector<int64_t> batches = {16, 64};
+  int reps = 20;
+  for (int i = 1; i < argc; ++i) {
+    const std::string a = argv[i];
+    if (a == "--batch" && i + 1 < argc && std::atoll(argv[i + 1]) > 0) {
+      batches = {std::atoll(argv[++i])};
+    } else if (a == "--reps" && i + 1 < argc && std::atoi(argv[i + 1]) > 0) {
+      reps = std::atoi(argv[++i]);
+    } else {
+      std::fprintf(stderr, "usage: %s [--batch B] [--reps N]\n", argv[0]);
+      return 2;
+    }
+  }
+  try {
+    int device = 0, sms = 0, major = 0;
+    check(cudaGetDevice(&device), "device");
+    check(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device), "attribute");
+    check(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device), "attribute");
+    if (major != 9) {
+      std::fprintf(stderr, "attention_backward_lab: needs a Hopper GPU (sm_90a), this is sm_%d\n",
+                   major * 10);
+      return 1;
+    }
+    for (const auto kernel : {attention_backward_main<false>, attention_backward_main<true>})
+      check(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSharedBytes),
+            "shared memory");
+    cudaStream_t stream = nullptr;
+    check(cudaStreamCreate(&stream), "stream");
+    cudnnHandle_t handle = nullptr;
+    if (cudnnCreate(&handle) != CUDNN_STATUS_SUCCESS ||
+        cudnnSetStream(handle, stream) != CUDNN_STATUS_SUCCESS) {
+      std::fprintf(stderr, "attention_backward_lab: no cuDNN handle\n");
+      return 1;
+    }
+    std::printf(
+        "attention_backward_lab: %d SMs, cuDNN %zu; main kernel %d threads, %d bytes of shared memory\n", sms,
+        cudnnGetVersion(), kThreads, kSharedBytes);
+
+    // 1. Correctness at a small shape against fp64 on the host (O and LSE computed there too, so that
+    //    cuDNN's forward is checked on the way: our backward reads cuDNN's O and stats, as dlbench's would).
+    // "dQ by head dims" is the design (each consumer group 32 of dQ's head dims over all 128 keys); "dQ by
+    // keys" the variant beside it (each group its own keys' partial sum): if only the first is wrong in dQ's
+    // dims 32-63, the offset start of the second group's B descriptor is what to suspect.
+    const char* const kVariant[2] = {"ours, dQ by head dims", "ours, dQ by keys"};
+    bool all_right = true;
+    {
+      const int batch = 2, time = 256, heads = 2, channels = heads * kHeadDim;
+      Problem small(handle, batch, time, heads, sms);
+      small.fill(11, 2.f, stream);
+      small.run_cudnn();
+      check(cudaStreamSynchronize(stream), "cuDNN at the small shape");
+      const Reference ref =
+          reference(download_bf16(small.qkv), download_bf16(small.dout), batch, time, heads);
+      std::printf(
+          "check: batch %d x %d, %d heads of 64 (q, k, v in [-2, 2], dout in [-1, 1]) against fp64 on the "
+          "host\n  cuDNN's forward: out max |diff| %.2e, stats max |diff| %.2e\n",
+          batch, time, heads, largest_difference(download_bf16(small.out), ref.out),
+          largest_difference(download_f32(small.stats), ref.lse));
+      constexpr double kBound = 2e-2;
+      std::printf("  worst |x - ref| / (1 + |ref|)   dQ        dK        dV        (dQ dims 0-31, 32-63)\n");
+      const auto print = [&](const char* who, const std::vector<double>& worst) {
+        const bool right = worst[0] < kBound && worst[1] < kBound && worst[2] < kBound;
+        std::printf("  %-29s %.2e  %.2e  %.2e  (%.2e, %.2e)  %s\n", who, worst[0], worst[1], worst[2],
+                    worst[3], worst[4], right ? "right" : "WRONG");
+        return right;
+      };
+      print("cuDNN", worst_relative(download_bf16(small.dqkv_cudnn), ref.dqkv, channels));
+      for (const bool by_keys : {false, true}) {
+        // NaNs first, so that an element the kernels never write shows as wrong.
+        check(cudaMemsetAsync(small.dqkv_ours.get(), 0xff, small.dqkv_ours.bytes(), stream), "memset");
+        small.run_ours(stream, by_keys);
+        check(cudaStreamSynchronize(stream), kVariant[by_keys]);
+        all_right &=
+            print(kVariant[by_keys], worst_relative(download_bf16(small.dqkv_ours), ref.dqkv, channels));
+      }
+    }
+
+    // 2. At gpt2-large's shape: ours against cuDNN's backward, then the timing.
+    for (const int64_t batch : batches) {
+      const int64_t time = 1024, heads = 20;
+      Problem p(handle, batch, time, heads, sms);
+      p.fill(23, 1.f, stream);
+      p.run_cudnn();
+      std::printf(
+          "gpt2-large, batch %lld x %lld, %lld heads of 64, bf16: %d CTAs over %d units of %d query blocks\n",
+          static_cast<long long>(batch), static_cast<long long>(time), static_cast<long long>(heads), p.grid,
+          p.work.units(), p.work.key_blocks() + 1);
+      DeviceBuffer result(6 * sizeof(unsigned));
+      for (const bool by_keys : {false, true}) {
+        p.run_ours(stream, by_keys);
+        check(cudaMemsetAsync(result.get(), 0, result.bytes(), stream), "memset");
+        compare_thirds<<<1024, 256, 0, stream>>>(static_cast<const __nv_bfloat16*>(p.dqkv_ours.get()),
+                                                 static_cast<const __nv_bfloat16*>(p.dqkv_cudnn.get()),
+                                                 int64_t(p.qkv.bytes() / 2), int(heads * kHeadDim),
+                                                 static_cast<unsigned*>(result.get()));
+        unsigned bits[6];
+        check(cudaMemcpy(bits, result.get(), sizeof(bits), cudaMemcpyDeviceToHost), "copy back");
+        float gap[6];
+        std::memcpy(gap, bits, sizeof(gap));
+        std::printf(
+            "  %s against cuDNN's backward: max |diff| dQ %.3g (values to %.3g), dK %.3g (%.3g), dV %.3g "
+            "(%.3g)\n",
+            kVariant[by_keys], gap[0], gap[3], gap[1], gap[4], gap[2], gap[5]);
+      }
+
+      const double flops = 2.5 * 2.0 * double(batch) * double(time) * double(time) * double(heads * kHeadDim);
+      const auto row = [&](const char* what, const std::function<void()>& body) {
+        const double us = 1e3 * kernel_bench::median_ms(stream, reps, body, /*warm_ups=*/3);
+        std::printf("  %-40s %9.1f us %7.1f TFLOP/s\n", what, us, flops / (us * 1e6));
+      };
+      std::printf("  median of %d after 3 warm-ups (TFLOP/s of the causal backward's 2.5 x 2 B T^2 C):\n",
+                  reps);
+      row("cuDNN backward", [&] { p.run_cudnn(); });
+      row("ours: pre + main + post", [&] { p.run_ours(stream); });
+      row("ours: main alone", [&] { p.run_main(stream); });
+      row("ours, dQ by keys: pre + main + post", [&] { p.run_ours(stream, true); });
+      row("ours, dQ by keys: main alone", [&] { p.run_main(stream, true); });
+      check(cudaGetLastError(), "timing");
+    }
+    if (!all_right)
+      std::printf("attention_backward_lab: WRONG at the small shape (the times above are of it)\n");
+    cudnnDestroy(handle);
+    cudaStreamDestroy(stream);
+    return all_right ? 0 : 1;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "attention_backward_lab: %s\n", e.what());
+    return 1;
+  }
+}
