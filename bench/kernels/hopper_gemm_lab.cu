@@ -46,10 +46,12 @@
 
 #include "backend/cuda/gelu_math.cuh"
 #include "gpt_gemm_probe.h"
+#include "hopper_ptx.cuh"
 
 namespace {
 
 using gpt_gemm_probe::check;
+using namespace hopper_ptx;
 using gpt_gemm_probe::fill_random;
 using gpt_gemm_probe::set;
 using Gelu = dlbench::cuda::detail::GeluMath<float>;
@@ -76,70 +78,8 @@ const char* name(Epilogue e) {
                                         : "mainloop only";
 }
 
-__device__ __forceinline__ uint32_t shared_address(const void* p) {
-  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
-}
-
-__device__ __forceinline__ void barrier_init(uint64_t* bar, uint32_t count) {
-  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(shared_address(bar)), "r"(count) : "memory");
-}
-// The producer's arrival, announcing the bytes the stage's copies will complete.
-__device__ __forceinline__ void barrier_expect_bytes(uint64_t* bar, uint32_t bytes) {
-  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(shared_address(bar)), "r"(bytes)
-               : "memory");
-}
-__device__ __forceinline__ void barrier_arrive(uint64_t* bar) {
-  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" ::"r"(shared_address(bar)) : "memory");
-}
-// Waits for the barrier's phase of this parity to complete. A lab kernel: a wait of seconds is a bug, and
-// trapping says so instead of hanging the call. No printf: a function call anywhere in the kernel makes
-// ptxas serialize every wgmma (C7510), which cost the main loops a third of their rate until 2026-12-07.
-__device__ __forceinline__ void barrier_wait(uint64_t* bar, uint32_t parity) {
-  const uint32_t address = shared_address(bar);
-  for (uint64_t tries = 0;; ++tries) {
-    uint32_t done;
-    asm volatile(
-        "{\n.reg .pred p;\nmbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\nselp.u32 %0, 1, 0, p;\n}\n"
-        : "=r"(done)
-        : "r"(address), "r"(parity)
-        : "memory");
-    if (done) return;
-    if (tries > (uint64_t{1} << 24)) __trap();
-  }
-}
-
-// TMA: the box of `map` at (inner, outer) into shared memory, completing bytes on `bar`.
-__device__ __forceinline__ void copy_tile(void* destination, const CUtensorMap* map, uint64_t* bar, int inner,
-                                          int outer) {
-  asm volatile(
-      "cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes [%0], [%1, {%3, "
-      "%4}], "
-      "[%2];" ::"r"(shared_address(destination)),
-      "l"(reinterpret_cast<uint64_t>(map)), "r"(shared_address(bar)), "r"(inner), "r"(outer)
-      : "memory");
-}
-
-// wgmma's view of a K-major tile in shared memory written by TMA with the 128-byte swizzle: rows of 128
-// bytes, 8-row groups 1,024 bytes apart (the stride field), the leading-byte field unused for this
-// layout; the tile 1,024-byte aligned. A k-slice of 16 elements further along the row starts 32 bytes on.
-__device__ __forceinline__ uint64_t k_major_descriptor(uint32_t address) {
-  return uint64_t{(address & 0x3FFFF) >> 4} | (uint64_t{1} << 16) | (uint64_t{1024 >> 4} << 32) |
-         (uint64_t{1} << 62);
-}
-
-__device__ __forceinline__ void wgmma_fence() { asm volatile("wgmma.fence.sync.aligned;" ::: "memory"); }
-__device__ __forceinline__ void wgmma_commit() {
-  asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory");
-}
-template <int pending>
-__device__ __forceinline__ void wgmma_wait() {
-  asm volatile("wgmma.wait_group.sync.aligned %0;" ::"n"(pending) : "memory");
-}
-// Keeps the compiler from moving reads or writes of the accumulators across the asynchronous wgmma.
-__device__ __forceinline__ void fence_accumulators(float (&d)[128]) {
-#pragma unroll
-  for (int i = 0; i < 128; ++i) asm volatile("" : "+f"(d[i])::"memory");
-}
+// wgmma reads the K-major tiles TMA wrote with the 128-byte swizzle through swizzled_descriptor
+// (hopper_ptx.cuh); a k-slice of 16 elements further along the row starts 32 bytes on.
 
 // D[64, 256] (+)= A[64, 16] B[256, 16]^T, both operands K-major in shared memory (128-byte swizzle);
 // scale_d 0 starts the accumulators afresh.
@@ -324,8 +264,8 @@ __global__ void __launch_bounds__(kThreads, 1)
           const int s = step % kStages;
           barrier_wait(&empty[s], ((step / kStages) & 1) ^ 1);  // a fresh barrier's "previous" phase is done
           barrier_expect_bytes(&full[s], kStageBytesA + kStageBytesB);
-          copy_tile(stage_a + s * kStageBytesA, &map_a, &full[s], kb * kBlockK, row0);
-          copy_tile(stage_b + s * kStageBytesB, &map_b, &full[s], kb * kBlockK, col0);
+          copy_tile(shared_address(stage_a + s * kStageBytesA), &map_a, &full[s], kb * kBlockK, row0);
+          copy_tile(shared_address(stage_b + s * kStageBytesB), &map_b, &full[s], kb * kBlockK, col0);
         }
       }
     }
@@ -347,18 +287,18 @@ __global__ void __launch_bounds__(kThreads, 1)
       barrier_wait(&full[s], (step / kStages) & 1);
       const uint32_t a = shared_address(stage_a + s * kStageBytesA + consumer * 64 * 128);
       const uint32_t b = shared_address(stage_b + s * kStageBytesB);
-      fence_accumulators(acc);
+      fence_registers(acc);
       wgmma_fence();
 #pragma unroll
       for (int kk = 0; kk < kBlockK / 16; ++kk)
-        wgmma_m64n256k16(acc, k_major_descriptor(a + 32 * kk), k_major_descriptor(b + 32 * kk),
+        wgmma_m64n256k16(acc, swizzled_descriptor(a + 32 * kk), swizzled_descriptor(b + 32 * kk),
                          kb > 0 || kk > 0);
       wgmma_commit();
-      fence_accumulators(acc);
+      fence_registers(acc);
       // kInFlight groups stay in flight; the one before them has finished reading its stage, which goes
       // back.
       wgmma_wait<kInFlight>();
-      fence_accumulators(acc);
+      fence_registers(acc);
       if (kb >= kInFlight && lane == 0) barrier_arrive(&empty[(step - kInFlight) % kStages]);
     }
     // dgelu: GELU's input for the first 64 columns, its loads in flight under the last wgmma group.
@@ -366,7 +306,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     uint4 gelu_input[4];
     if (kEpilogue == Epilogue::dgelu) fetch_rows(gelu_input, aux, warp_row0, col0, n, lane);
     wgmma_wait<0>();
-    fence_accumulators(acc);
+    fence_registers(acc);
     if (lane == 0)
       for (int i = kInFlight; i >= 1; --i) barrier_arrive(&empty[(step - i) % kStages]);
 
