@@ -221,8 +221,8 @@ __device__ __forceinline__ void store_fragment_tile(uint32_t warp_rows, const ui
 struct Work {
   int batch, heads, time;
   // Diagnosis only (the output is then wrong): 1 no dQ conversion, 2 no dQ counts, 4 no D math, 8 no O
-  // copies, 16 no helper warps at all (no D, no finisher: nobody waits for them), 32 the consumers do not
-  // wait for D.
+  // copies, 16 no D warps (they leave at once, nobody waits for D), 32 the consumers do not wait for D,
+  // 64 no finisher warp (it leaves at once, the producer does not wait for it).
   int skip = 0;
   __host__ __device__ int key_blocks() const { return time / kKeyBlock; }
   __host__ __device__ int query_blocks() const { return time / kQueryBlock; }
@@ -338,7 +338,7 @@ __global__ void __launch_bounds__(kThreads, 1)
         barrier_wait(&kv_empty[kb], ((item / 2) & 1) ^ 1);  // a fresh barrier's "previous" phase is done
         // The consumers count the item's adds into dQ at its end in the slot of the item two before, which
         // the finisher must be done with; they cannot start the item before its K and V land.
-        if (!(work.skip & 16)) barrier_wait(&finisher_free[kb], ((item / 2) & 1) ^ 1);
+        if (!(work.skip & 64)) barrier_wait(&finisher_free[kb], ((item / 2) & 1) ^ 1);
         barrier_expect_bytes(&kv_full[kb], 2 * kKvBytes);
         const int key_row = b * time + j * kKeyBlock;
         copy_tile(base + kOffK + kb * kKvBytes, &map_kv, &kv_full[kb], channels + h * kHeadDim, key_row);
@@ -356,8 +356,8 @@ __global__ void __launch_bounds__(kThreads, 1)
                      &full[s]);
         }
       });
-    } else if (work.skip & 16) {
     } else if (warp == 1 || warp == 2) {  // D of the stage's row r
+      if (work.skip & 16) return;
       const int r = threadIdx.x - 32;
       int step = 0;
       for_each_item(work, [&](int, int j, int) {
@@ -385,6 +385,7 @@ __global__ void __launch_bounds__(kThreads, 1)
         }
       });
     } else if (warp == 3) {  // finishes dQ
+      if (work.skip & 64) return;
       uint8_t* staging = shared + kOffStaging;
       uint64_t* staged = finisher_free + 2;
       uint32_t staged_phase = 0;
@@ -895,8 +896,10 @@ int main(int argc, char** argv) {
       row("diagnosis: ours without dQ's counts either", [&] { p.run_ours(stream, 3); });
       row("diagnosis: ... nor D's math", [&] { p.run_ours(stream, 7); });
       row("diagnosis: ... nor O's copies", [&] { p.run_ours(stream, 15); });
-      row("diagnosis: ... nor the helper warps", [&] { p.run_ours(stream, 31); });
+      row("diagnosis: ... nor the helper warps", [&] { p.run_ours(stream, 127); });
       row("diagnosis: ours, no wait for D", [&] { p.run_ours(stream, 32); });
+      row("diagnosis: ours, no D warps", [&] { p.run_ours(stream, 16 | 32); });
+      row("diagnosis: ours, no finisher warp", [&] { p.run_ours(stream, 64); });
     }
     if (!all_right) std::printf("attention_backward_lab: WRONG (the times above are of a wrong kernel)\n");
     cudnnDestroy(handle);
