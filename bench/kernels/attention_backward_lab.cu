@@ -8,7 +8,8 @@
 // item one (batch, head, block of 128 keys)) and warp-specialised:
 //   - one producer thread issues TMA copies: K and V once an item, double-buffered across items; Q, O, dO
 //     and LSE of each 64-row query block through a ring of stages;
-//   - two producer warps compute D = rowsum(dO * O) of each stage's rows from the tiles in shared memory;
+//   - two producer warps compute D = rowsum(dO * O) of each stage's rows from the tiles in shared memory
+//     (the variant kConsumersTakeD: each consumer group computes D for itself under its first GEMMs);
 //   - two consumer warp groups own 64 keys each and, per query block, compute with wgmma
 //       S^T  = K_w Q^T           (SS, both operands K-major)
 //       dP^T = V_w dO^T          (SS, both operands K-major)
@@ -106,7 +107,7 @@ constexpr int kOffDs = kOffDo + kStages * kTileBytes;
 constexpr int kOffStaging = kOffDs + 4 * kTileBytes;
 constexpr int kOffLse = kOffStaging + kDqBlockBytes;
 constexpr int kOffDelta = kOffLse + kStages * kRowBytes;
-constexpr int kOffBarriers = kOffDelta + kStages * kRowBytes;
+constexpr int kOffBarriers = kOffDelta + 2 * kStages * kRowBytes;  // D a stage, or a stage and group
 // Full, empty and D-ready a stage; full and empty a K/V buffer; adds-done and finisher-free an item slot;
 // the finisher's staging.
 constexpr int kBarriers = 3 * kStages + 2 * 2 + 2 * 2 + 1;
@@ -249,6 +250,27 @@ __device__ __forceinline__ void for_each_item(const Work& work, Visit&& visit) {
   }
 }
 
+// The dot product of pieces first .. first + n - 1 (mod 8) of two 128-byte rows of 8 pieces of 8 bf16, in
+// f32. A row's sum does not care which of its pieces the swizzle put where; starting each row at its own
+// piece spreads a warp's reads over all the banks (threads a row apart would otherwise read the same
+// 16 bytes of the bank pattern).
+__device__ __forceinline__ float dot_pieces(const uint4* a, const uint4* b, int first, int n) {
+  float sum = 0.f;
+#pragma unroll 2
+  for (int k = 0; k < n; ++k) {
+    const int piece = (first + k) % 8;
+    const uint4 x4 = a[piece], y4 = b[piece];
+    const uint32_t xw[4] = {x4.x, x4.y, x4.z, x4.w}, yw[4] = {y4.x, y4.y, y4.z, y4.w};
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+      const float2 x = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&xw[e]));
+      const float2 y = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&yw[e]));
+      sum = fmaf(x.x, y.x, fmaf(x.y, y.y, sum));
+    }
+  }
+  return sum;
+}
+
 // dQ of query block i, 64 rows of the f32 accumulator, to bf16 (times the scale) into dqkv's q columns,
 // and the accumulator rows back to 0 for the next call, by one warp. One bulk copy brings the block into
 // shared memory (its 16 KB in one L2 round trip; a warp's own loads, one in flight in 40 registers, took
@@ -287,6 +309,9 @@ __device__ __forceinline__ void finish_dq_block(float* dq_acc, __nv_bfloat16* dq
 // was the last to add into (query block i takes adds from key blocks 0 .. i/2); warps 4-11, two consumer
 // groups, do the math. A counter and an accumulator block are left at 0 once converted, so every call
 // finds them as the first one did after the host zeroed them (the workspace's one-time setup).
+// kConsumersTakeD: the variant in which each consumer group computes D for itself under the step's first
+// two GEMMs, and the D warps leave at once.
+template <bool kConsumersTakeD>
 __global__ void __launch_bounds__(kThreads, 1)
     attention_backward(const __grid_constant__ CUtensorMap map_q, const __grid_constant__ CUtensorMap map_kv,
                        const __grid_constant__ CUtensorMap map_o, const __grid_constant__ CUtensorMap map_do,
@@ -357,7 +382,7 @@ __global__ void __launch_bounds__(kThreads, 1)
         }
       });
     } else if (warp == 1 || warp == 2) {  // D of the stage's row r
-      if (work.skip & 16) return;
+      if (kConsumersTakeD || (work.skip & 16)) return;
       const int r = threadIdx.x - 32;
       int step = 0;
       for_each_item(work, [&](int, int j, int) {
@@ -366,18 +391,7 @@ __global__ void __launch_bounds__(kThreads, 1)
           barrier_wait_idle(&full[s], (step / kStages) & 1);
           const uint4* o = reinterpret_cast<const uint4*>(shared + kOffO + s * kTileBytes + r * 128);
           const uint4* d = reinterpret_cast<const uint4*>(shared + kOffDo + s * kTileBytes + r * 128);
-          float sum = 0.f;
-#pragma unroll 2
-          for (int piece = 0; piece < (work.skip & 4 ? 0 : 8); ++piece) {
-            const uint4 a = o[piece], c = d[piece];
-            const uint32_t aw[4] = {a.x, a.y, a.z, a.w}, cw[4] = {c.x, c.y, c.z, c.w};
-#pragma unroll
-            for (int k = 0; k < 4; ++k) {
-              const float2 x = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&aw[k]));
-              const float2 y = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&cw[k]));
-              sum = fmaf(x.x, y.x, fmaf(x.y, y.y, sum));
-            }
-          }
+          const float sum = dot_pieces(o, d, r, work.skip & 4 ? 0 : 8);
           // The slot's last reader, the consumers of step - kStages, arrived on empty[s] after reading it,
           // and the copies that full[s] waited for were issued after that.
           delta_stage[s * kQueryBlock + r] = sum;
@@ -439,7 +453,7 @@ __global__ void __launch_bounds__(kThreads, 1)
       barrier_wait(&full[s], (step / kStages) & 1);
       // D was computed when the stage landed, under an earlier step's math: waited for here, where few
       // registers are live (in the middle of the step the wait's loop costs ptxas spills).
-      if (!(work.skip & (16 | 32))) barrier_wait(&delta_full[s], (step / kStages) & 1);
+      if (!kConsumersTakeD && !(work.skip & (16 | 32))) barrier_wait(&delta_full[s], (step / kStages) & 1);
       const uint32_t q_tile = base + kOffQ + s * kTileBytes, do_tile = base + kOffDo + s * kTileBytes;
       const uint32_t ds_pair = base + kOffDs + (step % 2) * 2 * kTileBytes;
       // The group's keys start at 128j + 64w, the block's queries at 64i: none visible before i = 2j + w,
@@ -455,6 +469,20 @@ __global__ void __launch_bounds__(kThreads, 1)
         for (int kk = 0; kk < 4; ++kk)
           mma_ss(dp, swizzled_descriptor(v_rows + 32 * kk), swizzled_descriptor(do_tile + 32 * kk), kk);
         wgmma_commit();
+        if constexpr (kConsumersTakeD) {
+          // D of the stage's 64 rows, by the group for itself while the two GEMMs run: two threads a row,
+          // four of its eight 16-byte pieces of O and dO each.
+          const int t = threadIdx.x % 128, row = t / 2;
+          float sum = dot_pieces(reinterpret_cast<const uint4*>(shared + kOffO + s * kTileBytes + row * 128),
+                                 reinterpret_cast<const uint4*>(shared + kOffDo + s * kTileBytes + row * 128),
+                                 row + 4 * (t % 2), 4);
+          sum += __shfl_xor_sync(0xffffffffu, sum, 1);
+          if (t % 2 == 0) delta_stage[(w * kStages + s) * kQueryBlock + row] = sum;
+          if (w == 0)  // the group's D written (a barrier id a group, constants for ptxas)
+            asm volatile("bar.sync 2, 128;" ::: "memory");
+          else
+            asm volatile("bar.sync 3, 128;" ::: "memory");
+        }
 
         // P^T: rows are keys, columns queries, so LSE and D are per column. The stats are cuDNN's: the
         // natural log, taken to base 2 here.
@@ -476,7 +504,7 @@ __global__ void __launch_bounds__(kThreads, 1)
         }
         wgmma_wait<0>();
         fence_registers(dp);
-        const float* d_rows = delta_stage + s * kQueryBlock;
+        const float* d_rows = delta_stage + (kConsumersTakeD ? w * kStages + s : s) * kQueryBlock;
 #pragma unroll
         for (int jj = 0; jj < 8; ++jj) {
           const float2 d = *reinterpret_cast<const float2*>(d_rows + 8 * jj + col0);
@@ -666,11 +694,12 @@ struct Problem {
                             dqkv_cudnn.get()))
       check(cudaErrorUnknown, "cuDNN's backward");
   }
-  void run_ours(cudaStream_t stream, int skip = 0) const {
-    attention_backward<<<grid, kThreads, kSharedBytes, stream>>>(
+  void run_ours(cudaStream_t stream, int skip = 0, bool consumers_take_d = false) const {
+    const auto kernel = consumers_take_d ? attention_backward<true> : attention_backward<false>;
+    kernel<<<grid, kThreads, kSharedBytes, stream>>>(
         map_q, map_kv, map_o, map_do, static_cast<const float*>(stats.get()),
         static_cast<float*>(dq_acc.get()), static_cast<int*>(counters.get()),
-        static_cast<__nv_bfloat16*>(dqkv_ours.get()), work);
+        static_cast<__nv_bfloat16*>(dqkv_ours.get()), Work{work.batch, work.heads, work.time, skip});
     check(cudaGetLastError(), "launch of our kernel");
   }
   // Max |ours - cuDNN's| per third of dqkv, then max |cuDNN's|: on the device, as the bits of floats.
@@ -803,8 +832,9 @@ int main(int argc, char** argv) {
                    major * 10);
       return 1;
     }
-    check(cudaFuncSetAttribute(attention_backward, cudaFuncAttributeMaxDynamicSharedMemorySize, kSharedBytes),
-          "shared memory");
+    for (const auto kernel : {attention_backward<false>, attention_backward<true>})
+      check(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSharedBytes),
+            "shared memory");
     cudaStream_t stream = nullptr;
     check(cudaStreamCreate(&stream), "stream");
     cudnnHandle_t handle = nullptr;
@@ -844,12 +874,13 @@ int main(int argc, char** argv) {
         return right;
       };
       print("cuDNN", worst_relative(download_bf16(small.dqkv_cudnn), ref.dqkv, channels));
-      for (int call = 1; call <= 3; ++call) {
-        // NaNs first, so that an element the kernel never writes shows as wrong.
+      for (int call = 1; call <= 4; ++call) {
+        // NaNs first, so that an element the kernel never writes shows as wrong. The fourth call is the
+        // variant whose consumers compute D.
         check(cudaMemsetAsync(small.dqkv_ours.get(), 0xff, small.dqkv_ours.bytes(), stream), "memset");
-        small.run_ours(stream);
+        small.run_ours(stream, 0, call == 4);
         check(cudaStreamSynchronize(stream), "ours at the small shape");
-        const std::string who = "ours, call " + std::to_string(call);
+        const std::string who = call == 4 ? "ours, D by the consumers" : "ours, call " + std::to_string(call);
         all_right &= print(who.c_str(), worst_relative(download_bf16(small.dqkv_ours), ref.dqkv, channels));
       }
     }
@@ -892,6 +923,8 @@ int main(int argc, char** argv) {
       row("ours", [&] { p.run_ours(stream); });
       check(cudaGetLastError(), "timing");
       all_right &= compare("after the timing");
+      row("ours, D by the consumers", [&] { p.run_ours(stream, 0, true); });
+      all_right &= compare("D by the consumers, after its timing");
       row("diagnosis: ours without the dQ conversion", [&] { p.run_ours(stream, 1); });
       row("diagnosis: ours without dQ's counts either", [&] { p.run_ours(stream, 3); });
       row("diagnosis: ... nor D's math", [&] { p.run_ours(stream, 7); });
