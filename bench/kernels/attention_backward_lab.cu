@@ -36,9 +36,9 @@
 // then ours against cuDNN's backward at gpt2-large's shape, before and after timing both: the median of
 // --reps launches after 3 warm-ups, at batch 16 and 64 (or the --batch given). FLOPs counted as
 // sdpa_engine_probe counts the causal backward: 2.5 * 2 B T^2 C. Then diagnosis rows, each leaving out
-// more of the kernel's added parts (Work::skip; wrong output, time only): on 2026-12-07 the one kernel took
-// ~790 us at batch 16 against the three kernels' ~400 (main) + 107, with or without its D and finisher
-// work, so the rows go down to no helper warps at all (bench/results/gpt2-attention-engines).
+// parts of the kernel (Work::skip; wrong output, time only), down to no helper warps at all: on 2026-12-07
+// the one kernel took ~790 us at batch 16 against the three kernels' ~400 (main) + 107, and which part
+// costs it is the question (bench/results/gpt2-attention-engines).
 //
 //   attention_backward_lab [--batch B] [--reps N]
 //
@@ -240,7 +240,7 @@ __device__ __forceinline__ void for_each_item(const Work& work, Visit&& visit) {
   for (int unit = blockIdx.x; unit < units; unit += gridDim.x) {
     const int bh = unit / pairs, pair = unit % pairs;
     // One call site: with two (one a half) the consumers' body was inlined twice, a kernel twice the size
-    // (811 against 788 us at batch 16 on an H100).
+    // (811 against 788 us at batch 16 on an H100, within the 775-814 of repeated runs).
 #pragma unroll 1
     for (int half = 0; half < 2; ++half) {
       const int j = half == 0 ? pair : key_blocks - 1 - pair;
