@@ -620,26 +620,9 @@ __global__ void compare_thirds(const __nv_bfloat16* __restrict__ a, const __nv_b
 
 // ---- host ----
 
-// A row-major [rows, cols] bf16 matrix as TMA sees it: boxes of box_rows x 64, 128-byte swizzled.
-CUtensorMap tile_map(const void* base, int64_t rows, int64_t cols, int box_rows) {
-  CUtensorMap map;
-  const cuuint64_t dims[2] = {cuuint64_t(cols), cuuint64_t(rows)};
-  const cuuint64_t strides[1] = {cuuint64_t(cols) * 2};
-  const cuuint32_t box[2] = {kHeadDim, cuuint32_t(box_rows)};
-  const cuuint32_t element_strides[2] = {1, 1};
-  const CUresult r = cuTensorMapEncodeTiled(
-      &map, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, const_cast<void*>(base), dims, strides, box, element_strides,
-      CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
-      CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
-  if (r != CUDA_SUCCESS) {
-    std::fprintf(stderr, "attention_backward_lab: cuTensorMapEncodeTiled: error %d\n", static_cast<int>(r));
-    std::exit(1);
-  }
-  return map;
-}
-
 // Everything a shape needs on the device: the inputs, cuDNN's plans and outputs, ours and our workspace
 // (the f32 dQ accumulator and a counter a query block, zeroed once here; every call leaves them at 0).
+static_assert(kHeadDim == 64, "swizzled_tile_map's boxes are 64 elements wide");
 struct Problem {
   AttentionShape shape;
   DeviceBuffer qkv, out, dout, stats, dqkv_cudnn, dqkv_ours, dq_acc, counters;
@@ -670,10 +653,10 @@ struct Problem {
       std::exit(1);
     }
     const int64_t tokens = batch * time, channels = heads * kHeadDim;
-    map_q = tile_map(qkv.get(), tokens, 3 * channels, kQueryBlock);
-    map_kv = tile_map(qkv.get(), tokens, 3 * channels, kKeyBlock);
-    map_o = tile_map(out.get(), tokens, channels, kQueryBlock);
-    map_do = tile_map(dout.get(), tokens, channels, kQueryBlock);
+    map_q = swizzled_tile_map(qkv.get(), tokens, 3 * channels, kQueryBlock, "attention_backward_lab");
+    map_kv = swizzled_tile_map(qkv.get(), tokens, 3 * channels, kKeyBlock, "attention_backward_lab");
+    map_o = swizzled_tile_map(out.get(), tokens, channels, kQueryBlock, "attention_backward_lab");
+    map_do = swizzled_tile_map(dout.get(), tokens, channels, kQueryBlock, "attention_backward_lab");
     work = Work{int(batch), int(heads), int(time)};
     grid = std::min(sms, work.units());
     check(cudaMemset(dq_acc.get(), 0, dq_acc.bytes()), "memset");

@@ -349,31 +349,19 @@ __global__ void __launch_bounds__(kThreads, 1)
   }
 }
 
-// A row-major [rows, cols] bf16 matrix as TMA sees it: boxes of box_rows x 64, 128-byte swizzled.
-CUtensorMap tile_map(const __nv_bfloat16* base, int rows, int cols, int box_rows) {
-  CUtensorMap map;
-  const cuuint64_t dims[2] = {cuuint64_t(cols), cuuint64_t(rows)};
-  const cuuint64_t strides[1] = {cuuint64_t(cols) * 2};
-  const cuuint32_t box[2] = {kBlockK, cuuint32_t(box_rows)};
-  const cuuint32_t element_strides[2] = {1, 1};
-  const CUresult r = cuTensorMapEncodeTiled(
-      &map, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, const_cast<__nv_bfloat16*>(base), dims, strides, box,
-      element_strides, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
-      CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
-  if (r != CUDA_SUCCESS) {
-    std::fprintf(stderr, "hopper_gemm_lab: cuTensorMapEncodeTiled: error %d\n", static_cast<int>(r));
-    std::exit(1);
-  }
-  return map;
-}
-
 struct OwnGemm {
   CUtensorMap map_a, map_b;  // A's boxes of 128 rows, B's of 256
   int m, n, k, sms;
 };
 
+static_assert(kBlockK == 64, "swizzled_tile_map's boxes are 64 elements wide");
 OwnGemm own_gemm(const __nv_bfloat16* a, const __nv_bfloat16* b, int m, int n, int k, int sms) {
-  return {tile_map(a, m, k, kTileM), tile_map(b, n, k, kTileN), m, n, k, sms};
+  return {swizzled_tile_map(a, m, k, kTileM, "hopper_gemm_lab"),
+          swizzled_tile_map(b, n, k, kTileN, "hopper_gemm_lab"),
+          m,
+          n,
+          k,
+          sms};
 }
 
 template <Epilogue kEpilogue, int kInFlight = 1>

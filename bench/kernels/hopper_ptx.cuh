@@ -1,13 +1,15 @@
 // The PTX of Hopper's warp-specialised kernels that the sm_90a labs share (hopper_gemm_lab,
 // attention_backward_lab): mbarriers, TMA copies, wgmma's shared-memory descriptor and its
-// fence / commit / wait. Each helper is one instruction or a loop around one; what a kernel does with them
-// its own file says.
+// fence / commit / wait; and, on the host, the tensor map of the tiles they copy. Each helper is one
+// instruction or a loop around one; what a kernel does with them its own file says.
 #pragma once
 
 #include <cuda.h>
 #include <cuda_runtime.h>
 
 #include <cstdint>
+#include <cstdio>
+#include <cstdlib>
 
 namespace hopper_ptx {
 
@@ -103,6 +105,27 @@ template <int n>
 __device__ __forceinline__ void fence_registers(uint32_t (&d)[n]) {
 #pragma unroll
   for (int i = 0; i < n; ++i) asm volatile("" : "+r"(d[i])::"memory");
+}
+
+// The host side: a row-major [rows, cols] bf16 matrix as TMA sees it, boxes of box_rows x 64 (one
+// 128-byte swizzle row wide), 128-byte swizzled. Exits with one line naming `program` if the driver
+// refuses the map.
+inline CUtensorMap swizzled_tile_map(const void* base, int64_t rows, int64_t cols, int box_rows,
+                                     const char* program) {
+  CUtensorMap map;
+  const cuuint64_t dims[2] = {cuuint64_t(cols), cuuint64_t(rows)};
+  const cuuint64_t strides[1] = {cuuint64_t(cols) * 2};
+  const cuuint32_t box[2] = {64, cuuint32_t(box_rows)};
+  const cuuint32_t element_strides[2] = {1, 1};
+  const CUresult r = cuTensorMapEncodeTiled(
+      &map, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, const_cast<void*>(base), dims, strides, box, element_strides,
+      CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
+      CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+  if (r != CUDA_SUCCESS) {
+    std::fprintf(stderr, "%s: cuTensorMapEncodeTiled: error %d\n", program, static_cast<int>(r));
+    std::exit(1);
+  }
+  return map;
 }
 
 }  // namespace hopper_ptx
