@@ -223,13 +223,23 @@ struct Work {
   int batch, heads, time;
   // Diagnosis only (the output is then wrong): 1 no dQ conversion, 2 no dQ counts, 4 no D math, 8 no O
   // copies, 16 no D warps (they leave at once, nobody waits for D), 32 the consumers do not wait for D,
-  // 64 no finisher warp (it leaves at once, the producer does not wait for it).
+  // 64 no finisher warp (it leaves at once, the producer does not wait for it), 128 the helper warps spin
+  // in their waits instead of sleeping between tries.
   int skip = 0;
   __host__ __device__ int key_blocks() const { return time / kKeyBlock; }
   __host__ __device__ int query_blocks() const { return time / kQueryBlock; }
   __host__ __device__ int pairs() const { return (key_blocks() + 1) / 2; }
   __host__ __device__ int units() const { return batch * heads * pairs(); }
 };
+
+// The helper warps' wait: sleeping between tries leaves the issue slots they share with the consumers to
+// the consumers; Work::skip 128 makes it spin, to measure what that costs.
+__device__ __forceinline__ void helper_wait(const Work& work, uint64_t* bar, uint32_t parity) {
+  if (work.skip & 128)
+    barrier_wait(bar, parity);
+  else
+    barrier_wait_idle(bar, parity);
+}
 
 // Calls visit(bh, j, item) for each item (batch x head bh, key block j) of this CTA, in the one order
 // every role of the kernel walks them; item counts the CTA's items from 0.
@@ -287,7 +297,7 @@ __device__ __forceinline__ void finish_dq_block(float* dq_acc, __nv_bfloat16* dq
     barrier_expect_bytes(staged, kDqBlockBytes);
     copy_bytes(shared_address(staging), acc, kDqBlockBytes, staged);
   }
-  barrier_wait_idle(staged, phase++ & 1);
+  helper_wait(work, staged, phase++ & 1);
   const float4* block = reinterpret_cast<const float4*>(staging);
   __nv_bfloat16* q_out = dqkv + (size_t(b) * work.time + i * kQueryBlock) * 3 * channels + h * kHeadDim;
   const int piece = lane % 16;  // four head dims; a half-warp a row
@@ -388,7 +398,7 @@ __global__ void __launch_bounds__(kThreads, 1)
       for_each_item(work, [&](int, int j, int) {
         for (int i = 2 * j; i < query_blocks; ++i, ++step) {
           const int s = step % kStages;
-          barrier_wait_idle(&full[s], (step / kStages) & 1);
+          helper_wait(work, &full[s], (step / kStages) & 1);
           const uint4* o = reinterpret_cast<const uint4*>(shared + kOffO + s * kTileBytes + r * 128);
           const uint4* d = reinterpret_cast<const uint4*>(shared + kOffDo + s * kTileBytes + r * 128);
           const float sum = dot_pieces(o, d, r, work.skip & 4 ? 0 : 8);
@@ -405,7 +415,7 @@ __global__ void __launch_bounds__(kThreads, 1)
       uint32_t staged_phase = 0;
       for_each_item(work, [&](int bh, int j, int item) {
         const int slot = item % 2;
-        barrier_wait_idle(&adds_done[slot], (item / 2) & 1);
+        helper_wait(work, &adds_done[slot], (item / 2) & 1);
         // One lane a query block (T <= 2,048: at most 32): the consumers' adds are ordered before their
         // arrivals (release, CTA scope), which this lane's wait acquired; its fence makes them visible at
         // GPU scope before its count is. The warp's fence after the counts orders what it reads next after
@@ -916,6 +926,7 @@ int main(int argc, char** argv) {
       row("diagnosis: ours, no wait for D", [&] { p.run_ours(stream, 32); });
       row("diagnosis: ours, no D warps", [&] { p.run_ours(stream, 16 | 32); });
       row("diagnosis: ours, no finisher warp", [&] { p.run_ours(stream, 64); });
+      row("diagnosis: ours, the helpers spinning", [&] { p.run_ours(stream, 128); });
     }
     if (!all_right) std::printf("attention_backward_lab: WRONG (the times above are of a wrong kernel)\n");
     cudnnDestroy(handle);
