@@ -89,6 +89,7 @@ constexpr int kRowBytes = 64 * 4;           // LSE or D of one query block
 constexpr int kDqBlockBytes = 64 * 64 * 4;  // a query block of the f32 dQ accumulator
 constexpr int kConsumingWarps = 8;          // every consumer warp releases each stage and each K/V buffer
 constexpr int kDeltaThreads = 64;           // D: a thread a query row of the stage
+constexpr int kMaxFinishLag = 4;            // item slots of the consumers' adds-done and the finisher's done
 constexpr float kScale = 0.125f;            // 1 / sqrt(64)
 constexpr float kLog2e = 1.4426950408889634f;
 constexpr float kScaleLog2 = kScale * kLog2e;
@@ -110,7 +111,7 @@ constexpr int kOffDelta = kOffLse + kStages * kRowBytes;
 constexpr int kOffBarriers = kOffDelta + 2 * kStages * kRowBytes;  // D a stage, or a stage and group
 // Full, empty and D-ready a stage; full and empty a K/V buffer; adds-done and finisher-free an item slot;
 // the finisher's staging.
-constexpr int kBarriers = 3 * kStages + 2 * 2 + 2 * 2 + 1;
+constexpr int kBarriers = 3 * kStages + 2 * 2 + 2 * kMaxFinishLag + 1;
 constexpr int kSharedBytes = kOffBarriers + kBarriers * 8 + 1024;
 static_assert(kOffBarriers % 8 == 0 && kOffLse % 16 == 0, "alignment");
 
@@ -226,6 +227,13 @@ struct Work {
   // 64 no finisher warp (it leaves at once, the producer does not wait for it), 128 the helper warps spin
   // in their waits instead of sleeping between tries.
   int skip = 0;
+  // The schedule. finish_lag: how many items the finisher may lag the consumers by (2 .. kMaxFinishLag;
+  // the producer loads an item's K and V only once the finisher is done with the item that many before).
+  // short_first: a unit visits its short key block (n - 1 - p) before its long one (p). rotate: the pair
+  // a unit takes turns over a (batch, head)'s units, so that a CTA does not take the same pair every time
+  // (with 132 CTAs and 4 pairs a head it otherwise does).
+  int finish_lag = 2;
+  bool short_first = false, rotate = false;
   __host__ __device__ int key_blocks() const { return time / kKeyBlock; }
   __host__ __device__ int query_blocks() const { return time / kQueryBlock; }
   __host__ __device__ int pairs() const { return (key_blocks() + 1) / 2; }
@@ -241,6 +249,60 @@ __device__ __forceinline__ void helper_wait(const Work& work, uint64_t* bar, uin
     barrier_wait_idle(bar, parity);
 }
 
+// Where a CTA's time goes, in the timed build (kTimed) only: clock() cycles, each slot summed by one thread
+// of the role it names over the CTA's items, written to clocks[CTA * kClockSlots + slot] at its end.
+enum ClockSlot : int {
+  kConsumerTotal,     // a consumer thread's whole run
+  kConsumerKv,        // ... waiting for an item's K and V
+  kConsumerFull,      // ... for a stage's tiles
+  kConsumerDelta,     // ... for its D
+  kConsumerSync,      // ... for the other group's dS^T tile
+  kConsumerAdds,      // ... from dQ's wgmma issued to its adds issued
+  kProducerKv,        // the copying thread waiting for a K/V buffer
+  kProducerFinisher,  // ... for the finisher to be done with the item finish_lag before
+  kProducerEmpty,     // ... for a free stage
+  kFinisherAdds,      // the finisher waiting for an item's adds
+  kFinisherCount,     // ... counting them in (fences and atomics)
+  kFinisherConvert,   // ... converting the blocks it was last for
+  kFinisherBlocks,    // (a count) the blocks it converted
+  kDeltaFull,         // a D thread waiting for a stage
+  kDeltaMath,         // ... computing D
+  kClockSlots
+};
+static_assert(kClockSlots <= 16, "the shared memory kept for the sums");
+
+// The timed build's sums, in shared memory (in registers they cost the consumers spills): one reporting
+// thread a role (lane 0 of warps 0, 1, 3 and 4) adds its cycles there and copies its slots out at its
+// end. The array's address is a constant and a thread finds again at each use whether it reports, so
+// neither takes a register. In the other build, and for the other threads, every call is nothing but f.
+__shared__ unsigned clock_sums_shared[16];
+template <bool kTimed>
+struct Clocks {
+  __device__ __forceinline__ static bool reporting() {
+    return threadIdx.x == 0 || threadIdx.x == 32 || threadIdx.x == 96 || threadIdx.x == 128;
+  }
+  __device__ __forceinline__ uint32_t now() const { return kTimed ? static_cast<uint32_t>(clock()) : 0u; }
+  __device__ __forceinline__ void add(ClockSlot slot, uint32_t value) const {
+    if constexpr (kTimed)
+      if (reporting()) clock_sums_shared[slot] += value;
+  }
+  __device__ __forceinline__ void add_since(ClockSlot slot, uint32_t start) const {
+    add(slot, now() - start);
+  }
+  template <class F>
+  __device__ __forceinline__ void time(ClockSlot slot, F&& f) const {
+    const uint32_t start = now();
+    f();
+    add_since(slot, start);
+  }
+  // Copies slots first .. last - 1 to this CTA's row of out.
+  __device__ __forceinline__ void report(unsigned* out, int first, int last) const {
+    if constexpr (kTimed)
+      if (reporting())
+        for (int k = first; k < last; ++k) out[blockIdx.x * kClockSlots + k] = clock_sums_shared[k];
+  }
+};
+
 // Calls visit(bh, j, item) for each item (batch x head bh, key block j) of this CTA, in the one order
 // every role of the kernel walks them; item counts the CTA's items from 0.
 template <class Visit>
@@ -248,13 +310,14 @@ __device__ __forceinline__ void for_each_item(const Work& work, Visit&& visit) {
   const int pairs = work.pairs(), key_blocks = work.key_blocks(), units = work.units();
   int item = 0;
   for (int unit = blockIdx.x; unit < units; unit += gridDim.x) {
-    const int bh = unit / pairs, pair = unit % pairs;
+    const int bh = unit / pairs, pair = work.rotate ? (unit + bh) % pairs : unit % pairs;
+    const int first = work.short_first ? key_blocks - 1 - pair : pair;
     // One call site: with two (one a half) the consumers' body was inlined twice, a kernel twice the size
     // (811 against 788 us at batch 16 on an H100, within the 775-814 of repeated runs).
 #pragma unroll 1
     for (int half = 0; half < 2; ++half) {
-      const int j = half == 0 ? pair : key_blocks - 1 - pair;
-      if (half == 1 && j == pair) break;  // an odd count's middle block stands alone
+      const int j = half == 0 ? first : key_blocks - 1 - first;
+      if (half == 1 && j == first) break;  // an odd count's middle block stands alone
       visit(bh, j, item++);
     }
   }
@@ -321,12 +384,12 @@ __device__ __forceinline__ void finish_dq_block(float* dq_acc, __nv_bfloat16* dq
 // finds them as the first one did after the host zeroed them (the workspace's one-time setup).
 // kConsumersTakeD: the variant in which each consumer group computes D for itself under the step's first
 // two GEMMs, and the D warps leave at once.
-template <bool kConsumersTakeD>
+template <bool kConsumersTakeD, bool kTimed = false>
 __global__ void __launch_bounds__(kThreads, 1)
     attention_backward(const __grid_constant__ CUtensorMap map_q, const __grid_constant__ CUtensorMap map_kv,
                        const __grid_constant__ CUtensorMap map_o, const __grid_constant__ CUtensorMap map_do,
                        const float* __restrict__ lse, float* __restrict__ dq_acc, int* __restrict__ counters,
-                       __nv_bfloat16* __restrict__ dqkv, Work work) {
+                       __nv_bfloat16* __restrict__ dqkv, Work work, unsigned* clocks) {
   extern __shared__ uint8_t shared_raw[];
   uint8_t* shared =
       reinterpret_cast<uint8_t*>((reinterpret_cast<uintptr_t>(shared_raw) + 1023) & ~uintptr_t{1023});
@@ -337,7 +400,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   uint64_t* kv_full = delta_full + kStages;
   uint64_t* kv_empty = kv_full + 2;
   uint64_t* adds_done = kv_empty + 2;
-  uint64_t* finisher_free = adds_done + 2;
+  uint64_t* finisher_free = adds_done + kMaxFinishLag;
   if (threadIdx.x == 0) {
     for (int s = 0; s < kStages; ++s) {
       barrier_init(&full[s], 1);
@@ -347,10 +410,14 @@ __global__ void __launch_bounds__(kThreads, 1)
     for (int b = 0; b < 2; ++b) {
       barrier_init(&kv_full[b], 1);
       barrier_init(&kv_empty[b], kConsumingWarps);
+    }
+    for (int b = 0; b < kMaxFinishLag; ++b) {
       barrier_init(&adds_done[b], kConsumingWarps);
       barrier_init(&finisher_free[b], 1);
     }
-    barrier_init(finisher_free + 2, 1);
+    barrier_init(finisher_free + kMaxFinishLag, 1);
+    if (kTimed)
+      for (int k = 0; k < kClockSlots; ++k) clock_sums_shared[k] = 0;
     asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
   }
   __syncthreads();
@@ -359,6 +426,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   const int query_blocks = work.query_blocks();
   const int warp_group = threadIdx.x / 128, lane = threadIdx.x % 32;
   float* delta_stage = reinterpret_cast<float*>(shared + kOffDelta);
+  const Clocks<kTimed> clock_sums;
 
   // Registers: 168 a thread at launch (65,536 / 384); the producer group gives back to 56 and the consumer
   // groups take 224 (56 x 128 + 224 x 256 <= 168 x 384; ptxas fits the consumers in 168). In 40 ptxas
@@ -370,17 +438,21 @@ __global__ void __launch_bounds__(kThreads, 1)
       int step = 0;
       for_each_item(work, [&](int bh, int j, int item) {
         const int b = bh / heads, h = bh % heads, kb = item % 2;
-        barrier_wait(&kv_empty[kb], ((item / 2) & 1) ^ 1);  // a fresh barrier's "previous" phase is done
-        // The consumers count the item's adds into dQ at its end in the slot of the item two before, which
-        // the finisher must be done with; they cannot start the item before its K and V land.
-        if (!(work.skip & 64)) barrier_wait(&finisher_free[kb], ((item / 2) & 1) ^ 1);
+        // A fresh barrier's "previous" phase counts as done.
+        clock_sums.time(kProducerKv, [&] { barrier_wait(&kv_empty[kb], ((item / 2) & 1) ^ 1); });
+        // The consumers count the item's adds into dQ at its end in the slot of the item finish_lag before,
+        // which the finisher must be done with; they cannot start the item before its K and V land.
+        const int lag = work.finish_lag;
+        if (!(work.skip & 64))
+          clock_sums.time(kProducerFinisher,
+                          [&] { barrier_wait(&finisher_free[item % lag], ((item / lag) & 1) ^ 1); });
         barrier_expect_bytes(&kv_full[kb], 2 * kKvBytes);
         const int key_row = b * time + j * kKeyBlock;
         copy_tile(base + kOffK + kb * kKvBytes, &map_kv, &kv_full[kb], channels + h * kHeadDim, key_row);
         copy_tile(base + kOffV + kb * kKvBytes, &map_kv, &kv_full[kb], 2 * channels + h * kHeadDim, key_row);
         for (int i = 2 * j; i < query_blocks; ++i, ++step) {
           const int s = step % kStages;
-          barrier_wait(&empty[s], ((step / kStages) & 1) ^ 1);
+          clock_sums.time(kProducerEmpty, [&] { barrier_wait(&empty[s], ((step / kStages) & 1) ^ 1); });
           barrier_expect_bytes(&full[s], (work.skip & 8 ? 2 : 3) * kTileBytes + kRowBytes);
           const int query_row = b * time + i * kQueryBlock;
           copy_tile(base + kOffQ + s * kTileBytes, &map_q, &full[s], h * kHeadDim, query_row);
@@ -391,6 +463,7 @@ __global__ void __launch_bounds__(kThreads, 1)
                      &full[s]);
         }
       });
+      clock_sums.report(clocks, kProducerKv, kProducerEmpty + 1);
     } else if (warp == 1 || warp == 2) {  // D of the stage's row r
       if (kConsumersTakeD || (work.skip & 16)) return;
       const int r = threadIdx.x - 32;
@@ -398,7 +471,8 @@ __global__ void __launch_bounds__(kThreads, 1)
       for_each_item(work, [&](int, int j, int) {
         for (int i = 2 * j; i < query_blocks; ++i, ++step) {
           const int s = step % kStages;
-          helper_wait(work, &full[s], (step / kStages) & 1);
+          clock_sums.time(kDeltaFull, [&] { helper_wait(work, &full[s], (step / kStages) & 1); });
+          const uint32_t math_start = clock_sums.now();
           const uint4* o = reinterpret_cast<const uint4*>(shared + kOffO + s * kTileBytes + r * 128);
           const uint4* d = reinterpret_cast<const uint4*>(shared + kOffDo + s * kTileBytes + r * 128);
           const float sum = dot_pieces(o, d, r, work.skip & 4 ? 0 : 8);
@@ -406,16 +480,20 @@ __global__ void __launch_bounds__(kThreads, 1)
           // and the copies that full[s] waited for were issued after that.
           delta_stage[s * kQueryBlock + r] = sum;
           barrier_arrive(&delta_full[s]);
+          clock_sums.add_since(kDeltaMath, math_start);
         }
       });
+      clock_sums.report(clocks, kDeltaFull, kDeltaMath + 1);
     } else if (warp == 3) {  // finishes dQ
       if (work.skip & 64) return;
       uint8_t* staging = shared + kOffStaging;
-      uint64_t* staged = finisher_free + 2;
+      uint64_t* staged = finisher_free + kMaxFinishLag;
       uint32_t staged_phase = 0;
       for_each_item(work, [&](int bh, int j, int item) {
-        const int slot = item % 2;
-        helper_wait(work, &adds_done[slot], (item / 2) & 1);
+        const int slot = item % work.finish_lag;
+        clock_sums.time(kFinisherAdds,
+                        [&] { helper_wait(work, &adds_done[slot], (item / work.finish_lag) & 1); });
+        const uint32_t count_start = clock_sums.now();
         // One lane a query block (T <= 2,048: at most 32): the consumers' adds are ordered before their
         // arrivals (release, CTA scope), which this lane's wait acquired; its fence makes them visible at
         // GPU scope before its count is. The warp's fence after the counts orders what it reads next after
@@ -430,12 +508,17 @@ __global__ void __launch_bounds__(kThreads, 1)
         }
         unsigned mine = __ballot_sync(0xffffffffu, last && !(work.skip & 1));
         if (mine != 0) __threadfence();
-        for (; mine != 0; mine &= mine - 1)
-          finish_dq_block(dq_acc, dqkv, work, bh, 2 * j + __ffs(mine) - 1, lane, staging, staged,
-                          staged_phase);
+        clock_sums.add_since(kFinisherCount, count_start);
+        clock_sums.add(kFinisherBlocks, __popc(mine));
+        clock_sums.time(kFinisherConvert, [&] {
+          for (; mine != 0; mine &= mine - 1)
+            finish_dq_block(dq_acc, dqkv, work, bh, 2 * j + __ffs(mine) - 1, lane, staging, staged,
+                            staged_phase);
+        });
         __syncwarp();
         if (lane == 0) barrier_arrive(&finisher_free[slot]);
       });
+      clock_sums.report(clocks, kFinisherAdds, kFinisherBlocks + 1);
     }
     return;
   }
@@ -449,9 +532,10 @@ __global__ void __launch_bounds__(kThreads, 1)
   // P^T and dS^T as bf16 A fragments; they live until the wgmma that reads them has finished.
   uint32_t p_frag[16] = {}, ds_frag[16] = {};
   int step = 0;
+  clock_sums.add(kConsumerTotal, -clock_sums.now());  // the run's start, taken off its end below
   for_each_item(work, [&](int bh, int j, int item) {
     const int b = bh / heads, h = bh % heads, kb = item % 2;
-    barrier_wait(&kv_full[kb], (item / 2) & 1);
+    clock_sums.time(kConsumerKv, [&] { barrier_wait(&kv_full[kb], (item / 2) & 1); });
     const uint32_t k_tile = base + kOffK + kb * kKvBytes;
     const uint32_t k_rows = k_tile + w * kTileBytes, v_rows = base + kOffV + kb * kKvBytes + w * kTileBytes;
     float dv[32], dk[32];
@@ -460,10 +544,11 @@ __global__ void __launch_bounds__(kThreads, 1)
 
     for (int i = 2 * j; i < query_blocks; ++i, ++step) {
       const int s = step % kStages;
-      barrier_wait(&full[s], (step / kStages) & 1);
+      clock_sums.time(kConsumerFull, [&] { barrier_wait(&full[s], (step / kStages) & 1); });
       // D was computed when the stage landed, under an earlier step's math: waited for here, where few
       // registers are live (in the middle of the step the wait's loop costs ptxas spills).
-      if (!kConsumersTakeD && !(work.skip & (16 | 32))) barrier_wait(&delta_full[s], (step / kStages) & 1);
+      if (!kConsumersTakeD && !(work.skip & (16 | 32)))
+        clock_sums.time(kConsumerDelta, [&] { barrier_wait(&delta_full[s], (step / kStages) & 1); });
       const uint32_t q_tile = base + kOffQ + s * kTileBytes, do_tile = base + kOffDo + s * kTileBytes;
       const uint32_t ds_pair = base + kOffDs + (step % 2) * 2 * kTileBytes;
       // The group's keys start at 128j + 64w, the block's queries at 64i: none visible before i = 2j + w,
@@ -541,13 +626,16 @@ __global__ void __launch_bounds__(kThreads, 1)
         store_fragment_tile(ds_pair + w * kTileBytes + warp * 16 * 128, zeros, lane);
       }
       asm volatile("fence.proxy.async.shared::cta;" ::: "memory");  // the tile visible to wgmma's reads
-      asm volatile("bar.sync 1, 256;" ::: "memory");                // both groups' dS^T tiles written
+      clock_sums.time(kConsumerSync, [&] {
+        asm volatile("bar.sync 1, 256;" ::: "memory");
+      });  // both dS^T tiles written
 
       // dQ[64 queries, this group's 32 head dims] = dS[64, 128 keys] K[128 keys, dims]: A is dS^T's tiles
       // read M-major, k16 slice kk at 16 key rows (2,048 bytes) on; B is K read N-major from head dim 32w
       // (64 bytes into the rows).
       float dq[16];
       const uint32_t k_cols = k_tile + 64 * w;
+      const uint32_t adds_start = clock_sums.now();
       wgmma_fence();
 #pragma unroll
       for (int kk = 0; kk < 8; ++kk)
@@ -568,12 +656,13 @@ __global__ void __launch_bounds__(kThreads, 1)
         add_to_global(dq_rows + 8 * jj + col0, dq[4 * jj], dq[4 * jj + 1]);
         add_to_global(dq_rows + 8 * kHeadDim + 8 * jj + col0, dq[4 * jj + 2], dq[4 * jj + 3]);
       }
+      clock_sums.add_since(kConsumerAdds, adds_start);
     }
     // Every wgmma that read K or V has finished, and the item's adds into dQ are issued.
     __syncwarp();
     if (lane == 0) {
       barrier_arrive(&kv_empty[kb]);
-      barrier_arrive(&adds_done[kb]);
+      barrier_arrive(&adds_done[item % work.finish_lag]);
     }
 
     // dK (scaled) and dV of the group's 64 keys, straight from the fragments.
@@ -593,6 +682,8 @@ __global__ void __launch_bounds__(kThreads, 1)
           __floats2bfloat162_rn(dv[4 * jj + 2], dv[4 * jj + 3]);
     }
   });
+  clock_sums.add(kConsumerTotal, clock_sums.now());
+  clock_sums.report(clocks, kConsumerTotal, kConsumerAdds + 1);
 }
 
 // Uniform values in [-range, range) from a hash of the index and seed.
@@ -687,13 +778,24 @@ struct Problem {
                             dqkv_cudnn.get()))
       check(cudaErrorUnknown, "cuDNN's backward");
   }
-  void run_ours(cudaStream_t stream, int skip = 0, bool consumers_take_d = false) const {
-    const auto kernel = consumers_take_d ? attention_backward<true> : attention_backward<false>;
+  // Ours with the work w (this shape's, its diagnosis flags or schedule changed); with clocks, the timed
+  // build, which writes kClockSlots a CTA there.
+  void run_ours(cudaStream_t stream, const Work& w, bool consumers_take_d = false,
+                unsigned* clocks = nullptr) const {
+    const auto kernel = clocks             ? attention_backward<false, true>
+                        : consumers_take_d ? attention_backward<true>
+                                           : attention_backward<false>;
     kernel<<<grid, kThreads, kSharedBytes, stream>>>(
         map_q, map_kv, map_o, map_do, static_cast<const float*>(stats.get()),
         static_cast<float*>(dq_acc.get()), static_cast<int*>(counters.get()),
-        static_cast<__nv_bfloat16*>(dqkv_ours.get()), Work{work.batch, work.heads, work.time, skip});
+        static_cast<__nv_bfloat16*>(dqkv_ours.get()), w, clocks);
     check(cudaGetLastError(), "launch of our kernel");
+  }
+  void run_ours(cudaStream_t stream) const { run_ours(stream, work); }
+  Work with_skip(int skip) const {
+    Work w = work;
+    w.skip = skip;
+    return w;
   }
   // Max |ours - cuDNN's| per third of dqkv, then max |cuDNN's|: on the device, as the bits of floats.
   std::vector<float> gap_to_cudnn(cudaStream_t stream) const {
@@ -792,6 +894,38 @@ std::vector<double> worst_relative(const std::vector<double>& x, const std::vect
   return worst;
 }
 
+// The timed build's clocks of one launch, by CTA % groups (with 132 CTAs and 4 pairs a head, the pair a
+// CTA takes when the schedule does not rotate): each slot as a share of the same CTA's consumer run, the
+// mean over the group's CTAs; the finisher's blocks and cycles a block; the run in thousands of cycles.
+void print_clocks(const std::vector<unsigned>& clocks, int grid, int groups) {
+  std::printf(
+      "    CTA %% %d | run kcyc (max) | consumers: K/V stage D dS^T dQ+adds | producer: K/V finisher stage | "
+      "finisher: adds count convert, blocks, kcyc a block | D warps: stage math (%% of the run)\n",
+      groups);
+  for (int g = 0; g < groups; ++g) {
+    std::vector<double> share(kClockSlots, 0.0);
+    double run = 0, longest = 0, blocks = 0, convert = 0;
+    int n = 0;
+    for (int c = g; c < grid; c += groups, ++n) {
+      const unsigned* x = clocks.data() + size_t(c) * kClockSlots;
+      const double total = std::max(1u, x[kConsumerTotal]);
+      for (int k = 0; k < kClockSlots; ++k) share[k] += 100.0 * x[k] / total;
+      run += total, longest = std::max(longest, total);
+      blocks += x[kFinisherBlocks], convert += x[kFinisherConvert];
+    }
+    if (n == 0) continue;
+    for (double& v : share) v /= n;
+    std::printf(
+        "    %7d | %6.0f (%6.0f) | %5.1f %5.1f %4.1f %4.1f %5.1f | %4.1f %5.1f %4.1f | %4.1f %4.1f %5.1f, "
+        "%4.1f, "
+        "%5.2f | %4.1f %4.1f\n",
+        g, run / n / 1e3, longest / 1e3, share[kConsumerKv], share[kConsumerFull], share[kConsumerDelta],
+        share[kConsumerSync], share[kConsumerAdds], share[kProducerKv], share[kProducerFinisher],
+        share[kProducerEmpty], share[kFinisherAdds], share[kFinisherCount], share[kFinisherConvert],
+        blocks / n, blocks > 0 ? convert / blocks / 1e3 : 0.0, share[kDeltaFull], share[kDeltaMath]);
+  }
+}
+
 double largest_difference(const std::vector<double>& a, const std::vector<double>& b) {
   double d = 0;
   for (size_t i = 0; i < a.size(); ++i) d = std::max(d, std::abs(a[i] - b[i]));
@@ -825,7 +959,8 @@ int main(int argc, char** argv) {
                    major * 10);
       return 1;
     }
-    for (const auto kernel : {attention_backward<false>, attention_backward<true>})
+    for (const auto kernel :
+         {attention_backward<false>, attention_backward<true>, attention_backward<false, true>})
       check(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSharedBytes),
             "shared memory");
     cudaStream_t stream = nullptr;
@@ -867,13 +1002,20 @@ int main(int argc, char** argv) {
         return right;
       };
       print("cuDNN", worst_relative(download_bf16(small.dqkv_cudnn), ref.dqkv, channels));
-      for (int call = 1; call <= 4; ++call) {
+      DeviceBuffer clocks(size_t(small.grid) * kClockSlots * sizeof(unsigned));
+      Work rescheduled = small.work;
+      rescheduled.finish_lag = 4, rescheduled.short_first = true, rescheduled.rotate = true;
+      for (int call = 1; call <= 6; ++call) {
         // NaNs first, so that an element the kernel never writes shows as wrong. The fourth call is the
-        // variant whose consumers compute D.
+        // variant whose consumers compute D, the fifth the other schedule, the sixth that in the timed build.
         check(cudaMemsetAsync(small.dqkv_ours.get(), 0xff, small.dqkv_ours.bytes(), stream), "memset");
-        small.run_ours(stream, 0, call == 4);
+        small.run_ours(stream, call >= 5 ? rescheduled : small.work, call == 4,
+                       call == 6 ? static_cast<unsigned*>(clocks.get()) : nullptr);
         check(cudaStreamSynchronize(stream), "ours at the small shape");
-        const std::string who = call == 4 ? "ours, D by the consumers" : "ours, call " + std::to_string(call);
+        const std::string who = call == 4   ? "ours, D by the consumers"
+                                : call == 5 ? "ours, lag 4, short first, rotated"
+                                : call == 6 ? "ours, the same, timed build"
+                                            : "ours, call " + std::to_string(call);
         all_right &= print(who.c_str(), worst_relative(download_bf16(small.dqkv_ours), ref.dqkv, channels));
       }
     }
@@ -916,17 +1058,42 @@ int main(int argc, char** argv) {
       row("ours", [&] { p.run_ours(stream); });
       check(cudaGetLastError(), "timing");
       all_right &= compare("after the timing");
-      row("ours, D by the consumers", [&] { p.run_ours(stream, 0, true); });
+      row("ours, D by the consumers", [&] { p.run_ours(stream, p.work, true); });
       all_right &= compare("D by the consumers, after its timing");
-      row("diagnosis: ours without the dQ conversion", [&] { p.run_ours(stream, 1); });
-      row("diagnosis: ours without dQ's counts either", [&] { p.run_ours(stream, 3); });
-      row("diagnosis: ... nor D's math", [&] { p.run_ours(stream, 7); });
-      row("diagnosis: ... nor O's copies", [&] { p.run_ours(stream, 15); });
-      row("diagnosis: ... nor the helper warps", [&] { p.run_ours(stream, 127); });
-      row("diagnosis: ours, no wait for D", [&] { p.run_ours(stream, 32); });
-      row("diagnosis: ours, no D warps", [&] { p.run_ours(stream, 16 | 32); });
-      row("diagnosis: ours, no finisher warp", [&] { p.run_ours(stream, 64); });
-      row("diagnosis: ours, the helpers spinning", [&] { p.run_ours(stream, 128); });
+
+      // The schedule: how far the finisher may lag, which key block of a unit goes first, whether a CTA's
+      // pair rotates. Each timed, checked against cuDNN after, and one launch of it in the timed build.
+      DeviceBuffer clocks(size_t(p.grid) * kClockSlots * sizeof(unsigned));
+      std::vector<unsigned> host_clocks(size_t(p.grid) * kClockSlots);
+      struct Schedule {
+        const char* name;
+        int lag;
+        bool short_first, rotate;
+      };
+      for (const Schedule& schedule :
+           {Schedule{"lag 2, long first (as above)", 2, false, false}, Schedule{"lag 4", 4, false, false},
+            Schedule{"rotated", 2, false, true}, Schedule{"short first", 2, true, false},
+            Schedule{"lag 4, rotated", 4, false, true}, Schedule{"lag 4, short first", 4, true, false},
+            Schedule{"lag 4, short first, rotated", 4, true, true}}) {
+        Work w = p.work;
+        w.finish_lag = schedule.lag, w.short_first = schedule.short_first, w.rotate = schedule.rotate;
+        const std::string name = std::string("schedule: ") + schedule.name;
+        row(name.c_str(), [&] { p.run_ours(stream, w); });
+        all_right &= compare("after its timing");
+        p.run_ours(stream, w, false, static_cast<unsigned*>(clocks.get()));
+        check(cudaMemcpy(host_clocks.data(), clocks.get(), clocks.bytes(), cudaMemcpyDeviceToHost), "clocks");
+        print_clocks(host_clocks, p.grid, p.work.pairs());
+      }
+      all_right &= compare("the timed build, after it");
+      row("diagnosis: ours without the dQ conversion", [&] { p.run_ours(stream, p.with_skip(1)); });
+      row("diagnosis: ours without dQ's counts either", [&] { p.run_ours(stream, p.with_skip(3)); });
+      row("diagnosis: ... nor D's math", [&] { p.run_ours(stream, p.with_skip(7)); });
+      row("diagnosis: ... nor O's copies", [&] { p.run_ours(stream, p.with_skip(15)); });
+      row("diagnosis: ... nor the helper warps", [&] { p.run_ours(stream, p.with_skip(127)); });
+      row("diagnosis: ours, no wait for D", [&] { p.run_ours(stream, p.with_skip(32)); });
+      row("diagnosis: ours, no D warps", [&] { p.run_ours(stream, p.with_skip(16 | 32)); });
+      row("diagnosis: ours, no finisher warp", [&] { p.run_ours(stream, p.with_skip(64)); });
+      row("diagnosis: ours, the helpers spinning", [&] { p.run_ours(stream, p.with_skip(128)); });
     }
     if (!all_right) std::printf("attention_backward_lab: WRONG (the times above are of a wrong kernel)\n");
     cudnnDestroy(handle);
