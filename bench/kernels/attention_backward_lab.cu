@@ -98,7 +98,7 @@ constexpr float kScaleLog2 = kScale * kLog2e;
 // and every tile starts on one): K and V twice (the next item's copies land while this one finishes), the
 // Q, O and dO ring, two pairs of dS^T tiles (one a consumer group; a pair for even steps and one for odd
 // ones, so that a group may write the next step's tile while the other still reads this step's), the
-// finisher's staging of a dQ block, LSE and D of each stage, and the barriers.
+// finisher's two staging buffers of a dQ block, LSE and D of each stage, and the barriers.
 constexpr int kOffK = 0;
 constexpr int kOffV = kOffK + 2 * kKvBytes;
 constexpr int kOffQ = kOffV + 2 * kKvBytes;
@@ -106,12 +106,12 @@ constexpr int kOffO = kOffQ + kStages * kTileBytes;
 constexpr int kOffDo = kOffO + kStages * kTileBytes;
 constexpr int kOffDs = kOffDo + kStages * kTileBytes;
 constexpr int kOffStaging = kOffDs + 4 * kTileBytes;
-constexpr int kOffLse = kOffStaging + kDqBlockBytes;
+constexpr int kOffLse = kOffStaging + 2 * kDqBlockBytes;
 constexpr int kOffDelta = kOffLse + kStages * kRowBytes;
 constexpr int kOffBarriers = kOffDelta + 2 * kStages * kRowBytes;  // D a stage, or a stage and group
 // Full, empty and D-ready a stage; full and empty a K/V buffer; adds-done and finisher-free an item slot;
-// the finisher's staging.
-constexpr int kBarriers = 3 * kStages + 2 * 2 + 2 * kMaxFinishLag + 1;
+// the finisher's two staging buffers.
+constexpr int kBarriers = 3 * kStages + 2 * 2 + 2 * kMaxFinishLag + 2;
 constexpr int kSharedBytes = kOffBarriers + kBarriers * 8 + 1024;
 static_assert(kOffBarriers % 8 == 0 && kOffLse % 16 == 0, "alignment");
 
@@ -237,6 +237,8 @@ struct Work {
   // The finisher's fences: sequentially consistent (__threadfence) rather than acquire-release, which is
   // all the counting needs.
   bool sc_fences = false;
+  // The finisher copies the next dQ block into a second staging buffer while it converts one.
+  bool prefetch_dq = false;
   __host__ __device__ int key_blocks() const { return time / kKeyBlock; }
   __host__ __device__ int query_blocks() const { return time / kQueryBlock; }
   __host__ __device__ int pairs() const { return (key_blocks() + 1) / 2; }
@@ -356,23 +358,26 @@ __device__ __forceinline__ float dot_pieces(const uint4* a, const uint4* b, int 
   return sum;
 }
 
-// dQ of query block i, 64 rows of the f32 accumulator, to bf16 (times the scale) into dqkv's q columns,
-// and the accumulator rows back to 0 for the next call, by one warp. One bulk copy brings the block into
-// shared memory (its 16 KB in one L2 round trip; a warp's own loads, one in flight in 40 registers, took
-// ~40 us a block and made the whole kernel 2.6x slower); the stores need no waiting. The warp's fences
-// before this made the other CTAs' adds visible to it; fence.proxy.async.global extends that to the copy,
-// which reads through the async proxy. `phase` counts the staging barrier's uses.
-__device__ __forceinline__ void finish_dq_block(float* dq_acc, __nv_bfloat16* dqkv, const Work& work, int bh,
-                                                int i, int lane, uint8_t* staging, uint64_t* staged,
-                                                uint32_t& phase) {
+// The f32 accumulator rows of query block i of (batch x head) bh.
+__device__ __forceinline__ float4* dq_block(float* dq_acc, const Work& work, int bh, int i) {
+  return reinterpret_cast<float4*>(dq_acc + (size_t(bh) * work.time + i * kQueryBlock) * kHeadDim);
+}
+
+// One bulk copy brings a dQ block into shared memory (its 16 KB in one L2 round trip; a warp's own loads,
+// one in flight in 40 registers, took ~40 us a block and made the whole kernel 2.6x slower). The warp's
+// fences before this made the other CTAs' adds visible to it; fence.proxy.async.global extends that to the
+// copy, which reads through the async proxy. By lane 0.
+__device__ __forceinline__ void copy_dq_block(const float4* block, uint8_t* staging, uint64_t* staged) {
+  asm volatile("fence.proxy.async.global;" ::: "memory");
+  barrier_expect_bytes(staged, kDqBlockBytes);
+  copy_bytes(shared_address(staging), block, kDqBlockBytes, staged);
+}
+
+// dQ of query block i, staged in shared memory, to bf16 (times the scale) into dqkv's q columns, and the
+// accumulator rows back to 0 for the next call, by one warp; the stores need no waiting.
+__device__ __forceinline__ void convert_dq_block(float4* acc, const uint8_t* staging, __nv_bfloat16* dqkv,
+                                                 const Work& work, int bh, int i, int lane) {
   const int b = bh / work.heads, h = bh % work.heads, channels = work.heads * kHeadDim;
-  float4* acc = reinterpret_cast<float4*>(dq_acc + (size_t(bh) * work.time + i * kQueryBlock) * kHeadDim);
-  if (lane == 0) {
-    asm volatile("fence.proxy.async.global;" ::: "memory");
-    barrier_expect_bytes(staged, kDqBlockBytes);
-    copy_bytes(shared_address(staging), acc, kDqBlockBytes, staged);
-  }
-  helper_wait(work, staged, phase++ & 1);
   const float4* block = reinterpret_cast<const float4*>(staging);
   __nv_bfloat16* q_out = dqkv + (size_t(b) * work.time + i * kQueryBlock) * 3 * channels + h * kHeadDim;
   const int piece = lane % 16;  // four head dims; a half-warp a row
@@ -385,6 +390,32 @@ __device__ __forceinline__ void finish_dq_block(float* dq_acc, __nv_bfloat16* dq
   }
   __syncwarp();  // the staging read before the next copy writes it (through the async proxy)
   asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
+}
+
+// Finishes the query blocks 2j + k for each bit k of `mine`, by one warp. With work.prefetch_dq the next
+// block's copy goes into the second staging buffer while this one converts; without, each block waits for
+// its own copy. `phases` holds each staging barrier's phase bit.
+__device__ __forceinline__ void finish_dq_blocks(unsigned mine, float* dq_acc, __nv_bfloat16* dqkv,
+                                                 const Work& work, int bh, int j, int lane, uint8_t* staging,
+                                                 uint64_t* staged, uint32_t& phases) {
+  const auto block_of = [&](unsigned bits) { return 2 * j + __ffs(bits) - 1; };
+  int buffer = 0;
+  if (mine != 0 && lane == 0) copy_dq_block(dq_block(dq_acc, work, bh, block_of(mine)), staging, staged);
+  while (mine != 0) {
+    const int i = block_of(mine);
+    mine &= mine - 1;
+    const int next = work.prefetch_dq ? buffer ^ 1 : buffer;
+    if (work.prefetch_dq && mine != 0 && lane == 0)  // the other buffer's last convert is done
+      copy_dq_block(dq_block(dq_acc, work, bh, block_of(mine)), staging + next * kDqBlockBytes,
+                    &staged[next]);
+    helper_wait(work, &staged[buffer], (phases >> buffer) & 1);
+    phases ^= 1u << buffer;
+    convert_dq_block(dq_block(dq_acc, work, bh, i), staging + buffer * kDqBlockBytes, dqkv, work, bh, i,
+                     lane);
+    if (!work.prefetch_dq && mine != 0 && lane == 0)
+      copy_dq_block(dq_block(dq_acc, work, bh, block_of(mine)), staging, staged);
+    buffer = next;
+  }
 }
 
 // The kernel's four roles, by warp: warp 0 (one thread) issues every TMA copy; warps 1-2 compute D =
@@ -427,7 +458,8 @@ __global__ void __launch_bounds__(kThreads, 1)
       barrier_init(&adds_done[b], kConsumingWarps);
       barrier_init(&finisher_free[b], 1);
     }
-    barrier_init(finisher_free + kMaxFinishLag, 1);
+    barrier_init(finisher_free + kMaxFinishLag, 1);  // the two staging buffers
+    barrier_init(finisher_free + kMaxFinishLag + 1, 1);
     if (kTimed)
       for (int k = 0; k < kClockSlots; ++k) clock_sums_shared[k] = 0;
     asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
@@ -500,7 +532,7 @@ __global__ void __launch_bounds__(kThreads, 1)
       if (work.skip & 64) return;
       uint8_t* staging = shared + kOffStaging;
       uint64_t* staged = finisher_free + kMaxFinishLag;
-      uint32_t staged_phase = 0;
+      uint32_t staged_phases = 0;
       for_each_item(work, [&](int bh, int j, int item) {
         const int slot = item % work.finish_lag;
         clock_sums.time(kFinisherAdds,
@@ -523,9 +555,7 @@ __global__ void __launch_bounds__(kThreads, 1)
         clock_sums.add_since(kFinisherCount, count_start);
         clock_sums.add(kFinisherBlocks, __popc(mine));
         clock_sums.time(kFinisherConvert, [&] {
-          for (; mine != 0; mine &= mine - 1)
-            finish_dq_block(dq_acc, dqkv, work, bh, 2 * j + __ffs(mine) - 1, lane, staging, staged,
-                            staged_phase);
+          finish_dq_blocks(mine, dq_acc, dqkv, work, bh, j, lane, staging, staged, staged_phases);
         });
         __syncwarp();
         if (lane == 0) barrier_arrive(&finisher_free[slot]);
@@ -1017,6 +1047,7 @@ int main(int argc, char** argv) {
       DeviceBuffer clocks(size_t(small.grid) * kClockSlots * sizeof(unsigned));
       Work rescheduled = small.work;
       rescheduled.finish_lag = 4, rescheduled.short_first = true, rescheduled.rotate = true;
+      rescheduled.prefetch_dq = true;
       for (int call = 1; call <= 6; ++call) {
         // NaNs first, so that an element the kernel never writes shows as wrong. The fourth call is the
         // variant whose consumers compute D, the fifth the other schedule, the sixth that in the timed build.
@@ -1025,7 +1056,7 @@ int main(int argc, char** argv) {
                        call == 6 ? static_cast<unsigned*>(clocks.get()) : nullptr);
         check(cudaStreamSynchronize(stream), "ours at the small shape");
         const std::string who = call == 4   ? "ours, D by the consumers"
-                                : call == 5 ? "ours, lag 4, short first, rotated"
+                                : call == 5 ? "ours, lag 4, short, rot., prefetch"
                                 : call == 6 ? "ours, the same, timed build"
                                             : "ours, call " + std::to_string(call);
         all_right &= print(who.c_str(), worst_relative(download_bf16(small.dqkv_ours), ref.dqkv, channels));
@@ -1080,18 +1111,23 @@ int main(int argc, char** argv) {
       struct Schedule {
         const char* name;
         int lag;
-        bool short_first, rotate, sc_fences;
+        bool short_first, rotate, sc_fences, prefetch_dq;
       };
       for (const Schedule& schedule :
-           {Schedule{"as above (lag 2, long first)", 2, false, false, false},
-            Schedule{"SC fences (until dbd8a81)", 2, false, false, true},
-            Schedule{"lag 4", 4, false, false, false}, Schedule{"rotated", 2, false, true, false},
-            Schedule{"short first", 2, true, false, false}, Schedule{"lag 4, rotated", 4, false, true, false},
-            Schedule{"lag 4, short first", 4, true, false, false},
-            Schedule{"lag 4, short first, rotated", 4, true, true, false}}) {
+           {Schedule{"as above (lag 2, long first)", 2, false, false, false, false},
+            Schedule{"SC fences (until dbd8a81)", 2, false, false, true, false},
+            Schedule{"lag 4", 4, false, false, false, false},
+            Schedule{"rotated", 2, false, true, false, false},
+            Schedule{"short first", 2, true, false, false, false},
+            Schedule{"lag 4, rotated", 4, false, true, false, false},
+            Schedule{"lag 4, short first", 4, true, false, false, false},
+            Schedule{"lag 4, short first, rotated", 4, true, true, false, false},
+            Schedule{"dQ blocks prefetched", 2, false, false, false, true},
+            Schedule{"lag 4, rotated, prefetched", 4, false, true, false, true},
+            Schedule{"lag 4, short first, rotated, prefetched", 4, true, true, false, true}}) {
         Work w = p.work;
         w.finish_lag = schedule.lag, w.short_first = schedule.short_first, w.rotate = schedule.rotate;
-        w.sc_fences = schedule.sc_fences;
+        w.sc_fences = schedule.sc_fences, w.prefetch_dq = schedule.prefetch_dq;
         const std::string name = std::string("schedule: ") + schedule.name;
         row(name.c_str(), [&] { p.run_ours(stream, w); });
         all_right &= compare("after its timing");
