@@ -89,7 +89,7 @@ constexpr int kRowBytes = 64 * 4;           // LSE or D of one query block
 constexpr int kDqBlockBytes = 64 * 64 * 4;  // a query block of the f32 dQ accumulator
 constexpr int kConsumingWarps = 8;          // every consumer warp releases each stage and each K/V buffer
 constexpr int kDeltaThreads = 64;           // D: a thread a query row of the stage
-constexpr int kMaxFinishLag = 4;            // item slots of the consumers' adds-done and the finisher's done
+constexpr int kMaxFinishLag = 8;            // item slots of the consumers' adds-done and the finisher's done
 constexpr float kScale = 0.125f;            // 1 / sqrt(64)
 constexpr float kLog2e = 1.4426950408889634f;
 constexpr float kScaleLog2 = kScale * kLog2e;
@@ -263,6 +263,8 @@ enum ClockSlot : int {
   kConsumerDelta,     // ... for its D
   kConsumerSync,      // ... for the other group's dS^T tile
   kConsumerAdds,      // ... from dQ's wgmma issued to its adds issued
+  kWallStart,         // (globaltimer's low 32 bits, ns) the consumer thread's start
+  kWallConsumerEnd,   // ... its end
   kProducerKv,        // the copying thread waiting for a K/V buffer
   kProducerFinisher,  // ... for the finisher to be done with the item finish_lag before
   kProducerEmpty,     // ... for a free stage
@@ -270,17 +272,18 @@ enum ClockSlot : int {
   kFinisherCount,     // ... counting them in (fences and atomics)
   kFinisherConvert,   // ... converting the blocks it was last for
   kFinisherBlocks,    // (a count) the blocks it converted
+  kWallFinisherEnd,   // (globaltimer's low 32 bits, ns) the finisher's end
   kDeltaFull,         // a D thread waiting for a stage
   kDeltaMath,         // ... computing D
   kClockSlots
 };
-static_assert(kClockSlots <= 16, "the shared memory kept for the sums");
+static_assert(kClockSlots <= 24, "the shared memory kept for the sums");
 
 // The timed build's sums, in shared memory (in registers they cost the consumers spills): one reporting
 // thread a role (lane 0 of warps 0, 1, 3 and 4) adds its cycles there and copies its slots out at its
 // end. The array's address is a constant and a thread finds again at each use whether it reports, so
 // neither takes a register. In the other build, and for the other threads, every call is nothing but f.
-__shared__ unsigned clock_sums_shared[16];
+__shared__ unsigned clock_sums_shared[24];
 template <bool kTimed>
 struct Clocks {
   __device__ __forceinline__ static bool reporting() {
@@ -293,6 +296,14 @@ struct Clocks {
   }
   __device__ __forceinline__ void add_since(ClockSlot slot, uint32_t start) const {
     add(slot, now() - start);
+  }
+  // The wall clock (ns, low 32 bits) into a slot: cycles alone cannot tell a lower clock from more work.
+  __device__ __forceinline__ void stamp(ClockSlot slot) const {
+    if constexpr (kTimed) {
+      uint32_t ns;
+      asm volatile("mov.u32 %0, %%globaltimer_lo;" : "=r"(ns));
+      if (reporting()) clock_sums_shared[slot] = ns;
+    }
   }
   template <class F>
   __device__ __forceinline__ void time(ClockSlot slot, F&& f) const {
@@ -560,7 +571,8 @@ __global__ void __launch_bounds__(kThreads, 1)
         __syncwarp();
         if (lane == 0) barrier_arrive(&finisher_free[slot]);
       });
-      clock_sums.report(clocks, kFinisherAdds, kFinisherBlocks + 1);
+      clock_sums.stamp(kWallFinisherEnd);
+      clock_sums.report(clocks, kFinisherAdds, kWallFinisherEnd + 1);
     }
     return;
   }
@@ -574,6 +586,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   // P^T and dS^T as bf16 A fragments; they live until the wgmma that reads them has finished.
   uint32_t p_frag[16] = {}, ds_frag[16] = {};
   int step = 0;
+  clock_sums.stamp(kWallStart);
   clock_sums.add(kConsumerTotal, -clock_sums.now());  // the run's start, taken off its end below
   for_each_item(work, [&](int bh, int j, int item) {
     const int b = bh / heads, h = bh % heads, kb = item % 2;
@@ -725,7 +738,8 @@ __global__ void __launch_bounds__(kThreads, 1)
     }
   });
   clock_sums.add(kConsumerTotal, clock_sums.now());
-  clock_sums.report(clocks, kConsumerTotal, kConsumerAdds + 1);
+  clock_sums.stamp(kWallConsumerEnd);
+  clock_sums.report(clocks, kConsumerTotal, kWallConsumerEnd + 1);
 }
 
 // Uniform values in [-range, range) from a hash of the index and seed.
@@ -966,6 +980,26 @@ void print_clocks(const std::vector<unsigned>& clocks, int grid, int groups) {
         share[kProducerEmpty], share[kFinisherAdds], share[kFinisherCount], share[kFinisherConvert],
         blocks / n, blocks > 0 ? convert / blocks / 1e3 : 0.0, share[kDeltaFull], share[kDeltaMath]);
   }
+  // The wall clock, from CTA 0's start (differences of 32-bit stamps, which wrap every 4.3 s).
+  const auto at = [&](int c, int slot) {
+    return 1e-3 * static_cast<int32_t>(clocks[size_t(c) * kClockSlots + slot] - clocks[kWallStart]);
+  };
+  double first = 1e30, last_start = -1e30, end = -1e30, runs = 0, longest = 0, tail = 0, worst_tail = -1e30,
+         cycles = 0, ns = 0;
+  for (int c = 0; c < grid; ++c) {
+    const double start = at(c, kWallStart), consumers = at(c, kWallConsumerEnd),
+                 finisher = at(c, kWallFinisherEnd);
+    first = std::min(first, start), last_start = std::max(last_start, start);
+    end = std::max({end, consumers, finisher});
+    runs += consumers - start, longest = std::max(longest, consumers - start);
+    tail += finisher - consumers, worst_tail = std::max(worst_tail, finisher - consumers);
+    cycles += clocks[size_t(c) * kClockSlots + kConsumerTotal], ns += 1e3 * (consumers - start);
+  }
+  std::printf(
+      "    wall: the CTAs start within %.1f us, the last ends %.1f us after the first start; consumer runs "
+      "%.1f us (mean), %.1f (max); the finisher ends %.1f us (mean), %.1f (max) after its consumers; "
+      "%.0f MHz (consumer cycles / ns)\n",
+      last_start - first, end - first, runs / grid, longest, tail / grid, worst_tail, 1e3 * cycles / ns);
 }
 
 double largest_difference(const std::vector<double>& a, const std::vector<double>& b) {
@@ -1124,7 +1158,8 @@ int main(int argc, char** argv) {
             Schedule{"lag 4, short first, rotated", 4, true, true, false, false},
             Schedule{"dQ blocks prefetched", 2, false, false, false, true},
             Schedule{"lag 4, rotated, prefetched", 4, false, true, false, true},
-            Schedule{"lag 4, short first, rotated, prefetched", 4, true, true, false, true}}) {
+            Schedule{"lag 4, short first, rotated, prefetched", 4, true, true, false, true},
+            Schedule{"lag 8, rotated, prefetched", 8, false, true, false, true}}) {
         Work w = p.work;
         w.finish_lag = schedule.lag, w.short_first = schedule.short_first, w.rotate = schedule.rotate;
         w.sc_fences = schedule.sc_fences, w.prefetch_dq = schedule.prefetch_dq;
