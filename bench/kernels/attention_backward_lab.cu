@@ -64,6 +64,7 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "backend/cuda/sdpa_graph.h"
@@ -99,7 +100,8 @@ constexpr float kScaleLog2 = kScale * kLog2e;
 // and every tile starts on one): K and V twice (the next item's copies land while this one finishes), the
 // Q, O and dO ring, two pairs of dS^T tiles (one a consumer group; a pair for even steps and one for odd
 // ones, so that a group may write the next step's tile while the other still reads this step's), the
-// finisher's two staging buffers of a dQ block, LSE and D of each stage, and the barriers.
+// finisher's two staging buffers of a dQ block, the bulk variant's dQ of a step (both groups' slices), LSE
+// and D of each stage, and the barriers.
 constexpr int kOffK = 0;
 constexpr int kOffV = kOffK + 2 * kKvBytes;
 constexpr int kOffQ = kOffV + 2 * kKvBytes;
@@ -107,7 +109,8 @@ constexpr int kOffO = kOffQ + kStages * kTileBytes;
 constexpr int kOffDo = kOffO + kStages * kTileBytes;
 constexpr int kOffDs = kOffDo + kStages * kTileBytes;
 constexpr int kOffStaging = kOffDs + 4 * kTileBytes;
-constexpr int kOffLse = kOffStaging + 2 * kDqBlockBytes;
+constexpr int kOffDqStage = kOffStaging + 2 * kDqBlockBytes;  // the bulk variant's dQ of a step
+constexpr int kOffLse = kOffDqStage + kDqBlockBytes;
 constexpr int kOffDelta = kOffLse + kStages * kRowBytes;
 constexpr int kOffBarriers = kOffDelta + kStages * kRowBytes;
 // Full, empty and D-ready a stage; full and empty a K/V buffer; adds-done and finisher-free an item slot;
@@ -191,6 +194,21 @@ __device__ __forceinline__ uint32_t pack_bf16(float lo, float hi) {
 __device__ __forceinline__ void add_to_global(float* p, float x, float y) {
   asm volatile("red.global.add.v2.f32 [%0], {%1, %2};" ::"l"(p), "f"(x), "f"(y) : "memory");
 }
+// Adds `bytes` of f32 from shared memory into global memory, asynchronously, as one bulk group.
+__device__ __forceinline__ void reduce_add_bulk(float* destination, uint32_t source, uint32_t bytes) {
+  asm volatile(
+      "cp.reduce.async.bulk.global.shared::cta.bulk_group.add.f32 [%0], [%1], %2;\n"
+      "cp.async.bulk.commit_group;" ::"l"(destination),
+      "r"(source), "r"(bytes)
+      : "memory");
+}
+// The 128 threads of consumer group w (barrier ids 2 and 3: constants, as ptxas wants them).
+__device__ __forceinline__ void group_sync(int w) {
+  if (w == 0)
+    asm volatile("bar.sync 2, 128;" ::: "memory");
+  else
+    asm volatile("bar.sync 3, 128;" ::: "memory");
+}
 
 // The accumulator fragment of wgmma.m64nNk16 (PTX ISA, "Register Fragments"): in warp g of the group,
 // lane L holds rows 16g + L/4 and 16g + L/4 + 8, columns 8j + 2(L % 4) and the next: d[4j], d[4j + 1] on
@@ -231,6 +249,8 @@ struct Work {
   // item's K and V only once the finisher is done with the item that many before. 4 against 2: 664 against
   // 683 us at batch 16 on an H100 (rotated, 2026-12-07).
   int finish_lag = 4;
+  // The host's choice of kernel: the consumers' dQ by a bulk reduction from shared memory (kBulkDq).
+  bool bulk_dq = false;
   __host__ __device__ int key_blocks() const { return time / kKeyBlock; }
   __host__ __device__ int query_blocks() const { return time / kQueryBlock; }
   __host__ __device__ int pairs() const { return (key_blocks() + 1) / 2; }
@@ -384,6 +404,32 @@ __device__ __forceinline__ void convert_dq_block(float4* acc, const uint8_t* sta
   asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
 }
 
+// The bulk variant's order of a dQ block in the accumulator, as the consumers' fragments lie: float4 number
+// ((w * 4 + g) * 4 + k) * 32 + L holds, of group w's warp g's lane L, its fragment values 4k .. 4k + 3,
+// which are rows 16g + L / 4 and that + 8, columns 32w + 8k + 2 (L % 4) and the next (see the fragment's
+// layout above). Written that way, a warp's stores to shared memory are 512 contiguous bytes (no bank
+// conflicts) and each group's slice is 8 KB in one piece, one bulk reduction. Converted back here.
+__device__ __forceinline__ void convert_dq_block_fragments(float4* acc, const uint8_t* staging,
+                                                           __nv_bfloat16* dqkv, const Work& work, int bh,
+                                                           int i, int lane) {
+  const int b = bh / work.heads, h = bh % work.heads, channels = work.heads * kHeadDim;
+  const float4* block = reinterpret_cast<const float4*>(staging);
+  __nv_bfloat16* q_out = dqkv + (size_t(b) * work.time + i * kQueryBlock) * 3 * channels + h * kHeadDim;
+  const int row_in_warp = lane / 4, column_in_group = 2 * (lane % 4);
+#pragma unroll 2
+  for (int n = lane; n < kDqBlockBytes / 16; n += 32) {
+    const int k = (n / 32) % 4, g = (n / 128) % 4, w = n / 512;
+    const float4 x = block[n];
+    acc[n] = make_float4(0.f, 0.f, 0.f, 0.f);
+    __nv_bfloat16* out =
+        q_out + size_t(16 * g + row_in_warp) * 3 * channels + 32 * w + 8 * k + column_in_group;
+    *reinterpret_cast<uint32_t*>(out) = pack_bf16(kScale * x.x, kScale * x.y);
+    *reinterpret_cast<uint32_t*>(out + size_t(8) * 3 * channels) = pack_bf16(kScale * x.z, kScale * x.w);
+  }
+  __syncwarp();  // the staging read before the next copy writes it (through the async proxy)
+  asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
+}
+
 // Finishes the query blocks 2j + k for each bit k of `mine`, by one warp. The next block's copy goes into
 // the second staging buffer while this one converts (8.0 against 7.2 k cycles a block, 664 against 631 us
 // at batch 16 on an H100, 2026-12-07). `phases` holds each staging barrier's phase bit.
@@ -402,8 +448,12 @@ __device__ __forceinline__ void finish_dq_blocks(unsigned mine, float* dq_acc, _
                     &staged[next]);
     barrier_wait_idle(&staged[buffer], (phases >> buffer) & 1);
     phases ^= 1u << buffer;
-    convert_dq_block(dq_block(dq_acc, work, bh, i), staging + buffer * kDqBlockBytes, dqkv, work, bh, i,
-                     lane);
+    if (work.bulk_dq)
+      convert_dq_block_fragments(dq_block(dq_acc, work, bh, i), staging + buffer * kDqBlockBytes, dqkv, work,
+                                 bh, i, lane);
+    else
+      convert_dq_block(dq_block(dq_acc, work, bh, i), staging + buffer * kDqBlockBytes, dqkv, work, bh, i,
+                       lane);
     buffer = next;
   }
 }
@@ -415,7 +465,10 @@ __device__ __forceinline__ void finish_dq_blocks(unsigned mine, float* dq_acc, _
 // was the last to add into (query block i takes adds from key blocks 0 .. i/2); warps 4-11, two consumer
 // groups, do the math. A counter and an accumulator block are left at 0 once converted, so every call
 // finds them as the first one did after the host zeroed them (the workspace's one-time setup).
-template <bool kTimed>
+// kBulkDq: the consumers put each step's dQ into shared memory, in their fragments' order, and one thread
+// a group adds the group's 8 KB slice into the accumulator with one bulk reduction (cp.reduce.async.bulk)
+// instead of 4,096 red.global.add a step; the finisher converts that order back.
+template <bool kBulkDq, bool kTimed>
 __global__ void __launch_bounds__(kThreads, 1)
     attention_backward(const __grid_constant__ CUtensorMap map_q, const __grid_constant__ CUtensorMap map_kv,
                        const __grid_constant__ CUtensorMap map_o, const __grid_constant__ CUtensorMap map_do,
@@ -443,7 +496,7 @@ __global__ void __launch_bounds__(kThreads, 1)
       barrier_init(&kv_empty[b], kConsumingWarps);
     }
     for (int b = 0; b < kMaxFinishLag; ++b) {
-      barrier_init(&adds_done[b], kConsumingWarps);
+      barrier_init(&adds_done[b], kBulkDq ? 2 : kConsumingWarps);  // the bulk variant: a thread a group
       barrier_init(&finisher_free[b], 1);
     }
     barrier_init(finisher_free + kMaxFinishLag, 1);  // the two staging buffers
@@ -668,18 +721,43 @@ __global__ void __launch_bounds__(kThreads, 1)
       if (lane == 0) barrier_arrive(&empty[s]);
       wgmma_wait<0>();
       fence_registers(dq);
-      float* dq_rows = dq_acc + (size_t(bh) * time + i * kQueryBlock + row0) * kHeadDim + 32 * w;
+      if constexpr (kBulkDq) {
+        // The group's slice: [warp][k][lane] float4s, 8 KB, at 8 KB x w into the stage and the block.
+        float4* slice = reinterpret_cast<float4*>(shared + kOffDqStage) + w * 512;
+        const bool elected = threadIdx.x % 128 == 0;
+        if (elected) asm volatile("cp.async.bulk.wait_group.read 0;" ::: "memory");  // the last one read it
+        group_sync(w);
 #pragma unroll
-      for (int jj = 0; jj < 4; ++jj) {
-        add_to_global(dq_rows + 8 * jj + col0, dq[4 * jj], dq[4 * jj + 1]);
-        add_to_global(dq_rows + 8 * kHeadDim + 8 * jj + col0, dq[4 * jj + 2], dq[4 * jj + 3]);
+        for (int k = 0; k < 4; ++k)
+          slice[(warp * 4 + k) * 32 + lane] =
+              make_float4(dq[4 * k], dq[4 * k + 1], dq[4 * k + 2], dq[4 * k + 3]);
+        asm volatile("fence.proxy.async.shared::cta;" ::: "memory");  // visible to the bulk reduction
+        group_sync(w);
+        if (elected) {
+          float* block = dq_acc + (size_t(bh) * time + i * kQueryBlock) * kHeadDim + w * (kDqBlockBytes / 8);
+          reduce_add_bulk(block, shared_address(slice), kDqBlockBytes / 2);
+        }
+      } else {
+        float* dq_rows = dq_acc + (size_t(bh) * time + i * kQueryBlock + row0) * kHeadDim + 32 * w;
+#pragma unroll
+        for (int jj = 0; jj < 4; ++jj) {
+          add_to_global(dq_rows + 8 * jj + col0, dq[4 * jj], dq[4 * jj + 1]);
+          add_to_global(dq_rows + 8 * kHeadDim + 8 * jj + col0, dq[4 * jj + 2], dq[4 * jj + 3]);
+        }
       }
       clock_sums.add_since(kConsumerAdds, adds_start);
     }
-    // Every wgmma that read K or V has finished, and the item's adds into dQ are issued.
+    // Every wgmma that read K or V has finished, and the item's adds into dQ are issued (the bulk variant:
+    // done, and ordered before the generic proxy's release that the arrival is).
     __syncwarp();
-    if (lane == 0) {
-      barrier_arrive(&kv_empty[kb]);
+    if (lane == 0) barrier_arrive(&kv_empty[kb]);
+    if constexpr (kBulkDq) {
+      if (threadIdx.x % 128 == 0) {
+        asm volatile("cp.async.bulk.wait_group 0;" ::: "memory");
+        asm volatile("fence.proxy.async.global;" ::: "memory");
+        barrier_arrive(&adds_done[item % work.finish_lag]);
+      }
+    } else if (lane == 0) {
       barrier_arrive(&adds_done[item % work.finish_lag]);
     }
 
@@ -800,7 +878,9 @@ struct Problem {
   // Ours with the work w (this shape's, its diagnosis flags or schedule changed); with clocks, the timed
   // build, which writes kClockSlots a CTA there.
   void run_ours(cudaStream_t stream, const Work& w, unsigned* clocks = nullptr) const {
-    const auto kernel = clocks ? attention_backward<true> : attention_backward<false>;
+    const auto kernel = w.bulk_dq
+                            ? (clocks ? attention_backward<true, true> : attention_backward<true, false>)
+                            : (clocks ? attention_backward<false, true> : attention_backward<false, false>);
     kernel<<<grid, kThreads, kSharedBytes, stream>>>(
         map_q, map_kv, map_o, map_do, static_cast<const float*>(stats.get()),
         static_cast<float*>(dq_acc.get()), static_cast<int*>(counters.get()),
@@ -995,7 +1075,8 @@ int main(int argc, char** argv) {
                    major * 10);
       return 1;
     }
-    for (const auto kernel : {attention_backward<false>, attention_backward<true>})
+    for (const auto kernel : {attention_backward<false, false>, attention_backward<false, true>,
+                              attention_backward<true, false>, attention_backward<true, true>})
       check(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSharedBytes),
             "shared memory");
     cudaStream_t stream = nullptr;
@@ -1038,21 +1119,25 @@ int main(int argc, char** argv) {
       };
       print("cuDNN", worst_relative(download_bf16(small.dqkv_cudnn), ref.dqkv, channels));
       DeviceBuffer clocks(size_t(small.grid) * kClockSlots * sizeof(unsigned));
-      Work lag2 = small.work, lag8 = small.work;
-      lag2.finish_lag = 2, lag8.finish_lag = 8;
-      for (int call = 1; call <= 6; ++call) {
+      Work lag2 = small.work, lag8 = small.work, bulk = small.work;
+      lag2.finish_lag = 2, lag8.finish_lag = 8, bulk.bulk_dq = true;
+      for (int call = 1; call <= 9; ++call) {
         // NaNs first, so that an element the kernel never writes shows as wrong. The fourth and fifth calls
-        // let the finisher lag 2 and 8 items, the sixth is the timed build.
+        // let the finisher lag 2 and 8 items, the sixth is the timed build, the seventh and eighth the bulk
+        // variant (twice: the workspace it leaves must serve the next call), the ninth that timed.
         check(cudaMemsetAsync(small.dqkv_ours.get(), 0xff, small.dqkv_ours.bytes(), stream), "memset");
         small.run_ours(stream,
                        call == 4   ? lag2
                        : call == 5 ? lag8
+                       : call >= 7 ? bulk
                                    : small.work,
-                       call == 6 ? static_cast<unsigned*>(clocks.get()) : nullptr);
+                       call == 6 || call == 9 ? static_cast<unsigned*>(clocks.get()) : nullptr);
         check(cudaStreamSynchronize(stream), "ours at the small shape");
         const std::string who = call == 4   ? "ours, finisher lag 2"
                                 : call == 5 ? "ours, finisher lag 8"
                                 : call == 6 ? "ours, the timed build"
+                                : call == 9 ? "ours, bulk dQ, timed build"
+                                : call >= 7 ? "ours, bulk dQ, call " + std::to_string(call - 6)
                                             : "ours, call " + std::to_string(call);
         all_right &= print(who.c_str(), worst_relative(download_bf16(small.dqkv_ours), ref.dqkv, channels));
       }
@@ -1101,10 +1186,12 @@ int main(int argc, char** argv) {
       // the timed build.
       DeviceBuffer clocks(size_t(p.grid) * kClockSlots * sizeof(unsigned));
       std::vector<unsigned> host_clocks(size_t(p.grid) * kClockSlots);
-      for (const int lag : {4, 8, 2}) {
+      for (const auto& [lag, bulk] : {std::pair{4, false}, std::pair{8, false}, std::pair{2, false},
+                                      std::pair{4, true}, std::pair{8, true}}) {
         Work w = p.work;
-        w.finish_lag = lag;
-        const std::string name = "ours, finisher lag " + std::to_string(lag);
+        w.finish_lag = lag, w.bulk_dq = bulk;
+        const std::string name =
+            std::string(bulk ? "ours, bulk dQ" : "ours") + ", finisher lag " + std::to_string(lag);
         row(name.c_str(), [&] { p.run_ours(stream, w); });
         all_right &= compare("after its timing");
         p.run_ours(stream, w, static_cast<unsigned*>(clocks.get()));
