@@ -251,7 +251,7 @@ struct Work {
   // item's K and V only once the finisher is done with the item that many before. 4 against 2: 664 against
   // 683 us at batch 16 on an H100 (rotated, 2026-12-07).
   int finish_lag = 4;
-  // The host's choice of kernel: the consumers' dQ by a bulk reduction from shared memory (kBulkDq).
+  // The host's choice of kernel (read only there): dQ by bulk reductions from shared memory (kBulkDq).
   bool bulk_dq = false;
   __host__ __device__ int key_blocks() const { return time / kKeyBlock; }
   __host__ __device__ int query_blocks() const { return time / kQueryBlock; }
@@ -389,44 +389,40 @@ __device__ __forceinline__ void copy_dq_block(const float4* block, uint8_t* stag
 
 // dQ of query block i, staged in shared memory, to bf16 (times the scale) into dqkv's q columns, and the
 // accumulator rows back to 0 for the next call, by one warp; the stores need no waiting.
+// kFragmentOrder: the block is in the bulk variant's order, the consumers' fragments as they lie: float4
+// number ((w * 4 + g) * 4 + k) * 32 + L holds, of group w's warp g's lane L, its fragment values
+// 4k .. 4k + 3, which are rows 16g + L / 4 and that + 8, columns 32w + 8k + 2 (L % 4) and the next (see
+// the fragment's layout above). Written that way, a warp's stores to shared memory are 512 contiguous
+// bytes (no bank conflicts) and each group's slice is 8 KB in one piece, one bulk reduction. Otherwise
+// the block is row-major, as the consumers' red.global.add leave it.
+template <bool kFragmentOrder>
 __device__ __forceinline__ void convert_dq_block(float4* acc, const uint8_t* staging, __nv_bfloat16* dqkv,
                                                  const Work& work, int bh, int i, int lane) {
   const int b = bh / work.heads, h = bh % work.heads, channels = work.heads * kHeadDim;
   const float4* block = reinterpret_cast<const float4*>(staging);
   __nv_bfloat16* q_out = dqkv + (size_t(b) * work.time + i * kQueryBlock) * 3 * channels + h * kHeadDim;
-  const int piece = lane % 16;  // four head dims; a half-warp a row
+  if constexpr (kFragmentOrder) {
+    const int row_in_warp = lane / 4, column_in_group = 2 * (lane % 4);
 #pragma unroll 2
-  for (int r = lane / 16; r < kQueryBlock; r += 2) {
-    const float4 x = block[r * 16 + piece];
-    acc[r * 16 + piece] = make_float4(0.f, 0.f, 0.f, 0.f);
-    const uint2 v = make_uint2(pack_bf16(kScale * x.x, kScale * x.y), pack_bf16(kScale * x.z, kScale * x.w));
-    *reinterpret_cast<uint2*>(q_out + size_t(r) * 3 * channels + 4 * piece) = v;
-  }
-  __syncwarp();  // the staging read before the next copy writes it (through the async proxy)
-  asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
-}
-
-// The bulk variant's order of a dQ block in the accumulator, as the consumers' fragments lie: float4 number
-// ((w * 4 + g) * 4 + k) * 32 + L holds, of group w's warp g's lane L, its fragment values 4k .. 4k + 3,
-// which are rows 16g + L / 4 and that + 8, columns 32w + 8k + 2 (L % 4) and the next (see the fragment's
-// layout above). Written that way, a warp's stores to shared memory are 512 contiguous bytes (no bank
-// conflicts) and each group's slice is 8 KB in one piece, one bulk reduction. Converted back here.
-__device__ __forceinline__ void convert_dq_block_fragments(float4* acc, const uint8_t* staging,
-                                                           __nv_bfloat16* dqkv, const Work& work, int bh,
-                                                           int i, int lane) {
-  const int b = bh / work.heads, h = bh % work.heads, channels = work.heads * kHeadDim;
-  const float4* block = reinterpret_cast<const float4*>(staging);
-  __nv_bfloat16* q_out = dqkv + (size_t(b) * work.time + i * kQueryBlock) * 3 * channels + h * kHeadDim;
-  const int row_in_warp = lane / 4, column_in_group = 2 * (lane % 4);
+    for (int n = lane; n < kDqBlockBytes / 16; n += 32) {
+      const int k = (n / 32) % 4, g = (n / 128) % 4, w = n / 512;
+      const float4 x = block[n];
+      acc[n] = make_float4(0.f, 0.f, 0.f, 0.f);
+      __nv_bfloat16* out =
+          q_out + size_t(16 * g + row_in_warp) * 3 * channels + 32 * w + 8 * k + column_in_group;
+      *reinterpret_cast<uint32_t*>(out) = pack_bf16(kScale * x.x, kScale * x.y);
+      *reinterpret_cast<uint32_t*>(out + size_t(8) * 3 * channels) = pack_bf16(kScale * x.z, kScale * x.w);
+    }
+  } else {
+    const int piece = lane % 16;  // four head dims; a half-warp a row
 #pragma unroll 2
-  for (int n = lane; n < kDqBlockBytes / 16; n += 32) {
-    const int k = (n / 32) % 4, g = (n / 128) % 4, w = n / 512;
-    const float4 x = block[n];
-    acc[n] = make_float4(0.f, 0.f, 0.f, 0.f);
-    __nv_bfloat16* out =
-        q_out + size_t(16 * g + row_in_warp) * 3 * channels + 32 * w + 8 * k + column_in_group;
-    *reinterpret_cast<uint32_t*>(out) = pack_bf16(kScale * x.x, kScale * x.y);
-    *reinterpret_cast<uint32_t*>(out + size_t(8) * 3 * channels) = pack_bf16(kScale * x.z, kScale * x.w);
+    for (int r = lane / 16; r < kQueryBlock; r += 2) {
+      const float4 x = block[r * 16 + piece];
+      acc[r * 16 + piece] = make_float4(0.f, 0.f, 0.f, 0.f);
+      const uint2 v =
+          make_uint2(pack_bf16(kScale * x.x, kScale * x.y), pack_bf16(kScale * x.z, kScale * x.w));
+      *reinterpret_cast<uint2*>(q_out + size_t(r) * 3 * channels + 4 * piece) = v;
+    }
   }
   __syncwarp();  // the staging read before the next copy writes it (through the async proxy)
   asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
@@ -435,6 +431,7 @@ __device__ __forceinline__ void convert_dq_block_fragments(float4* acc, const ui
 // Finishes the query blocks 2j + k for each bit k of `mine`, by one warp. The next block's copy goes into
 // the second staging buffer while this one converts (8.0 against 7.2 k cycles a block, 664 against 631 us
 // at batch 16 on an H100, 2026-12-07). `phases` holds each staging barrier's phase bit.
+template <bool kFragmentOrder>
 __device__ __forceinline__ void finish_dq_blocks(unsigned mine, float* dq_acc, __nv_bfloat16* dqkv,
                                                  const Work& work, int bh, int j, int lane, uint8_t* staging,
                                                  uint64_t* staged, uint32_t& phases) {
@@ -450,12 +447,8 @@ __device__ __forceinline__ void finish_dq_blocks(unsigned mine, float* dq_acc, _
                     &staged[next]);
     barrier_wait_idle(&staged[buffer], (phases >> buffer) & 1);
     phases ^= 1u << buffer;
-    if (work.bulk_dq)
-      convert_dq_block_fragments(dq_block(dq_acc, work, bh, i), staging + buffer * kDqBlockBytes, dqkv, work,
-                                 bh, i, lane);
-    else
-      convert_dq_block(dq_block(dq_acc, work, bh, i), staging + buffer * kDqBlockBytes, dqkv, work, bh, i,
-                       lane);
+    convert_dq_block<kFragmentOrder>(dq_block(dq_acc, work, bh, i), staging + buffer * kDqBlockBytes, dqkv,
+                                     work, bh, i, lane);
     buffer = next;
   }
 }
@@ -598,7 +591,7 @@ __global__ void __launch_bounds__(kThreads, 1)
         clock_sums.add_since(kFinisherCount, count_start);
         clock_sums.add(kFinisherBlocks, __popc(mine));
         clock_sums.time(kFinisherConvert, [&] {
-          finish_dq_blocks(mine, dq_acc, dqkv, work, bh, j, lane, staging, staged, staged_phases);
+          finish_dq_blocks<kBulkDq>(mine, dq_acc, dqkv, work, bh, j, lane, staging, staged, staged_phases);
         });
         __syncwarp();
         if (lane == 0) barrier_arrive(&finisher_free[slot]);
