@@ -279,9 +279,11 @@ struct Work {
   // The finisher stores dQ's bf16 block and the accumulator's zeros with bulk copies from shared memory
   // instead of its own stores (finish_dq_blocks).
   bool bulk_finish = false;
+  // The host's choice of kernel: each step's dQ added under the next step's S^T and dP^T (kDeferDq).
+  bool defer_dq = false;
   std::string name() const {
-    return std::string(bulk_dq ? "bulk dQ, " : "") + (bulk_finish ? "bulk finish, " : "") + "finisher lag " +
-           std::to_string(finish_lag);
+    return std::string(bulk_dq ? "bulk dQ, " : "") + (defer_dq ? "deferred dQ, " : "") +
+           (bulk_finish ? "bulk finish, " : "") + "finisher lag " + std::to_string(finish_lag);
   }
   __host__ __device__ int key_blocks() const { return time / kKeyBlock; }
   __host__ __device__ int query_blocks() const { return time / kQueryBlock; }
@@ -558,7 +560,7 @@ __device__ __forceinline__ void finish_dq_blocks(unsigned mine, float* dq_acc, _
 // kBulkDq: the consumers put each step's dQ into shared memory, in their fragments' order, and one thread
 // a group adds the group's 8 KB slice into the accumulator with one bulk reduction (cp.reduce.async.bulk)
 // instead of 4,096 red.global.add a step; the finisher converts that order back.
-template <bool kBulkDq, bool kTimed>
+template <bool kBulkDq, bool kDeferDq, bool kTimed>
 __global__ void __launch_bounds__(kThreads, 1)
     attention_backward(const __grid_constant__ CUtensorMap map_q, const __grid_constant__ CUtensorMap map_kv,
                        const __grid_constant__ CUtensorMap map_o, const __grid_constant__ CUtensorMap map_do,
@@ -720,6 +722,36 @@ __global__ void __launch_bounds__(kThreads, 1)
 #pragma unroll
     for (int x = 0; x < 32; ++x) dv[x] = 0.f, dk[x] = 0.f;
 
+    // dQ of query block qi (in dq, its wgmma done) into the accumulator.
+    float dq[16];
+    const auto add_dq = [&](int qi) {
+      if constexpr (kBulkDq) {
+        // The group's slice: [warp][k][lane] float4s, 8 KB, at 8 KB x w into the stage and the block.
+        float4* slice = reinterpret_cast<float4*>(shared + kOffDqStage) + w * 512;
+        const bool elected = threadIdx.x % 128 == 0;
+        if (elected) bulk_wait_read();  // the last one read it
+        group_sync(w);
+#pragma unroll
+        for (int k = 0; k < 4; ++k)
+          slice[(warp * 4 + k) * 32 + lane] =
+              make_float4(dq[4 * k], dq[4 * k + 1], dq[4 * k + 2], dq[4 * k + 3]);
+        asm volatile("fence.proxy.async.shared::cta;" ::: "memory");  // visible to the bulk reduction
+        group_sync(w);
+        if (elected) {
+          float* block = dq_acc + (size_t(bh) * time + qi * kQueryBlock) * kHeadDim + w * (kDqBlockBytes / 8);
+          reduce_add_bulk(block, shared_address(slice), kDqBlockBytes / 2);
+        }
+      } else {
+        float* dq_rows = dq_acc + (size_t(bh) * time + qi * kQueryBlock + row0) * kHeadDim + 32 * w;
+#pragma unroll
+        for (int jj = 0; jj < 4; ++jj) {
+          add_to_global(dq_rows + 8 * jj + col0, dq[4 * jj], dq[4 * jj + 1]);
+          add_to_global(dq_rows + 8 * kHeadDim + 8 * jj + col0, dq[4 * jj + 2], dq[4 * jj + 3]);
+        }
+      }
+    };
+    int pending = -1;  // kDeferDq: the query block whose dQ wgmma is still in flight
+
     for (int i = 2 * j; i < query_blocks; ++i, ++step) {
       const int s = step % kStages;
       clock_sums.time(kConsumerFull, [&] { barrier_wait(&full[s], (step / kStages) & 1); });
@@ -742,6 +774,13 @@ __global__ void __launch_bounds__(kThreads, 1)
         for (int kk = 0; kk < 4; ++kk)
           mma_ss(dp, swizzled_descriptor(v_rows + 32 * kk), swizzled_descriptor(do_tile + 32 * kk), kk);
         wgmma_commit();
+        if constexpr (kDeferDq) {  // the last step's dQ, under this step's S^T and dP^T
+          // Waited for and touched whether or not a dQ is pending: ptxas serialises every wgmma of a
+          // kernel that reads an accumulator only on some paths.
+          wgmma_wait<2>();
+          fence_registers(dq);
+          if (pending >= 0) add_dq(pending);
+        }
 
         // P^T: rows are keys, columns queries, so LSE and D are per column. The stats are cuDNN's: the
         // natural log, taken to base 2 here.
@@ -786,6 +825,7 @@ __global__ void __launch_bounds__(kThreads, 1)
         store_fragment_tile(ds_pair + w * kTileBytes + warp * 16 * 128, ds_frag, lane);
       } else {  // no key of the group sees these queries: its dS^T is 0 (the other group's dQ slices stay
                 // one branch-free run of wgmma: with two run lengths ptxas inserts fences between them)
+        // (Only the first step of an item comes here, so no dQ is pending.)
         const uint32_t zeros[16] = {};
         store_fragment_tile(ds_pair + w * kTileBytes + warp * 16 * 128, zeros, lane);
       }
@@ -797,7 +837,6 @@ __global__ void __launch_bounds__(kThreads, 1)
       // dQ[64 queries, this group's 32 head dims] = dS[64, 128 keys] K[128 keys, dims]: A is dS^T's tiles
       // read M-major, k16 slice kk at 16 key rows (2,048 bytes) on; B is K read N-major from head dim 32w
       // (64 bytes into the rows).
-      float dq[16];
       const uint32_t k_cols = k_tile + 64 * w;
       const uint32_t adds_start = clock_sums.now();
       wgmma_fence();
@@ -812,33 +851,19 @@ __global__ void __launch_bounds__(kThreads, 1)
       fence_registers(p_frag);
       fence_registers(ds_frag);
       if (lane == 0) barrier_arrive(&empty[s]);
-      wgmma_wait<0>();
-      fence_registers(dq);
-      if constexpr (kBulkDq) {
-        // The group's slice: [warp][k][lane] float4s, 8 KB, at 8 KB x w into the stage and the block.
-        float4* slice = reinterpret_cast<float4*>(shared + kOffDqStage) + w * 512;
-        const bool elected = threadIdx.x % 128 == 0;
-        if (elected) bulk_wait_read();  // the last one read it
-        group_sync(w);
-#pragma unroll
-        for (int k = 0; k < 4; ++k)
-          slice[(warp * 4 + k) * 32 + lane] =
-              make_float4(dq[4 * k], dq[4 * k + 1], dq[4 * k + 2], dq[4 * k + 3]);
-        asm volatile("fence.proxy.async.shared::cta;" ::: "memory");  // visible to the bulk reduction
-        group_sync(w);
-        if (elected) {
-          float* block = dq_acc + (size_t(bh) * time + i * kQueryBlock) * kHeadDim + w * (kDqBlockBytes / 8);
-          reduce_add_bulk(block, shared_address(slice), kDqBlockBytes / 2);
-        }
+      if constexpr (kDeferDq) {
+        pending = i;
       } else {
-        float* dq_rows = dq_acc + (size_t(bh) * time + i * kQueryBlock + row0) * kHeadDim + 32 * w;
-#pragma unroll
-        for (int jj = 0; jj < 4; ++jj) {
-          add_to_global(dq_rows + 8 * jj + col0, dq[4 * jj], dq[4 * jj + 1]);
-          add_to_global(dq_rows + 8 * kHeadDim + 8 * jj + col0, dq[4 * jj + 2], dq[4 * jj + 3]);
-        }
+        wgmma_wait<0>();
+        fence_registers(dq);
+        add_dq(i);
       }
       clock_sums.add_since(kConsumerAdds, adds_start);
+    }
+    if constexpr (kDeferDq) {  // the item's last dQ (an item has at least two steps)
+      wgmma_wait<0>();
+      fence_registers(dq);
+      add_dq(pending);
     }
     // Every wgmma that read K or V has finished, and the item's adds into dQ are issued (the bulk variant:
     // done, and ordered before the generic proxy's release that the arrival is).
@@ -875,6 +900,14 @@ __global__ void __launch_bounds__(kThreads, 1)
   clock_sums.stamp(kWallConsumerEnd);
   clock_sums.report(clocks, kConsumerTotal, kWallConsumerEnd + 1);
 }
+
+// The kernel of each choice: [kBulkDq][kDeferDq][kTimed].
+using Kernel = decltype(&attention_backward<false, false, false>);
+constexpr Kernel kernels[2][2][2] = {
+    {{attention_backward<false, false, false>, attention_backward<false, false, true>},
+     {attention_backward<false, true, false>, attention_backward<false, true, true>}},
+    {{attention_backward<true, false, false>, attention_backward<true, false, true>},
+     {attention_backward<true, true, false>, attention_backward<true, true, true>}}};
 
 // Uniform values in [-range, range) from a hash of the index and seed.
 __global__ void fill_uniform(__nv_bfloat16* x, int64_t n, uint32_t seed, float range) {
@@ -972,9 +1005,7 @@ struct Problem {
   // Ours with the work w (this shape's, its diagnosis flags or schedule changed); with clocks, the timed
   // build, which writes kClockSlots a CTA there.
   void run_ours(cudaStream_t stream, const Work& w, unsigned* clocks = nullptr) const {
-    const auto kernel = w.bulk_dq
-                            ? (clocks ? attention_backward<true, true> : attention_backward<true, false>)
-                            : (clocks ? attention_backward<false, true> : attention_backward<false, false>);
+    const auto kernel = kernels[w.bulk_dq][w.defer_dq][clocks != nullptr];
     kernel<<<grid, kThreads, kSharedBytes, stream>>>(
         map_q, map_kv, map_o, map_do, map_dq, static_cast<const float*>(stats.get()),
         static_cast<float*>(dq_acc.get()), static_cast<int*>(counters.get()),
@@ -1140,12 +1171,15 @@ void print_clocks(const std::vector<unsigned>& clocks, int grid, int groups) {
 // finisher's stores made bulk copies, and both.
 std::vector<Work> variants(const Work& base) {
   std::vector<Work> all;
-  for (const auto& [lag, bulk_dq, bulk_finish] :
-       {std::tuple{4, false, false}, std::tuple{8, false, false}, std::tuple{2, false, false},
-        std::tuple{4, true, false}, std::tuple{8, true, false}, std::tuple{4, false, true},
-        std::tuple{4, true, true}, std::tuple{8, true, true}}) {
+  for (const auto& [lag, bulk_dq, defer_dq, bulk_finish] :
+       {std::tuple{4, false, false, false}, std::tuple{8, false, false, false},
+        std::tuple{2, false, false, false}, std::tuple{4, true, false, false},
+        std::tuple{8, true, false, false}, std::tuple{4, false, false, true},
+        std::tuple{4, true, false, true}, std::tuple{8, true, false, true}, std::tuple{4, false, true, false},
+        std::tuple{4, true, true, false}, std::tuple{4, true, true, true},
+        std::tuple{4, false, true, true}}) {
     Work w = base;
-    w.finish_lag = lag, w.bulk_dq = bulk_dq, w.bulk_finish = bulk_finish;
+    w.finish_lag = lag, w.bulk_dq = bulk_dq, w.defer_dq = defer_dq, w.bulk_finish = bulk_finish;
     all.push_back(w);
   }
   return all;
@@ -1184,10 +1218,11 @@ int main(int argc, char** argv) {
                    major * 10);
       return 1;
     }
-    for (const auto kernel : {attention_backward<false, false>, attention_backward<false, true>,
-                              attention_backward<true, false>, attention_backward<true, true>})
-      check(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSharedBytes),
-            "shared memory");
+    for (const auto& by_defer : kernels)
+      for (const auto& by_timed : by_defer)
+        for (const auto kernel : by_timed)
+          check(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSharedBytes),
+                "shared memory");
     cudaStream_t stream = nullptr;
     check(cudaStreamCreate(&stream), "stream");
     cudnnHandle_t handle = nullptr;
