@@ -36,8 +36,9 @@
 // The program checks ours (and cuDNN's) against an fp64 reference computed on the host at a small shape,
 // then ours against cuDNN's backward at gpt2-large's shape, before and after timing both: the median of
 // --reps launches after 3 warm-ups, at batch 16 and 64 (or the --batch given). FLOPs counted as
-// sdpa_engine_probe counts the causal backward: 2.5 * 2 B T^2 C. Each variant (the finisher's lag, dQ by
-// bulk reductions) is timed, checked against cuDNN after, and run once in the timed build, which prints
+// sdpa_engine_probe counts the causal backward: 2.5 * 2 B T^2 C. Each variant (variants(): the finisher's
+// lag, dQ by bulk reductions, dQ added under the next step's GEMMs, the finisher's stores as bulk copies)
+// is timed, checked against cuDNN after, and run once in the timed build, which prints
 // where each role's cycles went and, from wall-clock stamps, when the CTAs started and ended. Then
 // diagnosis rows, each leaving out parts of the kernel (Work::skip; wrong output, time only), down to no
 // helper warps at all. On an H100 (2026-12-07, bench/results/gpt2-attention-engines) the kernel took
