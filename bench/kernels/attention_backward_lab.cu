@@ -68,7 +68,6 @@
 #include <memory>
 #include <string>
 #include <tuple>
-#include <utility>
 #include <vector>
 
 #include "backend/cuda/sdpa_graph.h"
@@ -199,16 +198,15 @@ __device__ __forceinline__ uint32_t pack_bf16(float lo, float hi) {
 __device__ __forceinline__ void add_to_global(float* p, float x, float y) {
   asm volatile("red.global.add.v2.f32 [%0], {%1, %2};" ::"l"(p), "f"(x), "f"(y) : "memory");
 }
-// Adds `bytes` of f32 from shared memory into global memory, asynchronously, as one bulk group.
+// Adds `bytes` of f32 from shared memory into global memory; stores `bytes` of shared memory to global
+// memory; stores the box of `map` at (inner, outer) from a tile in shared memory (laid out as the map's
+// swizzle says). All asynchronous; the caller commits them as a group (bulk_commit).
 __device__ __forceinline__ void reduce_add_bulk(float* destination, uint32_t source, uint32_t bytes) {
   asm volatile(
-      "cp.reduce.async.bulk.global.shared::cta.bulk_group.add.f32 [%0], [%1], %2;\n"
-      "cp.async.bulk.commit_group;" ::"l"(destination),
+      "cp.reduce.async.bulk.global.shared::cta.bulk_group.add.f32 [%0], [%1], %2;" ::"l"(destination),
       "r"(source), "r"(bytes)
       : "memory");
 }
-// Stores `bytes` of shared memory to global memory, and the box of `map` at (inner, outer) from a tile in
-// shared memory (laid out as the map's swizzle says), asynchronously; the caller commits them as a group.
 __device__ __forceinline__ void store_bytes(void* destination, uint32_t source, uint32_t bytes) {
   asm volatile("cp.async.bulk.global.shared::cta.bulk_group [%0], [%1], %2;" ::"l"(destination), "r"(source),
                "r"(bytes)
@@ -420,49 +418,14 @@ __device__ __forceinline__ void copy_dq_block(const float4* block, uint8_t* stag
   copy_bytes(shared_address(staging), block, kDqBlockBytes, staged);
 }
 
-// dQ of query block i, staged in shared memory, to bf16 (times the scale) into dqkv's q columns, and the
-// accumulator rows back to 0 for the next call, by one warp; the stores need no waiting.
+// Where float4 n of a staged dQ block lies in the block: its x and y at row r0, columns c0 and c0 + 1; its z
+// and w at row r1, columns c1 and c1 + 1.
 // kFragmentOrder: the block is in the bulk variant's order, the consumers' fragments as they lie: float4
 // number ((w * 4 + g) * 4 + k) * 32 + L holds, of group w's warp g's lane L, its fragment values
 // 4k .. 4k + 3, which are rows 16g + L / 4 and that + 8, columns 32w + 8k + 2 (L % 4) and the next (see
 // the fragment's layout above). Written that way, a warp's stores to shared memory are 512 contiguous
 // bytes (no bank conflicts) and each group's slice is 8 KB in one piece, one bulk reduction. Otherwise
 // the block is row-major, as the consumers' red.global.add leave it.
-template <bool kFragmentOrder>
-__device__ __forceinline__ void convert_dq_block(float4* acc, const uint8_t* staging, __nv_bfloat16* dqkv,
-                                                 const Work& work, int bh, int i, int lane) {
-  const int b = bh / work.heads, h = bh % work.heads, channels = work.heads * kHeadDim;
-  const float4* block = reinterpret_cast<const float4*>(staging);
-  __nv_bfloat16* q_out = dqkv + (size_t(b) * work.time + i * kQueryBlock) * 3 * channels + h * kHeadDim;
-  if constexpr (kFragmentOrder) {
-    const int row_in_warp = lane / 4, column_in_group = 2 * (lane % 4);
-#pragma unroll 2
-    for (int n = lane; n < kDqBlockBytes / 16; n += 32) {
-      const int k = (n / 32) % 4, g = (n / 128) % 4, w = n / 512;
-      const float4 x = block[n];
-      acc[n] = make_float4(0.f, 0.f, 0.f, 0.f);
-      __nv_bfloat16* out =
-          q_out + size_t(16 * g + row_in_warp) * 3 * channels + 32 * w + 8 * k + column_in_group;
-      *reinterpret_cast<uint32_t*>(out) = pack_bf16(kScale * x.x, kScale * x.y);
-      *reinterpret_cast<uint32_t*>(out + size_t(8) * 3 * channels) = pack_bf16(kScale * x.z, kScale * x.w);
-    }
-  } else {
-    const int piece = lane % 16;  // four head dims; a half-warp a row
-#pragma unroll 2
-    for (int r = lane / 16; r < kQueryBlock; r += 2) {
-      const float4 x = block[r * 16 + piece];
-      acc[r * 16 + piece] = make_float4(0.f, 0.f, 0.f, 0.f);
-      const uint2 v =
-          make_uint2(pack_bf16(kScale * x.x, kScale * x.y), pack_bf16(kScale * x.z, kScale * x.w));
-      *reinterpret_cast<uint2*>(q_out + size_t(r) * 3 * channels + 4 * piece) = v;
-    }
-  }
-  __syncwarp();  // the staging read before the next copy writes it (through the async proxy)
-  asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
-}
-
-// Where float4 n of a staged dQ block lies in the block (the orders of convert_dq_block): its x and y at row
-// r0, columns c0 and c0 + 1, its z and w at row r1, columns c1 and c1 + 1.
 struct DqPiece {
   int r0, c0, r1, c1;
 };
@@ -477,6 +440,39 @@ __device__ __forceinline__ DqPiece dq_piece(int n) {
   }
 }
 
+// The conversion both finishes share, by one warp: each float4 of the staged block is read, `cleared` set to
+// 0 at the same index, and its two bf16 pairs (times the scale) written where at(row, column) says.
+template <bool kFragmentOrder, class At>
+__device__ __forceinline__ void convert_dq_pieces(const float4* block, float4* cleared, int lane, At&& at) {
+#pragma unroll 2
+  for (int n = lane; n < kDqBlockBytes / 16; n += 32) {
+    const float4 x = block[n];
+    cleared[n] = make_float4(0.f, 0.f, 0.f, 0.f);
+    const DqPiece q = dq_piece<kFragmentOrder>(n);
+    const uint32_t lo = pack_bf16(kScale * x.x, kScale * x.y), hi = pack_bf16(kScale * x.z, kScale * x.w);
+    if constexpr (kFragmentOrder) {
+      *reinterpret_cast<uint32_t*>(at(q.r0, q.c0)) = lo;
+      *reinterpret_cast<uint32_t*>(at(q.r1, q.c1)) = hi;
+    } else {  // four columns of one row, 8 contiguous bytes in either destination
+      *reinterpret_cast<uint2*>(at(q.r0, q.c0)) = make_uint2(lo, hi);
+    }
+  }
+}
+
+// dQ of query block i, staged in shared memory, to bf16 (times the scale) into dqkv's q columns, and the
+// accumulator rows back to 0 for the next call, by one warp; the stores need no waiting.
+template <bool kFragmentOrder>
+__device__ __forceinline__ void convert_dq_block(float4* acc, const uint8_t* staging, __nv_bfloat16* dqkv,
+                                                 const Work& work, int bh, int i, int lane) {
+  const int b = bh / work.heads, h = bh % work.heads, channels = work.heads * kHeadDim;
+  __nv_bfloat16* q_out = dqkv + (size_t(b) * work.time + i * kQueryBlock) * 3 * channels + h * kHeadDim;
+  const size_t row = size_t(3) * channels;
+  convert_dq_pieces<kFragmentOrder>(reinterpret_cast<const float4*>(staging), acc, lane,
+                                    [&](int r, int c) -> void* { return q_out + r * row + c; });
+  __syncwarp();  // the staging read before the next copy writes it (through the async proxy)
+  asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
+}
+
 // The bulk finish's conversion, by one warp: the staged block to bf16 (times the scale) into a tile laid out
 // as TMA's 128-byte swizzle lays it out (the 16-byte piece p of row r at p ^ (r % 8), which also keeps the
 // warp's stores free of bank conflicts), and the staged block to 0 in place. Two bulk stores then write the
@@ -485,20 +481,9 @@ __device__ __forceinline__ DqPiece dq_piece(int n) {
 template <bool kFragmentOrder>
 __device__ __forceinline__ void convert_dq_block_to_tile(uint8_t* staging, uint8_t* tile, int lane) {
   float4* block = reinterpret_cast<float4*>(staging);
-  const auto at = [&](int r, int c) { return tile + r * 128 + (((c / 8) ^ (r % 8)) * 16) + 2 * (c % 8); };
-#pragma unroll 2
-  for (int n = lane; n < kDqBlockBytes / 16; n += 32) {
-    const float4 x = block[n];
-    block[n] = make_float4(0.f, 0.f, 0.f, 0.f);
-    const DqPiece q = dq_piece<kFragmentOrder>(n);
-    const uint32_t lo = pack_bf16(kScale * x.x, kScale * x.y), hi = pack_bf16(kScale * x.z, kScale * x.w);
-    if constexpr (kFragmentOrder) {
-      *reinterpret_cast<uint32_t*>(at(q.r0, q.c0)) = lo;
-      *reinterpret_cast<uint32_t*>(at(q.r1, q.c1)) = hi;
-    } else {  // four columns of one row, 8 bytes within one 16-byte piece
-      *reinterpret_cast<uint2*>(at(q.r0, q.c0)) = make_uint2(lo, hi);
-    }
-  }
+  convert_dq_pieces<kFragmentOrder>(block, block, lane, [&](int r, int c) -> void* {
+    return tile + r * 128 + (((c / 8) ^ (r % 8)) * 16) + 2 * (c % 8);
+  });
   asm volatile("fence.proxy.async.shared::cta;" ::: "memory");  // the writes visible to the bulk stores
   __syncwarp();
 }
@@ -741,6 +726,7 @@ __global__ void __launch_bounds__(kThreads, 1)
         if (elected) {
           float* block = dq_acc + (size_t(bh) * time + qi * kQueryBlock) * kHeadDim + w * (kDqBlockBytes / 8);
           reduce_add_bulk(block, shared_address(slice), kDqBlockBytes / 2);
+          bulk_commit();
         }
       } else {
         float* dq_rows = dq_acc + (size_t(bh) * time + qi * kQueryBlock + row0) * kHeadDim + 32 * w;
@@ -872,7 +858,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     if (lane == 0) barrier_arrive(&kv_empty[kb]);
     if constexpr (kBulkDq) {
       if (threadIdx.x % 128 == 0) {
-        asm volatile("cp.async.bulk.wait_group 0;" ::: "memory");
+        bulk_wait();
         asm volatile("fence.proxy.async.global;" ::: "memory");
         barrier_arrive(&adds_done[item % work.finish_lag]);
       }
@@ -1169,7 +1155,7 @@ void print_clocks(const std::vector<unsigned>& clocks, int grid, int groups) {
 }
 
 // The variants timed and checked: the default first, then other lags, dQ added by bulk reductions, the
-// finisher's stores made bulk copies, and both.
+// finisher's stores made bulk copies, dQ added under the next step's GEMMs, and their combinations.
 std::vector<Work> variants(const Work& base) {
   std::vector<Work> all;
   for (const auto& [lag, bulk_dq, defer_dq, bulk_finish] :
