@@ -1317,6 +1317,10 @@ int main(int argc, char** argv) {
       }
       all_right &= compare("the timed build, after it");
       row("diagnosis: ours without the dQ conversion", [&] { p.run_ours(stream, p.with_skip(1)); });
+      // Its timed build beside the variants': do the conversions slow the consumers, or follow them?
+      p.run_ours(stream, p.with_skip(1), static_cast<unsigned*>(clocks.get()));
+      check(cudaMemcpy(host_clocks.data(), clocks.get(), clocks.bytes(), cudaMemcpyDeviceToHost), "clocks");
+      print_clocks(host_clocks, p.grid, p.work.pairs());
       row("diagnosis: ours without dQ's counts either", [&] { p.run_ours(stream, p.with_skip(3)); });
       row("diagnosis: ... nor D's math", [&] { p.run_ours(stream, p.with_skip(7)); });
       row("diagnosis: ... nor O's copies", [&] { p.run_ours(stream, p.with_skip(15)); });
