@@ -20,11 +20,12 @@
 //       dK_w += dS^T Q           (RS, B = Q N-major)
 //       dQ   += dS K             (SS: dS^T staged in shared memory is A M-major; K is B N-major; each
 //                                 group 32 of the 64 head dims over all 128 keys)
-//     and add dQ into an f32 accumulator with red.global.add; dK (times the scale) and dV go to dqkv in
-//     bf16 at the item's end;
+//     and add each step's dQ into an f32 accumulator with one bulk reduction a group, issued under the
+//     next step's S^T and dP^T; dK (times the scale) and dV go to dqkv in bf16 at the item's end;
 //   - one producer warp finishes dQ: a counter a query block tells it when the item it is counting in was
-//     the last to add into a block, and it then converts the block to bf16 into dqkv and clears it, while
-//     the block is still in L2.
+//     the last to add into a block, and the block is then converted to bf16 into dqkv and cleared, with
+//     bulk stores, while it is still in L2: by this warp, or (Work::spread) by whichever CTA's finisher
+//     takes it from a queue.
 // Only the query blocks a key block can see are visited, and the mask is applied only on the diagonal
 // blocks. The grid is persistent, its units pairing key block p with n - 1 - p (see Work). Computing D and
 // finishing dQ in the kernel replaces two passes over memory (D and the accumulator zeroed before, dQ
@@ -37,12 +38,12 @@
 // then ours against cuDNN's backward at gpt2-large's shape, before and after timing both: the median of
 // --reps launches after 3 warm-ups, at batch 16 and 64 (or the --batch given). FLOPs counted as
 // sdpa_engine_probe counts the causal backward: 2.5 * 2 B T^2 C. Each variant (variants(): the finisher's
-// lag, dQ by bulk reductions, dQ added under the next step's GEMMs, the finisher's stores as bulk copies)
-// is timed, checked against cuDNN after, and run once in the timed build, which prints
+// lag, the conversions spread) is timed, checked against cuDNN after, and run once in the timed build,
+// which prints
 // where each role's cycles went and, from wall-clock stamps, when the CTAs started and ended. Then
 // diagnosis rows, each leaving out parts of the kernel (Work::skip; wrong output, time only), down to no
-// helper warps at all. On an H100 (2026-12-07, bench/results/gpt2-attention-engines) the kernel took
-// 631 us at batch 16 against cuDNN's 492, 431 without the conversions, 399 without any helper.
+// helper warps at all. On an H100 (2026-12-08, bench/results/gpt2-attention-engines) the kernel took
+// 507.7 us at batch 16 against cuDNN's 489.5, 432 without the conversions, 400 without any helper.
 //
 //   attention_backward_lab [--batch B] [--reps N]
 //
@@ -195,9 +196,6 @@ __device__ __forceinline__ uint32_t pack_bf16(float lo, float hi) {
   const __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
   return *reinterpret_cast<const uint32_t*>(&v);
 }
-__device__ __forceinline__ void add_to_global(float* p, float x, float y) {
-  asm volatile("red.global.add.v2.f32 [%0], {%1, %2};" ::"l"(p), "f"(x), "f"(y) : "memory");
-}
 // Adds `bytes` of f32 from shared memory into global memory; stores `bytes` of shared memory to global
 // memory; stores the box of `map` at (inner, outer) from a tile in shared memory (laid out as the map's
 // swizzle says). All asynchronous; the caller commits them as a group (bulk_commit).
@@ -273,16 +271,12 @@ struct Work {
   // item's K and V only once the finisher is done with the item that many before. 4 against 2: 664 against
   // 683 us at batch 16 on an H100 (rotated, 2026-12-07).
   int finish_lag = 4;
-  // The host's choice of kernel (read only there): dQ by bulk reductions from shared memory (kBulkDq).
-  bool bulk_dq = false;
-  // The finisher stores dQ's bf16 block and the accumulator's zeros with bulk copies from shared memory
-  // instead of its own stores (finish_dq_blocks).
-  bool bulk_finish = false;
-  // The host's choice of kernel: each step's dQ added under the next step's S^T and dP^T (kDeferDq).
-  bool defer_dq = false;
+  // 0: a finisher converts the blocks its CTA added last into. n > 0: it pushes them to a queue (JobQueue)
+  // and takes up to n blocks from it after each item, and what is left at its end.
+  int spread = 0;
   std::string name() const {
-    return std::string(bulk_dq ? "bulk dQ, " : "") + (defer_dq ? "deferred dQ, " : "") +
-           (bulk_finish ? "bulk finish, " : "") + "finisher lag " + std::to_string(finish_lag);
+    return "finisher lag " + std::to_string(finish_lag) +
+           (spread ? ", spread (" + std::to_string(spread) + " an item)" : std::string());
   }
   __host__ __device__ int key_blocks() const { return time / kKeyBlock; }
   __host__ __device__ int query_blocks() const { return time / kQueryBlock; }
@@ -418,123 +412,124 @@ __device__ __forceinline__ void copy_dq_block(const float4* block, uint8_t* stag
   copy_bytes(shared_address(staging), block, kDqBlockBytes, staged);
 }
 
-// Where float4 n of a staged dQ block lies in the block: its x and y at row r0, columns c0 and c0 + 1; its z
-// and w at row r1, columns c1 and c1 + 1.
-// kFragmentOrder: the block is in the bulk variant's order, the consumers' fragments as they lie: float4
-// number ((w * 4 + g) * 4 + k) * 32 + L holds, of group w's warp g's lane L, its fragment values
-// 4k .. 4k + 3, which are rows 16g + L / 4 and that + 8, columns 32w + 8k + 2 (L % 4) and the next (see
-// the fragment's layout above). Written that way, a warp's stores to shared memory are 512 contiguous
-// bytes (no bank conflicts) and each group's slice is 8 KB in one piece, one bulk reduction. Otherwise
-// the block is row-major, as the consumers' red.global.add leave it.
+// Where float4 n of a staged dQ block lies: the block is in the consumers' fragment order (the bulk
+// reductions add each group's 8 KB slice as its fragments lie). Float4 number ((w * 4 + g) * 4 + k) * 32 + L
+// holds, of group w's warp g's lane L, its fragment values 4k .. 4k + 3: rows 16g + L / 4 and that + 8,
+// columns 32w + 8k + 2 (L % 4) and the next (see the fragment's layout above). Written that way, a warp's
+// stores to shared memory are 512 contiguous bytes (no bank conflicts) and each group's slice is one piece.
 struct DqPiece {
-  int r0, c0, r1, c1;
+  int r0, r1, c;
 };
-template <bool kFragmentOrder>
 __device__ __forceinline__ DqPiece dq_piece(int n) {
-  if constexpr (kFragmentOrder) {
-    const int lane = n % 32, k = (n / 32) % 4, g = (n / 128) % 4, w = n / 512;
-    const int r = 16 * g + lane / 4, c = 32 * w + 8 * k + 2 * (lane % 4);
-    return {r, c, r + 8, c};
-  } else {
-    return {n / 16, 4 * (n % 16), n / 16, 4 * (n % 16) + 2};
-  }
+  const int lane = n % 32, k = (n / 32) % 4, g = (n / 128) % 4, w = n / 512;
+  const int r = 16 * g + lane / 4;
+  return {r, r + 8, 32 * w + 8 * k + 2 * (lane % 4)};
 }
 
-// The conversion both finishes share, by one warp: each float4 of the staged block is read, `cleared` set to
-// 0 at the same index, and its two bf16 pairs (times the scale) written where at(row, column) says.
-template <bool kFragmentOrder, class At>
-__device__ __forceinline__ void convert_dq_pieces(const float4* block, float4* cleared, int lane, At&& at) {
+// The finisher's conversion, by one warp: the staged block to bf16 (times the scale) into a tile laid out as
+// TMA's 128-byte swizzle lays it out (the 16-byte piece p of row r at p ^ (r % 8), which also keeps the
+// warp's stores free of bank conflicts), and the staged block to 0 in place. Two bulk stores then write
+// the tile into dqkv and the zeros into the accumulator, so the warp issues no global store at all (its
+// own 1,024 stores a block lost: 654.9 against 602.6 us at batch 16 with bulk dQ, H100, 2026-12-08).
+__device__ __forceinline__ void convert_dq_block_to_tile(uint8_t* staging, uint8_t* tile, int lane) {
+  float4* block = reinterpret_cast<float4*>(staging);
+  const auto at = [&](int r, int c) { return tile + r * 128 + (((c / 8) ^ (r % 8)) * 16) + 2 * (c % 8); };
 #pragma unroll 2
   for (int n = lane; n < kDqBlockBytes / 16; n += 32) {
     const float4 x = block[n];
-    cleared[n] = make_float4(0.f, 0.f, 0.f, 0.f);
-    const DqPiece q = dq_piece<kFragmentOrder>(n);
-    const uint32_t lo = pack_bf16(kScale * x.x, kScale * x.y), hi = pack_bf16(kScale * x.z, kScale * x.w);
-    if constexpr (kFragmentOrder) {
-      *reinterpret_cast<uint32_t*>(at(q.r0, q.c0)) = lo;
-      *reinterpret_cast<uint32_t*>(at(q.r1, q.c1)) = hi;
-    } else {  // four columns of one row, 8 contiguous bytes in either destination
-      *reinterpret_cast<uint2*>(at(q.r0, q.c0)) = make_uint2(lo, hi);
-    }
+    block[n] = make_float4(0.f, 0.f, 0.f, 0.f);
+    const DqPiece q = dq_piece(n);
+    *reinterpret_cast<uint32_t*>(at(q.r0, q.c)) = pack_bf16(kScale * x.x, kScale * x.y);
+    *reinterpret_cast<uint32_t*>(at(q.r1, q.c)) = pack_bf16(kScale * x.z, kScale * x.w);
   }
-}
-
-// dQ of query block i, staged in shared memory, to bf16 (times the scale) into dqkv's q columns, and the
-// accumulator rows back to 0 for the next call, by one warp; the stores need no waiting.
-template <bool kFragmentOrder>
-__device__ __forceinline__ void convert_dq_block(float4* acc, const uint8_t* staging, __nv_bfloat16* dqkv,
-                                                 const Work& work, int bh, int i, int lane) {
-  const int b = bh / work.heads, h = bh % work.heads, channels = work.heads * kHeadDim;
-  __nv_bfloat16* q_out = dqkv + (size_t(b) * work.time + i * kQueryBlock) * 3 * channels + h * kHeadDim;
-  const size_t row = size_t(3) * channels;
-  convert_dq_pieces<kFragmentOrder>(reinterpret_cast<const float4*>(staging), acc, lane,
-                                    [&](int r, int c) -> void* { return q_out + r * row + c; });
-  __syncwarp();  // the staging read before the next copy writes it (through the async proxy)
-  asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
-}
-
-// The bulk finish's conversion, by one warp: the staged block to bf16 (times the scale) into a tile laid out
-// as TMA's 128-byte swizzle lays it out (the 16-byte piece p of row r at p ^ (r % 8), which also keeps the
-// warp's stores free of bank conflicts), and the staged block to 0 in place. Two bulk stores then write the
-// tile into dqkv and the zeros into the accumulator, so the warp issues no global store at all (its 1,024
-// stores a block went through the same SM's memory pipe as the consumers' adds).
-template <bool kFragmentOrder>
-__device__ __forceinline__ void convert_dq_block_to_tile(uint8_t* staging, uint8_t* tile, int lane) {
-  float4* block = reinterpret_cast<float4*>(staging);
-  convert_dq_pieces<kFragmentOrder>(block, block, lane, [&](int r, int c) -> void* {
-    return tile + r * 128 + (((c / 8) ^ (r % 8)) * 16) + 2 * (c % 8);
-  });
   asm volatile("fence.proxy.async.shared::cta;" ::: "memory");  // the writes visible to the bulk stores
   __syncwarp();
 }
 
-// Finishes the query blocks 2j + k for each bit k of `mine`, by one warp. The next block's copy goes into
+// Finishes dQ blocks, by one warp: each job next_job() gives (bh x query blocks + i, from lane 0 only; -1
+// when there are no more) is staged, converted and stored; returns how many. The next job's copy goes into
 // the second staging buffer while this one converts (8.0 against 7.2 k cycles a block, 664 against 631 us
-// at batch 16 on an H100, 2026-12-07). `phases` holds each staging barrier's phase bit.
-// Work::bulk_finish: the conversion leaves a bf16 tile (`tile`) and the zeros in shared memory, and lane 0
-// stores both with bulk copies (dQ's columns of dqkv through map_dq); a staging buffer and the tile are
-// written again only once lane 0's stores have read them.
-template <bool kFragmentOrder>
-__device__ __forceinline__ void finish_dq_blocks(unsigned mine, float* dq_acc, __nv_bfloat16* dqkv,
-                                                 const CUtensorMap* map_dq, const Work& work, int bh, int j,
-                                                 int lane, uint8_t* staging, uint8_t* tile, uint64_t* staged,
-                                                 uint32_t& phases) {
-  const auto block_of = [&](unsigned bits) { return 2 * j + __ffs(bits) - 1; };
-  const bool bulk = work.bulk_finish;
-  int buffer = 0;
-  if (mine != 0 && lane == 0) {
-    if (bulk) bulk_wait_read();
-    copy_dq_block(dq_block(dq_acc, work, bh, block_of(mine)), staging, staged);
-  }
-  while (mine != 0) {
-    const int i = block_of(mine);
-    mine &= mine - 1;
-    const int next = buffer ^ 1;
-    if (lane == 0) {
-      if (bulk) bulk_wait_read();  // the last block's stores (from the other buffer and the tile)
-      if (mine != 0)               // the other buffer's last conversion is done
-        copy_dq_block(dq_block(dq_acc, work, bh, block_of(mine)), staging + next * kDqBlockBytes,
-                      &staged[next]);
+// at batch 16 on an H100, 2026-12-07). `phases` holds each staging barrier's phase bit. Lane 0 stores the
+// tile into dQ's columns of dqkv (map_dq) and the zeros into the accumulator with bulk copies; a staging
+// buffer and the tile are written again only once those stores have read them.
+template <class NextJob>
+__device__ __forceinline__ int finish_dq_jobs(NextJob&& next_job, float* dq_acc, const CUtensorMap* map_dq,
+                                              const Work& work, int lane, uint8_t* staging, uint8_t* tile,
+                                              uint64_t* staged, uint32_t& phases) {
+  const int query_blocks = work.query_blocks();
+  const auto block_of = [&](int job) {
+    return dq_block(dq_acc, work, job / query_blocks, job % query_blocks);
+  };
+  int job = -1;
+  if (lane == 0) {
+    job = next_job();
+    if (job >= 0) {
+      bulk_wait_read();
+      copy_dq_block(block_of(job), staging, staged);
     }
+  }
+  job = __shfl_sync(0xffffffffu, job, 0);
+  int buffer = 0, done = 0;
+  while (job >= 0) {
+    const int next = buffer ^ 1;
+    int following = -1;
+    if (lane == 0) {
+      bulk_wait_read();  // the last block's stores (from the other buffer and the tile)
+      following = next_job();
+      if (following >= 0) copy_dq_block(block_of(following), staging + next * kDqBlockBytes, &staged[next]);
+    }
+    following = __shfl_sync(0xffffffffu, following, 0);
     barrier_wait_idle(&staged[buffer], (phases >> buffer) & 1);
     phases ^= 1u << buffer;
-    if (bulk) {
-      __syncwarp();  // lane 0's wait before anyone writes the tile
-      convert_dq_block_to_tile<kFragmentOrder>(staging + buffer * kDqBlockBytes, tile, lane);
-      if (lane == 0) {
-        const int b = bh / work.heads, h = bh % work.heads;
-        store_bytes(dq_block(dq_acc, work, bh, i), shared_address(staging + buffer * kDqBlockBytes),
-                    kDqBlockBytes);
-        store_tile(map_dq, shared_address(tile), h * kHeadDim, b * work.time + i * kQueryBlock);
-        bulk_commit();
-      }
-    } else {
-      convert_dq_block<kFragmentOrder>(dq_block(dq_acc, work, bh, i), staging + buffer * kDqBlockBytes, dqkv,
-                                       work, bh, i, lane);
+    __syncwarp();  // lane 0's wait before anyone writes the tile
+    convert_dq_block_to_tile(staging + buffer * kDqBlockBytes, tile, lane);
+    if (lane == 0) {
+      const int bh = job / query_blocks, i = job % query_blocks;
+      const int b = bh / work.heads, h = bh % work.heads;
+      store_bytes(block_of(job), shared_address(staging + buffer * kDqBlockBytes), kDqBlockBytes);
+      store_tile(map_dq, shared_address(tile), h * kHeadDim, b * work.time + i * kQueryBlock);
+      bulk_commit();
     }
-    buffer = next;
+    buffer = next, job = following, ++done;
   }
+  return done;
 }
+
+// Work::spread's queue of dQ blocks to finish, in global memory: head, tail, the CTAs done, then a slot a
+// block (job + 1; 0 while empty). A finisher pushes the blocks it added last into and any finisher pops
+// them, so the conversions no longer fall to whichever CTA happens to add last (query blocks 0-7 always
+// take their last add from key block 0). A ticket below the tail belongs to a push that has claimed its
+// slot and will fill it at once, so waiting for it cannot hang; a pop takes a ticket only below the tail.
+struct JobQueue {
+  int* q;
+  __device__ int* slot(int ticket) const { return q + 3 + ticket; }
+  // By one lane: `jobs` (lanes whose bit is set in `mask`, each with its job), after the fence that made
+  // the adds they count visible. A release store: a pop's acquire load sees the adds too.
+  __device__ void push(unsigned mask, bool mine, int job, int lane) const {
+    int base = 0;
+    if (lane == 0) base = atomicAdd(&q[1], __popc(mask));
+    base = __shfl_sync(0xffffffffu, base, 0);
+    if (mine) {
+      const int ticket = base + __popc(mask & ((1u << lane) - 1));
+      asm volatile("st.release.gpu.global.b32 [%0], %1;" ::"l"(slot(ticket)), "r"(job + 1) : "memory");
+    }
+  }
+  // By one lane: a job, or -1 if the queue is empty.
+  __device__ int pop() const {
+    int head = *reinterpret_cast<volatile int*>(&q[0]);
+    for (;;) {
+      if (head >= *reinterpret_cast<volatile int*>(&q[1])) return -1;
+      const int seen = atomicCAS(&q[0], head, head + 1);
+      if (seen == head) break;
+      head = seen;
+    }
+    int value = 0;
+    do asm volatile("ld.acquire.gpu.global.b32 %0, [%1];" : "=r"(value) : "l"(slot(head)) : "memory");
+    while (value == 0);
+    *slot(head) = 0;  // read again only by the next call
+    return value - 1;
+  }
+};
 
 // The kernel's four roles, by warp: warp 0 (one thread) issues every TMA copy; warps 1-2 compute D =
 // rowsum(dO * O) of each stage's 64 query rows from the tiles in shared memory (a row's sum is the same
@@ -543,15 +538,17 @@ __device__ __forceinline__ void finish_dq_blocks(unsigned mine, float* dq_acc, _
 // was the last to add into (query block i takes adds from key blocks 0 .. i/2); warps 4-11, two consumer
 // groups, do the math. A counter and an accumulator block are left at 0 once converted, so every call
 // finds them as the first one did after the host zeroed them (the workspace's one-time setup).
-// kBulkDq: the consumers put each step's dQ into shared memory, in their fragments' order, and one thread
-// a group adds the group's 8 KB slice into the accumulator with one bulk reduction (cp.reduce.async.bulk)
-// instead of 4,096 red.global.add a step; the finisher converts that order back.
-template <bool kBulkDq, bool kDeferDq, bool kTimed>
+// The consumers put each step's dQ into shared memory, in their fragments' order, and one thread a group
+// adds the group's 8 KB slice into the accumulator with one bulk reduction (cp.reduce.async.bulk) instead
+// of 4,096 red.global.add a step (602.6 against 619.8 us at batch 16, H100, 2026-12-08); the finisher
+// converts that order back. A step's dQ is added under the next step's S^T and dP^T (550.6 against 619.8
+// us, the largest of the three gains).
+template <bool kTimed>
 __global__ void __launch_bounds__(kThreads, 1)
     attention_backward(const __grid_constant__ CUtensorMap map_q, const __grid_constant__ CUtensorMap map_kv,
                        const __grid_constant__ CUtensorMap map_o, const __grid_constant__ CUtensorMap map_do,
                        const __grid_constant__ CUtensorMap map_dq, const float* __restrict__ lse,
-                       float* __restrict__ dq_acc, int* __restrict__ counters,
+                       float* __restrict__ dq_acc, int* __restrict__ counters, int* jobs,
                        __nv_bfloat16* __restrict__ dqkv, Work work, unsigned* clocks) {
   extern __shared__ uint8_t shared_raw[];
   uint8_t* shared =
@@ -575,7 +572,7 @@ __global__ void __launch_bounds__(kThreads, 1)
       barrier_init(&kv_empty[b], kConsumingWarps);
     }
     for (int b = 0; b < kMaxFinishLag; ++b) {
-      barrier_init(&adds_done[b], kBulkDq ? 2 : kConsumingWarps);  // the bulk variant: a thread a group
+      barrier_init(&adds_done[b], 2);  // a thread a consumer group
       barrier_init(&finisher_free[b], 1);
     }
     barrier_init(finisher_free + kMaxFinishLag, 1);  // the two staging buffers
@@ -652,7 +649,9 @@ __global__ void __launch_bounds__(kThreads, 1)
       if (work.skip & 64) return;
       uint8_t* staging = shared + kOffStaging;
       uint64_t* staged = finisher_free + kMaxFinishLag;
+      uint8_t* tile = shared + kOffDqOut;
       uint32_t staged_phases = 0;
+      const JobQueue queue{jobs};
       for_each_item(work, [&](int bh, int j, int item) {
         const int slot = item % work.finish_lag;
         clock_sums.time(kFinisherAdds,
@@ -670,18 +669,49 @@ __global__ void __launch_bounds__(kThreads, 1)
           last = atomicAdd(counter, 1) == i / 2;  // query block i takes adds from key blocks 0 .. i/2
           if (last) *counter = 0;                 // read again only by the next call
         }
-        unsigned mine = __ballot_sync(0xffffffffu, last && !(work.skip & 1));
+        const bool convert = last && !(work.skip & 1);
+        unsigned mine = __ballot_sync(0xffffffffu, convert);
         if (mine != 0) fence_acq_rel_gpu();
+        if (work.spread && mine != 0) queue.push(mine, convert, bh * query_blocks + i, lane);
         clock_sums.add_since(kFinisherCount, count_start);
-        clock_sums.add(kFinisherBlocks, __popc(mine));
         clock_sums.time(kFinisherConvert, [&] {
-          finish_dq_blocks<kBulkDq>(mine, dq_acc, dqkv, &map_dq, work, bh, j, lane, staging,
-                                    shared + kOffDqOut, staged, staged_phases);
+          int blocks = 0;
+          if (work.spread) {  // up to `spread` blocks from the queue
+            int popped = 0;
+            blocks = finish_dq_jobs([&] { return popped++ < work.spread ? queue.pop() : -1; }, dq_acc,
+                                    &map_dq, work, lane, staging, tile, staged, staged_phases);
+          } else {  // the blocks this item added last into
+            blocks = finish_dq_jobs(
+                [&] {
+                  if (mine == 0) return -1;
+                  const int k = __ffs(mine) - 1;
+                  mine &= mine - 1;
+                  return bh * query_blocks + 2 * j + k;
+                },
+                dq_acc, &map_dq, work, lane, staging, tile, staged, staged_phases);
+          }
+          clock_sums.add(kFinisherBlocks, blocks);
         });
         __syncwarp();
         if (lane == 0) barrier_arrive(&finisher_free[slot]);
       });
-      if (lane == 0 && work.bulk_finish) bulk_wait();  // the last stores done before the CTA leaves
+      if (work.spread) {
+        // What is left in the queue, then the last CTA out takes what came after and resets the queue.
+        const auto pop = [&] { return queue.pop(); };
+        int blocks = finish_dq_jobs(pop, dq_acc, &map_dq, work, lane, staging, tile, staged, staged_phases);
+        int last_out = 0;
+        if (lane == 0) {
+          fence_acq_rel_gpu();
+          last_out = atomicAdd(&queue.q[2], 1) == int(gridDim.x) - 1;
+          if (last_out) fence_acq_rel_gpu();
+        }
+        if (__shfl_sync(0xffffffffu, last_out, 0)) {
+          blocks += finish_dq_jobs(pop, dq_acc, &map_dq, work, lane, staging, tile, staged, staged_phases);
+          if (lane == 0) queue.q[0] = 0, queue.q[1] = 0, queue.q[2] = 0;  // read again only by the next call
+        }
+        clock_sums.add(kFinisherBlocks, blocks);
+      }
+      if (lane == 0) bulk_wait();  // the last stores done before the CTA leaves
       clock_sums.stamp(kWallFinisherEnd);
       clock_sums.report(clocks, kFinisherAdds, kWallFinisherEnd + 1);
     }
@@ -711,33 +741,24 @@ __global__ void __launch_bounds__(kThreads, 1)
     // dQ of query block qi (in dq, its wgmma done) into the accumulator.
     float dq[16];
     const auto add_dq = [&](int qi) {
-      if constexpr (kBulkDq) {
-        // The group's slice: [warp][k][lane] float4s, 8 KB, at 8 KB x w into the stage and the block.
-        float4* slice = reinterpret_cast<float4*>(shared + kOffDqStage) + w * 512;
-        const bool elected = threadIdx.x % 128 == 0;
-        if (elected) bulk_wait_read();  // the last one read it
-        group_sync(w);
+      // The group's slice: [warp][k][lane] float4s, 8 KB, at 8 KB x w into the stage and the block.
+      float4* slice = reinterpret_cast<float4*>(shared + kOffDqStage) + w * 512;
+      const bool elected = threadIdx.x % 128 == 0;
+      if (elected) bulk_wait_read();  // the last one read it
+      group_sync(w);
 #pragma unroll
-        for (int k = 0; k < 4; ++k)
-          slice[(warp * 4 + k) * 32 + lane] =
-              make_float4(dq[4 * k], dq[4 * k + 1], dq[4 * k + 2], dq[4 * k + 3]);
-        asm volatile("fence.proxy.async.shared::cta;" ::: "memory");  // visible to the bulk reduction
-        group_sync(w);
-        if (elected) {
-          float* block = dq_acc + (size_t(bh) * time + qi * kQueryBlock) * kHeadDim + w * (kDqBlockBytes / 8);
-          reduce_add_bulk(block, shared_address(slice), kDqBlockBytes / 2);
-          bulk_commit();
-        }
-      } else {
-        float* dq_rows = dq_acc + (size_t(bh) * time + qi * kQueryBlock + row0) * kHeadDim + 32 * w;
-#pragma unroll
-        for (int jj = 0; jj < 4; ++jj) {
-          add_to_global(dq_rows + 8 * jj + col0, dq[4 * jj], dq[4 * jj + 1]);
-          add_to_global(dq_rows + 8 * kHeadDim + 8 * jj + col0, dq[4 * jj + 2], dq[4 * jj + 3]);
-        }
+      for (int k = 0; k < 4; ++k)
+        slice[(warp * 4 + k) * 32 + lane] =
+            make_float4(dq[4 * k], dq[4 * k + 1], dq[4 * k + 2], dq[4 * k + 3]);
+      asm volatile("fence.proxy.async.shared::cta;" ::: "memory");  // visible to the bulk reduction
+      group_sync(w);
+      if (elected) {
+        float* block = dq_acc + (size_t(bh) * time + qi * kQueryBlock) * kHeadDim + w * (kDqBlockBytes / 8);
+        reduce_add_bulk(block, shared_address(slice), kDqBlockBytes / 2);
+        bulk_commit();
       }
     };
-    int pending = -1;  // kDeferDq: the query block whose dQ wgmma is still in flight
+    int pending = -1;  // the query block whose dQ wgmma is still in flight
 
     for (int i = 2 * j; i < query_blocks; ++i, ++step) {
       const int s = step % kStages;
@@ -761,13 +782,12 @@ __global__ void __launch_bounds__(kThreads, 1)
         for (int kk = 0; kk < 4; ++kk)
           mma_ss(dp, swizzled_descriptor(v_rows + 32 * kk), swizzled_descriptor(do_tile + 32 * kk), kk);
         wgmma_commit();
-        if constexpr (kDeferDq) {  // the last step's dQ, under this step's S^T and dP^T
-          // Waited for and touched whether or not a dQ is pending: ptxas serialises every wgmma of a
-          // kernel that reads an accumulator only on some paths.
-          wgmma_wait<2>();
-          fence_registers(dq);
-          if (pending >= 0) add_dq(pending);
-        }
+        // The last step's dQ, under this step's S^T and dP^T. Waited for and touched whether or not a
+        // dQ is pending: ptxas serialises every wgmma of a kernel that reads an accumulator only on some
+        // paths.
+        wgmma_wait<2>();
+        fence_registers(dq);
+        if (pending >= 0) add_dq(pending);
 
         // P^T: rows are keys, columns queries, so LSE and D are per column. The stats are cuDNN's: the
         // natural log, taken to base 2 here.
@@ -838,31 +858,20 @@ __global__ void __launch_bounds__(kThreads, 1)
       fence_registers(p_frag);
       fence_registers(ds_frag);
       if (lane == 0) barrier_arrive(&empty[s]);
-      if constexpr (kDeferDq) {
-        pending = i;
-      } else {
-        wgmma_wait<0>();
-        fence_registers(dq);
-        add_dq(i);
-      }
+      pending = i;
       clock_sums.add_since(kConsumerAdds, adds_start);
     }
-    if constexpr (kDeferDq) {  // the item's last dQ (an item has at least two steps)
-      wgmma_wait<0>();
-      fence_registers(dq);
-      add_dq(pending);
-    }
-    // Every wgmma that read K or V has finished, and the item's adds into dQ are issued (the bulk variant:
-    // done, and ordered before the generic proxy's release that the arrival is).
+    // The item's last dQ (an item has at least two steps).
+    wgmma_wait<0>();
+    fence_registers(dq);
+    add_dq(pending);
+    // Every wgmma that read K or V has finished, and the item's adds into dQ are done and ordered before
+    // the generic proxy's release that the arrival is.
     __syncwarp();
     if (lane == 0) barrier_arrive(&kv_empty[kb]);
-    if constexpr (kBulkDq) {
-      if (threadIdx.x % 128 == 0) {
-        bulk_wait();
-        asm volatile("fence.proxy.async.global;" ::: "memory");
-        barrier_arrive(&adds_done[item % work.finish_lag]);
-      }
-    } else if (lane == 0) {
+    if (threadIdx.x % 128 == 0) {
+      bulk_wait();
+      asm volatile("fence.proxy.async.global;" ::: "memory");
       barrier_arrive(&adds_done[item % work.finish_lag]);
     }
 
@@ -888,13 +897,9 @@ __global__ void __launch_bounds__(kThreads, 1)
   clock_sums.report(clocks, kConsumerTotal, kWallConsumerEnd + 1);
 }
 
-// The kernel of each choice: [kBulkDq][kDeferDq][kTimed].
-using Kernel = decltype(&attention_backward<false, false, false>);
-constexpr Kernel kernels[2][2][2] = {
-    {{attention_backward<false, false, false>, attention_backward<false, false, true>},
-     {attention_backward<false, true, false>, attention_backward<false, true, true>}},
-    {{attention_backward<true, false, false>, attention_backward<true, false, true>},
-     {attention_backward<true, true, false>, attention_backward<true, true, true>}}};
+// The kernel, [kTimed].
+using Kernel = decltype(&attention_backward<false>);
+constexpr Kernel kernels[2] = {attention_backward<false>, attention_backward<true>};
 
 // Uniform values in [-range, range) from a hash of the index and seed.
 __global__ void fill_uniform(__nv_bfloat16* x, int64_t n, uint32_t seed, float range) {
@@ -936,7 +941,7 @@ __global__ void compare_thirds(const __nv_bfloat16* __restrict__ a, const __nv_b
 static_assert(kHeadDim == 64, "swizzled_tile_map's boxes are 64 elements wide");
 struct Problem {
   AttentionShape shape;
-  DeviceBuffer qkv, out, dout, stats, dqkv_cudnn, dqkv_ours, dq_acc, counters;
+  DeviceBuffer qkv, out, dout, stats, dqkv_cudnn, dqkv_ours, dq_acc, counters, jobs;
   std::unique_ptr<AttentionPlan> forward, backward;
   CUtensorMap map_q, map_kv, map_o, map_do, map_dq;
   Work work;
@@ -951,7 +956,8 @@ struct Problem {
         dqkv_cudnn(qkv.bytes()),
         dqkv_ours(qkv.bytes()),
         dq_acc(size_t(batch * heads * time * kHeadDim) * 4),
-        counters(size_t(batch * heads * (time / kQueryBlock)) * 4) {
+        counters(size_t(batch * heads * (time / kQueryBlock)) * 4),
+        jobs((3 + size_t(batch * heads * (time / kQueryBlock))) * 4) {
     std::string why_not;
     forward = AttentionPlan::build(handle, shape, AttentionPass::forward, why_not);
     if (forward) backward = AttentionPlan::build(handle, shape, AttentionPass::backward, why_not);
@@ -973,6 +979,7 @@ struct Problem {
     grid = std::min(sms, work.units());
     check(cudaMemset(dq_acc.get(), 0, dq_acc.bytes()), "memset");
     check(cudaMemset(counters.get(), 0, counters.bytes()), "memset");
+    check(cudaMemset(jobs.get(), 0, jobs.bytes()), "memset");
   }
 
   void fill(uint32_t seed, float qkv_range, cudaStream_t stream) {
@@ -992,10 +999,10 @@ struct Problem {
   // Ours with the work w (this shape's, its diagnosis flags or schedule changed); with clocks, the timed
   // build, which writes kClockSlots a CTA there.
   void run_ours(cudaStream_t stream, const Work& w, unsigned* clocks = nullptr) const {
-    const auto kernel = kernels[w.bulk_dq][w.defer_dq][clocks != nullptr];
+    const auto kernel = kernels[clocks != nullptr];
     kernel<<<grid, kThreads, kSharedBytes, stream>>>(
         map_q, map_kv, map_o, map_do, map_dq, static_cast<const float*>(stats.get()),
-        static_cast<float*>(dq_acc.get()), static_cast<int*>(counters.get()),
+        static_cast<float*>(dq_acc.get()), static_cast<int*>(counters.get()), static_cast<int*>(jobs.get()),
         static_cast<__nv_bfloat16*>(dqkv_ours.get()), w, clocks);
     check(cudaGetLastError(), "launch of our kernel");
   }
@@ -1154,19 +1161,14 @@ void print_clocks(const std::vector<unsigned>& clocks, int grid, int groups) {
       last_start - first, end - first, runs / grid, longest, tail / grid, worst_tail, 1e3 * cycles / ns);
 }
 
-// The variants timed and checked: the default first, then other lags, dQ added by bulk reductions, the
-// finisher's stores made bulk copies, dQ added under the next step's GEMMs, and their combinations.
+// The variants timed and checked: the default first, then lag 8, then the conversions spread over every
+// CTA's finisher through the queue, taking 2 or 4 blocks an item.
 std::vector<Work> variants(const Work& base) {
   std::vector<Work> all;
-  for (const auto& [lag, bulk_dq, defer_dq, bulk_finish] :
-       {std::tuple{4, false, false, false}, std::tuple{8, false, false, false},
-        std::tuple{2, false, false, false}, std::tuple{4, true, false, false},
-        std::tuple{8, true, false, false}, std::tuple{4, false, false, true},
-        std::tuple{4, true, false, true}, std::tuple{8, true, false, true}, std::tuple{4, false, true, false},
-        std::tuple{4, true, true, false}, std::tuple{4, true, true, true},
-        std::tuple{4, false, true, true}}) {
+  for (const auto& [lag, spread] : {std::pair{4, 0}, std::pair{8, 0}, std::pair{4, 2}, std::pair{4, 4},
+                                    std::pair{8, 2}, std::pair{8, 4}}) {
     Work w = base;
-    w.finish_lag = lag, w.bulk_dq = bulk_dq, w.defer_dq = defer_dq, w.bulk_finish = bulk_finish;
+    w.finish_lag = lag, w.spread = spread;
     all.push_back(w);
   }
   return all;
@@ -1205,11 +1207,9 @@ int main(int argc, char** argv) {
                    major * 10);
       return 1;
     }
-    for (const auto& by_defer : kernels)
-      for (const auto& by_timed : by_defer)
-        for (const auto kernel : by_timed)
-          check(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSharedBytes),
-                "shared memory");
+    for (const auto kernel : kernels)
+      check(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSharedBytes),
+            "shared memory");
     cudaStream_t stream = nullptr;
     check(cudaStreamCreate(&stream), "stream");
     cudnnHandle_t handle = nullptr;
