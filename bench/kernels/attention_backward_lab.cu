@@ -272,7 +272,8 @@ struct Work {
   // 683 us at batch 16 on an H100 (rotated, 2026-12-07).
   int finish_lag = 4;
   // 0: a finisher converts the blocks its CTA added last into. n > 0: it pushes them to a queue (JobQueue)
-  // and takes up to n blocks from it after each item, and what is left at its end.
+  // and takes blocks from it while it waits for an item's adds, up to n after each item, and what is left
+  // at its end.
   int spread = 0;
   std::string name() const {
     return "finisher lag " + std::to_string(finish_lag) +
@@ -657,8 +658,22 @@ __global__ void __launch_bounds__(kThreads, 1)
       const JobQueue queue{jobs};
       for_each_item(work, [&](int bh, int j, int item) {
         const int slot = item % work.finish_lag;
-        clock_sums.time(kFinisherAdds,
-                        [&] { barrier_wait_idle(&adds_done[slot], (item / work.finish_lag) & 1); });
+        const uint32_t adds_parity = (item / work.finish_lag) & 1;
+        clock_sums.time(kFinisherAdds, [&] {
+          // Work::spread: until the item's adds are done, blocks from the queue (a finisher otherwise idles
+          // here half its run or more); the blocks so finished count with the others, their time here.
+          while (work.spread) {
+            int done = 0;
+            if (lane == 0) done = barrier_try(&adds_done[slot], adds_parity);
+            if (__shfl_sync(0xffffffffu, done, 0)) break;
+            const int blocks =
+                finish_dq_jobs([&] { return barrier_try(&adds_done[slot], adds_parity) ? -1 : queue.pop(); },
+                               dq_acc, &map_dq, work, lane, staging, tile, staged, staged_phases);
+            clock_sums.add(kFinisherBlocks, blocks);
+            if (blocks == 0) __nanosleep(256);
+          }
+          barrier_wait_idle(&adds_done[slot], adds_parity);
+        });
         const uint32_t count_start = clock_sums.now();
         // One lane a query block (T <= 2,048: at most 32): the consumers' adds are ordered before their
         // arrivals (release, CTA scope), which this lane's wait acquired; its fence makes them visible at
