@@ -504,8 +504,8 @@ __device__ __forceinline__ int finish_dq_jobs(NextJob&& next_job, float* dq_acc,
 struct JobQueue {
   int* q;
   __device__ int* slot(int ticket) const { return q + 3 + ticket; }
-  // By one lane: `jobs` (lanes whose bit is set in `mask`, each with its job), after the fence that made
-  // the adds they count visible. A release store: a pop's acquire load sees the adds too.
+  // By the warp: the job of each lane whose bit is set in `mask` (`mine`), after the fence that made the
+  // adds they count visible. A release store: a pop's acquire load sees the adds too.
   __device__ void push(unsigned mask, bool mine, int job, int lane) const {
     int base = 0;
     if (lane == 0) base = atomicAdd(&q[1], __popc(mask));
