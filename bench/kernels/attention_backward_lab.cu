@@ -1163,6 +1163,7 @@ void print_clocks(const std::vector<unsigned>& clocks, int grid, int groups) {
   };
   double first = 1e30, last_start = -1e30, end = -1e30, runs = 0, longest = 0, tail = 0, worst_tail = -1e30,
          cycles = 0, ns = 0;
+  unsigned fewest = ~0u, most = 0;  // dQ blocks a CTA's finisher converted
   for (int c = 0; c < grid; ++c) {
     const double start = at(c, kWallStart), consumers = at(c, kWallConsumerEnd),
                  finisher = at(c, kWallFinisherEnd);
@@ -1171,12 +1172,15 @@ void print_clocks(const std::vector<unsigned>& clocks, int grid, int groups) {
     runs += consumers - start, longest = std::max(longest, consumers - start);
     tail += finisher - consumers, worst_tail = std::max(worst_tail, finisher - consumers);
     cycles += clocks[size_t(c) * kClockSlots + kConsumerTotal], ns += 1e3 * (consumers - start);
+    const unsigned blocks = clocks[size_t(c) * kClockSlots + kFinisherBlocks];
+    fewest = std::min(fewest, blocks), most = std::max(most, blocks);
   }
   std::printf(
       "    wall: the CTAs start within %.1f us, the last ends %.1f us after the first start; consumer runs "
       "%.1f us (mean), %.1f (max); the finisher ends %.1f us (mean), %.1f (max) after its consumers; "
-      "%.0f MHz (consumer cycles / ns)\n",
-      last_start - first, end - first, runs / grid, longest, tail / grid, worst_tail, 1e3 * cycles / ns);
+      "%.0f MHz (consumer cycles / ns); %u-%u dQ blocks a CTA\n",
+      last_start - first, end - first, runs / grid, longest, tail / grid, worst_tail, 1e3 * cycles / ns,
+      fewest, most);
 }
 
 // The variants timed and checked: the default first, then lag 8, then the conversions spread over every
