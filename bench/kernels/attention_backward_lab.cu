@@ -39,11 +39,11 @@
 // --reps launches after 3 warm-ups, at batch 16 and 64 (or the --batch given). FLOPs counted as
 // sdpa_engine_probe counts the causal backward: 2.5 * 2 B T^2 C. Each variant (variants(): the finisher's
 // lag, the conversions spread) is timed, checked against cuDNN after, and run once in the timed build,
-// which prints
-// where each role's cycles went and, from wall-clock stamps, when the CTAs started and ended. Then
-// diagnosis rows, each leaving out parts of the kernel (Work::skip; wrong output, time only), down to no
-// helper warps at all. On an H100 (2026-12-08, bench/results/gpt2-attention-engines) the kernel took
-// 507.7 us at batch 16 against cuDNN's 489.5, 432 without the conversions, 400 without any helper.
+// which prints where each role's cycles went and, from wall-clock stamps, when the CTAs started and ended
+// and how many dQ blocks each converted. Then diagnosis rows, each leaving out parts of the kernel
+// (Work::skip; wrong output, time only), down to no helper warps at all. On an H100 (2026-12-08,
+// bench/results/gpt2-attention-engines) the kernel took 507.7 us at batch 16 against cuDNN's 489.5, 432
+// without the conversions, 400 without any helper.
 //
 //   attention_backward_lab [--batch B] [--reps N]
 //
@@ -68,7 +68,7 @@
 #include <functional>
 #include <memory>
 #include <string>
-#include <tuple>
+#include <utility>
 #include <vector>
 
 #include "backend/cuda/sdpa_graph.h"
@@ -656,6 +656,10 @@ __global__ void __launch_bounds__(kThreads, 1)
       uint8_t* tile = shared + kOffDqOut;
       uint32_t staged_phases = 0;
       const JobQueue queue{jobs};
+      // The blocks `next_job` gives, finished through this warp's staging buffers and tile.
+      const auto finish = [&](auto&& next_job) {
+        return finish_dq_jobs(next_job, dq_acc, &map_dq, work, lane, staging, tile, staged, staged_phases);
+      };
       for_each_item(work, [&](int bh, int j, int item) {
         const int slot = item % work.finish_lag;
         const uint32_t adds_parity = (item / work.finish_lag) & 1;
@@ -667,8 +671,7 @@ __global__ void __launch_bounds__(kThreads, 1)
             if (lane == 0) done = barrier_try(&adds_done[slot], adds_parity);
             if (__shfl_sync(0xffffffffu, done, 0)) break;
             const int blocks =
-                finish_dq_jobs([&] { return barrier_try(&adds_done[slot], adds_parity) ? -1 : queue.pop(); },
-                               dq_acc, &map_dq, work, lane, staging, tile, staged, staged_phases);
+                finish([&] { return barrier_try(&adds_done[slot], adds_parity) ? -1 : queue.pop(); });
             clock_sums.add(kFinisherBlocks, blocks);
             if (blocks == 0) __nanosleep(256);
           }
@@ -696,17 +699,14 @@ __global__ void __launch_bounds__(kThreads, 1)
           int blocks = 0;
           if (work.spread) {  // up to `spread` blocks from the queue
             int popped = 0;
-            blocks = finish_dq_jobs([&] { return popped++ < work.spread ? queue.pop() : -1; }, dq_acc,
-                                    &map_dq, work, lane, staging, tile, staged, staged_phases);
+            blocks = finish([&] { return popped++ < work.spread ? queue.pop() : -1; });
           } else {  // the blocks this item added last into
-            blocks = finish_dq_jobs(
-                [&] {
-                  if (mine == 0) return -1;
-                  const int k = __ffs(mine) - 1;
-                  mine &= mine - 1;
-                  return bh * query_blocks + 2 * j + k;
-                },
-                dq_acc, &map_dq, work, lane, staging, tile, staged, staged_phases);
+            blocks = finish([&] {
+              if (mine == 0) return -1;
+              const int k = __ffs(mine) - 1;
+              mine &= mine - 1;
+              return bh * query_blocks + 2 * j + k;
+            });
           }
           clock_sums.add(kFinisherBlocks, blocks);
         });
@@ -716,7 +716,7 @@ __global__ void __launch_bounds__(kThreads, 1)
       if (work.spread) {
         // What is left in the queue, then the last CTA out takes what came after and resets the queue.
         const auto pop = [&] { return queue.pop(); };
-        int blocks = finish_dq_jobs(pop, dq_acc, &map_dq, work, lane, staging, tile, staged, staged_phases);
+        int blocks = finish(pop);
         int last_out = 0;
         if (lane == 0) {
           fence_acq_rel_gpu();
@@ -724,7 +724,7 @@ __global__ void __launch_bounds__(kThreads, 1)
           if (last_out) fence_acq_rel_gpu();
         }
         if (__shfl_sync(0xffffffffu, last_out, 0)) {
-          blocks += finish_dq_jobs(pop, dq_acc, &map_dq, work, lane, staging, tile, staged, staged_phases);
+          blocks += finish(pop);
           if (lane == 0) queue.q[0] = 0, queue.q[1] = 0, queue.q[2] = 0;  // read again only by the next call
         }
         clock_sums.add(kFinisherBlocks, blocks);
